@@ -1,0 +1,1 @@
+//! The agent: PID 1 inside each sandbox.

@@ -1,0 +1,1 @@
+//! Hardening applied to every command a sandbox runs.

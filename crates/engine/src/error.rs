@@ -1,0 +1,84 @@
+//! The engine's one error enum with stable codes that every dialect maps in one function.
+
+/// Stable, dialect-independent error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// A request argument is invalid (relative executable, NUL byte, bad signal, bad path…).
+    InvalidArgument,
+    SandboxNotFound,
+    /// The operation is not allowed in the sandbox's current state.
+    WrongState,
+    /// An active sandbox in the workspace already has this name (with another config).
+    NameTaken,
+    ProcessNotFound,
+    OutputNotRetained,
+    FileNotFound,
+    /// The path is a directory, symlink, device, socket or FIFO.
+    NotARegularFile,
+    FileTooLarge,
+    ExecTimedOut,
+    ExecOutputTooLarge,
+    WaitTimedOut,
+    SnapshotNotFound,
+    ImageNotFound,
+    SecretNotFound,
+    /// Server capacity or a quota is exhausted.
+    CapacityExhausted,
+    /// The backend could not run the operation (agent unreachable, kernel refused…).
+    Unavailable,
+    /// A bug or an unexpected host failure.
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "invalid_argument",
+            ErrorCode::SandboxNotFound => "sandbox_not_found",
+            ErrorCode::WrongState => "wrong_state",
+            ErrorCode::NameTaken => "name_taken",
+            ErrorCode::ProcessNotFound => "process_not_found",
+            ErrorCode::OutputNotRetained => "output_not_retained",
+            ErrorCode::FileNotFound => "file_not_found",
+            ErrorCode::NotARegularFile => "not_a_regular_file",
+            ErrorCode::FileTooLarge => "file_too_large",
+            ErrorCode::ExecTimedOut => "exec_timed_out",
+            ErrorCode::ExecOutputTooLarge => "exec_output_too_large",
+            ErrorCode::WaitTimedOut => "wait_timed_out",
+            ErrorCode::SnapshotNotFound => "snapshot_not_found",
+            ErrorCode::ImageNotFound => "image_not_found",
+            ErrorCode::SecretNotFound => "secret_not_found",
+            ErrorCode::CapacityExhausted => "capacity_exhausted",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// An engine error: a stable code plus a message that speaks for the engine's layer.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct EngineError {
+    pub code: ErrorCode,
+    pub message: String,
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl EngineError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), source: None }
+    }
+
+    pub fn with_source(
+        code: ErrorCode,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self { code, message: message.into(), source: Some(Box::new(source)) }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidArgument, message)
+    }
+}

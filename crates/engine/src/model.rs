@@ -1,0 +1,130 @@
+//! The engine's typed resources and requests, independent of any HTTP dialect.
+
+use crate::state::SandboxStatus;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+pub use sandboxd_agent_protocol::{
+    ExecResult, FileMeta, FileWritten, Frame, ProcessInfo, ProcessState, StreamKind,
+};
+
+/// Identifies a workspace (the tenant boundary: one never sees another's resources).
+pub type WorkspaceId = String;
+
+/// Requested resources of a sandbox.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Resources {
+    pub vcpu: u32,
+    pub memory_mb: u32,
+}
+
+/// What a dialect asks the engine to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateSandbox {
+    /// Workspace-scoped name of an active sandbox; `None` = unnamed.
+    pub name: Option<String>,
+    pub resources: Resources,
+    /// Image/template name; `None` = `default`.
+    pub image: Option<String>,
+    /// Start from this snapshot's filesystem (on top of its source image).
+    pub snapshot_id: Option<Uuid>,
+    /// Default environment for every command in the sandbox.
+    pub environment: BTreeMap<String, String>,
+    /// Names of workspace secrets to expose as environment variables.
+    pub secrets: Vec<String>,
+    /// Free-form labels a dialect keeps with the sandbox (stored, never interpreted).
+    pub metadata: BTreeMap<String, String>,
+    /// Ends the sandbox (status TERMINATED, end reason `timeout`) after this long.
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// Why a sandbox ended.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// Destroyed through the API.
+    Destroyed,
+    /// Its timeout passed.
+    Timeout,
+    /// The agent (PID 1) died, e.g. killed by the OOM killer.
+    Crashed,
+    /// The backend could not start it.
+    StartFailed,
+}
+
+/// A sandbox as the engine persists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub id: Uuid,
+    pub workspace: WorkspaceId,
+    pub name: Option<String>,
+    pub status: SandboxStatus,
+    pub image: String,
+    pub resources: Resources,
+    pub created_at: OffsetDateTime,
+    pub started_at: Option<OffsetDateTime>,
+    pub ended_at: Option<OffsetDateTime>,
+    pub expires_at: Option<OffsetDateTime>,
+    pub end_reason: Option<EndReason>,
+    /// Human-readable terminal error (FAILED).
+    pub error: Option<String>,
+    pub snapshot_id: Option<Uuid>,
+    pub environment: BTreeMap<String, String>,
+    pub secrets: Vec<String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A filesystem snapshot of a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub id: Uuid,
+    pub workspace: WorkspaceId,
+    pub name: Option<String>,
+    pub source_sandbox_id: Uuid,
+    /// Image the source sandbox ran.
+    pub image: String,
+    /// Layers on top of `image`, lowest first; the last one is this snapshot's own.
+    pub layers: Vec<String>,
+    /// sha256 of the snapshot's own layer.
+    pub digest: String,
+    pub size_bytes: u64,
+    pub resources: Resources,
+    pub created_at: OffsetDateTime,
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// One page of a keyset-paginated list.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Opaque cursor for the next page; `None` when there is no more.
+    pub next_cursor: Option<String>,
+}
+
+/// Asking for a page.
+#[derive(Debug, Clone, Default)]
+pub struct PageRequest {
+    pub limit: u32,
+    pub cursor: Option<String>,
+}
+
+/// A captured command.
+#[derive(Debug, Clone)]
+pub struct ExecCommand {
+    pub argv: Vec<String>,
+    /// Replaces the whole environment; `None` = the sandbox's default environment.
+    pub env: Option<BTreeMap<String, String>>,
+    pub cwd: Option<String>,
+    pub timeout: std::time::Duration,
+    pub max_output_bytes: u64,
+}
+
+/// A managed process to start.
+#[derive(Debug, Clone)]
+pub struct StartCommand {
+    pub argv: Vec<String>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub cwd: Option<String>,
+}

@@ -1,0 +1,52 @@
+//! Runtime backends: the `Runtime` trait the engine drives, and the backends that
+//! implement it with kernel isolation (Linux-native namespaces + overlayfs + cgroups).
+
+pub mod error;
+pub mod spec;
+
+pub use error::RuntimeError;
+pub use spec::*;
+
+/// A backend that makes, freezes, captures and destroys sandboxes.
+///
+/// Every method is blocking (the engine calls them from `spawn_blocking`). A
+/// [`SandboxHandle`] is plain data: the engine persists it and passes it back after a
+/// restart, so every method must work from a handle alone (no in-memory state needed).
+pub trait Runtime: Send + Sync + 'static {
+    /// Short backend name, e.g. `"linux"`.
+    fn name(&self) -> &'static str;
+
+    /// Creates and starts a sandbox whose PID 1 is the agent, and returns once the
+    /// agent's socket accepts connections. On error, everything made so far is removed.
+    fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError>;
+
+    /// Whether the sandbox described by `handle` is still alive (agent running).
+    fn is_alive(&self, handle: &SandboxHandle) -> bool;
+
+    /// Freezes every process of the sandbox (cgroup freezer); memory stays resident.
+    fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
+
+    /// Thaws a frozen sandbox.
+    fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
+
+    /// Captures the sandbox's writable filesystem layer as a content-addressed layer in
+    /// the layer store and returns it. The sandbox keeps running.
+    fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError>;
+
+    /// Kills every process and removes every mount, cgroup and directory the sandbox
+    /// had. Idempotent: destroying an already-destroyed sandbox succeeds.
+    fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
+
+    /// Current resource usage, as far as the backend can tell.
+    fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError>;
+
+    /// Resolves an image name (e.g. `"default"`) into its layer stack, building the
+    /// built-in images on first use.
+    fn resolve_image(&self, name: &str) -> Result<ImageLayers, RuntimeError>;
+
+    /// Removes a stored layer that no image or snapshot refers to any more.
+    fn delete_layer(&self, digest: &str) -> Result<(), RuntimeError>;
+}
+
+#[cfg(feature = "linux")]
+pub mod linux;

@@ -1,0 +1,1 @@
+//! The Linux-native backend.

@@ -1,0 +1,64 @@
+//! Plain-data descriptions of a sandbox to start, a started sandbox, images and layers.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use uuid::Uuid;
+
+/// One content-addressed, read-only filesystem layer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Layer {
+    /// Lowercase hex sha256 of the layer's canonical tar stream.
+    pub digest: String,
+    /// Bytes the layer occupies on disk (sum of regular file sizes).
+    pub size_bytes: u64,
+}
+
+/// An image: read-only layers, lowest first, plus what the backend needs to mount it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ImageLayers {
+    /// Image name it was resolved from.
+    pub name: String,
+    /// Layer digests, lowest first.
+    pub layers: Vec<String>,
+}
+
+/// Everything needed to start one sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    pub id: Uuid,
+    /// Base image (`"default"`, a template name…).
+    pub image: String,
+    /// Extra layers on top of the image (snapshots), lowest first.
+    pub extra_layers: Vec<String>,
+    pub hostname: String,
+    /// CPU quota in whole vCPUs.
+    pub vcpu: u32,
+    pub memory_mb: u32,
+    /// Maximum tasks (processes + threads) in the sandbox.
+    pub pids_max: u32,
+}
+
+/// A started sandbox, as plain data the engine persists and hands back.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxHandle {
+    pub id: Uuid,
+    /// Agent (PID 1 inside) as a host PID.
+    pub agent_pid: i32,
+    /// Start time of the agent process (field 22 of /proc/PID/stat) so a recycled PID is
+    /// never mistaken for the agent.
+    pub agent_start_ticks: u64,
+    /// Unix socket the agent listens on (host path).
+    pub agent_socket: PathBuf,
+    /// Per-sandbox state directory on the host.
+    pub state_dir: PathBuf,
+    /// First host uid/gid of the sandbox's 65536-wide id range (root inside).
+    pub host_id_base: u32,
+}
+
+/// Resource usage of a sandbox.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResourceUsage {
+    pub cpu_usage_ns: u64,
+    pub memory_bytes: u64,
+    pub pids: u64,
+}

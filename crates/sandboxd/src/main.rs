@@ -1,0 +1,5 @@
+//! The `sandboxd` binary: server, in-process runner, agent entry point and tools.
+
+fn main() {
+    println!("sandboxd");
+}

@@ -1,0 +1,1 @@
+//! Persistence: the `Store` trait and its embedded SQLite implementation.
