@@ -1,0 +1,175 @@
+//! `sandboxd bench`: measures sandboxd against baselines taken in the same run and
+//! reports medians and ratios (these machines are noisy; absolute times move).
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sandboxd_agent_protocol::{AgentClient, ExecRequest};
+use sandboxd_runtime::{Runtime, SandboxHandle, SandboxSpec};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Data directory for the sandboxes the benchmark makes.
+    #[arg(long, default_value = "./.sandboxd-bench")]
+    pub data_dir: PathBuf,
+    /// Samples per latency measure.
+    #[arg(long, default_value_t = 30)]
+    pub samples: usize,
+    /// Idle sandboxes to hold at once for the memory measure.
+    #[arg(long, default_value_t = 200)]
+    pub idle: usize,
+}
+
+/// One reported line: a measure, its median, and its ratio to a baseline.
+struct Row {
+    name: &'static str,
+    median: Duration,
+    baseline: Option<(&'static str, Duration, f64)>,
+}
+
+pub fn main(args: BenchArgs) -> Result<()> {
+    let runtime = crate::runtime::open_linux(&args.data_dir)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let n = args.samples.max(3);
+
+    let fork_exec = median(n * 4, || {
+        let t = Instant::now();
+        Command::new("/bin/true").status().context("running /bin/true")?;
+        Ok(t.elapsed())
+    })?;
+    let unshare = median(n, || {
+        let t = Instant::now();
+        let ok = Command::new("unshare")
+            .args(["--fork", "--pid", "--mount-proc", "/bin/true"])
+            .status()
+            .context("running unshare")?;
+        anyhow::ensure!(ok.success(), "unshare failed: {ok}");
+        Ok(t.elapsed())
+    })?;
+
+    let mut handles = Vec::new();
+    let create = median(n, || {
+        let t = Instant::now();
+        let handle = runtime.start(&spec())?;
+        rt.block_on(exec_true(&handle))?;
+        let took = t.elapsed();
+        handles.push(handle);
+        Ok(took)
+    });
+    for h in handles.drain(..) {
+        runtime.destroy(&h)?;
+    }
+    let create = create?;
+
+    let handle = runtime.start(&spec())?;
+    let exec = median(n * 4, || {
+        let t = Instant::now();
+        rt.block_on(exec_true(&handle))?;
+        Ok(t.elapsed())
+    });
+    runtime.destroy(&handle)?;
+    let exec = exec?;
+
+    let per_idle = idle_memory(&runtime, &rt, args.idle)?;
+
+    let rows = [
+        Row { name: "baseline: fork+exec /bin/true", median: fork_exec, baseline: None },
+        Row { name: "baseline: unshare --fork --pid --mount-proc /bin/true", median: unshare, baseline: None },
+        Row {
+            name: "create -> first exec answered",
+            median: create,
+            baseline: Some(("unshare", unshare, 5.0)),
+        },
+        Row { name: "exec round trip /bin/true", median: exec, baseline: Some(("fork+exec", fork_exec, 3.0)) },
+    ];
+    println!("{:<58} {:>12} {:>10} {:>8}", "measure", "median", "ratio", "target");
+    for row in &rows {
+        let (ratio, target) = match row.baseline {
+            Some((base, d, target)) => (
+                format!("{:.2}x {base}", row.median.as_secs_f64() / d.as_secs_f64()),
+                format!("<= {target}x"),
+            ),
+            None => (String::new(), String::new()),
+        };
+        println!("{:<58} {:>10.3}ms {:>10} {:>8}", row.name, ms(row.median), ratio, target);
+    }
+    println!(
+        "{:<58} {:>10.2}MiB {:>10} {:>8}",
+        format!("host memory per idle sandbox ({} running)", args.idle),
+        per_idle / (1024.0 * 1024.0),
+        "",
+        "< 4 MiB"
+    );
+    Ok(())
+}
+
+fn spec() -> SandboxSpec {
+    SandboxSpec {
+        id: uuid::Uuid::new_v4(),
+        image: "default".into(),
+        extra_layers: vec![],
+        hostname: "bench".into(),
+        vcpu: 1,
+        memory_mb: 256,
+        pids_max: 256,
+    }
+}
+
+async fn exec_true(handle: &SandboxHandle) -> Result<()> {
+    let client = AgentClient::new(&handle.agent_socket);
+    let out = client
+        .exec(&ExecRequest {
+            argv: vec!["/bin/true".into()],
+            env: None,
+            cwd: None,
+            timeout_ms: 10_000,
+            max_output_bytes: 1 << 20,
+        })
+        .await?;
+    anyhow::ensure!(out.exit_code == Some(0), "/bin/true failed in the sandbox: {out:?}");
+    Ok(())
+}
+
+/// Host memory in use (MemTotal - MemAvailable), bytes.
+fn host_memory_used() -> Result<f64> {
+    let info = std::fs::read_to_string("/proc/meminfo")?;
+    let field = |name: &str| -> Result<f64> {
+        let line = info.lines().find(|l| l.starts_with(name)).context("meminfo field")?;
+        let kb: f64 = line.split_whitespace().nth(1).context("meminfo value")?.parse()?;
+        Ok(kb * 1024.0)
+    };
+    Ok(field("MemTotal:")? - field("MemAvailable:")?)
+}
+
+/// Starts `count` idle sandboxes (each answered one exec) and returns the growth of
+/// host memory in use divided by `count`.
+fn idle_memory(runtime: &impl Runtime, rt: &tokio::runtime::Runtime, count: usize) -> Result<f64> {
+    std::thread::sleep(Duration::from_millis(500));
+    let before = host_memory_used()?;
+    let mut handles = Vec::with_capacity(count);
+    let result = (|| {
+        for _ in 0..count {
+            let h = runtime.start(&spec())?;
+            handles.push(h.clone());
+            rt.block_on(exec_true(&h))?;
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        Ok::<_, anyhow::Error>(host_memory_used()? - before)
+    })();
+    for h in &handles {
+        runtime.destroy(h)?;
+    }
+    Ok(result? / count as f64)
+}
+
+fn median(n: usize, mut sample: impl FnMut() -> Result<Duration>) -> Result<Duration> {
+    let mut all = (0..n).map(|_| sample()).collect::<Result<Vec<_>>>()?;
+    all.sort();
+    Ok(all[all.len() / 2])
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

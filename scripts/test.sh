@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs every test of sandboxd: Rust unit and integration tests (as root: they create
+# real sandboxes), then the Inngest SDK conformance suite against a real server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --locked -p sandboxd
+cargo nextest run --workspace --locked --no-fail-fast --test-threads 2
+
+if [ -f tests/inngest-sdk/package.json ]; then
+    SANDBOXD_BIN="$PWD/target/debug/sandboxd" node --test tests/inngest-sdk/
+fi
