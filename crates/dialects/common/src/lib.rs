@@ -1,0 +1,14 @@
+//! Dialect-neutral HTTP pieces every API dialect reuses: bearer-key extraction, a strict
+//! size-capped JSON body reader, timestamp formats, NDJSON streaming and `no-store`.
+
+pub mod auth;
+pub mod json;
+pub mod ndjson;
+pub mod no_store;
+pub mod time_fmt;
+
+pub use auth::bearer_token;
+pub use json::{read_json, JsonBodyError};
+pub use ndjson::ndjson_body;
+pub use no_store::no_store;
+pub use time_fmt::{http_date, rfc3339_nanos};
