@@ -1,0 +1,101 @@
+//! Builds and installs the seccomp programs: an allowlist (default `EPERM`) with argument
+//! filters for `clone`, `unshare` and `personality`, plus a second program answering
+//! `clone3` with `ENOSYS` so that libc falls back to the filterable `clone`.
+
+use crate::syscalls::{ARCH_SPECIFIC, COMMON, PERSONALITIES};
+use crate::ConfineError;
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+use std::collections::BTreeMap;
+use std::io;
+
+/// The compiled programs, installed in order.
+#[derive(Debug, Clone)]
+pub(crate) struct Filters {
+    programs: Vec<BpfProgram>,
+}
+
+/// Compiles both programs for the running architecture.
+pub(crate) fn build() -> Result<Filters, ConfineError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|_| ConfineError::UnsupportedArch(std::env::consts::ARCH.to_owned()))?;
+    let allow = SeccompFilter::new(
+        allow_rules()?,
+        SeccompAction::Errno(libc::EPERM as u32),
+        SeccompAction::Allow,
+        arch,
+    )
+    .map_err(ConfineError::Seccomp)?;
+    let clone3 = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(ConfineError::Seccomp)?;
+    let programs = [allow, clone3]
+        .into_iter()
+        .map(|f| BpfProgram::try_from(f).map_err(ConfineError::Seccomp))
+        .collect::<Result<_, _>>()?;
+    Ok(Filters { programs })
+}
+
+fn allow_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, ConfineError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = COMMON
+        .iter()
+        .chain(ARCH_SPECIFIC)
+        .map(|nr| (*nr, Vec::new()))
+        .collect();
+    // clone3 passes this program; the second program turns it into ENOSYS.
+    rules.insert(libc::SYS_clone3, Vec::new());
+    let no_newuser = |len| {
+        let flag = libc::CLONE_NEWUSER as u64;
+        SeccompCondition::new(0, len, SeccompCmpOp::MaskedEq(flag), 0)
+            .and_then(|c| SeccompRule::new(vec![c]))
+            .map_err(ConfineError::Seccomp)
+    };
+    rules.insert(libc::SYS_clone, vec![no_newuser(SeccompCmpArgLen::Qword)?]);
+    rules.insert(
+        libc::SYS_unshare,
+        vec![no_newuser(SeccompCmpArgLen::Dword)?],
+    );
+    let personality = PERSONALITIES
+        .iter()
+        .map(|p| {
+            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *p)
+                .and_then(|c| SeccompRule::new(vec![c]))
+                .map_err(ConfineError::Seccomp)
+        })
+        .collect::<Result<_, _>>()?;
+    rules.insert(libc::SYS_personality, personality);
+    Ok(rules)
+}
+
+impl Filters {
+    /// Installs the programs on the calling thread (no_new_privs must already be set).
+    pub(crate) fn apply(&self) -> io::Result<()> {
+        for program in &self.programs {
+            seccompiler::apply_filter(program).map_err(|e| match e {
+                seccompiler::Error::Seccomp(io) | seccompiler::Error::Prctl(io) => io,
+                _ => io::Error::from_raw_os_error(libc::EINVAL),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// How many programs get installed (for tests).
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> usize {
+        self.programs.len()
+    }
+}
+
+/// The syscall numbers the allowlist admits, with or without argument filters.
+#[cfg(test)]
+pub(crate) fn allowed_numbers() -> Vec<i64> {
+    allow_rules()
+        .map(|r| r.into_keys().collect())
+        .unwrap_or_default()
+}
