@@ -1,1 +1,81 @@
 //! Persistence: the `Store` trait and its embedded SQLite implementation.
+
+mod crypto;
+pub mod error;
+pub mod records;
+mod sqlite;
+
+pub use error::StoreError;
+pub use records::*;
+pub use sqlite::SqliteStore;
+
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Result of a store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Everything the engine persists. Methods are blocking and short; every backend owns
+/// its migrations.
+pub trait Store: Send + Sync + 'static {
+    // Workspaces.
+    fn create_workspace(&self, ws: &WorkspaceRecord) -> StoreResult<()>;
+    fn get_workspace(&self, id: &str) -> StoreResult<Option<WorkspaceRecord>>;
+    fn workspace_by_inngest_env(&self, env: &str) -> StoreResult<Option<WorkspaceRecord>>;
+    fn workspace_by_tenant(&self, tenant: &str) -> StoreResult<Option<WorkspaceRecord>>;
+    fn list_workspaces(&self) -> StoreResult<Vec<WorkspaceRecord>>;
+
+    // API keys.
+    fn insert_key(&self, key: &ApiKeyRecord) -> StoreResult<()>;
+    fn key_by_hash(&self, key_hash: &str) -> StoreResult<Option<ApiKeyRecord>>;
+    /// Keys of one workspace (`Some`) or account-scoped keys (`None`), oldest first.
+    fn list_keys(&self, workspace: Option<&str>) -> StoreResult<Vec<ApiKeyRecord>>;
+    /// Marks a key revoked; false when no such unrevoked key exists.
+    fn revoke_key(&self, id: Uuid, at: OffsetDateTime) -> StoreResult<bool>;
+
+    // Sandboxes.
+    fn insert_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()>;
+    /// Replaces the whole row; `NotFound` when it does not exist.
+    fn update_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()>;
+    fn get_sandbox(&self, id: Uuid) -> StoreResult<Option<SandboxRecord>>;
+    /// One workspace's sandboxes by (created_at DESC, id DESC), after `after`.
+    fn list_sandboxes(
+        &self,
+        workspace: &str,
+        limit: u32,
+        after: Option<Keyset>,
+    ) -> StoreResult<Vec<SandboxRecord>>;
+    /// Every sandbox (all workspaces) whose status is one of `statuses`.
+    fn sandboxes_in_status(&self, statuses: &[&str]) -> StoreResult<Vec<SandboxRecord>>;
+    /// One workspace's sandboxes with this name (any status).
+    fn sandboxes_named(&self, workspace: &str, name: &str) -> StoreResult<Vec<SandboxRecord>>;
+
+    // Snapshots.
+    fn insert_snapshot(&self, snap: &SnapshotRecord) -> StoreResult<()>;
+    fn get_snapshot(&self, id: Uuid) -> StoreResult<Option<SnapshotRecord>>;
+    /// One workspace's snapshots by (created_at DESC, id DESC), optionally by name.
+    fn list_snapshots(
+        &self,
+        workspace: &str,
+        name: Option<&str>,
+        limit: u32,
+        after: Option<Keyset>,
+    ) -> StoreResult<Vec<SnapshotRecord>>;
+    fn delete_snapshot(&self, id: Uuid) -> StoreResult<bool>;
+    /// How many snapshots list `digest` among their layers.
+    fn snapshots_using_layer(&self, digest: &str) -> StoreResult<u64>;
+
+    // Secrets (encrypted at rest by the backend).
+    fn set_secret(&self, workspace: &str, name: &str, value: &[u8]) -> StoreResult<()>;
+    fn get_secret(&self, workspace: &str, name: &str) -> StoreResult<Option<Vec<u8>>>;
+    fn list_secret_names(&self, workspace: &str) -> StoreResult<Vec<String>>;
+    fn delete_secret(&self, workspace: &str, name: &str) -> StoreResult<bool>;
+
+    // Idempotency.
+    /// Inserts the record; false (and nothing changed) when the key is already taken.
+    fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool>;
+    fn get_idempotency(&self, workspace: &str, key: &str)
+        -> StoreResult<Option<IdempotencyRecord>>;
+    /// Removes records created before `before`; returns how many.
+    fn prune_idempotency(&self, before: OffsetDateTime) -> StoreResult<u64>;
+}

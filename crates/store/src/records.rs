@@ -1,0 +1,103 @@
+//! Plain records the store persists; free of engine types so any backend can hold them.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// A workspace: the tenant boundary, with the names the dialects know it by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceRecord {
+    pub id: String,
+    pub name: String,
+    /// Inngest environment name routed to this workspace (unique when set).
+    pub inngest_env: Option<String>,
+    /// Runzivo tenant id routed to this workspace (unique when set).
+    pub runzivo_tenant_id: Option<String>,
+    pub created_at: OffsetDateTime,
+}
+
+/// An API key; only the sha256 of the key is ever stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyRecord {
+    pub id: Uuid,
+    /// Lowercase hex sha256 of the full key.
+    pub key_hash: String,
+    /// The first characters of the key, for display.
+    pub prefix: String,
+    /// `None` = account scope (every workspace).
+    pub workspace: Option<String>,
+    pub permissions: Vec<String>,
+    pub scopes: Vec<String>,
+    pub created_at: OffsetDateTime,
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+/// A sandbox row: every field of the engine's sandbox plus backend data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxRecord {
+    pub id: Uuid,
+    pub workspace: String,
+    pub name: Option<String>,
+    /// Status as its stable upper-case name (`RUNNING`…).
+    pub status: String,
+    pub image: String,
+    pub vcpu: u32,
+    pub memory_mb: u32,
+    pub created_at: OffsetDateTime,
+    pub started_at: Option<OffsetDateTime>,
+    pub ended_at: Option<OffsetDateTime>,
+    pub expires_at: Option<OffsetDateTime>,
+    /// End reason as its snake_case name.
+    pub end_reason: Option<String>,
+    pub error: Option<String>,
+    pub snapshot_id: Option<Uuid>,
+    pub environment: BTreeMap<String, String>,
+    /// Secret names (never values).
+    pub secrets: Vec<String>,
+    pub metadata: BTreeMap<String, String>,
+    /// Snapshot layers the sandbox runs on top of its image, lowest first.
+    pub extra_layers: Vec<String>,
+    /// The backend's handle as JSON (`None` before the backend started it).
+    pub handle: Option<Value>,
+    /// The host id-range slot the backend gave it.
+    pub id_slot: Option<u32>,
+}
+
+/// A snapshot row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRecord {
+    pub id: Uuid,
+    pub workspace: String,
+    pub name: Option<String>,
+    pub source_sandbox_id: Uuid,
+    pub image: String,
+    /// Layers on top of `image`, lowest first; the last one is the snapshot's own.
+    pub layers: Vec<String>,
+    pub digest: String,
+    pub size_bytes: u64,
+    pub vcpu: u32,
+    pub memory_mb: u32,
+    pub created_at: OffsetDateTime,
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// A remembered answer to an idempotent request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    pub key: String,
+    pub workspace: String,
+    /// Hash of the request, to detect the same key used for another request.
+    pub request_hash: String,
+    pub status: u16,
+    pub body: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+    pub created_at: OffsetDateTime,
+}
+
+/// Position after which a keyset page starts: the last item of the previous page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keyset {
+    pub created_at: OffsetDateTime,
+    pub id: Uuid,
+}

@@ -1,0 +1,140 @@
+//! Sandbox rows in SQLite, with keyset pagination by (created_at DESC, id DESC).
+
+use super::codec::*;
+use super::unique_violation;
+use crate::error::StoreError;
+use crate::records::{Keyset, SandboxRecord};
+use crate::StoreResult;
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
+use uuid::Uuid;
+
+const COLS: &str = "id, workspace, name, status, image, vcpu, memory_mb, created_at, \
+    started_at, ended_at, expires_at, end_reason, error, snapshot_id, environment, secrets, \
+    metadata, extra_layers, handle, id_slot";
+
+fn row(r: &Row) -> rusqlite::Result<SandboxRecord> {
+    let handle: Option<String> = r.get("handle")?;
+    let handle = match handle {
+        Some(s) => Some(serde_json::from_str(&s).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
+        })?),
+        None => None,
+    };
+    Ok(SandboxRecord {
+        id: get_uuid(r, "id")?,
+        workspace: r.get("workspace")?,
+        name: r.get("name")?,
+        status: r.get("status")?,
+        image: r.get("image")?,
+        vcpu: r.get("vcpu")?,
+        memory_mb: r.get("memory_mb")?,
+        created_at: get_ts(r, "created_at")?,
+        started_at: get_opt_ts(r, "started_at")?,
+        ended_at: get_opt_ts(r, "ended_at")?,
+        expires_at: get_opt_ts(r, "expires_at")?,
+        end_reason: r.get("end_reason")?,
+        error: r.get("error")?,
+        snapshot_id: get_opt_uuid(r, "snapshot_id")?,
+        environment: get_json(r, "environment")?,
+        secrets: get_json(r, "secrets")?,
+        metadata: get_json(r, "metadata")?,
+        extra_layers: get_json(r, "extra_layers")?,
+        handle,
+        id_slot: r.get("id_slot")?,
+    })
+}
+
+/// Writes every column with `verb` (`INSERT` or `REPLACE` semantics decided by caller SQL).
+fn write(c: &Connection, sql: &str, s: &SandboxRecord) -> rusqlite::Result<usize> {
+    c.execute(
+        sql,
+        params![
+            s.id.to_string(),
+            s.workspace,
+            s.name,
+            s.status,
+            s.image,
+            s.vcpu,
+            s.memory_mb,
+            ts(s.created_at),
+            opt_ts(s.started_at),
+            opt_ts(s.ended_at),
+            opt_ts(s.expires_at),
+            s.end_reason,
+            s.error,
+            s.snapshot_id.map(|u| u.to_string()),
+            json(&s.environment),
+            json(&s.secrets),
+            json(&s.metadata),
+            json(&s.extra_layers),
+            s.handle.as_ref().map(json),
+            s.id_slot,
+        ],
+    )
+}
+
+pub(super) fn insert(c: &Connection, s: &SandboxRecord) -> StoreResult<()> {
+    let sql = format!(
+        "INSERT INTO sandboxes ({COLS}) VALUES \
+         (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
+    );
+    write(c, &sql, s).map_err(|e| unique_violation(e, || format!("sandbox {}", s.id)))?;
+    Ok(())
+}
+
+pub(super) fn update(c: &Connection, s: &SandboxRecord) -> StoreResult<()> {
+    let sql = "UPDATE sandboxes SET workspace = ?2, name = ?3, status = ?4, image = ?5, \
+        vcpu = ?6, memory_mb = ?7, created_at = ?8, started_at = ?9, ended_at = ?10, \
+        expires_at = ?11, end_reason = ?12, error = ?13, snapshot_id = ?14, environment = ?15, \
+        secrets = ?16, metadata = ?17, extra_layers = ?18, handle = ?19, id_slot = ?20 \
+        WHERE id = ?1";
+    match write(c, sql, s)? {
+        0 => Err(StoreError::NotFound(format!("sandbox {}", s.id))),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn get(c: &Connection, id: Uuid) -> StoreResult<Option<SandboxRecord>> {
+    let sql = format!("SELECT {COLS} FROM sandboxes WHERE id = ?1");
+    Ok(c.query_row(&sql, [id.to_string()], row).optional()?)
+}
+
+pub(super) fn list(
+    c: &Connection,
+    ws: &str,
+    limit: u32,
+    after: Option<Keyset>,
+) -> StoreResult<Vec<SandboxRecord>> {
+    let (at, id) = match after {
+        Some(k) => (ts(k.created_at), k.id.to_string()),
+        None => (i64::MAX, "g".to_string()), // sorts after every hex uuid
+    };
+    let sql = format!(
+        "SELECT {COLS} FROM sandboxes WHERE workspace = ?1 \
+         AND (created_at < ?2 OR (created_at = ?2 AND id < ?3)) \
+         ORDER BY created_at DESC, id DESC LIMIT ?4"
+    );
+    let mut st = c.prepare(&sql)?;
+    let rows = st.query_map(params![ws, at, id, limit], row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn in_status(c: &Connection, statuses: &[&str]) -> StoreResult<Vec<SandboxRecord>> {
+    if statuses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; statuses.len()].join(", ");
+    let sql = format!("SELECT {COLS} FROM sandboxes WHERE status IN ({marks}) ORDER BY created_at");
+    let mut st = c.prepare(&sql)?;
+    let rows = st.query_map(params_from_iter(statuses), row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn named(c: &Connection, ws: &str, name: &str) -> StoreResult<Vec<SandboxRecord>> {
+    let sql = format!(
+        "SELECT {COLS} FROM sandboxes WHERE workspace = ?1 AND name = ?2 ORDER BY created_at DESC"
+    );
+    let mut st = c.prepare(&sql)?;
+    let rows = st.query_map(params![ws, name], row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}

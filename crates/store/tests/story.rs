@@ -1,0 +1,200 @@
+//! One story that every `Store` backend must pass, run here against `SqliteStore`.
+
+use sandboxd_store::*;
+use std::collections::BTreeMap;
+use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
+
+fn t(secs: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp(1_800_000_000 + secs).unwrap()
+}
+
+fn workspace(id: &str, env: &str) -> WorkspaceRecord {
+    WorkspaceRecord {
+        id: id.into(),
+        name: format!("{id} name"),
+        inngest_env: Some(env.into()),
+        runzivo_tenant_id: Some(format!("tenant-{id}")),
+        created_at: t(0),
+    }
+}
+
+fn sandbox(ws: &str, name: Option<&str>, at: OffsetDateTime) -> SandboxRecord {
+    SandboxRecord {
+        id: Uuid::new_v4(),
+        workspace: ws.into(),
+        name: name.map(Into::into),
+        status: "PENDING".into(),
+        image: "default".into(),
+        vcpu: 1,
+        memory_mb: 256,
+        created_at: at,
+        started_at: None,
+        ended_at: None,
+        expires_at: Some(at + Duration::minutes(5)),
+        end_reason: None,
+        error: None,
+        snapshot_id: None,
+        environment: BTreeMap::from([("A".into(), "1".into())]),
+        secrets: vec!["TOKEN".into()],
+        metadata: BTreeMap::new(),
+        extra_layers: vec![],
+        handle: None,
+        id_slot: None,
+    }
+}
+
+fn snapshot(ws: &str, name: &str, layers: &[&str], at: OffsetDateTime) -> SnapshotRecord {
+    SnapshotRecord {
+        id: Uuid::new_v4(),
+        workspace: ws.into(),
+        name: Some(name.into()),
+        source_sandbox_id: Uuid::new_v4(),
+        image: "default".into(),
+        layers: layers.iter().map(|s| s.to_string()).collect(),
+        digest: layers.last().unwrap().to_string(),
+        size_bytes: 4096,
+        vcpu: 1,
+        memory_mb: 256,
+        created_at: at,
+        expires_at: None,
+    }
+}
+
+fn accounts(store: &dyn Store) {
+    store.create_workspace(&workspace("w1", "production")).unwrap();
+    store.create_workspace(&workspace("w2", "staging")).unwrap();
+    assert!(matches!(store.create_workspace(&workspace("w1", "x")), Err(StoreError::Conflict(_))));
+    assert_eq!(store.workspace_by_inngest_env("staging").unwrap().unwrap().id, "w2");
+    assert_eq!(store.workspace_by_tenant("tenant-w1").unwrap().unwrap().id, "w1");
+    assert!(store.get_workspace("nope").unwrap().is_none());
+    assert_eq!(store.list_workspaces().unwrap().len(), 2);
+
+    let key = ApiKeyRecord {
+        id: Uuid::new_v4(),
+        key_hash: "ab".repeat(32),
+        prefix: "sbx_abcd".into(),
+        workspace: Some("w1".into()),
+        permissions: vec!["sandboxes:write".into()],
+        scopes: vec![],
+        created_at: t(1),
+        revoked_at: None,
+    };
+    store.insert_key(&key).unwrap();
+    assert_eq!(store.key_by_hash(&key.key_hash).unwrap().unwrap(), key);
+    assert_eq!(store.list_keys(Some("w1")).unwrap(), vec![key.clone()]);
+    assert!(store.list_keys(None).unwrap().is_empty());
+    assert!(store.revoke_key(key.id, t(2)).unwrap());
+    assert!(!store.revoke_key(key.id, t(3)).unwrap(), "revoking twice changes nothing");
+    assert_eq!(store.key_by_hash(&key.key_hash).unwrap().unwrap().revoked_at, Some(t(2)));
+}
+
+fn sandboxes(store: &dyn Store) {
+    // Five in w1 with two sharing a timestamp, one in w2.
+    let mut made = Vec::new();
+    for (i, secs) in [10, 20, 20, 30, 40].into_iter().enumerate() {
+        let sb = sandbox("w1", Some(&format!("sb{i}")), t(secs));
+        store.insert_sandbox(&sb).unwrap();
+        made.push(sb);
+    }
+    store.insert_sandbox(&sandbox("w2", Some("sb0"), t(50))).unwrap();
+    made.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.list_sandboxes("w1", 2, after).unwrap();
+        if page.is_empty() {
+            break;
+        }
+        let last = page.last().unwrap();
+        after = Some(Keyset { created_at: last.created_at, id: last.id });
+        seen.extend(page);
+    }
+    assert_eq!(seen, made, "pages cover every sandbox once, newest first");
+
+    let mut first = made[0].clone();
+    first.status = "RUNNING".into();
+    first.handle = Some(serde_json::json!({"agent_pid": 42}));
+    first.id_slot = Some(3);
+    store.update_sandbox(&first).unwrap();
+    assert_eq!(store.get_sandbox(first.id).unwrap().unwrap(), first);
+    let running = store.sandboxes_in_status(&["RUNNING", "PAUSED"]).unwrap();
+    assert_eq!(running, vec![first.clone()]);
+    assert_eq!(store.sandboxes_named("w1", &made[1].name.clone().unwrap()).unwrap().len(), 1);
+    assert!(matches!(
+        store.update_sandbox(&sandbox("w1", None, t(0))),
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+fn snapshots(store: &dyn Store) {
+    let a = snapshot("w1", "base", &["l1"], t(10));
+    let b = snapshot("w1", "child", &["l1", "l2"], t(20));
+    let c = snapshot("w1", "base", &["l3"], t(30));
+    for s in [&a, &b, &c] {
+        store.insert_snapshot(s).unwrap();
+    }
+    assert_eq!(store.get_snapshot(b.id).unwrap().unwrap(), b);
+    let bases = store.list_snapshots("w1", Some("base"), 10, None).unwrap();
+    assert_eq!(bases, vec![c.clone(), a.clone()]);
+    let page = store
+        .list_snapshots("w1", None, 10, Some(Keyset { created_at: c.created_at, id: c.id }))
+        .unwrap();
+    assert_eq!(page, vec![b.clone(), a.clone()]);
+    assert!(store.list_snapshots("w2", None, 10, None).unwrap().is_empty());
+    assert_eq!(store.snapshots_using_layer("l1").unwrap(), 2);
+    assert!(store.delete_snapshot(a.id).unwrap());
+    assert!(!store.delete_snapshot(a.id).unwrap());
+    assert_eq!(store.snapshots_using_layer("l1").unwrap(), 1);
+}
+
+fn secrets_and_idempotency(store: &dyn Store) {
+    store.set_secret("w1", "TOKEN", b"s3cr3t-value").unwrap();
+    store.set_secret("w1", "TOKEN", b"s3cr3t-value-2").unwrap();
+    store.set_secret("w1", "ALPHA", b"a").unwrap();
+    assert_eq!(store.get_secret("w1", "TOKEN").unwrap().unwrap(), b"s3cr3t-value-2");
+    assert!(store.get_secret("w2", "TOKEN").unwrap().is_none());
+    assert_eq!(store.list_secret_names("w1").unwrap(), vec!["ALPHA", "TOKEN"]);
+    assert!(store.delete_secret("w1", "ALPHA").unwrap());
+    assert!(!store.delete_secret("w1", "ALPHA").unwrap());
+
+    let rec = IdempotencyRecord {
+        key: "req-1".into(),
+        workspace: "w1".into(),
+        request_hash: "h".into(),
+        status: 201,
+        body: b"{}".to_vec(),
+        headers: vec![("content-type".into(), "application/json".into())],
+        created_at: t(100),
+    };
+    assert!(store.put_idempotency(&rec).unwrap());
+    assert!(!store.put_idempotency(&IdempotencyRecord { status: 500, ..rec.clone() }).unwrap());
+    assert_eq!(store.get_idempotency("w1", "req-1").unwrap().unwrap(), rec);
+    assert!(store.get_idempotency("w2", "req-1").unwrap().is_none());
+    assert_eq!(store.prune_idempotency(t(101)).unwrap(), 1);
+    assert!(store.get_idempotency("w1", "req-1").unwrap().is_none());
+}
+
+/// The story every backend must tell.
+fn story(store: &dyn Store) {
+    accounts(store);
+    sandboxes(store);
+    snapshots(store);
+    secrets_and_idempotency(store);
+}
+
+#[test]
+fn sqlite_story() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sandboxd.db");
+    story(&SqliteStore::open(&path).unwrap());
+    // Reopening keeps everything and still decrypts.
+    let again = SqliteStore::open(&path).unwrap();
+    assert_eq!(again.get_secret("w1", "TOKEN").unwrap().unwrap(), b"s3cr3t-value-2");
+    let db = std::fs::read(&path).unwrap();
+    let wal = std::fs::read(dir.path().join("sandboxd.db-wal")).unwrap_or_default();
+    for bytes in [db, wal] {
+        assert!(!bytes.windows(12).any(|w| w == b"s3cr3t-value"), "plaintext secret on disk");
+    }
+}
