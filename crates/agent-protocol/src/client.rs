@@ -1,8 +1,13 @@
 //! Async client for the agent protocol over a Unix socket (one HTTP/1.1 connection per call).
 
+use crate::query::encode_component;
+use crate::transport::{self, Body};
 use crate::types::*;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
+use futures_util::{StreamExt, TryStreamExt};
+use http_body_util::{BodyExt, BodyStream, StreamBody};
+use hyper::{Method, Request};
 use std::path::PathBuf;
 use std::time::Duration;
 use uuid::Uuid;
@@ -30,6 +35,16 @@ pub enum ClientError {
     Protocol(String),
 }
 
+impl ClientError {
+    /// The agent's error code, when the agent answered with one.
+    pub fn agent_code(&self) -> Option<AgentErrorCode> {
+        match self {
+            ClientError::Agent(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}
+
 impl AgentError {
     /// The code as its wire string.
     pub fn code_str(&self) -> String {
@@ -48,45 +63,75 @@ pub struct AgentClient {
 
 impl AgentClient {
     pub fn new(socket: impl Into<PathBuf>) -> Self {
-        Self { socket: socket.into() }
+        Self {
+            socket: socket.into(),
+        }
     }
 
     pub fn socket(&self) -> &std::path::Path {
         &self.socket
     }
 
+    async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Body,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(http::header::HOST, "agent")
+            .body(body)
+            .map_err(|e| ClientError::Protocol(format!("cannot build request: {e}")))?;
+        transport::send(&self.socket, req).await
+    }
+
     pub async fn health(&self) -> Result<Health, ClientError> {
-        todo!()
+        transport::decode(
+            self.call(Method::GET, "/v1/health", transport::empty())
+                .await?,
+        )
+        .await
     }
 
     pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResult, ClientError> {
-        let _ = req;
-        todo!()
+        let resp = self
+            .call(Method::POST, "/v1/exec", transport::json(req)?)
+            .await?;
+        transport::decode(resp).await
     }
 
     pub async fn start_process(&self, req: &StartProcess) -> Result<ProcessInfo, ClientError> {
-        let _ = req;
-        todo!()
+        let resp = self
+            .call(Method::POST, "/v1/processes", transport::json(req)?)
+            .await?;
+        transport::decode(resp).await
     }
 
     pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>, ClientError> {
-        todo!()
+        transport::decode(
+            self.call(Method::GET, "/v1/processes", transport::empty())
+                .await?,
+        )
+        .await
     }
 
     pub async fn get_process(&self, id: Uuid) -> Result<ProcessInfo, ClientError> {
-        let _ = id;
-        todo!()
+        let uri = format!("/v1/processes/{id}");
+        transport::decode(self.call(Method::GET, &uri, transport::empty()).await?).await
     }
 
     pub async fn signal(&self, id: Uuid, req: &SignalRequest) -> Result<(), ClientError> {
-        let _ = (id, req);
-        todo!()
+        let uri = format!("/v1/processes/{id}/signal");
+        self.call(Method::POST, &uri, transport::json(req)?).await?;
+        Ok(())
     }
 
     /// Waits until the process is terminal; `Agent(WaitTimedOut)` when `timeout` passes.
     pub async fn wait(&self, id: Uuid, timeout: Duration) -> Result<ProcessInfo, ClientError> {
-        let _ = (id, timeout);
-        todo!()
+        let uri = format!("/v1/processes/{id}/wait?timeout_ms={}", timeout.as_millis());
+        transport::decode(self.call(Method::POST, &uri, transport::empty()).await?).await
     }
 
     /// Retained output (whole chunks within `tail_bytes`, 0 = all), then live output when
@@ -97,19 +142,46 @@ impl AgentClient {
         tail_bytes: u64,
         follow: bool,
     ) -> Result<FrameStream, ClientError> {
-        let _ = (id, tail_bytes, follow);
-        todo!()
+        let uri = format!("/v1/processes/{id}/output?tail_bytes={tail_bytes}&follow={follow}");
+        Ok(transport::frames(
+            self.call(Method::GET, &uri, transport::empty()).await?,
+        ))
     }
 
     /// The sandbox-level log ring, then live frames when `follow`.
     pub async fn logs(&self, follow: bool) -> Result<FrameStream, ClientError> {
-        let _ = follow;
-        todo!()
+        let uri = format!("/v1/logs?follow={follow}");
+        Ok(transport::frames(
+            self.call(Method::GET, &uri, transport::empty()).await?,
+        ))
     }
 
     pub async fn read_file(&self, path: &str) -> Result<(FileMeta, ByteStream), ClientError> {
-        let _ = path;
-        todo!()
+        let uri = format!("/v1/files?path={}", encode_component(path));
+        let resp = self.call(Method::GET, &uri, transport::empty()).await?;
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .ok_or_else(|| ClientError::Protocol(format!("missing header {name}")))
+        };
+        let bad = |name: &str| ClientError::Protocol(format!("bad header {name}"));
+        let meta = FileMeta {
+            size: header("content-length")?
+                .parse()
+                .map_err(|_| bad("content-length"))?,
+            mode: u32::from_str_radix(&header("x-file-mode")?, 8)
+                .map_err(|_| bad("x-file-mode"))?,
+            mtime: header("x-file-mtime")?
+                .parse()
+                .map_err(|_| bad("x-file-mtime"))?,
+        };
+        let body = BodyStream::new(resp.into_body())
+            .try_filter_map(|frame| async move { Ok(frame.into_data().ok()) })
+            .map_err(std::io::Error::other)
+            .boxed();
+        Ok((meta, body))
     }
 
     pub async fn write_file(
@@ -118,7 +190,8 @@ impl AgentClient {
         mode: u32,
         body: ByteStream,
     ) -> Result<FileWritten, ClientError> {
-        let _ = (path, mode, body);
-        todo!()
+        let uri = format!("/v1/files?path={}&mode={mode:o}", encode_component(path));
+        let body = BodyExt::boxed_unsync(StreamBody::new(body.map_ok(hyper::body::Frame::data)));
+        transport::decode(self.call(Method::PUT, &uri, body).await?).await
     }
 }

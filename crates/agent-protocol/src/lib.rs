@@ -18,8 +18,10 @@
 //!
 //! Every error is a JSON [`AgentError`] body with a stable `code`.
 
-pub mod types;
 pub mod client;
+pub mod query;
+mod transport;
+pub mod types;
 
 pub use client::{AgentClient, ClientError};
 pub use types::*;

@@ -1,1 +1,122 @@
-//! The agent: PID 1 inside each sandbox.
+//! The agent: PID 1 inside each sandbox. Serves the protocol of
+//! `sandboxd-agent-protocol` on a Unix socket: supervises processes, keeps their output
+//! in bounded rings, runs captured commands, delivers signals, moves files.
+
+mod body;
+mod clock;
+mod drain;
+mod error;
+mod exec;
+mod feed;
+mod files;
+mod processes;
+mod reaper;
+mod registry;
+mod ring;
+mod routes;
+mod shared;
+mod spawn;
+
+use hyper_util::rt::TokioIo;
+use shared::Shared;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Confinement applied in every child as the last step before `exec`. It runs after
+/// `fork` in a possibly multi-threaded process: it must not allocate or take locks
+/// (prepare everything beforehand, as `sandboxd_confine::prepare` does).
+pub type ConfineFn = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
+
+/// How an agent behaves.
+#[derive(Clone)]
+pub struct AgentConfig {
+    /// Environment of commands that do not send their own.
+    pub default_env: BTreeMap<String, String>,
+    /// Output ring size of each managed process.
+    pub ring_bytes: usize,
+    /// How many process rings are retained (newest first); older ones are evicted.
+    pub max_rings: usize,
+    /// Size of the sandbox-level log ring.
+    pub log_ring_bytes: usize,
+    /// Confinement for every child (see [`ConfineFn`]).
+    pub confine: Option<ConfineFn>,
+}
+
+impl std::fmt::Debug for AgentConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentConfig")
+            .field("default_env", &self.default_env)
+            .field("ring_bytes", &self.ring_bytes)
+            .field("max_rings", &self.max_rings)
+            .field("log_ring_bytes", &self.log_ring_bytes)
+            .field("confine", &self.confine.is_some())
+            .finish()
+    }
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        let env = [
+            (
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ),
+            ("HOME", "/root"),
+            ("TERM", "xterm-256color"),
+            ("LANG", "C.UTF-8"),
+        ];
+        Self {
+            default_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ring_bytes: 512 * 1024,
+            max_rings: 32,
+            log_ring_bytes: 1024 * 1024,
+            confine: None,
+        }
+    }
+}
+
+/// Serves connections on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::UnixListener, config: AgentConfig) -> std::io::Result<()> {
+    let shared = Arc::new(Shared::new(config));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                // Out of descriptors or similar: back off instead of spinning.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service =
+                hyper::service::service_fn(move |req| routes::handle(shared.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// Runs the agent on a current-thread runtime (small memory footprint); never returns.
+pub fn run_blocking(listener: std::os::unix::net::UnixListener, config: AgentConfig) -> ! {
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .and_then(|rt| {
+            rt.block_on(async {
+                listener.set_nonblocking(true)?;
+                serve(tokio::net::UnixListener::from_std(listener)?, config).await
+            })
+        });
+    if let Err(e) = result {
+        tracing::error!(error = %e, "agent stopped");
+    }
+    std::process::exit(1)
+}

@@ -1,0 +1,124 @@
+//! One HTTP/1.1 exchange over a fresh Unix-socket connection, and NDJSON decoding.
+
+use crate::client::{ClientError, FrameStream};
+use crate::types::{AgentError, Frame};
+use bytes::{Buf, Bytes, BytesMut};
+use futures_util::StreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, BodyStream, Empty, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::path::Path;
+
+/// Request body type the client sends.
+pub(crate) type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+
+pub(crate) fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed_unsync()
+}
+
+pub(crate) fn json<T: serde::Serialize>(value: &T) -> Result<Body, ClientError> {
+    let bytes = serde_json::to_vec(value)
+        .map_err(|e| ClientError::Protocol(format!("cannot encode request: {e}")))?;
+    Ok(Full::new(Bytes::from(bytes))
+        .map_err(|never| match never {})
+        .boxed_unsync())
+}
+
+/// Connects, sends `req`, and returns the response when it is a success; a non-2xx
+/// answer is decoded into `ClientError::Agent`.
+pub(crate) async fn send(
+    socket: &Path,
+    req: Request<Body>,
+) -> Result<Response<Incoming>, ClientError> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|source| ClientError::Connect {
+            path: socket.to_owned(),
+            source,
+        })?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ClientError::Protocol(format!("handshake failed: {e}")))?;
+    tokio::spawn(async move {
+        // The connection ends with the exchange; its error, if any, surfaces through
+        // the response or body the caller awaits.
+        let _ = conn.await;
+    });
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| ClientError::Protocol(format!("request failed: {e}")))?;
+    if resp.status().is_success() {
+        return Ok(resp);
+    }
+    let status = resp.status();
+    let body = collect(resp).await?;
+    match serde_json::from_slice::<AgentError>(&body) {
+        Ok(err) => Err(ClientError::Agent(err)),
+        Err(_) => Err(ClientError::Protocol(format!(
+            "HTTP {status} without an agent error body"
+        ))),
+    }
+}
+
+/// Reads a whole (small) response body.
+pub(crate) async fn collect(resp: Response<Incoming>) -> Result<Bytes, ClientError> {
+    resp.into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|e| ClientError::Protocol(format!("cannot read body: {e}")))
+}
+
+/// Decodes a JSON response body.
+pub(crate) async fn decode<T: serde::de::DeserializeOwned>(
+    resp: Response<Incoming>,
+) -> Result<T, ClientError> {
+    let body = collect(resp).await?;
+    serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("bad JSON: {e}")))
+}
+
+/// Turns an NDJSON body into a stream of frames, decoding each line as it completes.
+pub(crate) fn frames(resp: Response<Incoming>) -> FrameStream {
+    let body = BodyStream::new(resp.into_body());
+    let state = (body, BytesMut::new(), false);
+    futures_util::stream::unfold(state, |(mut body, mut buf, mut done)| async move {
+        loop {
+            if let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                let line = buf.split_to(pos + 1);
+                let line = &line[..pos];
+                if line.is_empty() {
+                    continue;
+                }
+                let item = serde_json::from_slice::<Frame>(line)
+                    .map_err(|e| ClientError::Protocol(format!("bad frame: {e}")));
+                return Some((item, (body, buf, done)));
+            }
+            if done {
+                if buf.has_remaining() {
+                    let rest = buf.split();
+                    let item = serde_json::from_slice::<Frame>(&rest)
+                        .map_err(|e| ClientError::Protocol(format!("bad frame: {e}")));
+                    return Some((item, (body, buf, true)));
+                }
+                return None;
+            }
+            match body.next().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        buf.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(e)) => {
+                    let err = ClientError::Protocol(format!("stream broken: {e}"));
+                    buf.clear();
+                    return Some((Err(err), (body, buf, true)));
+                }
+                None => done = true,
+            }
+        }
+    })
+    .boxed()
+}

@@ -1,0 +1,117 @@
+//! The one process-wide child reaper: a SIGCHLD-driven `waitpid(-1, WNOHANG)` loop on a
+//! small dedicated thread that hands each exit status to whoever registered the PID and
+//! discards the rest (orphans re-parented to PID 1). Several agents in one process share it.
+
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::{Child, Command};
+use std::sync::{Mutex, OnceLock};
+use tokio::sync::oneshot;
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+struct Reaper {
+    waiters: Mutex<HashMap<i32, oneshot::Sender<Exit>>>,
+}
+
+static REAPER: OnceLock<Result<Reaper, String>> = OnceLock::new();
+
+fn reaper() -> io::Result<&'static Reaper> {
+    REAPER
+        .get_or_init(|| start().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| io::Error::other(format!("cannot start the reaper: {e}")))
+}
+
+fn start() -> io::Result<Reaper> {
+    let (rx, tx) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
+    let wake = tx.as_raw_fd();
+    // SAFETY: the handler only calls write(2), which is async-signal-safe; the write end
+    // lives for the rest of the process (leaked below).
+    unsafe {
+        signal_hook_registry::register(libc::SIGCHLD, move || {
+            libc::write(wake, [0u8].as_ptr().cast(), 1);
+        })?;
+    }
+    std::mem::forget(tx);
+    std::thread::Builder::new()
+        .name("agent-reaper".into())
+        .stack_size(64 * 1024)
+        .spawn(move || reap_forever(rx))?;
+    Ok(Reaper {
+        waiters: Mutex::new(HashMap::new()),
+    })
+}
+
+fn reap_forever(wake: OwnedFd) -> ! {
+    let mut buf = [0u8; 64];
+    loop {
+        reap_all();
+        let mut pfd = libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd. The timeout is a safety net should a wake-up be lost.
+        unsafe { libc::poll(&mut pfd, 1, 1000) };
+        // SAFETY: draining our own non-blocking pipe into a local buffer.
+        while unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+    }
+}
+
+fn reap_all() {
+    loop {
+        let (pid, exit) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) => (pid, Exit::Code(code)),
+            Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, Exit::Signal(sig as i32)),
+            Ok(WaitStatus::StillAlive) | Err(_) => return,
+            Ok(_) => continue,
+        };
+        if let Ok(r) = reaper() {
+            let waiter = r
+                .waiters
+                .lock()
+                .ok()
+                .and_then(|mut w| w.remove(&pid.as_raw()));
+            if let Some(tx) = waiter {
+                let _ = tx.send(exit);
+            }
+        }
+    }
+}
+
+/// Spawns `cmd` and registers its PID before the reaper can see it exit (the waiters
+/// lock is held across the spawn), so no status is ever lost or stolen.
+pub(crate) fn spawn(cmd: &mut Command) -> io::Result<(Child, oneshot::Receiver<Exit>)> {
+    let r = reaper()?;
+    let mut waiters = r
+        .waiters
+        .lock()
+        .map_err(|_| io::Error::other("reaper lock poisoned"))?;
+    let child = cmd.spawn()?;
+    let (tx, rx) = oneshot::channel();
+    waiters.insert(child.id() as i32, tx);
+    Ok((child, rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn delivers_exit_codes_and_signals() {
+        let (_c, rx) = spawn(Command::new("/bin/sh").args(["-c", "exit 3"])).unwrap();
+        assert_eq!(rx.await.unwrap(), Exit::Code(3));
+        let (_c, rx) = spawn(Command::new("/bin/sh").args(["-c", "kill -9 $$"])).unwrap();
+        assert_eq!(rx.await.unwrap(), Exit::Signal(9));
+    }
+}

@@ -1,0 +1,212 @@
+//! Managed processes: their lifecycle state and output rings, of which only the newest
+//! `max_rings` are retained (older ones are evicted; their metadata stays).
+
+use crate::error::error;
+use crate::feed::{Event, Feed};
+use crate::reaper::Exit;
+use crate::ring::Chunk;
+use sandboxd_agent_protocol::{AgentError, AgentErrorCode, ProcessInfo, ProcessState};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::SystemTime;
+use tokio::sync::{broadcast, watch};
+use uuid::Uuid;
+
+struct Entry {
+    argv: Vec<String>,
+    pid: u32,
+    started_at: SystemTime,
+    ended_at: Option<SystemTime>,
+    state: ProcessState,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    /// The exit status was collected: the PID may be reused, signals become no-ops.
+    reaped: bool,
+    /// `None` once evicted.
+    feed: Option<Feed>,
+    done: watch::Sender<bool>,
+}
+
+impl Entry {
+    fn info(&self, id: Uuid) -> ProcessInfo {
+        ProcessInfo {
+            id,
+            argv: self.argv.clone(),
+            pid: self.pid,
+            state: self.state,
+            started_at: crate::clock::rfc3339(self.started_at),
+            ended_at: self.ended_at.map(crate::clock::rfc3339),
+            exit_code: self.exit_code,
+            signal: self.signal,
+            output_retained: self.feed.is_some(),
+        }
+    }
+}
+
+/// What an output request gets: the tail, and either a live receiver or the final info.
+pub(crate) struct OutputView {
+    pub tail: Vec<Chunk>,
+    pub live: Option<broadcast::Receiver<Event>>,
+    pub ended: Option<ProcessInfo>,
+}
+
+pub(crate) struct Registry {
+    entries: BTreeMap<Uuid, Entry>,
+    retained: VecDeque<Uuid>,
+    ring_bytes: usize,
+    max_rings: usize,
+}
+
+fn not_found(id: Uuid) -> AgentError {
+    error(AgentErrorCode::ProcessNotFound, format!("no process {id}"))
+}
+
+impl Registry {
+    pub(crate) fn new(ring_bytes: usize, max_rings: usize) -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            retained: VecDeque::new(),
+            ring_bytes,
+            max_rings,
+        }
+    }
+
+    pub(crate) fn contains(&self, id: Uuid) -> bool {
+        self.entries.contains_key(&id)
+    }
+
+    /// Records a started process, evicting the oldest retained ring when over the limit.
+    pub(crate) fn insert(&mut self, id: Uuid, argv: Vec<String>, pid: u32) -> ProcessInfo {
+        while self.retained.len() >= self.max_rings.max(1) {
+            let Some(old) = self.retained.pop_front() else {
+                break;
+            };
+            if let Some(e) = self.entries.get_mut(&old) {
+                e.feed = None;
+            }
+        }
+        self.retained.push_back(id);
+        let entry = Entry {
+            argv,
+            pid,
+            started_at: SystemTime::now(),
+            ended_at: None,
+            state: ProcessState::Running,
+            exit_code: None,
+            signal: None,
+            reaped: false,
+            feed: Some(Feed::new(self.ring_bytes)),
+            done: watch::channel(false).0,
+        };
+        let info = entry.info(id);
+        self.entries.insert(id, entry);
+        info
+    }
+
+    pub(crate) fn get(&self, id: Uuid) -> Result<ProcessInfo, AgentError> {
+        self.entries
+            .get(&id)
+            .map(|e| e.info(id))
+            .ok_or_else(|| not_found(id))
+    }
+
+    pub(crate) fn list(&self) -> Vec<ProcessInfo> {
+        self.entries.iter().map(|(id, e)| e.info(*id)).collect()
+    }
+
+    pub(crate) fn push(&mut self, id: Uuid, chunk: Chunk) {
+        if let Some(feed) = self.entries.get_mut(&id).and_then(|e| e.feed.as_mut()) {
+            feed.push(chunk);
+        }
+    }
+
+    pub(crate) fn mark_reaped(&mut self, id: Uuid) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            e.reaped = true;
+        }
+    }
+
+    /// Makes the process terminal, tells followers and waiters.
+    pub(crate) fn finish(&mut self, id: Uuid, exit: Option<Exit>) {
+        let Some(e) = self.entries.get_mut(&id) else {
+            return;
+        };
+        e.reaped = true;
+        e.ended_at = Some(SystemTime::now());
+        match exit {
+            Some(Exit::Code(c)) => (e.state, e.exit_code) = (ProcessState::Exited, Some(c)),
+            Some(Exit::Signal(s)) => (e.state, e.signal) = (ProcessState::Killed, Some(s)),
+            None => e.state = ProcessState::Lost,
+        }
+        let info = e.info(id);
+        if let Some(feed) = e.feed.as_mut() {
+            feed.announce(Event::Exit(Box::new(info)));
+        }
+        e.done.send_replace(true);
+    }
+
+    /// The PID to signal, or `None` when the process is already terminal (a no-op).
+    pub(crate) fn signal_target(&self, id: Uuid) -> Result<Option<u32>, AgentError> {
+        let e = self.entries.get(&id).ok_or_else(|| not_found(id))?;
+        Ok((!e.reaped && !e.state.is_terminal()).then_some(e.pid))
+    }
+
+    pub(crate) fn watch_done(&self, id: Uuid) -> Result<watch::Receiver<bool>, AgentError> {
+        self.entries
+            .get(&id)
+            .map(|e| e.done.subscribe())
+            .ok_or_else(|| not_found(id))
+    }
+
+    /// The retained tail, plus live events when `follow` and the process still runs.
+    pub(crate) fn output(
+        &mut self,
+        id: Uuid,
+        tail_bytes: u64,
+        follow: bool,
+    ) -> Result<OutputView, AgentError> {
+        let e = self.entries.get_mut(&id).ok_or_else(|| not_found(id))?;
+        let ended = e.state.is_terminal().then(|| e.info(id));
+        let Some(feed) = e.feed.as_mut() else {
+            return Err(error(
+                AgentErrorCode::OutputNotRetained,
+                format!("output of {id} was evicted"),
+            ));
+        };
+        if follow && ended.is_none() {
+            let (tail, rx) = feed.subscribe(tail_bytes);
+            return Ok(OutputView {
+                tail,
+                live: Some(rx),
+                ended,
+            });
+        }
+        Ok(OutputView {
+            tail: feed.ring.tail(tail_bytes),
+            live: None,
+            ended,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evicts_oldest_rings_and_keeps_metadata() {
+        let mut r = Registry::new(1024, 2);
+        let ids: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
+        for (i, id) in ids.iter().enumerate() {
+            r.insert(*id, vec!["/bin/true".into()], 100 + i as u32);
+        }
+        let err = r.output(ids[0], 0, false).err().map(|e| e.code);
+        assert_eq!(err, Some(AgentErrorCode::OutputNotRetained));
+        assert!(!r.get(ids[0]).unwrap().output_retained);
+        assert!(r.output(ids[2], 0, false).is_ok());
+        r.finish(ids[1], Some(Exit::Signal(9)));
+        let info = r.get(ids[1]).unwrap();
+        assert_eq!((info.state, info.signal), (ProcessState::Killed, Some(9)));
+        assert_eq!(r.signal_target(ids[1]).unwrap(), None);
+        assert_eq!(r.signal_target(ids[2]).unwrap(), Some(102));
+    }
+}

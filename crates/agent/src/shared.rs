@@ -1,0 +1,63 @@
+//! State one agent shares between its connections: configuration, the managed-process
+//! registry and the sandbox-level log.
+
+use crate::feed::Feed;
+use crate::registry::Registry;
+use crate::ring::Chunk;
+use crate::AgentConfig;
+use bytes::Bytes;
+use sandboxd_agent_protocol::StreamKind;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+use uuid::Uuid;
+
+/// How long a finished process's output pipes may stay open (held by a descendant)
+/// before the process is reported terminal anyway.
+pub(crate) const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
+pub(crate) struct Shared {
+    pub config: AgentConfig,
+    registry: Mutex<Registry>,
+    log: Mutex<Feed>,
+}
+
+/// Locks a mutex, recovering the data if a previous holder panicked.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn new(config: AgentConfig) -> Self {
+        let registry = Registry::new(config.ring_bytes, config.max_rings);
+        let log = Feed::new(config.log_ring_bytes);
+        Self {
+            config,
+            registry: Mutex::new(registry),
+            log: Mutex::new(log),
+        }
+    }
+
+    pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {
+        lock(&self.registry)
+    }
+
+    pub(crate) fn log(&self) -> MutexGuard<'_, Feed> {
+        lock(&self.log)
+    }
+
+    /// Records a chunk read from `process` in the sandbox log and returns it untagged
+    /// (as the process's own ring keeps it).
+    pub(crate) fn record(&self, process: Uuid, stream: StreamKind, data: Bytes) -> Chunk {
+        let chunk = Chunk {
+            stream,
+            data,
+            at: SystemTime::now(),
+            process: None,
+        };
+        self.log().push(Chunk {
+            process: Some(process),
+            ..chunk.clone()
+        });
+        chunk
+    }
+}

@@ -1,0 +1,159 @@
+//! Validating a command request and launching it: its own session and process group,
+//! a neutral OOM score, optional confinement last, stdin from /dev/null, piped output.
+
+use crate::error::{check_no_nul, error, invalid};
+use crate::reaper::{self, Exit};
+use crate::ConfineFn;
+use sandboxd_agent_protocol::{AgentError, AgentErrorCode};
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
+
+/// What to run, as the request gave it.
+pub(crate) struct Launch<'a> {
+    pub argv: &'a [String],
+    pub env: Option<&'a BTreeMap<String, String>>,
+    pub cwd: Option<&'a str>,
+}
+
+/// A started child: its PID (also its process group), output pipes and exit status.
+pub(crate) struct Spawned {
+    pub pid: u32,
+    pub stdout: pipe::Receiver,
+    pub stderr: pipe::Receiver,
+    pub exit: oneshot::Receiver<Exit>,
+}
+
+/// Checks argv, environment and working directory; every problem is `invalid_argument`.
+pub(crate) fn validate(l: &Launch<'_>) -> Result<(), AgentError> {
+    let first = l
+        .argv
+        .first()
+        .ok_or_else(|| invalid("argv must not be empty"))?;
+    for a in l.argv {
+        check_no_nul("argv", a)?;
+    }
+    if !first.starts_with('/') {
+        return Err(invalid("argv[0] must be an absolute path"));
+    }
+    for (k, v) in l.env.into_iter().flatten() {
+        check_no_nul("environment", k)?;
+        check_no_nul("environment", v)?;
+        if k.is_empty() || k.contains('=') {
+            return Err(invalid(format!("bad environment variable name {k:?}")));
+        }
+    }
+    if let Some(cwd) = l.cwd {
+        check_no_nul("cwd", cwd)?;
+        if !cwd.starts_with('/') {
+            return Err(invalid("cwd must be an absolute path"));
+        }
+        if !Path::new(cwd).is_dir() {
+            return Err(invalid(format!("cwd {cwd} is not an existing directory")));
+        }
+    }
+    Ok(())
+}
+
+/// Validates and starts the command.
+pub(crate) fn spawn(
+    l: &Launch<'_>,
+    default_env: &BTreeMap<String, String>,
+    confine: Option<&ConfineFn>,
+) -> Result<Spawned, AgentError> {
+    validate(l)?;
+    let mut cmd = Command::new(&l.argv[0]);
+    cmd.args(&l.argv[1..])
+        .env_clear()
+        .envs(l.env.unwrap_or(default_env))
+        .current_dir(l.cwd.unwrap_or("/"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let confine = confine.cloned();
+    // SAFETY: the hook runs in the forked child and only issues syscalls (setsid, open,
+    // write, close) plus the confinement, which is prepared before fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            neutral_oom_score();
+            match &confine {
+                Some(f) => f(),
+                None => Ok(()),
+            }
+        });
+    }
+    let (mut child, exit) = reaper::spawn(&mut cmd).map_err(|e| {
+        error(
+            AgentErrorCode::SpawnFailed,
+            format!("cannot start {}: {e}", l.argv[0]),
+        )
+    })?;
+    let io_err = |e: std::io::Error| error(AgentErrorCode::Io, format!("output pipe: {e}"));
+    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(error(AgentErrorCode::Io, "output pipes missing"));
+    };
+    Ok(Spawned {
+        pid: child.id(),
+        stdout: pipe::Receiver::from_owned_fd(out.into()).map_err(io_err)?,
+        stderr: pipe::Receiver::from_owned_fd(err.into()).map_err(io_err)?,
+        exit,
+    })
+}
+
+/// Writes 0 to /proc/self/oom_score_adj (the agent itself runs at -1000); errors ignored.
+fn neutral_oom_score() {
+    let path = c"/proc/self/oom_score_adj";
+    // SAFETY: plain open/write/close on a constant path from the forked child.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
+        }
+    }
+}
+
+/// Sends `sig` to the process group led by `pid`; a vanished group is not an error.
+pub(crate) fn kill_group(pid: u32, sig: i32) {
+    // SAFETY: kill(2) with a negative PID addresses the process group.
+    unsafe { libc::kill(-(pid as i32), sig) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(argv: &[&str], env: Option<&[(&str, &str)]>, cwd: Option<&str>) -> bool {
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let env: Option<BTreeMap<String, String>> = env.map(|e| {
+            e.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        });
+        validate(&Launch {
+            argv: &argv,
+            env: env.as_ref(),
+            cwd,
+        })
+        .is_ok()
+    }
+
+    #[test]
+    fn rejects_bad_commands() {
+        assert!(check(&["/bin/true"], None, Some("/tmp")));
+        assert!(!check(&[], None, None));
+        assert!(!check(&["true"], None, None));
+        assert!(!check(&["/bin/echo", "a\0b"], None, None));
+        assert!(!check(&["/bin/true"], Some(&[("", "x")]), None));
+        assert!(!check(&["/bin/true"], Some(&[("A=B", "x")]), None));
+        assert!(!check(&["/bin/true"], Some(&[("A", "x\0")]), None));
+        assert!(!check(&["/bin/true"], None, Some("tmp")));
+        assert!(!check(&["/bin/true"], None, Some("/no/such/dir")));
+    }
+}
