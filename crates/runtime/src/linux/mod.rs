@@ -1,1 +1,130 @@
-//! The Linux-native backend.
+//! The Linux-native backend: user/pid/mount/uts/ipc/net/cgroup namespaces, an overlayfs
+//! root over idmapped read-only layers, cgroup v1/v2 limits, and the agent as PID 1.
+
+mod capture;
+mod cgroup;
+mod destroy;
+pub mod handshake;
+mod images;
+pub mod init;
+mod layers;
+mod rootfs;
+mod slots;
+mod start;
+mod sys;
+
+use crate::{ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+pub use cgroup::Cgroups;
+pub use images::DEFAULT_IMAGE;
+
+/// Where the backend keeps its state and how it starts a sandbox's init.
+#[derive(Debug, Clone)]
+pub struct LinuxConfig {
+    /// Holds `layers/`, `images/`, `slots/` and `sandboxes/<id>/`.
+    pub data_dir: PathBuf,
+    /// The `sandboxd` binary (its `__sandbox-init` subcommand becomes the agent).
+    pub init_exe: PathBuf,
+    /// Arguments before `--sync-fd N`, normally `["__sandbox-init"]`.
+    pub init_args: Vec<String>,
+    /// Name of our own parent cgroup, normally `"sandboxd"`.
+    pub cgroup_parent: String,
+}
+
+/// The Linux-native [`Runtime`].
+pub struct LinuxRuntime {
+    config: LinuxConfig,
+    cgroups: Cgroups,
+    slots: slots::Slots,
+    layers: layers::LayerStore,
+    /// Serialises building the built-in images.
+    image_lock: Mutex<()>,
+}
+
+impl LinuxRuntime {
+    /// Checks the host (root, cgroups), makes the data directories, and makes this
+    /// process a child subreaper so it can reap the agents of sandboxes it destroys.
+    pub fn new(config: LinuxConfig) -> Result<Self, RuntimeError> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err(RuntimeError::Unsupported("the Linux backend needs to run as root".into()));
+        }
+        let cgroups = Cgroups::detect(&config.cgroup_parent)?;
+        let sandboxes = config.data_dir.join("sandboxes");
+        std::fs::create_dir_all(&sandboxes).map_err(|source| RuntimeError::Io { what: "creating the sandboxes dir", path: sandboxes, source })?;
+        // SAFETY: prctl with integer arguments only.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        Ok(LinuxRuntime {
+            slots: slots::Slots::new(&config.data_dir)?,
+            layers: layers::LayerStore::new(&config.data_dir)?,
+            cgroups,
+            config,
+            image_lock: Mutex::new(()),
+        })
+    }
+
+    /// The cgroup hierarchy detected at start-up.
+    pub fn cgroups(&self) -> &Cgroups {
+        &self.cgroups
+    }
+
+    fn sandboxes_dir(&self) -> PathBuf {
+        self.config.data_dir.join("sandboxes")
+    }
+
+    /// Host directories of a spec's layers, top first: snapshots over the image.
+    fn layer_stack(&self, spec: &SandboxSpec) -> Result<Vec<PathBuf>, RuntimeError> {
+        let image = self.resolve_image(&spec.image)?;
+        let digests = spec.extra_layers.iter().rev().chain(image.layers.iter().rev());
+        digests.map(|d| self.layers.path(d)).collect()
+    }
+}
+
+impl Runtime for LinuxRuntime {
+    fn name(&self) -> &'static str {
+        "linux"
+    }
+
+    fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+        start::start(self, spec)
+    }
+
+    fn is_alive(&self, handle: &SandboxHandle) -> bool {
+        sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
+    }
+
+    fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        self.cgroups.set_frozen(handle.id, true)
+    }
+
+    fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        self.cgroups.set_frozen(handle.id, false)
+    }
+
+    fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
+        capture::capture(self, handle)
+    }
+
+    fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        destroy::destroy(self, handle)
+    }
+
+    fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {
+        self.cgroups.usage(handle.id)
+    }
+
+    fn resolve_image(&self, name: &str) -> Result<ImageLayers, RuntimeError> {
+        let _guard = self.image_lock.lock().unwrap_or_else(|p| p.into_inner());
+        images::resolve(&self.config.data_dir, &self.layers, name)
+    }
+
+    fn delete_layer(&self, digest: &str) -> Result<(), RuntimeError> {
+        self.layers.delete(digest)
+    }
+}
+
+/// Maps an I/O error to `RuntimeError::Io` with what was being done and where.
+fn io<'a>(what: &'static str, path: &'a std::path::Path) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
+    move |source| RuntimeError::Io { what, path: path.to_path_buf(), source }
+}

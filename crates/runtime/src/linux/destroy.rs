@@ -1,0 +1,56 @@
+//! `destroy`: kill everything in the sandbox's cgroup, then remove its cgroup, mounts,
+//! state dir and id slot. Works from the handle alone and is idempotent.
+
+use super::{rootfs, sys, LinuxRuntime};
+use crate::{RuntimeError, SandboxHandle};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+const KILL_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+    let id = handle.id;
+    if rt.cgroups.is_frozen(id) {
+        // SIGKILL is not delivered to frozen tasks on v1.
+        rt.cgroups.set_frozen(id, false)?;
+    }
+    let mut killed = BTreeSet::new();
+    if sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks) {
+        let _ = kill(Pid::from_raw(handle.agent_pid), Signal::SIGKILL);
+        killed.insert(handle.agent_pid);
+    }
+    let deadline = Instant::now() + KILL_TIMEOUT;
+    loop {
+        let pids = rt.cgroups.procs(id);
+        if pids.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(RuntimeError::Unsupported(format!("sandbox {id} still has processes {pids:?}")));
+        }
+        for pid in pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            killed.insert(pid);
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    // The agent is our child when we are its subreaper: reap it (and any other of ours).
+    for pid in killed {
+        let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL));
+    }
+    rt.cgroups.remove(id)?;
+    rootfs::unmount_root(&handle.state_dir)?;
+    if rootfs::has_mounts_under(&handle.state_dir) {
+        return Err(RuntimeError::Unsupported(format!("mounts remain under {}", handle.state_dir.display())));
+    }
+    match std::fs::remove_dir_all(&handle.state_dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => return Err(RuntimeError::Io { what: "removing the sandbox state dir", path: handle.state_dir.clone(), source }),
+    }
+    rt.slots.free(handle.host_id_base, id);
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! The inside half of a sandbox start, run by `sandboxd __sandbox-init` (single-threaded):
+//! user namespace, handshake with the backend, the other namespaces, PID 1, root switch.
+
+mod mounts;
+mod net;
+
+use super::handshake::{Channel, InitConfig, Msg};
+use nix::sched::{unshare, CloneFlags};
+use nix::unistd::{setgroups, setresgid, setresuid, ForkResult, Gid, Uid};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixListener;
+use std::time::Duration;
+
+/// How long the init waits for the backend's go-ahead.
+const GO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A failed step of the init, reported to the backend verbatim.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("{what}: {source}")]
+    Sys { what: String, source: nix::Error },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error("handshake: {0}")]
+    Handshake(#[from] super::handshake::HandshakeError),
+    #[error("unexpected handshake message {0:?}")]
+    Unexpected(String),
+}
+
+/// Attaches a step name to a nix result.
+pub(crate) fn step<T>(what: impl Into<String>, r: nix::Result<T>) -> Result<T, InitError> {
+    r.map_err(|source| InitError::Sys { what: what.into(), source })
+}
+
+/// What PID 1 carries on with: the agent's listening socket and the start config.
+pub struct Entered {
+    pub listener: UnixListener,
+    pub config: InitConfig,
+}
+
+/// Runs the init steps. Returns only in the sandbox's PID 1 (the intermediate process
+/// exits inside). Any error is reported over the handshake socket before returning it.
+pub fn enter(sync_fd: RawFd) -> Result<Entered, InitError> {
+    // SAFETY: the backend hands us this fd; nothing else in this process owns it.
+    let channel = Channel(unsafe { OwnedFd::from_raw_fd(sync_fd) });
+    match steps(&channel) {
+        Ok(entered) => Ok(entered),
+        Err(e) => {
+            let _ = channel.send(&Msg::Error(e.to_string()));
+            Err(e)
+        }
+    }
+}
+
+fn steps(channel: &Channel) -> Result<Entered, InitError> {
+    let _ = nix::unistd::setsid();
+    step("unshare(user)", unshare(CloneFlags::CLONE_NEWUSER))?;
+    channel.send(&Msg::UserNs)?;
+    let config = match channel.recv(GO_TIMEOUT)? {
+        Msg::Go(config) => config,
+        other => return Err(InitError::Unexpected(format!("{other:?}"))),
+    };
+    let flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWUTS | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWCGROUP;
+    step("unshare(namespaces)", unshare(flags))?;
+    // SAFETY: this process is single-threaded, so the child may run any code.
+    match step("fork", unsafe { nix::unistd::fork() })? {
+        ForkResult::Parent { child } => {
+            let sent = channel.send(&Msg::Pid(child.as_raw()));
+            // SAFETY: plain process exit of the intermediate; PID 1 carries on.
+            unsafe { libc::_exit(i32::from(sent.is_err())) }
+        }
+        ForkResult::Child => {}
+    }
+    let listener = pid1(&config)?;
+    channel.send(&Msg::Ready)?;
+    Ok(Entered { listener, config })
+}
+
+/// Becomes uid/gid 0 of the sandbox (its host id base), with no supplementary groups.
+fn become_root() -> Result<(), InitError> {
+    step("setgroups", setgroups(&[]))?;
+    step("setresgid", setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0)))?;
+    step("setresuid", setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0)))
+}
+
+/// PID 1's own setup: socket, root, hostname, loopback.
+///
+/// Host paths (socket, root) are reached while still host uid 0, which owns the data
+/// dir: as the sandbox's root (an unprivileged host uid) a 0700 ancestor would refuse
+/// the lookup. From then on only paths relative to the new root are used.
+fn pid1(config: &InitConfig) -> Result<UnixListener, InitError> {
+    mounts::make_private()?;
+    let _ = std::fs::remove_file(&config.socket);
+    let listener = UnixListener::bind(&config.socket).map_err(|source| InitError::Io { what: format!("binding {}", config.socket.display()), source })?;
+    mounts::bind_root(&config.rootfs)?;
+    become_root()?;
+    mounts::switch_root()?;
+    step("sethostname", nix::unistd::sethostname(&config.hostname))?;
+    net::loopback_up()?;
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(InitError::Sys { what: "prctl(PR_SET_DUMPABLE)".into(), source: nix::Error::last() });
+    }
+    Ok(listener)
+}

@@ -1,0 +1,189 @@
+//! The content-addressed layer store under `data_dir/layers/<sha256>/` (plain directories).
+//!
+//! A layer's digest is the sha256 of a canonical tar stream of its tree: entries in
+//! byte-sorted path order, each with its type, mode (incl. setuid/setgid/sticky), uid,
+//! gid, size, content, link target, device numbers (overlay whiteouts are 0:0 char
+//! devices) and `trusted.overlay.opaque` as a PAX xattr. Modification times are written
+//! as 0: they are not part of a layer's identity, so equal trees dedup.
+
+use super::io;
+use crate::{Layer, RuntimeError};
+use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// Writer that only hashes.
+struct HashWriter(Sha256);
+
+impl Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The layer directory store.
+pub struct LayerStore {
+    root: PathBuf,
+}
+
+impl LayerStore {
+    pub fn new(data_dir: &Path) -> Result<Self, RuntimeError> {
+        let root = data_dir.join("layers");
+        std::fs::create_dir_all(&root).map_err(io("creating the layer store", &root))?;
+        Ok(LayerStore { root })
+    }
+
+    /// Directory of a stored layer, or `UnknownLayer`.
+    pub fn path(&self, digest: &str) -> Result<PathBuf, RuntimeError> {
+        let valid = digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+        let path = self.root.join(digest);
+        if valid && path.is_dir() {
+            Ok(path)
+        } else {
+            Err(RuntimeError::UnknownLayer(digest.to_string()))
+        }
+    }
+
+    /// A fresh scratch directory inside the store (same filesystem, for atomic renames).
+    pub fn scratch(&self) -> Result<PathBuf, RuntimeError> {
+        let path = self.root.join(format!(".tmp-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir(&path).map_err(io("creating a scratch layer", &path))?;
+        Ok(path)
+    }
+
+    /// Digests `dir` and moves it into the store (dropping it if that layer exists).
+    pub fn commit(&self, dir: &Path) -> Result<Layer, RuntimeError> {
+        let (digest, size_bytes) = digest_tree(dir)?;
+        let target = self.root.join(&digest);
+        if target.exists() {
+            remove_tree(dir);
+        } else if let Err(e) = std::fs::rename(dir, &target) {
+            // A concurrent commit of the same content wins the rename; ours is redundant.
+            remove_tree(dir);
+            if !target.exists() {
+                return Err(RuntimeError::Io { what: "storing a layer", path: target, source: e });
+            }
+        }
+        Ok(Layer { digest, size_bytes })
+    }
+
+    /// Removes a stored layer; a missing one is fine.
+    pub fn delete(&self, digest: &str) -> Result<(), RuntimeError> {
+        match self.path(digest) {
+            Ok(path) => std::fs::remove_dir_all(&path).map_err(io("deleting a layer", &path)),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// Best-effort recursive removal of a scratch tree.
+pub fn remove_tree(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// sha256 of the canonical tar stream of `dir`, and the sum of its regular file sizes.
+pub fn digest_tree(dir: &Path) -> Result<(String, u64), RuntimeError> {
+    let mut builder = tar::Builder::new(HashWriter(Sha256::new()));
+    let mut size = 0u64;
+    let walk = walkdir::WalkDir::new(dir).min_depth(1).sort_by_file_name().follow_links(false);
+    for entry in walk {
+        let entry = entry.map_err(|e| RuntimeError::Io { what: "walking a layer", path: dir.to_path_buf(), source: e.into() })?;
+        let path = entry.path();
+        let rel = path.strip_prefix(dir).unwrap_or(path);
+        let meta = entry.metadata().map_err(|e| RuntimeError::Io { what: "reading a layer entry", path: path.to_path_buf(), source: e.into() })?;
+        append_entry(&mut builder, path, rel, &meta, &mut size).map_err(io("hashing a layer entry", path))?;
+    }
+    let hasher = builder.into_inner().map_err(io("hashing a layer", dir))?;
+    Ok((hex::encode(hasher.0.finalize()), size))
+}
+
+fn append_entry(builder: &mut tar::Builder<HashWriter>, path: &Path, rel: &Path, meta: &std::fs::Metadata, size: &mut u64) -> std::io::Result<()> {
+    let opaque = xattr_value(path, "trusted.overlay.opaque");
+    if let Some(value) = &opaque {
+        builder.append_pax_extensions([("SCHILY.xattr.trusted.overlay.opaque", value.as_slice())])?;
+    }
+    let mut header = tar::Header::new_gnu();
+    header.set_mode(meta.mode() & 0o7777);
+    header.set_uid(u64::from(meta.uid()));
+    header.set_gid(u64::from(meta.gid()));
+    header.set_mtime(0);
+    header.set_size(0);
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        header.set_entry_type(tar::EntryType::Symlink);
+        builder.append_link(&mut header, rel, std::fs::read_link(path)?)?;
+    } else if ft.is_file() {
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_size(meta.len());
+        *size += meta.len();
+        builder.append_data(&mut header, rel, std::fs::File::open(path)?)?;
+    } else {
+        header.set_entry_type(match () {
+            _ if ft.is_dir() => tar::EntryType::Directory,
+            _ if ft.is_char_device() => tar::EntryType::Char,
+            _ if ft.is_block_device() => tar::EntryType::Block,
+            _ if ft.is_fifo() => tar::EntryType::Fifo,
+            _ => return Ok(()), // sockets have no place in a layer
+        });
+        let rdev = meta.rdev();
+        header.set_device_major(libc::major(rdev))?;
+        header.set_device_minor(libc::minor(rdev))?;
+        builder.append_data(&mut header, rel, std::io::empty())?;
+    }
+    Ok(())
+}
+
+/// Value of one extended attribute of `path` (not following symlinks), if set.
+fn xattr_value(path: &Path, name: &str) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let cpath = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut buf = [0u8; 256];
+    // SAFETY: valid C strings and a buffer of the length passed.
+    let n = unsafe { libc::lgetxattr(cpath.as_ptr(), cname.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    (n >= 0).then(|| buf[..n as usize].to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_is_stable_and_content_sensitive() {
+        let a = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(a.path().join("etc")).expect("mkdir");
+        std::fs::write(a.path().join("etc/x"), "hello").expect("write");
+        std::os::unix::fs::symlink("usr/bin", a.path().join("bin")).expect("symlink");
+        let (d1, size) = digest_tree(a.path()).expect("digest");
+        assert_eq!(size, 5);
+        assert_eq!(d1.len(), 64);
+        // mtimes do not matter
+        let f = std::fs::File::options().write(true).open(a.path().join("etc/x")).expect("open");
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH).expect("mtime");
+        assert_eq!(digest_tree(a.path()).expect("digest").0, d1);
+        std::fs::write(a.path().join("etc/x"), "hellO").expect("write");
+        assert_ne!(digest_tree(a.path()).expect("digest").0, d1);
+    }
+
+    #[test]
+    fn commit_dedups_equal_trees() {
+        let data = tempfile::tempdir().expect("tempdir");
+        let store = LayerStore::new(data.path()).expect("store");
+        let mut digests = Vec::new();
+        for _ in 0..2 {
+            let dir = store.scratch().expect("scratch");
+            std::fs::write(dir.join("f"), "same").expect("write");
+            digests.push(store.commit(&dir).expect("commit"));
+            assert!(!dir.exists());
+        }
+        assert_eq!(digests[0], digests[1]);
+        assert!(store.path(&digests[0].digest).is_ok());
+        store.delete(&digests[0].digest).expect("delete");
+        assert!(matches!(store.path(&digests[0].digest), Err(RuntimeError::UnknownLayer(_))));
+    }
+}

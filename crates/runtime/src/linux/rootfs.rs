@@ -1,0 +1,72 @@
+//! The sandbox root, prepared by the backend in the host mount namespace:
+//! idmapped read-only layers under an overlayfs, plus the host /usr for `default`.
+//!
+//! Layout of a state dir: `lower/<n>` (idmapped layers, top first), `upper/`, `work/`,
+//! `rootfs/` (the overlay), `agent.sock`, `init.log`, `handle.json`.
+
+use super::sys;
+use super::io;
+use crate::RuntimeError;
+use nix::mount::{mount, MsFlags};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+fn mkdir(path: &Path) -> Result<(), RuntimeError> {
+    std::fs::create_dir_all(path).map_err(io("creating a sandbox directory", path))
+}
+
+pub fn rootfs(state_dir: &Path) -> PathBuf {
+    state_dir.join("rootfs")
+}
+
+pub fn upper(state_dir: &Path) -> PathBuf {
+    state_dir.join("upper")
+}
+
+/// Mounts the root: `layers` (top first) idmapped through `userns`, an overlay with a
+/// writable upper dir owned by the sandbox's root (`host_base`), and with `host_usr`
+/// the host's /usr read-only on its /usr.
+pub fn mount_root(state_dir: &Path, layers: &[PathBuf], userns: &OwnedFd, host_base: u32, host_usr: bool) -> Result<(), RuntimeError> {
+    let mut lowers = Vec::with_capacity(layers.len());
+    for (n, layer) in layers.iter().enumerate() {
+        let target = state_dir.join("lower").join(n.to_string());
+        mkdir(&target)?;
+        sys::idmapped_bind(layer, &target, userns, false).map_err(io("idmapping a layer", layer))?;
+        lowers.push(target);
+    }
+    let (upper, work, root) = (upper(state_dir), state_dir.join("work"), rootfs(state_dir));
+    for dir in [&upper, &work, &root] {
+        mkdir(dir)?;
+    }
+    let owner = Some(nix::unistd::Uid::from_raw(host_base));
+    nix::unistd::chown(&upper, owner, Some(nix::unistd::Gid::from_raw(host_base))).map_err(|source| RuntimeError::Sys { what: "chowning the upper dir", source })?;
+    let lowerdir = lowers.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
+    let options = format!("lowerdir={lowerdir},upperdir={},workdir={},index=off,xino=off", upper.display(), work.display());
+    mount(Some("overlay"), &root, Some("overlay"), MsFlags::empty(), Some(options.as_str())).map_err(|source| RuntimeError::Sys { what: "mounting the overlay root", source })?;
+    if host_usr {
+        sys::idmapped_bind(Path::new("/usr"), &root.join("usr"), userns, true).map_err(io("binding the host /usr", &root))?;
+    }
+    Ok(())
+}
+
+/// Detaches every mount `mount_root` may have made (idempotent, best effort per mount).
+pub fn unmount_root(state_dir: &Path) -> Result<(), RuntimeError> {
+    let root = rootfs(state_dir);
+    let mut targets = vec![root.join("usr"), root.clone()];
+    if let Ok(entries) = std::fs::read_dir(state_dir.join("lower")) {
+        targets.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
+    }
+    for target in targets {
+        if target.exists() {
+            sys::detach(&target).map_err(io("unmounting", &target))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether anything is mounted at or below `dir` in our mount namespace.
+pub fn has_mounts_under(dir: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let prefix = dir.display().to_string();
+    info.lines().filter_map(|l| l.split(' ').nth(4)).any(|mnt| mnt == prefix || mnt.starts_with(&format!("{prefix}/")))
+}

@@ -1,0 +1,118 @@
+//! Thin wrappers over the syscalls nix lacks (idmapped mounts) and small /proc helpers.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_IDMAP: u64 = 0x10_0000;
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn cpath(path: &Path) -> std::io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn check(ret: libc::c_long) -> std::io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Mounts `source` read-only at `target`, with its ids shifted through the user
+/// namespace `userns` (an idmapped mount: host uid N appears as N inside, i.e. files
+/// owned by host root are owned by the sandbox's root).
+pub fn idmapped_bind(source: &Path, target: &Path, userns: &OwnedFd, recursive: bool) -> std::io::Result<()> {
+    let src = cpath(source)?;
+    let dst = cpath(target)?;
+    let empty = c"";
+    let mut flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    if recursive {
+        flags |= AT_RECURSIVE;
+    }
+    // SAFETY: valid NUL-terminated path; the returned fd is owned below.
+    let fd = check(unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, src.as_ptr(), flags) })?;
+    // SAFETY: open_tree returned a fresh fd we now own.
+    let tree = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    let at_flags = libc::AT_EMPTY_PATH as libc::c_uint | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: attr lives across the call and its size is passed.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            at_flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })?;
+    // SAFETY: valid fds and paths.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    })?;
+    Ok(())
+}
+
+/// Lazily detaches whatever is mounted at `path`; "nothing mounted" is not an error.
+pub fn detach(path: &Path) -> std::io::Result<()> {
+    match nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Process state letter and start time (field 22, in clock ticks) of `pid`.
+pub fn proc_stat(pid: i32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    let ticks = fields.nth(18)?.parse().ok()?;
+    Some((state, ticks))
+}
+
+/// Whether `pid` is the live (not zombie) process that started at `ticks`.
+pub fn is_same_live_process(pid: i32, ticks: u64) -> bool {
+    pid > 0 && matches!(proc_stat(pid), Some((state, t)) if t == ticks && state != 'Z' && state != 'X')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_reads_own_process() {
+        let (state, ticks) = proc_stat(std::process::id() as i32).expect("own stat");
+        assert!(state != 'Z', "own state {state}");
+        assert!(is_same_live_process(std::process::id() as i32, ticks));
+        assert!(!is_same_live_process(std::process::id() as i32, ticks + 1));
+    }
+}
