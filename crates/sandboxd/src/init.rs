@@ -1,8 +1,8 @@
 //! `sandboxd __sandbox-init`: sets up a new sandbox from inside, then becomes its agent.
 
 use clap::Args;
-use std::io::{Read, Write};
-use std::os::unix::net::UnixListener;
+use sandboxd_agent::{AgentConfig, ConfineFn};
+use std::sync::Arc;
 
 #[derive(Args)]
 pub struct InitArgs {
@@ -12,8 +12,29 @@ pub struct InitArgs {
 }
 
 pub fn main(args: InitArgs) -> std::process::ExitCode {
-    match sandboxd_runtime::linux::init::enter(args.sync_fd) {
-        Ok(entered) => serve(entered.listener),
+    let entered = match sandboxd_runtime::linux::init::enter(args.sync_fd) {
+        Ok(entered) => entered,
+        Err(e) => {
+            eprintln!("sandbox init failed: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    // Prepared now, as the sandbox's root with its full capability set in the userns.
+    let prepared = match sandboxd_confine::prepare() {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            let reason = format!("preparing command confinement: {e}");
+            eprintln!("sandbox init failed: {reason}");
+            entered.fail(&reason);
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let confine: ConfineFn = Arc::new(move || {
+        reset_oom_score_adj();
+        prepared.apply()
+    });
+    match entered.ready() {
+        Ok((listener, _config)) => sandboxd_agent::run_blocking(listener, AgentConfig { confine: Some(confine), ..AgentConfig::default() }),
         Err(e) => {
             eprintln!("sandbox init failed: {e}");
             std::process::ExitCode::FAILURE
@@ -21,27 +42,16 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
     }
 }
 
-/// Stand-in until the agent crate exports `run_blocking`: answers `GET /v1/health`.
-fn serve(listener: UnixListener) -> ! {
-    loop {
-        let Ok((mut conn, _)) = listener.accept() else { continue };
-        let mut buf = [0u8; 4096];
-        let mut len = 0;
-        while len < buf.len() {
-            match conn.read(&mut buf[len..]) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => len += n,
-            }
-            if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                break;
-            }
+/// Commands must not inherit the agent's OOM protection (-1000): the memory cgroup's OOM
+/// killer should pick them. Raising the value needs no privilege. Runs between fork and
+/// exec, so only raw syscalls; failure is ignored (the value may never have been lowered).
+fn reset_oom_score_adj() {
+    // SAFETY: open/write/close with a static path and buffer.
+    unsafe {
+        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
         }
-        let (status, body) = if buf[..len].starts_with(b"GET /v1/health ") {
-            ("200 OK", format!("{{\"protocol\":1,\"pid\":{}}}", std::process::id()))
-        } else {
-            ("404 Not Found", "{\"error\":\"not found\"}".to_string())
-        };
-        let response = format!("HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-        let _ = conn.write_all(response.as_bytes());
     }
 }

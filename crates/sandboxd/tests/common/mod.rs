@@ -72,3 +72,20 @@ pub fn assert_gone(rt: &LinuxRuntime, data_dir: &Path, handle: &SandboxHandle) {
     let slot_owners: Vec<String> = std::fs::read_dir(data_dir.join("slots")).expect("slots").filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect();
     assert!(!slot_owners.contains(&handle.id.to_string()), "id slot left claimed");
 }
+
+/// Runs `script` with `sh -c` through the agent's exec endpoint; returns (exit, stdout).
+pub fn agent_sh(handle: &SandboxHandle, script: &str) -> (Option<i32>, String) {
+    use base64::Engine;
+    let client = sandboxd_agent_protocol::AgentClient::new(handle.agent_socket.clone());
+    let req = sandboxd_agent_protocol::ExecRequest {
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: None,
+        cwd: None,
+        timeout_ms: 60_000,
+        max_output_bytes: 1 << 20,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio");
+    let result = rt.block_on(client.exec(&req)).expect("agent exec");
+    let stdout = base64::engine::general_purpose::STANDARD.decode(result.stdout).expect("base64");
+    (result.exit_code, String::from_utf8_lossy(&stdout).into_owned())
+}

@@ -33,9 +33,24 @@ pub(crate) fn step<T>(what: impl Into<String>, r: nix::Result<T>) -> Result<T, I
 }
 
 /// What PID 1 carries on with: the agent's listening socket and the start config.
+/// Call [`Entered::ready`] once the agent is about to serve (or [`Entered::fail`]).
 pub struct Entered {
     pub listener: UnixListener,
     pub config: InitConfig,
+    channel: Channel,
+}
+
+impl Entered {
+    /// Tells the backend the sandbox is up and closes the handshake socket.
+    pub fn ready(self) -> Result<(UnixListener, InitConfig), InitError> {
+        self.channel.send(&Msg::Ready)?;
+        Ok((self.listener, self.config))
+    }
+
+    /// Reports a failure of the caller's own last steps to the backend.
+    pub fn fail(self, reason: &str) {
+        let _ = self.channel.send(&Msg::Error(reason.to_string()));
+    }
 }
 
 /// Runs the init steps. Returns only in the sandbox's PID 1 (the intermediate process
@@ -44,7 +59,7 @@ pub fn enter(sync_fd: RawFd) -> Result<Entered, InitError> {
     // SAFETY: the backend hands us this fd; nothing else in this process owns it.
     let channel = Channel(unsafe { OwnedFd::from_raw_fd(sync_fd) });
     match steps(&channel) {
-        Ok(entered) => Ok(entered),
+        Ok((listener, config)) => Ok(Entered { listener, config, channel }),
         Err(e) => {
             let _ = channel.send(&Msg::Error(e.to_string()));
             Err(e)
@@ -52,7 +67,7 @@ pub fn enter(sync_fd: RawFd) -> Result<Entered, InitError> {
     }
 }
 
-fn steps(channel: &Channel) -> Result<Entered, InitError> {
+fn steps(channel: &Channel) -> Result<(UnixListener, InitConfig), InitError> {
     let _ = nix::unistd::setsid();
     step("unshare(user)", unshare(CloneFlags::CLONE_NEWUSER))?;
     channel.send(&Msg::UserNs)?;
@@ -72,8 +87,7 @@ fn steps(channel: &Channel) -> Result<Entered, InitError> {
         ForkResult::Child => {}
     }
     let listener = pid1(&config)?;
-    channel.send(&Msg::Ready)?;
-    Ok(Entered { listener, config })
+    Ok((listener, config))
 }
 
 /// Becomes uid/gid 0 of the sandbox (its host id base), with no supplementary groups.
