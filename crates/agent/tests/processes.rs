@@ -1,0 +1,235 @@
+//! Managed processes through the client: exit states, signals, output rings and follow.
+
+mod common;
+
+use common::*;
+use futures_util::StreamExt;
+use sandboxd_agent_protocol::{AgentErrorCode, Frame, ProcessState, SignalRequest, StreamKind};
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn health_reports_protocol_and_pid() {
+    let agent = start().await;
+    let h = agent.client.health().await.unwrap();
+    assert_eq!(h.protocol, sandboxd_agent_protocol::PROTOCOL_VERSION);
+    assert_eq!(h.pid, std::process::id());
+}
+
+#[tokio::test]
+async fn exit_code_and_kill_signal_are_reported() {
+    let agent = start().await;
+    let c = &agent.client;
+    let p = c.start_process(&sh("exit 3")).await.unwrap();
+    assert_eq!(p.state, ProcessState::Running);
+    let done = c.wait(p.id, LONG).await.unwrap();
+    assert_eq!(
+        (done.state, done.exit_code, done.signal),
+        (ProcessState::Exited, Some(3), None)
+    );
+    assert!(done.ended_at.is_some());
+
+    let p = c
+        .start_process(&process(&["/bin/sleep", "1000"]))
+        .await
+        .unwrap();
+    c.signal(
+        p.id,
+        &SignalRequest {
+            signal: 9,
+            group: false,
+        },
+    )
+    .await
+    .unwrap();
+    let done = c.wait(p.id, LONG).await.unwrap();
+    assert_eq!(
+        (done.state, done.exit_code, done.signal),
+        (ProcessState::Killed, None, Some(9))
+    );
+    // A terminal process accepts a signal as a no-op.
+    c.signal(
+        p.id,
+        &SignalRequest {
+            signal: 15,
+            group: true,
+        },
+    )
+    .await
+    .unwrap();
+    let listed = c.list_processes().await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.windows(2).all(|w| w[0].id < w[1].id));
+}
+
+#[tokio::test]
+async fn wait_timeout_leaves_the_process_running() {
+    let agent = start().await;
+    let c = &agent.client;
+    let p = c
+        .start_process(&process(&["/bin/sleep", "1000"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        code(c.wait(p.id, Duration::from_millis(50)).await),
+        AgentErrorCode::WaitTimedOut
+    );
+    assert_eq!(
+        c.get_process(p.id).await.unwrap().state,
+        ProcessState::Running
+    );
+    kill(p.pid as i32);
+    assert_eq!(c.wait(p.id, LONG).await.unwrap().signal, Some(9));
+}
+
+#[tokio::test]
+async fn group_signal_reaches_the_child_of_the_process() {
+    let agent = start().await;
+    let c = &agent.client;
+    let p = c
+        .start_process(&sh("/bin/sleep 1000 & echo $!; wait"))
+        .await
+        .unwrap();
+    let mut follow = c.output(p.id, 0, true).await.unwrap();
+    let grandchild: i32 = match follow.next().await {
+        Some(Ok(Frame::Log { data, .. })) => String::from_utf8(decode(&data))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap(),
+        other => panic!("expected the child's pid, got {other:?}"),
+    };
+    c.signal(
+        p.id,
+        &SignalRequest {
+            signal: 15,
+            group: true,
+        },
+    )
+    .await
+    .unwrap();
+    let done = c.wait(p.id, LONG).await.unwrap();
+    assert_eq!((done.state, done.signal), (ProcessState::Killed, Some(15)));
+    let gone_ok = gone(grandchild).await;
+    if !gone_ok {
+        kill(grandchild);
+    }
+    assert!(gone_ok, "the grandchild survived a group signal");
+}
+
+/// Writes three chunks (stdout, stderr, stdout) with a handshake in between, so that
+/// the agent reads them one by one; the bytes are not UTF-8 and contain NUL.
+#[tokio::test]
+async fn follow_sees_live_chunks_in_order_then_exit_and_tail_picks_whole_chunks() {
+    let agent = start().await;
+    let c = &agent.client;
+    let go1 = agent.dir.path().join("go1");
+    let go2 = agent.dir.path().join("go2");
+    let script = format!(
+        "printf '\\377\\000A'; while [ ! -e {a} ]; do sleep 0.01; done; printf '\\376B' >&2; \
+         while [ ! -e {b} ]; do sleep 0.01; done; printf CCCC; exit 5",
+        a = go1.display(),
+        b = go2.display()
+    );
+    let p = c.start_process(&sh(&script)).await.unwrap();
+    let mut follow = c.output(p.id, 0, true).await.unwrap();
+    let mut seen = Vec::new();
+    let mut exit = None;
+    while let Some(frame) = follow.next().await {
+        match frame.unwrap() {
+            Frame::Log {
+                stream,
+                data,
+                process,
+                ..
+            } => {
+                assert_eq!(process, None);
+                seen.push((stream, decode(&data)));
+                match seen.len() {
+                    1 => std::fs::write(&go1, b"").unwrap(),
+                    2 => std::fs::write(&go2, b"").unwrap(),
+                    _ => {}
+                }
+            }
+            Frame::Exit { info } => exit = Some(info),
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+    let expected = vec![
+        (StreamKind::Stdout, b"\xff\x00A".to_vec()),
+        (StreamKind::Stderr, b"\xfeB".to_vec()),
+        (StreamKind::Stdout, b"CCCC".to_vec()),
+    ];
+    assert_eq!(seen, expected);
+    assert_eq!(
+        exit.map(|i| (i.state, i.exit_code)),
+        Some((ProcessState::Exited, Some(5)))
+    );
+
+    assert_eq!(chunks(c, p.id, 0).await, expected);
+    assert_eq!(chunks(c, p.id, 6).await, expected[1..].to_vec());
+    assert_eq!(chunks(c, p.id, 5).await, expected[2..].to_vec());
+    // The newest chunk alone exceeds the limit: it is returned whole, alone.
+    assert_eq!(chunks(c, p.id, 3).await, expected[2..].to_vec());
+
+    // The sandbox log has the same chunks, tagged with the process.
+    let mut logs = c.logs(false).await.unwrap();
+    let mut tagged = 0;
+    while let Some(frame) = logs.next().await {
+        if let Frame::Log {
+            process: Some(id), ..
+        } = frame.unwrap()
+        {
+            assert_eq!(id, p.id);
+            tagged += 1;
+        }
+    }
+    assert_eq!(tagged, 3);
+}
+
+#[tokio::test]
+async fn only_the_newest_32_rings_are_retained() {
+    let agent = start().await;
+    let c = &agent.client;
+    let mut ids = Vec::new();
+    for i in 0..33 {
+        let p = c.start_process(&sh(&format!("echo {i}"))).await.unwrap();
+        c.wait(p.id, LONG).await.unwrap();
+        ids.push(p.id);
+    }
+    assert_eq!(
+        code(c.output(ids[0], 0, false).await),
+        AgentErrorCode::OutputNotRetained
+    );
+    let first = c.get_process(ids[0]).await.unwrap();
+    assert!(!first.output_retained);
+    assert_eq!(first.exit_code, Some(0));
+    assert_eq!(
+        chunks(c, ids[1], 0).await,
+        vec![(StreamKind::Stdout, b"1\n".to_vec())]
+    );
+    assert_eq!(
+        chunks(c, ids[32], 0).await,
+        vec![(StreamKind::Stdout, b"32\n".to_vec())]
+    );
+    assert_eq!(c.list_processes().await.unwrap().len(), 33);
+}
+
+#[tokio::test]
+async fn environment_and_cwd_are_applied() {
+    let agent = start().await;
+    let c = &agent.client;
+    let p = c
+        .start_process(&sh("echo \"$HOME:$LANG:$(pwd)\""))
+        .await
+        .unwrap();
+    c.wait(p.id, LONG).await.unwrap();
+    assert_eq!(chunks(c, p.id, 0).await[0].1, b"/root:C.UTF-8:/\n");
+    let mut req = sh("echo \"$FOO:${HOME:-none}:$(pwd)\"");
+    req.env = Some([("FOO".to_string(), "bar baz".to_string())].into());
+    req.cwd = Some("/tmp".into());
+    let p = c.start_process(&req).await.unwrap();
+    c.wait(p.id, LONG).await.unwrap();
+    assert_eq!(chunks(c, p.id, 0).await[0].1, b"bar baz:none:/tmp\n");
+}
