@@ -23,7 +23,7 @@ pub mod query;
 mod transport;
 pub mod types;
 
-pub use client::{AgentClient, ClientError};
+pub use client::{AgentClient, ByteStream, ClientError, FrameStream};
 pub use types::*;
 
 /// Protocol version reported by `/v1/health`; bump on incompatible changes.
