@@ -67,7 +67,11 @@ pub struct EngineError {
 
 impl EngineError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), source: None }
+        Self {
+            code,
+            message: message.into(),
+            source: None,
+        }
     }
 
     pub fn with_source(
@@ -75,7 +79,11 @@ impl EngineError {
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        Self { code, message: message.into(), source: Some(Box::new(source)) }
+        Self {
+            code,
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {

@@ -1,10 +1,25 @@
 //! The engine owns the truth about sandboxes: one typed set of operations over an
 //! explicit lifecycle state machine, persisted through a `Store`, isolated by a `Runtime`.
 
+pub mod accounts;
+mod agent_error;
+mod convert;
+pub mod cursor;
+mod engine;
 pub mod error;
+mod lifecycle;
+mod locks;
 pub mod model;
+mod ops;
+mod secrets;
+mod snapshots;
 pub mod state;
+pub mod validate;
 
+pub use accounts::{ApiKeyInfo, Principal, Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
+pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{EngineError, ErrorCode};
 pub use model::*;
+pub use ops::{FrameStream, AGENT_DEFAULT_ENV};
+pub use sandboxd_agent_protocol::client::ByteStream;
 pub use state::SandboxStatus;

@@ -17,6 +17,17 @@ pub enum SandboxStatus {
     Failed,
 }
 
+/// Every status whose sandbox holds host resources, as stored names.
+pub const ACTIVE_STATUSES: [&str; 7] = [
+    "PENDING",
+    "STARTING",
+    "RUNNING",
+    "PAUSING",
+    "PAUSED",
+    "RESUMING",
+    "TERMINATING",
+];
+
 impl SandboxStatus {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -88,11 +99,23 @@ impl SandboxStatus {
 
 #[cfg(test)]
 mod tests {
-    use super::SandboxStatus::*;
+    use super::SandboxStatus::{self, *};
+
+    const ALL: [SandboxStatus; 9] = [
+        Pending,
+        Starting,
+        Running,
+        Pausing,
+        Paused,
+        Resuming,
+        Terminating,
+        Terminated,
+        Failed,
+    ];
 
     #[test]
     fn terminal_states_are_final() {
-        for s in [Pending, Starting, Running, Pausing, Paused, Resuming, Terminating, Terminated, Failed] {
+        for s in ALL {
             assert!(!Terminated.can(s));
             assert!(!Failed.can(s));
         }
@@ -104,12 +127,22 @@ mod tests {
         assert!(Pausing.can(Paused) && Paused.can(Resuming) && Resuming.can(Running));
         assert!(Running.can(Terminating) && Terminating.can(Terminated));
         assert!(!Paused.can(Running), "resume must pass through RESUMING");
-        assert!(!Running.can(Terminated), "destroy must pass through TERMINATING");
+        assert!(
+            !Running.can(Terminated),
+            "destroy must pass through TERMINATING"
+        );
+    }
+
+    #[test]
+    fn active_statuses_are_the_non_terminal_ones() {
+        for s in ALL {
+            assert_eq!(super::ACTIVE_STATUSES.contains(&s.as_str()), s.is_active());
+        }
     }
 
     #[test]
     fn round_trips_names() {
-        for s in [Pending, Starting, Running, Pausing, Paused, Resuming, Terminating, Terminated, Failed] {
+        for s in ALL {
             assert_eq!(super::SandboxStatus::parse(s.as_str()), Some(s));
         }
     }

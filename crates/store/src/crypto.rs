@@ -19,12 +19,21 @@ pub(crate) struct SecretBox {
 impl SecretBox {
     /// Loads the key file, creating it (mode 0600, random key) when absent.
     pub(crate) fn load_or_create(path: &Path) -> Result<Self, StoreError> {
-        let io = |what, source| StoreError::Io { what, path: path.to_owned(), source };
-        let created = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+        let io = |what, source| StoreError::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        };
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
         let key = match created {
             Ok(mut file) => {
                 let key = XChaCha20Poly1305::generate_key(&mut OsRng);
-                file.write_all(&key).map_err(|e| io("write the secret key", e))?;
+                file.write_all(&key)
+                    .map_err(|e| io("write the secret key", e))?;
                 file.sync_all().map_err(|e| io("sync the secret key", e))?;
                 key
             }
@@ -44,7 +53,9 @@ impl SecretBox {
             }
             Err(e) => return Err(io("create the secret key", e)),
         };
-        Ok(Self { cipher: XChaCha20Poly1305::new(&key) })
+        Ok(Self {
+            cipher: XChaCha20Poly1305::new(&key),
+        })
     }
 
     /// nonce ‖ ciphertext+tag.
@@ -88,6 +99,9 @@ mod tests {
         assert_ne!(a, b, "every value gets its own nonce");
         let again = SecretBox::load_or_create(&path).unwrap();
         assert_eq!(again.open(b"ws/name", &a).unwrap(), b"hunter2");
-        assert!(again.open(b"ws/other", &a).is_err(), "bound to its workspace and name");
+        assert!(
+            again.open(b"ws/other", &a).is_err(),
+            "bound to its workspace and name"
+        );
     }
 }

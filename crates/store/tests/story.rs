@@ -62,11 +62,26 @@ fn snapshot(ws: &str, name: &str, layers: &[&str], at: OffsetDateTime) -> Snapsh
 }
 
 fn accounts(store: &dyn Store) {
-    store.create_workspace(&workspace("w1", "production")).unwrap();
+    store
+        .create_workspace(&workspace("w1", "production"))
+        .unwrap();
     store.create_workspace(&workspace("w2", "staging")).unwrap();
-    assert!(matches!(store.create_workspace(&workspace("w1", "x")), Err(StoreError::Conflict(_))));
-    assert_eq!(store.workspace_by_inngest_env("staging").unwrap().unwrap().id, "w2");
-    assert_eq!(store.workspace_by_tenant("tenant-w1").unwrap().unwrap().id, "w1");
+    assert!(matches!(
+        store.create_workspace(&workspace("w1", "x")),
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store
+            .workspace_by_inngest_env("staging")
+            .unwrap()
+            .unwrap()
+            .id,
+        "w2"
+    );
+    assert_eq!(
+        store.workspace_by_tenant("tenant-w1").unwrap().unwrap().id,
+        "w1"
+    );
     assert!(store.get_workspace("nope").unwrap().is_none());
     assert_eq!(store.list_workspaces().unwrap().len(), 2);
 
@@ -85,8 +100,18 @@ fn accounts(store: &dyn Store) {
     assert_eq!(store.list_keys(Some("w1")).unwrap(), vec![key.clone()]);
     assert!(store.list_keys(None).unwrap().is_empty());
     assert!(store.revoke_key(key.id, t(2)).unwrap());
-    assert!(!store.revoke_key(key.id, t(3)).unwrap(), "revoking twice changes nothing");
-    assert_eq!(store.key_by_hash(&key.key_hash).unwrap().unwrap().revoked_at, Some(t(2)));
+    assert!(
+        !store.revoke_key(key.id, t(3)).unwrap(),
+        "revoking twice changes nothing"
+    );
+    assert_eq!(
+        store
+            .key_by_hash(&key.key_hash)
+            .unwrap()
+            .unwrap()
+            .revoked_at,
+        Some(t(2))
+    );
 }
 
 fn sandboxes(store: &dyn Store) {
@@ -97,8 +122,10 @@ fn sandboxes(store: &dyn Store) {
         store.insert_sandbox(&sb).unwrap();
         made.push(sb);
     }
-    store.insert_sandbox(&sandbox("w2", Some("sb0"), t(50))).unwrap();
-    made.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+    store
+        .insert_sandbox(&sandbox("w2", Some("sb0"), t(50)))
+        .unwrap();
+    made.sort_by_key(|s| std::cmp::Reverse((s.created_at, s.id)));
 
     let mut seen = Vec::new();
     let mut after = None;
@@ -108,7 +135,10 @@ fn sandboxes(store: &dyn Store) {
             break;
         }
         let last = page.last().unwrap();
-        after = Some(Keyset { created_at: last.created_at, id: last.id });
+        after = Some(Keyset {
+            created_at: last.created_at,
+            id: last.id,
+        });
         seen.extend(page);
     }
     assert_eq!(seen, made, "pages cover every sandbox once, newest first");
@@ -121,7 +151,13 @@ fn sandboxes(store: &dyn Store) {
     assert_eq!(store.get_sandbox(first.id).unwrap().unwrap(), first);
     let running = store.sandboxes_in_status(&["RUNNING", "PAUSED"]).unwrap();
     assert_eq!(running, vec![first.clone()]);
-    assert_eq!(store.sandboxes_named("w1", &made[1].name.clone().unwrap()).unwrap().len(), 1);
+    assert_eq!(
+        store
+            .sandboxes_named("w1", &made[1].name.clone().unwrap())
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(matches!(
         store.update_sandbox(&sandbox("w1", None, t(0))),
         Err(StoreError::NotFound(_))
@@ -139,10 +175,21 @@ fn snapshots(store: &dyn Store) {
     let bases = store.list_snapshots("w1", Some("base"), 10, None).unwrap();
     assert_eq!(bases, vec![c.clone(), a.clone()]);
     let page = store
-        .list_snapshots("w1", None, 10, Some(Keyset { created_at: c.created_at, id: c.id }))
+        .list_snapshots(
+            "w1",
+            None,
+            10,
+            Some(Keyset {
+                created_at: c.created_at,
+                id: c.id,
+            }),
+        )
         .unwrap();
     assert_eq!(page, vec![b.clone(), a.clone()]);
-    assert!(store.list_snapshots("w2", None, 10, None).unwrap().is_empty());
+    assert!(store
+        .list_snapshots("w2", None, 10, None)
+        .unwrap()
+        .is_empty());
     assert_eq!(store.snapshots_using_layer("l1").unwrap(), 2);
     assert!(store.delete_snapshot(a.id).unwrap());
     assert!(!store.delete_snapshot(a.id).unwrap());
@@ -153,9 +200,15 @@ fn secrets_and_idempotency(store: &dyn Store) {
     store.set_secret("w1", "TOKEN", b"s3cr3t-value").unwrap();
     store.set_secret("w1", "TOKEN", b"s3cr3t-value-2").unwrap();
     store.set_secret("w1", "ALPHA", b"a").unwrap();
-    assert_eq!(store.get_secret("w1", "TOKEN").unwrap().unwrap(), b"s3cr3t-value-2");
+    assert_eq!(
+        store.get_secret("w1", "TOKEN").unwrap().unwrap(),
+        b"s3cr3t-value-2"
+    );
     assert!(store.get_secret("w2", "TOKEN").unwrap().is_none());
-    assert_eq!(store.list_secret_names("w1").unwrap(), vec!["ALPHA", "TOKEN"]);
+    assert_eq!(
+        store.list_secret_names("w1").unwrap(),
+        vec!["ALPHA", "TOKEN"]
+    );
     assert!(store.delete_secret("w1", "ALPHA").unwrap());
     assert!(!store.delete_secret("w1", "ALPHA").unwrap());
 
@@ -169,7 +222,12 @@ fn secrets_and_idempotency(store: &dyn Store) {
         created_at: t(100),
     };
     assert!(store.put_idempotency(&rec).unwrap());
-    assert!(!store.put_idempotency(&IdempotencyRecord { status: 500, ..rec.clone() }).unwrap());
+    assert!(!store
+        .put_idempotency(&IdempotencyRecord {
+            status: 500,
+            ..rec.clone()
+        })
+        .unwrap());
     assert_eq!(store.get_idempotency("w1", "req-1").unwrap().unwrap(), rec);
     assert!(store.get_idempotency("w2", "req-1").unwrap().is_none());
     assert_eq!(store.prune_idempotency(t(101)).unwrap(), 1);
@@ -191,10 +249,16 @@ fn sqlite_story() {
     story(&SqliteStore::open(&path).unwrap());
     // Reopening keeps everything and still decrypts.
     let again = SqliteStore::open(&path).unwrap();
-    assert_eq!(again.get_secret("w1", "TOKEN").unwrap().unwrap(), b"s3cr3t-value-2");
+    assert_eq!(
+        again.get_secret("w1", "TOKEN").unwrap().unwrap(),
+        b"s3cr3t-value-2"
+    );
     let db = std::fs::read(&path).unwrap();
     let wal = std::fs::read(dir.path().join("sandboxd.db-wal")).unwrap_or_default();
     for bytes in [db, wal] {
-        assert!(!bytes.windows(12).any(|w| w == b"s3cr3t-value"), "plaintext secret on disk");
+        assert!(
+            !bytes.windows(12).any(|w| w == b"s3cr3t-value"),
+            "plaintext secret on disk"
+        );
     }
 }

@@ -38,7 +38,13 @@ fn key_row(r: &Row) -> rusqlite::Result<ApiKeyRecord> {
 pub(super) fn create_workspace(c: &Connection, ws: &WorkspaceRecord) -> StoreResult<()> {
     c.execute(
         &format!("INSERT INTO workspaces ({WS_COLS}) VALUES (?1, ?2, ?3, ?4, ?5)"),
-        params![ws.id, ws.name, ws.inngest_env, ws.runzivo_tenant_id, ts(ws.created_at)],
+        params![
+            ws.id,
+            ws.name,
+            ws.inngest_env,
+            ws.runzivo_tenant_id,
+            ts(ws.created_at)
+        ],
     )
     .map_err(|e| unique_violation(e, || format!("workspace {:?}", ws.id)))?;
     Ok(())
@@ -55,7 +61,9 @@ pub(super) fn workspace_by(
 }
 
 pub(super) fn list_workspaces(c: &Connection) -> StoreResult<Vec<WorkspaceRecord>> {
-    let mut st = c.prepare(&format!("SELECT {WS_COLS} FROM workspaces ORDER BY created_at, id"))?;
+    let mut st = c.prepare(&format!(
+        "SELECT {WS_COLS} FROM workspaces ORDER BY created_at, id"
+    ))?;
     let rows = st.query_map([], workspace_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
@@ -84,9 +92,8 @@ pub(super) fn key_by_hash(c: &Connection, hash: &str) -> StoreResult<Option<ApiK
 }
 
 pub(super) fn list_keys(c: &Connection, ws: Option<&str>) -> StoreResult<Vec<ApiKeyRecord>> {
-    let sql = format!(
-        "SELECT {KEY_COLS} FROM api_keys WHERE workspace IS ?1 ORDER BY created_at, id"
-    );
+    let sql =
+        format!("SELECT {KEY_COLS} FROM api_keys WHERE workspace IS ?1 ORDER BY created_at, id");
     let mut st = c.prepare(&sql)?;
     let rows = st.query_map([ws], key_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

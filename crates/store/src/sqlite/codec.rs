@@ -46,7 +46,8 @@ pub(super) fn get_uuid(row: &Row, col: &str) -> rusqlite::Result<Uuid> {
 
 pub(super) fn get_opt_uuid(row: &Row, col: &str) -> rusqlite::Result<Option<Uuid>> {
     let s: Option<String> = row.get(col)?;
-    s.map(|s| Uuid::parse_str(&s).map_err(|e| corrupt(col, e))).transpose()
+    s.map(|s| Uuid::parse_str(&s).map_err(|e| corrupt(col, e)))
+        .transpose()
 }
 
 pub(super) fn get_json<T: DeserializeOwned>(row: &Row, col: &str) -> rusqlite::Result<T> {

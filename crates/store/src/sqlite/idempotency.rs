@@ -23,11 +23,7 @@ pub(super) fn put(c: &Connection, r: &IdempotencyRecord) -> StoreResult<bool> {
     Ok(n > 0)
 }
 
-pub(super) fn get(
-    c: &Connection,
-    ws: &str,
-    key: &str,
-) -> StoreResult<Option<IdempotencyRecord>> {
+pub(super) fn get(c: &Connection, ws: &str, key: &str) -> StoreResult<Option<IdempotencyRecord>> {
     Ok(c.query_row(
         "SELECT workspace, key, request_hash, status, body, headers, created_at \
          FROM idempotency WHERE workspace = ?1 AND key = ?2",
@@ -48,5 +44,8 @@ pub(super) fn get(
 }
 
 pub(super) fn prune(c: &Connection, before: OffsetDateTime) -> StoreResult<u64> {
-    Ok(c.execute("DELETE FROM idempotency WHERE created_at < ?1", [ts(before)])? as u64)
+    Ok(c.execute(
+        "DELETE FROM idempotency WHERE created_at < ?1",
+        [ts(before)],
+    )? as u64)
 }

@@ -98,13 +98,19 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<i64, StoreError> {
         .unwrap_or(0);
     let known = MIGRATIONS.len() as i64;
     if current > known {
-        return Err(StoreError::SchemaTooNew { found: current, known });
+        return Err(StoreError::SchemaTooNew {
+            found: current,
+            known,
+        });
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
         tx.execute("DELETE FROM schema_version", [])?;
-        tx.execute("INSERT INTO schema_version (version) VALUES (?1)", [i as i64 + 1])?;
+        tx.execute(
+            "INSERT INTO schema_version (version) VALUES (?1)",
+            [i as i64 + 1],
+        )?;
         tx.commit()?;
     }
     Ok(known)
@@ -119,8 +125,9 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         assert_eq!(migrate(&mut conn).unwrap(), MIGRATIONS.len() as i64);
         assert_eq!(migrate(&mut conn).unwrap(), MIGRATIONS.len() as i64);
-        let rows: i64 =
-            conn.query_row("SELECT COUNT(*) FROM schema_version", [], |r| r.get(0)).unwrap();
+        let rows: i64 = conn
+            .query_row("SELECT COUNT(*) FROM schema_version", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(rows, 1);
     }
 
@@ -128,7 +135,11 @@ mod tests {
     fn refuses_a_newer_schema() {
         let mut conn = Connection::open_in_memory().unwrap();
         migrate(&mut conn).unwrap();
-        conn.execute("UPDATE schema_version SET version = 99", []).unwrap();
-        assert!(matches!(migrate(&mut conn), Err(StoreError::SchemaTooNew { found: 99, .. })));
+        conn.execute("UPDATE schema_version SET version = 99", [])
+            .unwrap();
+        assert!(matches!(
+            migrate(&mut conn),
+            Err(StoreError::SchemaTooNew { found: 99, .. })
+        ));
     }
 }

@@ -32,7 +32,10 @@ impl SqliteStore {
     /// secret key lives in `secrets.key` in the same directory.
     pub fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
         let path = path.as_ref();
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
             what: "create the data directory",
             path: dir.to_owned(),
@@ -45,7 +48,10 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         migrations::migrate(&mut conn)?;
-        Ok(Self { conn: Mutex::new(conn), secrets })
+        Ok(Self {
+            conn: Mutex::new(conn),
+            secrets,
+        })
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {

@@ -11,7 +11,13 @@ fn aad(ws: &str, name: &str) -> Vec<u8> {
     format!("{ws}\0{name}").into_bytes()
 }
 
-pub(super) fn set(c: &Connection, b: &SecretBox, ws: &str, name: &str, v: &[u8]) -> StoreResult<()> {
+pub(super) fn set(
+    c: &Connection,
+    b: &SecretBox,
+    ws: &str,
+    name: &str,
+    v: &[u8],
+) -> StoreResult<()> {
     let sealed = b.seal(&aad(ws, name), v)?;
     c.execute(
         "INSERT INTO secrets (workspace, name, sealed, updated_at) VALUES (?1, ?2, ?3, ?4) \
@@ -21,7 +27,12 @@ pub(super) fn set(c: &Connection, b: &SecretBox, ws: &str, name: &str, v: &[u8])
     Ok(())
 }
 
-pub(super) fn get(c: &Connection, b: &SecretBox, ws: &str, name: &str) -> StoreResult<Option<Vec<u8>>> {
+pub(super) fn get(
+    c: &Connection,
+    b: &SecretBox,
+    ws: &str,
+    name: &str,
+) -> StoreResult<Option<Vec<u8>>> {
     let sealed: Option<Vec<u8>> = c
         .query_row(
             "SELECT sealed FROM secrets WHERE workspace = ?1 AND name = ?2",
@@ -39,6 +50,9 @@ pub(super) fn names(c: &Connection, ws: &str) -> StoreResult<Vec<String>> {
 }
 
 pub(super) fn delete(c: &Connection, ws: &str, name: &str) -> StoreResult<bool> {
-    let n = c.execute("DELETE FROM secrets WHERE workspace = ?1 AND name = ?2", params![ws, name])?;
+    let n = c.execute(
+        "DELETE FROM secrets WHERE workspace = ?1 AND name = ?2",
+        params![ws, name],
+    )?;
     Ok(n > 0)
 }

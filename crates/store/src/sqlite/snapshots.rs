@@ -40,7 +40,9 @@ fn with_layers(c: &Connection, mut s: SnapshotRecord) -> StoreResult<SnapshotRec
 pub(super) fn insert(c: &mut Connection, s: &SnapshotRecord) -> StoreResult<()> {
     let tx = c.transaction()?;
     tx.execute(
-        &format!("INSERT INTO snapshots ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+        &format!(
+            "INSERT INTO snapshots ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+        ),
         params![
             s.id.to_string(),
             s.workspace,

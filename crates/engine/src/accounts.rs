@@ -1,0 +1,209 @@
+//! Workspaces and API keys: the master key, authentication, and key management.
+
+use crate::engine::Engine;
+use crate::error::{EngineError, ErrorCode};
+use crate::model::WorkspaceId;
+use sandboxd_store::{ApiKeyRecord, StoreError, WorkspaceRecord};
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The workspace the master key's requests land in when a dialect names none.
+pub const DEFAULT_WORKSPACE: &str = "default";
+/// The permission that allows everything.
+pub const ALL_PERMISSIONS: &str = "*";
+/// Characters of a key kept for display.
+const PREFIX_LEN: usize = 12;
+
+/// Who a request is made by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// `None` = account scope: every workspace.
+    pub workspace: Option<WorkspaceId>,
+    pub key_id: Uuid,
+    pub permissions: Vec<String>,
+    pub scopes: Vec<String>,
+}
+
+impl Principal {
+    /// Whether the key holds `permission` (or every permission).
+    pub fn allows(&self, permission: &str) -> bool {
+        self.permissions
+            .iter()
+            .any(|p| p == ALL_PERMISSIONS || p == permission)
+    }
+
+    /// Whether the key may act in workspace `ws`.
+    pub fn can_use(&self, ws: &str) -> bool {
+        self.workspace.as_deref().is_none_or(|own| own == ws)
+    }
+}
+
+/// A workspace as the engine shows it.
+pub type Workspace = WorkspaceRecord;
+
+/// An API key as listed (never the key itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyInfo {
+    pub id: Uuid,
+    pub prefix: String,
+    pub workspace: Option<WorkspaceId>,
+    pub permissions: Vec<String>,
+    pub scopes: Vec<String>,
+    pub created_at: OffsetDateTime,
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+fn hash(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+impl Engine {
+    /// Makes sure the `default` workspace (inngest env `production`, runzivo tenant
+    /// `default`) exists and that `key` is an account-scoped key with every permission.
+    pub fn ensure_master_key(&self, key: &str) -> Result<(), EngineError> {
+        if key.len() < 16 {
+            return Err(EngineError::invalid(
+                "the master key must be at least 16 characters",
+            ));
+        }
+        if self.store.get_workspace(DEFAULT_WORKSPACE)?.is_none() {
+            self.create_workspace_with_id(
+                DEFAULT_WORKSPACE,
+                "Default",
+                Some("production"),
+                Some("default"),
+            )?;
+        }
+        if self.store.key_by_hash(&hash(key))?.is_none() {
+            self.insert_key(key, None, vec![ALL_PERMISSIONS.into()], Vec::new())?;
+        }
+        Ok(())
+    }
+
+    /// The principal of an unrevoked key.
+    pub fn authenticate(&self, key: &str) -> Result<Option<Principal>, EngineError> {
+        Ok(self
+            .store
+            .key_by_hash(&hash(key))?
+            .filter(|k| k.revoked_at.is_none())
+            .map(|k| Principal {
+                workspace: k.workspace,
+                key_id: k.id,
+                permissions: k.permissions,
+                scopes: k.scopes,
+            }))
+    }
+
+    pub fn workspace_by_inngest_env(&self, env: &str) -> Result<Option<Workspace>, EngineError> {
+        Ok(self.store.workspace_by_inngest_env(env)?)
+    }
+
+    pub fn workspace_by_tenant(&self, tenant: &str) -> Result<Option<Workspace>, EngineError> {
+        Ok(self.store.workspace_by_tenant(tenant)?)
+    }
+
+    pub fn get_workspace(&self, id: &str) -> Result<Option<Workspace>, EngineError> {
+        Ok(self.store.get_workspace(id)?)
+    }
+
+    /// Creates a workspace with a fresh id; env and tenant must be unused.
+    pub fn create_workspace(
+        &self,
+        name: &str,
+        inngest_env: Option<&str>,
+        runzivo_tenant_id: Option<&str>,
+    ) -> Result<Workspace, EngineError> {
+        self.create_workspace_with_id(
+            &Uuid::new_v4().to_string(),
+            name,
+            inngest_env,
+            runzivo_tenant_id,
+        )
+    }
+
+    fn create_workspace_with_id(
+        &self,
+        id: &str,
+        name: &str,
+        inngest_env: Option<&str>,
+        tenant: Option<&str>,
+    ) -> Result<Workspace, EngineError> {
+        let ws = WorkspaceRecord {
+            id: id.into(),
+            name: name.into(),
+            inngest_env: inngest_env.map(Into::into),
+            runzivo_tenant_id: tenant.map(Into::into),
+            created_at: OffsetDateTime::now_utc(),
+        };
+        match self.store.create_workspace(&ws) {
+            Ok(()) => Ok(ws),
+            Err(StoreError::Conflict(what)) => Err(EngineError::new(
+                ErrorCode::NameTaken,
+                format!("{what} is already used"),
+            )),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates a key for `workspace` (`None` = account scope) and returns it; only its
+    /// hash is kept, so this is the one time it is seen.
+    pub fn create_key(
+        &self,
+        workspace: Option<&str>,
+        permissions: Vec<String>,
+        scopes: Vec<String>,
+    ) -> Result<String, EngineError> {
+        if let Some(ws) = workspace {
+            if self.store.get_workspace(ws)?.is_none() {
+                return Err(EngineError::invalid(format!(
+                    "workspace {ws:?} does not exist"
+                )));
+            }
+        }
+        let key = format!("sbx_{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple());
+        self.insert_key(&key, workspace, permissions, scopes)?;
+        Ok(key)
+    }
+
+    fn insert_key(
+        &self,
+        key: &str,
+        workspace: Option<&str>,
+        permissions: Vec<String>,
+        scopes: Vec<String>,
+    ) -> Result<(), EngineError> {
+        Ok(self.store.insert_key(&ApiKeyRecord {
+            id: Uuid::new_v4(),
+            key_hash: hash(key),
+            prefix: key.chars().take(PREFIX_LEN).collect(),
+            workspace: workspace.map(Into::into),
+            permissions,
+            scopes,
+            created_at: OffsetDateTime::now_utc(),
+            revoked_at: None,
+        })?)
+    }
+
+    /// Keys of a workspace, or the account-scoped keys for `None`.
+    pub fn list_keys(&self, workspace: Option<&str>) -> Result<Vec<ApiKeyInfo>, EngineError> {
+        let keys = self.store.list_keys(workspace)?;
+        Ok(keys
+            .into_iter()
+            .map(|k| ApiKeyInfo {
+                id: k.id,
+                prefix: k.prefix,
+                workspace: k.workspace,
+                permissions: k.permissions,
+                scopes: k.scopes,
+                created_at: k.created_at,
+                revoked_at: k.revoked_at,
+            })
+            .collect())
+    }
+
+    /// Revokes a key; false when there is no such unrevoked key.
+    pub fn revoke_key(&self, id: Uuid) -> Result<bool, EngineError> {
+        Ok(self.store.revoke_key(id, OffsetDateTime::now_utc())?)
+    }
+}

@@ -1,0 +1,70 @@
+//! The one mapping from agent client errors to engine error codes.
+
+use crate::error::{EngineError, ErrorCode};
+use sandboxd_agent_protocol::{AgentErrorCode, ClientError};
+
+/// Whether the error means the agent could not be reached at all.
+pub(crate) fn is_unreachable(e: &ClientError) -> bool {
+    matches!(e, ClientError::Connect { .. })
+}
+
+/// Maps every agent client error to an engine error.
+pub(crate) fn map(e: ClientError) -> EngineError {
+    let (code, message) = match &e {
+        ClientError::Agent(a) => (
+            match a.code {
+                AgentErrorCode::InvalidArgument => ErrorCode::InvalidArgument,
+                AgentErrorCode::ProcessNotFound => ErrorCode::ProcessNotFound,
+                AgentErrorCode::OutputNotRetained => ErrorCode::OutputNotRetained,
+                AgentErrorCode::ProcessExists => ErrorCode::Internal,
+                AgentErrorCode::WaitTimedOut => ErrorCode::WaitTimedOut,
+                AgentErrorCode::FileNotFound => ErrorCode::FileNotFound,
+                AgentErrorCode::NotARegularFile => ErrorCode::NotARegularFile,
+                AgentErrorCode::FileTooLarge => ErrorCode::FileTooLarge,
+                AgentErrorCode::SpawnFailed => ErrorCode::InvalidArgument,
+                AgentErrorCode::Io => ErrorCode::Internal,
+            },
+            a.message.clone(),
+        ),
+        ClientError::Connect { .. } => (
+            ErrorCode::Unavailable,
+            "the sandbox agent is unreachable".into(),
+        ),
+        ClientError::Protocol(_) => (
+            ErrorCode::Unavailable,
+            "the sandbox agent answered badly".into(),
+        ),
+    };
+    EngineError::with_source(code, message, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandboxd_agent_protocol::AgentError;
+
+    #[test]
+    fn maps_agent_codes_and_connection_failures() {
+        let agent = |code| {
+            ClientError::Agent(AgentError {
+                code,
+                message: "m".into(),
+            })
+        };
+        assert_eq!(
+            map(agent(AgentErrorCode::WaitTimedOut)).code,
+            ErrorCode::WaitTimedOut
+        );
+        assert_eq!(
+            map(agent(AgentErrorCode::SpawnFailed)).code,
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(map(agent(AgentErrorCode::FileNotFound)).message, "m");
+        let gone = ClientError::Connect {
+            path: "/nowhere".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert!(is_unreachable(&gone));
+        assert_eq!(map(gone).code, ErrorCode::Unavailable);
+    }
+}

@@ -1,0 +1,148 @@
+//! Conversions between engine values and the store's plain records.
+
+use crate::error::{EngineError, ErrorCode};
+use crate::model::{EndReason, Resources, Sandbox, Snapshot};
+use crate::state::SandboxStatus;
+use sandboxd_runtime::SandboxHandle;
+use sandboxd_store::{SandboxRecord, SnapshotRecord};
+
+/// Width of one sandbox's host id range.
+const ID_RANGE: u32 = 65536;
+
+/// A sandbox with what only the engine sees: the backend handle and its snapshot layers.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub sb: Sandbox,
+    pub handle: Option<SandboxHandle>,
+    pub extra_layers: Vec<String>,
+}
+
+fn corrupt(what: String) -> EngineError {
+    EngineError::new(
+        ErrorCode::Internal,
+        format!("corrupt sandbox record: {what}"),
+    )
+}
+
+fn end_reason_str(r: EndReason) -> String {
+    serde_json::to_value(r)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn end_reason_parse(s: &str) -> Option<EndReason> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
+}
+
+pub(crate) fn entry_to_record(e: &Entry) -> SandboxRecord {
+    let sb = &e.sb;
+    SandboxRecord {
+        id: sb.id,
+        workspace: sb.workspace.clone(),
+        name: sb.name.clone(),
+        status: sb.status.as_str().to_owned(),
+        image: sb.image.clone(),
+        vcpu: sb.resources.vcpu,
+        memory_mb: sb.resources.memory_mb,
+        created_at: sb.created_at,
+        started_at: sb.started_at,
+        ended_at: sb.ended_at,
+        expires_at: sb.expires_at,
+        end_reason: sb.end_reason.map(end_reason_str),
+        error: sb.error.clone(),
+        snapshot_id: sb.snapshot_id,
+        environment: sb.environment.clone(),
+        secrets: sb.secrets.clone(),
+        metadata: sb.metadata.clone(),
+        extra_layers: e.extra_layers.clone(),
+        handle: e.handle.as_ref().and_then(|h| serde_json::to_value(h).ok()),
+        id_slot: e.handle.as_ref().map(|h| h.host_id_base / ID_RANGE),
+    }
+}
+
+pub(crate) fn entry_from_record(r: SandboxRecord) -> Result<Entry, EngineError> {
+    let status =
+        SandboxStatus::parse(&r.status).ok_or_else(|| corrupt(format!("status {:?}", r.status)))?;
+    let end_reason = match &r.end_reason {
+        Some(s) => Some(end_reason_parse(s).ok_or_else(|| corrupt(format!("end reason {s:?}")))?),
+        None => None,
+    };
+    let handle = match r.handle {
+        Some(v) => Some(serde_json::from_value(v).map_err(|e| corrupt(format!("handle: {e}")))?),
+        None => None,
+    };
+    Ok(Entry {
+        sb: Sandbox {
+            id: r.id,
+            workspace: r.workspace,
+            name: r.name,
+            status,
+            image: r.image,
+            resources: Resources {
+                vcpu: r.vcpu,
+                memory_mb: r.memory_mb,
+            },
+            created_at: r.created_at,
+            started_at: r.started_at,
+            ended_at: r.ended_at,
+            expires_at: r.expires_at,
+            end_reason,
+            error: r.error,
+            snapshot_id: r.snapshot_id,
+            environment: r.environment,
+            secrets: r.secrets,
+            metadata: r.metadata,
+        },
+        handle,
+        extra_layers: r.extra_layers,
+    })
+}
+
+pub(crate) fn snapshot_to_record(s: &Snapshot) -> SnapshotRecord {
+    SnapshotRecord {
+        id: s.id,
+        workspace: s.workspace.clone(),
+        name: s.name.clone(),
+        source_sandbox_id: s.source_sandbox_id,
+        image: s.image.clone(),
+        layers: s.layers.clone(),
+        digest: s.digest.clone(),
+        size_bytes: s.size_bytes,
+        vcpu: s.resources.vcpu,
+        memory_mb: s.resources.memory_mb,
+        created_at: s.created_at,
+        expires_at: s.expires_at,
+    }
+}
+
+pub(crate) fn snapshot_from_record(r: SnapshotRecord) -> Snapshot {
+    Snapshot {
+        id: r.id,
+        workspace: r.workspace,
+        name: r.name,
+        source_sandbox_id: r.source_sandbox_id,
+        image: r.image,
+        layers: r.layers,
+        digest: r.digest,
+        size_bytes: r.size_bytes,
+        resources: Resources {
+            vcpu: r.vcpu,
+            memory_mb: r.memory_mb,
+        },
+        created_at: r.created_at,
+        expires_at: r.expires_at,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn end_reasons_use_their_wire_names() {
+        assert_eq!(end_reason_str(EndReason::StartFailed), "start_failed");
+        assert_eq!(end_reason_parse("crashed"), Some(EndReason::Crashed));
+        assert_eq!(end_reason_parse("nope"), None);
+    }
+}

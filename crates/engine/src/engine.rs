@@ -1,0 +1,164 @@
+//! The `Engine` value: configuration, opening (with re-adoption), and the shared helpers
+//! every operation uses to load, lock and persist a sandbox.
+
+use crate::convert::{self, Entry};
+use crate::error::{EngineError, ErrorCode};
+use crate::locks::Locks;
+use crate::model::WorkspaceId;
+use sandboxd_runtime::{Runtime, RuntimeError};
+use sandboxd_store::{Store, StoreError};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard};
+use uuid::Uuid;
+
+/// Server-wide capacity limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Active sandboxes at once.
+    pub max_sandboxes: u32,
+    /// Sum of vCPUs of active sandboxes.
+    pub max_vcpu_total: u32,
+    /// Sum of memory of active sandboxes.
+    pub max_memory_mb_total: u64,
+    /// Task limit given to each sandbox.
+    pub pids_per_sandbox: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_sandboxes: 100,
+            max_vcpu_total: 64,
+            max_memory_mb_total: 64 * 1024,
+            pids_per_sandbox: 1024,
+        }
+    }
+}
+
+/// What the engine is built from.
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    pub runtime: Arc<dyn Runtime>,
+    pub store: Arc<dyn Store>,
+    pub limits: Limits,
+}
+
+/// The engine: owns sandbox lifecycle state, persists it, and drives the runtime.
+pub struct Engine {
+    pub(crate) data_dir: PathBuf,
+    pub(crate) runtime: Arc<dyn Runtime>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) limits: Limits,
+    pub(crate) locks: Locks,
+    /// Serializes the name, capacity and insert steps of `create`.
+    pub(crate) admission: tokio::sync::Mutex<()>,
+}
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        EngineError::with_source(ErrorCode::Internal, "the sandbox database failed", e)
+    }
+}
+
+/// Maps a backend failure to the engine's codes.
+pub(crate) fn runtime_error(what: &str, e: RuntimeError) -> EngineError {
+    let code = match e {
+        RuntimeError::UnknownImage(_) => ErrorCode::ImageNotFound,
+        RuntimeError::IdRangesExhausted => ErrorCode::CapacityExhausted,
+        RuntimeError::UnknownLayer(_) => ErrorCode::SnapshotNotFound,
+        _ => ErrorCode::Unavailable,
+    };
+    EngineError::with_source(code, format!("{what}: {e}"), e)
+}
+
+impl Engine {
+    /// Opens the engine, re-adopts the sandboxes the store says are active, and starts
+    /// the expiry task. Must be called inside a Tokio runtime.
+    pub fn open(config: EngineConfig) -> Result<Arc<Engine>, EngineError> {
+        let tokio = tokio::runtime::Handle::try_current().map_err(|e| {
+            EngineError::with_source(ErrorCode::Internal, "the engine needs a Tokio runtime", e)
+        })?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+            EngineError::with_source(ErrorCode::Internal, "cannot create the data directory", e)
+        })?;
+        let engine = Arc::new(Engine {
+            data_dir: config.data_dir,
+            runtime: config.runtime,
+            store: config.store,
+            limits: config.limits,
+            locks: Locks::default(),
+            admission: tokio::sync::Mutex::new(()),
+        });
+        engine.readopt()?;
+        tokio.spawn(crate::lifecycle::expiry::run(Arc::downgrade(&engine)));
+        Ok(engine)
+    }
+
+    /// Directory the engine was configured with.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Runs a blocking runtime call off the async threads.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn Runtime) -> T + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let runtime = self.runtime.clone();
+        tokio::task::spawn_blocking(move || f(runtime.as_ref()))
+            .await
+            .map_err(|e| {
+                EngineError::with_source(ErrorCode::Internal, "a runtime call panicked", e)
+            })
+    }
+
+    /// Loads a sandbox of `ws` (another workspace's is not found).
+    pub(crate) fn load(&self, ws: &str, id: Uuid) -> Result<Entry, EngineError> {
+        match self.store.get_sandbox(id)? {
+            Some(rec) if rec.workspace == ws => convert::entry_from_record(rec),
+            _ => Err(not_found(id)),
+        }
+    }
+
+    pub(crate) fn save(&self, entry: &Entry) -> Result<(), EngineError> {
+        Ok(self
+            .store
+            .update_sandbox(&convert::entry_to_record(entry))?)
+    }
+
+    /// Takes the sandbox's lock shared (runtime operations), after ending it first
+    /// if it expired, and loads it.
+    pub(crate) async fn shared(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+    ) -> Result<(OwnedRwLockReadGuard<()>, Entry), EngineError> {
+        self.expire_if_due(ws, id).await?;
+        let guard = self.locks.get(id).read_owned().await;
+        Ok((guard, self.load(ws, id)?))
+    }
+
+    /// Takes the sandbox's lock exclusively (lifecycle changes), after ending it first
+    /// if it expired, and loads it.
+    pub(crate) async fn exclusive(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+    ) -> Result<(OwnedRwLockWriteGuard<()>, Entry), EngineError> {
+        self.expire_if_due(ws, id).await?;
+        let guard = self.locks.get(id).write_owned().await;
+        Ok((guard, self.load(ws, id)?))
+    }
+}
+
+pub(crate) fn not_found(id: Uuid) -> EngineError {
+    EngineError::new(
+        ErrorCode::SandboxNotFound,
+        format!("sandbox {id} not found"),
+    )
+}

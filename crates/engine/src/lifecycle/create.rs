@@ -1,0 +1,215 @@
+//! `create`: admit (validate, name reuse, capacity), persist PENDING, then start.
+
+use crate::convert::Entry;
+use crate::engine::{runtime_error, Engine};
+use crate::error::{EngineError, ErrorCode};
+use crate::model::{CreateSandbox, EndReason, Sandbox, WorkspaceId};
+use crate::state::SandboxStatus;
+use crate::validate;
+use sandboxd_runtime::SandboxSpec;
+use std::collections::BTreeSet;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The image and layers a request resolves to.
+struct Plan {
+    image: String,
+    extra_layers: Vec<String>,
+    expires_at: Option<OffsetDateTime>,
+}
+
+fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
+    if let Some(name) = &req.name {
+        validate::sandbox_name(name)?;
+    }
+    if req.resources.vcpu < 1 || req.resources.memory_mb < 1 {
+        return Err(EngineError::invalid(
+            "vcpu and memory_mb must be at least 1",
+        ));
+    }
+    validate::environment(&req.environment)?;
+    for secret in &req.secrets {
+        validate::env_name(secret)?;
+    }
+    Ok(())
+}
+
+/// Same resources, image, snapshot, environment and secrets: a repeated create.
+fn same_config(sb: &Sandbox, plan: &Plan, req: &CreateSandbox) -> bool {
+    let set = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
+    sb.resources == req.resources
+        && sb.image == plan.image
+        && sb.snapshot_id == req.snapshot_id
+        && sb.environment == req.environment
+        && set(&sb.secrets) == set(&req.secrets)
+}
+
+impl Engine {
+    /// Creates and starts a sandbox; returns it RUNNING with `true`, or an active
+    /// sandbox of the same name and configuration with `false`.
+    pub async fn create(
+        &self,
+        ws: &WorkspaceId,
+        req: CreateSandbox,
+    ) -> Result<(Sandbox, bool), EngineError> {
+        check_request(&req)?;
+        let admission = self.admission.lock().await;
+        let plan = self.plan(ws, &req).await?;
+        if let Some(name) = &req.name {
+            if let Some(existing) = self.active_named(ws, name).await? {
+                return match same_config(&existing, &plan, &req) {
+                    true => Ok((existing, false)),
+                    false => Err(EngineError::new(
+                        ErrorCode::NameTaken,
+                        format!(
+                            "an active sandbox named {name:?} exists with another configuration"
+                        ),
+                    )),
+                };
+            }
+        }
+        self.check_capacity(&req)?;
+        let mut entry = Entry {
+            sb: Sandbox {
+                id: Uuid::new_v4(),
+                workspace: ws.clone(),
+                name: req.name,
+                status: SandboxStatus::Pending,
+                image: plan.image,
+                resources: req.resources,
+                created_at: OffsetDateTime::now_utc(),
+                started_at: None,
+                ended_at: None,
+                expires_at: plan.expires_at,
+                end_reason: None,
+                error: None,
+                snapshot_id: req.snapshot_id,
+                environment: req.environment,
+                secrets: req.secrets,
+                metadata: req.metadata,
+            },
+            handle: None,
+            extra_layers: plan.extra_layers,
+        };
+        self.store
+            .insert_sandbox(&crate::convert::entry_to_record(&entry))?;
+        let _guard = self.locks.get(entry.sb.id).write_owned().await;
+        drop(admission);
+        self.start(&mut entry).await?;
+        Ok((entry.sb, true))
+    }
+
+    /// Resolves image, snapshot layers and expiry, and checks the secrets exist.
+    async fn plan(&self, ws: &str, req: &CreateSandbox) -> Result<Plan, EngineError> {
+        for name in &req.secrets {
+            if self.store.get_secret(ws, name)?.is_none() {
+                return Err(EngineError::new(
+                    ErrorCode::SecretNotFound,
+                    format!("secret {name:?} not found"),
+                ));
+            }
+        }
+        let (image, extra_layers) = match req.snapshot_id {
+            Some(id) => {
+                let snap = self.get_snapshot(&ws.to_owned(), id).await?;
+                if req.image.as_ref().is_some_and(|i| *i != snap.image) {
+                    return Err(EngineError::invalid(
+                        "image differs from the snapshot's image",
+                    ));
+                }
+                (snap.image, snap.layers)
+            }
+            None => (
+                req.image.clone().unwrap_or_else(|| "default".into()),
+                Vec::new(),
+            ),
+        };
+        let name = image.clone();
+        self.blocking(move |rt| rt.resolve_image(&name))
+            .await?
+            .map_err(|e| runtime_error("cannot resolve the image", e))?;
+        let expires_at = match req.timeout {
+            None => None,
+            Some(t) => Some(
+                time::Duration::try_from(t)
+                    .ok()
+                    .and_then(|t| OffsetDateTime::now_utc().checked_add(t))
+                    .ok_or_else(|| EngineError::invalid("timeout is too long"))?,
+            ),
+        };
+        Ok(Plan {
+            image,
+            extra_layers,
+            expires_at,
+        })
+    }
+
+    /// The active sandbox of `ws` named `name`, if any (expired ones are ended first).
+    async fn active_named(&self, ws: &str, name: &str) -> Result<Option<Sandbox>, EngineError> {
+        for rec in self.store.sandboxes_named(ws, name)? {
+            let id = rec.id;
+            self.expire_if_due(ws, id).await?;
+            let sb = self.load(ws, id)?.sb;
+            if sb.status.is_active() {
+                return Ok(Some(sb));
+            }
+        }
+        Ok(None)
+    }
+
+    fn check_capacity(&self, req: &CreateSandbox) -> Result<(), EngineError> {
+        let active = self
+            .store
+            .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;
+        let vcpu: u64 = active.iter().map(|r| u64::from(r.vcpu)).sum();
+        let memory: u64 = active.iter().map(|r| u64::from(r.memory_mb)).sum();
+        let l = self.limits;
+        let full = active.len() as u64 + 1 > u64::from(l.max_sandboxes)
+            || vcpu + u64::from(req.resources.vcpu) > u64::from(l.max_vcpu_total)
+            || memory + u64::from(req.resources.memory_mb) > l.max_memory_mb_total;
+        match full {
+            true => Err(EngineError::new(
+                ErrorCode::CapacityExhausted,
+                "the server has no capacity for this sandbox",
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// PENDING → STARTING → (runtime start) → RUNNING, or FAILED with the error.
+    async fn start(&self, e: &mut Entry) -> Result<(), EngineError> {
+        self.transition(e, SandboxStatus::Starting)?;
+        let spec = SandboxSpec {
+            id: e.sb.id,
+            image: e.sb.image.clone(),
+            extra_layers: e.extra_layers.clone(),
+            hostname: e.sb.name.clone().unwrap_or_else(|| "sandbox".into()),
+            vcpu: e.sb.resources.vcpu,
+            memory_mb: e.sb.resources.memory_mb,
+            pids_max: self.limits.pids_per_sandbox,
+        };
+        match self.blocking(move |rt| rt.start(&spec)).await? {
+            Ok(handle) => {
+                e.handle = Some(handle);
+                e.sb.started_at = Some(OffsetDateTime::now_utc());
+                if let Err(err) = self.transition(e, SandboxStatus::Running) {
+                    // Leave nothing behind that the store does not know about.
+                    let h = e.handle.take();
+                    self.blocking(move |rt| h.map(|h| rt.destroy(&h))).await?;
+                    return Err(err);
+                }
+                Ok(())
+            }
+            Err(err) => {
+                e.sb.error = Some(err.to_string());
+                e.sb.end_reason = Some(EndReason::StartFailed);
+                e.sb.ended_at = Some(OffsetDateTime::now_utc());
+                self.transition(e, SandboxStatus::Failed)?;
+                Err(runtime_error(
+                    &format!("sandbox {} failed to start", e.sb.id),
+                    err,
+                ))
+            }
+        }
+    }
+}

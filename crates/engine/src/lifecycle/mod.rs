@@ -1,0 +1,92 @@
+//! Lifecycle verbs (one per file) and the guarded transition and teardown they share.
+
+pub(crate) mod adopt;
+pub(crate) mod create;
+pub(crate) mod destroy;
+pub(crate) mod expiry;
+pub(crate) mod pause;
+pub(crate) mod query;
+
+use crate::convert::Entry;
+use crate::engine::Engine;
+use crate::error::{EngineError, ErrorCode};
+use crate::model::{EndReason, Sandbox};
+use crate::state::SandboxStatus;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The error for an operation the sandbox's state does not allow.
+pub(crate) fn wrong_state(sb: &Sandbox, wanted: &str) -> EngineError {
+    EngineError::new(
+        ErrorCode::WrongState,
+        format!(
+            "sandbox {} is {}; this needs it {wanted}",
+            sb.id,
+            sb.status.as_str()
+        ),
+    )
+}
+
+/// Whether an active sandbox's timeout has passed.
+pub(crate) fn is_due(sb: &Sandbox, now: OffsetDateTime) -> bool {
+    sb.status.is_active() && sb.expires_at.is_some_and(|t| t <= now)
+}
+
+impl Engine {
+    /// Moves the sandbox to `next` if the state machine allows it, and persists it.
+    pub(crate) fn transition(&self, e: &mut Entry, next: SandboxStatus) -> Result<(), EngineError> {
+        if !e.sb.status.can(next) {
+            return Err(EngineError::new(
+                ErrorCode::WrongState,
+                format!(
+                    "sandbox {} cannot go from {} to {}",
+                    e.sb.id,
+                    e.sb.status.as_str(),
+                    next.as_str()
+                ),
+            ));
+        }
+        e.sb.status = next;
+        self.save(e)
+    }
+
+    /// Ends an active sandbox: TERMINATING (persisted), teardown, TERMINATED with
+    /// `reason`. The caller holds the sandbox's exclusive lock. A teardown failure
+    /// leaves it FAILED with the error recorded.
+    pub(crate) async fn end(&self, e: &mut Entry, reason: EndReason) -> Result<(), EngineError> {
+        if e.sb.status.is_terminal() {
+            return Ok(());
+        }
+        if e.sb.status != SandboxStatus::Terminating {
+            self.transition(e, SandboxStatus::Terminating)?;
+        }
+        e.sb.end_reason = Some(reason);
+        e.sb.ended_at = Some(OffsetDateTime::now_utc());
+        let torn_down = match e.handle.clone() {
+            Some(h) => self.blocking(move |rt| rt.destroy(&h)).await?,
+            None => Ok(()),
+        };
+        match torn_down {
+            Ok(()) => self.transition(e, SandboxStatus::Terminated),
+            Err(err) => {
+                tracing::warn!(sandbox = %e.sb.id, error = %err, "sandbox teardown failed");
+                e.sb.error = Some(format!("teardown failed: {err}"));
+                self.transition(e, SandboxStatus::Failed)
+            }
+        }
+    }
+
+    /// Ends the sandbox with reason `timeout` when its expiry has passed, so that
+    /// every operation sees an expired sandbox as terminated.
+    pub(crate) async fn expire_if_due(&self, ws: &str, id: Uuid) -> Result<(), EngineError> {
+        if !is_due(&self.load(ws, id)?.sb, OffsetDateTime::now_utc()) {
+            return Ok(());
+        }
+        let _guard = self.locks.get(id).write_owned().await;
+        let mut e = self.load(ws, id)?;
+        if is_due(&e.sb, OffsetDateTime::now_utc()) {
+            self.end(&mut e, EndReason::Timeout).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,76 @@
+//! `pause` and `resume`: freeze and thaw a sandbox's processes, memory kept resident.
+
+use crate::engine::{runtime_error, Engine};
+use crate::error::EngineError;
+use crate::lifecycle::wrong_state;
+use crate::model::{Sandbox, WorkspaceId};
+use crate::state::SandboxStatus::{self, *};
+use uuid::Uuid;
+
+/// Which way a freeze/thaw goes.
+#[derive(Clone, Copy)]
+enum Direction {
+    Pause,
+    Resume,
+}
+
+impl Direction {
+    /// (from, via, to) statuses.
+    fn path(self) -> (SandboxStatus, SandboxStatus, SandboxStatus) {
+        match self {
+            Direction::Pause => (Running, Pausing, Paused),
+            Direction::Resume => (Paused, Resuming, Running),
+        }
+    }
+}
+
+impl Engine {
+    /// RUNNING → PAUSING → (freeze) → PAUSED; a PAUSED sandbox is returned unchanged.
+    pub async fn pause(&self, ws: &WorkspaceId, id: Uuid) -> Result<Sandbox, EngineError> {
+        self.freeze_or_thaw(ws, id, Direction::Pause).await
+    }
+
+    /// PAUSED → RESUMING → (thaw) → RUNNING; a RUNNING sandbox is returned unchanged.
+    pub async fn resume(&self, ws: &WorkspaceId, id: Uuid) -> Result<Sandbox, EngineError> {
+        self.freeze_or_thaw(ws, id, Direction::Resume).await
+    }
+
+    async fn freeze_or_thaw(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        dir: Direction,
+    ) -> Result<Sandbox, EngineError> {
+        let (from, via, to) = dir.path();
+        let (_guard, mut e) = self.exclusive(ws, id).await?;
+        if e.sb.status == to {
+            return Ok(e.sb);
+        }
+        if e.sb.status != from {
+            return Err(wrong_state(&e.sb, from.as_str()));
+        }
+        let Some(handle) = e.handle.clone() else {
+            return Err(wrong_state(&e.sb, "started"));
+        };
+        self.transition(&mut e, via)?;
+        let done = self
+            .blocking(move |rt| match dir {
+                Direction::Pause => rt.freeze(&handle),
+                Direction::Resume => rt.thaw(&handle),
+            })
+            .await?;
+        match done {
+            Ok(()) => {
+                self.transition(&mut e, to)?;
+                Ok(e.sb)
+            }
+            Err(err) => {
+                self.transition(&mut e, from)?;
+                Err(runtime_error(
+                    &format!("cannot {} sandbox {id}", via.as_str().to_lowercase()),
+                    err,
+                ))
+            }
+        }
+    }
+}

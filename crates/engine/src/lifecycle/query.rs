@@ -1,0 +1,41 @@
+//! `get` and `list`: reading sandboxes of a workspace.
+
+use crate::convert::entry_from_record;
+use crate::cursor;
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::lifecycle::is_due;
+use crate::model::{Page, PageRequest, Sandbox, WorkspaceId};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+impl Engine {
+    /// One sandbox of `ws` (ended first if its timeout passed).
+    pub async fn get(&self, ws: &WorkspaceId, id: Uuid) -> Result<Sandbox, EngineError> {
+        self.expire_if_due(ws, id).await?;
+        Ok(self.load(ws, id)?.sb)
+    }
+
+    /// The workspace's sandboxes, newest first (created_at DESC, id DESC), terminated
+    /// ones included.
+    pub async fn list(
+        &self,
+        ws: &WorkspaceId,
+        page: PageRequest,
+    ) -> Result<Page<Sandbox>, EngineError> {
+        let limit = cursor::page_size(page.limit);
+        let rows = self
+            .store
+            .list_sandboxes(ws, limit + 1, cursor::after(&page)?)?;
+        let mut items = Vec::with_capacity(rows.len());
+        for rec in rows {
+            let mut sb = entry_from_record(rec)?.sb;
+            if is_due(&sb, OffsetDateTime::now_utc()) {
+                self.expire_if_due(ws, sb.id).await?;
+                sb = self.load(ws, sb.id)?.sb;
+            }
+            items.push(sb);
+        }
+        Ok(cursor::keyset_page(items, limit, |s| (s.created_at, s.id)))
+    }
+}

@@ -1,0 +1,52 @@
+//! `exec`: run a command to completion and capture its output.
+
+use super::Hold;
+use crate::engine::Engine;
+use crate::error::{EngineError, ErrorCode};
+use crate::model::{ExecCommand, ExecResult, WorkspaceId};
+use crate::validate;
+use sandboxd_agent_protocol::ExecRequest;
+use uuid::Uuid;
+
+impl Engine {
+    /// Runs `cmd` in a RUNNING sandbox. A timeout is `ExecTimedOut`, output past the
+    /// cap is `ExecOutputTooLarge`.
+    pub async fn exec(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        cmd: ExecCommand,
+    ) -> Result<ExecResult, EngineError> {
+        validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
+        let timeout_ms = u64::try_from(cmd.timeout.as_millis()).unwrap_or(u64::MAX);
+        let result = self
+            .with_agent(ws, id, Hold::Call, |client, e| {
+                let env = match cmd.env {
+                    Some(env) => Some(env),
+                    None => self.default_env(e)?,
+                };
+                let req = ExecRequest {
+                    argv: cmd.argv,
+                    env,
+                    cwd: cmd.cwd,
+                    timeout_ms,
+                    max_output_bytes: cmd.max_output_bytes,
+                };
+                Ok(async move { client.exec(&req).await })
+            })
+            .await?;
+        if result.timed_out {
+            return Err(EngineError::new(
+                ErrorCode::ExecTimedOut,
+                format!("the command did not finish within {timeout_ms} ms"),
+            ));
+        }
+        if result.output_truncated {
+            return Err(EngineError::new(
+                ErrorCode::ExecOutputTooLarge,
+                format!("the command's output passed {} bytes", cmd.max_output_bytes),
+            ));
+        }
+        Ok(result)
+    }
+}

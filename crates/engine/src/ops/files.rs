@@ -1,0 +1,97 @@
+//! File download and upload, streamed and never buffered whole.
+
+use super::Hold;
+use crate::engine::Engine;
+use crate::error::{EngineError, ErrorCode};
+use crate::model::{FileMeta, FileWritten, WorkspaceId};
+use crate::validate;
+use futures_util::stream::StreamExt;
+use sandboxd_agent_protocol::client::ByteStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// Wraps `body` so that it fails (and sets `over`) once more than `max` bytes passed.
+fn capped(body: ByteStream, max: u64, over: Arc<AtomicBool>) -> ByteStream {
+    let mut seen: u64 = 0;
+    body.map(move |chunk| {
+        let chunk = chunk?;
+        seen = seen.saturating_add(chunk.len() as u64);
+        if seen > max {
+            over.store(true, Ordering::SeqCst);
+            return Err(std::io::Error::other("upload too large"));
+        }
+        Ok(chunk)
+    })
+    .boxed()
+}
+
+impl Engine {
+    /// A regular file's metadata and its bytes as a stream.
+    pub async fn read_file(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        path: &str,
+    ) -> Result<(FileMeta, ByteStream), EngineError> {
+        validate::abs_path("path", path)?;
+        let path = path.to_owned();
+        self.with_agent(ws, id, Hold::Check, |client, _| {
+            Ok(async move { client.read_file(&path).await })
+        })
+        .await
+    }
+
+    /// Atomically replaces `path` with the streamed `body`; past `max_bytes` the upload
+    /// is aborted with `FileTooLarge` and the old file stays.
+    pub async fn write_file(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        path: &str,
+        mode: u32,
+        body: ByteStream,
+        max_bytes: u64,
+    ) -> Result<FileWritten, EngineError> {
+        validate::abs_path("path", path)?;
+        if mode > 0o7777 {
+            return Err(EngineError::invalid(format!(
+                "file mode {mode:o} is not a permission mode"
+            )));
+        }
+        let over = Arc::new(AtomicBool::new(false));
+        let body = capped(body, max_bytes, over.clone());
+        let path = path.to_owned();
+        let written = self
+            .with_agent(ws, id, Hold::Check, |client, _| {
+                Ok(async move { client.write_file(&path, mode, body).await })
+            })
+            .await;
+        if over.load(Ordering::SeqCst) {
+            return Err(EngineError::new(
+                ErrorCode::FileTooLarge,
+                format!("the file is larger than {max_bytes} bytes"),
+            ));
+        }
+        written
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[tokio::test]
+    async fn the_cap_fails_the_stream_once_passed() {
+        let body = || {
+            let chunks = [Bytes::from_static(b"abc"), Bytes::from_static(b"def")];
+            futures_util::stream::iter(chunks.map(Ok)).boxed()
+        };
+        let over = Arc::new(AtomicBool::new(false));
+        let out: Vec<_> = capped(body(), 6, over.clone()).collect().await;
+        assert!(out.iter().all(|c| c.is_ok()) && !over.load(Ordering::SeqCst));
+        let out: Vec<_> = capped(body(), 5, over.clone()).collect().await;
+        assert!(out[0].is_ok() && out[1].is_err() && over.load(Ordering::SeqCst));
+    }
+}

@@ -1,0 +1,126 @@
+//! Operations answered by the agent inside a RUNNING sandbox, and what they share:
+//! the state guard, the default environment, and crash detection.
+
+mod exec;
+mod files;
+mod processes;
+mod streams;
+
+use crate::agent_error;
+use crate::convert::Entry;
+use crate::engine::Engine;
+use crate::error::{EngineError, ErrorCode};
+use crate::lifecycle::wrong_state;
+use crate::model::{EndReason, WorkspaceId};
+use crate::state::SandboxStatus;
+use sandboxd_agent_protocol::{AgentClient, ClientError};
+use std::collections::BTreeMap;
+use std::future::Future;
+use uuid::Uuid;
+
+pub use streams::FrameStream;
+
+/// The environment the agent gives a command when none is sent; the engine sends it
+/// itself whenever the sandbox has create-time variables or secrets to add.
+pub const AGENT_DEFAULT_ENV: [(&str, &str); 4] = [
+    (
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ),
+    ("HOME", "/root"),
+    ("TERM", "xterm-256color"),
+    ("LANG", "C.UTF-8"),
+];
+
+/// How long an agent call holds the sandbox's shared lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// For the whole call (bounded calls: lifecycle changes wait for it).
+    Call,
+    /// Only for the state check (waits, streams, uploads: unbounded in time).
+    Check,
+}
+
+impl Engine {
+    /// Runs one agent call against a RUNNING sandbox of `ws`. An unreachable agent
+    /// whose sandbox turns out dead ends the sandbox (TERMINATED, `crashed`).
+    pub(crate) async fn with_agent<T, Fut>(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        hold: Hold,
+        call: impl FnOnce(AgentClient, &Entry) -> Result<Fut, EngineError>,
+    ) -> Result<T, EngineError>
+    where
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let (guard, e) = self.shared(ws, id).await?;
+        if e.sb.status != SandboxStatus::Running {
+            return Err(wrong_state(&e.sb, "RUNNING"));
+        }
+        let Some(handle) = &e.handle else {
+            return Err(EngineError::new(
+                ErrorCode::Internal,
+                format!("sandbox {id} has no handle"),
+            ));
+        };
+        let pending = call(AgentClient::new(&handle.agent_socket), &e)?;
+        let guard = match hold {
+            Hold::Call => Some(guard),
+            Hold::Check => None,
+        };
+        let result = pending.await;
+        drop(guard);
+        match result {
+            Ok(v) => Ok(v),
+            Err(err) => {
+                if agent_error::is_unreachable(&err) {
+                    self.end_if_dead(ws, id).await;
+                }
+                Err(agent_error::map(err))
+            }
+        }
+    }
+
+    /// Ends a RUNNING sandbox whose agent is no longer alive.
+    async fn end_if_dead(&self, ws: &str, id: Uuid) {
+        let _guard = self.locks.get(id).write_owned().await;
+        let Ok(mut e) = self.load(ws, id) else { return };
+        let Some(handle) = e
+            .handle
+            .clone()
+            .filter(|_| e.sb.status == SandboxStatus::Running)
+        else {
+            return;
+        };
+        if let Ok(false) = self.blocking(move |rt| rt.is_alive(&handle)).await {
+            tracing::warn!(sandbox = %id, "agent gone; ending the sandbox as crashed");
+            if let Err(err) = self.end(&mut e, EndReason::Crashed).await {
+                tracing::warn!(sandbox = %id, error = %err, "cannot end crashed sandbox");
+            }
+        }
+    }
+
+    /// The environment a command gets when the caller sends none: `None` (the agent's
+    /// defaults) unless the sandbox adds variables or secrets on top of them.
+    pub(crate) fn default_env(
+        &self,
+        e: &Entry,
+    ) -> Result<Option<BTreeMap<String, String>>, EngineError> {
+        if e.sb.environment.is_empty() && e.sb.secrets.is_empty() {
+            return Ok(None);
+        }
+        let mut env: BTreeMap<String, String> = AGENT_DEFAULT_ENV
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.extend(e.sb.environment.clone());
+        for name in &e.sb.secrets {
+            // A secret deleted since the sandbox was created is simply left out.
+            if let Some(value) = self.store.get_secret(&e.sb.workspace, name)? {
+                env.insert(name.clone(), String::from_utf8_lossy(&value).into_owned());
+            }
+        }
+        Ok(Some(env))
+    }
+}

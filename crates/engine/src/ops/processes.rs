@@ -1,0 +1,109 @@
+//! Managed processes: start, list, get, signal, wait.
+
+use super::Hold;
+use crate::cursor;
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::model::{Page, PageRequest, ProcessInfo, StartCommand, WorkspaceId};
+use crate::validate;
+use sandboxd_agent_protocol::{SignalRequest, StartProcess};
+use std::time::Duration;
+use uuid::Uuid;
+
+impl Engine {
+    /// Starts a managed process; the engine chooses its id (UUID v4).
+    pub async fn start_process(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        cmd: StartCommand,
+    ) -> Result<ProcessInfo, EngineError> {
+        validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
+        self.with_agent(ws, id, Hold::Call, |client, e| {
+            let env = match cmd.env {
+                Some(env) => Some(env),
+                None => self.default_env(e)?,
+            };
+            let req = StartProcess {
+                id: Uuid::new_v4(),
+                argv: cmd.argv,
+                env,
+                cwd: cmd.cwd,
+            };
+            Ok(async move { client.start_process(&req).await })
+        })
+        .await
+    }
+
+    /// The sandbox's managed processes sorted by id; the cursor is the last id seen.
+    pub async fn list_processes(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        page: PageRequest,
+    ) -> Result<Page<ProcessInfo>, EngineError> {
+        let limit = cursor::page_size(page.limit) as usize;
+        let after = page.cursor.as_deref().map(cursor::decode_id).transpose()?;
+        let mut all = self
+            .with_agent(ws, id, Hold::Call, |client, _| {
+                Ok(async move { client.list_processes().await })
+            })
+            .await?;
+        all.sort_by_key(|p| p.id);
+        let mut items: Vec<ProcessInfo> = all
+            .into_iter()
+            .filter(|p| after.is_none_or(|a| p.id > a))
+            .take(limit + 1)
+            .collect();
+        let more = items.len() > limit;
+        items.truncate(limit);
+        let next_cursor = match (more, items.last()) {
+            (true, Some(last)) => Some(cursor::encode_id(last.id)),
+            _ => None,
+        };
+        Ok(Page { items, next_cursor })
+    }
+
+    pub async fn get_process(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        pid: Uuid,
+    ) -> Result<ProcessInfo, EngineError> {
+        self.with_agent(ws, id, Hold::Call, |client, _| {
+            Ok(async move { client.get_process(pid).await })
+        })
+        .await
+    }
+
+    /// Sends `signal` (1–64) to the process, or to its process group when `group`.
+    pub async fn signal_process(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        pid: Uuid,
+        signal: i32,
+        group: bool,
+    ) -> Result<(), EngineError> {
+        validate::signal(signal)?;
+        let req = SignalRequest { signal, group };
+        self.with_agent(ws, id, Hold::Call, |client, _| {
+            Ok(async move { client.signal(pid, &req).await })
+        })
+        .await
+    }
+
+    /// Waits until the process ends; `WaitTimedOut` after `timeout`.
+    pub async fn wait_process(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        pid: Uuid,
+        timeout: Duration,
+    ) -> Result<ProcessInfo, EngineError> {
+        self.with_agent(ws, id, Hold::Check, |client, _| {
+            Ok(async move { client.wait(pid, timeout).await })
+        })
+        .await
+    }
+}

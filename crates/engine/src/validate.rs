@@ -1,0 +1,127 @@
+//! Argument checks made before anything reaches the store, the runtime or the agent.
+
+use crate::error::EngineError;
+use std::collections::BTreeMap;
+
+/// A sandbox name: 1–63 characters of `[a-z0-9_-]`.
+pub fn sandbox_name(name: &str) -> Result<(), EngineError> {
+    let ok = (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    ok.then_some(()).ok_or_else(|| {
+        EngineError::invalid(format!(
+            "sandbox name {name:?} must be 1-63 characters of a-z, 0-9, '-' and '_'"
+        ))
+    })
+}
+
+/// A snapshot name: 1–128 printable characters.
+pub fn snapshot_name(name: &str) -> Result<(), EngineError> {
+    let ok = (1..=128).contains(&name.chars().count()) && !name.chars().any(char::is_control);
+    ok.then_some(())
+        .ok_or_else(|| EngineError::invalid("snapshot name must be 1-128 printable characters"))
+}
+
+/// An environment variable or secret name: `[A-Za-z_][A-Za-z0-9_]*`, at most 256 bytes.
+pub fn env_name(name: &str) -> Result<(), EngineError> {
+    let mut bytes = name.bytes();
+    let ok = name.len() <= 256
+        && bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    ok.then_some(())
+        .ok_or_else(|| EngineError::invalid(format!("invalid variable name {name:?}")))
+}
+
+pub fn environment(env: &BTreeMap<String, String>) -> Result<(), EngineError> {
+    for (k, v) in env {
+        env_name(k)?;
+        no_nul("environment value", v)?;
+    }
+    Ok(())
+}
+
+fn no_nul(what: &str, s: &str) -> Result<(), EngineError> {
+    match s.contains('\0') {
+        true => Err(EngineError::invalid(format!("{what} contains a NUL byte"))),
+        false => Ok(()),
+    }
+}
+
+/// An absolute path inside the sandbox without NUL bytes.
+pub fn abs_path(what: &str, path: &str) -> Result<(), EngineError> {
+    no_nul(what, path)?;
+    match path.starts_with('/') {
+        true => Ok(()),
+        false => Err(EngineError::invalid(format!(
+            "{what} {path:?} must be an absolute path"
+        ))),
+    }
+}
+
+/// A command: non-empty argv, absolute executable, no NUL anywhere.
+pub fn command(
+    argv: &[String],
+    env: Option<&BTreeMap<String, String>>,
+    cwd: Option<&str>,
+) -> Result<(), EngineError> {
+    let exe = argv
+        .first()
+        .ok_or_else(|| EngineError::invalid("argv must not be empty"))?;
+    abs_path("executable", exe)?;
+    for arg in argv {
+        no_nul("argument", arg)?;
+    }
+    if let Some(env) = env {
+        environment(env)?;
+    }
+    if let Some(cwd) = cwd {
+        abs_path("working directory", cwd)?;
+    }
+    Ok(())
+}
+
+/// A signal number: 1–64.
+pub fn signal(sig: i32) -> Result<(), EngineError> {
+    match (1..=64).contains(&sig) {
+        true => Ok(()),
+        false => Err(EngineError::invalid(format!("signal {sig} is not in 1-64"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn names() {
+        assert!(sandbox_name("web-1_a").is_ok());
+        assert!(sandbox_name("").is_err());
+        assert!(sandbox_name("Web").is_err());
+        assert!(sandbox_name(&"a".repeat(64)).is_err());
+        assert!(env_name("_A1").is_ok() && env_name("1A").is_err() && env_name("A-B").is_err());
+    }
+
+    #[test]
+    fn commands() {
+        assert!(command(&s(&["/bin/echo", "hi"]), None, Some("/tmp")).is_ok());
+        assert!(command(&s(&["echo"]), None, None).is_err());
+        assert!(command(&[], None, None).is_err());
+        assert!(command(&s(&["/bin/echo", "a\0b"]), None, None).is_err());
+        assert!(command(&s(&["/bin/true"]), None, Some("tmp")).is_err());
+        let env = BTreeMap::from([("A".to_string(), "x\0".to_string())]);
+        assert!(command(&s(&["/bin/true"]), Some(&env), None).is_err());
+    }
+
+    #[test]
+    fn signals() {
+        assert!(signal(1).is_ok() && signal(64).is_ok());
+        assert!(signal(0).is_err() && signal(65).is_err() && signal(-9).is_err());
+    }
+}
