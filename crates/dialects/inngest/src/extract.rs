@@ -1,0 +1,124 @@
+//! Request extractors that fail in the dialect's error shape: the authenticated
+//! workspace, strict JSON bodies and query strings.
+
+use crate::error::{ApiError, JSON_BODY_LIMIT};
+use crate::AppState;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use sandboxd_dialect_common::{bearer_token, read_json};
+use crate::params::path_id;
+use sandboxd_engine::{ErrorCode, WorkspaceId, DEFAULT_WORKSPACE};
+use uuid::Uuid;
+use serde::de::DeserializeOwned;
+
+/// Header naming the environment when the key is account-scoped.
+pub const ENV_HEADER: &str = "x-inngest-env";
+/// The key permission sandbox routes need.
+pub const PERMISSION: &str = "sandboxes";
+
+/// The workspace the request's API key (and `X-Inngest-Env`) selects.
+pub struct Workspace(pub WorkspaceId);
+
+impl FromRequestParts<AppState> for Workspace {
+    type Rejection = ApiError;
+
+    /// A workspace-scoped key selects its workspace. An account-scoped key selects the
+    /// environment named by `X-Inngest-Env`, or the default workspace without one.
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let key = bearer_token(&parts.headers).ok_or_else(ApiError::unauthorized)?;
+        let principal = state.engine.authenticate(key)?.ok_or_else(ApiError::unauthorized)?;
+        let env = parts.headers.get(ENV_HEADER).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
+        let workspace = match (principal.workspace.clone(), env) {
+            (Some(own), _) => own,
+            (None, None) => DEFAULT_WORKSPACE.to_owned(),
+            (None, Some(env)) => match state.engine.workspace_by_inngest_env(env)? {
+                Some(found) => found.id,
+                None => return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "access_denied",
+                    format!("X-Inngest-Env {env:?} does not match an environment"),
+                )),
+            },
+        };
+        if !principal.can_use(&workspace) || !principal.allows(PERMISSION) {
+            return Err(ApiError::new(StatusCode::FORBIDDEN, "access_denied", "sandbox access is not enabled for this key"));
+        }
+        Ok(Workspace(workspace))
+    }
+}
+
+/// A JSON body: `application/json`, at most 1 MiB, one value, no unknown fields.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        Ok(ApiJson(read_json(&parts.headers, body, JSON_BODY_LIMIT).await?))
+    }
+}
+
+/// A query string; malformed encoding is an `invalid_request`.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(ApiQuery(value)),
+            Err(rejection) => Err(ApiError::invalid_request(rejection.body_text())),
+        }
+    }
+}
+
+/// `{sandbox_id}` of the path; a non-canonical ID is `sandbox_not_found`.
+pub struct SandboxPath(pub Uuid);
+
+/// `{sandbox_id}/processes/{process_id}` of the path.
+pub struct ProcessPath(pub Uuid, pub Uuid);
+
+/// `{snapshot_id}` of the path; a non-canonical ID is `sandbox_snapshot_not_found`.
+pub struct SnapshotPath(pub Uuid);
+
+async fn path_params<S: Send + Sync>(parts: &mut Parts, state: &S) -> Result<Vec<String>, ApiError> {
+    match Path::<Vec<(String, String)>>::from_request_parts(parts, state).await {
+        Ok(Path(params)) => Ok(params.into_iter().map(|(_, v)| v).collect()),
+        Err(rejection) => Err(ApiError::invalid_request(rejection.body_text())),
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for SandboxPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let params = path_params(parts, state).await?;
+        let raw = params.first().map(String::as_str).unwrap_or("");
+        Ok(SandboxPath(path_id(raw, ErrorCode::SandboxNotFound)?))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ProcessPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let params = path_params(parts, state).await?;
+        let raw = |i: usize| params.get(i).map(String::as_str).unwrap_or("");
+        Ok(ProcessPath(
+            path_id(raw(0), ErrorCode::SandboxNotFound)?,
+            path_id(raw(1), ErrorCode::ProcessNotFound)?,
+        ))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for SnapshotPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let params = path_params(parts, state).await?;
+        let raw = params.first().map(String::as_str).unwrap_or("");
+        Ok(SnapshotPath(path_id(raw, ErrorCode::SnapshotNotFound)?))
+    }
+}

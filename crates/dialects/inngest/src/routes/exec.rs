@@ -1,0 +1,56 @@
+//! Captured command execution.
+
+use crate::duration::parse_timeout;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, SandboxPath, Workspace};
+use crate::params::ProcessSpec;
+use crate::{render, views, AppState};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use sandboxd_engine::ExecCommand;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Longest `timeout` of Exec and Wait.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default `timeout` of Exec and Wait.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Combined stdout+stderr cap of a captured command.
+pub const MAX_EXEC_OUTPUT: u64 = 4 * 1024 * 1024;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecBody {
+    command: Vec<String>,
+    environment: Option<BTreeMap<String, String>>,
+    cwd: Option<String>,
+    timeout: Option<String>,
+}
+
+/// Parses an optional Go-duration timeout: default 30s, greater than zero, at most 5m.
+pub fn timeout_or_default(raw: Option<&str>) -> Result<Duration, ApiError> {
+    match raw {
+        None => Ok(DEFAULT_TIMEOUT),
+        Some(raw) => parse_timeout(raw, MAX_TIMEOUT).map_err(|e| ApiError::invalid_field(e.0)),
+    }
+}
+
+pub async fn exec(
+    State(state): State<AppState>,
+    Workspace(ws): Workspace,
+    SandboxPath(id): SandboxPath,
+    ApiJson(body): ApiJson<ExecBody>,
+) -> Result<Response, ApiError> {
+    let spec = ProcessSpec::parse(body.command, body.environment, body.cwd)?;
+    let command = ExecCommand {
+        argv: spec.argv,
+        env: spec.env,
+        cwd: spec.cwd,
+        timeout: timeout_or_default(body.timeout.as_deref())?,
+        max_output_bytes: MAX_EXEC_OUTPUT,
+    };
+    let result = state.engine.exec(&ws, id, command).await?;
+    Ok(render::data(StatusCode::OK, views::exec(&result)))
+}

@@ -1,0 +1,18 @@
+//! Handlers, one file per resource group; each parses, validates, calls one engine
+//! operation and renders.
+
+pub mod exec;
+pub mod files;
+pub mod lifecycle;
+pub mod output;
+pub mod processes;
+pub mod sandboxes;
+pub mod snapshots;
+
+use crate::error::ApiError;
+use axum::http::StatusCode;
+
+/// Unknown routes answer in the dialect's error shape.
+pub async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+}

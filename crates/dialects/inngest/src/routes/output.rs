@@ -1,0 +1,75 @@
+//! Process output (retained, and tail-and-follow) and sandbox logs.
+
+use crate::error::ApiError;
+use crate::extract::{ApiQuery, ProcessPath, SandboxPath, Workspace};
+use crate::frames::{api_frames, StreamFrame};
+use crate::params::{parse_follow, parse_tail_bytes};
+use crate::{render, AppState};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use futures_util::StreamExt;
+use sandboxd_dialect_common::ndjson_body;
+use serde::{Deserialize, Serialize};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TailQuery {
+    tail_bytes: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct FollowQuery {
+    follow: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Chunks {
+    chunks: Vec<crate::views::ChunkView>,
+}
+
+/// `GET …/output`: the retained output as one JSON document.
+pub async fn retained(
+    State(state): State<AppState>,
+    Workspace(ws): Workspace,
+    ProcessPath(id, pid): ProcessPath,
+    ApiQuery(query): ApiQuery<TailQuery>,
+) -> Result<Response, ApiError> {
+    let tail = parse_tail_bytes(query.tail_bytes.as_deref())?;
+    let frames = state.engine.process_output(&ws, id, pid, tail, false).await?;
+    let mut frames = Box::pin(api_frames(frames));
+    let mut chunks = Vec::new();
+    while let Some(frame) = frames.next().await {
+        match frame {
+            StreamFrame::Log(chunk) => chunks.push(chunk),
+            StreamFrame::Error { error, .. } => {
+                return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, error.code, error.message))
+            }
+        }
+    }
+    Ok(render::data(StatusCode::OK, Chunks { chunks }))
+}
+
+/// `GET …/output/stream`: the retained tail, then live output, as NDJSON.
+pub async fn stream(
+    State(state): State<AppState>,
+    Workspace(ws): Workspace,
+    ProcessPath(id, pid): ProcessPath,
+    ApiQuery(query): ApiQuery<TailQuery>,
+) -> Result<Response, ApiError> {
+    let tail = parse_tail_bytes(query.tail_bytes.as_deref())?;
+    let frames = state.engine.process_output(&ws, id, pid, tail, true).await?;
+    Ok(ndjson_body(api_frames(frames)))
+}
+
+/// `GET /v2/sandboxes/{id}/logs?follow=`: the sandbox's output as NDJSON.
+pub async fn logs(
+    State(state): State<AppState>,
+    Workspace(ws): Workspace,
+    SandboxPath(id): SandboxPath,
+    ApiQuery(query): ApiQuery<FollowQuery>,
+) -> Result<Response, ApiError> {
+    let follow = parse_follow(query.follow.as_deref())?;
+    let frames = state.engine.logs(&ws, id, follow).await?;
+    Ok(ndjson_body(api_frames(frames)))
+}

@@ -1,0 +1,111 @@
+//! Create, list, get and destroy sandboxes.
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiQuery, SandboxPath, Workspace};
+use crate::params::{canonical_uuid, validate_environment, validate_name, PageQuery};
+use crate::{render, views, AppState};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use sandboxd_engine::{CreateSandbox, Resources, SandboxStatus};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// `POST /v2/sandboxes`: the spec's fields plus the SDK's `environment`, `secrets` and
+/// `snapshotId` (a clone takes its resources from the snapshot when none are given).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CreateBody {
+    name: String,
+    vcpu: Option<u32>,
+    memory_mb: Option<u32>,
+    environment: Option<BTreeMap<String, String>>,
+    secrets: Option<Vec<String>>,
+    snapshot_id: Option<String>,
+}
+
+impl CreateBody {
+    fn into_request(self) -> Result<CreateSandbox, ApiError> {
+        validate_name(&self.name)?;
+        let environment = self.environment.unwrap_or_default();
+        validate_environment(&environment)?;
+        let snapshot_id = match self.snapshot_id.as_deref() {
+            Some(raw) => Some(canonical_uuid(raw).ok_or_else(|| {
+                ApiError::invalid_field("snapshotId must be a canonical lowercase UUID")
+            })?),
+            None => None,
+        };
+        let resources = match (self.vcpu, self.memory_mb, snapshot_id) {
+            (Some(0), _, _) => return Err(ApiError::invalid_field("vcpu must be positive")),
+            (_, Some(0), _) => return Err(ApiError::invalid_field("memoryMb must be positive")),
+            (Some(vcpu), Some(memory_mb), _) => Resources { vcpu, memory_mb },
+            // A clone without resources takes its snapshot's (filled in by `create`).
+            (None, None, Some(_)) => Resources { vcpu: 0, memory_mb: 0 },
+            _ => return Err(ApiError::invalid_request("vcpu and memoryMb are required")),
+        };
+        Ok(CreateSandbox {
+            name: Some(self.name),
+            resources,
+            image: None,
+            snapshot_id,
+            environment,
+            secrets: self.secrets.unwrap_or_default(),
+            metadata: BTreeMap::new(),
+            timeout: None,
+        })
+    }
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    Workspace(ws): Workspace,
+    ApiJson(body): ApiJson<CreateBody>,
+) -> Result<Response, ApiError> {
+    let mut request = body.into_request()?;
+    if let (Some(snapshot), 0) = (request.snapshot_id, request.resources.vcpu) {
+        request.resources = state.engine.get_snapshot(&ws, snapshot).await?.resources;
+    }
+    let (mut sandbox, created_now) = state.engine.create(&ws, request).await?;
+    let status = match (created_now, sandbox.status) {
+        (false, _) => StatusCode::OK,
+        (true, SandboxStatus::Running) => StatusCode::CREATED,
+        (true, _) => StatusCode::ACCEPTED,
+    };
+    if status == StatusCode::ACCEPTED && sandbox.status == SandboxStatus::Pending {
+        // Create reports only STARTING or RUNNING; PENDING is the start of STARTING.
+        sandbox.status = SandboxStatus::Starting;
+    }
+    Ok(render::data(status, views::sandbox(&sandbox)))
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    Workspace(ws): Workspace,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Response, ApiError> {
+    let page = query.page()?;
+    let limit = page.limit;
+    let sandboxes = state.engine.list(&ws, page).await?;
+    Ok(render::list(sandboxes, limit, views::sandbox))
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    Workspace(ws): Workspace,
+    SandboxPath(id): SandboxPath,
+) -> Result<Response, ApiError> {
+    let sandbox = state.engine.get(&ws, id).await?;
+    Ok(render::data(StatusCode::OK, views::sandbox(&sandbox)))
+}
+
+pub async fn destroy(
+    State(state): State<AppState>,
+    Workspace(ws): Workspace,
+    SandboxPath(id): SandboxPath,
+) -> Result<Response, ApiError> {
+    let sandbox = state.engine.destroy(&ws, id).await?;
+    if sandbox.status.is_terminal() {
+        return Ok(render::no_content());
+    }
+    Ok(render::data(StatusCode::ACCEPTED, views::sandbox(&sandbox)))
+}

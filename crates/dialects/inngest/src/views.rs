@@ -1,0 +1,189 @@
+//! How engine resources look on the wire: sandboxes, processes, snapshots, output chunks.
+
+use sandboxd_dialect_common::rfc3339_nanos;
+use sandboxd_engine::{
+    ExecResult, FileWritten, Frame, ProcessInfo, ProcessState, Resources, Sandbox, Snapshot,
+    StreamKind,
+};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcesView {
+    vcpu: u32,
+    memory_mb: u32,
+}
+
+impl From<Resources> for ResourcesView {
+    fn from(r: Resources) -> Self {
+        Self { vcpu: r.vcpu, memory_mb: r.memory_mb }
+    }
+}
+
+/// The sandbox resource.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxView {
+    id: Uuid,
+    name: String,
+    status: &'static str,
+    vpc_id: Uuid,
+    image_ref: String,
+    resources: ResourcesView,
+    created_at: String,
+    started_at: Option<String>,
+    ended_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// The informational VPC ID: stable per workspace (each workspace has one egress-only VPC).
+pub fn vpc_id(workspace: &str) -> Uuid {
+    Uuid::new_v5(&Uuid::NAMESPACE_URL, format!("sandboxd:vpc:{workspace}").as_bytes())
+}
+
+pub fn sandbox(s: &Sandbox) -> SandboxView {
+    SandboxView {
+        id: s.id,
+        name: s.name.clone().unwrap_or_else(|| s.id.to_string()),
+        status: s.status.as_str(),
+        vpc_id: vpc_id(&s.workspace),
+        image_ref: s.image.clone(),
+        resources: s.resources.into(),
+        created_at: rfc3339_nanos(s.created_at),
+        started_at: s.started_at.map(rfc3339_nanos),
+        ended_at: s.ended_at.map(rfc3339_nanos),
+        error: s.error.clone().filter(|e| !e.is_empty()),
+    }
+}
+
+/// The process resource (also the Wait answer).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessView {
+    id: Uuid,
+    command: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
+    state: ProcessState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    termination_signal: Option<i32>,
+    started_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ended_at: Option<String>,
+}
+
+pub fn process(p: &ProcessInfo) -> ProcessView {
+    let exited = p.state == ProcessState::Exited;
+    let killed = p.state == ProcessState::Killed;
+    ProcessView {
+        id: p.id,
+        command: p.argv.clone(),
+        pid: (p.pid > 0).then_some(p.pid),
+        state: p.state,
+        exit_code: if exited { Some(p.exit_code.unwrap_or(0)) } else { None },
+        termination_signal: if killed { Some(p.signal.unwrap_or(9)) } else { None },
+        started_at: p.started_at.clone(),
+        ended_at: p.ended_at.clone(),
+    }
+}
+
+/// A captured command's result.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecView {
+    stdout: String,
+    stderr: String,
+    encoding: &'static str,
+    exit_code: i32,
+}
+
+pub fn exec(r: &ExecResult) -> ExecView {
+    // A command ended by a signal reports the shell convention 128+signal.
+    let exit_code = r.exit_code.or(r.signal.map(|s| 128 + s)).unwrap_or(-1);
+    ExecView { stdout: r.stdout.clone(), stderr: r.stderr.clone(), encoding: "base64", exit_code }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileWrittenView {
+    path: String,
+    bytes_written: u64,
+}
+
+pub fn file_written(w: &FileWritten) -> FileWrittenView {
+    FileWrittenView { path: w.path.clone(), bytes_written: w.bytes_written }
+}
+
+/// One chunk of retained output (`data` is base64).
+#[derive(Serialize)]
+pub struct ChunkView {
+    stream: StreamKind,
+    data: String,
+    encoding: &'static str,
+    at: String,
+}
+
+/// The chunk carried by a `log` frame; other frames carry none.
+pub fn chunk(frame: &Frame) -> Option<ChunkView> {
+    match frame {
+        Frame::Log { stream, data, at, .. } => {
+            Some(ChunkView { stream: *stream, data: data.clone(), encoding: "base64", at: at.clone() })
+        }
+        _ => None,
+    }
+}
+
+/// The snapshot resource (the SDK's shape: READY snapshots carry a sha256 source image).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotView {
+    id: Uuid,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    source_image_id: String,
+    status: &'static str,
+    compatibility_id: String,
+    resources: ResourcesView,
+    memory_pack_count: u32,
+    disk_pack_count: u32,
+    stored_bytes: u64,
+    created_at: String,
+    updated_at: String,
+    expires_at: String,
+    source_sandbox_id: Uuid,
+}
+
+/// Snapshots that never expire report the largest RFC 3339 time.
+const NEVER: &str = "9999-12-31T23:59:59.999999999Z";
+
+pub fn snapshot(s: &Snapshot) -> SnapshotView {
+    SnapshotView {
+        id: s.id,
+        name: s.name.clone(),
+        source_image_id: sha256_id(&s.image),
+        status: "READY",
+        compatibility_id: format!("sandboxd-linux-overlay-v1:{}", sha256_id(&s.image)),
+        resources: s.resources.into(),
+        memory_pack_count: 0,
+        disk_pack_count: s.layers.len() as u32,
+        stored_bytes: s.size_bytes,
+        created_at: rfc3339_nanos(s.created_at),
+        updated_at: rfc3339_nanos(s.created_at),
+        expires_at: s.expires_at.map(rfc3339_nanos).unwrap_or_else(|| NEVER.to_owned()),
+        source_sandbox_id: s.source_sandbox_id,
+    }
+}
+
+/// An image's ID as lowercase sha256 hex: the digest itself when it already is one.
+fn sha256_id(image: &str) -> String {
+    let bare = image.strip_prefix("sha256:").unwrap_or(image);
+    if bare.len() == 64 && bare.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return bare.to_owned();
+    }
+    hex::encode(Sha256::digest(image.as_bytes()))
+}

@@ -1,0 +1,151 @@
+//! Server configuration in layers: defaults, then an optional TOML file (unknown fields
+//! rejected), then `SANDBOXD_*` environment variables. The master key never appears in
+//! `Debug` output or logs.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Where and how the server runs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// An API key accepted for the default workspace (created on start if missing).
+    pub master_key: Option<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
+            data_dir: PathBuf::from("./.sandboxd"),
+            master_key: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("listen", &self.listen)
+            .field("data_dir", &self.data_dir)
+            .field("master_key", &self.master_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// Why the configuration could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}")]
+    Read { path: PathBuf, #[source] source: std::io::Error },
+    #[error("invalid config file {path}")]
+    Parse { path: PathBuf, #[source] source: toml::de::Error },
+    #[error("invalid value of {var}: {message}")]
+    Env { var: &'static str, message: String },
+}
+
+/// The file layer: every field optional, nothing else allowed.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLayer {
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    master_key: Option<String>,
+}
+
+impl ServerConfig {
+    /// Defaults, overlaid by `file` (if given) and then by the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_with(file, |name| std::env::var(name).ok())
+    }
+
+    /// [`ServerConfig::load`] with the environment supplied by `env`.
+    pub fn load_with(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+            let layer: FileLayer = toml::from_str(&text)
+                .map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?;
+            config.apply(layer);
+        }
+        let listen = match env("SANDBOXD_LISTEN") {
+            Some(raw) => Some(raw.parse().map_err(|e: std::net::AddrParseError| {
+                ConfigError::Env { var: "SANDBOXD_LISTEN", message: e.to_string() }
+            })?),
+            None => None,
+        };
+        config.apply(FileLayer {
+            listen,
+            data_dir: env("SANDBOXD_DATA_DIR").map(PathBuf::from),
+            master_key: env("SANDBOXD_MASTER_KEY"),
+        });
+        Ok(config)
+    }
+
+    fn apply(&mut self, layer: FileLayer) {
+        if let Some(listen) = layer.listen {
+            self.listen = listen;
+        }
+        if let Some(dir) = layer.data_dir {
+            self.data_dir = dir;
+        }
+        if let Some(key) = layer.master_key.filter(|k| !k.trim().is_empty()) {
+            self.master_key = Some(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn load(file: Option<&str>, env: &[(&str, &str)]) -> Result<ServerConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sandboxd.toml");
+        if let Some(text) = file {
+            std::fs::write(&path, text).unwrap();
+        }
+        let env: HashMap<String, String> =
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        ServerConfig::load_with(file.map(|_| path.as_path()), |k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = load(None, &[]).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:7420");
+        assert_eq!(c.data_dir, PathBuf::from("./.sandboxd"));
+        assert_eq!(c.master_key, None);
+    }
+
+    #[test]
+    fn env_overrides_file_overrides_defaults() {
+        let file = "listen = \"0.0.0.0:9000\"\ndata_dir = \"/var/lib/sandboxd\"\nmaster_key = \"f\"\n";
+        let c = load(Some(file), &[("SANDBOXD_MASTER_KEY", "e")]).unwrap();
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(c.data_dir, PathBuf::from("/var/lib/sandboxd"));
+        assert_eq!(c.master_key.as_deref(), Some("e"));
+        let c = load(Some(file), &[("SANDBOXD_LISTEN", "127.0.0.1:0")]).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:0");
+    }
+
+    #[test]
+    fn rejects_unknown_fields_and_bad_values() {
+        assert!(matches!(load(Some("listen_addr = \"x\"\n"), &[]), Err(ConfigError::Parse { .. })));
+        assert!(matches!(load(None, &[("SANDBOXD_LISTEN", "nope")]), Err(ConfigError::Env { .. })));
+    }
+
+    #[test]
+    fn debug_redacts_the_master_key() {
+        let c = ServerConfig { master_key: Some("s3cret-key".into()), ..Default::default() };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret-key") && shown.contains("<redacted>"), "{shown}");
+    }
+}

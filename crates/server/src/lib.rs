@@ -1,0 +1,8 @@
+//! The sandboxd HTTP server: layered configuration, one axum app that merges every API
+//! dialect's router, and a serve loop with graceful shutdown.
+
+pub mod config;
+mod serve;
+
+pub use config::{ConfigError, ServerConfig};
+pub use serve::{app, serve, shutdown_signal};

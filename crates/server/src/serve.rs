@@ -1,0 +1,54 @@
+//! Binding, serving and graceful shutdown. Stopping the server leaves sandboxes running:
+//! the engine re-adopts them on the next start.
+
+use crate::config::ServerConfig;
+use anyhow::Context;
+use axum::Router;
+use sandboxd_engine::Engine;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// One router serving every dialect.
+pub fn app(engine: Arc<Engine>) -> Router {
+    Router::new().merge(sandboxd_dialect_inngest::router(engine))
+}
+
+/// Serves the API on `config.listen` until `shutdown` completes, then lets in-flight
+/// requests finish. Logs `listening on ADDR` (the bound address) once it accepts.
+pub async fn serve(
+    config: ServerConfig,
+    engine: Arc<Engine>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    if let Some(key) = &config.master_key {
+        engine.ensure_master_key(key).context("cannot register the master key")?;
+    } else {
+        tracing::warn!("no master key configured: only keys already in the store are accepted");
+    }
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr().context("cannot read the bound address")?;
+    tracing::info!("listening on {addr}");
+    axum::serve(listener, app(engine))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("the HTTP server failed")?;
+    tracing::info!("stopped; sandboxes keep running");
+    Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        tracing::warn!("cannot install signal handlers; stop the server with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+    }
+}
