@@ -224,4 +224,34 @@ mod tests {
         });
         assert_eq!(code, 7);
     }
+
+    #[test]
+    fn common_toolchains_run_confined() {
+        let plan = prepare().expect("prepare");
+        let code = in_confined_child(&plan, || {
+            let bash = c"/usr/bin/bash";
+            let script = c"set -e; d=$(mktemp -d); trap 'rm -rf \"$d\"' EXIT
+                if command -v python3 >/dev/null; then
+                  python3 -c 'import subprocess,threading,os; t=threading.Thread(target=print); t.start(); t.join(); assert subprocess.run([\"true\"]).returncode == 0' >/dev/null
+                fi
+                if command -v node >/dev/null; then
+                  node -e 'require(\"child_process\").execFileSync(\"true\"); new Promise(r => setTimeout(r, 1))' >/dev/null
+                fi
+                if command -v gcc >/dev/null; then
+                  printf 'int main(void){return 3;}' > \"$d/m.c\"; gcc -o \"$d/m\" \"$d/m.c\"
+                  set +e; \"$d/m\"; test $? = 3 || exit 1; set -e
+                fi
+                exit 9";
+            let argv = [
+                bash.as_ptr(),
+                c"-c".as_ptr(),
+                script.as_ptr(),
+                std::ptr::null(),
+            ];
+            // SAFETY: NUL-terminated argv of valid C strings.
+            unsafe { libc::execv(bash.as_ptr(), argv.as_ptr()) };
+            99
+        });
+        assert_eq!(code, 9);
+    }
 }

@@ -20,7 +20,7 @@ pub(crate) const COMMON: &[libc::c_long] = &[
     libc::SYS_geteuid, libc::SYS_getgid, libc::SYS_getgroups, libc::SYS_getitimer,
     libc::SYS_getpeername, libc::SYS_getpgid, libc::SYS_getpid, libc::SYS_getppid,
     libc::SYS_getpriority, libc::SYS_getrandom, libc::SYS_getresgid, libc::SYS_getresuid,
-    libc::SYS_getrlimit, libc::SYS_get_robust_list, libc::SYS_getrusage, libc::SYS_getsid,
+    libc::SYS_get_robust_list, libc::SYS_getrusage, libc::SYS_getsid,
     libc::SYS_getsockname, libc::SYS_getsockopt, libc::SYS_gettid, libc::SYS_gettimeofday,
     libc::SYS_getuid, libc::SYS_getxattr, libc::SYS_inotify_add_watch, libc::SYS_inotify_init1,
     libc::SYS_inotify_rm_watch, libc::SYS_io_cancel, libc::SYS_io_destroy,
@@ -41,7 +41,7 @@ pub(crate) const COMMON: &[libc::c_long] = &[
     libc::SYS_pselect6, libc::SYS_pwrite64, libc::SYS_pwritev, libc::SYS_pwritev2,
     libc::SYS_read, libc::SYS_readahead, libc::SYS_readlinkat, libc::SYS_readv,
     libc::SYS_recvfrom, libc::SYS_recvmmsg, libc::SYS_recvmsg, libc::SYS_remap_file_pages,
-    libc::SYS_removexattr, libc::SYS_renameat, libc::SYS_renameat2, libc::SYS_restart_syscall,
+    libc::SYS_removexattr, libc::SYS_renameat2, libc::SYS_restart_syscall,
     libc::SYS_rseq, libc::SYS_rt_sigaction, libc::SYS_rt_sigpending, libc::SYS_rt_sigprocmask,
     libc::SYS_rt_sigqueueinfo, libc::SYS_rt_sigreturn, libc::SYS_rt_sigsuspend,
     libc::SYS_rt_sigtimedwait, libc::SYS_rt_tgsigqueueinfo, libc::SYS_sched_getaffinity,
@@ -54,12 +54,12 @@ pub(crate) const COMMON: &[libc::c_long] = &[
     libc::SYS_sendto, libc::SYS_setfsgid, libc::SYS_setfsuid, libc::SYS_setgid,
     libc::SYS_setgroups, libc::SYS_setitimer, libc::SYS_setpgid, libc::SYS_setpriority,
     libc::SYS_setregid, libc::SYS_setresgid, libc::SYS_setresuid, libc::SYS_setreuid,
-    libc::SYS_setrlimit, libc::SYS_set_robust_list, libc::SYS_setsid, libc::SYS_setsockopt,
+    libc::SYS_set_robust_list, libc::SYS_setsid, libc::SYS_setsockopt,
     libc::SYS_set_tid_address, libc::SYS_setuid, libc::SYS_setxattr, libc::SYS_shmat,
     libc::SYS_shmctl, libc::SYS_shmdt, libc::SYS_shmget, libc::SYS_shutdown,
     libc::SYS_sigaltstack, libc::SYS_signalfd4, libc::SYS_socket, libc::SYS_socketpair,
     libc::SYS_splice, libc::SYS_statfs, libc::SYS_statx, libc::SYS_symlinkat, libc::SYS_sync,
-    libc::SYS_sync_file_range, libc::SYS_syncfs, libc::SYS_sysinfo, libc::SYS_tee,
+    libc::SYS_syncfs, libc::SYS_sysinfo, libc::SYS_tee,
     libc::SYS_tgkill, libc::SYS_timer_create, libc::SYS_timer_delete,
     libc::SYS_timer_getoverrun, libc::SYS_timer_gettime, libc::SYS_timer_settime,
     libc::SYS_timerfd_create, libc::SYS_timerfd_gettime, libc::SYS_timerfd_settime,
@@ -80,12 +80,14 @@ pub(crate) const ARCH_SPECIFIC: &[libc::c_long] = &[
     libc::SYS_pipe, libc::SYS_poll, libc::SYS_readlink, libc::SYS_rename, libc::SYS_rmdir,
     libc::SYS_select, libc::SYS_set_thread_area, libc::SYS_signalfd, libc::SYS_stat,
     libc::SYS_symlink, libc::SYS_time, libc::SYS_unlink, libc::SYS_utime, libc::SYS_utimes,
-    libc::SYS_vfork,
+    libc::SYS_vfork, libc::SYS_getrlimit, libc::SYS_setrlimit, libc::SYS_renameat,
+    libc::SYS_sync_file_range,
 ];
 
-/// aarch64 has no legacy syscalls beyond the common table.
+/// Generic-table syscalls the `libc` crate names on x86_64 only: getrlimit (163),
+/// setrlimit (164), renameat (38), sync_file_range (84) in arm64's unistd.h.
 #[cfg(target_arch = "aarch64")]
-pub(crate) const ARCH_SPECIFIC: &[libc::c_long] = &[];
+pub(crate) const ARCH_SPECIFIC: &[libc::c_long] = &[163, 164, 38, 84];
 
 /// `personality(2)` values allowed (as Docker does): Linux, UNAME26, ADDR_NO_RANDOMIZE
 /// combinations, and the query value.
