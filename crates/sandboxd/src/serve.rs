@@ -1,0 +1,65 @@
+//! `sandboxd serve`: opens the store, the Linux backend and the engine (re-adopting
+//! running sandboxes), then serves every API dialect until SIGTERM or SIGINT.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sandboxd_engine::{Engine, EngineConfig, Limits};
+use sandboxd_server::ServerConfig;
+use sandboxd_store::SqliteStore;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Name of the database file in the data directory.
+pub const DATABASE_FILE: &str = "sandboxd.db";
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1:7420, or `listen` of the config file,
+    /// or SANDBOXD_LISTEN].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Data directory: database, layers and sandbox state [default: ./.sandboxd].
+    #[arg(long = "data-dir")]
+    pub data_dir: Option<PathBuf>,
+    /// TOML configuration file (`listen`, `data_dir`, `master_key`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+pub fn main(args: ServeArgs) -> Result<ExitCode> {
+    init_logging();
+    let mut config = ServerConfig::load(args.config.as_deref())?;
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(dir) = args.data_dir {
+        config.data_dir = dir;
+    }
+    tracing::info!(?config, "starting");
+    let tokio = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    tokio.block_on(run(config))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run(config: ServerConfig) -> Result<()> {
+    let runtime = Arc::new(crate::runtime::open_linux(&config.data_dir)?);
+    let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
+        .context("opening the sandbox database")?;
+    let engine: Arc<Engine> = Engine::open(EngineConfig {
+        data_dir: config.data_dir.clone(),
+        runtime,
+        store: Arc::new(store),
+        limits: Limits::default(),
+    })
+    .context("opening the engine")?;
+    sandboxd_server::serve(config, engine, sandboxd_server::shutdown_signal()).await
+}
+
+/// Logs to stderr, `info` unless `RUST_LOG` says otherwise.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
