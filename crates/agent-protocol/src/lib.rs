@@ -17,6 +17,23 @@
 //! - `PUT  /v1/files?path=P&mode=OCTAL` raw body → [`FileWritten`] (atomic replacement)
 //!
 //! Every error is a JSON [`AgentError`] body with a stable `code`.
+//!
+//! Semantics fixed by the agent:
+//! - Output frames are chunks exactly as read (at most 32 KiB each, arbitrary bytes),
+//!   in read order across stdout and stderr. `tail_bytes=N` returns the newest *whole*
+//!   chunks whose sizes sum to at most N; if the newest chunk alone is larger than N it
+//!   is returned alone (a tail is never empty while output exists). `0` means all.
+//! - An output stream of a process that has already ended (follow or not) ends with its
+//!   `Exit` frame; with `follow=true` on a running process, live chunks follow the tail
+//!   and the stream ends after `Exit`. A follower that falls behind gets `Lagged`.
+//!   If the process's ring is evicted while followed, the stream ends without `Exit`.
+//! - A process is reported terminal once its exit status is collected and its output
+//!   pipes are drained (or, when a descendant keeps them open, after a 1 s grace).
+//! - `wait` without `timeout_ms` waits indefinitely.
+//! - Exec: `timeout_ms: 0` means no timeout; `max_output_bytes: 0` means the agent's
+//!   default cap (16 MiB). Signals are 1..=64; signalling an ended process is a no-op.
+//! - Files: `mode` defaults to `644`; uploads land in a temp file beside the target and
+//!   are renamed into place (the parent directory must exist).
 
 pub mod client;
 pub mod query;
