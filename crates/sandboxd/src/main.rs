@@ -1,6 +1,8 @@
 //! The `sandboxd` binary: server, in-process runner, agent entry point and tools.
 
+mod bench;
 mod init;
+mod run;
 mod runtime;
 mod serve;
 
@@ -20,6 +22,12 @@ enum Command {
     SandboxInit(init::InitArgs),
     /// Serve the HTTP APIs (Inngest REST v2, …) until SIGTERM or SIGINT.
     Serve(serve::ServeArgs),
+    /// Run one command in a fresh sandbox (no server needed), then destroy it.
+    ///
+    /// Exits with the command's exit code, or 128+N when signal N killed it.
+    Run(run::RunArgs),
+    /// Measure sandboxd against baselines taken in the same run.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -30,5 +38,16 @@ fn main() -> std::process::ExitCode {
             eprintln!("sandboxd serve: {err:#}");
             std::process::ExitCode::FAILURE
         }),
+        Command::Run(args) => run::main(args).unwrap_or_else(|err| {
+            eprintln!("sandboxd run: {err:#}");
+            std::process::ExitCode::from(125)
+        }),
+        Command::Bench(args) => match bench::main(args) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("sandboxd bench: {err:#}");
+                std::process::ExitCode::FAILURE
+            }
+        },
     }
 }
