@@ -9,7 +9,9 @@ use inngest_api::{Api, MASTER};
 use serde_json::{json, Value};
 
 fn decode(v: &Value) -> String {
-    let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap_or("")).unwrap_or_default();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(v.as_str().unwrap_or(""))
+        .unwrap_or_default();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -42,39 +44,85 @@ async fn process_errors_and_output_retention() {
     Api::run(|api| async move {
         let id = api.sandbox("proc-rules").await;
         let procs = format!("/v2/sandboxes/{id}/processes");
-        let sleeper = api.post(&procs, json!({"command": ["/bin/sleep", "30"]})).await;
+        let sleeper = api
+            .post(&procs, json!({"command": ["/bin/sleep", "30"]}))
+            .await;
         assert_eq!(sleeper.status, StatusCode::CREATED, "{}", sleeper.json());
-        let pid = sleeper.json()["data"]["id"].as_str().expect("id").to_owned();
+        let pid = sleeper.json()["data"]["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
         assert_eq!(sleeper.json()["data"]["state"], "RUNNING");
         let one = format!("{procs}/{pid}");
-        api.post(&format!("{one}/wait?timeout=100ms"), json!(null)).await.expect(504, "sandbox_process_wait_timed_out");
-        api.post(&format!("{one}/wait?timeout=6m"), json!(null)).await.expect(400, "invalid_field_format");
-        api.get(&format!("{one}/output?tailBytes=524289")).await.expect(400, "invalid_field_format");
-        api.get(&format!("{one}/output?tailBytes=-1")).await.expect(400, "invalid_field_format");
+        api.post(&format!("{one}/wait?timeout=100ms"), json!(null))
+            .await
+            .expect(504, "sandbox_process_wait_timed_out");
+        api.post(&format!("{one}/wait?timeout=6m"), json!(null))
+            .await
+            .expect(400, "invalid_field_format");
+        api.get(&format!("{one}/output?tailBytes=524289"))
+            .await
+            .expect(400, "invalid_field_format");
+        api.get(&format!("{one}/output?tailBytes=-1"))
+            .await
+            .expect(400, "invalid_field_format");
         for signal in [0, 65] {
-            api.post(&format!("{one}/signals"), json!({"signal": signal})).await.expect(400, "invalid_field_format");
+            api.post(&format!("{one}/signals"), json!({"signal": signal}))
+                .await
+                .expect(400, "invalid_field_format");
         }
-        api.post(&format!("{one}/signals"), json!({"signal": 9, "extra": 1})).await.expect(400, "invalid_request");
+        api.post(&format!("{one}/signals"), json!({"signal": 9, "extra": 1}))
+            .await
+            .expect(400, "invalid_request");
         let missing = "6f1c2d52-8a57-4c4b-9a42-3f6a43d1a001";
-        api.get(&format!("{procs}/{missing}")).await.expect(404, "sandbox_process_not_found");
-        let killed = api.post(&format!("{one}/signals"), json!({"signal": 9, "includeChildren": true})).await;
+        api.get(&format!("{procs}/{missing}"))
+            .await
+            .expect(404, "sandbox_process_not_found");
+        let killed = api
+            .post(
+                &format!("{one}/signals"),
+                json!({"signal": 9, "includeChildren": true}),
+            )
+            .await;
         assert_eq!(killed.status, StatusCode::NO_CONTENT);
         let waited = api.post(&format!("{one}/wait"), json!(null)).await.json();
-        assert_eq!((waited["data"]["state"].as_str(), waited["data"]["terminationSignal"].as_i64()), (Some("KILLED"), Some(9)));
+        assert_eq!(
+            (
+                waited["data"]["state"].as_str(),
+                waited["data"]["terminationSignal"].as_i64()
+            ),
+            (Some("KILLED"), Some(9))
+        );
         assert!(waited["data"].get("exitCode").is_none(), "{waited}");
         // Only the newest 32 output rings are retained.
         for _ in 0..32 {
             let started = api.post(&procs, json!({"command": ["/bin/true"]})).await;
             assert_eq!(started.status, StatusCode::CREATED);
         }
-        api.get(&format!("{one}/output")).await.expect(404, "sandbox_process_output_not_retained");
-        api.get(&format!("{one}/output/stream")).await.expect(404, "sandbox_process_output_not_retained");
+        api.get(&format!("{one}/output"))
+            .await
+            .expect(404, "sandbox_process_output_not_retained");
+        api.get(&format!("{one}/output/stream"))
+            .await
+            .expect(404, "sandbox_process_output_not_retained");
         let page = api.get(&format!("{procs}?limit=20")).await.json();
-        assert_eq!((page["data"].as_array().map(Vec::len), &page["page"]["hasMore"]), (Some(20), &json!(true)));
+        assert_eq!(
+            (
+                page["data"].as_array().map(Vec::len),
+                &page["page"]["hasMore"]
+            ),
+            (Some(20), &json!(true))
+        );
         let cursor = page["page"]["cursor"].as_str().expect("cursor");
-        let rest = api.get(&format!("{procs}?limit=20&cursor={cursor}")).await.json();
+        let rest = api
+            .get(&format!("{procs}?limit=20&cursor={cursor}"))
+            .await
+            .json();
         assert_eq!(rest["data"].as_array().map(Vec::len), Some(13));
-        assert!(page["data"][19]["id"].as_str() < rest["data"][0]["id"].as_str(), "sorted by UUID");
+        assert!(
+            page["data"][19]["id"].as_str() < rest["data"][0]["id"].as_str(),
+            "sorted by UUID"
+        );
     })
     .await;
 }
@@ -86,35 +134,92 @@ async fn files_streams_and_lifecycle() {
         let files = format!("/v2/sandboxes/{id}/files");
         let put = |q: &str, body: &'static str| {
             let (api, uri) = (api.clone(), format!("{files}?{q}"));
-            async move { api.raw(Method::PUT, &uri, "application/octet-stream", body).await }
+            async move {
+                api.raw(Method::PUT, &uri, "application/octet-stream", body)
+                    .await
+            }
         };
-        put("path=tmp/x", "a").await.expect(400, "invalid_field_format");
-        put("path=/tmp/x&mode=0800", "a").await.expect(400, "invalid_field_format");
-        put("path=/tmp/x&mode=0000", "a").await.expect(400, "invalid_field_format");
+        put("path=tmp/x", "a")
+            .await
+            .expect(400, "invalid_field_format");
+        put("path=/tmp/x&mode=0800", "a")
+            .await
+            .expect(400, "invalid_field_format");
+        put("path=/tmp/x&mode=0000", "a")
+            .await
+            .expect(400, "invalid_field_format");
         put("mode=0644", "a").await.expect(400, "invalid_request");
-        put("path=/tmp", "a").await.expect(400, "invalid_field_format");
-        let big = Request::put(format!("{files}?path=/tmp/big")).header(header::CONTENT_LENGTH, 100 * 1024 * 1024 + 1);
-        api.send(Some(MASTER), big, axum::body::Body::empty()).await.expect(413, "sandbox_file_too_large");
+        put("path=/tmp", "a")
+            .await
+            .expect(400, "invalid_field_format");
+        let big = Request::put(format!("{files}?path=/tmp/big"))
+            .header(header::CONTENT_LENGTH, 100 * 1024 * 1024 + 1);
+        api.send(Some(MASTER), big, axum::body::Body::empty())
+            .await
+            .expect(413, "sandbox_file_too_large");
         let written = put("path=/tmp/x&mode=0600", "abc").await;
-        assert_eq!(written.json()["data"], json!({"path": "/tmp/x", "bytesWritten": 3}));
+        assert_eq!(
+            written.json()["data"],
+            json!({"path": "/tmp/x", "bytesWritten": 3})
+        );
         let got = api.get(&format!("{files}?path=/tmp/x")).await;
-        assert_eq!((&got.body[..], got.headers["x-sandbox-file-mode"].to_str().ok()), (&b"abc"[..], Some("0600")));
-        api.get(&format!("{files}?path=/tmp/none")).await.expect(404, "sandbox_file_not_found");
-        api.get(&format!("/v2/sandboxes/{id}/logs?follow=yes")).await.expect(400, "invalid_field_format");
+        assert_eq!(
+            (
+                &got.body[..],
+                got.headers["x-sandbox-file-mode"].to_str().ok()
+            ),
+            (&b"abc"[..], Some("0600"))
+        );
+        api.get(&format!("{files}?path=/tmp/none"))
+            .await
+            .expect(404, "sandbox_file_not_found");
+        api.get(&format!("/v2/sandboxes/{id}/logs?follow=yes"))
+            .await
+            .expect(400, "invalid_field_format");
         let logs = api.get(&format!("/v2/sandboxes/{id}/logs")).await;
-        assert_eq!((logs.status, logs.headers[header::CONTENT_TYPE].to_str().ok()), (StatusCode::OK, Some("application/x-ndjson")));
-        let paused = api.post(&format!("/v2/sandboxes/{id}/pause"), json!(null)).await;
+        assert_eq!(
+            (
+                logs.status,
+                logs.headers[header::CONTENT_TYPE].to_str().ok()
+            ),
+            (StatusCode::OK, Some("application/x-ndjson"))
+        );
+        let paused = api
+            .post(&format!("/v2/sandboxes/{id}/pause"), json!(null))
+            .await;
         assert_eq!(paused.json()["data"]["status"], "PAUSED");
-        let exec = api.post(&format!("/v2/sandboxes/{id}/exec"), json!({"command": ["/bin/true"]})).await;
+        let exec = api
+            .post(
+                &format!("/v2/sandboxes/{id}/exec"),
+                json!({"command": ["/bin/true"]}),
+            )
+            .await;
         assert_eq!(exec.status, StatusCode::CONFLICT, "{}", exec.json());
-        let resumed = api.post(&format!("/v2/sandboxes/{id}/resume"), json!(null)).await;
+        let resumed = api
+            .post(&format!("/v2/sandboxes/{id}/resume"), json!(null))
+            .await;
         assert_eq!(resumed.json()["data"]["status"], "RUNNING");
-        let snap = api.raw(Method::POST, &format!("/v2/sandboxes/{id}/snapshots"), "application/json", "").await;
+        let snap = api
+            .raw(
+                Method::POST,
+                &format!("/v2/sandboxes/{id}/snapshots"),
+                "application/json",
+                "",
+            )
+            .await;
         assert_eq!(snap.status, StatusCode::CREATED, "{}", snap.json());
         let snap_id = snap.json()["data"]["id"].as_str().expect("id").to_owned();
-        let deleted = api.send(Some(MASTER), Request::delete(format!("/v2/snapshots/{snap_id}")), axum::body::Body::empty()).await;
+        let deleted = api
+            .send(
+                Some(MASTER),
+                Request::delete(format!("/v2/snapshots/{snap_id}")),
+                axum::body::Body::empty(),
+            )
+            .await;
         assert_eq!(deleted.status, StatusCode::NO_CONTENT);
-        api.get(&format!("/v2/snapshots/{snap_id}")).await.expect(404, "sandbox_snapshot_not_found");
+        api.get(&format!("/v2/snapshots/{snap_id}"))
+            .await
+            .expect(404, "sandbox_snapshot_not_found");
     })
     .await;
 }

@@ -30,7 +30,10 @@ impl std::fmt::Debug for ServerConfig {
         f.debug_struct("ServerConfig")
             .field("listen", &self.listen)
             .field("data_dir", &self.data_dir)
-            .field("master_key", &self.master_key.as_ref().map(|_| "<redacted>"))
+            .field(
+                "master_key",
+                &self.master_key.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -39,9 +42,17 @@ impl std::fmt::Debug for ServerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}")]
-    Read { path: PathBuf, #[source] source: std::io::Error },
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("invalid config file {path}")]
-    Parse { path: PathBuf, #[source] source: toml::de::Error },
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
     #[error("invalid value of {var}: {message}")]
     Env { var: &'static str, message: String },
 }
@@ -68,16 +79,26 @@ impl ServerConfig {
     ) -> Result<Self, ConfigError> {
         let mut config = Self::default();
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-            let layer: FileLayer = toml::from_str(&text)
-                .map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?;
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            let layer: FileLayer = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+                path: path.to_owned(),
+                source,
+            })?;
             config.apply(layer);
         }
         let listen = match env("SANDBOXD_LISTEN") {
-            Some(raw) => Some(raw.parse().map_err(|e: std::net::AddrParseError| {
-                ConfigError::Env { var: "SANDBOXD_LISTEN", message: e.to_string() }
-            })?),
+            Some(raw) => {
+                Some(
+                    raw.parse()
+                        .map_err(|e: std::net::AddrParseError| ConfigError::Env {
+                            var: "SANDBOXD_LISTEN",
+                            message: e.to_string(),
+                        })?,
+                )
+            }
             None => None,
         };
         config.apply(FileLayer {
@@ -112,8 +133,10 @@ mod tests {
         if let Some(text) = file {
             std::fs::write(&path, text).unwrap();
         }
-        let env: HashMap<String, String> =
-            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         ServerConfig::load_with(file.map(|_| path.as_path()), |k| env.get(k).cloned())
     }
 
@@ -127,7 +150,8 @@ mod tests {
 
     #[test]
     fn env_overrides_file_overrides_defaults() {
-        let file = "listen = \"0.0.0.0:9000\"\ndata_dir = \"/var/lib/sandboxd\"\nmaster_key = \"f\"\n";
+        let file =
+            "listen = \"0.0.0.0:9000\"\ndata_dir = \"/var/lib/sandboxd\"\nmaster_key = \"f\"\n";
         let c = load(Some(file), &[("SANDBOXD_MASTER_KEY", "e")]).unwrap();
         assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
         assert_eq!(c.data_dir, PathBuf::from("/var/lib/sandboxd"));
@@ -138,14 +162,26 @@ mod tests {
 
     #[test]
     fn rejects_unknown_fields_and_bad_values() {
-        assert!(matches!(load(Some("listen_addr = \"x\"\n"), &[]), Err(ConfigError::Parse { .. })));
-        assert!(matches!(load(None, &[("SANDBOXD_LISTEN", "nope")]), Err(ConfigError::Env { .. })));
+        assert!(matches!(
+            load(Some("listen_addr = \"x\"\n"), &[]),
+            Err(ConfigError::Parse { .. })
+        ));
+        assert!(matches!(
+            load(None, &[("SANDBOXD_LISTEN", "nope")]),
+            Err(ConfigError::Env { .. })
+        ));
     }
 
     #[test]
     fn debug_redacts_the_master_key() {
-        let c = ServerConfig { master_key: Some("s3cret-key".into()), ..Default::default() };
+        let c = ServerConfig {
+            master_key: Some("s3cret-key".into()),
+            ..Default::default()
+        };
         let shown = format!("{c:?}");
-        assert!(!shown.contains("s3cret-key") && shown.contains("<redacted>"), "{shown}");
+        assert!(
+            !shown.contains("s3cret-key") && shown.contains("<redacted>"),
+            "{shown}"
+        );
     }
 }

@@ -22,14 +22,18 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     if let Some(key) = &config.master_key {
-        engine.ensure_master_key(key).context("cannot register the master key")?;
+        engine
+            .ensure_master_key(key)
+            .context("cannot register the master key")?;
     } else {
         tracing::warn!("no master key configured: only keys already in the store are accepted");
     }
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let addr = listener.local_addr().context("cannot read the bound address")?;
+    let addr = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
     tracing::info!("listening on {addr}");
     axum::serve(listener, app(engine))
         .with_graceful_shutdown(shutdown)
@@ -42,8 +46,10 @@ pub async fn serve(
 /// Completes on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::warn!("cannot install signal handlers; stop the server with SIGKILL");
         return std::future::pending().await;
     };

@@ -106,7 +106,10 @@ mod tests {
 
     fn json_headers() -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
+        h.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/json; charset=utf-8"),
+        );
         h
     }
 
@@ -122,11 +125,26 @@ mod tests {
     #[tokio::test]
     async fn classifies_failures() {
         assert!(matches!(read("").await, Err(JsonBodyError::Empty)));
-        assert!(matches!(read("{\"n\":").await, Err(JsonBodyError::Syntax(_))));
-        assert!(matches!(read("{\"n\":1}{}").await, Err(JsonBodyError::Syntax(_))));
-        assert!(matches!(read("{\"n\":\"x\"}").await, Err(JsonBodyError::Shape(_))));
-        assert!(matches!(read("{\"n\":1,\"m\":2}").await, Err(JsonBodyError::Shape(_))));
-        assert!(matches!(read("{\"n\":1}            ").await, Err(JsonBodyError::TooLarge { .. })));
+        assert!(matches!(
+            read("{\"n\":").await,
+            Err(JsonBodyError::Syntax(_))
+        ));
+        assert!(matches!(
+            read("{\"n\":1}{}").await,
+            Err(JsonBodyError::Syntax(_))
+        ));
+        assert!(matches!(
+            read("{\"n\":\"x\"}").await,
+            Err(JsonBodyError::Shape(_))
+        ));
+        assert!(matches!(
+            read("{\"n\":1,\"m\":2}").await,
+            Err(JsonBodyError::Shape(_))
+        ));
+        assert!(matches!(
+            read("{\"n\":1}            ").await,
+            Err(JsonBodyError::TooLarge { .. })
+        ));
     }
 
     #[tokio::test]

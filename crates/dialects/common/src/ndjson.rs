@@ -19,9 +19,10 @@ where
         Ok::<_, std::io::Error>(Bytes::from(line))
     });
     let mut response = Body::from_stream(lines).into_response();
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
     response
 }
 
@@ -32,7 +33,8 @@ mod tests {
 
     #[tokio::test]
     async fn one_value_per_line() {
-        let frames = futures_util::stream::iter(vec![serde_json::json!({"a":1}), serde_json::json!("b")]);
+        let frames =
+            futures_util::stream::iter(vec![serde_json::json!({"a":1}), serde_json::json!("b")]);
         let response = ndjson_body(frames);
         assert_eq!(response.headers()[CONTENT_TYPE], "application/x-ndjson");
         let body = response.into_body().collect().await.unwrap().to_bytes();

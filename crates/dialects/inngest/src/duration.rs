@@ -38,11 +38,24 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
         if int_part.is_empty() && frac_part.is_empty() {
             return Err(bad());
         }
-        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
         let (unit, after) = after.split_at(unit_len);
-        let scale = UNITS.iter().find(|(name, _)| *name == unit).ok_or_else(bad)?.1;
-        let whole: u128 = if int_part.is_empty() { 0 } else { int_part.parse().map_err(|_| bad())? };
-        total_ns = whole.checked_mul(scale).and_then(|v| v.checked_add(total_ns)).ok_or_else(bad)?;
+        let scale = UNITS
+            .iter()
+            .find(|(name, _)| *name == unit)
+            .ok_or_else(bad)?
+            .1;
+        let whole: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().map_err(|_| bad())?
+        };
+        total_ns = whole
+            .checked_mul(scale)
+            .and_then(|v| v.checked_add(total_ns))
+            .ok_or_else(bad)?;
         total_ns += fraction_ns(frac_part, scale);
         rest = after;
     }
@@ -68,7 +81,10 @@ pub fn parse_timeout(input: &str, max: Duration) -> Result<Duration, DurationErr
         return Err(DurationError("timeout must be greater than zero".into()));
     }
     if value > max {
-        return Err(DurationError(format!("timeout must be at most {}s", max.as_secs())));
+        return Err(DurationError(format!(
+            "timeout must be at most {}s",
+            max.as_secs()
+        )));
     }
     Ok(value)
 }
@@ -89,14 +105,19 @@ mod tests {
         assert_eq!(ms("1.5h"), 5_400_000);
         assert_eq!(ms(".5s"), 500);
         assert_eq!(ms("1h2m3s4ms"), 3_723_004);
-        assert_eq!(parse_go_duration("1500us").unwrap(), Duration::from_micros(1500));
+        assert_eq!(
+            parse_go_duration("1500us").unwrap(),
+            Duration::from_micros(1500)
+        );
         assert_eq!(parse_go_duration("7ns").unwrap(), Duration::from_nanos(7));
         assert_eq!(ms("0"), 0);
     }
 
     #[test]
     fn rejects_malformed() {
-        for bad in ["", "5", "s", "1x", "-1s", "+1s", "1s 2s", "1..5s", "1e3s", "1S", "."] {
+        for bad in [
+            "", "5", "s", "1x", "-1s", "+1s", "1s 2s", "1..5s", "1e3s", "1S", ".",
+        ] {
             assert!(parse_go_duration(bad).is_err(), "{bad} should be rejected");
         }
     }

@@ -27,7 +27,13 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, item: ErrorItem { code, message: message.into() } }
+        Self {
+            status,
+            item: ErrorItem {
+                code,
+                message: message.into(),
+            },
+        }
     }
 
     /// Malformed request: bad JSON, missing field, bad query encoding.
@@ -41,7 +47,11 @@ impl ApiError {
     }
 
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "a valid API key is required")
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid API key is required",
+        )
     }
 
     /// A path ID that names nothing (including non-canonical UUIDs).
@@ -83,9 +93,15 @@ pub fn status_and_code(code: ErrorCode) -> (StatusCode, &'static str) {
         WrongState => (StatusCode::CONFLICT, "sandbox_not_running"),
         NameTaken => (StatusCode::CONFLICT, "sandbox_name_taken"),
         FileTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "sandbox_file_too_large"),
-        ExecOutputTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "sandbox_exec_output_too_large"),
+        ExecOutputTooLarge => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "sandbox_exec_output_too_large",
+        ),
         ExecTimedOut => (StatusCode::GATEWAY_TIMEOUT, "sandbox_exec_timed_out"),
-        WaitTimedOut => (StatusCode::GATEWAY_TIMEOUT, "sandbox_process_wait_timed_out"),
+        WaitTimedOut => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "sandbox_process_wait_timed_out",
+        ),
         CapacityExhausted | Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "compute_unavailable"),
         Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
     }
@@ -105,13 +121,17 @@ impl From<JsonBodyError> for ApiError {
     fn from(err: JsonBodyError) -> Self {
         let message = err.to_string();
         match err {
-            JsonBodyError::UnsupportedMediaType => {
-                Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "invalid_request", message)
-            }
+            JsonBodyError::UnsupportedMediaType => Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "invalid_request",
+                message,
+            ),
             JsonBodyError::TooLarge { .. } => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", message)
             }
-            JsonBodyError::Shape(ref inner) if is_value_error(inner) => Self::invalid_field(message),
+            JsonBodyError::Shape(ref inner) if is_value_error(inner) => {
+                Self::invalid_field(message)
+            }
             _ => Self::invalid_request(message),
         }
     }
@@ -120,7 +140,9 @@ impl From<JsonBodyError> for ApiError {
 /// serde reports wrong types and out-of-range numbers as "invalid type/value/length".
 fn is_value_error(err: &serde_json::Error) -> bool {
     let text = err.to_string();
-    text.starts_with("invalid type") || text.starts_with("invalid value") || text.starts_with("invalid length")
+    text.starts_with("invalid type")
+        || text.starts_with("invalid value")
+        || text.starts_with("invalid length")
 }
 
 #[derive(Serialize)]
@@ -130,7 +152,13 @@ struct ErrorBody<'a> {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody { errors: [&self.item] })).into_response()
+        (
+            self.status,
+            Json(ErrorBody {
+                errors: [&self.item],
+            }),
+        )
+            .into_response()
     }
 }
 
@@ -140,16 +168,34 @@ mod tests {
 
     #[test]
     fn maps_the_spec_codes() {
-        assert_eq!(status_and_code(ErrorCode::ExecTimedOut), (StatusCode::GATEWAY_TIMEOUT, "sandbox_exec_timed_out"));
-        assert_eq!(status_and_code(ErrorCode::ExecOutputTooLarge).0, StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(status_and_code(ErrorCode::WaitTimedOut).1, "sandbox_process_wait_timed_out");
-        assert_eq!(status_and_code(ErrorCode::OutputNotRetained).1, "sandbox_process_output_not_retained");
-        assert_eq!(status_and_code(ErrorCode::NameTaken), (StatusCode::CONFLICT, "sandbox_name_taken"));
+        assert_eq!(
+            status_and_code(ErrorCode::ExecTimedOut),
+            (StatusCode::GATEWAY_TIMEOUT, "sandbox_exec_timed_out")
+        );
+        assert_eq!(
+            status_and_code(ErrorCode::ExecOutputTooLarge).0,
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            status_and_code(ErrorCode::WaitTimedOut).1,
+            "sandbox_process_wait_timed_out"
+        );
+        assert_eq!(
+            status_and_code(ErrorCode::OutputNotRetained).1,
+            "sandbox_process_output_not_retained"
+        );
+        assert_eq!(
+            status_and_code(ErrorCode::NameTaken),
+            (StatusCode::CONFLICT, "sandbox_name_taken")
+        );
     }
 
     #[test]
     fn files_report_missing_sandboxes_as_missing_files() {
         let err = ApiError::for_file(EngineError::new(ErrorCode::SandboxNotFound, "gone"));
-        assert_eq!((err.status, err.item.code), (StatusCode::NOT_FOUND, "sandbox_file_not_found"));
+        assert_eq!(
+            (err.status, err.item.code),
+            (StatusCode::NOT_FOUND, "sandbox_file_not_found")
+        );
     }
 }

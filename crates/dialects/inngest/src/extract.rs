@@ -2,15 +2,15 @@
 //! workspace, strict JSON bodies and query strings.
 
 use crate::error::{ApiError, JSON_BODY_LIMIT};
+use crate::params::path_id;
 use crate::AppState;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use sandboxd_dialect_common::{bearer_token, read_json};
-use crate::params::path_id;
 use sandboxd_engine::{ErrorCode, WorkspaceId, DEFAULT_WORKSPACE};
-use uuid::Uuid;
 use serde::de::DeserializeOwned;
+use uuid::Uuid;
 
 /// Header naming the environment when the key is account-scoped.
 pub const ENV_HEADER: &str = "x-inngest-env";
@@ -27,22 +27,35 @@ impl FromRequestParts<AppState> for Workspace {
     /// environment named by `X-Inngest-Env`, or the default workspace without one.
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let key = bearer_token(&parts.headers).ok_or_else(ApiError::unauthorized)?;
-        let principal = state.engine.authenticate(key)?.ok_or_else(ApiError::unauthorized)?;
-        let env = parts.headers.get(ENV_HEADER).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
+        let principal = state
+            .engine
+            .authenticate(key)?
+            .ok_or_else(ApiError::unauthorized)?;
+        let env = parts
+            .headers
+            .get(ENV_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty());
         let workspace = match (principal.workspace.clone(), env) {
             (Some(own), _) => own,
             (None, None) => DEFAULT_WORKSPACE.to_owned(),
             (None, Some(env)) => match state.engine.workspace_by_inngest_env(env)? {
                 Some(found) => found.id,
-                None => return Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "access_denied",
-                    format!("X-Inngest-Env {env:?} does not match an environment"),
-                )),
+                None => {
+                    return Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        "access_denied",
+                        format!("X-Inngest-Env {env:?} does not match an environment"),
+                    ))
+                }
             },
         };
         if !principal.can_use(&workspace) || !principal.allows(PERMISSION) {
-            return Err(ApiError::new(StatusCode::FORBIDDEN, "access_denied", "sandbox access is not enabled for this key"));
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "access_denied",
+                "sandbox access is not enabled for this key",
+            ));
         }
         Ok(Workspace(workspace))
     }
@@ -56,7 +69,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 
     async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
         let (parts, body) = req.into_parts();
-        Ok(ApiJson(read_json(&parts.headers, body, JSON_BODY_LIMIT).await?))
+        Ok(ApiJson(
+            read_json(&parts.headers, body, JSON_BODY_LIMIT).await?,
+        ))
     }
 }
 
@@ -83,7 +98,10 @@ pub struct ProcessPath(pub Uuid, pub Uuid);
 /// `{snapshot_id}` of the path; a non-canonical ID is `sandbox_snapshot_not_found`.
 pub struct SnapshotPath(pub Uuid);
 
-async fn path_params<S: Send + Sync>(parts: &mut Parts, state: &S) -> Result<Vec<String>, ApiError> {
+async fn path_params<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+) -> Result<Vec<String>, ApiError> {
     match Path::<Vec<(String, String)>>::from_request_parts(parts, state).await {
         Ok(Path(params)) => Ok(params.into_iter().map(|(_, v)| v).collect()),
         Err(rejection) => Err(ApiError::invalid_request(rejection.body_text())),

@@ -2,6 +2,7 @@
 
 use crate::error::{status_and_code, ErrorItem};
 use crate::views::{chunk, ChunkView};
+use axum::http::StatusCode;
 use futures_util::{Stream, StreamExt};
 use sandboxd_engine::{EngineError, ErrorCode, Frame};
 use serde::Serialize;
@@ -12,13 +13,19 @@ use serde::Serialize;
 pub enum StreamFrame {
     Log(ChunkView),
     /// Terminal failure. `errors` is the documented shape; `error` is what the SDK reads.
-    Error { errors: [ErrorItem; 1], error: ErrorItem },
+    Error {
+        errors: [ErrorItem; 1],
+        error: ErrorItem,
+    },
 }
 
 impl StreamFrame {
     fn error(code: &'static str, message: String) -> Self {
         let item = ErrorItem { code, message };
-        StreamFrame::Error { errors: [item.clone()], error: item }
+        StreamFrame::Error {
+            errors: [item.clone()],
+            error: item,
+        }
     }
 
     pub fn from_engine_error(err: &EngineError) -> Self {
@@ -26,8 +33,8 @@ impl StreamFrame {
     }
 }
 
-/// The Inngest code for an error frame the engine or agent sent mid-stream.
-fn frame_error_code(code: &str) -> &'static str {
+/// Status and Inngest code for an error frame the engine or agent sent mid-stream.
+pub fn frame_error(code: &str) -> (StatusCode, &'static str) {
     let engine_code = [
         ErrorCode::ProcessNotFound,
         ErrorCode::OutputNotRetained,
@@ -36,7 +43,10 @@ fn frame_error_code(code: &str) -> &'static str {
     ]
     .into_iter()
     .find(|c| c.as_str() == code);
-    engine_code.map_or("compute_unavailable", |c| status_and_code(c).1)
+    engine_code.map_or(
+        (StatusCode::SERVICE_UNAVAILABLE, "compute_unavailable"),
+        status_and_code,
+    )
 }
 
 /// Turns engine frames into API frames: chunks pass, exit and lag markers are dropped
@@ -48,7 +58,7 @@ where
     frames
         .map(|item| match item {
             Ok(Frame::Error { code, message }) => {
-                Some(StreamFrame::error(frame_error_code(&code), message))
+                Some(StreamFrame::error(frame_error(&code).1, message))
             }
             Ok(frame) => chunk(&frame).map(StreamFrame::Log),
             Err(err) => Some(StreamFrame::from_engine_error(&err)),
@@ -71,17 +81,33 @@ mod tests {
     #[tokio::test]
     async fn error_ends_the_stream_with_both_shapes() {
         let frames = futures_util::stream::iter(vec![
-            Ok(Frame::Log { stream: StreamKind::Stdout, data: "aGk=".into(), at: "t".into(), process: None }),
+            Ok(Frame::Log {
+                stream: StreamKind::Stdout,
+                data: "aGk=".into(),
+                at: "t".into(),
+                process: None,
+            }),
             Ok(Frame::Lagged { skipped: 3 }),
-            Ok(Frame::Error { code: "unavailable".into(), message: "agent gone".into() }),
-            Ok(Frame::Log { stream: StreamKind::Stderr, data: "".into(), at: "t".into(), process: None }),
+            Ok(Frame::Error {
+                code: "unavailable".into(),
+                message: "agent gone".into(),
+            }),
+            Ok(Frame::Log {
+                stream: StreamKind::Stderr,
+                data: "".into(),
+                at: "t".into(),
+                process: None,
+            }),
         ]);
         let lines: Vec<String> = api_frames(frames)
             .map(|f| serde_json::to_string(&f).unwrap())
             .collect()
             .await;
         assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0], r#"{"type":"log","stream":"STDOUT","data":"aGk=","encoding":"base64","at":"t"}"#);
+        assert_eq!(
+            lines[0],
+            r#"{"type":"log","stream":"STDOUT","data":"aGk=","encoding":"base64","at":"t"}"#
+        );
         let v: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
         assert_eq!(v["type"], "error");
         assert_eq!(v["errors"][0]["code"], "compute_unavailable");

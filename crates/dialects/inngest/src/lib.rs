@@ -27,14 +27,23 @@ pub fn router(engine: Arc<Engine>) -> Router {
     let sandbox = "/v2/sandboxes/{sandbox_id}";
     let process = "/v2/sandboxes/{sandbox_id}/processes/{process_id}";
     let routes = Router::new()
-        .route("/v2/sandboxes", post(sandboxes::create).get(sandboxes::list))
+        .route(
+            "/v2/sandboxes",
+            post(sandboxes::create).get(sandboxes::list),
+        )
         .route(sandbox, get(sandboxes::get).delete(sandboxes::destroy))
         .route(&format!("{sandbox}/pause"), post(lifecycle::pause))
         .route(&format!("{sandbox}/resume"), post(lifecycle::resume))
         .route(&format!("{sandbox}/exec"), post(exec::exec))
         .route(&format!("{sandbox}/logs"), get(output::logs))
-        .route(&format!("{sandbox}/files"), get(files::download).put(files::upload))
-        .route(&format!("{sandbox}/processes"), post(processes::start).get(processes::list))
+        .route(
+            &format!("{sandbox}/files"),
+            get(files::download).put(files::upload),
+        )
+        .route(
+            &format!("{sandbox}/processes"),
+            post(processes::start).get(processes::list),
+        )
         .route(process, get(processes::get))
         .route(&format!("{process}/signals"), post(processes::signal))
         .route(&format!("{process}/wait"), post(processes::wait))
@@ -42,7 +51,10 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route(&format!("{process}/output/stream"), get(output::stream))
         .route(&format!("{sandbox}/snapshots"), post(snapshots::create))
         .route("/v2/snapshots", get(snapshots::list))
-        .route("/v2/snapshots/{snapshot_id}", get(snapshots::get).delete(snapshots::delete))
+        .route(
+            "/v2/snapshots/{snapshot_id}",
+            get(snapshots::get).delete(snapshots::delete),
+        )
         .fallback(routes::not_found)
         .with_state(AppState { engine });
     sandboxd_dialect_common::no_store(routes)

@@ -40,7 +40,9 @@ impl PageQuery {
                 .parse::<u32>()
                 .ok()
                 .filter(|n| (1..=250).contains(n))
-                .ok_or_else(|| ApiError::invalid_field("limit must be an integer from 1 through 250"))?,
+                .ok_or_else(|| {
+                    ApiError::invalid_field("limit must be an integer from 1 through 250")
+                })?,
         };
         let cursor = self.cursor.clone().filter(|c| !c.is_empty());
         Ok(PageRequest { limit, cursor })
@@ -50,7 +52,9 @@ impl PageQuery {
 /// A sandbox or snapshot name: 1–63 lowercase letters, digits, `_` or `-`.
 pub fn validate_name(name: &str) -> Result<(), ApiError> {
     let ok = (1..=63).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
     ok.then_some(()).ok_or_else(|| {
         ApiError::invalid_field("name must be 1-63 lowercase letters, digits, '_' or '-'")
     })
@@ -62,10 +66,14 @@ pub fn validate_command(argv: &[String]) -> Result<(), ApiError> {
         return Err(ApiError::invalid_field("command must not be empty"));
     };
     if !first.starts_with('/') {
-        return Err(ApiError::invalid_field("command must begin with an absolute executable path"));
+        return Err(ApiError::invalid_field(
+            "command must begin with an absolute executable path",
+        ));
     }
     if argv.iter().any(|a| a.contains('\0')) {
-        return Err(ApiError::invalid_field("command must not contain NUL bytes"));
+        return Err(ApiError::invalid_field(
+            "command must not contain NUL bytes",
+        ));
     }
     Ok(())
 }
@@ -114,14 +122,19 @@ impl ProcessSpec {
         if let Some(cwd) = &cwd {
             validate_path("cwd", cwd)?;
         }
-        Ok(Self { argv: command, env: environment, cwd })
+        Ok(Self {
+            argv: command,
+            env: environment,
+            cwd,
+        })
     }
 }
 
 /// A file mode written in octal, `0001` through `0777`; absent means `0644`.
 pub fn parse_mode(raw: Option<&str>) -> Result<u32, ApiError> {
     let Some(raw) = raw else { return Ok(0o644) };
-    let valid_digits = (1..=4).contains(&raw.len()) && raw.bytes().all(|b| (b'0'..=b'7').contains(&b));
+    let valid_digits =
+        (1..=4).contains(&raw.len()) && raw.bytes().all(|b| (b'0'..=b'7').contains(&b));
     u32::from_str_radix(raw, 8)
         .ok()
         .filter(|m| valid_digits && (1..=0o777).contains(m))
@@ -134,7 +147,9 @@ pub fn parse_tail_bytes(raw: Option<&str>) -> Result<u64, ApiError> {
     raw.parse::<u64>()
         .ok()
         .filter(|n| *n <= MAX_TAIL_BYTES)
-        .ok_or_else(|| ApiError::invalid_field("tailBytes must be an integer from 0 through 524288"))
+        .ok_or_else(|| {
+            ApiError::invalid_field("tailBytes must be an integer from 0 through 524288")
+        })
 }
 
 /// `follow`: exactly `true` or `false`, default false.
@@ -162,7 +177,13 @@ mod tests {
 
     #[test]
     fn page_limits() {
-        let q = |limit: &str| PageQuery { limit: Some(limit.into()), ..Default::default() }.page();
+        let q = |limit: &str| {
+            PageQuery {
+                limit: Some(limit.into()),
+                ..Default::default()
+            }
+            .page()
+        };
         assert_eq!(PageQuery::default().page().unwrap().limit, 50);
         assert_eq!(q("250").unwrap().limit, 250);
         for bad in ["0", "251", "-1", "x", "1.5", ""] {

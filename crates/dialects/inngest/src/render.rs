@@ -33,19 +33,40 @@ struct Envelope<T> {
 }
 
 fn metadata() -> Metadata {
-    Metadata { fetched_at: rfc3339_nanos(OffsetDateTime::now_utc()) }
+    Metadata {
+        fetched_at: rfc3339_nanos(OffsetDateTime::now_utc()),
+    }
 }
 
 /// `status` with `{data, metadata}`.
 pub fn data<T: Serialize>(status: StatusCode, data: T) -> Response {
-    (status, Json(Envelope { data, metadata: metadata(), page: None })).into_response()
+    (
+        status,
+        Json(Envelope {
+            data,
+            metadata: metadata(),
+            page: None,
+        }),
+    )
+        .into_response()
 }
 
 /// `200` with `{data:[…], metadata, page}`, each item rendered by `view`.
 pub fn list<T, V: Serialize>(page: Page<T>, limit: u32, view: impl Fn(&T) -> V) -> Response {
     let items: Vec<V> = page.items.iter().map(view).collect();
-    let page = PageView { has_more: page.next_cursor.is_some(), cursor: page.next_cursor, limit };
-    (StatusCode::OK, Json(Envelope { data: items, metadata: metadata(), page: Some(page) }))
+    let page = PageView {
+        has_more: page.next_cursor.is_some(),
+        cursor: page.next_cursor,
+        limit,
+    };
+    (
+        StatusCode::OK,
+        Json(Envelope {
+            data: items,
+            metadata: metadata(),
+            page: Some(page),
+        }),
+    )
         .into_response()
 }
 

@@ -18,7 +18,10 @@ pub struct ResourcesView {
 
 impl From<Resources> for ResourcesView {
     fn from(r: Resources) -> Self {
-        Self { vcpu: r.vcpu, memory_mb: r.memory_mb }
+        Self {
+            vcpu: r.vcpu,
+            memory_mb: r.memory_mb,
+        }
     }
 }
 
@@ -41,7 +44,10 @@ pub struct SandboxView {
 
 /// The informational VPC ID: stable per workspace (each workspace has one egress-only VPC).
 pub fn vpc_id(workspace: &str) -> Uuid {
-    Uuid::new_v5(&Uuid::NAMESPACE_URL, format!("sandboxd:vpc:{workspace}").as_bytes())
+    Uuid::new_v5(
+        &Uuid::NAMESPACE_URL,
+        format!("sandboxd:vpc:{workspace}").as_bytes(),
+    )
 }
 
 pub fn sandbox(s: &Sandbox) -> SandboxView {
@@ -85,8 +91,16 @@ pub fn process(p: &ProcessInfo) -> ProcessView {
         command: p.argv.clone(),
         pid: (p.pid > 0).then_some(p.pid),
         state: p.state,
-        exit_code: if exited { Some(p.exit_code.unwrap_or(0)) } else { None },
-        termination_signal: if killed { Some(p.signal.unwrap_or(9)) } else { None },
+        exit_code: if exited {
+            Some(p.exit_code.unwrap_or(0))
+        } else {
+            None
+        },
+        termination_signal: if killed {
+            Some(p.signal.unwrap_or(9))
+        } else {
+            None
+        },
         started_at: p.started_at.clone(),
         ended_at: p.ended_at.clone(),
     }
@@ -105,7 +119,12 @@ pub struct ExecView {
 pub fn exec(r: &ExecResult) -> ExecView {
     // A command ended by a signal reports the shell convention 128+signal.
     let exit_code = r.exit_code.or(r.signal.map(|s| 128 + s)).unwrap_or(-1);
-    ExecView { stdout: r.stdout.clone(), stderr: r.stderr.clone(), encoding: "base64", exit_code }
+    ExecView {
+        stdout: r.stdout.clone(),
+        stderr: r.stderr.clone(),
+        encoding: "base64",
+        exit_code,
+    }
 }
 
 #[derive(Serialize)]
@@ -116,7 +135,10 @@ pub struct FileWrittenView {
 }
 
 pub fn file_written(w: &FileWritten) -> FileWrittenView {
-    FileWrittenView { path: w.path.clone(), bytes_written: w.bytes_written }
+    FileWrittenView {
+        path: w.path.clone(),
+        bytes_written: w.bytes_written,
+    }
 }
 
 /// One chunk of retained output (`data` is base64).
@@ -131,9 +153,14 @@ pub struct ChunkView {
 /// The chunk carried by a `log` frame; other frames carry none.
 pub fn chunk(frame: &Frame) -> Option<ChunkView> {
     match frame {
-        Frame::Log { stream, data, at, .. } => {
-            Some(ChunkView { stream: *stream, data: data.clone(), encoding: "base64", at: at.clone() })
-        }
+        Frame::Log {
+            stream, data, at, ..
+        } => Some(ChunkView {
+            stream: *stream,
+            data: data.clone(),
+            encoding: "base64",
+            at: at.clone(),
+        }),
         _ => None,
     }
 }
@@ -174,7 +201,10 @@ pub fn snapshot(s: &Snapshot) -> SnapshotView {
         stored_bytes: s.size_bytes,
         created_at: rfc3339_nanos(s.created_at),
         updated_at: rfc3339_nanos(s.created_at),
-        expires_at: s.expires_at.map(rfc3339_nanos).unwrap_or_else(|| NEVER.to_owned()),
+        expires_at: s
+            .expires_at
+            .map(rfc3339_nanos)
+            .unwrap_or_else(|| NEVER.to_owned()),
         source_sandbox_id: s.source_sandbox_id,
     }
 }
@@ -182,7 +212,11 @@ pub fn snapshot(s: &Snapshot) -> SnapshotView {
 /// An image's ID as lowercase sha256 hex: the digest itself when it already is one.
 fn sha256_id(image: &str) -> String {
     let bare = image.strip_prefix("sha256:").unwrap_or(image);
-    if bare.len() == 64 && bare.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if bare.len() == 64
+        && bare
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
         return bare.to_owned();
     }
     hex::encode(Sha256::digest(image.as_bytes()))

@@ -38,11 +38,19 @@ impl Reply {
         assert_eq!(self.headers[header::CACHE_CONTROL], "no-store");
         let v = self.json();
         assert_eq!(v["errors"].as_array().map(Vec::len), Some(1), "{v}");
-        v["errors"][0]["code"].as_str().unwrap_or_default().to_owned()
+        v["errors"][0]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     pub fn expect(&self, status: u16, code: &str) {
-        assert_eq!((self.status.as_u16(), self.code().as_str()), (status, code), "{}", self.json());
+        assert_eq!(
+            (self.status.as_u16(), self.code().as_str()),
+            (status, code),
+            "{}",
+            self.json()
+        );
     }
 }
 
@@ -65,11 +73,17 @@ impl Api {
         })
         .expect("engine");
         engine.ensure_master_key(MASTER).expect("master key");
-        let other = engine.create_workspace("other", Some("staging"), None).expect("workspace");
+        let other = engine
+            .create_workspace("other", Some("staging"), None)
+            .expect("workspace");
         let other_key = engine
             .create_key(Some(&other.id), vec![ALL_PERMISSIONS.into()], vec![])
             .expect("key");
-        Api { engine, other_key, _dir: dir }
+        Api {
+            engine,
+            other_key,
+            _dir: dir,
+        }
     }
 
     /// Runs `test`, then destroys every sandbox it left, even when it panicked.
@@ -79,7 +93,9 @@ impl Api {
         Fut: std::future::Future<Output = ()>,
     {
         let api = Arc::new(Api::start().await);
-        let outcome = std::panic::AssertUnwindSafe(test(api.clone())).catch_unwind().await;
+        let outcome = std::panic::AssertUnwindSafe(test(api.clone()))
+            .catch_unwind()
+            .await;
         api.destroy_all().await;
         if let Err(panic) = outcome {
             std::panic::resume_unwind(panic);
@@ -88,42 +104,75 @@ impl Api {
 
     pub async fn destroy_all(&self) {
         let ws = DEFAULT_WORKSPACE.to_owned();
-        let page = sandboxd_engine::PageRequest { limit: 250, cursor: None };
-        let Ok(page) = self.engine.list(&ws, page).await else { return };
+        let page = sandboxd_engine::PageRequest {
+            limit: 250,
+            cursor: None,
+        };
+        let Ok(page) = self.engine.list(&ws, page).await else {
+            return;
+        };
         for sandbox in page.items.iter().filter(|s| s.status.is_active()) {
             let _ = self.engine.destroy(&ws, sandbox.id).await;
         }
     }
 
-    pub async fn send(&self, key: Option<&str>, req: axum::http::request::Builder, body: Body) -> Reply {
+    pub async fn send(
+        &self,
+        key: Option<&str>,
+        req: axum::http::request::Builder,
+        body: Body,
+    ) -> Reply {
         let req = match key {
             Some(key) => req.header(header::AUTHORIZATION, format!("Bearer {key}")),
             None => req,
         };
         let app = sandboxd_server::app(self.engine.clone());
-        let response = app.oneshot(req.body(body).expect("request")).await.expect("infallible");
+        let response = app
+            .oneshot(req.body(body).expect("request"))
+            .await
+            .expect("infallible");
         let (parts, body) = response.into_parts();
         let body = body.collect().await.expect("body").to_bytes();
-        Reply { status: parts.status, headers: parts.headers, body }
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
     }
 
     pub async fn get(&self, uri: &str) -> Reply {
-        self.send(Some(MASTER), Request::get(uri), Body::empty()).await
+        self.send(Some(MASTER), Request::get(uri), Body::empty())
+            .await
     }
 
     pub async fn post(&self, uri: &str, body: Value) -> Reply {
         let req = Request::post(uri).header(header::CONTENT_TYPE, "application/json");
-        self.send(Some(MASTER), req, Body::from(body.to_string())).await
+        self.send(Some(MASTER), req, Body::from(body.to_string()))
+            .await
     }
 
-    pub async fn raw(&self, method: Method, uri: &str, content_type: &str, body: impl Into<Body>) -> Reply {
-        let req = Request::builder().method(method).uri(uri).header(header::CONTENT_TYPE, content_type);
+    pub async fn raw(
+        &self,
+        method: Method,
+        uri: &str,
+        content_type: &str,
+        body: impl Into<Body>,
+    ) -> Reply {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::CONTENT_TYPE, content_type);
         self.send(Some(MASTER), req, body.into()).await
     }
 
     /// Creates a RUNNING sandbox and returns its id.
     pub async fn sandbox(&self, name: &str) -> String {
-        let reply = self.post("/v2/sandboxes", json!({"name": name, "vcpu": 1, "memoryMb": 256})).await;
+        let reply = self
+            .post(
+                "/v2/sandboxes",
+                json!({"name": name, "vcpu": 1, "memoryMb": 256}),
+            )
+            .await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json());
         reply.json()["data"]["id"].as_str().expect("id").to_owned()
     }

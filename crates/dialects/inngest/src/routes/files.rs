@@ -24,14 +24,21 @@ pub struct FileQuery {
 
 impl FileQuery {
     fn path(&self) -> Result<String, ApiError> {
-        let path = self.path.clone().ok_or_else(|| ApiError::invalid_request("path is required"))?;
+        let path = self
+            .path
+            .clone()
+            .ok_or_else(|| ApiError::invalid_request("path is required"))?;
         validate_path("path", &path)?;
         Ok(path)
     }
 }
 
 fn too_large() -> ApiError {
-    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "sandbox_file_too_large", "files are capped at 100 MiB")
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "sandbox_file_too_large",
+        "files are capped at 100 MiB",
+    )
 }
 
 pub async fn upload(
@@ -43,11 +50,20 @@ pub async fn upload(
 ) -> Result<Response, ApiError> {
     let path = query.path()?;
     let mode = parse_mode(query.mode.as_deref())?;
-    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok());
-    if declared.and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n > MAX_FILE_BYTES) {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok());
+    if declared
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > MAX_FILE_BYTES)
+    {
         return Err(too_large());
     }
-    let data = request.into_body().into_data_stream().map_err(std::io::Error::other);
+    let data = request
+        .into_body()
+        .into_data_stream()
+        .map_err(std::io::Error::other);
     let written = state
         .engine
         .write_file(&ws, id, &path, mode, Box::pin(data), MAX_FILE_BYTES)
@@ -63,17 +79,28 @@ pub async fn download(
     ApiQuery(query): ApiQuery<FileQuery>,
 ) -> Result<Response, ApiError> {
     let path = query.path()?;
-    let (meta, data) = state.engine.read_file(&ws, id, &path).await.map_err(ApiError::for_file)?;
+    let (meta, data) = state
+        .engine
+        .read_file(&ws, id, &path)
+        .await
+        .map_err(ApiError::for_file)?;
     if meta.size > MAX_FILE_BYTES {
         return Err(too_large());
     }
-    let modified = OffsetDateTime::from_unix_timestamp(meta.mtime).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    let modified =
+        OffsetDateTime::from_unix_timestamp(meta.mtime).unwrap_or(OffsetDateTime::UNIX_EPOCH);
     let mut response = Body::from_stream(data).into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(meta.size));
     headers.insert(header::LAST_MODIFIED, header_value(http_date(modified)));
-    headers.insert("x-sandbox-file-mode", header_value(format!("{:04o}", meta.mode & 0o7777)));
+    headers.insert(
+        "x-sandbox-file-mode",
+        header_value(format!("{:04o}", meta.mode & 0o7777)),
+    );
     Ok(response)
 }
 

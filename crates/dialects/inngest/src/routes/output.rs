@@ -2,14 +2,15 @@
 
 use crate::error::ApiError;
 use crate::extract::{ApiQuery, ProcessPath, SandboxPath, Workspace};
-use crate::frames::{api_frames, StreamFrame};
+use crate::frames::{api_frames, frame_error};
 use crate::params::{parse_follow, parse_tail_bytes};
-use crate::{render, AppState};
+use crate::{render, views, AppState};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use futures_util::StreamExt;
 use sandboxd_dialect_common::ndjson_body;
+use sandboxd_engine::Frame;
 use serde::{Deserialize, Serialize};
 
 #[derive(Deserialize)]
@@ -25,7 +26,7 @@ pub struct FollowQuery {
 
 #[derive(Serialize)]
 struct Chunks {
-    chunks: Vec<crate::views::ChunkView>,
+    chunks: Vec<views::ChunkView>,
 }
 
 /// `GET …/output`: the retained output as one JSON document.
@@ -36,15 +37,19 @@ pub async fn retained(
     ApiQuery(query): ApiQuery<TailQuery>,
 ) -> Result<Response, ApiError> {
     let tail = parse_tail_bytes(query.tail_bytes.as_deref())?;
-    let frames = state.engine.process_output(&ws, id, pid, tail, false).await?;
-    let mut frames = Box::pin(api_frames(frames));
+    let frames = state
+        .engine
+        .process_output(&ws, id, pid, tail, false)
+        .await?;
+    let mut frames = frames;
     let mut chunks = Vec::new();
     while let Some(frame) = frames.next().await {
-        match frame {
-            StreamFrame::Log(chunk) => chunks.push(chunk),
-            StreamFrame::Error { error, .. } => {
-                return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, error.code, error.message))
+        match frame? {
+            Frame::Error { code, message } => {
+                let (status, code) = frame_error(&code);
+                return Err(ApiError::new(status, code, message));
             }
+            frame => chunks.extend(views::chunk(&frame)),
         }
     }
     Ok(render::data(StatusCode::OK, Chunks { chunks }))
@@ -58,7 +63,10 @@ pub async fn stream(
     ApiQuery(query): ApiQuery<TailQuery>,
 ) -> Result<Response, ApiError> {
     let tail = parse_tail_bytes(query.tail_bytes.as_deref())?;
-    let frames = state.engine.process_output(&ws, id, pid, tail, true).await?;
+    let frames = state
+        .engine
+        .process_output(&ws, id, pid, tail, true)
+        .await?;
     Ok(ndjson_body(api_frames(frames)))
 }
 

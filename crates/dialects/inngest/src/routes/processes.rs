@@ -40,7 +40,11 @@ pub async fn start(
     ApiJson(body): ApiJson<StartBody>,
 ) -> Result<Response, ApiError> {
     let spec = ProcessSpec::parse(body.command, body.environment, body.cwd)?;
-    let command = StartCommand { argv: spec.argv, env: spec.env, cwd: spec.cwd };
+    let command = StartCommand {
+        argv: spec.argv,
+        env: spec.env,
+        cwd: spec.cwd,
+    };
     let process = state.engine.start_process(&ws, id, command).await?;
     Ok(render::data(StatusCode::CREATED, views::process(&process)))
 }
@@ -76,7 +80,10 @@ pub async fn signal(
         .ok()
         .filter(|s| (1..=64).contains(s))
         .ok_or_else(|| ApiError::invalid_field("signal must be an integer from 1 through 64"))?;
-    state.engine.signal_process(&ws, id, pid, signal, body.include_children).await?;
+    state
+        .engine
+        .signal_process(&ws, id, pid, signal, body.include_children)
+        .await?;
     Ok(render::no_content())
 }
 

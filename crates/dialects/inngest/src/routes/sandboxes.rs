@@ -40,7 +40,10 @@ impl CreateBody {
             (_, Some(0), _) => return Err(ApiError::invalid_field("memoryMb must be positive")),
             (Some(vcpu), Some(memory_mb), _) => Resources { vcpu, memory_mb },
             // A clone without resources takes its snapshot's (filled in by `create`).
-            (None, None, Some(_)) => Resources { vcpu: 0, memory_mb: 0 },
+            (None, None, Some(_)) => Resources {
+                vcpu: 0,
+                memory_mb: 0,
+            },
             _ => return Err(ApiError::invalid_request("vcpu and memoryMb are required")),
         };
         Ok(CreateSandbox {

@@ -32,7 +32,10 @@ pub async fn create(
         validate_name(name)?;
     }
     let snapshot = state.engine.snapshot(&ws, id, name).await?;
-    Ok(render::data(StatusCode::CREATED, views::snapshot(&snapshot)))
+    Ok(render::data(
+        StatusCode::CREATED,
+        views::snapshot(&snapshot),
+    ))
 }
 
 pub async fn list(
@@ -45,7 +48,10 @@ pub async fn list(
         validate_name(name)?;
     }
     let limit = page.limit;
-    let snapshots = state.engine.list_snapshots(&ws, query.name.as_deref(), page).await?;
+    let snapshots = state
+        .engine
+        .list_snapshots(&ws, query.name.as_deref(), page)
+        .await?;
     Ok(render::list(snapshots, limit, views::snapshot))
 }
 
