@@ -49,6 +49,25 @@ async fn captures_both_streams_and_exit_code() {
 }
 
 #[tokio::test]
+async fn log_follow_receives_live_output_of_every_command() {
+    let agent = start().await;
+    let mut logs = agent.client.logs(true).await.unwrap();
+    let r = agent
+        .client
+        .exec(&exec_req("printf live", 0, 0))
+        .await
+        .unwrap();
+    assert_eq!(decode(&r.stdout), b"live");
+    match logs.next().await {
+        Some(Ok(Frame::Log { data, process, .. })) => {
+            assert_eq!(decode(&data), b"live");
+            assert!(process.is_some());
+        }
+        other => panic!("expected a live log frame, got {other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn timeout_kills_the_whole_process_group() {
     let agent = start().await;
     let r = agent

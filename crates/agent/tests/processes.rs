@@ -233,3 +233,27 @@ async fn environment_and_cwd_are_applied() {
     c.wait(p.id, LONG).await.unwrap();
     assert_eq!(chunks(c, p.id, 0).await[0].1, b"bar baz:none:/tmp\n");
 }
+
+#[tokio::test]
+async fn a_follower_that_does_not_read_never_blocks_the_process() {
+    let agent = start().await;
+    let c = &agent.client;
+    let p = c
+        .start_process(&sh("head -c 20000000 /dev/zero"))
+        .await
+        .unwrap();
+    let mut follow = c.output(p.id, 0, true).await.unwrap();
+    // The follower reads nothing while 20 MB go through the agent.
+    let done = c.wait(p.id, LONG).await.unwrap();
+    assert_eq!(done.exit_code, Some(0));
+    let (mut lagged, mut exited) = (0u64, false);
+    while let Some(frame) = follow.next().await {
+        match frame.unwrap() {
+            Frame::Lagged { skipped } => lagged += skipped,
+            Frame::Exit { .. } => exited = true,
+            _ => {}
+        }
+    }
+    assert!(lagged > 0, "a stalled follower must be told it lagged");
+    assert!(exited);
+}
