@@ -1,0 +1,117 @@
+//! Resource limits and freezing, observed on real sandboxes: memory, pids, CPU quota, pause.
+
+mod common;
+
+use common::{agent_sh, runtime};
+use sandboxd_agent_protocol::{AgentClient, ProcessState, SignalRequest, StartProcess};
+use sandboxd_runtime::{Runtime, SandboxHandle, SandboxSpec};
+use std::time::Duration;
+use uuid::Uuid;
+
+fn spec(vcpu: u32, memory_mb: u32, pids_max: u32) -> SandboxSpec {
+    SandboxSpec {
+        id: Uuid::new_v4(),
+        image: "default".into(),
+        extra_layers: vec![],
+        hostname: "limits".into(),
+        vcpu,
+        memory_mb,
+        pids_max,
+    }
+}
+
+fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio").block_on(f)
+}
+
+/// Starts `script` under `/bin/sh -c` as a managed process; returns its id.
+fn start(handle: &SandboxHandle, script: &str) -> Uuid {
+    let id = Uuid::new_v4();
+    let client = AgentClient::new(handle.agent_socket.clone());
+    let argv = vec!["/bin/sh".into(), "-c".into(), script.into()];
+    block(client.start_process(&StartProcess { id, argv, env: None, cwd: None })).expect("start");
+    id
+}
+
+/// Runs `check` against a sandbox made from `spec`, destroying it whatever happens.
+fn with_sandbox(spec: SandboxSpec, check: impl FnOnce(&dyn Runtime, &SandboxHandle)) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(data.path());
+    let handle = rt.start(&spec).expect("start");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&rt, &handle)));
+    rt.destroy(&handle).expect("destroy");
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// CPU time the sandbox used over `window`, in CPUs.
+fn cpus_used(rt: &dyn Runtime, handle: &SandboxHandle, window: Duration) -> f64 {
+    let before = rt.usage(handle).expect("usage").cpu_usage_ns;
+    let t = std::time::Instant::now();
+    std::thread::sleep(window);
+    let used = rt.usage(handle).expect("usage").cpu_usage_ns - before;
+    used as f64 / t.elapsed().as_nanos() as f64
+}
+
+#[test]
+fn a_memory_hog_is_killed_and_reported_while_the_sandbox_survives() {
+    with_sandbox(spec(1, 64, 256), |_, h| {
+        let id = start(h, "exec /usr/bin/python3 -c 'x = bytearray(256 * 1024 * 1024); print(len(x))'");
+        let client = AgentClient::new(h.agent_socket.clone());
+        let info = block(client.wait(id, Duration::from_secs(60))).expect("wait");
+        assert_eq!(info.state, ProcessState::Killed, "hog not killed: {info:?}");
+        assert_eq!(info.signal, Some(9));
+        assert_eq!(agent_sh(h, "echo alive"), (Some(0), "alive\n".into()));
+    });
+}
+
+#[test]
+fn a_fork_bomb_stops_at_the_pids_limit() {
+    with_sandbox(spec(1, 256, 64), |rt, h| {
+        let id = start(h, "bomb() { bomb | bomb & }; bomb; sleep 3");
+        std::thread::sleep(Duration::from_secs(2));
+        let pids = rt.usage(h).expect("usage").pids;
+        assert!(pids <= 64, "pids.current {pids} above the limit");
+        let client = AgentClient::new(h.agent_socket.clone());
+        block(client.signal(id, &SignalRequest { signal: 9, group: true })).expect("kill group");
+        // Stragglers may have left the group; the agent still answers once they are gone.
+        let mut answered = None;
+        for _ in 0..50 {
+            answered = Some(agent_sh(h, "echo alive"));
+            if answered == Some((Some(0), "alive\n".into())) {
+                break;
+            }
+            agent_sh(h, "kill -9 -1 2>/dev/null");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(answered, Some((Some(0), "alive\n".into())));
+    });
+}
+
+#[test]
+fn one_vcpu_caps_two_busy_loops_at_about_one_cpu() {
+    with_sandbox(spec(1, 128, 64), |rt, h| {
+        start(h, "while :; do :; done & while :; do :; done");
+        std::thread::sleep(Duration::from_millis(300));
+        let used = cpus_used(rt, h, Duration::from_secs(2));
+        assert!(used < 1.25, "two busy loops used {used:.2} CPUs with vcpu=1");
+        assert!(used > 0.2, "busy loops barely ran: {used:.2} CPUs");
+    });
+}
+
+#[test]
+fn pause_stops_a_busy_process_and_resume_continues_it() {
+    with_sandbox(spec(1, 128, 64), |rt, h| {
+        start(h, "while :; do :; done");
+        std::thread::sleep(Duration::from_millis(200));
+        rt.freeze(h).expect("freeze");
+        std::thread::sleep(Duration::from_millis(100));
+        let frozen = cpus_used(rt, h, Duration::from_millis(500));
+        rt.thaw(h).expect("thaw");
+        let thawed = cpus_used(rt, h, Duration::from_millis(500));
+        assert!(frozen < 0.01, "frozen sandbox used {frozen:.3} CPUs");
+        assert!(thawed > 0.1, "thawed sandbox used only {thawed:.3} CPUs");
+        assert_eq!(agent_sh(h, "echo alive"), (Some(0), "alive\n".into()));
+    });
+}
