@@ -153,6 +153,19 @@ describe("inngest.sandboxes against sandboxd", () => {
     assert.equal(await client.snapshots.get(snapshot.id), null);
   });
 
+  it("keeps sandboxes and processes running across a server restart", async () => {
+    const sleeper = await sandbox.processes.start({ command: ["/bin/sleep", "1000"] });
+    await server.restart();
+    client = server.inngest.sandboxes;
+    sandbox = await client.get(sandbox.id);
+    assert.equal(sandbox.status, "RUNNING");
+    const again = await sandbox.processes.get(sleeper.id);
+    assert.equal(again.state, "RUNNING");
+    assert.equal(again.pid, sleeper.pid);
+    assert.equal((await sandbox.commands.run("echo still here")).stdout, "still here\n");
+    await again.signal({ signal: 9 });
+  });
+
   it("destroys a sandbox", async () => {
     const result = await sandbox.destroy();
     assert.ok(["TERMINATING", "TERMINATED"].includes(result.status));

@@ -18,9 +18,8 @@ export const hashSigningKey = (signingKey) => {
   return `${prefix}${createHash("sha256").update(Buffer.from(key, "hex")).digest("hex")}`;
 };
 
-export const startServer = async () => {
-  const dataDir = await mkdtemp(path.join(tmpdir(), "sandboxd-sdk-"));
-  const signingKey = `signkey-test-${randomBytes(32).toString("hex")}`;
+/** Spawns `sandboxd serve` and resolves once it logs `listening on ADDR`. */
+const spawnServer = async (dataDir, signingKey) => {
   const child = spawn(binary, ["serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir], {
     env: { ...process.env, SANDBOXD_MASTER_KEY: hashSigningKey(signingKey), NO_COLOR: "1" },
     stdio: ["ignore", "pipe", "pipe"],
@@ -41,13 +40,40 @@ export const startServer = async () => {
   const baseUrl = `http://${address}`;
   const inngest = new Inngest({ id: "sandboxd-conformance", signingKey, baseUrl, isDev: false });
   const stop = async () => {
-    await destroyEverything(inngest).catch(() => undefined);
     const exited = new Promise((resolve) => child.once("exit", resolve));
     child.kill("SIGTERM");
     await exited;
-    await rm(dataDir, { recursive: true, force: true });
   };
-  return { inngest, baseUrl, signingKey, apiKey: hashSigningKey(signingKey), stop };
+  return { inngest, baseUrl, stop };
+};
+
+/**
+ * A server over a fresh data directory. `restart()` stops it with SIGTERM and starts a
+ * new one on the same directory; `stop()` destroys every sandbox left, stops the server
+ * and removes the directory.
+ */
+export const startServer = async () => {
+  const dataDir = await mkdtemp(path.join(tmpdir(), "sandboxd-sdk-"));
+  const signingKey = `signkey-test-${randomBytes(32).toString("hex")}`;
+  let running = await spawnServer(dataDir, signingKey);
+  return {
+    apiKey: hashSigningKey(signingKey),
+    get inngest() {
+      return running.inngest;
+    },
+    get baseUrl() {
+      return running.baseUrl;
+    },
+    restart: async () => {
+      await running.stop();
+      running = await spawnServer(dataDir, signingKey);
+    },
+    stop: async () => {
+      await destroyEverything(running.inngest).catch(() => undefined);
+      await running.stop();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
 };
 
 const destroyEverything = async (inngest) => {
