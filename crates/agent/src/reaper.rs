@@ -68,24 +68,38 @@ fn reap_forever(wake: OwnedFd) -> ! {
     }
 }
 
+/// Reaps every zombie child. Each is first only *peeked at* (`WNOWAIT`), then reaped
+/// under the waiters lock: a child whose spawn is still in progress (lock held) is left
+/// to `Command::spawn`, which reaps it itself when `exec` fails.
 fn reap_all() {
+    let Ok(r) = reaper() else { return };
     loop {
-        let (pid, exit) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) => (pid, Exit::Code(code)),
-            Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, Exit::Signal(sig as i32)),
-            Ok(WaitStatus::StillAlive) | Err(_) => return,
-            Ok(_) => continue,
+        let Some(pid) = peek_zombie() else { return };
+        let mut waiters = crate::shared::lock(&r.waiters);
+        let exit = match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => Exit::Code(code),
+            Ok(WaitStatus::Signaled(_, sig, _)) => Exit::Signal(sig as i32),
+            Ok(WaitStatus::StillAlive) => return,
+            // Reaped by someone else meanwhile (a failed spawn), or a stop/continue.
+            Ok(_) | Err(_) => continue,
         };
-        if let Ok(r) = reaper() {
-            let waiter = r
-                .waiters
-                .lock()
-                .ok()
-                .and_then(|mut w| w.remove(&pid.as_raw()));
-            if let Some(tx) = waiter {
-                let _ = tx.send(exit);
-            }
+        if let Some(tx) = waiters.remove(&pid) {
+            let _ = tx.send(exit);
         }
+    }
+}
+
+/// The PID of some exited, not yet reaped child, without reaping it.
+fn peek_zombie() -> Option<i32> {
+    // SAFETY: waitid fills a zeroed siginfo_t we own.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        if libc::waitid(libc::P_ALL, 0, &mut info, flags) != 0 {
+            return None;
+        }
+        let pid = info.si_pid();
+        (pid > 0).then_some(pid)
     }
 }
 
@@ -113,5 +127,24 @@ mod tests {
         assert_eq!(rx.await.unwrap(), Exit::Code(3));
         let (_c, rx) = spawn(Command::new("/bin/sh").args(["-c", "kill -9 $$"])).unwrap();
         assert_eq!(rx.await.unwrap(), Exit::Signal(9));
+    }
+
+    #[tokio::test]
+    async fn failed_spawns_are_left_to_the_spawner_in_a_busy_process() {
+        // Children exiting all the time while exec keeps failing: std's spawn reaps the
+        // failed child itself and must never find it stolen.
+        let busy: Vec<_> = (0..20)
+            .map(|_| {
+                spawn(Command::new("/bin/sh").args(["-c", "exit 0"]))
+                    .unwrap()
+                    .1
+            })
+            .collect();
+        for _ in 0..50 {
+            assert!(spawn(&mut Command::new("/no/such/binary")).is_err());
+        }
+        for rx in busy {
+            assert_eq!(rx.await.unwrap(), Exit::Code(0));
+        }
     }
 }
