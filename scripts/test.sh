@@ -8,5 +8,5 @@ cargo build --locked -p sandboxd
 cargo nextest run --workspace --locked --no-fail-fast --test-threads 2
 
 if [ -f tests/inngest-sdk/package.json ]; then
-    SANDBOXD_BIN="$PWD/target/debug/sandboxd" node --test tests/inngest-sdk/
+    (cd tests/inngest-sdk && SANDBOXD_BIN="$OLDPWD/target/debug/sandboxd" npm test)
 fi
