@@ -25,6 +25,11 @@ pub async fn serve(
         engine
             .ensure_master_key(key)
             .context("cannot register the master key")?;
+        if let Some(sdk_form) = sandboxd_dialect_inngest::signing_key::sdk_bearer_for(key) {
+            engine
+                .ensure_master_key(&sdk_form)
+                .context("cannot register the master key's Inngest SDK form")?;
+        }
     } else {
         tracing::warn!("no master key configured: only keys already in the store are accepted");
     }

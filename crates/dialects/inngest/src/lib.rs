@@ -7,6 +7,7 @@ pub mod extract;
 pub mod frames;
 pub mod params;
 pub mod render;
+pub mod signing_key;
 mod routes;
 pub mod views;
 
