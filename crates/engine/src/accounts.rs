@@ -60,7 +60,8 @@ fn hash(key: &str) -> String {
 
 impl Engine {
     /// Makes sure the `default` workspace (inngest env `production`, runzivo tenant
-    /// `default`) exists and that `key` is an account-scoped key with every permission.
+    /// `default`) exists and that `key` is a key of that workspace with every permission
+    /// (workspace-scoped, so requests need no `X-Inngest-Env`).
     pub fn ensure_master_key(&self, key: &str) -> Result<(), EngineError> {
         if key.len() < 16 {
             return Err(EngineError::invalid(
@@ -76,7 +77,12 @@ impl Engine {
             )?;
         }
         if self.store.key_by_hash(&hash(key))?.is_none() {
-            self.insert_key(key, None, vec![ALL_PERMISSIONS.into()], Vec::new())?;
+            self.insert_key(
+                key,
+                Some(DEFAULT_WORKSPACE),
+                vec![ALL_PERMISSIONS.into()],
+                Vec::new(),
+            )?;
         }
         Ok(())
     }

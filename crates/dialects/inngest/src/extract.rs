@@ -6,9 +6,10 @@ use crate::params::path_id;
 use crate::AppState;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use sandboxd_dialect_common::{bearer_token, read_json};
-use sandboxd_engine::{ErrorCode, WorkspaceId, DEFAULT_WORKSPACE};
+use sandboxd_engine::{ErrorCode, WorkspaceId};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
@@ -23,32 +24,21 @@ pub struct Workspace(pub WorkspaceId);
 impl FromRequestParts<AppState> for Workspace {
     type Rejection = ApiError;
 
-    /// A workspace-scoped key selects its workspace. An account-scoped key selects the
-    /// environment named by `X-Inngest-Env`, or the default workspace without one.
+    /// A workspace-scoped key selects its workspace (any `X-Inngest-Env` is ignored, as
+    /// the SDK may send one derived from its environment). An account-scoped key must
+    /// name an environment with `X-Inngest-Env`; a missing header or one matching no
+    /// environment is 400 `invalid_request`. Environment names are unique per store
+    /// (`sandboxd keys create --inngest-env` refuses a taken one), so a header can never
+    /// match more than one environment.
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let key = bearer_token(&parts.headers).ok_or_else(ApiError::unauthorized)?;
         let principal = state
             .engine
             .authenticate(key)?
             .ok_or_else(ApiError::unauthorized)?;
-        let env = parts
-            .headers
-            .get(ENV_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty());
-        let workspace = match (principal.workspace.clone(), env) {
-            (Some(own), _) => own,
-            (None, None) => DEFAULT_WORKSPACE.to_owned(),
-            (None, Some(env)) => match state.engine.workspace_by_inngest_env(env)? {
-                Some(found) => found.id,
-                None => {
-                    return Err(ApiError::new(
-                        StatusCode::FORBIDDEN,
-                        "access_denied",
-                        format!("X-Inngest-Env {env:?} does not match an environment"),
-                    ))
-                }
-            },
+        let workspace = match principal.workspace.clone() {
+            Some(own) => own,
+            None => account_workspace(state, &parts.headers)?,
         };
         if !principal.can_use(&workspace) || !principal.allows(PERMISSION) {
             return Err(ApiError::new(
@@ -58,6 +48,32 @@ impl FromRequestParts<AppState> for Workspace {
             ));
         }
         Ok(Workspace(workspace))
+    }
+}
+
+/// The workspace an account-scoped key's `X-Inngest-Env` names.
+fn account_workspace(state: &AppState, headers: &HeaderMap) -> Result<WorkspaceId, ApiError> {
+    let env = match headers.get(ENV_HEADER).map(|v| v.to_str()) {
+        None => {
+            return Err(ApiError::invalid_request(
+                "an account-scoped API key needs the X-Inngest-Env header",
+            ))
+        }
+        Some(Err(_)) => {
+            return Err(ApiError::invalid_request(
+                "X-Inngest-Env must be visible ASCII",
+            ))
+        }
+        Some(Ok(env)) => env.trim(),
+    };
+    if env.is_empty() {
+        return Err(ApiError::invalid_request("X-Inngest-Env must not be empty"));
+    }
+    match state.engine.workspace_by_inngest_env(env)? {
+        Some(found) => Ok(found.id),
+        None => Err(ApiError::invalid_request(format!(
+            "X-Inngest-Env {env:?} does not match an environment"
+        ))),
     }
 }
 
