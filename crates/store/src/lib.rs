@@ -49,6 +49,15 @@ pub trait Store: Send + Sync + 'static {
     fn sandboxes_in_status(&self, statuses: &[&str]) -> StoreResult<Vec<SandboxRecord>>;
     /// One workspace's sandboxes with this name (any status).
     fn sandboxes_named(&self, workspace: &str, name: &str) -> StoreResult<Vec<SandboxRecord>>;
+    /// One workspace's sandboxes that ended at or after `since`, by (ended_at DESC, id
+    /// DESC), after `after` (whose `created_at` holds the previous row's `ended_at`).
+    fn ended_sandboxes(
+        &self,
+        workspace: &str,
+        since: OffsetDateTime,
+        limit: u32,
+        after: Option<Keyset>,
+    ) -> StoreResult<Vec<SandboxRecord>>;
 
     // Snapshots.
     fn insert_snapshot(&self, snap: &SnapshotRecord) -> StoreResult<()>;

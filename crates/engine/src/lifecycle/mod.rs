@@ -4,8 +4,10 @@ pub(crate) mod adopt;
 pub(crate) mod create;
 pub(crate) mod destroy;
 pub(crate) mod expiry;
+pub(crate) mod listing;
 pub(crate) mod pause;
 pub(crate) mod query;
+pub(crate) mod queue;
 
 use crate::convert::Entry;
 use crate::engine::Engine;

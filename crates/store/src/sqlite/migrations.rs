@@ -87,6 +87,8 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (workspace, key)
     );
     CREATE INDEX idempotency_age ON idempotency (created_at);",
+    // 2: history by end time.
+    "CREATE INDEX sandboxes_ended ON sandboxes (workspace, ended_at DESC, id DESC);",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.

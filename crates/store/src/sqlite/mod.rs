@@ -125,6 +125,15 @@ impl Store for SqliteStore {
     fn sandboxes_named(&self, workspace: &str, name: &str) -> StoreResult<Vec<SandboxRecord>> {
         sandboxes::named(&self.conn(), workspace, name)
     }
+    fn ended_sandboxes(
+        &self,
+        workspace: &str,
+        since: OffsetDateTime,
+        limit: u32,
+        after: Option<Keyset>,
+    ) -> StoreResult<Vec<SandboxRecord>> {
+        sandboxes::ended(&self.conn(), workspace, since, limit, after)
+    }
     fn insert_snapshot(&self, snap: &SnapshotRecord) -> StoreResult<()> {
         snapshots::insert(&mut self.conn(), snap)
     }

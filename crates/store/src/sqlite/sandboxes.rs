@@ -6,6 +6,7 @@ use crate::error::StoreError;
 use crate::records::{Keyset, SandboxRecord};
 use crate::StoreResult;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 const COLS: &str = "id, workspace, name, status, image, vcpu, memory_mb, created_at, \
@@ -116,6 +117,27 @@ pub(super) fn list(
     );
     let mut st = c.prepare(&sql)?;
     let rows = st.query_map(params![ws, at, id, limit], row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn ended(
+    c: &Connection,
+    ws: &str,
+    since: OffsetDateTime,
+    limit: u32,
+    after: Option<Keyset>,
+) -> StoreResult<Vec<SandboxRecord>> {
+    let (at, id) = match after {
+        Some(k) => (ts(k.created_at), k.id.to_string()),
+        None => (i64::MAX, "g".to_string()),
+    };
+    let sql = format!(
+        "SELECT {COLS} FROM sandboxes WHERE workspace = ?1 AND ended_at IS NOT NULL \
+         AND ended_at >= ?2 AND (ended_at < ?3 OR (ended_at = ?3 AND id < ?4)) \
+         ORDER BY ended_at DESC, id DESC LIMIT ?5"
+    );
+    let mut st = c.prepare(&sql)?;
+    let rows = st.query_map(params![ws, ts(since), at, id, limit], row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 

@@ -1,0 +1,242 @@
+//! Templates: named images a sandbox starts from. Two are built in (`default` and
+//! `python`, both on the built-in image, which carries the host's python3); a workspace
+//! builds its own by running steps in a sandbox and snapshotting it, so a workspace
+//! template is a snapshot named `template:NAME` (its layers are kept as long as it is).
+
+use crate::engine::Engine;
+use crate::error::{EngineError, ErrorCode};
+use crate::model::{CreateSandbox, ExecCommand, PageRequest, Resources, WorkspaceId};
+use crate::validate;
+use base64::Engine as _;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Name prefix of the snapshots that hold workspace templates.
+pub const TEMPLATE_SNAPSHOT_PREFIX: &str = "template:";
+
+/// The built-in templates: name, description, default (and maximum) resources.
+pub const BUILTIN_TEMPLATES: [(&str, &str, Resources); 2] = [
+    (
+        "default",
+        "Debian userland from the host, read-only /usr",
+        Resources {
+            vcpu: 2,
+            memory_mb: 1024,
+        },
+    ),
+    (
+        "python",
+        "The default image with its python3, more memory",
+        Resources {
+            vcpu: 2,
+            memory_mb: 2048,
+        },
+    ),
+];
+
+/// A template a sandbox can be created from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    pub name: String,
+    pub description: String,
+    pub builtin: bool,
+    /// Default resources, also the most a sandbox of this template may ask for.
+    pub resources: Resources,
+    /// The snapshot holding a workspace template's filesystem.
+    pub snapshot_id: Option<Uuid>,
+    pub created_at: Option<OffsetDateTime>,
+}
+
+impl Template {
+    /// A create request for this template with `resources` (checked by the caller).
+    pub fn create_request(&self, resources: Resources) -> CreateSandbox {
+        CreateSandbox {
+            name: None,
+            resources,
+            image: self.snapshot_id.is_none().then(|| "default".to_owned()),
+            snapshot_id: self.snapshot_id,
+            environment: BTreeMap::new(),
+            secrets: Vec::new(),
+            metadata: BTreeMap::new(),
+            timeout: None,
+        }
+    }
+}
+
+/// What `build_template` runs.
+#[derive(Debug, Clone)]
+pub struct TemplateBuild {
+    pub name: String,
+    pub from: String,
+    /// Shell commands run in order with `/bin/sh -c`; the first failure stops the build.
+    pub steps: Vec<String>,
+    /// The template's resources; `None` = the base template's.
+    pub resources: Option<Resources>,
+    pub step_timeout: Duration,
+}
+
+fn not_found(name: &str) -> EngineError {
+    EngineError::new(
+        ErrorCode::ImageNotFound,
+        format!("template {name:?} not found"),
+    )
+}
+
+fn builtin(name: &str) -> Option<Template> {
+    BUILTIN_TEMPLATES
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(n, d, r)| Template {
+            name: (*n).to_owned(),
+            description: (*d).to_owned(),
+            builtin: true,
+            resources: *r,
+            snapshot_id: None,
+            created_at: None,
+        })
+}
+
+fn from_snapshot(s: crate::model::Snapshot) -> Option<Template> {
+    let name = s.name?.strip_prefix(TEMPLATE_SNAPSHOT_PREFIX)?.to_owned();
+    Some(Template {
+        description: format!("built from sandbox {}", s.source_sandbox_id),
+        name,
+        builtin: false,
+        resources: s.resources,
+        snapshot_id: Some(s.id),
+        created_at: Some(s.created_at),
+    })
+}
+
+impl Engine {
+    /// Built-in templates, then the workspace's own by name.
+    pub async fn list_templates(&self, ws: &WorkspaceId) -> Result<Vec<Template>, EngineError> {
+        let mut own = Vec::new();
+        let mut page = PageRequest {
+            limit: crate::cursor::MAX_PAGE,
+            cursor: None,
+        };
+        loop {
+            let got = self.list_snapshots(ws, None, page.clone()).await?;
+            own.extend(got.items.into_iter().filter_map(from_snapshot));
+            match got.next_cursor {
+                Some(c) => page.cursor = Some(c),
+                None => break,
+            }
+        }
+        own.sort_by(|a, b| a.name.cmp(&b.name));
+        own.dedup_by(|a, b| a.name == b.name);
+        let mut all: Vec<Template> = BUILTIN_TEMPLATES
+            .iter()
+            .filter_map(|t| builtin(t.0))
+            .collect();
+        all.extend(own);
+        Ok(all)
+    }
+
+    /// A built-in or one of the workspace's templates; `ImageNotFound` otherwise.
+    pub async fn get_template(
+        &self,
+        ws: &WorkspaceId,
+        name: &str,
+    ) -> Result<Template, EngineError> {
+        if let Some(t) = builtin(name) {
+            return Ok(t);
+        }
+        let snap_name = format!("{TEMPLATE_SNAPSHOT_PREFIX}{name}");
+        let page = PageRequest {
+            limit: 1,
+            cursor: None,
+        };
+        let got = self.list_snapshots(ws, Some(&snap_name), page).await?;
+        got.items
+            .into_iter()
+            .find_map(from_snapshot)
+            .ok_or_else(|| not_found(name))
+    }
+
+    /// Deletes a workspace template (and its layers no one else uses).
+    pub async fn delete_template(
+        &self,
+        ws: &WorkspaceId,
+        name: &str,
+    ) -> Result<Template, EngineError> {
+        if builtin(name).is_some() {
+            return Err(EngineError::new(
+                ErrorCode::WrongState,
+                format!("template {name:?} is built in"),
+            ));
+        }
+        let t = self.get_template(ws, name).await?;
+        if let Some(id) = t.snapshot_id {
+            self.delete_snapshot(ws, id).await?;
+        }
+        Ok(t)
+    }
+
+    /// Starts a sandbox from `from`, runs the steps, snapshots it as template `name`
+    /// (replacing an older template of that name) and destroys the build sandbox.
+    pub async fn build_template(
+        &self,
+        ws: &WorkspaceId,
+        build: TemplateBuild,
+    ) -> Result<Template, EngineError> {
+        validate::sandbox_name(&build.name)?;
+        if builtin(&build.name).is_some() {
+            return Err(EngineError::invalid(format!(
+                "template {:?} is built in",
+                build.name
+            )));
+        }
+        if build.steps.iter().any(|s| s.contains('\0')) {
+            return Err(EngineError::invalid("a build step contains a NUL byte"));
+        }
+        let base = self.get_template(ws, &build.from).await?;
+        let resources = build.resources.unwrap_or(base.resources);
+        let old = self.get_template(ws, &build.name).await.ok();
+        let (sb, _) = self.create(ws, base.create_request(resources)).await?;
+        let built = self.run_steps_and_snapshot(ws, sb.id, &build).await;
+        if let Err(e) = self.destroy(ws, sb.id).await {
+            tracing::warn!(sandbox = %sb.id, error = %e, "cannot destroy a template build sandbox");
+        }
+        let snap = built?;
+        if let Some(id) = old.and_then(|t| t.snapshot_id) {
+            self.delete_snapshot(ws, id).await?;
+        }
+        from_snapshot(snap).ok_or_else(|| not_found(&build.name))
+    }
+
+    async fn run_steps_and_snapshot(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        build: &TemplateBuild,
+    ) -> Result<crate::model::Snapshot, EngineError> {
+        for (i, step) in build.steps.iter().enumerate() {
+            let cmd = ExecCommand {
+                argv: vec!["/bin/sh".into(), "-c".into(), step.clone()],
+                env: None,
+                cwd: None,
+                timeout: build.step_timeout,
+                max_output_bytes: 16 << 20,
+            };
+            let out = self.exec(ws, id, cmd).await?;
+            if out.exit_code != Some(0) {
+                let stderr = base64::engine::general_purpose::STANDARD
+                    .decode(&out.stderr)
+                    .unwrap_or_default();
+                let tail = String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(2000)..])
+                    .into_owned();
+                return Err(EngineError::invalid(format!(
+                    "build step {} ({step:?}) failed with exit code {:?}: {tail}",
+                    i + 1,
+                    out.exit_code
+                )));
+            }
+        }
+        let name = format!("{TEMPLATE_SNAPSHOT_PREFIX}{}", build.name);
+        self.snapshot(ws, id, Some(name)).await
+    }
+}
