@@ -53,6 +53,8 @@ pub struct Engine {
     pub(crate) locks: Locks,
     /// Serializes the name, capacity and insert steps of `create`.
     pub(crate) admission: tokio::sync::Mutex<()>,
+    /// Streamed commands running per sandbox.
+    pub(crate) sessions: crate::sessions::Sessions,
 }
 
 impl From<StoreError> for EngineError {
@@ -89,6 +91,7 @@ impl Engine {
             limits: config.limits,
             locks: Locks::default(),
             admission: tokio::sync::Mutex::new(()),
+            sessions: Default::default(),
         });
         engine.readopt()?;
         tokio.spawn(crate::lifecycle::expiry::run(Arc::downgrade(&engine)));

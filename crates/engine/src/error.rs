@@ -19,6 +19,8 @@ pub enum ErrorCode {
     ExecTimedOut,
     ExecOutputTooLarge,
     WaitTimedOut,
+    /// The sandbox already runs as many streamed commands as allowed.
+    SessionLimitReached,
     SnapshotNotFound,
     ImageNotFound,
     SecretNotFound,
@@ -45,6 +47,7 @@ impl ErrorCode {
             ErrorCode::ExecTimedOut => "exec_timed_out",
             ErrorCode::ExecOutputTooLarge => "exec_output_too_large",
             ErrorCode::WaitTimedOut => "wait_timed_out",
+            ErrorCode::SessionLimitReached => "session_limit_reached",
             ErrorCode::SnapshotNotFound => "snapshot_not_found",
             ErrorCode::ImageNotFound => "image_not_found",
             ErrorCode::SecretNotFound => "secret_not_found",

@@ -13,6 +13,7 @@ mod locks;
 pub mod model;
 mod ops;
 mod secrets;
+mod sessions;
 mod snapshots;
 pub mod state;
 pub mod templates;
@@ -23,7 +24,10 @@ pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{EngineError, ErrorCode};
 pub use idempotency::{Remembered, IDEMPOTENCY_TTL};
 pub use model::*;
-pub use ops::{FrameStream, AGENT_DEFAULT_ENV};
+pub use ops::{
+    ExecEnd, ExecEvent, ExecStream, FrameStream, SandboxEnd, StreamCommand, AGENT_DEFAULT_ENV,
+    KILLED_EXIT, TIMED_OUT_EXIT,
+};
 pub use sandboxd_agent_protocol::client::ByteStream;
 pub use state::SandboxStatus;
 pub use templates::{Template, TemplateBuild, BUILTIN_TEMPLATES};

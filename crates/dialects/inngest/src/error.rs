@@ -92,6 +92,7 @@ pub fn status_and_code(code: ErrorCode) -> (StatusCode, &'static str) {
         SnapshotNotFound => (StatusCode::NOT_FOUND, "sandbox_snapshot_not_found"),
         WrongState => (StatusCode::CONFLICT, "sandbox_not_running"),
         NameTaken => (StatusCode::CONFLICT, "sandbox_name_taken"),
+        SessionLimitReached => (StatusCode::CONFLICT, "sandbox_session_limit_reached"),
         FileTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "sandbox_file_too_large"),
         ExecOutputTooLarge => (
             StatusCode::PAYLOAD_TOO_LARGE,

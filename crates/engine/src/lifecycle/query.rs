@@ -16,6 +16,24 @@ impl Engine {
         Ok(self.load(ws, id)?.sb)
     }
 
+    /// The newest sandbox of `ws` ever created with `name` (ended ones included); a
+    /// dialect whose IDs are not UUIDs keeps its ID as the sandbox's name.
+    pub async fn find_named(
+        &self,
+        ws: &WorkspaceId,
+        name: &str,
+    ) -> Result<Option<Sandbox>, EngineError> {
+        let newest = self
+            .store
+            .sandboxes_named(ws, name)?
+            .into_iter()
+            .max_by_key(|rec| rec.created_at);
+        match newest {
+            Some(rec) => Ok(Some(self.get(ws, rec.id).await?)),
+            None => Ok(None),
+        }
+    }
+
     /// The workspace's sandboxes, newest first (created_at DESC, id DESC), terminated
     /// ones included.
     pub async fn list(

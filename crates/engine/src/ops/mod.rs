@@ -2,6 +2,7 @@
 //! the state guard, the default environment, and crash detection.
 
 mod exec;
+mod exec_stream;
 mod files;
 mod processes;
 mod streams;
@@ -18,6 +19,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use uuid::Uuid;
 
+pub use exec_stream::{
+    ExecEnd, ExecEvent, ExecStream, SandboxEnd, StreamCommand, KILLED_EXIT, TIMED_OUT_EXIT,
+};
 pub use streams::FrameStream;
 
 /// The environment the agent gives a command when none is sent; the engine sends it
