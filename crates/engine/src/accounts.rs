@@ -1,9 +1,10 @@
-//! Workspaces and API keys: the master key, authentication, and key management.
+//! Workspaces and API keys: the master key, authentication, and key management, over
+//! the store alone so the `sandboxd keys` command can use them beside a running server.
 
 use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
 use crate::model::WorkspaceId;
-use sandboxd_store::{ApiKeyRecord, StoreError, WorkspaceRecord};
+use sandboxd_store::{ApiKeyRecord, Store, StoreError, WorkspaceRecord};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -58,7 +59,62 @@ fn hash(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
 }
 
+/// Workspace, key and secret management over a store; needs no runtime.
+pub struct Accounts<'s> {
+    pub(crate) store: &'s dyn Store,
+}
+
 impl Engine {
+    /// Workspace, key and secret management over the engine's store.
+    pub fn accounts(&self) -> Accounts<'_> {
+        Accounts::new(self.store.as_ref())
+    }
+
+    pub fn ensure_master_key(&self, key: &str) -> Result<(), EngineError> {
+        self.accounts().ensure_master_key(key)
+    }
+
+    pub fn authenticate(&self, key: &str) -> Result<Option<Principal>, EngineError> {
+        self.accounts().authenticate(key)
+    }
+
+    pub fn workspace_by_inngest_env(&self, env: &str) -> Result<Option<Workspace>, EngineError> {
+        self.accounts().workspace_by_inngest_env(env)
+    }
+
+    pub fn workspace_by_tenant(&self, tenant: &str) -> Result<Option<Workspace>, EngineError> {
+        self.accounts().workspace_by_tenant(tenant)
+    }
+
+    pub fn get_workspace(&self, id: &str) -> Result<Option<Workspace>, EngineError> {
+        self.accounts().get_workspace(id)
+    }
+
+    pub fn create_workspace(
+        &self,
+        name: &str,
+        inngest_env: Option<&str>,
+        runzivo_tenant_id: Option<&str>,
+    ) -> Result<Workspace, EngineError> {
+        self.accounts()
+            .create_workspace(name, inngest_env, runzivo_tenant_id)
+    }
+
+    pub fn create_key(
+        &self,
+        workspace: Option<&str>,
+        permissions: Vec<String>,
+        scopes: Vec<String>,
+    ) -> Result<String, EngineError> {
+        self.accounts().create_key(workspace, permissions, scopes)
+    }
+}
+
+impl<'s> Accounts<'s> {
+    pub fn new(store: &'s dyn Store) -> Self {
+        Self { store }
+    }
+
     /// Makes sure the `default` workspace (inngest env `production`, runzivo tenant
     /// `default`) exists and that `key` is a key of that workspace with every permission
     /// (workspace-scoped, so requests need no `X-Inngest-Env`).
@@ -68,14 +124,7 @@ impl Engine {
                 "the master key must be at least 16 characters",
             ));
         }
-        if self.store.get_workspace(DEFAULT_WORKSPACE)?.is_none() {
-            self.create_workspace_with_id(
-                DEFAULT_WORKSPACE,
-                "Default",
-                Some("production"),
-                Some("default"),
-            )?;
-        }
+        self.ensure_default_workspace()?;
         if self.store.key_by_hash(&hash(key))?.is_none() {
             self.insert_key(
                 key,
@@ -85,6 +134,20 @@ impl Engine {
             )?;
         }
         Ok(())
+    }
+
+    /// The `default` workspace (inngest env `production`, runzivo tenant `default`),
+    /// created when missing.
+    pub fn ensure_default_workspace(&self) -> Result<Workspace, EngineError> {
+        match self.store.get_workspace(DEFAULT_WORKSPACE)? {
+            Some(ws) => Ok(ws),
+            None => self.create_workspace_with_id(
+                DEFAULT_WORKSPACE,
+                "Default",
+                Some("production"),
+                Some("default"),
+            ),
+        }
     }
 
     /// The principal of an unrevoked key.
@@ -113,6 +176,10 @@ impl Engine {
         Ok(self.store.get_workspace(id)?)
     }
 
+    pub fn list_workspaces(&self) -> Result<Vec<Workspace>, EngineError> {
+        Ok(self.store.list_workspaces()?)
+    }
+
     /// Creates a workspace with a fresh id; env and tenant must be unused.
     pub fn create_workspace(
         &self,
@@ -128,7 +195,8 @@ impl Engine {
         )
     }
 
-    fn create_workspace_with_id(
+    /// Creates a workspace with a chosen id; id, env and tenant must be unused.
+    pub fn create_workspace_with_id(
         &self,
         id: &str,
         name: &str,

@@ -1,11 +1,11 @@
 //! Workspace secrets: values are only ever stored encrypted and never listed.
 
-use crate::engine::Engine;
+use crate::accounts::Accounts;
 use crate::error::{EngineError, ErrorCode};
 use crate::model::WorkspaceId;
 use crate::validate;
 
-impl Engine {
+impl Accounts<'_> {
     /// Creates or replaces a secret, exposed to sandboxes as an environment variable.
     pub fn set_secret(&self, ws: &WorkspaceId, name: &str, value: &str) -> Result<(), EngineError> {
         validate::env_name(name)?;

@@ -2,8 +2,10 @@
 
 mod bench;
 mod init;
+mod keys;
 mod run;
 mod runtime;
+mod secrets;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +30,12 @@ enum Command {
     Run(run::RunArgs),
     /// Measure sandboxd against baselines taken in the same run.
     Bench(bench::BenchArgs),
+    /// Manage API keys (and their workspaces) in the data directory.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+    /// Manage workspace secrets in the data directory.
+    #[command(subcommand)]
+    Secrets(secrets::SecretsCommand),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +50,8 @@ fn main() -> std::process::ExitCode {
             eprintln!("sandboxd run: {err:#}");
             std::process::ExitCode::from(125)
         }),
+        Command::Keys(command) => report("keys", keys::main(command)),
+        Command::Secrets(command) => report("secrets", secrets::main(command)),
         Command::Bench(args) => match bench::main(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(err) => {
@@ -49,5 +59,16 @@ fn main() -> std::process::ExitCode {
                 std::process::ExitCode::FAILURE
             }
         },
+    }
+}
+
+/// Exit status of a tool command, printing its error.
+fn report(command: &str, result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("sandboxd {command}: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }

@@ -1,0 +1,204 @@
+//! `sandboxd keys create|list|revoke`: API keys and workspaces, straight on the data
+//! directory's store (SQLite in WAL mode, so safe beside a running `serve`).
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use sandboxd_engine::accounts::{Accounts, ApiKeyInfo};
+use sandboxd_engine::{Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
+use sandboxd_store::SqliteStore;
+use std::path::PathBuf;
+use uuid::Uuid;
+
+/// The data directory a store command works on.
+#[derive(Args)]
+pub struct DataDirArg {
+    /// Data directory of the server (the same as `serve --data-dir`).
+    #[arg(
+        long = "data-dir",
+        env = "SANDBOXD_DATA_DIR",
+        default_value = "./.sandboxd"
+    )]
+    pub data_dir: PathBuf,
+}
+
+impl DataDirArg {
+    /// Opens (creating if needed) the store `serve` uses in this directory.
+    pub fn open(&self) -> Result<SqliteStore> {
+        let path = self.data_dir.join(crate::serve::DATABASE_FILE);
+        SqliteStore::open(&path).with_context(|| format!("opening {}", path.display()))
+    }
+}
+
+/// A workspace named by its id or its display name.
+pub fn find_workspace(accounts: &Accounts<'_>, name: &str) -> Result<Option<Workspace>> {
+    if let Some(ws) = accounts.get_workspace(name)? {
+        return Ok(Some(ws));
+    }
+    let all = accounts.list_workspaces()?;
+    let mut named = all.into_iter().filter(|w| w.name == name);
+    match (named.next(), named.next()) {
+        (Some(_), Some(_)) => bail!("several workspaces are named {name:?}: use the id"),
+        (found, _) => Ok(found),
+    }
+}
+
+#[derive(Subcommand)]
+pub enum KeysCommand {
+    /// Create a key (and its workspace when new); prints the key once on stdout.
+    Create(CreateArgs),
+    /// List keys (never the keys themselves: id, prefix, scope, permissions).
+    List(ListArgs),
+    /// Revoke a key by id.
+    Revoke {
+        id: Uuid,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+}
+
+#[derive(Args)]
+pub struct CreateArgs {
+    /// Workspace (id or name) the key is scoped to; created when it does not exist.
+    #[arg(long, conflicts_with = "account")]
+    workspace: Option<String>,
+    /// Account-scoped key: every workspace, chosen per request by `X-Inngest-Env`.
+    #[arg(long)]
+    account: bool,
+    /// A permission (repeatable) [default: `*`, every permission].
+    #[arg(long = "permission")]
+    permissions: Vec<String>,
+    /// A scope (repeatable).
+    #[arg(long = "scope")]
+    scopes: Vec<String>,
+    /// Inngest environment of a new workspace (unique in the store).
+    #[arg(long = "inngest-env")]
+    inngest_env: Option<String>,
+    /// Runzivo tenant ID of a new workspace (unique in the store).
+    #[arg(long)]
+    tenant: Option<String>,
+    #[command(flatten)]
+    dir: DataDirArg,
+}
+
+#[derive(Args)]
+pub struct ListArgs {
+    /// Only this workspace's keys (id or name).
+    #[arg(long)]
+    workspace: Option<String>,
+    #[command(flatten)]
+    dir: DataDirArg,
+}
+
+pub fn main(command: KeysCommand) -> Result<()> {
+    match command {
+        KeysCommand::Create(args) => create(args),
+        KeysCommand::List(args) => list(args),
+        KeysCommand::Revoke { id, dir } => {
+            let store = dir.open()?;
+            if !Accounts::new(&store).revoke_key(id)? {
+                bail!("no unrevoked key has id {id}");
+            }
+            eprintln!("revoked key {id}");
+            Ok(())
+        }
+    }
+}
+
+fn create(args: CreateArgs) -> Result<()> {
+    let store = args.dir.open()?;
+    let accounts = Accounts::new(&store);
+    let workspace = match (&args.workspace, args.account) {
+        (_, true) => {
+            if args.inngest_env.is_some() || args.tenant.is_some() {
+                bail!("--inngest-env and --tenant describe a workspace, not an account key");
+            }
+            None
+        }
+        (name, false) => Some(workspace_for_key(
+            &accounts,
+            name.as_deref().unwrap_or(DEFAULT_WORKSPACE),
+            &args,
+        )?),
+    };
+    let permissions = match args.permissions.is_empty() {
+        true => vec![ALL_PERMISSIONS.to_owned()],
+        false => args.permissions,
+    };
+    let ws_id = workspace.as_ref().map(|w| w.id.as_str());
+    let key = accounts.create_key(ws_id, permissions, args.scopes)?;
+    match &workspace {
+        Some(ws) => eprintln!(
+            "key for workspace {} ({}); shown only once:",
+            ws.id, ws.name
+        ),
+        None => eprintln!("account-scoped key; shown only once:"),
+    }
+    println!("{key}");
+    Ok(())
+}
+
+/// The key's workspace: an existing one (whose env and tenant must agree with the
+/// flags) or a new one with id and name `name`.
+fn workspace_for_key(accounts: &Accounts<'_>, name: &str, args: &CreateArgs) -> Result<Workspace> {
+    if let Some(ws) = find_workspace(accounts, name)? {
+        let differs = |flag: &Option<String>, have: &Option<String>| {
+            flag.as_ref().is_some_and(|f| Some(f) != have.as_ref())
+        };
+        if differs(&args.inngest_env, &ws.inngest_env)
+            || differs(&args.tenant, &ws.runzivo_tenant_id)
+        {
+            bail!(
+                "workspace {} exists with inngest env {:?} and tenant {:?}",
+                ws.id,
+                ws.inngest_env,
+                ws.runzivo_tenant_id
+            );
+        }
+        return Ok(ws);
+    }
+    if name == DEFAULT_WORKSPACE && args.inngest_env.is_none() && args.tenant.is_none() {
+        return Ok(accounts.ensure_default_workspace()?);
+    }
+    let ws = accounts.create_workspace_with_id(
+        name,
+        name,
+        args.inngest_env.as_deref(),
+        args.tenant.as_deref(),
+    )?;
+    eprintln!("created workspace {}", ws.id);
+    Ok(ws)
+}
+
+fn list(args: ListArgs) -> Result<()> {
+    let store = args.dir.open()?;
+    let accounts = Accounts::new(&store);
+    let mut keys: Vec<ApiKeyInfo> = Vec::new();
+    match &args.workspace {
+        Some(name) => {
+            let ws = find_workspace(&accounts, name)?
+                .with_context(|| format!("no workspace {name:?}"))?;
+            keys.extend(accounts.list_keys(Some(&ws.id))?);
+        }
+        None => {
+            keys.extend(accounts.list_keys(None)?);
+            for ws in accounts.list_workspaces()? {
+                keys.extend(accounts.list_keys(Some(&ws.id))?);
+            }
+        }
+    }
+    println!("ID\tPREFIX\tWORKSPACE\tPERMISSIONS\tSCOPES\tCREATED\tREVOKED");
+    for k in keys {
+        println!(
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            k.id,
+            k.prefix,
+            k.workspace.as_deref().unwrap_or("(account)"),
+            k.permissions.join(","),
+            k.scopes.join(","),
+            k.created_at,
+            k.revoked_at
+                .map_or_else(|| "-".to_owned(), |t| t.to_string()),
+        );
+    }
+    Ok(())
+}

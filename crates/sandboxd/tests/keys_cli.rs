@@ -1,0 +1,118 @@
+//! `sandboxd keys` and `sandboxd secrets` on a data directory, used beside a running
+//! `sandboxd serve`: created keys authenticate, revoked keys stop, secrets reach
+//! sandboxes, and the store never holds a key or a secret in clear.
+
+mod serve_bin;
+
+use serde_json::json;
+use serve_bin::{cli_status, Server};
+use std::process::Output;
+
+/// `sandboxd ARGS… --data-dir DATA`, which must succeed; returns its trimmed stdout.
+fn ok(data: &str, args: &[&str], stdin: &str) -> String {
+    let out = run(data, args, stdin);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn run(data: &str, args: &[&str], stdin: &str) -> Output {
+    let mut all = args.to_vec();
+    all.extend(["--data-dir", data]);
+    cli_status(&all, stdin)
+}
+
+/// `sandboxd secrets VERB ARGS… --workspace acme`.
+fn acme_secrets(data: &str, verb: &str, args: &[&str], stdin: &str) -> Output {
+    let mut all = vec!["secrets", verb];
+    all.extend(args);
+    all.extend(["--workspace", "acme"]);
+    run(data, &all, stdin)
+}
+
+fn secret_names(data: &str) -> String {
+    let out = acme_secrets(data, "list", &[], "");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn keys_and_secrets_work_beside_a_running_server() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().to_str().expect("utf-8 path");
+    let create = ["keys", "create", "--workspace", "acme", "--inngest-env"];
+    let ws_key = ok(data, &[&create[..], &["acme-env"]].concat(), "");
+    let account_key = ok(data, &["keys", "create", "--account"], "");
+    assert!(ws_key.starts_with("sbx_") && ws_key.len() > 40, "{ws_key}");
+    assert_ne!(ws_key, account_key);
+    // The same workspace with a conflicting environment is refused.
+    let conflict = run(data, &[&create[..], &["other"]].concat(), "");
+    assert!(!conflict.status.success());
+    assert!(acme_secrets(data, "set", &["TOKEN"], "s3cret-value\n")
+        .status
+        .success());
+    assert!(acme_secrets(data, "set", &["OTHER", "--value", "x"], "")
+        .status
+        .success());
+    assert_eq!(secret_names(data), "OTHER\nTOKEN");
+
+    let server = Server::start(dir.path(), None);
+    let list = server.request("GET", "/v2/sandboxes", &ws_key, None);
+    assert_eq!(list.status, 200, "{}", list.text());
+    let headers = [
+        ("authorization", format!("Bearer {account_key}")),
+        ("x-inngest-env", "acme-env".to_owned()),
+    ];
+    let by_env = serve_bin::http(server.addr, "GET", "/v2/sandboxes", &headers, "");
+    assert_eq!(by_env.status, 200, "{}", by_env.text());
+    let no_env = server.request("GET", "/v2/sandboxes", &account_key, None);
+    let code = no_env.json()["errors"][0]["code"].clone();
+    assert_eq!((no_env.status, code), (400, json!("invalid_request")));
+
+    let body = json!({"name": "keys-cli", "vcpu": 1, "memoryMb": 256, "secrets": ["TOKEN"]});
+    let id = server.create_sandbox(&ws_key, &body);
+    let (code, out) = server.exec(&ws_key, &id, &["/bin/sh", "-c", "printf %s \"$TOKEN\""]);
+    assert_eq!((code, out.as_str()), (0, "s3cret-value"));
+    server.destroy(&ws_key, &id);
+
+    // Revoking while the server runs takes effect on the next request.
+    let listing = ok(data, &["keys", "list", "--workspace", "acme"], "");
+    let row = listing.lines().nth(1).expect("one acme key");
+    assert!(row.contains(&ws_key[..12]) && row.contains("acme") && !row.contains(&ws_key));
+    let key_id = row.split('\t').next().expect("id column");
+    ok(data, &["keys", "revoke", key_id], "");
+    let revoked = server.request("GET", "/v2/sandboxes", &ws_key, None);
+    assert_eq!(revoked.status, 401);
+    assert!(!run(data, &["keys", "revoke", key_id], "").status.success());
+    let all = ok(data, &["keys", "list"], "");
+    assert!(
+        all.contains("(account)") && all.lines().count() == 3,
+        "{all}"
+    );
+
+    assert!(acme_secrets(data, "delete", &["TOKEN"], "")
+        .status
+        .success());
+    assert_eq!(secret_names(data), "OTHER");
+    assert!(!acme_secrets(data, "delete", &["TOKEN"], "")
+        .status
+        .success());
+    drop(server);
+
+    // Only hashes and ciphertext on disk.
+    let mut stored = Vec::new();
+    for entry in std::fs::read_dir(dir.path()).expect("data dir").flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("sandboxd.db")
+        {
+            stored.extend(std::fs::read(entry.path()).expect("read db"));
+        }
+    }
+    let contains = |needle: &str| stored.windows(needle.len()).any(|w| w == needle.as_bytes());
+    assert!(!stored.is_empty());
+    assert!(!contains(&ws_key) && !contains(&account_key) && !contains("s3cret-value"));
+}

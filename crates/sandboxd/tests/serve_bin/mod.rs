@@ -1,0 +1,273 @@
+//! The one helper that starts the real `sandboxd serve` binary on a loopback port 0,
+//! plus a minimal blocking HTTP/1.1 client and a runner for the binary's tool commands.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");
+
+/// A running `sandboxd serve`; stopped with SIGTERM when dropped.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    /// Starts `serve` on `data_dir` (master key `master` when given) and waits for its
+    /// `listening on ADDR` line; the rest of its log goes to this test's stderr.
+    pub fn start(data_dir: &Path, master: Option<&str>) -> Server {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .env_remove("SANDBOXD_MASTER_KEY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(key) = master {
+            cmd.env("SANDBOXD_MASTER_KEY", key);
+        }
+        let mut child = cmd.spawn().expect("spawn sandboxd serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[serve] {line}");
+                if let Some(addr) = listening_addr(&line) {
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        match rx.recv() {
+            Ok(addr) => Server { child, addr },
+            Err(_) => {
+                let status = child.wait().expect("wait for serve");
+                panic!("sandboxd serve exited before listening: {status}");
+            }
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// SIGKILL: no graceful shutdown at all.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn request(&self, method: &str, path: &str, key: &str, body: Option<&Value>) -> Reply {
+        let body = body.map(|b| b.to_string());
+        let mut headers = vec![("authorization", format!("Bearer {key}"))];
+        if body.is_some() {
+            headers.push(("content-type", "application/json".into()));
+        }
+        http(
+            self.addr,
+            method,
+            path,
+            &headers,
+            body.as_deref().unwrap_or(""),
+        )
+    }
+
+    /// Creates a sandbox and returns its id once it answers (Create returns RUNNING).
+    pub fn create_sandbox(&self, key: &str, body: &Value) -> String {
+        let reply = self.request("POST", "/v2/sandboxes", key, Some(body));
+        assert_eq!(reply.status, 201, "{}", reply.text());
+        let data = &reply.json()["data"];
+        assert_eq!(data["status"], "RUNNING", "{data}");
+        data["id"].as_str().expect("id").to_owned()
+    }
+
+    /// Runs `command` with captured exec; returns (exit code, decoded stdout).
+    pub fn exec(&self, key: &str, id: &str, command: &[&str]) -> (i64, String) {
+        let body = serde_json::json!({ "command": command });
+        let reply = self.request(
+            "POST",
+            &format!("/v2/sandboxes/{id}/exec"),
+            key,
+            Some(&body),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let data = &reply.json()["data"];
+        let stdout = data["stdout"].as_str().unwrap_or_default();
+        let stdout = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, stdout)
+            .expect("base64 stdout");
+        let code = data["exitCode"].as_i64().expect("exitCode");
+        (code, String::from_utf8_lossy(&stdout).into_owned())
+    }
+
+    /// Destroys a sandbox and polls `get` until it is TERMINATED.
+    pub fn destroy(&self, key: &str, id: &str) {
+        let path = format!("/v2/sandboxes/{id}");
+        let reply = self.request("DELETE", &path, key, None);
+        assert!(matches!(reply.status, 202 | 204), "{}", reply.text());
+        loop {
+            let status = self.request("GET", &path, key, None).json()["data"]["status"].clone();
+            if status == "TERMINATED" {
+                return;
+            }
+            assert!(status == "TERMINATING" || status == "RUNNING", "{status}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on the PID of our own, not yet reaped, child.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The address of a `listening on ADDR` log line.
+fn listening_addr(line: &str) -> Option<SocketAddr> {
+    let rest = line.split("listening on ").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// An HTTP answer with the body decoded (chunked or not).
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One request on a fresh connection (`Connection: close`), read to the end.
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &str,
+) -> Reply {
+    let mut conn = TcpStream::connect(addr).expect("connect to serve");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes()).expect("send head");
+    conn.write_all(body.as_bytes()).expect("send body");
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).expect("read response");
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> Reply {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("end of response head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let rest = &raw[split + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_vec()
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut rest: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size_text = String::from_utf8_lossy(&rest[..eol]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .expect("chunk size");
+        if size == 0 {
+            break;
+        }
+        let start = eol + 2;
+        body.extend_from_slice(&rest[start..start + size]);
+        rest = &rest[start + size + 2..];
+    }
+    body
+}
+
+/// Runs `sandboxd ARGS…` with `stdin` as its input; fails the test if it fails.
+pub fn cli(args: &[&str], stdin: &str) -> Output {
+    let out = cli_status(args, stdin);
+    assert!(
+        out.status.success(),
+        "sandboxd {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `sandboxd ARGS…` and returns whatever it did.
+pub fn cli_status(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_remove("SANDBOXD_DATA_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandboxd");
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin.as_bytes()).expect("write stdin");
+    }
+    child.wait_with_output().expect("wait for sandboxd")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_the_listening_line() {
+        let line = "2026-11-30T15:00:00Z  INFO sandboxd_server::serve: listening on 127.0.0.1:4321";
+        assert_eq!(
+            super::listening_addr(line),
+            Some("127.0.0.1:4321".parse().unwrap())
+        );
+    }
+}
