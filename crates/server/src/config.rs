@@ -13,6 +13,9 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// An API key accepted for the default workspace (created on start if missing).
     pub master_key: Option<String>,
+    /// Seconds a timed-out streamed command may run after its SIGTERM before it is
+    /// killed (Runzivo exec; 30 by default; tests shorten it).
+    pub exec_kill_grace_seconds: u64,
 }
 
 impl Default for ServerConfig {
@@ -21,6 +24,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
             data_dir: PathBuf::from("./.sandboxd"),
             master_key: None,
+            exec_kill_grace_seconds: 30,
         }
     }
 }
@@ -34,6 +38,7 @@ impl std::fmt::Debug for ServerConfig {
                 "master_key",
                 &self.master_key.as_ref().map(|_| "<redacted>"),
             )
+            .field("exec_kill_grace_seconds", &self.exec_kill_grace_seconds)
             .finish()
     }
 }
@@ -64,6 +69,7 @@ struct FileLayer {
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     master_key: Option<String>,
+    exec_kill_grace_seconds: Option<u64>,
 }
 
 impl ServerConfig {
@@ -101,10 +107,23 @@ impl ServerConfig {
             }
             None => None,
         };
+        let grace = match env("SANDBOXD_EXEC_KILL_GRACE_SECONDS") {
+            Some(raw) => {
+                Some(
+                    raw.parse()
+                        .map_err(|e: std::num::ParseIntError| ConfigError::Env {
+                            var: "SANDBOXD_EXEC_KILL_GRACE_SECONDS",
+                            message: e.to_string(),
+                        })?,
+                )
+            }
+            None => None,
+        };
         config.apply(FileLayer {
             listen,
             data_dir: env("SANDBOXD_DATA_DIR").map(PathBuf::from),
             master_key: env("SANDBOXD_MASTER_KEY"),
+            exec_kill_grace_seconds: grace,
         });
         Ok(config)
     }
@@ -118,6 +137,9 @@ impl ServerConfig {
         }
         if let Some(key) = layer.master_key.filter(|k| !k.trim().is_empty()) {
             self.master_key = Some(key);
+        }
+        if let Some(grace) = layer.exec_kill_grace_seconds {
+            self.exec_kill_grace_seconds = grace;
         }
     }
 }
@@ -158,6 +180,9 @@ mod tests {
         assert_eq!(c.master_key.as_deref(), Some("e"));
         let c = load(Some(file), &[("SANDBOXD_LISTEN", "127.0.0.1:0")]).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:0");
+        assert_eq!(c.exec_kill_grace_seconds, 30);
+        let c = load(None, &[("SANDBOXD_EXEC_KILL_GRACE_SECONDS", "1")]).unwrap();
+        assert_eq!(c.exec_kill_grace_seconds, 1);
     }
 
     #[test]

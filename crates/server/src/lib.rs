@@ -5,4 +5,4 @@ pub mod config;
 mod serve;
 
 pub use config::{ConfigError, ServerConfig};
-pub use serve::{app, serve, shutdown_signal};
+pub use serve::{app, app_with, serve, shutdown_signal};

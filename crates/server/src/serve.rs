@@ -9,9 +9,19 @@ use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// One router serving every dialect.
+/// One router serving every dialect, with default options.
 pub fn app(engine: Arc<Engine>) -> Router {
-    Router::new().merge(sandboxd_dialect_inngest::router(engine))
+    app_with(engine, &ServerConfig::default())
+}
+
+/// One router serving every dialect, tuned by `config`.
+pub fn app_with(engine: Arc<Engine>, config: &ServerConfig) -> Router {
+    let runzivo = sandboxd_dialect_runzivo::Options {
+        exec_kill_grace: std::time::Duration::from_secs(config.exec_kill_grace_seconds),
+    };
+    Router::new()
+        .merge(sandboxd_dialect_inngest::router(engine.clone()))
+        .merge(sandboxd_dialect_runzivo::router(engine, runzivo))
 }
 
 /// Serves the API on `config.listen` until `shutdown` completes, then lets in-flight
@@ -40,7 +50,7 @@ pub async fn serve(
         .local_addr()
         .context("cannot read the bound address")?;
     tracing::info!("listening on {addr}");
-    axum::serve(listener, app(engine))
+    axum::serve(listener, app_with(engine, &config))
         .with_graceful_shutdown(shutdown)
         .await
         .context("the HTTP server failed")?;

@@ -1,0 +1,136 @@
+//! Create, get, list and delete of a tenant's sandboxes.
+
+use crate::auth::{Reader, Writer};
+use crate::error::{ApiError, Op};
+use crate::extract::{OptionalJson, SandboxId};
+use crate::views::SandboxView;
+use crate::AppState;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use sandboxd_engine::{CreateSandbox, PageRequest, Resources};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Largest create body.
+const CREATE_LIMIT: usize = 128 * 1024;
+/// Longest sandbox lifetime a create may ask for (one day).
+const MAX_TIMEOUT_SECONDS: u64 = 86_400;
+
+/// `POST …/sandboxes` as sent; every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBody {
+    /// Lifetime; the sandbox expires after it. None = until deleted.
+    timeout_seconds: Option<u64>,
+    /// Environment of every command in the sandbox.
+    env: Option<BTreeMap<String, String>>,
+    vcpu: Option<u32>,
+    memory_mb: Option<u32>,
+}
+
+fn view(sb: &sandboxd_engine::Sandbox, tenant: &str) -> Result<SandboxView, ApiError> {
+    SandboxView::of(sb, tenant).ok_or_else(ApiError::not_found)
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    Writer(tenant): Writer,
+    OptionalJson(body): OptionalJson<CreateBody, CREATE_LIMIT>,
+) -> Result<Response, ApiError> {
+    let body = body.unwrap_or_default();
+    let timeout = match body.timeout_seconds {
+        None => None,
+        Some(s) if (1..=MAX_TIMEOUT_SECONDS).contains(&s) => Some(Duration::from_secs(s)),
+        Some(_) => return Err(ApiError::invalid("timeout_seconds must be 1-86400")),
+    };
+    let req = CreateSandbox {
+        name: Some(crate::ids::new_id()),
+        resources: Resources {
+            vcpu: body.vcpu.unwrap_or(1),
+            memory_mb: body.memory_mb.unwrap_or(512),
+        },
+        image: None,
+        snapshot_id: None,
+        environment: body.env.unwrap_or_default(),
+        secrets: Vec::new(),
+        metadata: BTreeMap::new(),
+        timeout,
+    };
+    let (sb, _) = state
+        .engine
+        .create(&tenant.workspace, req)
+        .await
+        .map_err(|e| ApiError::engine(Op::Sandboxes, e))?;
+    Ok((StatusCode::CREATED, Json(view(&sb, &tenant.tenant_id)?)).into_response())
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    Reader(tenant): Reader,
+    SandboxId(id): SandboxId,
+) -> Result<Json<SandboxView>, ApiError> {
+    let sb = state.sandbox(&tenant.workspace, &id, Op::Sandboxes).await?;
+    Ok(Json(view(&sb, &tenant.tenant_id)?))
+}
+
+pub async fn delete(
+    State(state): State<AppState>,
+    Writer(tenant): Writer,
+    SandboxId(id): SandboxId,
+) -> Result<Json<SandboxView>, ApiError> {
+    let sb = state.sandbox(&tenant.workspace, &id, Op::Sandboxes).await?;
+    let sb = state
+        .engine
+        .destroy(&tenant.workspace, sb.id)
+        .await
+        .map_err(|e| ApiError::engine(Op::Sandboxes, e))?;
+    Ok(Json(view(&sb, &tenant.tenant_id)?))
+}
+
+/// `?limit=&cursor=` of a list.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct ListView {
+    data: Vec<SandboxView>,
+    next_cursor: Option<String>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    Reader(tenant): Reader,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<ListView>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    if q.limit.is_some_and(|l| !(1..=100).contains(&l)) {
+        return Err(ApiError::invalid("limit must be 1-100"));
+    }
+    let page = state
+        .engine
+        .list(
+            &tenant.workspace,
+            PageRequest {
+                limit: q.limit.unwrap_or(50),
+                cursor: q.cursor,
+            },
+        )
+        .await
+        .map_err(|e| ApiError::engine(Op::Sandboxes, e))?;
+    let data = page
+        .items
+        .iter()
+        .filter_map(|sb| SandboxView::of(sb, &tenant.tenant_id))
+        .collect();
+    Ok(Json(ListView {
+        data,
+        next_cursor: page.next_cursor,
+    }))
+}

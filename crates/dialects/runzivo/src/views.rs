@@ -1,0 +1,57 @@
+//! How a sandbox is rendered: its Runzivo ID, tenant, lowercase status and times.
+
+use sandboxd_dialect_common::rfc3339_nanos;
+use sandboxd_engine::{EndReason, Sandbox, SandboxStatus};
+use serde::Serialize;
+
+/// A sandbox as this dialect shows it.
+#[derive(Debug, Serialize)]
+pub struct SandboxView {
+    pub id: String,
+    pub tenant_id: String,
+    /// pending, starting, running, pausing, paused, resuming, stopping, stopped,
+    /// expired, deleted or failed.
+    pub status: &'static str,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+/// The dialect's status name of a sandbox.
+pub fn status(sb: &Sandbox) -> &'static str {
+    match sb.status {
+        SandboxStatus::Pending => "pending",
+        SandboxStatus::Starting => "starting",
+        SandboxStatus::Running => "running",
+        SandboxStatus::Pausing => "pausing",
+        SandboxStatus::Paused => "paused",
+        SandboxStatus::Resuming => "resuming",
+        SandboxStatus::Terminating => "stopping",
+        SandboxStatus::Failed => "failed",
+        SandboxStatus::Terminated => match sb.end_reason {
+            Some(EndReason::Destroyed) => "deleted",
+            Some(EndReason::Timeout) => "expired",
+            _ => "stopped",
+        },
+    }
+}
+
+impl SandboxView {
+    /// `None` for a sandbox without a Runzivo ID (made through another dialect).
+    pub fn of(sb: &Sandbox, tenant_id: &str) -> Option<Self> {
+        let id = sb.name.clone().filter(|n| crate::ids::is_valid(n))?;
+        Some(Self {
+            id,
+            tenant_id: tenant_id.to_owned(),
+            status: status(sb),
+            created_at: rfc3339_nanos(sb.created_at),
+            started_at: sb.started_at.map(rfc3339_nanos),
+            ended_at: sb.ended_at.map(rfc3339_nanos),
+            expires_at: sb.expires_at.map(rfc3339_nanos),
+        })
+    }
+}
