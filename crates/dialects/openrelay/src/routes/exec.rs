@@ -1,0 +1,51 @@
+//! `POST /v1/sandboxes/{id}/exec`: a command in a running sandbox, answered like a
+//! create's `run` (JSON result, or SandboxEvents as NDJSON).
+
+use super::deliver::{Answer, Delivery};
+use super::{sandbox_id, Mode};
+use crate::auth::{perm, Caller};
+use crate::body::RunSpec;
+use crate::error::{ApiError, JSON_BODY_LIMIT};
+use crate::AppState;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use sandboxd_dialect_common::read_json;
+use sandboxd_engine::SandboxStatus;
+use tokio::sync::oneshot;
+
+pub async fn exec(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    caller.require(perm::EXEC)?;
+    let id = sandbox_id(&raw)?;
+    let spec: RunSpec = read_json(&headers, body, JSON_BODY_LIMIT).await?;
+    spec.argv()?;
+    let sb = state.engine.get(&caller.ws, id).await?;
+    if sb.status != SandboxStatus::Running {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "INVALID_STATE",
+            format!("sandbox {id} is {}; exec needs it running", crate::views::state(sb.status)),
+        ));
+    }
+    let (reply, answer) = oneshot::channel();
+    let delivery = Delivery {
+        state: state.clone(),
+        ws: caller.ws,
+        run: Some(spec),
+        mode: Mode::from_accept(&headers),
+        status: StatusCode::OK,
+        answer: Answer::Result,
+        ticket: None,
+    };
+    tokio::spawn(delivery.deliver(sb, reply));
+    answer.await.unwrap_or_else(|_| {
+        Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "the exec task failed"))
+    })
+}

@@ -1,0 +1,81 @@
+//! `GET /v1/sandbox-templates` (built-ins and the workspace's own), and sandboxd's
+//! additions to build (`POST`) and delete workspace templates.
+
+use crate::auth::{perm, Caller};
+use crate::error::{ApiError, JSON_BODY_LIMIT};
+use crate::views::{self, TemplateView};
+use crate::AppState;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use sandboxd_dialect_common::read_json;
+use sandboxd_engine::{Resources, TemplateBuild};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+const DEFAULT_STEP_TIMEOUT: u64 = 600;
+const MAX_STEP_TIMEOUT: u64 = 3600;
+
+#[derive(Serialize)]
+pub struct ListView {
+    templates: Vec<TemplateView>,
+}
+
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<ListView>, ApiError> {
+    caller.require(perm::TEMPLATES_READ)?;
+    let all = state.engine.list_templates(&caller.ws).await?;
+    Ok(Json(ListView { templates: all.iter().map(views::template).collect() }))
+}
+
+/// A template build: steps run with `/bin/sh -c` in a sandbox of `from`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BuildBody {
+    name: String,
+    from: Option<String>,
+    run: Vec<String>,
+    cpu: Option<u32>,
+    #[serde(rename = "memoryMiB")]
+    memory_mib: Option<u32>,
+    step_timeout_seconds: Option<u64>,
+}
+
+pub async fn build(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<TemplateView>), ApiError> {
+    caller.require(perm::TEMPLATES_WRITE)?;
+    let b: BuildBody = read_json(&headers, body, JSON_BODY_LIMIT).await?;
+    let step = b.step_timeout_seconds.unwrap_or(DEFAULT_STEP_TIMEOUT);
+    if !(1..=MAX_STEP_TIMEOUT).contains(&step) {
+        return Err(ApiError::invalid(format!("stepTimeoutSeconds must be 1 to {MAX_STEP_TIMEOUT}")));
+    }
+    let from = b.from.unwrap_or_else(|| "default".into());
+    let base = state.engine.get_template(&caller.ws, &from).await?;
+    let resources = Resources {
+        vcpu: b.cpu.unwrap_or(base.resources.vcpu),
+        memory_mb: b.memory_mib.unwrap_or(base.resources.memory_mb),
+    };
+    let build = TemplateBuild {
+        name: b.name,
+        from,
+        steps: b.run,
+        resources: Some(resources),
+        step_timeout: Duration::from_secs(step),
+    };
+    let t = state.engine.build_template(&caller.ws, build).await?;
+    Ok((StatusCode::CREATED, Json(views::template(&t))))
+}
+
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<TemplateView>, ApiError> {
+    caller.require(perm::TEMPLATES_WRITE)?;
+    let t = state.engine.delete_template(&caller.ws, &name).await?;
+    Ok(Json(views::template(&t)))
+}

@@ -1,0 +1,124 @@
+//! The dialect's rendering of engine values: Sandbox, its state and exit reason,
+//! templates and list pages.
+
+use crate::meta::Attributes;
+use sandboxd_dialect_common::rfc3339_nanos;
+use sandboxd_engine::{EndReason, Sandbox, SandboxStatus, Template};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A command's outcome in a create or exec answer.
+#[derive(Debug, Clone, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultView {
+    pub exec_id: String,
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub truncated: bool,
+    pub error: Option<crate::error::ErrorBody>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxView {
+    pub id: String,
+    pub template: String,
+    pub state: &'static str,
+    pub created_at: String,
+    pub expires_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_reason: Option<&'static str>,
+    pub cpu: u32,
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u32,
+    pub cpu_request: f64,
+    #[serde(rename = "memoryRequestMiB")]
+    pub memory_request_mib: u32,
+    pub placement: &'static str,
+    pub metadata: BTreeMap<String, String>,
+    pub ephemeral: bool,
+    pub auto_pause: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<ResultView>,
+}
+
+/// `running` | `paused` | `exited`.
+pub fn state(s: SandboxStatus) -> &'static str {
+    use SandboxStatus::*;
+    match s {
+        Paused | Resuming => "paused",
+        Terminated | Failed => "exited",
+        _ => "running",
+    }
+}
+
+pub fn exit_reason(r: EndReason) -> &'static str {
+    match r {
+        EndReason::Destroyed => "killed",
+        EndReason::Timeout => "timeout",
+        EndReason::Crashed => "guest_exit",
+        EndReason::StartFailed => "error",
+    }
+}
+
+pub fn sandbox(sb: &Sandbox) -> SandboxView {
+    let (attrs, metadata) = Attributes::split(&sb.metadata);
+    let attrs = attrs.unwrap_or(Attributes {
+        template: sb.image.clone(),
+        ephemeral: false,
+        pinned: false,
+        cpu_request: f64::from(sb.resources.vcpu),
+        memory_request_mib: sb.resources.memory_mb,
+        auto_pause: false,
+    });
+    let ended = sb.status.is_terminal();
+    SandboxView {
+        id: sb.id.to_string(),
+        template: attrs.template,
+        state: state(sb.status),
+        created_at: rfc3339_nanos(sb.created_at),
+        expires_at: rfc3339_nanos(sb.expires_at.unwrap_or(sb.created_at)),
+        ended_at: sb.ended_at.filter(|_| ended).map(rfc3339_nanos),
+        exit_reason: sb
+            .end_reason
+            .filter(|_| ended)
+            .map(exit_reason)
+            .or(ended.then_some("error")),
+        cpu: sb.resources.vcpu,
+        memory_mib: sb.resources.memory_mb,
+        cpu_request: attrs.cpu_request,
+        memory_request_mib: attrs.memory_request_mib,
+        placement: if attrs.pinned { "pinned" } else { "shared" },
+        metadata,
+        ephemeral: attrs.ephemeral,
+        auto_pause: attrs.auto_pause,
+        result: None,
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateView {
+    pub id: String,
+    pub description: String,
+    pub builtin: bool,
+    pub cpu: u32,
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+pub fn template(t: &Template) -> TemplateView {
+    TemplateView {
+        id: t.name.clone(),
+        description: t.description.clone(),
+        builtin: t.builtin,
+        cpu: t.resources.vcpu,
+        memory_mib: t.resources.memory_mb,
+        created_at: t.created_at.map(rfc3339_nanos),
+    }
+}
