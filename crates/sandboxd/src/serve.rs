@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use sandboxd_engine::{Engine, EngineConfig, Limits};
+use sandboxd_engine::{Engine, EngineConfig};
 use sandboxd_server::ServerConfig;
 use sandboxd_store::SqliteStore;
 use std::net::SocketAddr;
@@ -51,7 +51,7 @@ async fn run(config: ServerConfig) -> Result<()> {
         data_dir: config.data_dir.clone(),
         runtime,
         store: Arc::new(store),
-        limits: Limits::default(),
+        limits: config.limits(),
     })
     .context("opening the engine")?;
     sandboxd_server::serve(config, engine, sandboxd_server::shutdown_signal()).await

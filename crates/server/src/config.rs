@@ -16,6 +16,11 @@ pub struct ServerConfig {
     /// Seconds a timed-out streamed command may run after its SIGTERM before it is
     /// killed (Runzivo exec; 30 by default; tests shorten it).
     pub exec_kill_grace_seconds: u64,
+    /// Server capacity: active sandboxes, their summed vCPUs and memory (MiB). A create
+    /// past it waits (OpenRelay `waitSeconds`) or is refused.
+    pub max_sandboxes: u32,
+    pub max_vcpu_total: u32,
+    pub max_memory_mib_total: u64,
 }
 
 impl Default for ServerConfig {
@@ -25,6 +30,9 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("./.sandboxd"),
             master_key: None,
             exec_kill_grace_seconds: 30,
+            max_sandboxes: sandboxd_engine::Limits::default().max_sandboxes,
+            max_vcpu_total: sandboxd_engine::Limits::default().max_vcpu_total,
+            max_memory_mib_total: sandboxd_engine::Limits::default().max_memory_mb_total,
         }
     }
 }
@@ -39,6 +47,9 @@ impl std::fmt::Debug for ServerConfig {
                 &self.master_key.as_ref().map(|_| "<redacted>"),
             )
             .field("exec_kill_grace_seconds", &self.exec_kill_grace_seconds)
+            .field("max_sandboxes", &self.max_sandboxes)
+            .field("max_vcpu_total", &self.max_vcpu_total)
+            .field("max_memory_mib_total", &self.max_memory_mib_total)
             .finish()
     }
 }
@@ -70,6 +81,9 @@ struct FileLayer {
     data_dir: Option<PathBuf>,
     master_key: Option<String>,
     exec_kill_grace_seconds: Option<u64>,
+    max_sandboxes: Option<u32>,
+    max_vcpu_total: Option<u32>,
+    max_memory_mib_total: Option<u64>,
 }
 
 impl ServerConfig {
@@ -124,6 +138,9 @@ impl ServerConfig {
             data_dir: env("SANDBOXD_DATA_DIR").map(PathBuf::from),
             master_key: env("SANDBOXD_MASTER_KEY"),
             exec_kill_grace_seconds: grace,
+            max_sandboxes: env_number(&env, "SANDBOXD_MAX_SANDBOXES")?,
+            max_vcpu_total: env_number(&env, "SANDBOXD_MAX_VCPU_TOTAL")?,
+            max_memory_mib_total: env_number(&env, "SANDBOXD_MAX_MEMORY_MIB_TOTAL")?,
         });
         Ok(config)
     }
@@ -141,7 +158,44 @@ impl ServerConfig {
         if let Some(grace) = layer.exec_kill_grace_seconds {
             self.exec_kill_grace_seconds = grace;
         }
+        if let Some(n) = layer.max_sandboxes {
+            self.max_sandboxes = n;
+        }
+        if let Some(n) = layer.max_vcpu_total {
+            self.max_vcpu_total = n;
+        }
+        if let Some(n) = layer.max_memory_mib_total {
+            self.max_memory_mib_total = n;
+        }
     }
+
+    /// The engine's capacity limits this configuration asks for.
+    pub fn limits(&self) -> sandboxd_engine::Limits {
+        sandboxd_engine::Limits {
+            max_sandboxes: self.max_sandboxes,
+            max_vcpu_total: self.max_vcpu_total,
+            max_memory_mb_total: self.max_memory_mib_total,
+            ..Default::default()
+        }
+    }
+}
+
+/// A numeric environment variable, if set.
+fn env_number<T: std::str::FromStr>(
+    env: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+) -> Result<Option<T>, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    env(var)
+        .map(|raw| {
+            raw.trim().parse().map_err(|e: T::Err| ConfigError::Env {
+                var,
+                message: e.to_string(),
+            })
+        })
+        .transpose()
 }
 
 #[cfg(test)]

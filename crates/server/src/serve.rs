@@ -21,6 +21,7 @@ pub fn app_with(engine: Arc<Engine>, config: &ServerConfig) -> Router {
     };
     Router::new()
         .merge(sandboxd_dialect_inngest::router(engine.clone()))
+        .merge(sandboxd_dialect_openrelay::router(engine.clone()))
         .merge(sandboxd_dialect_runzivo::router(engine, runzivo))
 }
 
