@@ -5,7 +5,10 @@ use crate::agent_error;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::model::{Frame, WorkspaceId};
+use crate::state::SandboxStatus;
 use futures_util::stream::{BoxStream, StreamExt};
+use sandboxd_store::Store;
+use std::sync::Arc;
 use uuid::Uuid;
 
 /// Frames of a process's output or of the sandbox log, errors already mapped.
@@ -34,7 +37,9 @@ impl Engine {
         Ok(mapped(s))
     }
 
-    /// The sandbox-level log, then live frames when `follow`.
+    /// The sandbox-level log, then live frames when `follow`. A follow ends cleanly
+    /// (no error frame) when the sandbox ends: destroy or expiry stops its agent, and
+    /// the broken agent stream is then the end of the log, not a failure.
     pub async fn logs(
         &self,
         ws: &WorkspaceId,
@@ -46,6 +51,40 @@ impl Engine {
                 Ok(async move { client.logs(follow).await })
             })
             .await?;
-        Ok(mapped(s))
+        Ok(match follow {
+            true => until_ended(mapped(s), self.store.clone(), id),
+            false => mapped(s),
+        })
+    }
+}
+
+/// Ends `frames` at its first error if sandbox `id` is ending or gone by then.
+fn until_ended(frames: FrameStream, store: Arc<dyn Store>, id: Uuid) -> FrameStream {
+    frames
+        .then(move |item| {
+            let store = store.clone();
+            async move {
+                match item {
+                    Err(err) if sandbox_ended(store.as_ref(), id) => {
+                        tracing::debug!(%id, %err, "log follow ended with the sandbox");
+                        None
+                    }
+                    other => Some(other),
+                }
+            }
+        })
+        .take_while(|item| std::future::ready(item.is_some()))
+        .filter_map(std::future::ready)
+        .boxed()
+}
+
+fn sandbox_ended(store: &dyn Store, id: Uuid) -> bool {
+    match store.get_sandbox(id) {
+        Ok(Some(record)) => matches!(
+            SandboxStatus::parse(&record.status),
+            Some(SandboxStatus::Terminating | SandboxStatus::Terminated) | None
+        ),
+        Ok(None) => true,
+        Err(_) => false,
     }
 }
