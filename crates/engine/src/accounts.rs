@@ -228,6 +228,28 @@ impl<'s> Accounts<'s> {
         permissions: Vec<String>,
         scopes: Vec<String>,
     ) -> Result<String, EngineError> {
+        self.create_key_prefixed("sbx_", workspace, permissions, scopes)
+    }
+
+    /// [`Accounts::create_key`] with the key starting with `prefix` (1-16 characters of
+    /// `[a-z0-9]` then `_`, e.g. OpenRelay's `or_` or legacy `vl_`); keys stay opaque.
+    pub fn create_key_prefixed(
+        &self,
+        prefix: &str,
+        workspace: Option<&str>,
+        permissions: Vec<String>,
+        scopes: Vec<String>,
+    ) -> Result<String, EngineError> {
+        let body = prefix.strip_suffix('_').unwrap_or("");
+        let ok = (1..=16).contains(&body.len())
+            && body
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        if !ok {
+            return Err(EngineError::invalid(format!(
+                "key prefix {prefix:?} must be 1-16 characters of a-z and 0-9, then '_'"
+            )));
+        }
         if let Some(ws) = workspace {
             if self.store.get_workspace(ws)?.is_none() {
                 return Err(EngineError::invalid(format!(
@@ -235,7 +257,11 @@ impl<'s> Accounts<'s> {
                 )));
             }
         }
-        let key = format!("sbx_{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple());
+        let key = format!(
+            "{prefix}{}{}",
+            Uuid::new_v4().simple(),
+            Uuid::new_v4().simple()
+        );
         self.insert_key(&key, workspace, permissions, scopes)?;
         Ok(key)
     }

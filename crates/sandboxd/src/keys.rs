@@ -76,6 +76,9 @@ pub struct CreateArgs {
     /// Runzivo tenant ID of a new workspace (unique in the store).
     #[arg(long)]
     tenant: Option<String>,
+    /// How the key starts, e.g. `or_` (OpenRelay) or `vl_` (its legacy keys).
+    #[arg(long, default_value = "sbx_")]
+    prefix: String,
     #[command(flatten)]
     dir: DataDirArg,
 }
@@ -125,7 +128,7 @@ fn create(args: CreateArgs) -> Result<()> {
         false => args.permissions,
     };
     let ws_id = workspace.as_ref().map(|w| w.id.as_str());
-    let key = accounts.create_key(ws_id, permissions, args.scopes)?;
+    let key = accounts.create_key_prefixed(&args.prefix, ws_id, permissions, args.scopes)?;
     match &workspace {
         Some(ws) => eprintln!(
             "key for workspace {} ({}); shown only once:",
