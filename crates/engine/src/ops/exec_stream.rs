@@ -212,6 +212,8 @@ impl Driver {
     }
 
     async fn sandbox_end(&self) -> Option<SandboxEnd> {
+        // A lifecycle change in progress (destroy, pause) holds the lock: let it finish.
+        drop(self.engine.locks.get(self.sandbox).read_owned().await);
         let sb = self.engine.get(&self.ws, self.sandbox).await.ok()?;
         match (sb.status, sb.end_reason) {
             (SandboxStatus::Running, _) => None,
