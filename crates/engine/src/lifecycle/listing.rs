@@ -7,6 +7,7 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::model::{Page, PageRequest, Sandbox, WorkspaceId};
 use crate::state::ACTIVE_STATUSES;
+use sandboxd_store::Keyset;
 use time::OffsetDateTime;
 
 impl Engine {
@@ -32,25 +33,41 @@ impl Engine {
         Ok(cursor::keyset_page(items, limit, |s| (s.created_at, s.id)))
     }
 
-    /// Sandboxes of the workspace that ended at or after `since`, most recently ended
-    /// first (ended_at DESC, id DESC).
+    /// Sandboxes of the workspace that ended at or after `since` and that `keep`
+    /// accepts, most recently ended first (ended_at DESC, id DESC). The filter applies
+    /// before pagination, so every page but the last is full.
     pub async fn list_ended(
         &self,
         ws: &WorkspaceId,
         since: OffsetDateTime,
         page: PageRequest,
+        keep: impl Fn(&Sandbox) -> bool,
     ) -> Result<Page<Sandbox>, EngineError> {
         self.expire_due().await;
         let limit = cursor::page_size(page.limit);
-        let rows = self
-            .store
-            .ended_sandboxes(ws, since, limit + 1, cursor::after(&page)?)?;
-        let items = rows
-            .into_iter()
-            .map(|r| entry_from_record(r).map(|e| e.sb))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(cursor::keyset_page(items, limit, |s| {
-            (s.ended_at.unwrap_or(s.created_at), s.id)
-        }))
+        let mut after = cursor::after(&page)?;
+        let mut items = Vec::new();
+        while items.len() <= limit as usize {
+            let rows = self.store.ended_sandboxes(ws, since, limit + 1, after)?;
+            let exhausted = rows.len() <= limit as usize;
+            for rec in rows {
+                let sb = entry_from_record(rec)?.sb;
+                after = Some(Keyset {
+                    created_at: ended_key(&sb),
+                    id: sb.id,
+                });
+                if keep(&sb) {
+                    items.push(sb);
+                }
+            }
+            if exhausted {
+                break;
+            }
+        }
+        Ok(cursor::keyset_page(items, limit, |s| (ended_key(s), s.id)))
     }
+}
+
+fn ended_key(sb: &Sandbox) -> OffsetDateTime {
+    sb.ended_at.unwrap_or(sb.created_at)
 }

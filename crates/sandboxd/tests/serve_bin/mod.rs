@@ -21,7 +21,13 @@ impl Server {
     /// Starts `serve` on `data_dir` (master key `master` when given) and waits for its
     /// `listening on ADDR` line; the rest of its log goes to this test's stderr.
     pub fn start(data_dir: &Path, master: Option<&str>) -> Server {
+        Self::start_with_env(data_dir, master, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables (e.g. `SANDBOXD_MAX_*`).
+    pub fn start_with_env(data_dir: &Path, master: Option<&str>, env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(BIN);
+        cmd.envs(env.iter().copied());
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .env("NO_COLOR", "1")

@@ -51,7 +51,10 @@ pub async fn list(
         None | Some("active") => state.engine.list_active(&caller.ws, page).await?,
         Some("exited") => {
             let since = OffsetDateTime::now_utc() - HISTORY;
-            state.engine.list_ended(&caller.ws, since, page).await?
+            state
+                .engine
+                .list_ended(&caller.ws, since, page, |s| !ephemeral(s))
+                .await?
         }
         Some(other) => {
             return Err(ApiError::invalid(format!(
@@ -60,7 +63,7 @@ pub async fn list(
         }
     };
     Ok(Json(ListView {
-        sandboxes: got.items.iter().filter(|s| !ephemeral(s)).map(views::sandbox).collect(),
+        sandboxes: got.items.iter().map(views::sandbox).collect(),
         next_cursor: got.next_cursor,
     }))
 }
