@@ -15,6 +15,8 @@
 //! - `GET  /v1/files?path=P` → raw bytes; headers `Content-Length`, `X-File-Mode` (octal),
 //!   `X-File-Mtime` (unix seconds)
 //! - `PUT  /v1/files?path=P&mode=OCTAL` raw body → [`FileWritten`] (atomic replacement)
+//! - `GET  /v1/pty?cols=C&rows=R&cwd=P` with `Upgrade: sandboxd-pty` → 101, then PTY
+//!   frames (see [`pty`]): an interactive login shell on a new terminal
 //!
 //! Every error is a JSON [`AgentError`] body with a stable `code`.
 //!
@@ -36,6 +38,7 @@
 //!   are renamed into place (the parent directory must exist).
 
 pub mod client;
+pub mod pty;
 pub mod query;
 mod transport;
 pub mod types;

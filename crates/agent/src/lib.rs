@@ -10,6 +10,7 @@ mod exec;
 mod feed;
 mod files;
 mod processes;
+mod pty;
 mod reaper;
 mod registry;
 mod ring;
@@ -96,7 +97,8 @@ pub async fn serve(listener: tokio::net::UnixListener, config: AgentConfig) -> s
             let service =
                 hyper::service::service_fn(move |req| routes::handle(shared.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }

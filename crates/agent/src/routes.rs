@@ -119,6 +119,18 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 .output(process_id(id)?, tail, query.flag("follow")?)?;
             Ok(body::frames(v.tail, v.live, v.ended))
         }
+        (&Method::GET, ["pty"]) => {
+            let size = |k: &str, default: u16| -> Result<u16, AgentError> {
+                let n = query.number(k)?.unwrap_or(u64::from(default));
+                u16::try_from(n)
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| invalid(format!("{k} must be 1-65535")))
+            };
+            let (cols, rows) = (size("cols", 80)?, size("rows", 24)?);
+            let cwd = query.get("cwd").unwrap_or("/").to_owned();
+            crate::pty::open(shared, req, cols, rows, &cwd)
+        }
         (&Method::GET, ["logs"]) => {
             let follow = query.flag("follow")?;
             let mut log = shared.log();

@@ -107,7 +107,7 @@ pub(crate) fn spawn(
 }
 
 /// Writes 0 to /proc/self/oom_score_adj (the agent itself runs at -1000); errors ignored.
-fn neutral_oom_score() {
+pub(crate) fn neutral_oom_score() {
     let path = c"/proc/self/oom_score_adj";
     // SAFETY: plain open/write/close on a constant path from the forked child.
     unsafe {

@@ -29,5 +29,6 @@ pub use ops::{
     KILLED_EXIT, TIMED_OUT_EXIT,
 };
 pub use sandboxd_agent_protocol::client::ByteStream;
+pub use sandboxd_agent_protocol::pty::{PtyFrame, PtyIo};
 pub use state::SandboxStatus;
 pub use templates::{Template, TemplateBuild, BUILTIN_TEMPLATES};

@@ -6,6 +6,7 @@ mod exec_stream;
 mod files;
 mod processes;
 mod streams;
+mod terminal;
 
 use crate::agent_error;
 use crate::convert::Entry;

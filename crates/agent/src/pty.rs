@@ -1,0 +1,182 @@
+//! Interactive terminals: a login shell on a new PTY (its own session with the PTY as
+//! controlling terminal, confined like every command), bridged to an upgraded
+//! connection carrying [`PtyFrame`]s.
+
+use crate::body::{self, Body};
+use crate::error::{error, invalid};
+use crate::reaper::{self, Exit};
+use crate::shared::Shared;
+use crate::spawn::{self, kill_group, Launch};
+use bytes::BytesMut;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use sandboxd_agent_protocol::pty::{PtyFrame, UPGRADE};
+use sandboxd_agent_protocol::{AgentError, AgentErrorCode};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+const SHELL: [&str; 2] = ["/bin/bash", "-l"];
+
+fn io_error(what: &str) -> impl Fn(std::io::Error) -> AgentError + '_ {
+    move |e| error(AgentErrorCode::Io, format!("{what}: {e}"))
+}
+
+fn cloexec(fd: RawFd) {
+    // SAFETY: fcntl(2) on a descriptor this module owns.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+}
+
+fn set_size(fd: RawFd, cols: u16, rows: u16) {
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ with a pointer to a live winsize on our PTY master.
+    unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &ws) };
+}
+
+/// Starts the shell and answers 101; the bridge runs once the connection is upgraded.
+pub(crate) fn open(
+    shared: &Arc<Shared>,
+    req: Request<Incoming>,
+    cols: u16,
+    rows: u16,
+    cwd: &str,
+) -> Result<Response<Body>, AgentError> {
+    let upgrade = req.headers().get(http::header::UPGRADE);
+    if !upgrade.is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(UPGRADE.as_bytes())) {
+        return Err(invalid(format!("the PTY route needs Upgrade: {UPGRADE}")));
+    }
+    let argv: Vec<String> = SHELL.iter().map(|s| s.to_string()).collect();
+    spawn::validate(&Launch {
+        argv: &argv,
+        env: None,
+        cwd: Some(cwd),
+    })?;
+    let pty = nix::pty::openpty(None, None)
+        .map_err(|e| error(AgentErrorCode::Io, format!("openpty: {e}")))?;
+    cloexec(pty.master.as_raw_fd());
+    cloexec(pty.slave.as_raw_fd());
+    set_size(pty.master.as_raw_fd(), cols, rows);
+    let (pid, exit) = start_shell(shared, &argv, cwd, pty.slave)?;
+    tokio::spawn(async move {
+        match hyper::upgrade::on(req).await {
+            Ok(upgraded) => bridge(TokioIo::new(upgraded), pty.master, pid, exit).await,
+            Err(_) => kill_group(pid, libc::SIGKILL),
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(http::header::CONNECTION, "upgrade")
+        .header(http::header::UPGRADE, UPGRADE)
+        .body(body::full(bytes::Bytes::new()))
+        .map_err(|e| error(AgentErrorCode::Io, format!("response: {e}")))
+}
+
+/// The shell in its own session with the PTY slave as stdio and controlling terminal.
+fn start_shell(
+    shared: &Arc<Shared>,
+    argv: &[String],
+    cwd: &str,
+    slave: OwnedFd,
+) -> Result<(u32, oneshot::Receiver<Exit>), AgentError> {
+    let stdio = |fd: &OwnedFd| fd.try_clone().map(Stdio::from).map_err(io_error("pty"));
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(&shared.config.default_env)
+        .current_dir(cwd)
+        .stdin(stdio(&slave)?)
+        .stdout(stdio(&slave)?)
+        .stderr(Stdio::from(slave));
+    let confine = shared.config.confine.clone();
+    // SAFETY: the hook runs in the forked child and only issues syscalls (setsid,
+    // ioctl, open, write, close) plus the confinement, which is prepared before fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            spawn::neutral_oom_score();
+            match &confine {
+                Some(f) => f(),
+                None => Ok(()),
+            }
+        });
+    }
+    let (child, exit) = reaper::spawn(&mut cmd).map_err(|e| {
+        error(
+            AgentErrorCode::SpawnFailed,
+            format!("cannot start a shell: {e}"),
+        )
+    })?;
+    // Dropping the command closes our copies of the slave: the master then reads EOF
+    // once the shell and everything it left on the terminal are gone.
+    drop(cmd);
+    Ok((child.id(), exit))
+}
+
+/// Pumps PTY output to the connection and connection frames to the PTY; the shell's
+/// exit ends it with an `Exit` frame, a client that goes away hangs the shell up.
+async fn bridge(
+    io: TokioIo<hyper::upgrade::Upgraded>,
+    master: OwnedFd,
+    pid: u32,
+    exit: oneshot::Receiver<Exit>,
+) {
+    let raw = master.as_raw_fd();
+    let Ok(input) = master.try_clone() else {
+        return kill_group(pid, libc::SIGKILL);
+    };
+    let mut output = tokio::fs::File::from_std(std::fs::File::from(master));
+    let mut input = tokio::fs::File::from_std(std::fs::File::from(input));
+    let (mut rd, mut wr) = tokio::io::split(io);
+    let out = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Ok(n @ 1..) = output.read(&mut buf).await {
+            let frame = PtyFrame::Data(bytes::Bytes::copy_from_slice(&buf[..n]));
+            if wr.write_all(&frame.encode()).await.is_err() {
+                return;
+            }
+        }
+        let code = match exit.await {
+            Ok(Exit::Code(c)) => c,
+            Ok(Exit::Signal(s)) => 128 + s,
+            Err(_) => -1,
+        };
+        let _ = wr.write_all(&PtyFrame::Exit(code).encode()).await;
+        let _ = wr.shutdown().await;
+    };
+    let inp = async move {
+        let mut buf = BytesMut::new();
+        while let Ok(1..) = rd.read_buf(&mut buf).await {
+            loop {
+                match PtyFrame::decode(&mut buf) {
+                    Ok(Some(PtyFrame::Data(d))) => {
+                        if input.write_all(&d).await.is_err() || input.flush().await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(Some(PtyFrame::Resize { cols, rows })) => set_size(raw, cols, rows),
+                    Ok(Some(PtyFrame::Exit(_))) => {}
+                    Ok(None) => break,
+                    Err(_) => return,
+                }
+            }
+        }
+    };
+    tokio::select! {
+        _ = out => {}
+        _ = inp => {
+            kill_group(pid, libc::SIGHUP);
+            kill_group(pid, libc::SIGKILL);
+        }
+    }
+}
