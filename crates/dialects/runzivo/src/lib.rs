@@ -8,6 +8,7 @@ pub mod exec_request;
 pub mod extract;
 pub mod ids;
 mod routes;
+pub mod tickets;
 pub mod views;
 
 use axum::routing::{get, post};
@@ -36,6 +37,7 @@ impl Default for Options {
 pub struct AppState {
     pub engine: Arc<Engine>,
     pub options: Options,
+    pub tickets: Arc<tickets::Tickets>,
 }
 
 /// The dialect's routes, with `Cache-Control: no-store` on every response.
@@ -47,6 +49,15 @@ pub fn router(engine: Arc<Engine>, options: Options) -> Router {
         .route(sandboxes, post(sandboxes::create).get(sandboxes::list))
         .route(&sandbox, get(sandboxes::get).delete(sandboxes::delete))
         .route(&format!("{sandbox}/exec"), post(exec::exec))
-        .with_state(AppState { engine, options });
+        .route(&format!("{sandbox}/terminal"), get(terminal::terminal))
+        .route(
+            &format!("{sandbox}/terminal/tickets"),
+            post(terminal::ticket),
+        )
+        .with_state(AppState {
+            engine,
+            options,
+            tickets: Arc::default(),
+        });
     sandboxd_dialect_common::no_store(routes)
 }

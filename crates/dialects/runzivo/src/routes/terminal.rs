@@ -1,0 +1,147 @@
+//! The terminal: `POST …/terminal/tickets` (a key buys a single-use ticket) and
+//! `GET …/terminal?ticket=…` (a WebSocket carrying the sandbox's PTY).
+
+use crate::auth::Writer;
+use crate::error::{ApiError, Op};
+use crate::extract::SandboxId;
+use crate::tickets::{Grant, TICKET_TTL};
+use crate::AppState;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::{Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
+use sandboxd_engine::{PtyFrame, PtyIo};
+use serde::Deserialize;
+use std::collections::HashMap;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub async fn ticket(
+    State(state): State<AppState>,
+    Writer(tenant): Writer,
+    SandboxId(id): SandboxId,
+) -> Result<Response, ApiError> {
+    state.sandbox(&tenant.workspace, &id, Op::Exec).await?;
+    let grant = Grant {
+        workspace: tenant.workspace,
+        sandbox_id: id,
+    };
+    let ticket = state.tickets.issue(grant, TICKET_TTL);
+    let body = serde_json::json!({"ticket": ticket, "expires_in": TICKET_TTL.as_secs()});
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `?ticket=…&cols=…&rows=…`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalQuery {
+    ticket: Option<String>,
+    cols: Option<u16>,
+    rows: Option<u16>,
+}
+
+/// A resize message from the browser.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+enum Control {
+    Resize { cols: u16, rows: u16 },
+}
+
+pub async fn terminal(
+    State(state): State<AppState>,
+    Path(params): Path<HashMap<String, String>>,
+    query: Result<Query<TerminalQuery>, axum::extract::rejection::QueryRejection>,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let ticket = q
+        .ticket
+        .filter(|t| !t.is_empty())
+        .ok_or_else(ApiError::unauthorized)?;
+    let upgrade = upgrade.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let (cols, rows) = (q.cols.unwrap_or(80), q.rows.unwrap_or(24));
+    if cols == 0 || rows == 0 {
+        return Err(ApiError::invalid("cols and rows must be 1-65535"));
+    }
+    let tenant = params.get("tenant_id").cloned().unwrap_or_default();
+    let id = params.get("sandbox_id").cloned().unwrap_or_default();
+    let workspace = state
+        .engine
+        .workspace_by_tenant(&tenant)
+        .map_err(|e| ApiError::engine(Op::Exec, e))?
+        .map(|ws| ws.id)
+        .unwrap_or_default();
+    let grant = Grant {
+        workspace: workspace.clone(),
+        sandbox_id: id.clone(),
+    };
+    if !state.tickets.redeem(&ticket, &grant) {
+        return Err(ApiError::ticket_invalid());
+    }
+    let sb = state.sandbox(&workspace, &id, Op::Exec).await?;
+    let pty = state
+        .engine
+        .open_terminal(&workspace, sb.id, cols, rows)
+        .await
+        .map_err(|e| ApiError::engine(Op::Exec, e))?;
+    Ok(upgrade.on_upgrade(move |socket| bridge(socket, pty)))
+}
+
+/// Binary messages are keystrokes and screen output; a text message resizes; the
+/// shell's exit sends `{"type":"exit","exit_code":N}` and closes the socket.
+async fn bridge(socket: WebSocket, pty: PtyIo) {
+    let (mut ws_tx, mut ws_rx) = socket.split();
+    let (mut pty_rd, mut pty_wr) = tokio::io::split(pty);
+    let output = async move {
+        let mut buf = BytesMut::with_capacity(32 * 1024);
+        loop {
+            match PtyFrame::decode(&mut buf) {
+                Ok(Some(PtyFrame::Data(d))) => {
+                    if ws_tx.send(Message::Binary(d)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(Some(PtyFrame::Exit(code))) => {
+                    let text = serde_json::json!({"type": "exit", "exit_code": code});
+                    let _ = ws_tx.send(Message::Text(text.to_string().into())).await;
+                    let close = CloseFrame {
+                        code: 1000,
+                        reason: format!("exit {code}").into(),
+                    };
+                    let _ = ws_tx.send(Message::Close(Some(close))).await;
+                    return;
+                }
+                Ok(Some(PtyFrame::Resize { .. })) => {}
+                Ok(None) => match pty_rd.read_buf(&mut buf).await {
+                    Ok(1..) => {}
+                    _ => return,
+                },
+                Err(_) => return,
+            }
+        }
+    };
+    let input = async move {
+        while let Some(Ok(msg)) = ws_rx.next().await {
+            let frame = match msg {
+                Message::Binary(d) => PtyFrame::Data(d),
+                Message::Text(t) => match serde_json::from_str::<Control>(t.as_str()) {
+                    Ok(Control::Resize { cols, rows }) if cols > 0 && rows > 0 => {
+                        PtyFrame::Resize { cols, rows }
+                    }
+                    _ => PtyFrame::Data(Bytes::copy_from_slice(t.as_bytes())),
+                },
+                Message::Close(_) => return,
+                _ => continue,
+            };
+            if pty_wr.write_all(&frame.encode()).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = output => {}
+        _ = input => {}
+    }
+}

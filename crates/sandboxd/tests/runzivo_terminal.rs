@@ -1,0 +1,151 @@
+//! Runzivo terminal against a real `sandboxd serve`: tickets (permission, single use,
+//! forgery), handshake errors, and a WebSocket PTY: `stty size`, resize, `exit`.
+
+mod runzivo_api;
+
+use futures_util::{SinkExt, StreamExt};
+use runzivo_api::Server;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Reads binary output until it contains `want`; returns everything read.
+async fn read_until(ws: &mut Ws, want: &str) -> String {
+    let mut seen = String::new();
+    while !seen.contains(want) {
+        match ws.next().await.expect("socket open").expect("message") {
+            Message::Binary(d) => seen.push_str(&String::from_utf8_lossy(&d)),
+            other => panic!("unexpected {other:?} while waiting for {want:?} in {seen:?}"),
+        }
+    }
+    seen
+}
+
+fn url(s: &Server, id: &str, query: &str) -> String {
+    format!(
+        "ws://{}{}?{query}",
+        s.addr,
+        s.path(&format!("/{id}/terminal"))
+    )
+}
+
+/// The status and error code of a refused WebSocket handshake.
+async fn refused(url: &str) -> (u16, String) {
+    match tokio_tungstenite::connect_async(url).await {
+        Err(tungstenite::Error::Http(resp)) => {
+            let body: serde_json::Value =
+                serde_json::from_slice(resp.body().as_deref().unwrap_or(b"")).unwrap_or_default();
+            (
+                resp.status().as_u16(),
+                body["error"]["code"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        }
+        Err(e) => panic!("handshake failed without an HTTP answer: {e}"),
+        Ok(_) => panic!("handshake accepted"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terminal_over_websocket_with_single_use_tickets() {
+    let s = Server::start(30);
+    let id = s.create().await;
+    let tickets = s.path(&format!("/{id}/terminal/tickets"));
+    s.call("POST", &tickets, Some(&s.keys.reader), None, "")
+        .await
+        .expect(403, "permission_required");
+    s.call("POST", &tickets, None, None, "")
+        .await
+        .expect(401, "unauthorized");
+    let missing = s.path("/sbx_000000000000000000000000/terminal/tickets");
+    s.call("POST", &missing, Some(&s.keys.writer), None, "")
+        .await
+        .expect(404, "sandbox_not_found");
+    let issued = s
+        .call("POST", &tickets, Some(&s.keys.writer), None, "")
+        .await;
+    assert_eq!(issued.status, 201);
+    let ticket = issued.json()["ticket"].as_str().expect("ticket").to_owned();
+
+    let terminal = s.path(&format!("/{id}/terminal"));
+    s.call("GET", &terminal, None, None, "")
+        .await
+        .expect(401, "unauthorized");
+    // Not a WebSocket handshake: refused, and the ticket is not spent.
+    s.call(
+        "GET",
+        &format!("{terminal}?ticket={ticket}"),
+        None,
+        None,
+        "",
+    )
+    .await
+    .expect(400, "invalid_request");
+    assert_eq!(
+        refused(&url(&s, &id, "")).await,
+        (401, "unauthorized".into())
+    );
+    assert_eq!(
+        refused(&url(&s, &id, "ticket=tkt_forged")).await,
+        (401, "ticket_invalid".into())
+    );
+
+    let (mut ws, _) = tokio_tungstenite::connect_async(url(
+        &s,
+        &id,
+        &format!("ticket={ticket}&cols=100&rows=30"),
+    ))
+    .await
+    .expect("terminal");
+    ws.send(Message::Binary("stty size; pwd\n".into()))
+        .await
+        .unwrap();
+    let out = read_until(&mut ws, "30 100").await;
+    let out = format!("{out}{}", read_until(&mut ws, "/workspace").await);
+    assert!(out.contains("30 100"), "{out}");
+    ws.send(Message::Text(
+        r#"{"type":"resize","cols":120,"rows":40}"#.into(),
+    ))
+    .await
+    .unwrap();
+    ws.send(Message::Binary("stty size\n".into()))
+        .await
+        .unwrap();
+    read_until(&mut ws, "40 120").await;
+    ws.send(Message::Binary("exit 3\n".into())).await.unwrap();
+    let exit = loop {
+        match ws.next().await.expect("socket open").expect("message") {
+            Message::Binary(_) => continue,
+            Message::Text(t) => {
+                break serde_json::from_str::<serde_json::Value>(t.as_str()).unwrap()
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(exit, serde_json::json!({"type":"exit","exit_code":3}));
+    match ws.next().await {
+        Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.reason.as_str(), "exit 3"),
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+
+    // Used once: refused again, as is a ticket for another sandbox.
+    assert_eq!(
+        refused(&url(&s, &id, &format!("ticket={ticket}"))).await,
+        (401, "ticket_invalid".into())
+    );
+    let other = s.create().await;
+    let t2 = s
+        .call("POST", &tickets, Some(&s.keys.writer), None, "")
+        .await
+        .json()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        refused(&url(&s, &other, &format!("ticket={t2}"))).await,
+        (401, "ticket_invalid".into())
+    );
+}
