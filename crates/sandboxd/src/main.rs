@@ -1,6 +1,9 @@
 //! The `sandboxd` binary: server, in-process runner, agent entry point and tools.
 
 mod bench;
+mod cli_http;
+mod cli_sandbox;
+mod cli_templates;
 mod init;
 mod keys;
 mod run;
@@ -36,6 +39,12 @@ enum Command {
     /// Manage workspace secrets in the data directory.
     #[command(subcommand)]
     Secrets(secrets::SecretsCommand),
+    /// Sandboxes through a server's OpenRelay API (`--url`/`--key` or SANDBOXD_URL/KEY).
+    #[command(subcommand)]
+    Sandbox(cli_sandbox::SandboxCommand),
+    /// Templates through a server's OpenRelay API: build, list, delete.
+    #[command(subcommand)]
+    Templates(cli_templates::TemplatesCommand),
 }
 
 fn main() -> std::process::ExitCode {
@@ -52,6 +61,11 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Keys(command) => report("keys", keys::main(command)),
         Command::Secrets(command) => report("secrets", secrets::main(command)),
+        Command::Sandbox(command) => cli_sandbox::main(command).unwrap_or_else(|err| {
+            eprintln!("sandboxd sandbox: {err:#}");
+            std::process::ExitCode::FAILURE
+        }),
+        Command::Templates(command) => report("templates", cli_templates::main(command)),
         Command::Bench(args) => match bench::main(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(err) => {

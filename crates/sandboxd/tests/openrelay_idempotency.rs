@@ -109,3 +109,46 @@ fn workspace_templates_build_then_create() {
     assert_eq!(code(&or.post(CREATE, &json!({"template": "marked"})), 400), "TEMPLATE_NOT_FOUND");
     assert_eq!(code(&or.send("DELETE", "/v1/sandbox-templates/default", &[], ""), 409), "INVALID_STATE");
 }
+
+#[test]
+fn cli_sandbox_and_templates_verbs() {
+    use serve_bin::cli_status;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let or = Or::start(dir.path(), &[]);
+    let url = format!("http://{}", or.server.addr);
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--url", &url, "--key", openrelay::MASTER]);
+        let out = cli_status(&all, "");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (status, out, err) = run(&["templates", "build", "clitpl", "--run", "echo hi > /opt/x"]);
+    assert_eq!(status, Some(0), "{err}");
+    assert!(out.starts_with("clitpl  cpu=2 memoryMiB=1024  workspace"), "{out}");
+    let (_, out, _) = run(&["templates", "list"]);
+    assert!(out.contains("python  cpu=2 memoryMiB=2048  built-in") && out.contains("clitpl"), "{out}");
+
+    let (status, out, err) = run(&["sandbox", "create", "--template", "clitpl", "--run", "cat /opt/x; exit 4"]);
+    assert_eq!((status, out.as_str()), (Some(4), "hi\n"), "{err}");
+    let (_, out, _) = run(&["sandbox", "list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_str(&out).expect("list JSON");
+    let id = listed["sandboxes"][0]["id"].as_str().expect("id").to_owned();
+    let (status, out, _) = run(&["sandbox", "exec", &id, "echo yo"]);
+    assert_eq!((status, out.as_str()), (Some(0), "yo\n"));
+    let (_, out, _) = run(&["sandbox", "pause", &id]);
+    assert!(out.contains(" paused "), "{out}");
+    let (_, out, _) = run(&["sandbox", "resume", &id]);
+    assert!(out.contains(" running "), "{out}");
+    let (_, out, _) = run(&["sandbox", "get", &id, "--json"]);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).expect("JSON")["template"], "clitpl");
+    let (_, out, _) = run(&["sandbox", "delete", &id]);
+    assert!(out.contains(" exited (killed) "), "{out}");
+    let (_, out, _) = run(&["sandbox", "list", "--exited"]);
+    assert!(out.starts_with(&id), "{out}");
+    let (status, _, _) = run(&["templates", "delete", "clitpl"]);
+    assert_eq!(status, Some(0));
+    let (status, _, err) = run(&["sandbox", "create", "--template", "clitpl"]);
+    assert_eq!(status, Some(1));
+    assert!(err.contains("TEMPLATE_NOT_FOUND"), "{err}");
+}
