@@ -67,6 +67,8 @@ pub enum SandboxCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Attach this terminal to a shell in the sandbox (Runzivo terminal WebSocket).
+    Shell(crate::shell::ShellArgs),
 }
 
 /// One line about a sandbox.
@@ -155,6 +157,7 @@ async fn run(command: SandboxCommand) -> Result<ExitCode> {
         Pause { id, target } => one(&target, "POST", &format!("/v1/sandboxes/{id}/pause")).await,
         Resume { id, target } => one(&target, "POST", &format!("/v1/sandboxes/{id}/resume")).await,
         Delete { id, target } => one(&target, "DELETE", &format!("/v1/sandboxes/{id}")).await,
+        Shell(args) => crate::shell::run(args).await,
         Exec { id, cmd, target } => {
             let path = format!("/v1/sandboxes/{id}/exec");
             streamed(&target, &path, &json!({ "cmd": cmd }), &[]).await

@@ -10,6 +10,7 @@ mod run;
 mod runtime;
 mod secrets;
 mod serve;
+mod shell;
 
 use clap::{Parser, Subcommand};
 
