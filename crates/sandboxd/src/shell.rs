@@ -7,7 +7,7 @@ use futures_util::{SinkExt, StreamExt};
 use nix::sys::termios::{self, SetArg, Termios};
 use std::os::fd::AsFd;
 use std::process::ExitCode;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::tungstenite::Message;
 
 #[derive(Args)]
@@ -98,6 +98,22 @@ async fn ticket(args: &ShellArgs, base: &str) -> Result<String> {
     }
 }
 
+/// Stdin read on a plain thread (a blocked read there never holds up the runtime's
+/// shutdown, unlike Tokio's blocking pool); the channel closes at end of input.
+fn stdin_chunks() -> tokio::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        loop {
+            match std::io::Read::read(&mut std::io::stdin(), &mut buf) {
+                Ok(n @ 1..) if tx.blocking_send(buf[..n].to_vec()).is_ok() => {}
+                _ => return,
+            }
+        }
+    });
+    rx
+}
+
 async fn attach(args: ShellArgs) -> Result<i32> {
     let Some(base) = args.url.strip_prefix("http://") else {
         bail!("--url must be http://HOST:PORT");
@@ -115,9 +131,8 @@ async fn attach(args: ShellArgs) -> Result<i32> {
     let (mut ws_tx, mut ws_rx) = ws.split();
     let _raw = RawMode::enter()?;
     let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
-    let mut stdin = tokio::io::stdin();
+    let mut stdin = stdin_chunks();
     let mut stdout = tokio::io::stdout();
-    let mut buf = vec![0u8; 4096];
     loop {
         tokio::select! {
             msg = ws_rx.next() => match msg {
@@ -135,9 +150,9 @@ async fn attach(args: ShellArgs) -> Result<i32> {
                 Some(Err(e)) => return Err(e.into()),
                 None => return Ok(1),
             },
-            n = stdin.read(&mut buf) => match n? {
-                0 => return Ok(0),
-                n => ws_tx.send(Message::Binary(buf[..n].to_vec().into())).await?,
+            chunk = stdin.recv() => match chunk {
+                Some(bytes) => ws_tx.send(Message::Binary(bytes.into())).await?,
+                None => return Ok(0),
             },
             _ = winch.recv() => {
                 let (cols, rows) = size();
