@@ -29,6 +29,7 @@ pub use ops::{
     KILLED_EXIT, TIMED_OUT_EXIT,
 };
 pub use sandboxd_agent_protocol::client::ByteStream;
+pub use sandboxd_runtime::Requests;
 pub use sandboxd_agent_protocol::pty::{PtyFrame, PtyIo};
 pub use state::SandboxStatus;
 pub use templates::{Template, TemplateBuild, BUILTIN_TEMPLATES};

@@ -46,6 +46,29 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Removes a stored layer that no image or snapshot refers to any more.
     fn delete_layer(&self, digest: &str) -> Result<(), RuntimeError>;
+
+    /// Applies soft guarantees (and, when asked, dedicated CPUs) to a started sandbox;
+    /// returns the CPUs it was pinned to. Backends without them accept and ignore
+    /// guarantees, and refuse pinning as unsupported.
+    fn apply_requests(
+        &self,
+        handle: &SandboxHandle,
+        requests: &Requests,
+    ) -> Result<Vec<u32>, RuntimeError> {
+        let _ = handle;
+        match requests.pinned_vcpus {
+            Some(_) => Err(RuntimeError::Unsupported(format!(
+                "the {} backend cannot pin CPUs",
+                self.name()
+            ))),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Host CPUs no pinned sandbox holds; `None` when the backend cannot pin.
+    fn free_cpus(&self) -> Option<Vec<u32>> {
+        None
+    }
 }
 
 #[cfg(feature = "linux")]

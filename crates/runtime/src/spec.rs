@@ -38,6 +38,18 @@ pub struct SandboxSpec {
     pub pids_max: u32,
 }
 
+/// Soft guarantees and placement applied to a started sandbox (OpenRelay's requests).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Requests {
+    /// CPU the sandbox is guaranteed under contention, in thousandths of a vCPU
+    /// (a weight relative to other sandboxes; the quota stays its limit).
+    pub cpu_millis: u32,
+    /// Memory kept from reclaim under host pressure (a soft limit below the hard one).
+    pub memory_mb: u32,
+    /// Dedicate this many host CPUs to the sandbox alone (among pinned sandboxes).
+    pub pinned_vcpus: Option<u32>,
+}
+
 /// A started sandbox, as plain data the engine persists and hands back.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SandboxHandle {

@@ -86,15 +86,12 @@ fn every_create_field_at_and_past_its_bound() {
         json!({"template": "default", "waitSeconds": 121, "autoPause": true}),
         json!({"template": "default", "cpu": 1, "cpuRequest": 1, "memoryMiB": 256, "memoryRequestMiB": 256}),
         json!({"template": "default", "cpuRequest": 0.25, "memoryRequestMiB": 128, "placement": "shared"}),
-        json!({"template": "default", "placement": "pinned", "env": {"A": "1"}, "metadata": {}, "ephemeral": false}),
+        json!({"template": "default", "placement": "shared", "env": {"A": "1"}, "metadata": {}, "ephemeral": false}),
     ];
     for body in &accepted {
         let v = or.create(body);
         if body.get("cpuRequest") == Some(&json!(1)) {
             assert_eq!((v["cpuRequest"].clone(), v["memoryRequestMiB"].clone()), (json!(1.0), json!(256)));
-        }
-        if body.get("placement") == Some(&json!("pinned")) {
-            assert_eq!((v["placement"].clone(), v["cpuRequest"].clone()), (json!("pinned"), json!(2.0)));
         }
         if body.get("timeoutSeconds") == Some(&json!(86400)) {
             assert_eq!(secs_between(&v["createdAt"], &v["expiresAt"]), 86400);
@@ -240,4 +237,53 @@ fn capacity_queues_then_answers_503() {
     });
     assert_eq!(queued.status, 201, "{}", queued.text());
     or.delete(queued.json()["id"].as_str().expect("id"));
+}
+
+/// The sandbox's cgroup file `name` under controller `ctrl` (serve's parent `sandboxd`).
+fn cgroup_file(ctrl: &str, id: &str, name: &str) -> String {
+    std::fs::read_to_string(format!("/sys/fs/cgroup/{ctrl}/sandboxd/{id}/{name}")).unwrap_or_default().trim().to_owned()
+}
+
+#[test]
+fn requests_are_soft_guarantees_and_pinned_gets_dedicated_cpus() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let or = Or::start(dir.path(), &[]);
+    let shared = or.create(&json!({"template": "default", "cpu": 1, "cpuRequest": 0.5, "memoryMiB": 512, "memoryRequestMiB": 256}));
+    let id = shared["id"].as_str().expect("id");
+    assert_eq!(cgroup_file("cpu", id, "cpu.shares"), "512");
+    assert_eq!(cgroup_file("memory", id, "memory.soft_limit_in_bytes"), (256u64 << 20).to_string());
+    assert_eq!(cgroup_file("memory", id, "memory.limit_in_bytes"), (512u64 << 20).to_string());
+    or.delete(id);
+
+    // Pinned: the request is the limit; each pinned sandbox gets CPUs no other holds.
+    let host_cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let allowed = "grep Cpus_allowed_list /proc/self/status | cut -f2";
+    let mut pinned = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..host_cpus {
+        let v = or.create(&json!({"template": "default", "cpu": 1, "placement": "pinned", "run": {"cmd": allowed}}));
+        assert_eq!((v["placement"].clone(), v["cpuRequest"].clone(), v["memoryRequestMiB"].clone()), (json!("pinned"), json!(1.0), json!(1024)));
+        let cpu = v["result"]["stdout"].as_str().expect("stdout").trim().to_owned();
+        assert!(cpu.parse::<u32>().is_ok(), "one CPU, not {cpu:?}");
+        assert!(seen.insert(cpu), "a CPU was given twice");
+        pinned.push(v["id"].as_str().expect("id").to_owned());
+    }
+    // None free: refused after waitSeconds, nothing created; a freed CPU is reused.
+    let r = or.post("/v1/sandboxes", &json!({"template": "default", "cpu": 1, "placement": "pinned", "waitSeconds": 0}));
+    assert_eq!(code(&r, 503), "CAPACITY_EXHAUSTED");
+    assert_eq!(or.active().len(), pinned.len());
+    let shared = or.create(&json!({"template": "default", "run": {"cmd": allowed}}));
+    let every = match host_cpus {
+        1 => "0".to_owned(),
+        n => format!("0-{}", n - 1),
+    };
+    assert_eq!(shared["result"]["stdout"].as_str().map(str::trim), Some(every.as_str()), "shared runs anywhere");
+    or.delete(shared["id"].as_str().expect("id"));
+    or.delete(&pinned[0]);
+    let again = or.create(&json!({"template": "default", "cpu": 1, "placement": "pinned", "waitSeconds": 0}));
+    pinned[0] = again["id"].as_str().expect("id").to_owned();
+    for id in &pinned {
+        or.delete(id);
+        assert!(!std::path::Path::new(&format!("/sys/fs/cgroup/cpuset/sandboxd/{id}")).exists(), "cpuset left behind");
+    }
 }

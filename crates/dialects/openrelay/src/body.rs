@@ -3,7 +3,7 @@
 
 use crate::error::ApiError;
 use crate::meta;
-use sandboxd_engine::{CreateSandbox, Resources, Template};
+use sandboxd_engine::{CreateSandbox, Requests, Resources, Template};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -70,9 +70,11 @@ pub struct CreateBody {
     pub auto_pause: Option<bool>,
 }
 
-/// A checked create: the engine request, how long to queue, and what to run.
+/// A checked create: the engine request, its soft guarantees and placement, how long
+/// to queue, and what to run.
 pub struct CreatePlan {
     pub request: CreateSandbox,
+    pub requests: Requests,
     pub wait: Duration,
     pub run: Option<RunSpec>,
 }
@@ -155,7 +157,12 @@ impl CreateBody {
             auto_pause: self.auto_pause.unwrap_or(false),
         }
         .merge_into(user_meta);
-        Ok(CreatePlan { request, wait: Duration::from_secs(wait), run: self.run })
+        let requests = Requests {
+            cpu_millis: (cpu_request * 1000.0).round() as u32,
+            memory_mb: memory_request,
+            pinned_vcpus: pinned.then_some(cpu),
+        };
+        Ok(CreatePlan { request, requests, wait: Duration::from_secs(wait), run: self.run })
     }
 }
 
@@ -189,6 +196,10 @@ mod tests {
         assert_eq!(p.request.timeout, Some(Duration::from_secs(300)));
         assert_eq!(p.wait, Duration::from_secs(10));
         assert_eq!(p.request.metadata["openrelay.cpuRequest"], "0.25");
+        assert_eq!((p.requests.cpu_millis, p.requests.memory_mb), (250, 128));
+        let p = plan(serde_json::json!({"template": "t", "placement": "pinned", "cpu": 1})).unwrap();
+        assert_eq!(p.requests.pinned_vcpus, Some(1));
+        assert_eq!((p.requests.cpu_millis, p.requests.memory_mb), (1000, 1024));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use crate::error::{EngineError, ErrorCode};
 use crate::model::{CreateSandbox, EndReason, Sandbox, WorkspaceId};
 use crate::state::SandboxStatus;
 use crate::validate;
-use sandboxd_runtime::SandboxSpec;
+use sandboxd_runtime::{Requests, SandboxSpec};
 use std::collections::BTreeSet;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -52,6 +52,18 @@ impl Engine {
         ws: &WorkspaceId,
         req: CreateSandbox,
     ) -> Result<(Sandbox, bool), EngineError> {
+        self.create_with(ws, req, None).await
+    }
+
+    /// [`Engine::create`] with soft guarantees and CPU pinning applied once it started.
+    /// Pinning more CPUs than are free of pinned sandboxes is `CapacityExhausted`
+    /// (nothing is created); a backend that cannot pin is `Unavailable`.
+    pub async fn create_with(
+        &self,
+        ws: &WorkspaceId,
+        req: CreateSandbox,
+        requests: Option<Requests>,
+    ) -> Result<(Sandbox, bool), EngineError> {
         check_request(&req)?;
         let admission = self.admission.lock().await;
         let plan = self.plan(ws, &req).await?;
@@ -69,6 +81,9 @@ impl Engine {
             }
         }
         self.check_capacity(&req)?;
+        if let Some(n) = requests.and_then(|r| r.pinned_vcpus) {
+            self.check_pinnable(n).await?;
+        }
         let mut entry = Entry {
             sb: Sandbox {
                 id: Uuid::new_v4(),
@@ -95,7 +110,7 @@ impl Engine {
             .insert_sandbox(&crate::convert::entry_to_record(&entry))?;
         let _guard = self.locks.get(entry.sb.id).write_owned().await;
         drop(admission);
-        self.start(&mut entry).await?;
+        self.start(&mut entry, requests).await?;
         Ok((entry.sb, true))
     }
 
@@ -176,8 +191,26 @@ impl Engine {
         }
     }
 
-    /// PENDING → STARTING → (runtime start) → RUNNING, or FAILED with the error.
-    async fn start(&self, e: &mut Entry) -> Result<(), EngineError> {
+    async fn check_pinnable(&self, n: u32) -> Result<(), EngineError> {
+        match self.blocking(|rt| rt.free_cpus()).await? {
+            None => Err(EngineError::new(
+                ErrorCode::Unavailable,
+                "this backend cannot pin CPUs",
+            )),
+            Some(free) if free.len() < n as usize => Err(EngineError::new(
+                ErrorCode::CapacityExhausted,
+                format!(
+                    "{n} CPUs to pin but {} are free of pinned sandboxes",
+                    free.len()
+                ),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// PENDING → STARTING → (runtime start, requests applied) → RUNNING, or FAILED with
+    /// the error.
+    async fn start(&self, e: &mut Entry, requests: Option<Requests>) -> Result<(), EngineError> {
         self.transition(e, SandboxStatus::Starting)?;
         let spec = SandboxSpec {
             id: e.sb.id,
@@ -188,7 +221,22 @@ impl Engine {
             memory_mb: e.sb.resources.memory_mb,
             pids_max: self.limits.pids_per_sandbox,
         };
-        match self.blocking(move |rt| rt.start(&spec)).await? {
+        let started = self
+            .blocking(move |rt| {
+                let handle = rt.start(&spec)?;
+                let Some(req) = requests else {
+                    return Ok(handle);
+                };
+                match rt.apply_requests(&handle, &req) {
+                    Ok(_) => Ok(handle),
+                    Err(err) => {
+                        let _ = rt.destroy(&handle);
+                        Err(err)
+                    }
+                }
+            })
+            .await?;
+        match started {
             Ok(handle) => {
                 e.handle = Some(handle);
                 e.sb.started_at = Some(OffsetDateTime::now_utc());

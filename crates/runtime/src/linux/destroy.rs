@@ -42,6 +42,7 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
         let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL));
     }
     rt.cgroups.remove(id)?;
+    super::requests::remove(&rt.cgroups, id)?;
     rootfs::unmount_root(&handle.state_dir)?;
     if rootfs::has_mounts_under(&handle.state_dir) {
         return Err(RuntimeError::Unsupported(format!("mounts remain under {}", handle.state_dir.display())));

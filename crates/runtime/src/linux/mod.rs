@@ -8,6 +8,7 @@ pub mod handshake;
 mod images;
 pub mod init;
 mod layers;
+mod requests;
 mod rootfs;
 mod slots;
 mod start;
@@ -121,6 +122,14 @@ impl Runtime for LinuxRuntime {
 
     fn delete_layer(&self, digest: &str) -> Result<(), RuntimeError> {
         self.layers.delete(digest)
+    }
+
+    fn apply_requests(&self, handle: &SandboxHandle, requests: &crate::Requests) -> Result<Vec<u32>, RuntimeError> {
+        requests::apply(&self.cgroups, handle.id, requests)
+    }
+
+    fn free_cpus(&self) -> Option<Vec<u32>> {
+        requests::free_cpus(&self.cgroups)
     }
 }
 

@@ -60,7 +60,7 @@ pub async fn create(
     };
     tokio::spawn(async move {
         // A refusal drops the ticket unkept, so a retry runs again.
-        match state.engine.create_queued(&delivery.ws, plan.request, plan.wait).await {
+        match state.engine.create_queued(&delivery.ws, plan.request, Some(plan.requests), plan.wait).await {
             Ok((sb, _)) => delivery.deliver(sb, reply).await,
             Err(e) => {
                 let _ = reply.send(Err(e.into()));
