@@ -194,6 +194,29 @@ fn lifecycle_timeout_history_and_ephemeral() {
     let next = or.get(&format!("/v1/sandboxes?state=exited&limit=1&cursor={cursor}")).json();
     assert_eq!((ids(&next), next["nextCursor"].clone()), (vec![a_id.to_owned()], Value::Null));
     assert_eq!(or.active(), Vec::<String>::new());
+
+    // Paused, the timeout still counts.
+    let p = or.create(&json!({"template": "default", "timeoutSeconds": 1}));
+    let p_id = p["id"].as_str().expect("id");
+    let r = or.send("POST", &format!("/v1/sandboxes/{p_id}/pause"), &[], "");
+    assert_eq!(r.json()["state"], "paused", "{}", r.text());
+    let ended = loop {
+        let v = or.get(&format!("/v1/sandboxes/{p_id}")).json();
+        if v["state"] == "exited" {
+            break v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(ended["exitReason"], "timeout");
+
+    // History older than 24 hours answers 404 and leaves the list.
+    let store = sandboxd_store::SqliteStore::open(dir.path().join("sandboxd.db")).expect("store");
+    use sandboxd_store::Store;
+    let mut rec = store.get_sandbox(a_id.parse().expect("uuid")).expect("read").expect("row");
+    rec.ended_at = rec.ended_at.map(|t| t - std::time::Duration::from_secs(25 * 3600));
+    store.update_sandbox(&rec).expect("age the row");
+    assert_eq!(code(&or.get(&format!("/v1/sandboxes/{a_id}")), 404), "NOT_FOUND");
+    assert_eq!(ids(&or.get("/v1/sandboxes?state=exited").json()), [p_id, t_id]);
     assert_eq!(code(&or.get("/v1/sandboxes?state=nope"), 400), "INVALID_REQUEST");
     assert_eq!(code(&or.get("/v1/sandboxes?limit=0"), 400), "INVALID_REQUEST");
     assert_eq!(code(&or.get("/v1/sandboxes?limit=101"), 400), "INVALID_REQUEST");
