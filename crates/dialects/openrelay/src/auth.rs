@@ -19,7 +19,8 @@ pub mod perm {
     pub const TEMPLATES_WRITE: &str = "sandbox-templates.write";
 }
 
-/// A grant that covers every `sandboxes.*` permission (the other dialects' name).
+/// A grant that covers every `sandboxes.*` and `sandbox-templates.*` permission (the
+/// other dialects' name for sandbox access).
 const FAMILY: &str = "sandboxes";
 
 /// The authenticated caller and the workspace (organization) it acts in.
@@ -31,7 +32,9 @@ pub struct Caller {
 impl Caller {
     /// Refuses with the permission error unless the key holds `permission`.
     pub fn require(&self, permission: &str) -> Result<(), ApiError> {
-        let family = permission.starts_with("sandboxes.") && self.principal.allows(FAMILY);
+        let family = (permission.starts_with("sandboxes.")
+            || permission.starts_with("sandbox-templates."))
+            && self.principal.allows(FAMILY);
         match self.principal.allows(permission) || family {
             true => Ok(()),
             false => Err(ApiError::permission(permission)),
@@ -55,5 +58,32 @@ impl FromRequestParts<AppState> for Caller {
             .clone()
             .unwrap_or_else(|| DEFAULT_WORKSPACE.to_owned());
         Ok(Caller { ws, principal })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(perms: &[&str]) -> Caller {
+        Caller {
+            ws: "w".into(),
+            principal: Principal {
+                workspace: Some("w".into()),
+                key_id: uuid::Uuid::new_v4(),
+                permissions: perms.iter().map(|p| p.to_string()).collect(),
+                scopes: Vec::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn permissions_exact_family_and_all() {
+        assert!(caller(&["sandboxes.create"]).require(perm::CREATE).is_ok());
+        let denied = caller(&["sandboxes.read"]).require(perm::CREATE).unwrap_err();
+        assert_eq!(denied.body.permission.as_deref(), Some("sandboxes.create"));
+        assert!(caller(&["sandboxes"]).require(perm::TEMPLATES_WRITE).is_ok());
+        assert!(caller(&["*"]).require(perm::DELETE).is_ok());
+        assert!(caller(&[]).require(perm::READ).is_err());
     }
 }
