@@ -109,8 +109,12 @@ impl Engine {
         self.store
             .insert_sandbox(&crate::convert::entry_to_record(&entry))?;
         let _guard = self.locks.get(entry.sb.id).write_owned().await;
-        drop(admission);
+        // A pinned start claims its CPUs under admission, so that the next pinned create
+        // sees them taken.
+        let pinning = requests.is_some_and(|r| r.pinned_vcpus.is_some());
+        let admission = pinning.then_some(admission);
         self.start(&mut entry, requests).await?;
+        drop(admission);
         Ok((entry.sb, true))
     }
 
