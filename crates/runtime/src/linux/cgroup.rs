@@ -182,6 +182,18 @@ impl Cgroups {
         Ok(())
     }
 
+    /// Removes our parent cgroup(s) if no sandbox cgroup is left in them (best effort:
+    /// a parent still in use stays).
+    pub fn remove_parent_if_unused(&self) {
+        let parents: Vec<&PathBuf> = match self {
+            Cgroups::V1 { parents } => parents.iter().map(|(_, p)| p).collect(),
+            Cgroups::V2 { parent } => vec![parent],
+        };
+        for parent in parents {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+
     /// CPU time, memory and task count of the sandbox.
     pub fn usage(&self, id: Uuid) -> Result<ResourceUsage, RuntimeError> {
         let dir = self.dir_of("pids", id);

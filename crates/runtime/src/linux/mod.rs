@@ -70,6 +70,16 @@ impl LinuxRuntime {
         &self.cgroups
     }
 
+    /// Handles of every started sandbox whose state dir is still on disk (each start
+    /// writes `handle.json`): for re-adopting or cleaning up after a restart.
+    pub fn stored_handles(&self) -> Vec<SandboxHandle> {
+        let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) else { return Vec::new() };
+        entries
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("handle.json")).ok())
+            .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
+            .collect()
+    }
+
     fn sandboxes_dir(&self) -> PathBuf {
         self.config.data_dir.join("sandboxes")
     }

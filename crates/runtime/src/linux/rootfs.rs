@@ -23,25 +23,36 @@ pub fn upper(state_dir: &Path) -> PathBuf {
     state_dir.join("upper")
 }
 
-/// Mounts the root: `layers` (top first) idmapped through `userns`, an overlay with a
-/// writable upper dir owned by the sandbox's root (`host_base`), and with `host_usr`
-/// the host's /usr read-only on its /usr.
-pub fn mount_root(state_dir: &Path, layers: &[PathBuf], userns: &OwnedFd, host_base: u32, host_usr: bool) -> Result<(), RuntimeError> {
-    let mut lowers = Vec::with_capacity(layers.len());
-    for (n, layer) in layers.iter().enumerate() {
-        let target = state_dir.join("lower").join(n.to_string());
-        mkdir(&target)?;
-        sys::idmapped_bind(layer, &target, userns, false).map_err(io("idmapping a layer", layer))?;
-        lowers.push(target);
+/// Makes the directories of the root (mount points, upper dir owned by the sandbox's
+/// root `host_base`); needs no user namespace yet, so it overlaps the init's exec.
+pub fn prepare_dirs(state_dir: &Path, layer_count: usize, host_base: u32) -> Result<(), RuntimeError> {
+    for n in 0..layer_count {
+        mkdir(&lower(state_dir, n))?;
     }
-    let (upper, work, root) = (upper(state_dir), state_dir.join("work"), rootfs(state_dir));
-    for dir in [&upper, &work, &root] {
+    let upper = upper(state_dir);
+    for dir in [&upper, &state_dir.join("work"), &rootfs(state_dir)] {
         mkdir(dir)?;
     }
-    let owner = Some(nix::unistd::Uid::from_raw(host_base));
-    nix::unistd::chown(&upper, owner, Some(nix::unistd::Gid::from_raw(host_base))).map_err(|source| RuntimeError::Sys { what: "chowning the upper dir", source })?;
-    let lowerdir = lowers.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
-    let options = format!("lowerdir={lowerdir},upperdir={},workdir={},index=off,xino=off", upper.display(), work.display());
+    let (uid, gid) = (nix::unistd::Uid::from_raw(host_base), nix::unistd::Gid::from_raw(host_base));
+    nix::unistd::chown(&upper, Some(uid), Some(gid)).map_err(|source| RuntimeError::Sys { what: "chowning the upper dir", source })
+}
+
+fn lower(state_dir: &Path, n: usize) -> PathBuf {
+    state_dir.join("lower").join(n.to_string())
+}
+
+/// Mounts the root over the dirs of [`prepare_dirs`]: `layers` (top first) idmapped
+/// through `userns`, an overlay with the writable upper dir, and with `host_usr` the
+/// host's /usr read-only on its /usr.
+pub fn mount_root(state_dir: &Path, layers: &[PathBuf], userns: &OwnedFd, host_usr: bool) -> Result<(), RuntimeError> {
+    let mut lowers = Vec::with_capacity(layers.len());
+    for (n, layer) in layers.iter().enumerate() {
+        let target = lower(state_dir, n);
+        sys::idmapped_bind(layer, &target, userns, false).map_err(io("idmapping a layer", layer))?;
+        lowers.push(target.display().to_string());
+    }
+    let (upper, work, root) = (upper(state_dir), state_dir.join("work"), rootfs(state_dir));
+    let options = format!("lowerdir={},upperdir={},workdir={},index=off,xino=off", lowers.join(":"), upper.display(), work.display());
     mount(Some("overlay"), &root, Some("overlay"), MsFlags::empty(), Some(options.as_str())).map_err(|source| RuntimeError::Sys { what: "mounting the overlay root", source })?;
     if host_usr {
         sys::idmapped_bind(Path::new("/usr"), &root.join("usr"), userns, true).map_err(io("binding the host /usr", &root))?;

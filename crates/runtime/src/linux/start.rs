@@ -57,6 +57,10 @@ fn launch(rt: &LinuxRuntime, spec: &SandboxSpec, layers: &[PathBuf], handle: &mu
     *init = Some(spawn_init(rt, &theirs.0, &log)?);
     drop(theirs);
     let pid = init.as_ref().map(|c| c.id() as i32).unwrap_or(0);
+    // Host-only work overlaps the init's exec.
+    rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base)?;
+    let limits = Limits { vcpu: spec.vcpu, memory_mb: spec.memory_mb, pids_max: spec.pids_max };
+    rt.cgroups.create(spec.id, limits)?;
     expect(&ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
     let map = format!("0 {} {}\n", handle.host_id_base, slots::RANGE);
     for file in ["uid_map", "gid_map"] {
@@ -65,9 +69,7 @@ fn launch(rt: &LinuxRuntime, spec: &SandboxSpec, layers: &[PathBuf], handle: &mu
     }
     let ns_path = PathBuf::from(format!("/proc/{pid}/ns/user"));
     let userns: OwnedFd = std::fs::File::open(&ns_path).map_err(io("opening the user namespace", &ns_path))?.into();
-    rootfs::mount_root(&handle.state_dir, layers, &userns, handle.host_id_base, spec.image == super::images::DEFAULT_IMAGE)?;
-    let limits = Limits { vcpu: spec.vcpu, memory_mb: spec.memory_mb, pids_max: spec.pids_max };
-    rt.cgroups.create(spec.id, limits)?;
+    rootfs::mount_root(&handle.state_dir, layers, &userns, spec.image == super::images::DEFAULT_IMAGE)?;
     rt.cgroups.attach(spec.id, pid)?;
     protect_from_oom(pid)?;
     let config = InitConfig { rootfs: rootfs::rootfs(&handle.state_dir), socket: handle.agent_socket.clone(), hostname: spec.hostname.clone() };

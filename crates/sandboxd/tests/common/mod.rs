@@ -3,41 +3,140 @@
 #![allow(dead_code)]
 
 use sandboxd_runtime::linux::{LinuxConfig, LinuxRuntime};
-use sandboxd_runtime::{Runtime, SandboxHandle, SandboxSpec};
+use sandboxd_runtime::{ImageLayers, Layer, Requests, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use uuid::Uuid;
 
+/// A backend that removes the tests' parent cgroup when dropped (if no test uses it).
+pub struct TestRuntime(LinuxRuntime);
+
+impl std::ops::Deref for TestRuntime {
+    type Target = LinuxRuntime;
+    fn deref(&self) -> &LinuxRuntime {
+        &self.0
+    }
+}
+
+impl Drop for TestRuntime {
+    /// Destroys whatever a failed test left running, then drops the tests' cgroup parent.
+    fn drop(&mut self) {
+        for handle in self.0.stored_handles() {
+            let _ = self.0.destroy(&handle);
+        }
+        self.0.cgroups().remove_parent_if_unused();
+    }
+}
+
+/// Tests pass a `TestRuntime` wherever a `&dyn Runtime` is wanted.
+impl Runtime for TestRuntime {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+        self.0.start(spec)
+    }
+    fn is_alive(&self, handle: &SandboxHandle) -> bool {
+        self.0.is_alive(handle)
+    }
+    fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        self.0.freeze(handle)
+    }
+    fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        self.0.thaw(handle)
+    }
+    fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
+        self.0.capture_layer(handle)
+    }
+    fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        self.0.destroy(handle)
+    }
+    fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {
+        self.0.usage(handle)
+    }
+    fn resolve_image(&self, name: &str) -> Result<ImageLayers, RuntimeError> {
+        self.0.resolve_image(name)
+    }
+    fn delete_layer(&self, digest: &str) -> Result<(), RuntimeError> {
+        self.0.delete_layer(digest)
+    }
+    fn apply_requests(&self, handle: &SandboxHandle, requests: &Requests) -> Result<Vec<u32>, RuntimeError> {
+        self.0.apply_requests(handle, requests)
+    }
+    fn free_cpus(&self) -> Option<Vec<u32>> {
+        self.0.free_cpus()
+    }
+}
+
 /// A backend over a fresh data dir, starting the real `sandboxd` binary as init.
-pub fn runtime(data_dir: &Path) -> LinuxRuntime {
+pub fn runtime(data_dir: &Path) -> TestRuntime {
+    TestRuntime(raw_runtime(data_dir))
+}
+
+/// Like [`runtime`] but without clean-up on drop (to play a server that stops).
+pub fn raw_runtime(data_dir: &Path) -> LinuxRuntime {
     LinuxRuntime::new(LinuxConfig {
         data_dir: data_dir.to_path_buf(),
         init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
         init_args: vec!["__sandbox-init".into()],
-        cgroup_parent: "sandboxd-test".into(),
+        // One parent per data dir, so a test removing its parent never races another.
+        cgroup_parent: format!("sandboxd-test-{}", data_dir.file_name().and_then(|n| n.to_str()).unwrap_or("x").trim_start_matches('.')),
     })
     .expect("linux runtime")
 }
 
 pub fn spec(image: &str) -> SandboxSpec {
-    SandboxSpec { id: Uuid::new_v4(), image: image.into(), extra_layers: vec![], hostname: "box".into(), vcpu: 1, memory_mb: 256, pids_max: 128 }
+    SandboxSpec {
+        id: Uuid::new_v4(),
+        image: image.into(),
+        extra_layers: vec![],
+        hostname: "box".into(),
+        vcpu: 1,
+        memory_mb: 256,
+        pids_max: 128,
+    }
 }
 
 /// `GET path` over the agent's Unix socket; returns the response body.
 pub fn get(socket: &Path, path: &str) -> String {
     let mut conn = std::os::unix::net::UnixStream::connect(socket).expect("connect agent");
-    write!(conn, "GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n").expect("send request");
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send request");
     let mut response = String::new();
     conn.read_to_string(&mut response).expect("read response");
-    assert!(response.starts_with("HTTP/1.1 200"), "unexpected response {response:?}");
-    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "unexpected response {response:?}"
+    );
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
 }
 
 /// Runs `script` with bash as root inside the sandbox (entering its namespaces and root).
 pub fn sh(handle: &SandboxHandle, script: &str) -> std::process::Output {
     Command::new("nsenter")
-        .args(["-t", &handle.agent_pid.to_string(), "-U", "-m", "-u", "-i", "-n", "-p", "-r", "-w", "--", "/bin/bash", "-c", script])
+        .args([
+            "-t",
+            &handle.agent_pid.to_string(),
+            "-U",
+            "-m",
+            "-u",
+            "-i",
+            "-n",
+            "-p",
+            "-r",
+            "-w",
+            "--",
+            "/bin/bash",
+            "-c",
+            script,
+        ])
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .output()
@@ -47,7 +146,11 @@ pub fn sh(handle: &SandboxHandle, script: &str) -> std::process::Output {
 /// Stdout of a script that must succeed inside the sandbox.
 pub fn sh_ok(handle: &SandboxHandle, script: &str) -> String {
     let out = sh(handle, script);
-    assert!(out.status.success(), "{script:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{script:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -55,22 +158,34 @@ pub fn sh_ok(handle: &SandboxHandle, script: &str) -> String {
 pub fn mounts_under(dir: &Path) -> Vec<String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     let prefix = dir.display().to_string();
-    info.lines().filter_map(|l| l.split(' ').nth(4)).filter(|m| m.starts_with(&prefix)).map(String::from).collect()
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(&prefix))
+        .map(String::from)
+        .collect()
 }
 
 /// Asserts that nothing of sandbox `id` is left: process, cgroup, mount, directory, slot.
 pub fn assert_gone(rt: &LinuxRuntime, data_dir: &Path, handle: &SandboxHandle) {
     assert!(!rt.is_alive(handle), "agent still alive");
     if handle.agent_pid > 0 {
-        assert!(!Path::new(&format!("/proc/{}", handle.agent_pid)).exists() || !rt.is_alive(handle));
+        assert!(
+            !Path::new(&format!("/proc/{}", handle.agent_pid)).exists() || !rt.is_alive(handle)
+        );
     }
     for dir in rt.cgroups().dirs(handle.id) {
         assert!(!dir.exists(), "cgroup {} left behind", dir.display());
     }
     assert_eq!(mounts_under(&handle.state_dir), Vec::<String>::new());
     assert!(!handle.state_dir.exists(), "state dir left behind");
-    let slot_owners: Vec<String> = std::fs::read_dir(data_dir.join("slots")).expect("slots").filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect();
-    assert!(!slot_owners.contains(&handle.id.to_string()), "id slot left claimed");
+    let slot_owners: Vec<String> = std::fs::read_dir(data_dir.join("slots"))
+        .expect("slots")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .collect();
+    assert!(
+        !slot_owners.contains(&handle.id.to_string()),
+        "id slot left claimed"
+    );
 }
 
 /// Runs `script` with `sh -c` through the agent's exec endpoint; returns (exit, stdout).
@@ -84,8 +199,16 @@ pub fn agent_sh(handle: &SandboxHandle, script: &str) -> (Option<i32>, String) {
         timeout_ms: 60_000,
         max_output_bytes: 1 << 20,
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
     let result = rt.block_on(client.exec(&req)).expect("agent exec");
-    let stdout = base64::engine::general_purpose::STANDARD.decode(result.stdout).expect("base64");
-    (result.exit_code, String::from_utf8_lossy(&stdout).into_owned())
+    let stdout = base64::engine::general_purpose::STANDARD
+        .decode(result.stdout)
+        .expect("base64");
+    (
+        result.exit_code,
+        String::from_utf8_lossy(&stdout).into_owned(),
+    )
 }
