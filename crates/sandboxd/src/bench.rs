@@ -73,6 +73,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
     let exec = exec?;
 
     let per_idle = idle_memory(&runtime, &rt, args.idle)?;
+    let http = crate::bench_http::measure(n)?;
 
     let rows = [
         Row { name: "baseline: fork+exec /bin/true", median: fork_exec, baseline: None },
@@ -83,6 +84,16 @@ pub fn main(args: BenchArgs) -> Result<()> {
             baseline: Some(("unshare", unshare, 5.0)),
         },
         Row { name: "exec round trip /bin/true", median: exec, baseline: Some(("fork+exec", fork_exec, 3.0)) },
+        Row {
+            name: "HTTP: create -> RUNNING -> first exec answered",
+            median: http.create_first_exec,
+            baseline: Some(("unshare", unshare, 5.0)),
+        },
+        Row {
+            name: "HTTP: exec round trip /bin/true (keep-alive)",
+            median: http.exec_round_trip,
+            baseline: Some(("fork+exec", fork_exec, 3.0)),
+        },
     ];
     println!("{:<58} {:>12} {:>10} {:>8}", "measure", "median", "ratio", "target");
     for row in &rows {

@@ -4,6 +4,7 @@ mod bench;
 mod cli_http;
 mod cli_sandbox;
 mod cli_templates;
+mod bench_http;
 mod init;
 mod keys;
 mod run;

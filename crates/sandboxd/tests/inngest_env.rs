@@ -67,7 +67,11 @@ async fn workspace_scoped_keys_ignore_the_header() {
         // The other workspace's key still sees only its own (empty) workspace, even
         // when it names the default workspace's environment.
         let other = api
-            .send(Some(&api.other_key), list(Some("production")), Body::empty())
+            .send(
+                Some(&api.other_key),
+                list(Some("production")),
+                Body::empty(),
+            )
             .await;
         assert_eq!(other.status, StatusCode::OK);
         assert_eq!(other.json()["data"].as_array().map(Vec::len), Some(0));
@@ -79,7 +83,10 @@ async fn workspace_scoped_keys_ignore_the_header() {
 async fn environment_names_are_unique() {
     Api::run(|api| async move {
         let again = api.engine.create_workspace("dup", Some("staging"), None);
-        assert!(again.is_err(), "a second `staging` environment was accepted");
+        assert!(
+            again.is_err(),
+            "a second `staging` environment was accepted"
+        );
     })
     .await;
 }

@@ -1,0 +1,210 @@
+//! `sandboxd bench`, through HTTP: starts a real `sandboxd serve` child on a free
+//! loopback port (temporary data dir, random master key) and times the Inngest API
+//! over one keep-alive connection.
+
+use anyhow::{bail, ensure, Context, Result};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Medians measured through `sandboxd serve`.
+pub struct HttpFigures {
+    /// POST /v2/sandboxes (answered RUNNING) then POST …/exec `/bin/true` answered.
+    pub create_first_exec: Duration,
+    /// POST …/exec `/bin/true` on a running sandbox.
+    pub exec_round_trip: Duration,
+}
+
+/// Starts a server on a fresh temporary data directory (short, so that agent socket
+/// paths fit `sun_path`), measures, destroys what it made, stops the server and
+/// removes the directory.
+pub fn measure(samples: usize) -> Result<HttpFigures> {
+    let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
+    let dir = std::env::temp_dir().join(format!("sandboxd-bench-{short}"));
+    let key = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let mut server = Serve::start(&dir, &key)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let figures = rt.block_on(async {
+        let mut api = Api::connect(server.addr, &key).await?;
+        let figures = api.measure(samples).await;
+        let cleanup = api.destroy_all().await;
+        let figures = figures?;
+        cleanup.map(|()| figures)
+    });
+    server.stop();
+    if let Err(e) = std::fs::remove_dir_all(&dir) {
+        eprintln!("bench: cannot remove {}: {e}", dir.display());
+    }
+    figures
+}
+
+/// The `sandboxd serve` child.
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Serve {
+    fn start(dir: &Path, key: &str) -> Result<Serve> {
+        let exe = std::env::current_exe().context("locating the sandboxd binary")?;
+        let mut child = Command::new(exe)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .env("SANDBOXD_MASTER_KEY", key)
+            .env("RUST_LOG", "warn,sandboxd_server=info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting sandboxd serve")?;
+        let stderr = child.stderr.take().context("serve stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = loop {
+            let Some(line) = lines.next().transpose()? else {
+                let status = child.wait()?;
+                bail!("sandboxd serve exited before listening: {status}");
+            };
+            let found = line.split("listening on ").nth(1);
+            if let Some(addr) = found.and_then(|r| r.split_whitespace().next()) {
+                break addr.parse().context("parsing the listening address")?;
+            }
+        };
+        // Keep draining its log so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Ok(Serve { child, addr })
+    }
+
+    /// SIGTERM and wait: a graceful stop.
+    fn stop(&mut self) {
+        // SAFETY: kill(2) on the PID of our own, not yet reaped, child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection to the server, with the key.
+struct Api {
+    sender: SendRequest<Full<Bytes>>,
+    auth: String,
+    made: Vec<String>,
+}
+
+impl Api {
+    async fn connect(addr: SocketAddr, key: &str) -> Result<Api> {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        Ok(Api {
+            sender,
+            auth: format!("Bearer {key}"),
+            made: Vec::new(),
+        })
+    }
+
+    async fn call(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value)> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "bench")
+            .header("authorization", &self.auth);
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        self.sender.ready().await?;
+        let response = self
+            .sender
+            .send_request(req.body(Full::new(Bytes::from(body)))?)
+            .await?;
+        let status = response.status().as_u16();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        Ok((
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ))
+    }
+
+    async fn create(&mut self) -> Result<String> {
+        let name = format!("bench-{}", self.made.len());
+        let body = json!({"name": name, "vcpu": 1, "memoryMb": 256});
+        let (status, v) = self.call("POST", "/v2/sandboxes", Some(body)).await?;
+        ensure!(
+            status == 201 && v["data"]["status"] == "RUNNING",
+            "create: {status} {v}"
+        );
+        let id = v["data"]["id"]
+            .as_str()
+            .context("create: no id")?
+            .to_owned();
+        self.made.push(id.clone());
+        Ok(id)
+    }
+
+    async fn exec_true(&mut self, id: &str) -> Result<()> {
+        let body = json!({"command": ["/bin/true"]});
+        let path = format!("/v2/sandboxes/{id}/exec");
+        let (status, v) = self.call("POST", &path, Some(body)).await?;
+        ensure!(
+            status == 200 && v["data"]["exitCode"] == 0,
+            "exec: {status} {v}"
+        );
+        Ok(())
+    }
+
+    async fn measure(&mut self, n: usize) -> Result<HttpFigures> {
+        let warm = self.create().await?; // imports the image once
+        self.exec_true(&warm).await?;
+        let mut creates = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            let id = self.create().await?;
+            self.exec_true(&id).await?;
+            creates.push(t.elapsed());
+        }
+        let mut execs = Vec::with_capacity(n * 4);
+        for _ in 0..n * 4 {
+            let t = Instant::now();
+            self.exec_true(&warm).await?;
+            execs.push(t.elapsed());
+        }
+        Ok(HttpFigures {
+            create_first_exec: median(creates),
+            exec_round_trip: median(execs),
+        })
+    }
+
+    /// Destroys every sandbox made, waiting until each is TERMINATED.
+    async fn destroy_all(&mut self) -> Result<()> {
+        for id in std::mem::take(&mut self.made) {
+            let path = format!("/v2/sandboxes/{id}");
+            let (status, v) = self.call("DELETE", &path, None).await?;
+            ensure!(matches!(status, 202 | 204), "destroy: {status} {v}");
+            while self.call("GET", &path, None).await?.1["data"]["status"] != "TERMINATED" {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn median(mut all: Vec<Duration>) -> Duration {
+    all.sort();
+    all.get(all.len() / 2).copied().unwrap_or_default()
+}
