@@ -19,9 +19,10 @@ pub(super) fn capture(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<Layer
     if !was_frozen {
         rt.cgroups.set_frozen(handle.id, true)?;
     }
-    let copied = sync_fs(&rootfs::rootfs(&handle.state_dir)).and_then(|()| copy_tree(&upper, &scratch));
+    let mut copied = sync_fs(&rootfs::rootfs(&handle.state_dir)).and_then(|()| copy_tree(&upper, &scratch));
     if !was_frozen {
-        rt.cgroups.set_frozen(handle.id, false)?;
+        let thawed = rt.cgroups.set_frozen(handle.id, false);
+        copied = copied.and(thawed);
     }
     let result = copied.and_then(|()| shift_ids(&scratch, handle.host_id_base)).and_then(|()| rt.layers.commit(&scratch));
     if result.is_err() {

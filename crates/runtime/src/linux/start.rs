@@ -7,6 +7,7 @@ use super::{destroy, rootfs, slots, sys, LinuxRuntime};
 use super::io;
 use crate::{RuntimeError, SandboxHandle, SandboxSpec};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,7 +20,8 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
     let layers = rt.layer_stack(spec)?;
     let state_dir = rt.sandboxes_dir().join(spec.id.to_string());
-    std::fs::create_dir(&state_dir).map_err(io("creating the sandbox state dir", &state_dir))?;
+    // 0700: the agent socket and the sandbox's files are for host root only.
+    std::fs::DirBuilder::new().mode(0o700).create(&state_dir).map_err(io("creating the sandbox state dir", &state_dir))?;
     let host_id_base = match rt.slots.allocate(spec.id) {
         Ok(base) => base,
         Err(e) => {
