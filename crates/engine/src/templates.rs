@@ -256,7 +256,10 @@ mod tests {
             layers: vec!["a".into()],
             digest: "a".into(),
             size_bytes: 1,
-            resources: Resources { vcpu: 1, memory_mb: 512 },
+            resources: Resources {
+                vcpu: 1,
+                memory_mb: 512,
+            },
             created_at: OffsetDateTime::UNIX_EPOCH,
             expires_at: None,
         }
@@ -265,7 +268,10 @@ mod tests {
     #[test]
     fn templates_are_snapshots_with_the_prefix() {
         let t = from_snapshot(snapshot(Some("template:web"))).expect("a template");
-        assert_eq!((t.name.as_str(), t.builtin, t.resources.memory_mb), ("web", false, 512));
+        assert_eq!(
+            (t.name.as_str(), t.builtin, t.resources.memory_mb),
+            ("web", false, 512)
+        );
         let req = t.create_request(t.resources);
         assert_eq!((req.image, req.snapshot_id), (None, t.snapshot_id));
         assert!(from_snapshot(snapshot(Some("web"))).is_none());
@@ -276,7 +282,10 @@ mod tests {
     fn builtins_run_on_the_default_image() {
         let python = builtin("python").expect("python");
         let req = python.create_request(python.resources);
-        assert_eq!((req.image.as_deref(), req.snapshot_id), (Some("default"), None));
+        assert_eq!(
+            (req.image.as_deref(), req.snapshot_id),
+            (Some("default"), None)
+        );
         assert!(builtin("nope").is_none());
     }
 }

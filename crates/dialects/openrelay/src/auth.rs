@@ -80,9 +80,13 @@ mod tests {
     #[test]
     fn permissions_exact_family_and_all() {
         assert!(caller(&["sandboxes.create"]).require(perm::CREATE).is_ok());
-        let denied = caller(&["sandboxes.read"]).require(perm::CREATE).unwrap_err();
+        let denied = caller(&["sandboxes.read"])
+            .require(perm::CREATE)
+            .unwrap_err();
         assert_eq!(denied.body.permission.as_deref(), Some("sandboxes.create"));
-        assert!(caller(&["sandboxes"]).require(perm::TEMPLATES_WRITE).is_ok());
+        assert!(caller(&["sandboxes"])
+            .require(perm::TEMPLATES_WRITE)
+            .is_ok());
         assert!(caller(&["*"]).require(perm::DELETE).is_ok());
         assert!(caller(&[]).require(perm::READ).is_err());
     }

@@ -132,20 +132,31 @@ impl CreateBody {
             _ if pinned => memory,
             None => MIN_MEMORY_REQUEST_MIB.min(memory),
             Some(r) => {
-                within("memoryRequestMiB", r.into(), MIN_MEMORY_REQUEST_MIB.into(), memory.into())?;
+                within(
+                    "memoryRequestMiB",
+                    r.into(),
+                    MIN_MEMORY_REQUEST_MIB.into(),
+                    memory.into(),
+                )?;
                 r
             }
         };
         let timeout = self.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
         within("timeoutSeconds", timeout, 1, MAX_TIMEOUT_SECONDS)?;
         // The spec cuts a longer wait to the maximum instead of refusing it.
-        let wait = self.wait_seconds.unwrap_or(DEFAULT_WAIT_SECONDS).min(MAX_WAIT_SECONDS);
+        let wait = self
+            .wait_seconds
+            .unwrap_or(DEFAULT_WAIT_SECONDS)
+            .min(MAX_WAIT_SECONDS);
         if let Some(run) = &self.run {
             run.argv()?;
         }
         let user_meta = self.metadata.unwrap_or_default();
         meta::check_user(&user_meta)?;
-        let mut request = template.create_request(Resources { vcpu: cpu, memory_mb: memory });
+        let mut request = template.create_request(Resources {
+            vcpu: cpu,
+            memory_mb: memory,
+        });
         request.environment = self.env.unwrap_or_default();
         request.timeout = Some(Duration::from_secs(timeout));
         request.metadata = meta::Attributes {
@@ -162,7 +173,12 @@ impl CreateBody {
             memory_mb: memory_request,
             pinned_vcpus: pinned.then_some(cpu),
         };
-        Ok(CreatePlan { request, requests, wait: Duration::from_secs(wait), run: self.run })
+        Ok(CreatePlan {
+            request,
+            requests,
+            wait: Duration::from_secs(wait),
+            run: self.run,
+        })
     }
 }
 
@@ -175,14 +191,19 @@ mod tests {
             name: "t".into(),
             description: String::new(),
             builtin: true,
-            resources: Resources { vcpu: 2, memory_mb: 1024 },
+            resources: Resources {
+                vcpu: 2,
+                memory_mb: 1024,
+            },
             snapshot_id: None,
             created_at: None,
         }
     }
 
     fn plan(v: Value) -> Result<CreatePlan, ApiError> {
-        serde_json::from_value::<CreateBody>(v).unwrap().plan(&template())
+        serde_json::from_value::<CreateBody>(v)
+            .unwrap()
+            .plan(&template())
     }
 
     fn code(v: Value) -> &'static str {
@@ -192,12 +213,19 @@ mod tests {
     #[test]
     fn defaults_come_from_the_template_and_spec() {
         let p = plan(serde_json::json!({"template": "t"})).unwrap();
-        assert_eq!(p.request.resources, Resources { vcpu: 2, memory_mb: 1024 });
+        assert_eq!(
+            p.request.resources,
+            Resources {
+                vcpu: 2,
+                memory_mb: 1024
+            }
+        );
         assert_eq!(p.request.timeout, Some(Duration::from_secs(300)));
         assert_eq!(p.wait, Duration::from_secs(10));
         assert_eq!(p.request.metadata["openrelay.cpuRequest"], "0.25");
         assert_eq!((p.requests.cpu_millis, p.requests.memory_mb), (250, 128));
-        let p = plan(serde_json::json!({"template": "t", "placement": "pinned", "cpu": 1})).unwrap();
+        let p =
+            plan(serde_json::json!({"template": "t", "placement": "pinned", "cpu": 1})).unwrap();
         assert_eq!(p.requests.pinned_vcpus, Some(1));
         assert_eq!((p.requests.cpu_millis, p.requests.memory_mb), (1000, 1024));
     }
@@ -205,19 +233,52 @@ mod tests {
     #[test]
     fn bounds_at_and_past_the_edge() {
         use serde_json::json;
-        assert_eq!(code(json!({"template": "t", "cpu": 2, "memoryMiB": 1024})), "OK");
-        assert_eq!(code(json!({"template": "t", "cpu": 3})), "RESOURCES_EXCEED_TEMPLATE");
-        assert_eq!(code(json!({"template": "t", "memoryMiB": 1025})), "RESOURCES_EXCEED_TEMPLATE");
+        assert_eq!(
+            code(json!({"template": "t", "cpu": 2, "memoryMiB": 1024})),
+            "OK"
+        );
+        assert_eq!(
+            code(json!({"template": "t", "cpu": 3})),
+            "RESOURCES_EXCEED_TEMPLATE"
+        );
+        assert_eq!(
+            code(json!({"template": "t", "memoryMiB": 1025})),
+            "RESOURCES_EXCEED_TEMPLATE"
+        );
         assert_eq!(code(json!({"template": "t", "cpu": 0})), "INVALID_REQUEST");
-        assert_eq!(code(json!({"template": "t", "timeoutSeconds": 86400})), "OK");
-        assert_eq!(code(json!({"template": "t", "timeoutSeconds": 86401})), "INVALID_REQUEST");
+        assert_eq!(
+            code(json!({"template": "t", "timeoutSeconds": 86400})),
+            "OK"
+        );
+        assert_eq!(
+            code(json!({"template": "t", "timeoutSeconds": 86401})),
+            "INVALID_REQUEST"
+        );
         assert_eq!(code(json!({"template": "t", "cpuRequest": 0.25})), "OK");
-        assert_eq!(code(json!({"template": "t", "cpuRequest": 0.249})), "INVALID_REQUEST");
-        assert_eq!(code(json!({"template": "t", "cpu": 1, "cpuRequest": 1.001})), "INVALID_REQUEST");
-        assert_eq!(code(json!({"template": "t", "memoryRequestMiB": 128})), "OK");
-        assert_eq!(code(json!({"template": "t", "memoryRequestMiB": 127})), "INVALID_REQUEST");
-        assert_eq!(code(json!({"template": "t", "memoryRequestMiB": 1025})), "INVALID_REQUEST");
-        assert_eq!(code(json!({"template": "t", "egress": {}})), "NETWORK_POLICY_UNAVAILABLE");
+        assert_eq!(
+            code(json!({"template": "t", "cpuRequest": 0.249})),
+            "INVALID_REQUEST"
+        );
+        assert_eq!(
+            code(json!({"template": "t", "cpu": 1, "cpuRequest": 1.001})),
+            "INVALID_REQUEST"
+        );
+        assert_eq!(
+            code(json!({"template": "t", "memoryRequestMiB": 128})),
+            "OK"
+        );
+        assert_eq!(
+            code(json!({"template": "t", "memoryRequestMiB": 127})),
+            "INVALID_REQUEST"
+        );
+        assert_eq!(
+            code(json!({"template": "t", "memoryRequestMiB": 1025})),
+            "INVALID_REQUEST"
+        );
+        assert_eq!(
+            code(json!({"template": "t", "egress": {}})),
+            "NETWORK_POLICY_UNAVAILABLE"
+        );
         assert_eq!(code(json!({"template": "t", "run": {}})), "INVALID_REQUEST");
         let p = plan(json!({"template": "t", "waitSeconds": 121})).unwrap();
         assert_eq!(p.wait, Duration::from_secs(120));

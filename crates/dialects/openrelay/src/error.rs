@@ -131,9 +131,15 @@ mod tests {
     #[test]
     fn engine_codes_map_once() {
         let e = ApiError::from(EngineError::new(ErrorCode::CapacityExhausted, "full"));
-        assert_eq!((e.status.as_u16(), e.body.code), (503, "CAPACITY_EXHAUSTED"));
+        assert_eq!(
+            (e.status.as_u16(), e.body.code),
+            (503, "CAPACITY_EXHAUSTED")
+        );
         let e = ApiError::from(EngineError::new(ErrorCode::ImageNotFound, "x"));
-        assert_eq!((e.status.as_u16(), e.body.code), (400, "TEMPLATE_NOT_FOUND"));
+        assert_eq!(
+            (e.status.as_u16(), e.body.code),
+            (400, "TEMPLATE_NOT_FOUND")
+        );
         let e = ApiError::permission("sandboxes.create");
         let v = serde_json::to_value(&e.body).unwrap();
         assert_eq!(v["permission"], "sandboxes.create");

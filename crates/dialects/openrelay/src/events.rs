@@ -12,14 +12,22 @@ use tokio::sync::mpsc;
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Event {
     /// Always first: the sandbox the request created (or ran in).
-    Sandbox { sandbox: Box<SandboxView> },
+    Sandbox {
+        sandbox: Box<SandboxView>,
+    },
     /// The command started.
     #[serde(rename_all = "camelCase")]
-    Started { exec_id: String },
+    Started {
+        exec_id: String,
+    },
     /// A chunk of standard output as UTF-8 text (a character split across chunks is
     /// carried to the next chunk; invalid bytes become U+FFFD).
-    Stdout { data: String },
-    Stderr { data: String },
+    Stdout {
+        data: String,
+    },
+    Stderr {
+        data: String,
+    },
     /// Always last when a command ran: how it ended.
     #[serde(rename_all = "camelCase")]
     Exit {
@@ -47,11 +55,18 @@ pub struct Emitter {
 
 impl Emitter {
     pub fn new(tx: Option<mpsc::Sender<Bytes>>) -> Self {
-        Self { next: 0, tx, recorded: Vec::new() }
+        Self {
+            next: 0,
+            tx,
+            recorded: Vec::new(),
+        }
     }
 
     pub async fn emit(&mut self, event: Event) {
-        let line = Line { seq: self.next, event: &event };
+        let line = Line {
+            seq: self.next,
+            event: &event,
+        };
         self.next += 1;
         let mut bytes = match serde_json::to_vec(&line) {
             Ok(b) => b,
@@ -92,11 +107,23 @@ mod tests {
     #[tokio::test]
     async fn numbers_lines_and_resumes_after_a_seq() {
         let mut e = Emitter::new(None);
-        e.emit(Event::Started { exec_id: "x".into() }).await;
+        e.emit(Event::Started {
+            exec_id: "x".into(),
+        })
+        .await;
         e.emit(Event::Stdout { data: "hi".into() }).await;
-        e.emit(Event::Exit { exec_id: "x".into(), exit_code: Some(0), truncated: false, error: None }).await;
+        e.emit(Event::Exit {
+            exec_id: "x".into(),
+            exit_code: Some(0),
+            truncated: false,
+            error: None,
+        })
+        .await;
         let text = String::from_utf8(e.recorded.clone()).unwrap();
-        assert!(text.starts_with("{\"seq\":0,\"type\":\"started\",\"execId\":\"x\"}\n"), "{text}");
+        assert!(
+            text.starts_with("{\"seq\":0,\"type\":\"started\",\"execId\":\"x\"}\n"),
+            "{text}"
+        );
         let rest = String::from_utf8(resume_after(&e.recorded, 1)).unwrap();
         assert_eq!(rest.lines().count(), 1);
         assert!(rest.contains("\"seq\":2"));

@@ -27,17 +27,23 @@ fn bad(message: impl Into<String>) -> ApiError {
 
 /// The request's key (as hex of its bytes, so any byte is kept exactly), if it has one.
 pub fn key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(v) = headers.get(KEY_HEADER) else { return Ok(None) };
+    let Some(v) = headers.get(KEY_HEADER) else {
+        return Ok(None);
+    };
     let n = v.as_bytes().len();
     if !(1..=MAX_KEY_BYTES).contains(&n) {
-        return Err(bad(format!("Idempotency-Key must be 1 to {MAX_KEY_BYTES} bytes, not {n}")));
+        return Err(bad(format!(
+            "Idempotency-Key must be 1 to {MAX_KEY_BYTES} bytes, not {n}"
+        )));
     }
     Ok(Some(hex::encode(v.as_bytes())))
 }
 
 /// `X-Resume-From`: a non-negative integer.
 pub fn resume_from(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
-    let Some(v) = headers.get(RESUME_HEADER) else { return Ok(None) };
+    let Some(v) = headers.get(RESUME_HEADER) else {
+        return Ok(None);
+    };
     v.to_str()
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
@@ -107,7 +113,12 @@ pub fn begin(
         };
     }
     running.insert((ws.clone(), key.clone()), hash.clone());
-    Ok(Begin::Run(Ticket { state: state.clone(), ws: ws.clone(), key, hash }))
+    Ok(Begin::Run(Ticket {
+        state: state.clone(),
+        ws: ws.clone(),
+        key,
+        hash,
+    }))
 }
 
 fn replay(kept: Remembered, resume: Option<u64>) -> Response {
@@ -123,7 +134,8 @@ fn replay(kept: Remembered, resume: Option<u64>) -> Response {
             resp.headers_mut().insert(k, v);
         }
     }
-    resp.headers_mut().insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    resp.headers_mut()
+        .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     resp
 }
 
@@ -150,7 +162,11 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut running = self.state.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut running = self
+            .state
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         running.remove(&(self.ws.clone(), self.key.clone()));
     }
 }

@@ -41,7 +41,13 @@ pub fn router(engine: Arc<Engine>) -> Router {
             "/v1/sandbox-templates",
             get(templates::list).post(templates::build),
         )
-        .route("/v1/sandbox-templates/{template_id}", axum::routing::delete(templates::delete))
-        .with_state(AppState { engine, inflight: Default::default() });
+        .route(
+            "/v1/sandbox-templates/{template_id}",
+            axum::routing::delete(templates::delete),
+        )
+        .with_state(AppState {
+            engine,
+            inflight: Default::default(),
+        });
     sandboxd_dialect_common::no_store(routes)
 }

@@ -34,7 +34,10 @@ impl Attributes {
         let mut put = |k: &str, v: String| user.insert(format!("{PREFIX}{k}"), v);
         put("template", self.template);
         put("ephemeral", self.ephemeral.to_string());
-        put("placement", if self.pinned { "pinned" } else { "shared" }.into());
+        put(
+            "placement",
+            if self.pinned { "pinned" } else { "shared" }.into(),
+        );
         put("cpuRequest", self.cpu_request.to_string());
         put("memoryRequestMiB", self.memory_request_mib.to_string());
         put("autoPause", self.auto_pause.to_string());
@@ -49,8 +52,12 @@ impl Attributes {
             template: t.clone(),
             ephemeral: get("ephemeral").is_some_and(|v| v == "true"),
             pinned: get("placement").is_some_and(|v| v == "pinned"),
-            cpu_request: get("cpuRequest").and_then(|v| v.parse().ok()).unwrap_or(0.0),
-            memory_request_mib: get("memoryRequestMiB").and_then(|v| v.parse().ok()).unwrap_or(0),
+            cpu_request: get("cpuRequest")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0),
+            memory_request_mib: get("memoryRequestMiB")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             auto_pause: get("autoPause").is_some_and(|v| v == "true"),
         });
         let user = all

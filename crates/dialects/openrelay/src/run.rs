@@ -36,7 +36,13 @@ impl Utf8Carry {
 
 /// Runs `spec` in sandbox `id`, emitting `Started`, output and one `Exit` event;
 /// returns the folded result. Failures become the result's `error`.
-pub async fn run(engine: &Engine, ws: &WorkspaceId, id: Uuid, spec: &RunSpec, out: &mut Emitter) -> ResultView {
+pub async fn run(
+    engine: &Engine,
+    ws: &WorkspaceId,
+    id: Uuid,
+    spec: &RunSpec,
+    out: &mut Emitter,
+) -> ResultView {
     let mut result = ResultView::default();
     if let Err(e) = drive(engine, ws, id, spec, out, &mut result).await {
         result.error = Some(e.body);
@@ -60,21 +66,32 @@ async fn drive(
     result: &mut ResultView,
 ) -> Result<(), ApiError> {
     let sb = engine.get(ws, id).await?;
-    let mut env: BTreeMap<String, String> =
-        AGENT_DEFAULT_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut env: BTreeMap<String, String> = AGENT_DEFAULT_ENV
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     env.extend(sb.environment.clone());
     env.extend(spec.env.clone().unwrap_or_default());
-    let cmd = StartCommand { argv: spec.argv()?, env: Some(env), cwd: spec.cwd.clone() };
+    let cmd = StartCommand {
+        argv: spec.argv()?,
+        env: Some(env),
+        cwd: spec.cwd.clone(),
+    };
     let info = engine.start_process(ws, id, cmd).await?;
     result.exec_id = info.id.to_string();
-    out.emit(Event::Started { exec_id: result.exec_id.clone() }).await;
+    out.emit(Event::Started {
+        exec_id: result.exec_id.clone(),
+    })
+    .await;
     let mut frames = engine.process_output(ws, id, info.id, 0, true).await?;
     let (mut so, mut se) = (Utf8Carry::default(), Utf8Carry::default());
     let mut kept = 0usize;
     while let Some(frame) = frames.next().await {
         match frame? {
             Frame::Log { stream, data, .. } => {
-                let bytes = base64::engine::general_purpose::STANDARD.decode(data).unwrap_or_default();
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .unwrap_or_default();
                 if kept + bytes.len() > MAX_RESULT_OUTPUT {
                     result.truncated = true;
                     continue;

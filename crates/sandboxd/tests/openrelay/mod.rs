@@ -19,11 +19,17 @@ pub struct Or {
 
 impl Or {
     pub fn start(data: &Path, env: &[(&str, &str)]) -> Or {
-        Or { server: Server::start_with_env(data, Some(MASTER), env), key: MASTER.into() }
+        Or {
+            server: Server::start_with_env(data, Some(MASTER), env),
+            key: MASTER.into(),
+        }
     }
 
     pub fn with_key(&self, key: &str) -> Or2<'_> {
-        Or2 { or: self, key: key.to_owned() }
+        Or2 {
+            or: self,
+            key: key.to_owned(),
+        }
     }
 
     pub fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
@@ -61,7 +67,9 @@ impl Drop for Or {
     /// Deletes every sandbox still active (a failed test included) before the server
     /// stops, since stopping a server leaves its sandboxes running. Never panics.
     fn drop(&mut self) {
-        let Some(list) = try_request(self, "GET", "/v1/sandboxes?limit=100") else { return };
+        let Some(list) = try_request(self, "GET", "/v1/sandboxes?limit=100") else {
+            return;
+        };
         for id in ids(&list) {
             try_request(self, "DELETE", &format!("/v1/sandboxes/{id}"));
         }
@@ -95,9 +103,20 @@ impl Or2<'_> {
     }
 }
 
-fn send(server: &Server, key: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+fn send(
+    server: &Server,
+    key: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Reply {
     let mut all = vec![("authorization", format!("Bearer {key}"))];
-    if !body.is_empty() && !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+    if !body.is_empty()
+        && !headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+    {
         all.push(("content-type", "application/json".into()));
     }
     all.extend(headers.iter().map(|(n, v)| (*n, v.to_string())));
@@ -107,7 +126,11 @@ fn send(server: &Server, key: &str, method: &str, path: &str, headers: &[(&str, 
 pub fn ids(list: &Value) -> Vec<String> {
     list["sandboxes"]
         .as_array()
-        .map(|a| a.iter().filter_map(|s| s["id"].as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s["id"].as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -123,7 +146,10 @@ pub fn code(r: &Reply, status: u16) -> String {
 pub fn lines(body: &[u8]) -> Vec<Value> {
     body.split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).unwrap_or_else(|e| panic!("bad line {:?}: {e}", String::from_utf8_lossy(l))))
+        .map(|l| {
+            serde_json::from_slice(l)
+                .unwrap_or_else(|e| panic!("bad line {:?}: {e}", String::from_utf8_lossy(l)))
+        })
         .collect()
 }
 
@@ -138,12 +164,19 @@ pub fn check_framing(events: &[Value], first: u64) {
     }
     let exits = events.iter().filter(|e| e["type"] == "exit").count();
     assert_eq!(exits, 1, "{events:?}");
-    assert_eq!(events.last().map(|e| e["type"].clone()), Some("exit".into()));
+    assert_eq!(
+        events.last().map(|e| e["type"].clone()),
+        Some("exit".into())
+    );
 }
 
 /// Concatenated `data` of the events of one stream type.
 pub fn output(events: &[Value], kind: &str) -> String {
-    events.iter().filter(|e| e["type"] == kind).filter_map(|e| e["data"].as_str()).collect()
+    events
+        .iter()
+        .filter(|e| e["type"] == kind)
+        .filter_map(|e| e["data"].as_str())
+        .collect()
 }
 
 /// A streamed response read as it arrives (chunked NDJSON, one event per chunk).
@@ -167,7 +200,10 @@ impl Stream {
         head.push_str("\r\n");
         conn.write_all(head.as_bytes()).expect("send");
         conn.write_all(body.as_bytes()).expect("send body");
-        Stream { conn, raw: Vec::new() }
+        Stream {
+            conn,
+            raw: Vec::new(),
+        }
     }
 
     /// Reads until the body holds `n` events; returns them.
@@ -179,7 +215,11 @@ impl Stream {
             }
             let mut buf = [0u8; 4096];
             let k = self.conn.read(&mut buf).expect("read stream");
-            assert!(k > 0, "stream ended early: {}", String::from_utf8_lossy(&self.raw));
+            assert!(
+                k > 0,
+                "stream ended early: {}",
+                String::from_utf8_lossy(&self.raw)
+            );
             self.raw.extend_from_slice(&buf[..k]);
         }
     }
@@ -207,5 +247,7 @@ pub fn make_key(data: &Path, args: &[&str]) -> String {
     let mut all = vec!["keys", "create"];
     all.extend(args);
     all.extend(["--data-dir", data.to_str().expect("utf-8 path")]);
-    String::from_utf8_lossy(&cli(&all, "").stdout).trim().to_owned()
+    String::from_utf8_lossy(&cli(&all, "").stdout)
+        .trim()
+        .to_owned()
 }

@@ -36,7 +36,10 @@ pub async fn create(
     let value: Value = parse_strict(&read_capped(body, JSON_BODY_LIMIT).await?)?;
     let parsed: CreateBody =
         serde_json::from_value(value.clone()).map_err(|e| ApiError::invalid(e.to_string()))?;
-    let template = state.engine.get_template(&caller.ws, &parsed.template).await?;
+    let template = state
+        .engine
+        .get_template(&caller.ws, &parsed.template)
+        .await?;
     let plan = parsed.plan(&template)?;
     let ticket = match key {
         None => None,
@@ -60,7 +63,11 @@ pub async fn create(
     };
     tokio::spawn(async move {
         // A refusal drops the ticket unkept, so a retry runs again.
-        match state.engine.create_queued(&delivery.ws, plan.request, Some(plan.requests), plan.wait).await {
+        match state
+            .engine
+            .create_queued(&delivery.ws, plan.request, Some(plan.requests), plan.wait)
+            .await
+        {
             Ok((sb, _)) => delivery.deliver(sb, reply).await,
             Err(e) => {
                 let _ = reply.send(Err(e.into()));
@@ -68,6 +75,10 @@ pub async fn create(
         }
     });
     answer.await.unwrap_or_else(|_| {
-        Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "the create task failed"))
+        Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            "the create task failed",
+        ))
     })
 }

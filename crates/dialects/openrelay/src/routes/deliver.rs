@@ -37,7 +37,8 @@ pub struct Delivery {
 fn response(status: StatusCode, content_type: &'static str, body: Body) -> Response {
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }
 
@@ -52,7 +53,9 @@ impl Delivery {
             Mode::Json => {
                 let mut quiet = Emitter::new(None);
                 let result = match &self.run {
-                    Some(r) => Some(run::run(&self.state.engine, &self.ws, sb.id, r, &mut quiet).await),
+                    Some(r) => {
+                        Some(run::run(&self.state.engine, &self.ws, sb.id, r, &mut quiet).await)
+                    }
                     None => None,
                 };
                 let sb = self.state.engine.get(&self.ws, sb.id).await.unwrap_or(sb);
@@ -76,7 +79,10 @@ impl Delivery {
                 let body = Body::from_stream(lines.boxed());
                 let _ = reply.send(Ok(response(self.status, NDJSON, body)));
                 let mut out = Emitter::new(Some(tx));
-                out.emit(Event::Sandbox { sandbox: Box::new(views::sandbox(&sb)) }).await;
+                out.emit(Event::Sandbox {
+                    sandbox: Box::new(views::sandbox(&sb)),
+                })
+                .await;
                 if let Some(r) = &self.run {
                     run::run(&self.state.engine, &self.ws, sb.id, r, &mut out).await;
                 }

@@ -31,7 +31,10 @@ pub async fn exec(
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "INVALID_STATE",
-            format!("sandbox {id} is {}; exec needs it running", crate::views::state(sb.status)),
+            format!(
+                "sandbox {id} is {}; exec needs it running",
+                crate::views::state(sb.status)
+            ),
         ));
     }
     let (reply, answer) = oneshot::channel();
@@ -46,6 +49,10 @@ pub async fn exec(
     };
     tokio::spawn(delivery.deliver(sb, reply));
     answer.await.unwrap_or_else(|_| {
-        Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "the exec task failed"))
+        Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            "the exec task failed",
+        ))
     })
 }

@@ -32,7 +32,9 @@ pub struct ListView {
 }
 
 fn ephemeral(sb: &Sandbox) -> bool {
-    Attributes::split(&sb.metadata).0.is_some_and(|a| a.ephemeral)
+    Attributes::split(&sb.metadata)
+        .0
+        .is_some_and(|a| a.ephemeral)
 }
 
 pub async fn list(
@@ -44,9 +46,14 @@ pub async fn list(
     let Query(q) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid(format!("limit must be between 1 and {MAX_LIMIT}")));
+        return Err(ApiError::invalid(format!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )));
     }
-    let page = PageRequest { limit, cursor: q.cursor };
+    let page = PageRequest {
+        limit,
+        cursor: q.cursor,
+    };
     let got = match q.state.as_deref() {
         None | Some("active") => state.engine.list_active(&caller.ws, page).await?,
         Some("exited") => {

@@ -22,10 +22,15 @@ pub struct ListView {
     templates: Vec<TemplateView>,
 }
 
-pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<ListView>, ApiError> {
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<ListView>, ApiError> {
     caller.require(perm::TEMPLATES_READ)?;
     let all = state.engine.list_templates(&caller.ws).await?;
-    Ok(Json(ListView { templates: all.iter().map(views::template).collect() }))
+    Ok(Json(ListView {
+        templates: all.iter().map(views::template).collect(),
+    }))
 }
 
 /// A template build: steps run with `/bin/sh -c` in a sandbox of `from`.
@@ -51,7 +56,9 @@ pub async fn build(
     let b: BuildBody = read_json(&headers, body, JSON_BODY_LIMIT).await?;
     let step = b.step_timeout_seconds.unwrap_or(DEFAULT_STEP_TIMEOUT);
     if !(1..=MAX_STEP_TIMEOUT).contains(&step) {
-        return Err(ApiError::invalid(format!("stepTimeoutSeconds must be 1 to {MAX_STEP_TIMEOUT}")));
+        return Err(ApiError::invalid(format!(
+            "stepTimeoutSeconds must be 1 to {MAX_STEP_TIMEOUT}"
+        )));
     }
     let from = b.from.unwrap_or_else(|| "default".into());
     let base = state.engine.get_template(&caller.ws, &from).await?;
