@@ -65,3 +65,29 @@ pub fn shift_ids(dir: &Path, base: u32) -> Result<(), RuntimeError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shift_ids_maps_the_range_back_and_keeps_setuid() {
+        if !nix::unistd::geteuid().is_root() {
+            return; // chown needs root; the integration tests cover capture end to end
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = slots::FIRST_BASE;
+        let file = dir.path().join("suid");
+        std::fs::write(&file, "x").expect("write");
+        std::os::unix::fs::chown(&file, Some(base + 5), Some(base + 7)).expect("chown");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, "y").expect("write");
+        std::os::unix::fs::chown(&outside, Some(1000), Some(1000)).expect("chown");
+        shift_ids(dir.path(), base).expect("shift");
+        let meta = std::fs::metadata(&file).expect("meta");
+        assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o7777), (5, 7, 0o4755));
+        let meta = std::fs::metadata(&outside).expect("meta");
+        assert_eq!((meta.uid(), meta.gid()), (1000, 1000));
+    }
+}

@@ -47,7 +47,7 @@ impl Slots {
 
     /// Frees the slot of `base` if `id` holds it (idempotent).
     pub fn free(&self, base: u32, id: Uuid) {
-        if base < FIRST_BASE || (base - FIRST_BASE) % RANGE != 0 {
+        if base < FIRST_BASE || (base - FIRST_BASE) & (RANGE - 1) != 0 {
             return;
         }
         let path = self.dir.join(((base - FIRST_BASE) / RANGE).to_string());
