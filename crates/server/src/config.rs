@@ -252,6 +252,33 @@ mod tests {
     }
 
     #[test]
+    fn capacity_from_file_and_env() {
+        let c = load(Some("max_vcpu_total = 4\nmax_sandboxes = 9\n"), &[]).unwrap();
+        assert_eq!((c.max_sandboxes, c.max_vcpu_total), (9, 4));
+        let env = [
+            ("SANDBOXD_MAX_SANDBOXES", "1"),
+            ("SANDBOXD_MAX_MEMORY_MIB_TOTAL", "2048"),
+        ];
+        let limits = load(Some("max_sandboxes = 9\n"), &env).unwrap().limits();
+        assert_eq!(
+            (limits.max_sandboxes, limits.max_memory_mb_total),
+            (1, 2048)
+        );
+        assert_eq!(
+            limits.max_vcpu_total,
+            sandboxd_engine::Limits::default().max_vcpu_total
+        );
+        let bad = load(None, &[("SANDBOXD_MAX_SANDBOXES", "-1")]);
+        assert!(matches!(
+            bad,
+            Err(ConfigError::Env {
+                var: "SANDBOXD_MAX_SANDBOXES",
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn debug_redacts_the_master_key() {
         let c = ServerConfig {
             master_key: Some("s3cret-key".into()),
