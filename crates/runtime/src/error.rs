@@ -26,6 +26,8 @@ pub enum RuntimeError {
     },
     #[error("sandbox agent failed to start: {0}")]
     AgentStart(String),
+    #[error("sandbox network: {0}")]
+    Network(String),
     #[error("no free host id range for a new sandbox")]
     IdRangesExhausted,
 }

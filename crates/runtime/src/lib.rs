@@ -2,9 +2,11 @@
 //! implement it with kernel isolation (Linux-native namespaces + overlayfs + cgroups).
 
 pub mod error;
+pub mod network;
 pub mod spec;
 
 pub use error::RuntimeError;
+pub use network::*;
 pub use spec::*;
 
 /// A backend that makes, freezes, captures and destroys sandboxes.
@@ -19,6 +21,16 @@ pub trait Runtime: Send + Sync + 'static {
     /// Creates and starts a sandbox whose PID 1 is the agent, and returns once the
     /// agent's socket accepts connections. On error, everything made so far is removed.
     fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError>;
+
+    /// Like [`Runtime::start`], with a network: `start` gives a sandbox only `lo`; this
+    /// may give it egress under `network`'s policy layers. Backends without networking
+    /// start `NetworkMode::None` sandboxes and refuse egress.
+    fn start_with_network(&self, spec: &SandboxSpec, network: &NetworkSpec) -> Result<SandboxHandle, RuntimeError> {
+        match network.mode {
+            NetworkMode::None => self.start(spec),
+            NetworkMode::Egress => Err(RuntimeError::Unsupported(format!("the {} backend has no egress networking", self.name()))),
+        }
+    }
 
     /// Whether the sandbox described by `handle` is still alive (agent running).
     fn is_alive(&self, handle: &SandboxHandle) -> bool;

@@ -8,6 +8,7 @@ pub mod handshake;
 mod images;
 pub mod init;
 mod layers;
+mod net;
 mod requests;
 mod rootfs;
 mod slots;
@@ -20,6 +21,7 @@ use std::sync::Mutex;
 
 pub use cgroup::Cgroups;
 pub use images::DEFAULT_IMAGE;
+pub use net::NetConfig;
 
 /// Where the backend keeps its state and how it starts a sandbox's init.
 #[derive(Debug, Clone)]
@@ -42,6 +44,8 @@ pub struct LinuxRuntime {
     layers: layers::LayerStore,
     /// Serialises building the built-in images.
     image_lock: Mutex<()>,
+    /// Egress networking; `None` gives sandboxes only `lo`.
+    network: Option<NetConfig>,
 }
 
 impl LinuxRuntime {
@@ -62,6 +66,7 @@ impl LinuxRuntime {
             cgroups,
             config,
             image_lock: Mutex::new(()),
+            network: None,
         })
     }
 
@@ -101,6 +106,10 @@ impl Runtime for LinuxRuntime {
         start::start(self, spec)
     }
 
+    fn start_with_network(&self, spec: &SandboxSpec, network: &crate::NetworkSpec) -> Result<SandboxHandle, RuntimeError> {
+        net::start(self, spec, network)
+    }
+
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
         sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
     }
@@ -118,7 +127,8 @@ impl Runtime for LinuxRuntime {
     }
 
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
-        destroy::destroy(self, handle)
+        destroy::destroy(self, handle)?;
+        net::detach(self, handle.id)
     }
 
     fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {

@@ -1,0 +1,136 @@
+//! Host-wide network state shared by every sandboxd on the host, under one lock in
+//! `/run/sandboxd/net`: address leases, the shared nftables table and `ip_forward`.
+
+use super::nft;
+use crate::{Cidr, RuntimeError};
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use uuid::Uuid;
+
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// A sandbox's /30: host end `.1`, sandbox `.2`, plus how many allow sets its chain has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub net: Cidr,
+    pub allow_layers: usize,
+}
+
+impl Lease {
+    pub fn host(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.net.network()) + 1)
+    }
+    pub fn sandbox(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.net.network()) + 2)
+    }
+}
+
+/// Held while changing host network state (an exclusive `flock`).
+pub struct HostLock {
+    dir: PathBuf,
+    _file: std::fs::File,
+}
+
+fn net_err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Network(format!("{what}: {e}"))
+}
+
+impl HostLock {
+    pub fn take(dir: &Path) -> Result<Self, RuntimeError> {
+        std::fs::create_dir_all(dir.join("leases")).map_err(|e| net_err("creating the network state dir", e))?;
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("lock")).map_err(|e| net_err("opening the network lock", e))?;
+        // SAFETY: flock on an fd we own; blocks until the lock is ours.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(net_err("locking the network state", std::io::Error::last_os_error()));
+        }
+        Ok(HostLock { dir: dir.to_path_buf(), _file: file })
+    }
+
+    fn lease_path(&self, id: Uuid) -> PathBuf {
+        self.dir.join("leases").join(id.to_string())
+    }
+
+    fn leases(&self) -> Vec<Lease> {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("leases")) else { return Vec::new() };
+        entries.filter_map(|e| parse_lease(&std::fs::read_to_string(e.ok()?.path()).ok()?)).collect()
+    }
+
+    /// The lease of `id`, if it has one.
+    pub fn lease(&self, id: Uuid) -> Option<Lease> {
+        parse_lease(&std::fs::read_to_string(self.lease_path(id)).ok()?)
+    }
+
+    /// Claims the first /30 of `pool` no sandbox holds.
+    pub fn allocate(&self, id: Uuid, pool: Cidr, allow_layers: usize) -> Result<Lease, RuntimeError> {
+        let taken: Vec<Ipv4Addr> = self.leases().iter().map(|l| l.net.network()).collect();
+        let first = u32::from(pool.network());
+        let count = 1u64 << (32 - u32::from(pool.prefix.min(30))) >> 2;
+        let free = (0..count).map(|i| Ipv4Addr::from(first + (i as u32) * 4)).find(|a| !taken.contains(a));
+        let addr = free.ok_or_else(|| RuntimeError::Network(format!("no free /30 left in {pool}")))?;
+        let lease = Lease { net: Cidr { addr, prefix: 30 }, allow_layers };
+        std::fs::write(self.lease_path(id), format!("{} {}", lease.net, allow_layers)).map_err(|e| net_err("recording a lease", e))?;
+        Ok(lease)
+    }
+
+    pub fn release(&self, id: Uuid) {
+        let _ = std::fs::remove_file(self.lease_path(id));
+    }
+
+    /// Makes the shared table if missing, turning `ip_forward` on (and remembering that
+    /// we did, so the table drops unrelated forwarding) when it was off.
+    pub fn ensure_table(&self) -> Result<(), RuntimeError> {
+        if nft::table_exists() {
+            return Ok(());
+        }
+        let marker = self.dir.join("forward-enabled");
+        let on = std::fs::read_to_string(IP_FORWARD).map_err(|e| net_err("reading ip_forward", e))?.trim() == "1";
+        if !on {
+            std::fs::write(&marker, "").map_err(|e| net_err("recording ip_forward", e))?;
+        }
+        nft::apply(&nft::base_table(marker.exists()))?;
+        if !on {
+            std::fs::write(IP_FORWARD, "1").map_err(|e| net_err("enabling ip_forward", e))?;
+        }
+        Ok(())
+    }
+
+    /// Once no sandbox holds a lease: deletes the table and turns `ip_forward` back off
+    /// if sandboxd turned it on.
+    pub fn tidy_if_unused(&self) {
+        if !self.leases().is_empty() {
+            return;
+        }
+        let _ = nft::apply(&format!("delete table inet {}", nft::TABLE));
+        let marker = self.dir.join("forward-enabled");
+        if marker.exists() && std::fs::write(IP_FORWARD, "0").is_ok() {
+            let _ = std::fs::remove_file(marker);
+        }
+    }
+}
+
+fn parse_lease(text: &str) -> Option<Lease> {
+    let (net, layers) = text.trim().split_once(' ')?;
+    Some(Lease { net: net.parse().ok()?, allow_layers: layers.parse().ok()? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_allocate_distinct_slash30s_and_free() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lock = HostLock::take(dir.path()).expect("lock");
+        let pool: Cidr = "10.213.0.0/29".parse().expect("pool");
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let la = lock.allocate(a, pool, 1).expect("a");
+        let lb = lock.allocate(b, pool, 0).expect("b");
+        assert_eq!((la.host(), la.sandbox()), (Ipv4Addr::new(10, 213, 0, 1), Ipv4Addr::new(10, 213, 0, 2)));
+        assert_eq!(lb.net.to_string(), "10.213.0.4/30");
+        assert_eq!(lock.lease(a), Some(la));
+        assert!(lock.allocate(Uuid::new_v4(), pool, 0).is_err(), "the pool holds two");
+        lock.release(a);
+        assert_eq!(lock.allocate(Uuid::new_v4(), pool, 0).expect("reuse").net, la.net);
+    }
+}

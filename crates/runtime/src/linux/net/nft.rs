@@ -1,0 +1,169 @@
+//! The nftables ruleset: one `inet` table of sandboxd's own with the shared chains, and
+//! a chain plus address sets per sandbox; applied with `nft -f -`.
+
+use crate::{Cidr, RuntimeError};
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+
+/// The table every sandboxd on this host shares.
+pub const TABLE: &str = "sandboxd";
+/// Host-side interface names of sandboxes start with this.
+pub const IF_PREFIX: &str = "sbx";
+
+/// Destinations no sandbox may reach: "this" network, loopback, link-local (metadata),
+/// multicast, reserved and broadcast. Sandbox networks are added as they are made.
+const BLOCKED: &str = "0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3";
+
+/// The shared table. With `guard`, forwarding that involves no sandbox is dropped (set
+/// when sandboxd itself turned `ip_forward` on, so the host does not become a router).
+pub fn base_table(guard: bool) -> String {
+    let p = IF_PREFIX;
+    format!(
+        "table inet {TABLE} {{
+  set blocked {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {BLOCKED} }} }}
+  set nat_sources {{ type ipv4_addr; }}
+  map dispatch {{ type ifname : verdict; }}
+  chain forward {{
+    type filter hook forward priority filter - 5; policy accept;
+    iifname \"{p}*\" iifname vmap @dispatch
+    iifname \"{p}*\" drop
+    oifname \"{p}*\" ct state established,related accept
+    oifname \"{p}*\" drop
+{guard}  }}
+  chain input {{
+    type filter hook input priority filter - 5; policy accept;
+    iifname \"{p}*\" drop
+  }}
+  chain output {{
+    type filter hook output priority filter - 5; policy accept;
+    oifname \"{p}*\" ct state established,related accept
+    oifname \"{p}*\" drop
+  }}
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    oifname != \"{p}*\" ip saddr @nat_sources masquerade
+  }}
+}}
+",
+        guard = if guard { "    drop\n" } else { "" }
+    )
+}
+
+/// What one sandbox's chain enforces, with domains already resolved.
+pub struct SandboxRules<'a> {
+    /// Short id naming the chain, sets and interface.
+    pub key: &'a str,
+    pub ifname: &'a str,
+    pub net: Cidr,
+    pub addr: Ipv4Addr,
+    pub resolvers: &'a [Ipv4Addr],
+    /// Union of every layer's deny list.
+    pub deny: Vec<Cidr>,
+    /// One entry per layer that has an allow list (possibly empty after resolution).
+    pub allow: Vec<Vec<Cidr>>,
+}
+
+fn elements(cidrs: &[Cidr]) -> String {
+    cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Commands adding a sandbox's chain, sets, dispatch entry and NAT source.
+pub fn add_sandbox(r: &SandboxRules) -> String {
+    let (t, k) = (TABLE, r.key);
+    let mut s = format!("add chain inet {t} sb_{k}\nadd set inet {t} sb_{k}_deny {{ type ipv4_addr; flags interval; auto-merge; }}\n");
+    if !r.deny.is_empty() {
+        s += &format!("add element inet {t} sb_{k}_deny {{ {} }}\n", elements(&r.deny));
+    }
+    s += &format!("add rule inet {t} sb_{k} ip saddr != {} drop\n", r.addr);
+    s += &format!("add rule inet {t} sb_{k} meta nfproto ipv6 drop\n");
+    s += &format!("add rule inet {t} sb_{k} ip daddr @blocked drop\n");
+    if !r.resolvers.is_empty() {
+        let dns: Vec<String> = r.resolvers.iter().map(|a| a.to_string()).collect();
+        s += &format!("add rule inet {t} sb_{k} ip daddr {{ {} }} meta l4proto {{ tcp, udp }} th dport 53 accept\n", dns.join(", "));
+    }
+    s += &format!("add rule inet {t} sb_{k} ip daddr @sb_{k}_deny drop\n");
+    for (i, allow) in r.allow.iter().enumerate() {
+        s += &format!("add set inet {t} sb_{k}_allow{i} {{ type ipv4_addr; flags interval; auto-merge; }}\n");
+        if !allow.is_empty() {
+            s += &format!("add element inet {t} sb_{k}_allow{i} {{ {} }}\n", elements(allow));
+        }
+        s += &format!("add rule inet {t} sb_{k} ip daddr != @sb_{k}_allow{i} drop\n");
+    }
+    s += &format!("add rule inet {t} sb_{k} accept\n");
+    s += &format!("add element inet {t} blocked {{ {} }}\n", r.net);
+    s += &format!("add element inet {t} nat_sources {{ {} }}\n", r.addr);
+    s += &format!("add element inet {t} dispatch {{ \"{}\" : jump sb_{k} }}\n", r.ifname);
+    s
+}
+
+/// Runs an nft script atomically (all of it or nothing).
+pub fn apply(script: &str) -> Result<(), RuntimeError> {
+    let mut child = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| RuntimeError::Network(format!("running nft (install nftables): {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(script.as_bytes()).map_err(|e| RuntimeError::Network(format!("writing to nft: {e}")))?;
+    }
+    let out = child.wait_with_output().map_err(|e| RuntimeError::Network(format!("waiting for nft: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(RuntimeError::Network(format!("nft: {}", String::from_utf8_lossy(&out.stderr).trim())))
+    }
+}
+
+/// Whether the shared table exists.
+pub fn table_exists() -> bool {
+    Command::new("nft").args(["list", "table", "inet", TABLE]).stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
+}
+
+/// Removes a sandbox's entries one command at a time, ignoring ones already gone.
+pub fn remove_sandbox(key: &str, ifname: &str, net: Option<(Cidr, Ipv4Addr)>, allow_layers: usize) {
+    let t = TABLE;
+    let mut cmds = vec![format!("delete element inet {t} dispatch {{ \"{ifname}\" }}")];
+    if let Some((net, addr)) = net {
+        cmds.push(format!("delete element inet {t} blocked {{ {net} }}"));
+        cmds.push(format!("delete element inet {t} nat_sources {{ {addr} }}"));
+    }
+    cmds.push(format!("delete chain inet {t} sb_{key}"));
+    cmds.push(format!("delete set inet {t} sb_{key}_deny"));
+    cmds.extend((0..allow_layers).map(|i| format!("delete set inet {t} sb_{key}_allow{i}")));
+    for cmd in cmds {
+        let _ = apply(&cmd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_chain_blocks_before_it_allows() {
+        let rules = SandboxRules {
+            key: "abc",
+            ifname: "sbxabc",
+            net: "10.213.0.4/30".parse().expect("net"),
+            addr: Ipv4Addr::new(10, 213, 0, 6),
+            resolvers: &[Ipv4Addr::new(192, 0, 2, 53)],
+            deny: vec!["192.0.2.9".parse().expect("deny")],
+            allow: vec![vec![], vec!["198.18.0.0/15".parse().expect("allow")]],
+        };
+        let s = add_sandbox(&rules);
+        let at = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("{needle:?} missing in {s}"));
+        assert!(at("saddr != 10.213.0.6 drop") < at("@blocked drop"));
+        assert!(at("@blocked drop") < at("th dport 53 accept"));
+        assert!(at("th dport 53 accept") < at("@sb_abc_deny drop"));
+        assert!(at("@sb_abc_deny drop") < at("!= @sb_abc_allow0 drop"));
+        assert!(at("!= @sb_abc_allow1 drop") < at("sb_abc accept"));
+        assert!(!s.contains("add element inet sandboxd sb_abc_allow0"), "an empty allow set stays empty (denies all)");
+        assert!(s.contains("dispatch { \"sbxabc\" : jump sb_abc }"));
+        assert!(s.contains("blocked { 10.213.0.4/30 }"));
+        assert!(base_table(false).contains("169.254.0.0/16") && base_table(false).contains("127.0.0.0/8"));
+        assert!(base_table(true).contains("    drop\n  }"));
+    }
+}
