@@ -70,9 +70,13 @@ impl Engine {
             ));
         };
         let pending = call(AgentClient::new(&handle.agent_socket), &e)?;
+        // Shadowing would not release it: a `Check` guard is dropped explicitly.
         let guard = match hold {
             Hold::Call => Some(guard),
-            Hold::Check => None,
+            Hold::Check => {
+                drop(guard);
+                None
+            }
         };
         let result = pending.await;
         drop(guard);
