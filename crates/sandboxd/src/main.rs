@@ -1,10 +1,10 @@
 //! The `sandboxd` binary: server, in-process runner, agent entry point and tools.
 
 mod bench;
+mod bench_http;
 mod cli_http;
 mod cli_sandbox;
 mod cli_templates;
-mod bench_http;
 mod init;
 mod keys;
 mod run;
@@ -38,6 +38,8 @@ enum Command {
     /// Manage API keys (and their workspaces) in the data directory.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Print the OpenAPI 3.1 document of the Inngest REST v2 dialect.
+    Openapi,
     /// Manage workspace secrets in the data directory.
     #[command(subcommand)]
     Secrets(secrets::SecretsCommand),
@@ -61,6 +63,10 @@ fn main() -> std::process::ExitCode {
             eprintln!("sandboxd run: {err:#}");
             std::process::ExitCode::from(125)
         }),
+        Command::Openapi => {
+            print!("{}", sandboxd_dialect_inngest::openapi::document());
+            std::process::ExitCode::SUCCESS
+        }
         Command::Keys(command) => report("keys", keys::main(command)),
         Command::Secrets(command) => report("secrets", secrets::main(command)),
         Command::Sandbox(command) => cli_sandbox::main(command).unwrap_or_else(|err| {

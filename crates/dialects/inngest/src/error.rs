@@ -12,7 +12,7 @@ use serde::Serialize;
 pub const JSON_BODY_LIMIT: usize = 1024 * 1024;
 
 /// One error as the API renders it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct ErrorItem {
     pub code: &'static str,
     pub message: String,

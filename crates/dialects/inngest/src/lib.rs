@@ -5,6 +5,7 @@ pub mod duration;
 pub mod error;
 pub mod extract;
 pub mod frames;
+pub mod openapi;
 pub mod params;
 pub mod render;
 pub mod signing_key;

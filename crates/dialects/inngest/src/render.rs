@@ -8,14 +8,15 @@ use sandboxd_engine::Page;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct Metadata {
-    fetched_at: String,
+pub struct Metadata {
+    /// When the answer was made, RFC 3339 with nanoseconds.
+    pub fetched_at: String,
 }
 
 /// Keyset pagination state as the API reports it.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PageView {
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -7,9 +7,10 @@ use sandboxd_engine::{
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourcesView {
     vcpu: u32,
@@ -26,7 +27,7 @@ impl From<Resources> for ResourcesView {
 }
 
 /// The sandbox resource.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxView {
     id: Uuid,
@@ -66,13 +67,15 @@ pub fn sandbox(s: &Sandbox) -> SandboxView {
 }
 
 /// The process resource (also the Wait answer).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessView {
     id: Uuid,
     command: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pid: Option<u32>,
+    /// `RUNNING`, `EXITED` or `KILLED`.
+    #[schema(value_type = String, example = "RUNNING")]
     state: ProcessState,
     #[serde(skip_serializing_if = "Option::is_none")]
     exit_code: Option<i32>,
@@ -107,7 +110,7 @@ pub fn process(p: &ProcessInfo) -> ProcessView {
 }
 
 /// A captured command's result.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecView {
     stdout: String,
@@ -127,7 +130,7 @@ pub fn exec(r: &ExecResult) -> ExecView {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileWrittenView {
     path: String,
@@ -142,8 +145,10 @@ pub fn file_written(w: &FileWritten) -> FileWrittenView {
 }
 
 /// One chunk of retained output (`data` is base64).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct ChunkView {
+    /// `STDOUT` or `STDERR`.
+    #[schema(value_type = String, example = "STDOUT")]
     stream: StreamKind,
     data: String,
     encoding: &'static str,
@@ -166,7 +171,7 @@ pub fn chunk(frame: &Frame) -> Option<ChunkView> {
 }
 
 /// The snapshot resource (the SDK's shape: READY snapshots carry a sha256 source image).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotView {
     id: Uuid,

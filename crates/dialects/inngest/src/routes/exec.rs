@@ -3,7 +3,9 @@
 use crate::duration::parse_timeout;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, SandboxPath, Workspace};
+use crate::openapi::{Data, Errors};
 use crate::params::ProcessSpec;
+use crate::views::ExecView;
 use crate::{render, views, AppState};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -20,7 +22,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Combined stdout+stderr cap of a captured command.
 pub const MAX_EXEC_OUTPUT: u64 = 4 * 1024 * 1024;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = ExecRequest)]
 #[serde(deny_unknown_fields)]
 pub struct ExecBody {
     command: Vec<String>,
@@ -37,6 +40,16 @@ pub fn timeout_or_default(raw: Option<&str>) -> Result<Duration, ApiError> {
     }
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "execCommand",
+    path = "/v2/sandboxes/{sandbox_id}/exec",
+    tag = "commands",
+    summary = "Run a command and capture its output (4 MiB cap, Go-duration timeout up to 5m)",
+    request_body = ExecBody,
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)")),
+    responses((status = 200, body = Data<ExecView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn exec(
     State(state): State<AppState>,
     Workspace(ws): Workspace,

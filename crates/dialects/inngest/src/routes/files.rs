@@ -2,7 +2,9 @@
 
 use crate::error::ApiError;
 use crate::extract::{ApiQuery, SandboxPath, Workspace};
+use crate::openapi::{Data, Errors};
 use crate::params::{parse_mode, validate_path};
+use crate::views::FileWrittenView;
 use crate::{render, views, AppState};
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -41,6 +43,16 @@ fn too_large() -> ApiError {
     )
 }
 
+#[utoipa::path(
+    put,
+    operation_id = "uploadFile",
+    path = "/v2/sandboxes/{sandbox_id}/files",
+    tag = "files",
+    summary = "Upload or replace a file (up to 100 MiB, atomic replacement)",
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("path" = String, Query, description = "Absolute path, at most 4096 bytes"), ("mode" = Option<String>, Query, description = "Octal permission bits, e.g. 0640")),
+    responses((status = 200, body = Data<FileWrittenView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn upload(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -72,6 +84,15 @@ pub async fn upload(
     Ok(render::data(StatusCode::OK, views::file_written(&written)))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "downloadFile",
+    path = "/v2/sandboxes/{sandbox_id}/files",
+    tag = "files",
+    summary = "Download a file (Content-Length, X-Sandbox-File-Mode, Last-Modified)",
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("path" = String, Query, description = "Absolute path, at most 4096 bytes")),
+    responses((status = 200, description = "The raw file", content_type = "application/octet-stream", body = Vec<u8>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn download(
     State(state): State<AppState>,
     Workspace(ws): Workspace,

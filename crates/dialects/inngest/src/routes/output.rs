@@ -3,6 +3,7 @@
 use crate::error::ApiError;
 use crate::extract::{ApiQuery, ProcessPath, SandboxPath, Workspace};
 use crate::frames::{api_frames, frame_error};
+use crate::openapi::{Data, Errors, StreamFrameDoc};
 use crate::params::{parse_follow, parse_tail_bytes};
 use crate::{render, views, AppState};
 use axum::extract::State;
@@ -24,12 +25,21 @@ pub struct FollowQuery {
     follow: Option<String>,
 }
 
-#[derive(Serialize)]
-struct Chunks {
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Chunks {
     chunks: Vec<views::ChunkView>,
 }
 
 /// `GET …/output`: the retained output as one JSON document.
+#[utoipa::path(
+    get,
+    operation_id = "getProcessOutput",
+    path = "/v2/sandboxes/{sandbox_id}/processes/{process_id}/output",
+    tag = "processes",
+    summary = "Retained output (whole chunks within tailBytes)",
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("process_id" = Uuid, Path, description = "Process ID (canonical lowercase UUID)"), ("tailBytes" = Option<u32>, Query, description = "0-524288; 0 = everything retained")),
+    responses((status = 200, body = Data<Chunks>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn retained(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -56,6 +66,15 @@ pub async fn retained(
 }
 
 /// `GET …/output/stream`: the retained tail, then live output, as NDJSON.
+#[utoipa::path(
+    get,
+    operation_id = "streamProcessOutput",
+    path = "/v2/sandboxes/{sandbox_id}/processes/{process_id}/output/stream",
+    tag = "processes",
+    summary = "Retained tail, then live output until the process ends",
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("process_id" = Uuid, Path, description = "Process ID (canonical lowercase UUID)"), ("tailBytes" = Option<u32>, Query, description = "0-524288")),
+    responses((status = 200, description = "NDJSON frames", content_type = "application/x-ndjson", body = StreamFrameDoc), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn stream(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -71,6 +90,15 @@ pub async fn stream(
 }
 
 /// `GET /v2/sandboxes/{id}/logs?follow=`: the sandbox's output as NDJSON.
+#[utoipa::path(
+    get,
+    operation_id = "streamSandboxLogs",
+    path = "/v2/sandboxes/{sandbox_id}/logs",
+    tag = "logs",
+    summary = "Stream the sandbox log: every command's and process's output in order, from a bounded ring; with follow=true, until the sandbox ends",
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("follow" = Option<bool>, Query, description = "true or false (default false)")),
+    responses((status = 200, description = "NDJSON frames", content_type = "application/x-ndjson", body = StreamFrameDoc), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn logs(
     State(state): State<AppState>,
     Workspace(ws): Workspace,

@@ -2,8 +2,10 @@
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiQuery, ProcessPath, SandboxPath, Workspace};
+use crate::openapi::{Data, Errors, List};
 use crate::params::{PageQuery, ProcessSpec};
 use crate::routes::exec::timeout_or_default;
+use crate::views::ProcessView;
 use crate::{render, views, AppState};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -12,7 +14,8 @@ use sandboxd_engine::StartCommand;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = StartProcessRequest)]
 #[serde(deny_unknown_fields)]
 pub struct StartBody {
     command: Vec<String>,
@@ -20,7 +23,8 @@ pub struct StartBody {
     cwd: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = SignalRequest)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SignalBody {
     signal: i64,
@@ -33,6 +37,16 @@ pub struct WaitQuery {
     timeout: Option<String>,
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "startProcess",
+    path = "/v2/sandboxes/{sandbox_id}/processes",
+    tag = "processes",
+    summary = "Start a background process",
+    request_body = StartBody,
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)")),
+    responses((status = 201, body = Data<ProcessView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn start(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -49,6 +63,15 @@ pub async fn start(
     Ok(render::data(StatusCode::CREATED, views::process(&process)))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "listProcesses",
+    path = "/v2/sandboxes/{sandbox_id}/processes",
+    tag = "processes",
+    summary = "List processes (by process UUID)",
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("limit" = Option<u32>, Query, description = "Page size, 1-250 (default 50)"), ("cursor" = Option<String>, Query, description = "Opaque cursor from the previous page")),
+    responses((status = 200, body = List<ProcessView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn list(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -61,6 +84,15 @@ pub async fn list(
     Ok(render::list(processes, limit, views::process))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "getProcess",
+    path = "/v2/sandboxes/{sandbox_id}/processes/{process_id}",
+    tag = "processes",
+    summary = "Get a process",
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("process_id" = Uuid, Path, description = "Process ID (canonical lowercase UUID)")),
+    responses((status = 200, body = Data<ProcessView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn get(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -70,6 +102,16 @@ pub async fn get(
     Ok(render::data(StatusCode::OK, views::process(&process)))
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "signalProcess",
+    path = "/v2/sandboxes/{sandbox_id}/processes/{process_id}/signals",
+    tag = "processes",
+    summary = "Send a signal (1-64) to a process, optionally its children",
+    request_body = SignalBody,
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("process_id" = Uuid, Path, description = "Process ID (canonical lowercase UUID)")),
+    responses((status = 204, description = "Delivered"), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn signal(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -87,6 +129,15 @@ pub async fn signal(
     Ok(render::no_content())
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "waitProcess",
+    path = "/v2/sandboxes/{sandbox_id}/processes/{process_id}/wait",
+    tag = "processes",
+    summary = "Wait for a process to end (504 sandbox_process_wait_timed_out leaves it running)",
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("process_id" = Uuid, Path, description = "Process ID (canonical lowercase UUID)"), ("timeout" = Option<String>, Query, description = "Go duration")),
+    responses((status = 200, body = Data<ProcessView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn wait(
     State(state): State<AppState>,
     Workspace(ws): Workspace,

@@ -2,7 +2,9 @@
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiQuery, SandboxPath, Workspace};
+use crate::openapi::{Data, Errors, List};
 use crate::params::{canonical_uuid, validate_environment, validate_name, PageQuery};
+use crate::views::SandboxView;
 use crate::{render, views, AppState};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -13,7 +15,8 @@ use std::collections::BTreeMap;
 
 /// `POST /v2/sandboxes`: the spec's fields plus the SDK's `environment`, `secrets` and
 /// `snapshotId` (a clone takes its resources from the snapshot when none are given).
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = CreateSandboxRequest)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CreateBody {
     name: String,
@@ -59,6 +62,15 @@ impl CreateBody {
     }
 }
 
+#[utoipa::path(
+    post,
+    operation_id = "createSandbox",
+    path = "/v2/sandboxes",
+    tag = "sandboxes",
+    summary = "Create a sandbox (an active sandbox with the same name and configuration is returned with 200)",
+    request_body = CreateBody,
+    responses((status = 201, description = "Created, RUNNING", body = Data<SandboxView>), (status = 200, description = "The existing sandbox of that name (same configuration)", body = Data<SandboxView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn create(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -81,6 +93,15 @@ pub async fn create(
     Ok(render::data(status, views::sandbox(&sandbox)))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "listSandboxes",
+    path = "/v2/sandboxes",
+    tag = "sandboxes",
+    summary = "List sandboxes (createdAt DESC, then id DESC; terminated ones included)",
+    params(("limit" = Option<u32>, Query, description = "Page size, 1-250 (default 50)"), ("cursor" = Option<String>, Query, description = "Opaque cursor from the previous page")),
+    responses((status = 200, body = List<SandboxView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn list(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -92,6 +113,15 @@ pub async fn list(
     Ok(render::list(sandboxes, limit, views::sandbox))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "getSandbox",
+    path = "/v2/sandboxes/{sandbox_id}",
+    tag = "sandboxes",
+    summary = "Get a sandbox",
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)")),
+    responses((status = 200, body = Data<SandboxView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn get(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -101,6 +131,15 @@ pub async fn get(
     Ok(render::data(StatusCode::OK, views::sandbox(&sandbox)))
 }
 
+#[utoipa::path(
+    delete,
+    operation_id = "destroySandbox",
+    path = "/v2/sandboxes/{sandbox_id}",
+    tag = "sandboxes",
+    summary = "Destroy a sandbox",
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)")),
+    responses((status = 202, description = "TERMINATING", body = Data<SandboxView>), (status = 204, description = "Already terminated"), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn destroy(
     State(state): State<AppState>,
     Workspace(ws): Workspace,

@@ -2,7 +2,9 @@
 
 use crate::error::ApiError;
 use crate::extract::{ApiQuery, SandboxPath, SnapshotPath, Workspace};
+use crate::openapi::{Data, Errors, List};
 use crate::params::{validate_name, PageQuery};
+use crate::views::SnapshotView;
 use crate::{render, views, AppState};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -10,7 +12,8 @@ use axum::response::Response;
 use sandboxd_dialect_common::json::read_optional_json;
 use serde::Deserialize;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = CreateSnapshotRequest)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBody {
     name: Option<String>,
@@ -18,6 +21,16 @@ pub struct CreateBody {
 
 /// `POST /v2/sandboxes/{id}/snapshots`, body optional (`{"name": …}`). Snapshots are
 /// taken synchronously, so the answer is always 201 READY.
+#[utoipa::path(
+    post,
+    operation_id = "createSnapshot",
+    path = "/v2/sandboxes/{sandbox_id}/snapshots",
+    tag = "sandboxd extensions",
+    summary = "Snapshot a sandbox's filesystem (not in the REST page; called by the inngest SDK); synchronous, READY",
+    request_body(content = Option<CreateBody>, content_type = "application/json"),
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)")),
+    responses((status = 201, body = Data<SnapshotView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn create(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -38,6 +51,15 @@ pub async fn create(
     ))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "listSnapshots",
+    path = "/v2/snapshots",
+    tag = "sandboxd extensions",
+    summary = "List snapshots (createdAt DESC, then id DESC)",
+    params(("limit" = Option<u32>, Query, description = "Page size, 1-250 (default 50)"), ("cursor" = Option<String>, Query, description = "Opaque cursor from the previous page"), ("name" = Option<String>, Query, description = "Only snapshots with this name")),
+    responses((status = 200, body = List<SnapshotView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn list(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -55,6 +77,15 @@ pub async fn list(
     Ok(render::list(snapshots, limit, views::snapshot))
 }
 
+#[utoipa::path(
+    get,
+    operation_id = "getSnapshot",
+    path = "/v2/snapshots/{snapshot_id}",
+    tag = "sandboxd extensions",
+    summary = "Get a snapshot",
+    params(("snapshot_id" = Uuid, Path, description = "Snapshot ID (canonical lowercase UUID)")),
+    responses((status = 200, body = Data<SnapshotView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn get(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
@@ -64,6 +95,15 @@ pub async fn get(
     Ok(render::data(StatusCode::OK, views::snapshot(&snapshot)))
 }
 
+#[utoipa::path(
+    delete,
+    operation_id = "deleteSnapshot",
+    path = "/v2/snapshots/{snapshot_id}",
+    tag = "sandboxd extensions",
+    summary = "Delete a snapshot",
+    params(("snapshot_id" = Uuid, Path, description = "Snapshot ID (canonical lowercase UUID)")),
+    responses((status = 204, description = "Deleted"), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
+)]
 pub async fn delete(
     State(state): State<AppState>,
     Workspace(ws): Workspace,
