@@ -158,10 +158,45 @@ fn sandboxes(store: &dyn Store) {
             .len(),
         1
     );
+    ended_history(store, &made);
     assert!(matches!(
         store.update_sandbox(&sandbox("w1", None, t(0))),
         Err(StoreError::NotFound(_))
     ));
+}
+
+/// Ends three of `made` at different times and pages through the history.
+fn ended_history(store: &dyn Store, made: &[SandboxRecord]) {
+    for (i, sb) in made.iter().skip(2).enumerate() {
+        let mut ended = sb.clone();
+        ended.status = "TERMINATED".into();
+        ended.ended_at = Some(t(100 + i as i64));
+        store.update_sandbox(&ended).unwrap();
+    }
+    let newest = store.ended_sandboxes("w1", t(0), 2, None).unwrap();
+    assert_eq!(
+        newest.iter().map(|s| s.id).collect::<Vec<_>>(),
+        vec![made[4].id, made[3].id]
+    );
+    let last = &newest[1];
+    let after = Keyset {
+        created_at: last.ended_at.unwrap(),
+        id: last.id,
+    };
+    let rest = store.ended_sandboxes("w1", t(0), 2, Some(after)).unwrap();
+    assert_eq!(
+        rest.iter().map(|s| s.id).collect::<Vec<_>>(),
+        vec![made[2].id]
+    );
+    assert_eq!(
+        store.ended_sandboxes("w1", t(101), 10, None).unwrap().len(),
+        2,
+        "since"
+    );
+    assert!(store
+        .ended_sandboxes("w2", t(0), 10, None)
+        .unwrap()
+        .is_empty());
 }
 
 fn snapshots(store: &dyn Store) {
