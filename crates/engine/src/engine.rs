@@ -23,6 +23,12 @@ pub struct Limits {
     pub max_memory_mb_total: u64,
     /// Task limit given to each sandbox.
     pub pids_per_sandbox: u32,
+    /// Size of each sandbox's writable layer in MiB (0: unlimited).
+    pub disk_mb_per_sandbox: u32,
+    /// What each workspace may hold at once.
+    pub workspace_quota: crate::quota::Quota,
+    /// Creates per workspace: a token bucket.
+    pub create_rate: crate::quota::CreateRate,
 }
 
 impl Default for Limits {
@@ -32,6 +38,9 @@ impl Default for Limits {
             max_vcpu_total: 64,
             max_memory_mb_total: 64 * 1024,
             pids_per_sandbox: 1024,
+            disk_mb_per_sandbox: 10 * 1024,
+            workspace_quota: Default::default(),
+            create_rate: Default::default(),
         }
     }
 }
@@ -55,6 +64,8 @@ pub struct Engine {
     pub(crate) admission: tokio::sync::Mutex<()>,
     /// Streamed commands running per sandbox.
     pub(crate) sessions: crate::sessions::Sessions,
+    /// Create rate buckets per workspace.
+    pub(crate) create_rate: crate::quota::RateLimiter,
 }
 
 impl From<StoreError> for EngineError {
@@ -92,6 +103,7 @@ impl Engine {
             locks: Locks::default(),
             admission: tokio::sync::Mutex::new(()),
             sessions: Default::default(),
+            create_rate: Default::default(),
         });
         engine.readopt()?;
         tokio.spawn(crate::lifecycle::expiry::run(Arc::downgrade(&engine)));

@@ -24,8 +24,12 @@ pub enum ErrorCode {
     SnapshotNotFound,
     ImageNotFound,
     SecretNotFound,
-    /// Server capacity or a quota is exhausted.
+    /// Server capacity is exhausted.
     CapacityExhausted,
+    /// The workspace's quota (sandboxes, vCPUs, memory) is exhausted.
+    QuotaExceeded,
+    /// Too many creates: the workspace's rate limit refused this one (`retry_after`).
+    RateLimited,
     /// The backend could not run the operation (agent unreachable, kernel refused…).
     Unavailable,
     /// A bug or an unexpected host failure.
@@ -52,6 +56,8 @@ impl ErrorCode {
             ErrorCode::ImageNotFound => "image_not_found",
             ErrorCode::SecretNotFound => "secret_not_found",
             ErrorCode::CapacityExhausted => "capacity_exhausted",
+            ErrorCode::QuotaExceeded => "quota_exceeded",
+            ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
         }
@@ -66,6 +72,8 @@ pub struct EngineError {
     pub message: String,
     #[source]
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    /// When the request may succeed if retried (rate limits).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl EngineError {
@@ -74,6 +82,7 @@ impl EngineError {
             code,
             message: message.into(),
             source: None,
+            retry_after: None,
         }
     }
 
@@ -86,7 +95,24 @@ impl EngineError {
             code,
             message: message.into(),
             source: Some(Box::new(source)),
+            retry_after: None,
         }
+    }
+
+    /// Seconds for a `Retry-After` answer: a rate refusal's own delay; a quota refusal
+    /// waits for sandboxes to end (60 s); other errors none.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self.code {
+            ErrorCode::RateLimited => Some(self.retry_after.map_or(1, |d| d.as_secs().max(1))),
+            ErrorCode::QuotaExceeded => Some(60),
+            _ => None,
+        }
+    }
+
+    /// The same error, retryable after `after`.
+    pub fn retry_after(mut self, after: std::time::Duration) -> Self {
+        self.retry_after = Some(after);
+        self
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {

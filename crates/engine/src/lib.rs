@@ -12,6 +12,7 @@ mod lifecycle;
 mod locks;
 pub mod model;
 mod ops;
+pub mod quota;
 mod secrets;
 mod sessions;
 mod snapshots;
@@ -24,6 +25,7 @@ pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{EngineError, ErrorCode};
 pub use idempotency::{Remembered, IDEMPOTENCY_TTL};
 pub use model::*;
+pub use quota::{CreateRate, Quota};
 pub use ops::{
     ExecEnd, ExecEvent, ExecStream, FrameStream, SandboxEnd, StreamCommand, AGENT_DEFAULT_ENV,
     KILLED_EXIT, TIMED_OUT_EXIT,

@@ -36,6 +36,9 @@ pub struct SandboxSpec {
     pub memory_mb: u32,
     /// Maximum tasks (processes + threads) in the sandbox.
     pub pids_max: u32,
+    /// Size of the writable layer in MiB (ENOSPC inside past it); 0 is unlimited.
+    #[serde(default)]
+    pub disk_mb: u32,
 }
 
 /// Soft guarantees and placement applied to a started sandbox (OpenRelay's requests).

@@ -31,12 +31,16 @@ struct Row {
 
 pub fn main(args: BenchArgs) -> Result<()> {
     let runtime = crate::runtime::open_linux(&args.data_dir)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let n = args.samples.max(3);
 
     let fork_exec = median(n * 4, || {
         let t = Instant::now();
-        Command::new("/bin/true").status().context("running /bin/true")?;
+        Command::new("/bin/true")
+            .status()
+            .context("running /bin/true")?;
         Ok(t.elapsed())
     })?;
     let unshare = median(n, || {
@@ -76,14 +80,26 @@ pub fn main(args: BenchArgs) -> Result<()> {
     let http = crate::bench_http::measure(n)?;
 
     let rows = [
-        Row { name: "baseline: fork+exec /bin/true", median: fork_exec, baseline: None },
-        Row { name: "baseline: unshare --fork --pid --mount-proc /bin/true", median: unshare, baseline: None },
+        Row {
+            name: "baseline: fork+exec /bin/true",
+            median: fork_exec,
+            baseline: None,
+        },
+        Row {
+            name: "baseline: unshare --fork --pid --mount-proc /bin/true",
+            median: unshare,
+            baseline: None,
+        },
         Row {
             name: "create -> first exec answered",
             median: create,
             baseline: Some(("unshare", unshare, 5.0)),
         },
-        Row { name: "exec round trip /bin/true", median: exec, baseline: Some(("fork+exec", fork_exec, 3.0)) },
+        Row {
+            name: "exec round trip /bin/true",
+            median: exec,
+            baseline: Some(("fork+exec", fork_exec, 3.0)),
+        },
         Row {
             name: "HTTP: create -> RUNNING -> first exec answered",
             median: http.create_first_exec,
@@ -95,7 +111,10 @@ pub fn main(args: BenchArgs) -> Result<()> {
             baseline: Some(("fork+exec", fork_exec, 3.0)),
         },
     ];
-    println!("{:<58} {:>12} {:>10} {:>8}", "measure", "median", "ratio", "target");
+    println!(
+        "{:<58} {:>12} {:>10} {:>8}",
+        "measure", "median", "ratio", "target"
+    );
     for row in &rows {
         let (ratio, target) = match row.baseline {
             Some((base, d, target)) => (
@@ -104,7 +123,13 @@ pub fn main(args: BenchArgs) -> Result<()> {
             ),
             None => (String::new(), String::new()),
         };
-        println!("{:<58} {:>10.3}ms {:>10} {:>8}", row.name, ms(row.median), ratio, target);
+        println!(
+            "{:<58} {:>10.3}ms {:>10} {:>8}",
+            row.name,
+            ms(row.median),
+            ratio,
+            target
+        );
     }
     println!(
         "{:<58} {:>10.2}MiB {:>10} {:>8}",
@@ -125,6 +150,7 @@ fn spec() -> SandboxSpec {
         vcpu: 1,
         memory_mb: 256,
         pids_max: 256,
+        disk_mb: 10 * 1024,
     }
 }
 
@@ -139,7 +165,10 @@ async fn exec_true(handle: &SandboxHandle) -> Result<()> {
             max_output_bytes: 1 << 20,
         })
         .await?;
-    anyhow::ensure!(out.exit_code == Some(0), "/bin/true failed in the sandbox: {out:?}");
+    anyhow::ensure!(
+        out.exit_code == Some(0),
+        "/bin/true failed in the sandbox: {out:?}"
+    );
     Ok(())
 }
 
@@ -147,8 +176,15 @@ async fn exec_true(handle: &SandboxHandle) -> Result<()> {
 fn host_memory_used() -> Result<f64> {
     let info = std::fs::read_to_string("/proc/meminfo")?;
     let field = |name: &str| -> Result<f64> {
-        let line = info.lines().find(|l| l.starts_with(name)).context("meminfo field")?;
-        let kb: f64 = line.split_whitespace().nth(1).context("meminfo value")?.parse()?;
+        let line = info
+            .lines()
+            .find(|l| l.starts_with(name))
+            .context("meminfo field")?;
+        let kb: f64 = line
+            .split_whitespace()
+            .nth(1)
+            .context("meminfo value")?
+            .parse()?;
         Ok(kb * 1024.0)
     };
     Ok(field("MemTotal:")? - field("MemAvailable:")?)

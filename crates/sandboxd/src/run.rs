@@ -47,6 +47,7 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         vcpu: args.vcpu,
         memory_mb: args.memory_mb,
         pids_max: 1024,
+        disk_mb: 0,
     };
     let handle = runtime.start(&spec).context("starting the sandbox")?;
     let outcome = tokio::runtime::Builder::new_current_thread()
@@ -65,22 +66,36 @@ async fn run_in(socket: &std::path::Path, args: &RunArgs) -> Result<u8> {
     let client = AgentClient::new(socket);
     let mut env = sandboxd_agent::AgentConfig::default().default_env;
     for pair in &args.env {
-        let (k, v) = pair.split_once('=').with_context(|| format!("--env {pair:?} is not KEY=VALUE"))?;
+        let (k, v) = pair
+            .split_once('=')
+            .with_context(|| format!("--env {pair:?} is not KEY=VALUE"))?;
         env.insert(k.to_owned(), v.to_owned());
     }
     let mut argv = args.command.clone();
     if !argv[0].starts_with('/') {
         // Resolve a bare name the way a shell would, inside the sandbox.
-        let mut lookup = vec!["/bin/sh".to_owned(), "-c".to_owned(), "exec \"$0\" \"$@\"".to_owned()];
+        let mut lookup = vec![
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            "exec \"$0\" \"$@\"".to_owned(),
+        ];
         lookup.append(&mut argv);
         argv = lookup;
     }
     let id = uuid::Uuid::new_v4();
     client
-        .start_process(&StartProcess { id, argv, env: Some(env), cwd: Some(args.cwd.clone()) })
+        .start_process(&StartProcess {
+            id,
+            argv,
+            env: Some(env),
+            cwd: Some(args.cwd.clone()),
+        })
         .await
         .context("starting the command")?;
-    let mut frames = client.output(id, 0, true).await.context("following output")?;
+    let mut frames = client
+        .output(id, 0, true)
+        .await
+        .context("following output")?;
     let b64 = base64::engine::general_purpose::STANDARD;
     while let Some(frame) = frames.next().await {
         match frame.context("reading output")? {

@@ -17,11 +17,16 @@ fn spec(vcpu: u32, memory_mb: u32, pids_max: u32) -> SandboxSpec {
         vcpu,
         memory_mb,
         pids_max,
+        disk_mb: 0,
     }
 }
 
 fn block<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio").block_on(f)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio")
+        .block_on(f)
 }
 
 /// Starts `script` under `/bin/sh -c` as a managed process; returns its id.
@@ -29,7 +34,13 @@ fn start(handle: &SandboxHandle, script: &str) -> Uuid {
     let id = Uuid::new_v4();
     let client = AgentClient::new(handle.agent_socket.clone());
     let argv = vec!["/bin/sh".into(), "-c".into(), script.into()];
-    block(client.start_process(&StartProcess { id, argv, env: None, cwd: None })).expect("start");
+    block(client.start_process(&StartProcess {
+        id,
+        argv,
+        env: None,
+        cwd: None,
+    }))
+    .expect("start");
     id
 }
 
@@ -57,7 +68,10 @@ fn cpus_used(rt: &dyn Runtime, handle: &SandboxHandle, window: Duration) -> f64 
 #[test]
 fn a_memory_hog_is_killed_and_reported_while_the_sandbox_survives() {
     with_sandbox(spec(1, 64, 256), |_, h| {
-        let id = start(h, "exec /usr/bin/python3 -c 'x = bytearray(256 * 1024 * 1024); print(len(x))'");
+        let id = start(
+            h,
+            "exec /usr/bin/python3 -c 'x = bytearray(256 * 1024 * 1024); print(len(x))'",
+        );
         let client = AgentClient::new(h.agent_socket.clone());
         let info = block(client.wait(id, Duration::from_secs(60))).expect("wait");
         assert_eq!(info.state, ProcessState::Killed, "hog not killed: {info:?}");
@@ -74,7 +88,14 @@ fn a_fork_bomb_stops_at_the_pids_limit() {
         let pids = rt.usage(h).expect("usage").pids;
         assert!(pids <= 64, "pids.current {pids} above the limit");
         let client = AgentClient::new(h.agent_socket.clone());
-        block(client.signal(id, &SignalRequest { signal: 9, group: true })).expect("kill group");
+        block(client.signal(
+            id,
+            &SignalRequest {
+                signal: 9,
+                group: true,
+            },
+        ))
+        .expect("kill group");
         // Stragglers may have left the group; the agent still answers once they are gone.
         let mut answered = None;
         for _ in 0..50 {
@@ -95,7 +116,10 @@ fn one_vcpu_caps_two_busy_loops_at_about_one_cpu() {
         start(h, "while :; do :; done & while :; do :; done");
         std::thread::sleep(Duration::from_millis(300));
         let used = cpus_used(rt, h, Duration::from_secs(2));
-        assert!(used < 1.25, "two busy loops used {used:.2} CPUs with vcpu=1");
+        assert!(
+            used < 1.25,
+            "two busy loops used {used:.2} CPUs with vcpu=1"
+        );
         assert!(used > 0.2, "busy loops barely ran: {used:.2} CPUs");
     });
 }

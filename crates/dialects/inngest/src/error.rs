@@ -23,6 +23,8 @@ pub struct ErrorItem {
 pub struct ApiError {
     pub status: StatusCode,
     pub item: ErrorItem,
+    /// Seconds for a `Retry-After` header (rate and quota refusals).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -33,6 +35,7 @@ impl ApiError {
                 code,
                 message: message.into(),
             },
+            retry_after: None,
         }
     }
 
@@ -103,6 +106,7 @@ pub fn status_and_code(code: ErrorCode) -> (StatusCode, &'static str) {
             StatusCode::GATEWAY_TIMEOUT,
             "sandbox_process_wait_timed_out",
         ),
+        QuotaExceeded | RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
         CapacityExhausted | Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "compute_unavailable"),
         Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
     }
@@ -114,7 +118,10 @@ impl From<EngineError> for ApiError {
         if status.is_server_error() {
             tracing::warn!(error = %err, source = ?std::error::Error::source(&err), "request failed");
         }
-        Self::new(status, code, err.message)
+        let retry_after = err.retry_after_secs();
+        let mut api = Self::new(status, code, err.message);
+        api.retry_after = retry_after;
+        api
     }
 }
 
@@ -153,13 +160,17 @@ struct ErrorBody<'a> {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
+        let mut response = (
             self.status,
             Json(ErrorBody {
                 errors: [&self.item],
             }),
         )
-            .into_response()
+            .into_response();
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

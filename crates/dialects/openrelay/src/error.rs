@@ -27,6 +27,8 @@ pub struct ErrorBody {
 pub struct ApiError {
     pub status: StatusCode,
     pub body: ErrorBody,
+    /// Seconds for a `Retry-After` header (rate and quota refusals).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -39,6 +41,7 @@ impl ApiError {
                 permission: None,
                 request_id: uuid::Uuid::new_v4().to_string(),
             },
+            retry_after: None,
         }
     }
 
@@ -87,6 +90,8 @@ fn status_and_code(code: ErrorCode) -> (StatusCode, &'static str) {
         FileTooLarge | ExecOutputTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "TOO_LARGE"),
         ExecTimedOut | WaitTimedOut => (StatusCode::GATEWAY_TIMEOUT, "TIMEOUT"),
         CapacityExhausted => (StatusCode::SERVICE_UNAVAILABLE, "CAPACITY_EXHAUSTED"),
+        QuotaExceeded => (StatusCode::TOO_MANY_REQUESTS, "QUOTA_EXCEEDED"),
+        RateLimited => (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED"),
         Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
     }
@@ -98,7 +103,10 @@ impl From<EngineError> for ApiError {
         if status.is_server_error() {
             tracing::warn!(error = ?e, "openrelay request failed");
         }
-        Self::new(status, code, e.message)
+        let retry_after = e.retry_after_secs();
+        let mut api = Self::new(status, code, e.message);
+        api.retry_after = retry_after;
+        api
     }
 }
 
@@ -120,7 +128,11 @@ impl From<JsonBodyError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body)).into_response()
+        let mut response = (self.status, Json(self.body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

@@ -21,6 +21,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds for a `Retry-After` header (rate and quota refusals).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -29,6 +31,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -70,7 +73,10 @@ impl ApiError {
         if status.is_server_error() {
             tracing::warn!(error = %err, source = ?std::error::Error::source(&err), "request failed");
         }
-        Self::new(status, code, err.message)
+        let retry_after = err.retry_after_secs();
+        let mut api = Self::new(status, code, err.message);
+        api.retry_after = retry_after;
+        api
     }
 }
 
@@ -87,6 +93,8 @@ pub fn status_and_code(op: Op, code: ErrorCode) -> (StatusCode, &'static str) {
         SessionLimitReached => (StatusCode::CONFLICT, "session_limit_reached"),
         Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         CapacityExhausted => (StatusCode::SERVICE_UNAVAILABLE, "sandboxes_unavailable"),
+        QuotaExceeded => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
+        RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
         Unavailable | ExecTimedOut | WaitTimedOut => match op {
             Op::Sandboxes => (StatusCode::SERVICE_UNAVAILABLE, "sandboxes_unavailable"),
             Op::Exec => (StatusCode::SERVICE_UNAVAILABLE, "sandbox_exec_unavailable"),
@@ -121,7 +129,11 @@ impl IntoResponse for ApiError {
                 message: &self.message,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

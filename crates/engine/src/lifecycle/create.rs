@@ -81,6 +81,8 @@ impl Engine {
             }
         }
         self.check_capacity(&req)?;
+        self.check_quota(ws, &req)?;
+        self.create_rate.take(ws, self.limits.create_rate)?;
         if let Some(n) = requests.and_then(|r| r.pinned_vcpus) {
             self.check_pinnable(n).await?;
         }
@@ -195,6 +197,20 @@ impl Engine {
         }
     }
 
+    /// The workspace's quota, counting its active sandboxes.
+    fn check_quota(&self, ws: &str, req: &CreateSandbox) -> Result<(), EngineError> {
+        let active = self
+            .store
+            .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;
+        let mut used = crate::quota::Usage::default();
+        for r in active.iter().filter(|r| r.workspace == ws) {
+            used.sandboxes += 1;
+            used.vcpu += u64::from(r.vcpu);
+            used.memory_mb += u64::from(r.memory_mb);
+        }
+        crate::quota::check(&self.limits.workspace_quota, used, req.resources.vcpu, req.resources.memory_mb)
+    }
+
     async fn check_pinnable(&self, n: u32) -> Result<(), EngineError> {
         match self.blocking(|rt| rt.free_cpus()).await? {
             None => Err(EngineError::new(
@@ -224,6 +240,7 @@ impl Engine {
             vcpu: e.sb.resources.vcpu,
             memory_mb: e.sb.resources.memory_mb,
             pids_max: self.limits.pids_per_sandbox,
+            disk_mb: self.limits.disk_mb_per_sandbox,
         };
         let started = self
             .blocking(move |rt| {

@@ -1,7 +1,7 @@
 //! `destroy`: kill everything in the sandbox's cgroup, then remove its cgroup, mounts,
 //! state dir and id slot. Works from the handle alone and is idempotent.
 
-use super::{rootfs, sys, LinuxRuntime};
+use super::{disk, rootfs, sys, LinuxRuntime};
 use crate::{RuntimeError, SandboxHandle};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
@@ -47,6 +47,7 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
     if rootfs::has_mounts_under(&handle.state_dir) {
         return Err(RuntimeError::Unsupported(format!("mounts remain under {}", handle.state_dir.display())));
     }
+    disk::release(&handle.state_dir)?;
     match std::fs::remove_dir_all(&handle.state_dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -4,6 +4,7 @@
 mod capture;
 mod cgroup;
 mod destroy;
+mod disk;
 pub mod handshake;
 mod images;
 pub mod init;

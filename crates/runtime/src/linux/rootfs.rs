@@ -1,11 +1,11 @@
 //! The sandbox root, prepared by the backend in the host mount namespace:
 //! idmapped read-only layers under an overlayfs, plus the host /usr for `default`.
 //!
-//! Layout of a state dir: `lower/<n>` (idmapped layers, top first), `upper/`, `work/`,
-//! `rootfs/` (the overlay), `agent.sock`, `init.log`, `handle.json`.
+//! Layout of a state dir: `lower/<n>` (idmapped layers, top first), `layer/{upper,work}`
+//! (on `layer.img` when the disk is limited), `rootfs/` (the overlay), `agent.sock`,
+//! `init.log`, `handle.json`.
 
-use super::sys;
-use super::io;
+use super::{disk, io, sys};
 use crate::RuntimeError;
 use nix::mount::{mount, MsFlags};
 use std::os::fd::OwnedFd;
@@ -19,18 +19,32 @@ pub fn rootfs(state_dir: &Path) -> PathBuf {
     state_dir.join("rootfs")
 }
 
+/// The overlay's upper dir: on the sandbox's disk under `layer/` (sandboxes started
+/// before disk limits keep theirs at `upper/`).
 pub fn upper(state_dir: &Path) -> PathBuf {
-    state_dir.join("upper")
+    let old = state_dir.join("upper");
+    match old.is_dir() {
+        true => old,
+        false => disk::layer_dir(state_dir).join("upper"),
+    }
+}
+
+fn work(state_dir: &Path) -> PathBuf {
+    upper(state_dir).with_file_name("work")
 }
 
 /// Makes the directories of the root (mount points, upper dir owned by the sandbox's
-/// root `host_base`); needs no user namespace yet, so it overlaps the init's exec.
-pub fn prepare_dirs(state_dir: &Path, layer_count: usize, host_base: u32) -> Result<(), RuntimeError> {
+/// root `host_base`), the upper and work dirs on a `disk_mb` MiB disk of their own
+/// unless it is 0; needs no user namespace yet, so it overlaps the init's exec.
+pub fn prepare_dirs(state_dir: &Path, layer_count: usize, host_base: u32, disk: Option<(&Path, u32)>) -> Result<(), RuntimeError> {
     for n in 0..layer_count {
         mkdir(&lower(state_dir, n))?;
     }
-    let upper = upper(state_dir);
-    for dir in [&upper, &state_dir.join("work"), &rootfs(state_dir)] {
+    if let Some((data_dir, disk_mb)) = disk.filter(|(_, mb)| *mb > 0) {
+        disk::mount_limited(data_dir, state_dir, disk_mb)?;
+    }
+    let upper = disk::layer_dir(state_dir).join("upper");
+    for dir in [&upper, &work(state_dir), &rootfs(state_dir)] {
         mkdir(dir)?;
     }
     let (uid, gid) = (nix::unistd::Uid::from_raw(host_base), nix::unistd::Gid::from_raw(host_base));
@@ -51,7 +65,7 @@ pub fn mount_root(state_dir: &Path, layers: &[PathBuf], userns: &OwnedFd, host_u
         sys::idmapped_bind(layer, &target, userns, false).map_err(io("idmapping a layer", layer))?;
         lowers.push(target.display().to_string());
     }
-    let (upper, work, root) = (upper(state_dir), state_dir.join("work"), rootfs(state_dir));
+    let (upper, work, root) = (upper(state_dir), work(state_dir), rootfs(state_dir));
     let options = format!("lowerdir={},upperdir={},workdir={},index=off,xino=off", lowers.join(":"), upper.display(), work.display());
     mount(Some("overlay"), &root, Some("overlay"), MsFlags::empty(), Some(options.as_str())).map_err(|source| RuntimeError::Sys { what: "mounting the overlay root", source })?;
     if host_usr {
@@ -67,6 +81,7 @@ pub fn unmount_root(state_dir: &Path) -> Result<(), RuntimeError> {
     if let Ok(entries) = std::fs::read_dir(state_dir.join("lower")) {
         targets.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
     }
+    targets.push(disk::layer_dir(state_dir));
     for target in targets {
         if target.exists() {
             sys::detach(&target).map_err(io("unmounting", &target))?;

@@ -60,7 +60,8 @@ fn launch(rt: &LinuxRuntime, spec: &SandboxSpec, layers: &[PathBuf], handle: &mu
     drop(theirs);
     let pid = init.as_ref().map(|c| c.id() as i32).unwrap_or(0);
     // Host-only work overlaps the init's exec.
-    rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base)?;
+    let disk = Some((rt.config.data_dir.as_path(), spec.disk_mb));
+    rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, disk)?;
     let limits = Limits { vcpu: spec.vcpu, memory_mb: spec.memory_mb, pids_max: spec.pids_max };
     rt.cgroups.create(spec.id, limits)?;
     expect(&ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;

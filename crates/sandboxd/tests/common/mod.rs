@@ -95,6 +95,7 @@ pub fn spec(image: &str) -> SandboxSpec {
         vcpu: 1,
         memory_mb: 256,
         pids_max: 128,
+        disk_mb: 0,
     }
 }
 

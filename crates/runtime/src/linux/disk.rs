@@ -1,0 +1,234 @@
+//! Per-sandbox disk limit: the overlay's upper and work dirs live on an ext4 image of the
+//! limit's size, loop-mounted at `<state>/layer`, so filling the writable layer is
+//! ENOSPC inside the sandbox and touches neither the host nor other sandboxes.
+//!
+//! The host data dir (ext4 without project quotas here) cannot bound a directory, so each
+//! sandbox gets a sparse image copied (holes kept, about 4 MiB of metadata) from an
+//! ext4 template formatted once per size. The loop device is configured with
+//! `LO_FLAGS_AUTOCLEAR`: it detaches itself when the last mount of it goes away.
+
+use super::io;
+use crate::RuntimeError;
+use nix::mount::{mount, MsFlags};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LO_FLAGS_AUTOCLEAR: u32 = 4;
+/// How long destroy waits for the kernel to release a sandbox's loop device.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `struct loop_info64` of `<linux/loop.h>`.
+#[repr(C)]
+struct LoopInfo64 {
+    device: u64,
+    inode: u64,
+    rdevice: u64,
+    offset: u64,
+    sizelimit: u64,
+    number: u32,
+    encrypt_type: u32,
+    encrypt_key_size: u32,
+    flags: u32,
+    file_name: [u8; 64],
+    crypt_name: [u8; 64],
+    encrypt_key: [u8; 32],
+    init: [u64; 2],
+}
+
+/// `struct loop_config` of `<linux/loop.h>`.
+#[repr(C)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+/// Directory holding the writable layer (`upper/`, `work/`); a mount point when limited.
+pub fn layer_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("layer")
+}
+
+fn image(state_dir: &Path) -> PathBuf {
+    state_dir.join("layer.img")
+}
+
+/// Gives the sandbox a `disk_mb` MiB writable layer: copies the template image of that
+/// size (formatting it the first time) and loop-mounts it on [`layer_dir`].
+pub fn mount_limited(data_dir: &Path, state_dir: &Path, disk_mb: u32) -> Result<(), RuntimeError> {
+    let template = template(data_dir, disk_mb)?;
+    let img = image(state_dir);
+    copy_sparse(&template, &img).map_err(io("copying the disk image", &img))?;
+    let device = attach(&img).map_err(io("attaching a loop device", &img))?;
+    let dir = layer_dir(state_dir);
+    std::fs::create_dir_all(&dir).map_err(io("creating the layer dir", &dir))?;
+    let flags = MsFlags::MS_NOATIME | MsFlags::MS_NODEV;
+    // The mount holds the device; with autoclear it detaches when unmounted.
+    mount(Some(device.1.as_path()), &dir, Some("ext4"), flags, None::<&str>).map_err(|source| RuntimeError::Sys { what: "mounting the sandbox disk", source })?;
+    drop(device.0);
+    Ok(())
+}
+
+/// The pre-formatted sparse ext4 image of `disk_mb` MiB (journal-less: the layer does
+/// not outlive the host), made once and renamed into place.
+fn template(data_dir: &Path, disk_mb: u32) -> Result<PathBuf, RuntimeError> {
+    let dir = data_dir.join("disk-templates");
+    let path = dir.join(format!("{disk_mb}.img"));
+    if path.exists() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(&dir).map_err(io("creating the disk templates dir", &dir))?;
+    let tmp = dir.join(format!(".{disk_mb}.{}.tmp", uuid::Uuid::new_v4()));
+    let made = File::create(&tmp).and_then(|f| f.set_len(u64::from(disk_mb) << 20)).and_then(|()| {
+        let out = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard"])
+            .arg(&tmp)
+            .output()?;
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(std::io::Error::other(format!("mkfs.ext4 failed: {}", String::from_utf8_lossy(&out.stderr).trim()))),
+        }
+    });
+    let made = made.and_then(|()| std::fs::rename(&tmp, &path));
+    if made.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    made.map_err(io("formatting a disk template", &path))?;
+    Ok(path)
+}
+
+/// Copies `from` to `to` keeping holes (SEEK_DATA/SEEK_HOLE + copy_file_range).
+fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
+    let src = File::open(from)?;
+    let dst = OpenOptions::new().write(true).create_new(true).open(to)?;
+    let len = src.metadata()?.len();
+    dst.set_len(len)?;
+    let mut off: i64 = 0;
+    while (off as u64) < len {
+        // SAFETY: lseek on an open fd.
+        let data = unsafe { libc::lseek(src.as_raw_fd(), off, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.raw_os_error() == Some(libc::ENXIO) { Ok(()) } else { Err(e) };
+        }
+        // SAFETY: lseek on an open fd.
+        let hole = unsafe { libc::lseek(src.as_raw_fd(), data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let (mut from_off, mut to_off) = (data, data);
+        while from_off < hole {
+            let want = (hole - from_off) as usize;
+            // SAFETY: offsets point at live i64s; both fds are open.
+            let n = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut from_off, dst.as_raw_fd(), &mut to_off, want, 0) };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if n == 0 {
+                break;
+            }
+        }
+        off = hole;
+    }
+    Ok(())
+}
+
+/// Binds `img` to a free loop device with autoclear; returns the open device and its path.
+fn attach(img: &Path) -> std::io::Result<(File, PathBuf)> {
+    let backing = OpenOptions::new().read(true).write(true).open(img)?;
+    let ctl = OpenOptions::new().read(true).write(true).open("/dev/loop-control")?;
+    for _ in 0..16 {
+        // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns a device number.
+        let n = unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_GET_FREE as _) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let path = PathBuf::from(format!("/dev/loop{n}"));
+        let dev = OpenOptions::new().read(true).write(true).open(&path)?;
+        // SAFETY: LoopConfig is plain old data; all-zero is its documented default.
+        let mut config: LoopConfig = unsafe { std::mem::zeroed() };
+        config.fd = backing.as_raw_fd() as u32;
+        config.info.flags = LO_FLAGS_AUTOCLEAR;
+        let name = img.as_os_str().as_encoded_bytes();
+        let len = name.len().min(63);
+        config.info.file_name[..len].copy_from_slice(&name[..len]);
+        // SAFETY: LOOP_CONFIGURE reads a loop_config we own.
+        if unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_CONFIGURE as _, &config) } == 0 {
+            return Ok((dev, path));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) {
+            return Err(e);
+        }
+        // Another process took this device between GET_FREE and CONFIGURE: try again.
+    }
+    Err(std::io::Error::other("no free loop device after 16 attempts"))
+}
+
+/// Loop devices whose backing file is `img` (`/sys/block/loopN/loop/backing_file`).
+pub fn devices_backed_by(img: &Path) -> Vec<String> {
+    let want = img.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/sys/block") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("loop"))
+        .filter(|e| {
+            let file = std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
+            let file = file.trim_end();
+            file == want || file.strip_suffix(" (deleted)") == Some(want.as_str())
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// After the layer is unmounted: waits until the kernel has released the image's loop
+/// device (autoclear runs once the sandbox's mount namespace is gone), then deletes it.
+///
+/// Known limit: a sandbox started while this one's disk was mounted holds a locked copy
+/// of that mount under its detached host root (pinned by the agent's executable) until
+/// it ends; the device then detaches itself (autoclear). Destroy does not wait for that:
+/// it logs and deletes the image (the kernel keeps the inode until the device lets go).
+pub fn release(state_dir: &Path) -> Result<(), RuntimeError> {
+    let img = image(state_dir);
+    if !img.exists() {
+        return Ok(());
+    }
+    let deadline = Instant::now() + RELEASE_TIMEOUT;
+    loop {
+        let held = devices_backed_by(&img);
+        if held.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            tracing::warn!(image = %img.display(), devices = ?held, "loop device still held by another sandbox's mount namespace; it detaches when that sandbox ends");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::fs::remove_file(&img).map_err(io("removing the disk image", &img))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_sparse_keeps_data_and_holes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let f = File::create(&a).expect("create");
+        f.set_len(64 << 20).expect("len");
+        std::os::unix::fs::FileExt::write_at(&f, b"hello", 32 << 20).expect("write");
+        copy_sparse(&a, &b).expect("copy");
+        let bytes = std::fs::read(&b).expect("read");
+        assert_eq!(bytes.len(), 64 << 20);
+        assert_eq!(&bytes[32 << 20..(32 << 20) + 5], b"hello");
+        let blocks = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&b).expect("meta"));
+        assert!(blocks < 1024, "copy is not sparse: {blocks} blocks");
+    }
+}

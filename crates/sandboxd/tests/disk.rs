@@ -1,0 +1,76 @@
+//! Disk limits on real sandboxes: filling the writable layer is ENOSPC inside, other
+//! sandboxes still write, snapshots still capture, and destroy leaves no loop device.
+
+mod common;
+
+use common::{agent_sh, assert_gone, runtime, spec};
+use sandboxd_runtime::Runtime;
+use std::path::Path;
+
+/// Loop devices (`/sys/block/loopN`) whose backing file lies under `dir`.
+fn loops_under(dir: &Path) -> Vec<String> {
+    let prefix = dir.display().to_string();
+    std::fs::read_dir("/sys/block")
+        .expect("/sys/block")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let file = std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
+            file.starts_with(&prefix)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn filling_the_layer_is_enospc_inside_and_contained() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(data.path());
+    let mut small = spec("default");
+    small.disk_mb = 64;
+    let mut other = spec("default");
+    other.disk_mb = 64;
+    let a = rt.start(&small).expect("start a");
+    let b = rt.start(&other).expect("start b");
+    assert_eq!(loops_under(data.path()).len(), 2, "one loop device per limited sandbox");
+
+    let (code, out) = agent_sh(&a, "dd if=/dev/zero of=/big bs=1M count=128 2>&1; echo exit=$?");
+    assert!(out.contains("No space left on device"), "dd did not hit ENOSPC: {out}");
+    assert!(out.contains("exit=1"), "dd did not fail: {out} ({code:?})");
+    let (_, size) = agent_sh(&a, "stat -c %s /big");
+    let size: u64 = size.trim().parse().expect("size");
+    assert!(size <= 64 << 20 && size > 32 << 20, "file size {size} not bounded by the 64 MiB disk");
+
+    // The full sandbox can still free space; the other one writes as usual.
+    let (_, out) = agent_sh(&b, "dd if=/dev/zero of=/f bs=1M count=8 2>&1 && echo ok");
+    assert!(out.trim_end().ends_with("ok"), "second sandbox could not write: {out}");
+    let (_, out) = agent_sh(&a, "rm /big && echo small > /etc/written && cat /etc/written");
+    assert_eq!(out.trim(), "small");
+
+    // Snapshots capture the limited layer.
+    let layer = rt.capture_layer(&a).expect("capture");
+    let mut child = spec("default");
+    child.extra_layers = vec![layer.digest.clone()];
+    child.disk_mb = 64;
+    let c = rt.start(&child).expect("start from snapshot");
+    assert_eq!(agent_sh(&c, "cat /etc/written").1.trim(), "small");
+
+    // Newest first: a sandbox's namespace keeps copies of the disks mounted before it
+    // started until it ends (see `disk::release`).
+    for h in [&c, &b, &a] {
+        rt.destroy(h).expect("destroy");
+        assert_gone(&rt, data.path(), h);
+    }
+    assert_eq!(loops_under(data.path()), Vec::<String>::new(), "loop devices left attached");
+    rt.delete_layer(&layer.digest).expect("delete layer");
+}
+
+#[test]
+fn an_unlimited_sandbox_uses_no_loop_device() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(data.path());
+    let h = rt.start(&spec("default")).expect("start");
+    assert_eq!(loops_under(data.path()), Vec::<String>::new());
+    assert_eq!(agent_sh(&h, "echo x > /etc/x && cat /etc/x").1.trim(), "x");
+    rt.destroy(&h).expect("destroy");
+    assert_gone(&rt, data.path(), &h);
+}
