@@ -58,6 +58,8 @@ export const startServer = async () => {
   let running = await spawnServer(dataDir, signingKey);
   return {
     apiKey: hashSigningKey(signingKey),
+    dataDir,
+    binary,
     get inngest() {
       return running.inngest;
     },

@@ -266,6 +266,36 @@ impl<'s> Accounts<'s> {
         Ok(key)
     }
 
+    /// Registers a key chosen by the caller (e.g. the bearer the inngest SDK derives
+    /// from a signing key); only its hash is kept. At least 16 visible ASCII characters.
+    pub fn register_key(
+        &self,
+        key: &str,
+        workspace: Option<&str>,
+        permissions: Vec<String>,
+        scopes: Vec<String>,
+    ) -> Result<(), EngineError> {
+        if key.len() < 16 || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(EngineError::invalid(
+                "a key must be at least 16 visible ASCII characters",
+            ));
+        }
+        if self.store.key_by_hash(&hash(key))?.is_some() {
+            return Err(EngineError::new(
+                ErrorCode::NameTaken,
+                "this key is already registered",
+            ));
+        }
+        if let Some(ws) = workspace {
+            if self.store.get_workspace(ws)?.is_none() {
+                return Err(EngineError::invalid(format!(
+                    "workspace {ws:?} does not exist"
+                )));
+            }
+        }
+        self.insert_key(key, workspace, permissions, scopes)
+    }
+
     fn insert_key(
         &self,
         key: &str,

@@ -79,6 +79,10 @@ pub struct CreateArgs {
     /// How the key starts, e.g. `or_` (OpenRelay) or `vl_` (its legacy keys).
     #[arg(long, default_value = "sbx_")]
     prefix: String,
+    /// Register the key read from stdin (one trailing newline removed) instead of
+    /// generating one: e.g. the bearer the inngest SDK sends for a signing key.
+    #[arg(long = "key-stdin", conflicts_with = "prefix")]
+    key_stdin: bool,
     #[command(flatten)]
     dir: DataDirArg,
 }
@@ -128,6 +132,12 @@ fn create(args: CreateArgs) -> Result<()> {
         false => args.permissions,
     };
     let ws_id = workspace.as_ref().map(|w| w.id.as_str());
+    if args.key_stdin {
+        let key = crate::secrets::read_stdin()?;
+        accounts.register_key(&key, ws_id, permissions, args.scopes)?;
+        eprintln!("key registered");
+        return Ok(());
+    }
     let key = accounts.create_key_prefixed(&args.prefix, ws_id, permissions, args.scopes)?;
     match &workspace {
         Some(ws) => eprintln!(

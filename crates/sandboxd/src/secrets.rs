@@ -75,7 +75,7 @@ pub fn main(command: SecretsCommand) -> Result<()> {
 }
 
 /// Standard input as UTF-8, minus one trailing `\n` (or `\r\n`).
-fn read_stdin() -> Result<String> {
+pub fn read_stdin() -> Result<String> {
     let mut value = String::new();
     std::io::stdin()
         .read_to_string(&mut value)
