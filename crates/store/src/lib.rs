@@ -80,6 +80,13 @@ pub trait Store: Send + Sync + 'static {
     fn list_secret_names(&self, workspace: &str) -> StoreResult<Vec<String>>;
     fn delete_secret(&self, workspace: &str, name: &str) -> StoreResult<bool>;
 
+    // Egress policy (one layer per workspace).
+    /// Sets (replacing) the workspace's policy.
+    fn set_egress_policy(&self, policy: &EgressPolicyRecord) -> StoreResult<()>;
+    fn get_egress_policy(&self, workspace: &str) -> StoreResult<Option<EgressPolicyRecord>>;
+    /// Removes the workspace's policy; false when it had none.
+    fn delete_egress_policy(&self, workspace: &str) -> StoreResult<bool>;
+
     // Idempotency.
     /// Inserts the record; false (and nothing changed) when the key is already taken.
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool>;

@@ -101,3 +101,13 @@ pub struct Keyset {
     pub created_at: OffsetDateTime,
     pub id: Uuid,
 }
+
+/// A workspace's egress policy layer: allow and deny rules (IPv4 CIDRs or domain
+/// names, as text; the engine parses them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressPolicyRecord {
+    pub workspace: String,
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    pub updated_at: OffsetDateTime,
+}

@@ -89,6 +89,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX idempotency_age ON idempotency (created_at);",
     // 2: history by end time.
     "CREATE INDEX sandboxes_ended ON sandboxes (workspace, ended_at DESC, id DESC);",
+    // 3: per-workspace egress policy.
+    "CREATE TABLE egress_policies (
+        workspace TEXT PRIMARY KEY,
+        allow TEXT NOT NULL,
+        deny TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+    );",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.

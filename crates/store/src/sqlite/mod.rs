@@ -2,6 +2,7 @@
 
 mod accounts;
 mod codec;
+mod egress;
 mod idempotency;
 mod migrations;
 mod sandboxes;
@@ -166,6 +167,15 @@ impl Store for SqliteStore {
     }
     fn delete_secret(&self, workspace: &str, name: &str) -> StoreResult<bool> {
         secrets::delete(&self.conn(), workspace, name)
+    }
+    fn set_egress_policy(&self, policy: &EgressPolicyRecord) -> StoreResult<()> {
+        egress::set(&self.conn(), policy)
+    }
+    fn get_egress_policy(&self, workspace: &str) -> StoreResult<Option<EgressPolicyRecord>> {
+        egress::get(&self.conn(), workspace)
+    }
+    fn delete_egress_policy(&self, workspace: &str) -> StoreResult<bool> {
+        egress::delete(&self.conn(), workspace)
     }
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool> {
         idempotency::put(&self.conn(), rec)
