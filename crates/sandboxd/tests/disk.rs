@@ -54,11 +54,12 @@ fn filling_the_layer_is_enospc_inside_and_contained() {
     let c = rt.start(&child).expect("start from snapshot");
     assert_eq!(agent_sh(&c, "cat /etc/written").1.trim(), "small");
 
-    // Newest first: a sandbox's namespace keeps copies of the disks mounted before it
-    // started until it ends (see `disk::release`).
-    for h in [&c, &b, &a] {
+    // Oldest first: a later sandbox must not keep an earlier one's disk alive (its
+    // mount namespace began as a copy of the host's, disks included).
+    for (h, left) in [(&a, 2), (&b, 1), (&c, 0)] {
         rt.destroy(h).expect("destroy");
         assert_gone(&rt, data.path(), h);
+        assert_eq!(loops_under(data.path()).len(), left, "a destroyed sandbox's disk stays attached");
     }
     assert_eq!(loops_under(data.path()), Vec::<String>::new(), "loop devices left attached");
     rt.delete_layer(&layer.digest).expect("delete layer");

@@ -75,6 +75,10 @@ fn steps(channel: &Channel) -> Result<(UnixListener, InitConfig), InitError> {
         Msg::Go(config) => config,
         other => return Err(InitError::Unexpected(format!("{other:?}"))),
     };
+    // Bound while still in the host's mount namespace: a socket resolved in the copy
+    // made by unshare(NEWNS) would pin that copy's old root, and with it every host
+    // mount it holds locked (other sandboxes' layers included) until this sandbox ends.
+    let listener = bind_socket(&config)?;
     let flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWUTS | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWCGROUP;
     step("unshare(namespaces)", unshare(flags))?;
     // SAFETY: this process is single-threaded, so the child may run any code.
@@ -86,7 +90,7 @@ fn steps(channel: &Channel) -> Result<(UnixListener, InitConfig), InitError> {
         }
         ForkResult::Child => {}
     }
-    let listener = pid1(&config)?;
+    pid1(&config)?;
     Ok((listener, config))
 }
 
@@ -97,15 +101,13 @@ fn become_root() -> Result<(), InitError> {
     step("setresuid", setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0)))
 }
 
-/// PID 1's own setup: socket, root, hostname, loopback.
+/// PID 1's own setup: root, hostname, loopback.
 ///
 /// Host paths (socket, root) are reached while still host uid 0, which owns the data
 /// dir: as the sandbox's root (an unprivileged host uid) a 0700 ancestor would refuse
 /// the lookup. From then on only paths relative to the new root are used.
-fn pid1(config: &InitConfig) -> Result<UnixListener, InitError> {
+fn pid1(config: &InitConfig) -> Result<(), InitError> {
     mounts::make_private()?;
-    let _ = std::fs::remove_file(&config.socket);
-    let listener = UnixListener::bind(&config.socket).map_err(|source| InitError::Io { what: format!("binding {}", config.socket.display()), source })?;
     mounts::bind_root(&config.rootfs)?;
     become_root()?;
     mounts::switch_root()?;
@@ -115,5 +117,14 @@ fn pid1(config: &InitConfig) -> Result<UnixListener, InitError> {
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
         return Err(InitError::Sys { what: "prctl(PR_SET_DUMPABLE)".into(), source: nix::Error::last() });
     }
-    Ok(listener)
+    Ok(())
+}
+
+/// Binds the agent's socket at its host path (see [`steps`] for why this happens first).
+fn bind_socket(config: &InitConfig) -> Result<UnixListener, InitError> {
+    let _ = std::fs::remove_file(&config.socket);
+    UnixListener::bind(&config.socket).map_err(|source| InitError::Io {
+        what: format!("binding {}", config.socket.display()),
+        source,
+    })
 }
