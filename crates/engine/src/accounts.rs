@@ -250,13 +250,7 @@ impl<'s> Accounts<'s> {
                 "key prefix {prefix:?} must be 1-16 characters of a-z and 0-9, then '_'"
             )));
         }
-        if let Some(ws) = workspace {
-            if self.store.get_workspace(ws)?.is_none() {
-                return Err(EngineError::invalid(format!(
-                    "workspace {ws:?} does not exist"
-                )));
-            }
-        }
+        self.check_workspace(workspace)?;
         let key = format!(
             "{prefix}{}{}",
             Uuid::new_v4().simple(),
@@ -286,14 +280,18 @@ impl<'s> Accounts<'s> {
                 "this key is already registered",
             ));
         }
-        if let Some(ws) = workspace {
-            if self.store.get_workspace(ws)?.is_none() {
-                return Err(EngineError::invalid(format!(
-                    "workspace {ws:?} does not exist"
-                )));
-            }
-        }
+        self.check_workspace(workspace)?;
         self.insert_key(key, workspace, permissions, scopes)
+    }
+
+    /// Refuses a key scope naming a workspace that does not exist.
+    fn check_workspace(&self, workspace: Option<&str>) -> Result<(), EngineError> {
+        match workspace {
+            Some(ws) if self.store.get_workspace(ws)?.is_none() => Err(EngineError::invalid(
+                format!("workspace {ws:?} does not exist"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn insert_key(
