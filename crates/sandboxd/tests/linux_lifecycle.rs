@@ -32,7 +32,7 @@ fn inside_is_isolated_and_root_can_write_etc() {
         ["0", "0"]
     );
     sh_ok(&handle, "echo written > /etc/marker");
-    let upper = handle.state_dir.join("upper/etc/marker");
+    let upper = handle.state_dir.join("layer/upper/etc/marker");
     assert_eq!(
         std::fs::read_to_string(&upper).expect("upper copy"),
         "written\n"
