@@ -87,6 +87,11 @@ pub trait Store: Send + Sync + 'static {
     /// Removes the workspace's policy; false when it had none.
     fn delete_egress_policy(&self, workspace: &str) -> StoreResult<bool>;
 
+    // Quota overrides (one per workspace).
+    /// Sets (replacing) the workspace's override.
+    fn set_quota_override(&self, quota: &QuotaOverrideRecord) -> StoreResult<()>;
+    fn get_quota_override(&self, workspace: &str) -> StoreResult<Option<QuotaOverrideRecord>>;
+
     // Idempotency.
     /// Inserts the record; false (and nothing changed) when the key is already taken.
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool>;

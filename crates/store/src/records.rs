@@ -111,3 +111,13 @@ pub struct EgressPolicyRecord {
     pub deny: Vec<String>,
     pub updated_at: OffsetDateTime,
 }
+
+/// A workspace's quota override: each limit set replaces the server's default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaOverrideRecord {
+    pub workspace: String,
+    pub max_sandboxes: Option<u32>,
+    pub max_vcpu: Option<u32>,
+    pub max_memory_mb: Option<u64>,
+    pub updated_at: OffsetDateTime,
+}

@@ -96,6 +96,14 @@ const MIGRATIONS: &[&str] = &[
         deny TEXT NOT NULL,
         updated_at INTEGER NOT NULL
     );",
+    // 4: per-workspace quota overrides (NULL: the server's default).
+    "CREATE TABLE workspace_quotas (
+        workspace TEXT PRIMARY KEY,
+        max_sandboxes INTEGER,
+        max_vcpu INTEGER,
+        max_memory_mb INTEGER,
+        updated_at INTEGER NOT NULL
+    );",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.

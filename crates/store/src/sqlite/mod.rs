@@ -5,6 +5,7 @@ mod codec;
 mod egress;
 mod idempotency;
 mod migrations;
+mod quotas;
 mod sandboxes;
 mod secrets;
 mod snapshots;
@@ -176,6 +177,12 @@ impl Store for SqliteStore {
     }
     fn delete_egress_policy(&self, workspace: &str) -> StoreResult<bool> {
         egress::delete(&self.conn(), workspace)
+    }
+    fn set_quota_override(&self, quota: &QuotaOverrideRecord) -> StoreResult<()> {
+        quotas::set(&self.conn(), quota)
+    }
+    fn get_quota_override(&self, workspace: &str) -> StoreResult<Option<QuotaOverrideRecord>> {
+        quotas::get(&self.conn(), workspace)
     }
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool> {
         idempotency::put(&self.conn(), rec)
