@@ -20,6 +20,18 @@ impl Default for Quota {
     }
 }
 
+impl Quota {
+    /// This quota with each limit `over` sets replacing its own.
+    pub fn with_override(self, over: Option<&sandboxd_store::QuotaOverrideRecord>) -> Quota {
+        let Some(o) = over else { return self };
+        Quota {
+            max_sandboxes: o.max_sandboxes.unwrap_or(self.max_sandboxes),
+            max_vcpu: o.max_vcpu.unwrap_or(self.max_vcpu),
+            max_memory_mb: o.max_memory_mb.unwrap_or(self.max_memory_mb),
+        }
+    }
+}
+
 /// Token bucket on creates per workspace: `burst` at once, refilled `per_hour`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CreateRate {
@@ -102,6 +114,21 @@ mod tests {
         assert_eq!((e.code, e.message.as_str()), (ErrorCode::QuotaExceeded, "the workspace quota allows 2 active sandboxes"));
         assert!(check(&q, Usage { sandboxes: 0, vcpu: 3, memory_mb: 0 }, 2, 1).unwrap_err().message.contains("4 vCPUs"));
         assert!(check(&q, Usage { sandboxes: 0, vcpu: 0, memory_mb: 1000 }, 1, 100).unwrap_err().message.contains("1024 MiB"));
+    }
+
+    #[test]
+    fn an_override_replaces_only_the_limits_it_sets() {
+        let over = sandboxd_store::QuotaOverrideRecord {
+            workspace: "w".into(),
+            max_sandboxes: Some(3),
+            max_vcpu: None,
+            max_memory_mb: Some(512),
+            updated_at: time::OffsetDateTime::UNIX_EPOCH,
+        };
+        let base = Quota::default();
+        assert_eq!(base.with_override(None), base);
+        let q = base.with_override(Some(&over));
+        assert_eq!((q.max_sandboxes, q.max_vcpu, q.max_memory_mb), (3, base.max_vcpu, 512));
     }
 
     #[test]

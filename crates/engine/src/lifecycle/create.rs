@@ -208,7 +208,9 @@ impl Engine {
             used.vcpu += u64::from(r.vcpu);
             used.memory_mb += u64::from(r.memory_mb);
         }
-        crate::quota::check(&self.limits.workspace_quota, used, req.resources.vcpu, req.resources.memory_mb)
+        let over = self.store.get_quota_override(ws)?;
+        let quota = self.limits.workspace_quota.with_override(over.as_ref());
+        crate::quota::check(&quota, used, req.resources.vcpu, req.resources.memory_mb)
     }
 
     async fn check_pinnable(&self, n: u32) -> Result<(), EngineError> {
