@@ -6,6 +6,8 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+mod abuse;
+
 /// Where and how the server runs.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -21,6 +23,10 @@ pub struct ServerConfig {
     pub max_sandboxes: u32,
     pub max_vcpu_total: u32,
     pub max_memory_mib_total: u64,
+    /// What one workspace may hold at once (a stored per-workspace override wins).
+    pub workspace_quota: sandboxd_engine::Quota,
+    /// The token bucket on creates per workspace.
+    pub create_rate: sandboxd_engine::CreateRate,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +39,8 @@ impl Default for ServerConfig {
             max_sandboxes: sandboxd_engine::Limits::default().max_sandboxes,
             max_vcpu_total: sandboxd_engine::Limits::default().max_vcpu_total,
             max_memory_mib_total: sandboxd_engine::Limits::default().max_memory_mb_total,
+            workspace_quota: Default::default(),
+            create_rate: Default::default(),
         }
     }
 }
@@ -50,6 +58,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_sandboxes", &self.max_sandboxes)
             .field("max_vcpu_total", &self.max_vcpu_total)
             .field("max_memory_mib_total", &self.max_memory_mib_total)
+            .field("workspace_quota", &self.workspace_quota)
+            .field("create_rate", &self.create_rate)
             .finish()
     }
 }
@@ -84,6 +94,8 @@ struct FileLayer {
     max_sandboxes: Option<u32>,
     max_vcpu_total: Option<u32>,
     max_memory_mib_total: Option<u64>,
+    workspace_quota: Option<abuse::QuotaLayer>,
+    create_rate: Option<abuse::RateLayer>,
 }
 
 impl ServerConfig {
@@ -141,6 +153,8 @@ impl ServerConfig {
             max_sandboxes: env_number(&env, "SANDBOXD_MAX_SANDBOXES")?,
             max_vcpu_total: env_number(&env, "SANDBOXD_MAX_VCPU_TOTAL")?,
             max_memory_mib_total: env_number(&env, "SANDBOXD_MAX_MEMORY_MIB_TOTAL")?,
+            workspace_quota: abuse::QuotaLayer::from_env(&env)?,
+            create_rate: abuse::RateLayer::from_env(&env)?,
         });
         Ok(config)
     }
@@ -167,6 +181,12 @@ impl ServerConfig {
         if let Some(n) = layer.max_memory_mib_total {
             self.max_memory_mib_total = n;
         }
+        if let Some(quota) = layer.workspace_quota {
+            quota.apply(&mut self.workspace_quota);
+        }
+        if let Some(rate) = layer.create_rate {
+            rate.apply(&mut self.create_rate);
+        }
     }
 
     /// The engine's capacity limits this configuration asks for.
@@ -175,6 +195,8 @@ impl ServerConfig {
             max_sandboxes: self.max_sandboxes,
             max_vcpu_total: self.max_vcpu_total,
             max_memory_mb_total: self.max_memory_mib_total,
+            workspace_quota: self.workspace_quota,
+            create_rate: self.create_rate,
             ..Default::default()
         }
     }
