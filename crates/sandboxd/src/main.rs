@@ -7,6 +7,7 @@ mod cli_sandbox;
 mod cli_templates;
 mod init;
 mod keys;
+mod quota;
 mod run;
 mod runtime;
 mod secrets;
@@ -38,6 +39,9 @@ enum Command {
     /// Manage API keys (and their workspaces) in the data directory.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Per-workspace quota overrides in the data directory: set, show.
+    #[command(subcommand)]
+    Quota(quota::QuotaCommand),
     /// Print the OpenAPI 3.1 document of the Inngest REST v2 dialect.
     Openapi,
     /// Manage workspace secrets in the data directory.
@@ -68,6 +72,7 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::SUCCESS
         }
         Command::Keys(command) => report("keys", keys::main(command)),
+        Command::Quota(command) => report("quota", quota::main(command)),
         Command::Secrets(command) => report("secrets", secrets::main(command)),
         Command::Sandbox(command) => cli_sandbox::main(command).unwrap_or_else(|err| {
             eprintln!("sandboxd sandbox: {err:#}");
