@@ -29,6 +29,9 @@ pub struct Limits {
     pub workspace_quota: crate::quota::Quota,
     /// Creates per workspace: a token bucket.
     pub create_rate: crate::quota::CreateRate,
+    /// Network of sandboxes whose request and template name none. `None` (only
+    /// loopback) by default: egress needs a backend configured for it.
+    pub default_network: sandboxd_runtime::NetworkMode,
 }
 
 impl Default for Limits {
@@ -41,6 +44,7 @@ impl Default for Limits {
             disk_mb_per_sandbox: 10 * 1024,
             workspace_quota: Default::default(),
             create_rate: Default::default(),
+            default_network: sandboxd_runtime::NetworkMode::None,
         }
     }
 }

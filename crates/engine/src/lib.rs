@@ -5,6 +5,7 @@ pub mod accounts;
 mod agent_error;
 mod convert;
 pub mod cursor;
+pub mod egress;
 mod engine;
 pub mod error;
 pub mod idempotency;
@@ -31,7 +32,7 @@ pub use ops::{
     KILLED_EXIT, TIMED_OUT_EXIT,
 };
 pub use sandboxd_agent_protocol::client::ByteStream;
-pub use sandboxd_runtime::Requests;
+pub use sandboxd_runtime::{EgressPolicy, EgressRule, NetworkMode, Requests};
 pub use sandboxd_agent_protocol::pty::{PtyFrame, PtyIo};
 pub use state::SandboxStatus;
 pub use templates::{Template, TemplateBuild, BUILTIN_TEMPLATES};

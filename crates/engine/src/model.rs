@@ -38,6 +38,10 @@ pub struct CreateSandbox {
     pub metadata: BTreeMap<String, String>,
     /// Ends the sandbox (status TERMINATED, end reason `timeout`) after this long.
     pub timeout: Option<std::time::Duration>,
+    /// Egress or only loopback; `None` = the template's, else the server's default.
+    pub network: Option<sandboxd_runtime::NetworkMode>,
+    /// The sandbox's own policy layer, narrowing its workspace's (egress mode only).
+    pub egress: Option<sandboxd_runtime::EgressPolicy>,
 }
 
 /// Why a sandbox ended.

@@ -47,6 +47,8 @@ pub struct Template {
     /// The snapshot holding a workspace template's filesystem.
     pub snapshot_id: Option<Uuid>,
     pub created_at: Option<OffsetDateTime>,
+    /// Network of its sandboxes; `None` = the server's default.
+    pub network: Option<sandboxd_runtime::NetworkMode>,
 }
 
 impl Template {
@@ -61,6 +63,8 @@ impl Template {
             secrets: Vec::new(),
             metadata: BTreeMap::new(),
             timeout: None,
+            network: self.network,
+            egress: None,
         }
     }
 }
@@ -95,6 +99,7 @@ fn builtin(name: &str) -> Option<Template> {
             resources: *r,
             snapshot_id: None,
             created_at: None,
+            network: None,
         })
 }
 
@@ -107,6 +112,7 @@ fn from_snapshot(s: crate::model::Snapshot) -> Option<Template> {
         resources: s.resources,
         snapshot_id: Some(s.id),
         created_at: Some(s.created_at),
+        network: None,
     })
 }
 

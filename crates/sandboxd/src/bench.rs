@@ -30,7 +30,7 @@ struct Row {
 }
 
 pub fn main(args: BenchArgs) -> Result<()> {
-    let runtime = crate::runtime::open_linux(&args.data_dir)?;
+    let runtime = crate::runtime::open_linux(&args.data_dir, None)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

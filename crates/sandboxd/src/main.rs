@@ -8,6 +8,7 @@ mod cli_templates;
 mod init;
 mod keys;
 mod quota;
+mod network_policy;
 mod run;
 mod runtime;
 mod secrets;
@@ -47,6 +48,9 @@ enum Command {
     /// Manage workspace secrets in the data directory.
     #[command(subcommand)]
     Secrets(secrets::SecretsCommand),
+    /// Manage workspace egress policies in the data directory.
+    #[command(subcommand, name = "network-policy")]
+    NetworkPolicy(network_policy::NetworkPolicyCommand),
     /// Sandboxes through a server's OpenRelay API (`--url`/`--key` or SANDBOXD_URL/KEY).
     #[command(subcommand)]
     Sandbox(cli_sandbox::SandboxCommand),
@@ -74,6 +78,9 @@ fn main() -> std::process::ExitCode {
         Command::Keys(command) => report("keys", keys::main(command)),
         Command::Quota(command) => report("quota", quota::main(command)),
         Command::Secrets(command) => report("secrets", secrets::main(command)),
+        Command::NetworkPolicy(command) => {
+            report("network-policy", network_policy::main(command))
+        }
         Command::Sandbox(command) => cli_sandbox::main(command).unwrap_or_else(|err| {
             eprintln!("sandboxd sandbox: {err:#}");
             std::process::ExitCode::FAILURE

@@ -6,7 +6,7 @@ use base64::Engine as _;
 use clap::Args;
 use futures_util::StreamExt;
 use sandboxd_agent_protocol::{AgentClient, Frame, ProcessState, StartProcess, StreamKind};
-use sandboxd_runtime::{Runtime, SandboxSpec};
+use sandboxd_runtime::{NetworkSpec, Runtime, SandboxSpec};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,13 +32,27 @@ pub struct RunArgs {
     /// Extra environment variables, KEY=VALUE.
     #[arg(long = "env", short = 'e')]
     pub env: Vec<String>,
+    /// Network: `egress` (outbound only, under no policy) or `none` (only loopback).
+    #[arg(long, value_enum, default_value_t = NetworkArg::Egress)]
+    pub network: NetworkArg,
     /// The command and its arguments; a bare name is looked up in the sandbox's PATH.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
 }
 
+/// `--network`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum NetworkArg {
+    Egress,
+    None,
+}
+
 pub fn main(args: RunArgs) -> Result<ExitCode> {
-    let runtime = Arc::new(crate::runtime::open_linux(&args.data_dir)?);
+    let runtime = Arc::new(crate::runtime::open_linux(&args.data_dir, None)?);
+    let network = match args.network {
+        NetworkArg::Egress => NetworkSpec::egress(Vec::new()),
+        NetworkArg::None => NetworkSpec::none(),
+    };
     let spec = SandboxSpec {
         id: uuid::Uuid::new_v4(),
         image: args.image.clone(),
@@ -49,7 +63,9 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         pids_max: 1024,
         disk_mb: 0,
     };
-    let handle = runtime.start(&spec).context("starting the sandbox")?;
+    let handle = runtime
+        .start_with_network(&spec, &network)
+        .context("starting the sandbox")?;
     let outcome = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -44,7 +44,10 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn run(config: ServerConfig) -> Result<()> {
-    let runtime = Arc::new(crate::runtime::open_linux(&config.data_dir)?);
+    let runtime = Arc::new(crate::runtime::open_linux(
+        &config.data_dir,
+        config.resolvers.clone(),
+    )?);
     let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
         .context("opening the sandbox database")?;
     let engine: Arc<Engine> = Engine::open(EngineConfig {

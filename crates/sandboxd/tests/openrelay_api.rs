@@ -235,16 +235,16 @@ fn every_create_field_at_and_past_its_bound() {
             "INVALID_REQUEST",
         ),
         (
-            "{\"template\": \"default\", \"egress\": {\"allow\": []}}",
+            "{\"template\": \"default\", \"egress\": {\"allow\": []}, \"network\": {}}",
             "",
             400,
-            "NETWORK_POLICY_UNAVAILABLE",
+            "INVALID_REQUEST",
         ),
         (
-            "{\"template\": \"default\", \"network\": {}}",
+            "{\"template\": \"default\", \"egress\": {\"deny\": [\"no such\"]}}",
             "",
             400,
-            "NETWORK_POLICY_UNAVAILABLE",
+            "INVALID_REQUEST",
         ),
         (
             "{\"template\": \"default\", \"metadata\": {\"openrelay.x\": \"1\"}}",

@@ -27,6 +27,12 @@ pub struct ServerConfig {
     pub workspace_quota: sandboxd_engine::Quota,
     /// The token bucket on creates per workspace.
     pub create_rate: sandboxd_engine::CreateRate,
+    /// Network of sandboxes whose request and template name none: `egress` (default)
+    /// or `none` (only loopback).
+    pub network: sandboxd_engine::NetworkMode,
+    /// DNS resolvers of egress sandboxes (also used to resolve domain rules); `None`:
+    /// the host's upstream resolvers from `/etc/resolv.conf`.
+    pub resolvers: Option<Vec<std::net::Ipv4Addr>>,
 }
 
 impl Default for ServerConfig {
@@ -41,6 +47,8 @@ impl Default for ServerConfig {
             max_memory_mib_total: sandboxd_engine::Limits::default().max_memory_mb_total,
             workspace_quota: Default::default(),
             create_rate: Default::default(),
+            network: sandboxd_engine::NetworkMode::Egress,
+            resolvers: None,
         }
     }
 }
@@ -60,6 +68,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_memory_mib_total", &self.max_memory_mib_total)
             .field("workspace_quota", &self.workspace_quota)
             .field("create_rate", &self.create_rate)
+            .field("network", &self.network)
+            .field("resolvers", &self.resolvers)
             .finish()
     }
 }
@@ -96,6 +106,8 @@ struct FileLayer {
     max_memory_mib_total: Option<u64>,
     workspace_quota: Option<abuse::QuotaLayer>,
     create_rate: Option<abuse::RateLayer>,
+    network: Option<sandboxd_engine::NetworkMode>,
+    resolvers: Option<Vec<std::net::Ipv4Addr>>,
 }
 
 impl ServerConfig {
@@ -155,6 +167,8 @@ impl ServerConfig {
             max_memory_mib_total: env_number(&env, "SANDBOXD_MAX_MEMORY_MIB_TOTAL")?,
             workspace_quota: abuse::QuotaLayer::from_env(&env)?,
             create_rate: abuse::RateLayer::from_env(&env)?,
+            network: env_network(&env)?,
+            resolvers: env_resolvers(&env)?,
         });
         Ok(config)
     }
@@ -187,6 +201,12 @@ impl ServerConfig {
         if let Some(rate) = layer.create_rate {
             rate.apply(&mut self.create_rate);
         }
+        if let Some(mode) = layer.network {
+            self.network = mode;
+        }
+        if let Some(resolvers) = layer.resolvers {
+            self.resolvers = Some(resolvers);
+        }
     }
 
     /// The engine's capacity limits this configuration asks for.
@@ -197,9 +217,45 @@ impl ServerConfig {
             max_memory_mb_total: self.max_memory_mib_total,
             workspace_quota: self.workspace_quota,
             create_rate: self.create_rate,
+            default_network: self.network,
             ..Default::default()
         }
     }
+}
+
+/// `SANDBOXD_NETWORK` (`egress` or `none`), if set.
+fn env_network(
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<sandboxd_engine::NetworkMode>, ConfigError> {
+    let var = "SANDBOXD_NETWORK";
+    match env(var).as_deref().map(str::trim) {
+        None => Ok(None),
+        Some("egress") => Ok(Some(sandboxd_engine::NetworkMode::Egress)),
+        Some("none") => Ok(Some(sandboxd_engine::NetworkMode::None)),
+        Some(other) => Err(ConfigError::Env {
+            var,
+            message: format!("{other:?} is neither egress nor none"),
+        }),
+    }
+}
+
+/// `SANDBOXD_RESOLVERS`: comma-separated IPv4 addresses, if set.
+fn env_resolvers(
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<Vec<std::net::Ipv4Addr>>, ConfigError> {
+    let var = "SANDBOXD_RESOLVERS";
+    env(var)
+        .map(|raw| {
+            raw.split(',')
+                .map(|a| {
+                    a.trim().parse().map_err(|e: std::net::AddrParseError| ConfigError::Env {
+                        var,
+                        message: format!("{a:?}: {e}"),
+                    })
+                })
+                .collect()
+        })
+        .transpose()
 }
 
 /// A numeric environment variable, if set.
@@ -271,6 +327,24 @@ mod tests {
             load(None, &[("SANDBOXD_LISTEN", "nope")]),
             Err(ConfigError::Env { .. })
         ));
+    }
+
+    #[test]
+    fn network_from_file_and_env() {
+        use sandboxd_engine::NetworkMode;
+        let c = load(None, &[]).unwrap();
+        assert_eq!((c.network, c.resolvers.clone()), (NetworkMode::Egress, None));
+        let c = load(Some("network = \"none\"\nresolvers = [\"192.0.2.53\"]\n"), &[]).unwrap();
+        assert_eq!(c.limits().default_network, NetworkMode::None);
+        assert_eq!(c.resolvers, Some(vec![std::net::Ipv4Addr::new(192, 0, 2, 53)]));
+        let env = [("SANDBOXD_NETWORK", "egress"), ("SANDBOXD_RESOLVERS", "198.18.0.2, 198.18.0.3")];
+        let c = load(Some("network = \"none\"\n"), &env).unwrap();
+        assert_eq!(c.network, NetworkMode::Egress);
+        assert_eq!(c.resolvers.map(|r| r.len()), Some(2));
+        for bad in [("SANDBOXD_NETWORK", "open"), ("SANDBOXD_RESOLVERS", "1.2.3")] {
+            assert!(matches!(load(None, &[bad]), Err(ConfigError::Env { .. })), "{bad:?}");
+        }
+        assert!(matches!(load(Some("network = \"open\"\n"), &[]), Err(ConfigError::Parse { .. })));
     }
 
     #[test]

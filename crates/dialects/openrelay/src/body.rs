@@ -99,13 +99,7 @@ fn exceeds(what: &str, asked: u32, max: u32, template: &str) -> ApiError {
 impl CreateBody {
     /// Checks every field against its bounds and the template, and builds the plan.
     pub fn plan(self, template: &Template) -> Result<CreatePlan, ApiError> {
-        if self.egress.is_some() || self.network.is_some() {
-            return Err(ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                "NETWORK_POLICY_UNAVAILABLE",
-                "egress and network need sandbox network policy, which this organization does not have",
-            ));
-        }
+        let (network, egress) = crate::network::plan(self.network, self.egress)?;
         let max = template.resources;
         let cpu = self.cpu.unwrap_or(max.vcpu);
         within("cpu", cpu.into(), 1, u32::MAX.into())?;
@@ -159,6 +153,8 @@ impl CreateBody {
         });
         request.environment = self.env.unwrap_or_default();
         request.timeout = Some(Duration::from_secs(timeout));
+        request.network = network.or(template.network);
+        request.egress = egress;
         request.metadata = meta::Attributes {
             template: template.name.clone(),
             ephemeral: self.ephemeral.unwrap_or(false),
@@ -197,6 +193,7 @@ mod tests {
             },
             snapshot_id: None,
             created_at: None,
+            network: None,
         }
     }
 
@@ -275,9 +272,10 @@ mod tests {
             code(json!({"template": "t", "memoryRequestMiB": 1025})),
             "INVALID_REQUEST"
         );
+        assert_eq!(code(json!({"template": "t", "egress": {}})), "OK");
         assert_eq!(
-            code(json!({"template": "t", "egress": {}})),
-            "NETWORK_POLICY_UNAVAILABLE"
+            code(json!({"template": "t", "egress": {}, "network": {}})),
+            "INVALID_REQUEST"
         );
         assert_eq!(code(json!({"template": "t", "run": {}})), "INVALID_REQUEST");
         let p = plan(json!({"template": "t", "waitSeconds": 121})).unwrap();

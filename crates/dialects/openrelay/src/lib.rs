@@ -7,6 +7,7 @@ pub mod error;
 pub mod events;
 pub mod idempotency;
 pub mod meta;
+pub mod network;
 mod routes;
 pub mod run;
 pub mod views;

@@ -6,7 +6,7 @@ use crate::error::{EngineError, ErrorCode};
 use crate::model::{CreateSandbox, EndReason, Sandbox, WorkspaceId};
 use crate::state::SandboxStatus;
 use crate::validate;
-use sandboxd_runtime::{Requests, SandboxSpec};
+use sandboxd_runtime::{NetworkSpec, Requests, SandboxSpec};
 use std::collections::BTreeSet;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -28,6 +28,7 @@ fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
         ));
     }
     validate::environment(&req.environment)?;
+    crate::egress::check_request(req)?;
     for secret in &req.secrets {
         validate::env_name(secret)?;
     }
@@ -80,6 +81,12 @@ impl Engine {
                 };
             }
         }
+        let network = crate::egress::network_spec(
+            self.store.as_ref(),
+            ws,
+            &req,
+            self.limits.default_network,
+        )?;
         self.check_capacity(&req)?;
         self.check_quota(ws, &req)?;
         self.create_rate.take(ws, self.limits.create_rate)?;
@@ -115,7 +122,7 @@ impl Engine {
         // sees them taken.
         let pinning = requests.is_some_and(|r| r.pinned_vcpus.is_some());
         let admission = pinning.then_some(admission);
-        self.start(&mut entry, requests).await?;
+        self.start(&mut entry, network, requests).await?;
         drop(admission);
         Ok((entry.sb, true))
     }
@@ -232,7 +239,12 @@ impl Engine {
 
     /// PENDING → STARTING → (runtime start, requests applied) → RUNNING, or FAILED with
     /// the error.
-    async fn start(&self, e: &mut Entry, requests: Option<Requests>) -> Result<(), EngineError> {
+    async fn start(
+        &self,
+        e: &mut Entry,
+        network: NetworkSpec,
+        requests: Option<Requests>,
+    ) -> Result<(), EngineError> {
         self.transition(e, SandboxStatus::Starting)?;
         let spec = SandboxSpec {
             id: e.sb.id,
@@ -246,7 +258,7 @@ impl Engine {
         };
         let started = self
             .blocking(move |rt| {
-                let handle = rt.start(&spec)?;
+                let handle = rt.start_with_network(&spec, &network)?;
                 let Some(req) = requests else {
                     return Ok(handle);
                 };

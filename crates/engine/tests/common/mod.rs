@@ -189,6 +189,8 @@ pub fn request(name: Option<&str>) -> CreateSandbox {
         secrets: Vec::new(),
         metadata: BTreeMap::new(),
         timeout: None,
+        network: None,
+        egress: None,
     }
 }
 

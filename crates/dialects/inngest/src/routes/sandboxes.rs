@@ -58,6 +58,8 @@ impl CreateBody {
             secrets: self.secrets.unwrap_or_default(),
             metadata: BTreeMap::new(),
             timeout: None,
+            network: None,
+            egress: None,
         })
     }
 }

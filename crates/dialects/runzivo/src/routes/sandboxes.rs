@@ -58,6 +58,8 @@ pub async fn create(
         secrets: Vec::new(),
         metadata: BTreeMap::new(),
         timeout,
+        network: None,
+        egress: None,
     };
     let (sb, _) = state
         .engine
