@@ -10,3 +10,6 @@ cargo nextest run --workspace --locked --no-fail-fast --test-threads 2
 if [ -f tests/inngest-sdk/package.json ]; then
     (cd tests/inngest-sdk && SANDBOXD_BIN="$OLDPWD/target/debug/sandboxd" npm test)
 fi
+
+# A short run of every fuzz target (FUZZ_SECONDS each; see scripts/fuzz.sh).
+bash scripts/fuzz.sh

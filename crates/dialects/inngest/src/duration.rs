@@ -55,19 +55,20 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
         total_ns = whole
             .checked_mul(scale)
             .and_then(|v| v.checked_add(total_ns))
+            .and_then(|v| v.checked_add(fraction_ns(frac_part, scale)))
             .ok_or_else(bad)?;
-        total_ns += fraction_ns(frac_part, scale);
         rest = after;
     }
     let secs = u64::try_from(total_ns / 1_000_000_000).map_err(|_| bad())?;
     Ok(Duration::new(secs, (total_ns % 1_000_000_000) as u32))
 }
 
-/// `0.<digits>` of `scale` nanoseconds, truncated like Go.
+/// `0.<digits>` of `scale` nanoseconds, truncated like Go. Digits past the 18th are
+/// below a nanosecond even for hours, and more would overflow `value * scale`.
 fn fraction_ns(digits: &str, scale: u128) -> u128 {
     let mut value: u128 = 0;
     let mut divisor: u128 = 1;
-    for d in digits.bytes().take(30) {
+    for d in digits.bytes().take(18) {
         value = value * 10 + u128::from(d - b'0');
         divisor *= 10;
     }
@@ -111,6 +112,16 @@ mod tests {
         );
         assert_eq!(parse_go_duration("7ns").unwrap(), Duration::from_nanos(7));
         assert_eq!(ms("0"), 0);
+    }
+
+    /// Found by the `inngest_duration` fuzz target: 30 fraction digits of an hour
+    /// overflowed `u128` (a panic in debug builds, a wrong value in release).
+    #[test]
+    fn long_fractions_of_large_units_do_not_overflow() {
+        let long = format!("1.{}h", "9".repeat(40));
+        let d = parse_go_duration(&long).unwrap();
+        assert_eq!(d.as_secs(), 7199);
+        assert!(parse_go_duration(&format!("0.{}h", "2".repeat(100))).is_ok());
     }
 
     #[test]
