@@ -108,6 +108,11 @@ fn make_keys(dir: &std::path::Path) -> Keys {
 impl Server {
     /// Starts `serve` with the given kill grace after an exec timeout.
     pub fn start(grace_seconds: u64) -> Server {
+        Self::start_with_env(grace_seconds, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables (e.g. `SANDBOXD_CREATE_RATE_*`).
+    pub fn start_with_env(grace_seconds: u64, env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let keys = make_keys(dir.path());
         let mut child = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
@@ -119,6 +124,7 @@ impl Server {
                 grace_seconds.to_string(),
             )
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -149,6 +155,11 @@ impl Server {
             created: Mutex::new(Vec::new()),
             _dir: dir,
         }
+    }
+
+    /// The server's data directory (for the store tools, e.g. `sandboxd quota`).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
     }
 
     pub fn path(&self, rest: &str) -> String {
