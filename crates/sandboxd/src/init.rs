@@ -34,7 +34,13 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
         prepared.apply()
     });
     match entered.ready() {
-        Ok((listener, _config)) => sandboxd_agent::run_blocking(listener, AgentConfig { confine: Some(confine), ..AgentConfig::default() }),
+        Ok((listener, _config)) => sandboxd_agent::run_blocking(
+            listener,
+            AgentConfig {
+                confine: Some(confine),
+                ..AgentConfig::default()
+            },
+        ),
         Err(e) => {
             eprintln!("sandbox init failed: {e}");
             std::process::ExitCode::FAILURE
@@ -48,7 +54,10 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
 fn reset_oom_score_adj() {
     // SAFETY: open/write/close with a static path and buffer.
     unsafe {
-        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        let fd = libc::open(
+            c"/proc/self/oom_score_adj".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
         if fd >= 0 {
             libc::write(fd, b"0".as_ptr().cast(), 1);
             libc::close(fd);

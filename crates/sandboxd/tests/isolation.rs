@@ -32,12 +32,18 @@ fn sandbox_is_isolated_from_the_host_and_other_sandboxes() {
     let b = rt.start(&spec("default")).expect("start b");
     let result = std::panic::catch_unwind(|| {
         // Only its own processes: PID 1 is the agent and the host's PIDs are absent.
-        let (_, pids) = agent_sh(&a, "ls /proc | grep -E '^[0-9]+$' | wc -l; cat /proc/1/comm");
+        let (_, pids) = agent_sh(
+            &a,
+            "ls /proc | grep -E '^[0-9]+$' | wc -l; cat /proc/1/comm",
+        );
         let mut lines = pids.lines();
         let count: u32 = lines.next().unwrap_or("0").trim().parse().expect("count");
         assert!(count <= 6, "sandbox sees {count} processes");
         let host_pid = std::process::id();
-        let (_, seen) = agent_sh(&a, &format!("cat /proc/{host_pid}/cmdline 2>/dev/null | tr '\\0' ' '"));
+        let (_, seen) = agent_sh(
+            &a,
+            &format!("cat /proc/{host_pid}/cmdline 2>/dev/null | tr '\\0' ' '"),
+        );
         assert!(!seen.contains("isolation"), "host process visible: {seen}");
 
         // A host file outside the image is invisible.
@@ -47,20 +53,32 @@ fn sandbox_is_isolated_from_the_host_and_other_sandboxes() {
         std::fs::remove_file(&marker).ok();
         assert_ne!(code, Some(0), "host marker readable inside");
         let (_, found) = agent_sh(&a, "ls /work /root/.cargo /etc/shadow 2>&1 | head -3");
-        assert!(found.contains("No such file"), "host paths visible: {found}");
+        assert!(
+            found.contains("No such file"),
+            "host paths visible: {found}"
+        );
 
         // Read-only image paths refuse writes, /etc is writable by root.
         let (code, _) = agent_sh(&a, "echo x > /usr/bin/sandboxd-probe");
         assert_ne!(code, Some(0), "wrote into read-only /usr");
-        let (code, out) = agent_sh(&a, "echo ok > /etc/probe && cat /etc/probe && stat -c %U /etc/probe");
+        let (code, out) = agent_sh(
+            &a,
+            "echo ok > /etc/probe && cat /etc/probe && stat -c %U /etc/probe",
+        );
         assert_eq!((code, out.as_str()), (Some(0), "ok\nroot\n"));
 
         // Root inside, unprivileged outside.
         let (_, id) = agent_sh(&a, "id -u");
         assert_eq!(id.trim(), "0");
-        let status = std::fs::read_to_string(format!("/proc/{}/status", a.agent_pid)).expect("status");
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", a.agent_pid)).expect("status");
         let uid_line = status.lines().find(|l| l.starts_with("Uid:")).expect("Uid");
-        let host_uid: u32 = uid_line.split_whitespace().nth(1).expect("uid").parse().expect("uid");
+        let host_uid: u32 = uid_line
+            .split_whitespace()
+            .nth(1)
+            .expect("uid")
+            .parse()
+            .expect("uid");
         assert!(host_uid >= 65536, "agent runs as host uid {host_uid}");
         assert_eq!(host_uid, a.host_id_base);
 
@@ -73,7 +91,12 @@ fn sandbox_is_isolated_from_the_host_and_other_sandboxes() {
         assert_ne!(code, Some(0), "unshare -r succeeded: {out}");
         if cfg!(target_arch = "x86_64") {
             // kexec_load(246), bpf(321), init_module(175), finit_module(313): all -1.
-            for (nr, args) in [(246, "0,0,0,0"), (321, "0,0,0"), (175, "0,0,0"), (313, "0,0,0")] {
+            for (nr, args) in [
+                (246, "0,0,0,0"),
+                (321, "0,0,0"),
+                (175, "0,0,0"),
+                (313, "0,0,0"),
+            ] {
                 let got = syscall(&a, nr, args);
                 assert!(got.starts_with("-1 "), "syscall {nr} returned {got}");
             }
@@ -102,7 +125,10 @@ fn sandbox_is_isolated_from_the_host_and_other_sandboxes() {
         agent_sh(&a, "echo mine > /tmp/a-only && echo mine > /root/a-only");
         let (code, _) = agent_sh(&b, "cat /tmp/a-only || cat /root/a-only");
         assert_ne!(code, Some(0), "second sandbox sees the first's files");
-        assert_ne!(a.host_id_base, b.host_id_base, "sandboxes share a host id range");
+        assert_ne!(
+            a.host_id_base, b.host_id_base,
+            "sandboxes share a host id range"
+        );
     });
     rt.destroy(&a).expect("destroy a");
     rt.destroy(&b).expect("destroy b");
