@@ -139,3 +139,52 @@ fn pause_stops_a_busy_process_and_resume_continues_it() {
         assert_eq!(agent_sh(h, "echo alive"), (Some(0), "alive\n".into()));
     });
 }
+
+/// VmRSS of host process `pid`, in KiB, from `/proc/<pid>/status`.
+fn vm_rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("agent status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .expect("VmRSS line")
+}
+
+#[test]
+fn an_output_flood_leaves_the_agent_small_and_answering() {
+    with_sandbox(spec(1, 256, 64), |_, h| {
+        let before = vm_rss_kib(h.agent_pid);
+        let floods = [
+            start(h, "exec yes"),
+            start(h, "while :; do head -c 1048576 /dev/urandom; done"),
+        ];
+        let mut peak = before;
+        // A few seconds of flooding, sampled between execs the agent must answer.
+        for round in 0..12 {
+            std::thread::sleep(Duration::from_millis(250));
+            peak = peak.max(vm_rss_kib(h.agent_pid));
+            let answer = agent_sh(h, "echo alive");
+            assert_eq!(answer, (Some(0), "alive\n".into()), "round {round}");
+            peak = peak.max(vm_rss_kib(h.agent_pid));
+        }
+        let client = AgentClient::new(h.agent_socket.clone());
+        for id in floods {
+            let info = block(client.get_process(id)).expect("flood still tracked");
+            assert_eq!(info.state, ProcessState::Running, "{info:?}");
+            let kill = SignalRequest {
+                signal: 9,
+                group: true,
+            };
+            block(client.signal(id, &kill)).expect("kill the flood");
+            let info = block(client.wait(id, Duration::from_secs(30))).expect("wait");
+            assert_eq!(info.state, ProcessState::Killed, "{info:?}");
+        }
+        eprintln!("agent VmRSS: {before} KiB before, {peak} KiB peak under the flood");
+        assert!(
+            peak < 64 * 1024,
+            "agent VmRSS reached {peak} KiB under an output flood"
+        );
+        assert_eq!(agent_sh(h, "echo alive"), (Some(0), "alive\n".into()));
+    });
+}
