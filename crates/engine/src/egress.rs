@@ -90,13 +90,19 @@ mod tests {
 
     fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {
         let rules = |l: &[&str]| l.iter().map(|r| r.parse().expect("rule")).collect();
-        EgressPolicy { allow: rules(allow), deny: rules(deny) }
+        EgressPolicy {
+            allow: rules(allow),
+            deny: rules(deny),
+        }
     }
 
     fn request(network: Option<NetworkMode>, egress: Option<EgressPolicy>) -> CreateSandbox {
         CreateSandbox {
             name: None,
-            resources: Resources { vcpu: 1, memory_mb: 64 },
+            resources: Resources {
+                vcpu: 1,
+                memory_mb: 64,
+            },
             image: None,
             snapshot_id: None,
             environment: Default::default(),
@@ -114,13 +120,24 @@ mod tests {
         let store = SqliteStore::open(dir.path().join("db")).expect("store");
         let ws_policy = policy(&["198.18.0.0/15"], &["bad.test"]);
         set_workspace_policy(&store, "w", &ws_policy).expect("set");
-        assert_eq!(workspace_policy(&store, "w").expect("get"), Some(ws_policy.clone()));
+        assert_eq!(
+            workspace_policy(&store, "w").expect("get"),
+            Some(ws_policy.clone())
+        );
         let sb = policy(&[], &["198.18.0.3"]);
-        let spec = network_spec(&store, "w", &request(None, Some(sb.clone())), NetworkMode::Egress).expect("spec");
+        let spec = network_spec(
+            &store,
+            "w",
+            &request(None, Some(sb.clone())),
+            NetworkMode::Egress,
+        )
+        .expect("spec");
         assert_eq!(spec, NetworkSpec::egress(vec![ws_policy, sb.clone()]));
-        let other = network_spec(&store, "other", &request(None, None), NetworkMode::Egress).expect("spec");
+        let other =
+            network_spec(&store, "other", &request(None, None), NetworkMode::Egress).expect("spec");
         assert_eq!(other, NetworkSpec::egress(vec![]));
-        let none = network_spec(&store, "w", &request(None, None), NetworkMode::None).expect("spec");
+        let none =
+            network_spec(&store, "w", &request(None, None), NetworkMode::None).expect("spec");
         assert_eq!(none, NetworkSpec::none());
         assert!(check_request(&request(Some(NetworkMode::None), Some(sb))).is_err());
         assert!(clear_workspace_policy(&store, "w").expect("clear"));

@@ -1,117 +1,16 @@
-//! Egress networking against a fake "internet" host in a network namespace this test
-//! makes (198.18.R.0/29, a benchmarking range); no traffic leaves the machine.
+//! Egress networking of the Linux backend against a fake "internet" host (see
+//! `fakenet`) in a network namespace this test makes; no traffic leaves the machine.
 
 mod common;
+mod fakenet;
 
 use common::{agent_sh, runtime};
 use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime, SandboxHandle};
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use fakenet::{FakeNet, PROBE};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// A TCP service on :8080 answering "hello", and DNS on :53 (good.test → .2,
-/// bad.test → .4, anything else NXDOMAIN), at .2, .3 and .4 of the fake host.
-const FAKE_HOST: &str = r#"
-import socket, struct, sys, threading
-pre = sys.argv[1]
-t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); t.bind(("0.0.0.0", 8080)); t.listen(64)
-def serve():
-    while True:
-        c, _ = t.accept(); c.sendall(b"hello"); c.close()
-threading.Thread(target=serve, daemon=True).start()
-names = {b"good.test": pre + ".2", b"bad.test": pre + ".4"}
-u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 53))
-print("ready", flush=True)
-while True:
-    q, a = u.recvfrom(512)
-    i, labels = 12, []
-    while q[i]:
-        labels.append(q[i + 1:i + 1 + q[i]]); i += 1 + q[i]
-    qtype, end = struct.unpack(">H", q[i + 1:i + 3])[0], i + 5
-    ip = names.get(b".".join(labels).lower())
-    if ip and qtype == 1:
-        r = q[:2] + b"\x81\x80" + q[4:6] + b"\x00\x01\x00\x00\x00\x00" + q[12:end] + b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(ip)
-    else:
-        r = q[:2] + bytes([0x81, 0x80 if ip else 0x83]) + q[4:6] + b"\x00\x00\x00\x00\x00\x00" + q[12:end]
-    u.sendto(r, a)
-"#;
-
-/// Prints "ok <data>" or "err <exception>" for a TCP connect from inside a sandbox.
-const PROBE: &str = r#"
-import socket, sys
-try:
-    host = socket.gethostbyname(sys.argv[1])
-except Exception as e:
-    print("noname", type(e).__name__); sys.exit(0)
-try:
-    s = socket.create_connection((host, int(sys.argv[2])), timeout=3); print("ok", host, s.recv(64).decode())
-except Exception as e:
-    print("err", host, type(e).__name__)
-"#;
-
-fn run(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("spawn");
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// The fake outside host: its namespace, the host's veth to it, and its server.
-struct FakeNet {
-    ns: String,
-    veth: String,
-    prefix: String,
-    server: Child,
-}
-
-impl FakeNet {
-    fn new() -> FakeNet {
-        let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
-        let r = u8::from_str_radix(&tag[..2], 16).expect("hex");
-        let (ns, veth, prefix) = (format!("sbxtest-{tag}"), format!("sbt{tag}"), format!("198.18.{r}"));
-        run(&["ip", "netns", "add", &ns]);
-        let mut fake = FakeNet { ns: ns.clone(), veth: veth.clone(), prefix: prefix.clone(), server: Command::new("true").spawn().expect("true") };
-        run(&["ip", "link", "add", &veth, "type", "veth", "peer", "name", "fake0", "netns", &ns]);
-        run(&["ip", "addr", "add", &format!("{prefix}.1/29"), "dev", &veth]);
-        run(&["ip", "link", "set", &veth, "up"]);
-        for host in [2, 3, 4] {
-            run(&["ip", "-n", &ns, "addr", "add", &format!("{prefix}.{host}/29"), "dev", "fake0"]);
-        }
-        run(&["ip", "-n", &ns, "link", "set", "fake0", "up"]);
-        run(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
-        // So that connecting into a sandbox from here is a real attempt, not "no route".
-        run(&["ip", "-n", &ns, "route", "add", "10.213.0.0/16", "via", &format!("{prefix}.1")]);
-        let _ = fake.server.wait();
-        fake.server = Command::new("ip")
-            .args(["netns", "exec", &ns, "/usr/bin/python3", "-c", FAKE_HOST, &prefix])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("fake host server");
-        let mut line = String::new();
-        BufReader::new(fake.server.stdout.take().expect("stdout")).read_line(&mut line).expect("ready line");
-        assert_eq!(line.trim(), "ready");
-        fake
-    }
-
-    fn addr(&self, host: u8) -> String {
-        format!("{}.{host}", self.prefix)
-    }
-
-    /// Runs the probe from the fake host's namespace.
-    fn probe(&self, host: &str, port: u16) -> String {
-        let out = Command::new("ip").args(["netns", "exec", &self.ns, "/usr/bin/python3", "-c", PROBE, host, &port.to_string()]).output().expect("probe");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-}
-
-impl Drop for FakeNet {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-        let _ = Command::new("ip").args(["link", "del", &self.veth]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-    }
-}
 
 /// Destroys (network included) every sandbox still on disk, e.g. after a failed assertion.
 struct DestroyOnDrop<'a>(&'a LinuxRuntime);

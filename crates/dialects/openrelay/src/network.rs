@@ -84,10 +84,19 @@ mod tests {
         assert_eq!(mode, Some(NetworkMode::Egress));
         let layer = layer.unwrap();
         assert!(layer.allow.is_empty());
-        assert_eq!(layer.deny.iter().map(|r| r.to_string()).collect::<Vec<_>>(), ["198.18.0.3/32", "bad.test"]);
-        assert_eq!(plan(Some(json!({"mode": "none"})), None).unwrap(), (Some(NetworkMode::None), None));
+        assert_eq!(
+            layer.deny.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+            ["198.18.0.3/32", "bad.test"]
+        );
+        assert_eq!(
+            plan(Some(json!({"mode": "none"})), None).unwrap(),
+            (Some(NetworkMode::None), None)
+        );
         let (mode, layer) = plan(Some(json!({"allow": ["10.0.0.0/8"]})), None).unwrap();
-        assert_eq!((mode, layer.map(|l| l.allow.len())), (Some(NetworkMode::Egress), Some(1)));
+        assert_eq!(
+            (mode, layer.map(|l| l.allow.len())),
+            (Some(NetworkMode::Egress), Some(1))
+        );
         assert_eq!(plan(None, None).unwrap(), (None, None));
     }
 
@@ -103,7 +112,11 @@ mod tests {
             (None, Some(json!(["10.0.0.0/8"]))),
         ] {
             let err = plan(network.clone(), egress.clone()).err();
-            assert_eq!(err.map(|e| e.body.code), Some("INVALID_REQUEST"), "{network:?} {egress:?}");
+            assert_eq!(
+                err.map(|e| e.body.code),
+                Some("INVALID_REQUEST"),
+                "{network:?} {egress:?}"
+            );
         }
     }
 }

@@ -56,7 +56,10 @@ mod tests {
         assert_eq!(get(&conn, "w").expect("get"), None);
         set(&conn, &rec(&["10.0.0.0/8"])).expect("set");
         set(&conn, &rec(&["192.0.2.0/24", "good.test"])).expect("replace");
-        assert_eq!(get(&conn, "w").expect("get"), Some(rec(&["192.0.2.0/24", "good.test"])));
+        assert_eq!(
+            get(&conn, "w").expect("get"),
+            Some(rec(&["192.0.2.0/24", "good.test"]))
+        );
         assert_eq!(get(&conn, "other").expect("get"), None);
         assert!(delete(&conn, "w").expect("delete"));
         assert!(!delete(&conn, "w").expect("delete again"));
