@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 use sandboxd_runtime::linux::{LinuxConfig, LinuxRuntime};
-use sandboxd_runtime::{ImageLayers, Layer, Requests, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec};
+use sandboxd_runtime::{
+    ImageLayers, Layer, Requests, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec,
+};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
@@ -61,7 +63,11 @@ impl Runtime for TestRuntime {
     fn delete_layer(&self, digest: &str) -> Result<(), RuntimeError> {
         self.0.delete_layer(digest)
     }
-    fn apply_requests(&self, handle: &SandboxHandle, requests: &Requests) -> Result<Vec<u32>, RuntimeError> {
+    fn apply_requests(
+        &self,
+        handle: &SandboxHandle,
+        requests: &Requests,
+    ) -> Result<Vec<u32>, RuntimeError> {
         self.0.apply_requests(handle, requests)
     }
     fn free_cpus(&self) -> Option<Vec<u32>> {
@@ -81,7 +87,14 @@ pub fn raw_runtime(data_dir: &Path) -> LinuxRuntime {
         init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
         init_args: vec!["__sandbox-init".into()],
         // One parent per data dir, so a test removing its parent never races another.
-        cgroup_parent: format!("sandboxd-test-{}", data_dir.file_name().and_then(|n| n.to_str()).unwrap_or("x").trim_start_matches('.')),
+        cgroup_parent: format!(
+            "sandboxd-test-{}",
+            data_dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("x")
+                .trim_start_matches('.')
+        ),
     })
     .expect("linux runtime")
 }
