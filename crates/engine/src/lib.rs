@@ -26,13 +26,13 @@ pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{EngineError, ErrorCode};
 pub use idempotency::{Remembered, IDEMPOTENCY_TTL};
 pub use model::*;
-pub use quota::{CreateRate, Quota};
 pub use ops::{
     ExecEnd, ExecEvent, ExecStream, FrameStream, SandboxEnd, StreamCommand, AGENT_DEFAULT_ENV,
     KILLED_EXIT, TIMED_OUT_EXIT,
 };
+pub use quota::{CreateRate, Quota};
 pub use sandboxd_agent_protocol::client::ByteStream;
-pub use sandboxd_runtime::{EgressPolicy, EgressRule, NetworkMode, Requests};
 pub use sandboxd_agent_protocol::pty::{PtyFrame, PtyIo};
+pub use sandboxd_runtime::{EgressPolicy, EgressRule, NetworkMode, Requests};
 pub use state::SandboxStatus;
 pub use templates::{Template, TemplateBuild, BUILTIN_TEMPLATES};

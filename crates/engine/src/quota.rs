@@ -16,7 +16,11 @@ pub struct Quota {
 
 impl Default for Quota {
     fn default() -> Self {
-        Self { max_sandboxes: 50, max_vcpu: 64, max_memory_mb: 64 * 1024 }
+        Self {
+            max_sandboxes: 50,
+            max_vcpu: 64,
+            max_memory_mb: 64 * 1024,
+        }
     }
 }
 
@@ -41,7 +45,10 @@ pub struct CreateRate {
 
 impl Default for CreateRate {
     fn default() -> Self {
-        Self { burst: 60, per_hour: 3600 }
+        Self {
+            burst: 60,
+            per_hour: 3600,
+        }
     }
 }
 
@@ -65,7 +72,10 @@ pub fn check(quota: &Quota, used: Usage, vcpu: u32, memory_mb: u32) -> Result<()
         None
     };
     match over {
-        Some(what) => Err(EngineError::new(ErrorCode::QuotaExceeded, format!("the workspace quota allows {what}"))),
+        Some(what) => Err(EngineError::new(
+            ErrorCode::QuotaExceeded,
+            format!("the workspace quota allows {what}"),
+        )),
         None => Ok(()),
     }
 }
@@ -87,7 +97,8 @@ impl RateLimiter {
         let burst = f64::from(rate.burst);
         let per_sec = f64::from(rate.per_hour) / 3600.0;
         let (tokens, last) = buckets.entry(ws.to_owned()).or_insert((burst, now));
-        *tokens = (*tokens + now.saturating_duration_since(*last).as_secs_f64() * per_sec).min(burst);
+        *tokens =
+            (*tokens + now.saturating_duration_since(*last).as_secs_f64() * per_sec).min(burst);
         *last = now;
         if *tokens >= 1.0 {
             *tokens -= 1.0;
@@ -98,7 +109,11 @@ impl RateLimiter {
             false => Duration::from_secs(86_400),
         };
         let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        Err(EngineError::new(ErrorCode::RateLimited, format!("too many sandbox creates; retry in {secs} s")).retry_after(Duration::from_secs(secs.max(1))))
+        Err(EngineError::new(
+            ErrorCode::RateLimited,
+            format!("too many sandbox creates; retry in {secs} s"),
+        )
+        .retry_after(Duration::from_secs(secs.max(1))))
     }
 }
 
@@ -108,12 +123,66 @@ mod tests {
 
     #[test]
     fn quota_names_the_exhausted_resource() {
-        let q = Quota { max_sandboxes: 2, max_vcpu: 4, max_memory_mb: 1024 };
-        assert!(check(&q, Usage { sandboxes: 1, vcpu: 2, memory_mb: 512 }, 2, 512).is_ok());
-        let e = check(&q, Usage { sandboxes: 2, vcpu: 0, memory_mb: 0 }, 1, 1).unwrap_err();
-        assert_eq!((e.code, e.message.as_str()), (ErrorCode::QuotaExceeded, "the workspace quota allows 2 active sandboxes"));
-        assert!(check(&q, Usage { sandboxes: 0, vcpu: 3, memory_mb: 0 }, 2, 1).unwrap_err().message.contains("4 vCPUs"));
-        assert!(check(&q, Usage { sandboxes: 0, vcpu: 0, memory_mb: 1000 }, 1, 100).unwrap_err().message.contains("1024 MiB"));
+        let q = Quota {
+            max_sandboxes: 2,
+            max_vcpu: 4,
+            max_memory_mb: 1024,
+        };
+        assert!(check(
+            &q,
+            Usage {
+                sandboxes: 1,
+                vcpu: 2,
+                memory_mb: 512
+            },
+            2,
+            512
+        )
+        .is_ok());
+        let e = check(
+            &q,
+            Usage {
+                sandboxes: 2,
+                vcpu: 0,
+                memory_mb: 0,
+            },
+            1,
+            1,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                ErrorCode::QuotaExceeded,
+                "the workspace quota allows 2 active sandboxes"
+            )
+        );
+        assert!(check(
+            &q,
+            Usage {
+                sandboxes: 0,
+                vcpu: 3,
+                memory_mb: 0
+            },
+            2,
+            1
+        )
+        .unwrap_err()
+        .message
+        .contains("4 vCPUs"));
+        assert!(check(
+            &q,
+            Usage {
+                sandboxes: 0,
+                vcpu: 0,
+                memory_mb: 1000
+            },
+            1,
+            100
+        )
+        .unwrap_err()
+        .message
+        .contains("1024 MiB"));
     }
 
     #[test]
@@ -128,21 +197,41 @@ mod tests {
         let base = Quota::default();
         assert_eq!(base.with_override(None), base);
         let q = base.with_override(Some(&over));
-        assert_eq!((q.max_sandboxes, q.max_vcpu, q.max_memory_mb), (3, base.max_vcpu, 512));
+        assert_eq!(
+            (q.max_sandboxes, q.max_vcpu, q.max_memory_mb),
+            (3, base.max_vcpu, 512)
+        );
     }
 
     #[test]
     fn bucket_refuses_past_its_burst_and_refills() {
         let limiter = RateLimiter::default();
-        let rate = CreateRate { burst: 2, per_hour: 3600 };
+        let rate = CreateRate {
+            burst: 2,
+            per_hour: 3600,
+        };
         let t0 = Instant::now();
         assert!(limiter.take_at("w", rate, t0).is_ok());
         assert!(limiter.take_at("w", rate, t0).is_ok());
         let e = limiter.take_at("w", rate, t0).unwrap_err();
-        assert_eq!((e.code, e.retry_after), (ErrorCode::RateLimited, Some(Duration::from_secs(1))));
-        assert!(limiter.take_at("other", rate, t0).is_ok(), "buckets are per workspace");
-        assert!(limiter.take_at("w", rate, t0 + Duration::from_secs(1)).is_ok());
-        let slow = CreateRate { burst: 0, per_hour: 1 };
-        assert_eq!(limiter.take_at("s", slow, t0).unwrap_err().retry_after, Some(Duration::from_secs(3600)));
+        assert_eq!(
+            (e.code, e.retry_after),
+            (ErrorCode::RateLimited, Some(Duration::from_secs(1)))
+        );
+        assert!(
+            limiter.take_at("other", rate, t0).is_ok(),
+            "buckets are per workspace"
+        );
+        assert!(limiter
+            .take_at("w", rate, t0 + Duration::from_secs(1))
+            .is_ok());
+        let slow = CreateRate {
+            burst: 0,
+            per_hour: 1,
+        };
+        assert_eq!(
+            limiter.take_at("s", slow, t0).unwrap_err().retry_after,
+            Some(Duration::from_secs(3600))
+        );
     }
 }

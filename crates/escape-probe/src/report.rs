@@ -13,12 +13,20 @@ pub struct Attempt {
 impl Attempt {
     /// An attempt the sandbox refused (or that found nothing to reach).
     pub fn refused(attempt: impl Into<String>, result: impl Into<String>) -> Self {
-        Self { attempt: attempt.into(), result: result.into(), escaped: false }
+        Self {
+            attempt: attempt.into(),
+            result: result.into(),
+            escaped: false,
+        }
     }
 
     /// An attempt that got through: the sandbox leaked.
     pub fn escaped(attempt: impl Into<String>, result: impl Into<String>) -> Self {
-        Self { attempt: attempt.into(), result: result.into(), escaped: true }
+        Self {
+            attempt: attempt.into(),
+            result: result.into(),
+            escaped: true,
+        }
     }
 
     /// Judges a raw syscall return: negative is a refusal named by errno.
@@ -112,7 +120,10 @@ mod tests {
 
     #[test]
     fn errno_names_are_symbolic() {
-        assert_eq!(errno_name(io::Error::from_raw_os_error(libc::EPERM)), "EPERM");
+        assert_eq!(
+            errno_name(io::Error::from_raw_os_error(libc::EPERM)),
+            "EPERM"
+        );
         assert_eq!(errno_name(io::Error::from_raw_os_error(4095)), "errno 4095");
     }
 }

@@ -40,7 +40,9 @@ impl Targets {
 }
 
 fn parse<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
-    value.parse().map_err(|_| format!("{flag}: bad value {value:?}"))
+    value
+        .parse()
+        .map_err(|_| format!("{flag}: bad value {value:?}"))
 }
 
 #[cfg(test)]
@@ -48,18 +50,31 @@ mod tests {
     use super::*;
 
     fn args(v: &[&str]) -> impl Iterator<Item = String> {
-        v.iter().map(|s| s.to_string()).collect::<Vec<_>>().into_iter()
+        v.iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .into_iter()
     }
 
     #[test]
     fn parses_every_flag() {
         let t = Targets::from_args(args(&[
-            "--host-pid", "42", "--port", "80", "--other-path", "/a", "--other-path", "/b",
+            "--host-pid",
+            "42",
+            "--port",
+            "80",
+            "--other-path",
+            "/a",
+            "--other-path",
+            "/b",
         ]))
         .expect("parse");
         assert_eq!(t.host_pid, Some(42));
         assert_eq!(t.port, Some(80));
-        assert_eq!(t.other_paths, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert_eq!(
+            t.other_paths,
+            vec![PathBuf::from("/a"), PathBuf::from("/b")]
+        );
     }
 
     #[test]

@@ -25,10 +25,17 @@ pub trait Runtime: Send + Sync + 'static {
     /// Like [`Runtime::start`], with a network: `start` gives a sandbox only `lo`; this
     /// may give it egress under `network`'s policy layers. Backends without networking
     /// start `NetworkMode::None` sandboxes and refuse egress.
-    fn start_with_network(&self, spec: &SandboxSpec, network: &NetworkSpec) -> Result<SandboxHandle, RuntimeError> {
+    fn start_with_network(
+        &self,
+        spec: &SandboxSpec,
+        network: &NetworkSpec,
+    ) -> Result<SandboxHandle, RuntimeError> {
         match network.mode {
             NetworkMode::None => self.start(spec),
-            NetworkMode::Egress => Err(RuntimeError::Unsupported(format!("the {} backend has no egress networking", self.name()))),
+            NetworkMode::Egress => Err(RuntimeError::Unsupported(format!(
+                "the {} backend has no egress networking",
+                self.name()
+            ))),
         }
     }
 

@@ -31,7 +31,11 @@ impl Cidr {
     }
 
     fn mask(&self) -> u32 {
-        if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) }
+        if self.prefix == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(self.prefix))
+        }
     }
 
     /// Whether `ip` lies in this network.
@@ -62,7 +66,10 @@ impl FromStr for Cidr {
         if prefix > 32 {
             return Err(bad());
         }
-        Ok(Cidr { addr: addr.parse().map_err(|_| bad())?, prefix })
+        Ok(Cidr {
+            addr: addr.parse().map_err(|_| bad())?,
+            prefix,
+        })
     }
 }
 
@@ -78,11 +85,21 @@ pub enum EgressRule {
 impl FromStr for EgressRule {
     type Err = BadRule;
     fn from_str(s: &str) -> Result<Self, BadRule> {
-        if s.starts_with(|c: char| c.is_ascii_digit()) && s.chars().all(|c| c.is_ascii_digit() || c == '.' || c == '/') {
+        if s.starts_with(|c: char| c.is_ascii_digit())
+            && s.chars()
+                .all(|c| c.is_ascii_digit() || c == '.' || c == '/')
+        {
             return s.parse().map(EgressRule::Cidr);
         }
         let name = s.trim_end_matches('.').to_ascii_lowercase();
-        let label_ok = |l: &str| !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-') && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        };
         if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
             return Err(BadRule(s.to_string()));
         }
@@ -134,20 +151,31 @@ pub struct NetworkSpec {
 impl NetworkSpec {
     /// Only loopback.
     pub fn none() -> Self {
-        NetworkSpec { mode: NetworkMode::None, layers: Vec::new() }
+        NetworkSpec {
+            mode: NetworkMode::None,
+            layers: Vec::new(),
+        }
     }
 
     /// Egress-only with the given policy layers.
     pub fn egress(layers: Vec<EgressPolicy>) -> Self {
-        NetworkSpec { mode: NetworkMode::Egress, layers }
+        NetworkSpec {
+            mode: NetworkMode::Egress,
+            layers,
+        }
     }
 
     /// Every domain any layer names.
     pub fn domains(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.layers.iter().flat_map(|l| l.allow.iter().chain(&l.deny)).filter_map(|r| match r {
-            EgressRule::Domain(d) => Some(d.clone()),
-            EgressRule::Cidr(_) => None,
-        }).collect();
+        let mut out: Vec<String> = self
+            .layers
+            .iter()
+            .flat_map(|l| l.allow.iter().chain(&l.deny))
+            .filter_map(|r| match r {
+                EgressRule::Domain(d) => Some(d.clone()),
+                EgressRule::Cidr(_) => None,
+            })
+            .collect();
         out.sort();
         out.dedup();
         out
@@ -162,9 +190,23 @@ mod tests {
     fn rules_parse_and_print() {
         let r: EgressRule = "10.1.2.3/8".parse().expect("cidr");
         assert_eq!(r.to_string(), "10.0.0.0/8");
-        assert_eq!("192.0.2.7".parse::<EgressRule>().expect("ip").to_string(), "192.0.2.7/32");
-        assert_eq!("Example.COM.".parse::<EgressRule>().expect("domain"), EgressRule::Domain("example.com".into()));
-        for bad in ["10.0.0.0/33", "1.2.3", "a..b", "-x.com", "", "x y", "300.1.1.1"] {
+        assert_eq!(
+            "192.0.2.7".parse::<EgressRule>().expect("ip").to_string(),
+            "192.0.2.7/32"
+        );
+        assert_eq!(
+            "Example.COM.".parse::<EgressRule>().expect("domain"),
+            EgressRule::Domain("example.com".into())
+        );
+        for bad in [
+            "10.0.0.0/33",
+            "1.2.3",
+            "a..b",
+            "-x.com",
+            "",
+            "x y",
+            "300.1.1.1",
+        ] {
             assert!(bad.parse::<EgressRule>().is_err(), "{bad:?} accepted");
         }
     }
@@ -174,7 +216,10 @@ mod tests {
         let c: Cidr = "169.254.0.0/16".parse().expect("cidr");
         assert!(c.contains(Ipv4Addr::new(169, 254, 169, 254)));
         assert!(!c.contains(Ipv4Addr::new(169, 253, 0, 1)));
-        assert!("0.0.0.0/0".parse::<Cidr>().expect("all").contains(Ipv4Addr::new(8, 8, 8, 8)));
+        assert!("0.0.0.0/0"
+            .parse::<Cidr>()
+            .expect("all")
+            .contains(Ipv4Addr::new(8, 8, 8, 8)));
     }
 
     #[test]

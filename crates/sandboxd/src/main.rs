@@ -7,8 +7,8 @@ mod cli_sandbox;
 mod cli_templates;
 mod init;
 mod keys;
-mod quota;
 mod network_policy;
+mod quota;
 mod run;
 mod runtime;
 mod secrets;
@@ -78,9 +78,7 @@ fn main() -> std::process::ExitCode {
         Command::Keys(command) => report("keys", keys::main(command)),
         Command::Quota(command) => report("quota", quota::main(command)),
         Command::Secrets(command) => report("secrets", secrets::main(command)),
-        Command::NetworkPolicy(command) => {
-            report("network-policy", network_policy::main(command))
-        }
+        Command::NetworkPolicy(command) => report("network-policy", network_policy::main(command)),
         Command::Sandbox(command) => cli_sandbox::main(command).unwrap_or_else(|err| {
             eprintln!("sandboxd sandbox: {err:#}");
             std::process::ExitCode::FAILURE

@@ -14,7 +14,8 @@ fn loops_under(dir: &Path) -> Vec<String> {
         .expect("/sys/block")
         .filter_map(|e| e.ok())
         .filter(|e| {
-            let file = std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
+            let file =
+                std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
             file.starts_with(&prefix)
         })
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -31,19 +32,38 @@ fn filling_the_layer_is_enospc_inside_and_contained() {
     other.disk_mb = 64;
     let a = rt.start(&small).expect("start a");
     let b = rt.start(&other).expect("start b");
-    assert_eq!(loops_under(data.path()).len(), 2, "one loop device per limited sandbox");
+    assert_eq!(
+        loops_under(data.path()).len(),
+        2,
+        "one loop device per limited sandbox"
+    );
 
-    let (code, out) = agent_sh(&a, "dd if=/dev/zero of=/big bs=1M count=128 2>&1; echo exit=$?");
-    assert!(out.contains("No space left on device"), "dd did not hit ENOSPC: {out}");
+    let (code, out) = agent_sh(
+        &a,
+        "dd if=/dev/zero of=/big bs=1M count=128 2>&1; echo exit=$?",
+    );
+    assert!(
+        out.contains("No space left on device"),
+        "dd did not hit ENOSPC: {out}"
+    );
     assert!(out.contains("exit=1"), "dd did not fail: {out} ({code:?})");
     let (_, size) = agent_sh(&a, "stat -c %s /big");
     let size: u64 = size.trim().parse().expect("size");
-    assert!(size <= 64 << 20 && size > 32 << 20, "file size {size} not bounded by the 64 MiB disk");
+    assert!(
+        size <= 64 << 20 && size > 32 << 20,
+        "file size {size} not bounded by the 64 MiB disk"
+    );
 
     // The full sandbox can still free space; the other one writes as usual.
     let (_, out) = agent_sh(&b, "dd if=/dev/zero of=/f bs=1M count=8 2>&1 && echo ok");
-    assert!(out.trim_end().ends_with("ok"), "second sandbox could not write: {out}");
-    let (_, out) = agent_sh(&a, "rm /big && echo small > /etc/written && cat /etc/written");
+    assert!(
+        out.trim_end().ends_with("ok"),
+        "second sandbox could not write: {out}"
+    );
+    let (_, out) = agent_sh(
+        &a,
+        "rm /big && echo small > /etc/written && cat /etc/written",
+    );
     assert_eq!(out.trim(), "small");
 
     // Snapshots capture the limited layer.
@@ -59,9 +79,17 @@ fn filling_the_layer_is_enospc_inside_and_contained() {
     for (h, left) in [(&a, 2), (&b, 1), (&c, 0)] {
         rt.destroy(h).expect("destroy");
         assert_gone(&rt, data.path(), h);
-        assert_eq!(loops_under(data.path()).len(), left, "a destroyed sandbox's disk stays attached");
+        assert_eq!(
+            loops_under(data.path()).len(),
+            left,
+            "a destroyed sandbox's disk stays attached"
+        );
     }
-    assert_eq!(loops_under(data.path()), Vec::<String>::new(), "loop devices left attached");
+    assert_eq!(
+        loops_under(data.path()),
+        Vec::<String>::new(),
+        "loop devices left attached"
+    );
     rt.delete_layer(&layer.digest).expect("delete layer");
 }
 

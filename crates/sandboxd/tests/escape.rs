@@ -13,7 +13,13 @@ use std::path::{Path, PathBuf};
 fn build_probe() -> PathBuf {
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("escape-probe");
     let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "sandboxd-escape-probe", "--target-dir"])
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "sandboxd-escape-probe",
+            "--target-dir",
+        ])
         .arg(&target)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
@@ -28,18 +34,35 @@ fn run_probe(handle: &SandboxHandle, probe: &Path, args: Vec<String>) -> String 
     use futures_util::StreamExt;
     let bytes = std::fs::read(probe).expect("read probe binary");
     let client = AgentClient::new(handle.agent_socket.clone());
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
     let body = futures_util::stream::once(async move { Ok(bytes::Bytes::from(bytes)) }).boxed();
-    rt.block_on(client.write_file("/tmp/escape-probe", 0o755, body)).expect("upload probe");
+    rt.block_on(client.write_file("/tmp/escape-probe", 0o755, body))
+        .expect("upload probe");
     let mut argv = vec!["/tmp/escape-probe".to_owned()];
     argv.extend(args);
-    let req = ExecRequest { argv, env: None, cwd: None, timeout_ms: 120_000, max_output_bytes: 1 << 20 };
+    let req = ExecRequest {
+        argv,
+        env: None,
+        cwd: None,
+        timeout_ms: 120_000,
+        max_output_bytes: 1 << 20,
+    };
     let result = rt.block_on(client.exec(&req)).expect("exec probe");
     let decode = |s: &str| {
-        let raw = base64::engine::general_purpose::STANDARD.decode(s).expect("base64");
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .expect("base64");
         String::from_utf8_lossy(&raw).into_owned()
     };
-    assert_eq!(result.exit_code, Some(0), "probe failed: {}", decode(&result.stderr));
+    assert_eq!(
+        result.exit_code,
+        Some(0),
+        "probe failed: {}",
+        decode(&result.stderr)
+    );
     decode(&result.stdout)
 }
 
@@ -50,7 +73,8 @@ fn every_escape_attempt_from_inside_a_sandbox_is_refused() {
     let rt = runtime(data.path());
     let a = rt.start(&spec("default")).expect("start a");
     let b = rt.start(&spec("default")).expect("start b");
-    let marker = std::env::temp_dir().join(format!("sandboxd-escape-marker-{}", uuid::Uuid::new_v4()));
+    let marker =
+        std::env::temp_dir().join(format!("sandboxd-escape-marker-{}", uuid::Uuid::new_v4()));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
     let result = std::panic::catch_unwind(|| {
         std::fs::write(&marker, "host secret").expect("plant marker");
@@ -63,11 +87,17 @@ fn every_escape_attempt_from_inside_a_sandbox_is_refused() {
             ("--marker", marker.display().to_string()),
             ("--port", port.to_string()),
             ("--other-path", b.state_dir.display().to_string()),
-            ("--other-path", b.state_dir.join("rootfs").display().to_string()),
+            (
+                "--other-path",
+                b.state_dir.join("rootfs").display().to_string(),
+            ),
             ("--other-socket", b.agent_socket.display().to_string()),
             ("--other-file", other_file),
         ];
-        let args = args.into_iter().flat_map(|(f, v)| [f.to_owned(), v]).collect();
+        let args = args
+            .into_iter()
+            .flat_map(|(f, v)| [f.to_owned(), v])
+            .collect();
         let report = run_probe(&a, &probe, args);
         println!("escape report:\n{report}");
         check_report(&report)
@@ -88,14 +118,40 @@ fn check_report(report: &str) -> Vec<String> {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad report line {l:?}: {e}")))
         .collect();
     // Every category of the suite ran (the probe skips none when given every target).
-    let names: Vec<&str> = attempts.iter().filter_map(|a| a["attempt"].as_str()).collect();
+    let names: Vec<&str> = attempts
+        .iter()
+        .filter_map(|a| a["attempt"].as_str())
+        .collect();
     for needle in [
-        "host process", "host marker", "/usr/bin", "mount", "fsopen", "open_tree", "CLONE_NEWUSER",
-        "ptrace", "init_module", "kexec", "bpf", "/dev/mem", "mknod", "sethostname", "settimeofday",
-        "clock_settime", "/proc/sys", "/sys/", "127.0.0.1", "another sandbox's file",
-        "another sandbox's agent socket", "another sandbox over the network", "setuid", "NoNewPrivs",
+        "host process",
+        "host marker",
+        "/usr/bin",
+        "mount",
+        "fsopen",
+        "open_tree",
+        "CLONE_NEWUSER",
+        "ptrace",
+        "init_module",
+        "kexec",
+        "bpf",
+        "/dev/mem",
+        "mknod",
+        "sethostname",
+        "settimeofday",
+        "clock_settime",
+        "/proc/sys",
+        "/sys/",
+        "127.0.0.1",
+        "another sandbox's file",
+        "another sandbox's agent socket",
+        "another sandbox over the network",
+        "setuid",
+        "NoNewPrivs",
     ] {
-        assert!(names.iter().any(|n| n.contains(needle)), "no attempt covers {needle:?}");
+        assert!(
+            names.iter().any(|n| n.contains(needle)),
+            "no attempt covers {needle:?}"
+        );
     }
     assert!(attempts.len() >= 40, "only {} attempts ran", attempts.len());
     attempts

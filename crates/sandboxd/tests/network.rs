@@ -5,10 +5,10 @@ mod common;
 mod fakenet;
 
 use common::{agent_sh, runtime};
+use fakenet::{FakeNet, PROBE};
 use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime, SandboxHandle};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use fakenet::{FakeNet, PROBE};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -24,7 +24,10 @@ impl Drop for DestroyOnDrop<'_> {
 }
 
 fn probe(handle: &SandboxHandle, host: &str, port: u16) -> String {
-    let script = format!("exec /usr/bin/python3 -c '{}' {host} {port}", PROBE.replace('\'', "'\\''"));
+    let script = format!(
+        "exec /usr/bin/python3 -c '{}' {host} {port}",
+        PROBE.replace('\'', "'\\''")
+    );
     let (code, out) = agent_sh(handle, &script);
     assert_eq!(code, Some(0), "probe failed: {out}");
     out.trim().to_string()
@@ -32,22 +35,38 @@ fn probe(handle: &SandboxHandle, host: &str, port: u16) -> String {
 
 fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {
     let rules = |l: &[&str]| l.iter().map(|r| r.parse().expect("rule")).collect();
-    EgressPolicy { allow: rules(allow), deny: rules(deny) }
+    EgressPolicy {
+        allow: rules(allow),
+        deny: rules(deny),
+    }
 }
 
 fn nft_has_chain(id: uuid::Uuid) -> bool {
     let chain = format!("sb_{}", &id.simple().to_string()[..12]);
-    Command::new("nft").args(["list", "chain", "inet", "sandboxd", &chain]).stderr(Stdio::null()).stdout(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
+    Command::new("nft")
+        .args(["list", "chain", "inet", "sandboxd", &chain])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 fn link_exists(id: uuid::Uuid) -> bool {
     let name = format!("sbx{}", &id.simple().to_string()[..12]);
-    Command::new("ip").args(["link", "show", &name]).stderr(Stdio::null()).stdout(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
+    Command::new("ip")
+        .args(["link", "show", &name])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 #[test]
 fn egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
-    let forward_before = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("ip_forward");
+    let forward_before =
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("ip_forward");
     let fake = FakeNet::new();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = NetConfig::from_host();
@@ -61,9 +80,16 @@ fn egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
 
     // Workspace layer allows only the fake host's /29 and denies bad.test; the sandbox
     // layer narrows it further by denying .3.
-    let layers = vec![policy(&[&format!("{}.0/29", fake.prefix)], &["bad.test"]), policy(&[], &[&fake.addr(3)])];
-    let a = net_rt.start_with_network(&common::spec("default"), &NetworkSpec::egress(layers)).expect("start a");
-    let b = net_rt.start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![])).expect("start b");
+    let layers = vec![
+        policy(&[&format!("{}.0/29", fake.prefix)], &["bad.test"]),
+        policy(&[], &[&fake.addr(3)]),
+    ];
+    let a = net_rt
+        .start_with_network(&common::spec("default"), &NetworkSpec::egress(layers))
+        .expect("start a");
+    let b = net_rt
+        .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+        .expect("start b");
     let a_addr = net_rt.sandbox_address(a.id).expect("a address");
     let b_addr = net_rt.sandbox_address(b.id).expect("b address").to_string();
     let gateway = Ipv4Addr::from(u32::from(a_addr) - 1).to_string();
@@ -73,28 +99,57 @@ fn egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
         ("fake host by name (UDP DNS)", probe(&a, "good.test", 8080)),
         ("denied CIDR", probe(&a, &fake.addr(3), 8080)),
         ("denied domain", probe(&a, "bad.test", 8080)),
-        ("host loopback API", probe(&a, "127.0.0.1", loopback.local_addr().expect("port").port())),
-        ("host via gateway", probe(&a, &gateway, any.local_addr().expect("port").port())),
-        ("host via its fake-net address", probe(&a, &fake.addr(1), any.local_addr().expect("port").port())),
+        (
+            "host loopback API",
+            probe(&a, "127.0.0.1", loopback.local_addr().expect("port").port()),
+        ),
+        (
+            "host via gateway",
+            probe(&a, &gateway, any.local_addr().expect("port").port()),
+        ),
+        (
+            "host via its fake-net address",
+            probe(&a, &fake.addr(1), any.local_addr().expect("port").port()),
+        ),
     ];
-    assert_eq!(results[0].1, format!("ok {} hello", fake.addr(2)), "{results:?}");
-    assert_eq!(results[1].1, format!("ok {} hello", fake.addr(2)), "{results:?}");
+    assert_eq!(
+        results[0].1,
+        format!("ok {} hello", fake.addr(2)),
+        "{results:?}"
+    );
+    assert_eq!(
+        results[1].1,
+        format!("ok {} hello", fake.addr(2)),
+        "{results:?}"
+    );
     assert!(results[2].1.starts_with("err"), "{results:?}");
-    assert!(results[3].1.starts_with(&format!("err {}", fake.addr(4))), "bad.test resolves but must not connect: {results:?}");
+    assert!(
+        results[3].1.starts_with(&format!("err {}", fake.addr(4))),
+        "bad.test resolves but must not connect: {results:?}"
+    );
     for (what, got) in &results[4..7] {
         assert!(got.starts_with("err"), "{what} reachable: {got}");
     }
     // The policy was a's only: b reaches .3.
-    assert_eq!(probe(&b, &fake.addr(3), 8080), format!("ok {} hello", fake.addr(3)));
+    assert_eq!(
+        probe(&b, &fake.addr(3), 8080),
+        format!("ok {} hello", fake.addr(3))
+    );
 
     // A listener inside b: reachable from b itself, not from a, the fake host or the host.
     let (code, out) = agent_sh(&b, "/usr/bin/python3 -c 'import socket,time\ns=socket.socket();s.bind((\"0.0.0.0\",9000));s.listen(8)\nwhile True: c,_=s.accept();c.sendall(b\"b\");c.close()' >/dev/null 2>&1 </dev/null & for i in $(seq 100); do python3 -c 'import socket;socket.create_connection((\"127.0.0.1\",9000))' 2>/dev/null && exit 0; sleep 0.1; done; exit 1");
     assert_eq!(code, Some(0), "b's listener: {out}");
     assert_eq!(probe(&b, &b_addr, 9000), format!("ok {b_addr} b"));
     assert!(probe(&a, &b_addr, 9000).starts_with("err"), "a reaches b");
-    assert!(fake.probe(&b_addr, 9000).starts_with("err"), "the outside connects into b");
+    assert!(
+        fake.probe(&b_addr, 9000).starts_with("err"),
+        "the outside connects into b"
+    );
     let target: SocketAddr = format!("{b_addr}:9000").parse().expect("addr");
-    assert!(TcpStream::connect_timeout(&target, Duration::from_secs(3)).is_err(), "the host connects into b");
+    assert!(
+        TcpStream::connect_timeout(&target, Duration::from_secs(3)).is_err(),
+        "the host connects into b"
+    );
 
     for handle in [&a, &b] {
         net_rt.destroy(handle).expect("destroy");
@@ -102,9 +157,12 @@ fn egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
         assert!(!nft_has_chain(handle.id), "nft chain left behind");
         assert_eq!(net_rt.sandbox_address(handle.id), None, "lease left behind");
     }
-    let leases_left = std::fs::read_dir("/run/sandboxd/net/leases").map(|d| d.count()).unwrap_or(0);
+    let leases_left = std::fs::read_dir("/run/sandboxd/net/leases")
+        .map(|d| d.count())
+        .unwrap_or(0);
     if leases_left == 0 {
-        let forward_after = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("ip_forward");
+        let forward_after =
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("ip_forward");
         assert_eq!(forward_after, forward_before, "ip_forward not restored");
     }
 }
@@ -113,9 +171,12 @@ fn egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
 fn network_none_has_only_loopback() {
     let dir = tempfile::tempdir().expect("tempdir");
     let _cleanup = runtime(dir.path());
-    let net_rt = LinuxRuntime::with_network(common::raw_runtime(dir.path()), NetConfig::from_host());
+    let net_rt =
+        LinuxRuntime::with_network(common::raw_runtime(dir.path()), NetConfig::from_host());
     let _net_cleanup = DestroyOnDrop(&net_rt);
-    let handle = net_rt.start_with_network(&common::spec("default"), &NetworkSpec::none()).expect("start");
+    let handle = net_rt
+        .start_with_network(&common::spec("default"), &NetworkSpec::none())
+        .expect("start");
     let (code, out) = agent_sh(&handle, "ls /sys/class/net");
     assert_eq!((code, out.trim()), (Some(0), "lo"));
     assert_eq!(net_rt.sandbox_address(handle.id), None);

@@ -248,10 +248,12 @@ fn env_resolvers(
         .map(|raw| {
             raw.split(',')
                 .map(|a| {
-                    a.trim().parse().map_err(|e: std::net::AddrParseError| ConfigError::Env {
-                        var,
-                        message: format!("{a:?}: {e}"),
-                    })
+                    a.trim()
+                        .parse()
+                        .map_err(|e: std::net::AddrParseError| ConfigError::Env {
+                            var,
+                            message: format!("{a:?}: {e}"),
+                        })
                 })
                 .collect()
         })
@@ -333,18 +335,40 @@ mod tests {
     fn network_from_file_and_env() {
         use sandboxd_engine::NetworkMode;
         let c = load(None, &[]).unwrap();
-        assert_eq!((c.network, c.resolvers.clone()), (NetworkMode::Egress, None));
-        let c = load(Some("network = \"none\"\nresolvers = [\"192.0.2.53\"]\n"), &[]).unwrap();
+        assert_eq!(
+            (c.network, c.resolvers.clone()),
+            (NetworkMode::Egress, None)
+        );
+        let c = load(
+            Some("network = \"none\"\nresolvers = [\"192.0.2.53\"]\n"),
+            &[],
+        )
+        .unwrap();
         assert_eq!(c.limits().default_network, NetworkMode::None);
-        assert_eq!(c.resolvers, Some(vec![std::net::Ipv4Addr::new(192, 0, 2, 53)]));
-        let env = [("SANDBOXD_NETWORK", "egress"), ("SANDBOXD_RESOLVERS", "198.18.0.2, 198.18.0.3")];
+        assert_eq!(
+            c.resolvers,
+            Some(vec![std::net::Ipv4Addr::new(192, 0, 2, 53)])
+        );
+        let env = [
+            ("SANDBOXD_NETWORK", "egress"),
+            ("SANDBOXD_RESOLVERS", "198.18.0.2, 198.18.0.3"),
+        ];
         let c = load(Some("network = \"none\"\n"), &env).unwrap();
         assert_eq!(c.network, NetworkMode::Egress);
         assert_eq!(c.resolvers.map(|r| r.len()), Some(2));
-        for bad in [("SANDBOXD_NETWORK", "open"), ("SANDBOXD_RESOLVERS", "1.2.3")] {
-            assert!(matches!(load(None, &[bad]), Err(ConfigError::Env { .. })), "{bad:?}");
+        for bad in [
+            ("SANDBOXD_NETWORK", "open"),
+            ("SANDBOXD_RESOLVERS", "1.2.3"),
+        ] {
+            assert!(
+                matches!(load(None, &[bad]), Err(ConfigError::Env { .. })),
+                "{bad:?}"
+            );
         }
-        assert!(matches!(load(Some("network = \"open\"\n"), &[]), Err(ConfigError::Parse { .. })));
+        assert!(matches!(
+            load(Some("network = \"open\"\n"), &[]),
+            Err(ConfigError::Parse { .. })
+        ));
     }
 
     #[test]

@@ -168,7 +168,9 @@ impl IntoResponse for ApiError {
         )
             .into_response();
         if let Some(secs) = self.retry_after {
-            response.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
         response
     }

@@ -8,8 +8,8 @@ pub mod frames;
 pub mod openapi;
 pub mod params;
 pub mod render;
-pub mod signing_key;
 mod routes;
+pub mod signing_key;
 pub mod views;
 
 use axum::routing::{get, post};

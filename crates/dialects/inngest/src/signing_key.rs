@@ -9,14 +9,20 @@ use sha2::{Digest, Sha256};
 /// The string the SDK sends for `signing_key`, when that differs from the key itself.
 pub fn sdk_bearer_for(signing_key: &str) -> Option<String> {
     let (prefix, body) = split_prefix(signing_key);
-    let hashed = format!("{prefix}{}", hex::encode(Sha256::digest(node_hex_decode(body))));
+    let hashed = format!(
+        "{prefix}{}",
+        hex::encode(Sha256::digest(node_hex_decode(body)))
+    );
     (hashed != signing_key).then_some(hashed)
 }
 
 /// Splits a leading `signkey-<word chars>-` off, as the SDK's `/^signkey-[\w]+-/` does.
 fn split_prefix(key: &str) -> (&str, &str) {
     if let Some(rest) = key.strip_prefix("signkey-") {
-        let word = rest.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
+        let word = rest
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+            .count();
         if word > 0 && rest.as_bytes().get(word) == Some(&b'-') {
             let end = "signkey-".len() + word + 1;
             return (&key[..end], &key[end..]);

@@ -130,7 +130,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(self.body)).into_response();
         if let Some(secs) = self.retry_after {
-            response.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
         response
     }

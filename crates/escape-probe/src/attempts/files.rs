@@ -23,13 +23,20 @@ pub fn attempts(t: &Targets) -> Vec<Attempt> {
     }
     out.push(Attempt::from_io(
         "create /usr/bin/escape-probe-write in the read-only image",
-        OpenOptions::new().write(true).create(true).truncate(true).open("/usr/bin/escape-probe-write"),
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open("/usr/bin/escape-probe-write"),
     ));
     out.push(Attempt::from_io(
         "open /usr/bin/id for writing",
         OpenOptions::new().write(true).open("/usr/bin/id"),
     ));
-    let chmod = std::fs::set_permissions("/usr/bin/id", std::os::unix::fs::PermissionsExt::from_mode(0o4755));
+    let chmod = std::fs::set_permissions(
+        "/usr/bin/id",
+        std::os::unix::fs::PermissionsExt::from_mode(0o4755),
+    );
     out.push(Attempt::from_io("chmod u+s /usr/bin/id", chmod));
     for path in [
         "/proc/sys/kernel/hostname",
@@ -52,7 +59,10 @@ pub fn attempts(t: &Targets) -> Vec<Attempt> {
 fn read(path: &Path, what: &str) -> Attempt {
     match std::fs::read(path) {
         Ok(_) => Attempt::escaped(format!("{what} {}", path.display()), "read it"),
-        Err(e) => Attempt::refused(format!("{what} {}", path.display()), crate::report::errno_name(e)),
+        Err(e) => Attempt::refused(
+            format!("{what} {}", path.display()),
+            crate::report::errno_name(e),
+        ),
     }
 }
 

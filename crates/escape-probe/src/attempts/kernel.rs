@@ -25,21 +25,44 @@ pub fn attempts() -> Vec<Attempt> {
 fn modules_and_kexec() -> Vec<Attempt> {
     let empty = cstr("");
     let devnull = std::fs::File::open("/dev/null");
-    let fd = devnull.as_ref().map(std::os::fd::AsRawFd::as_raw_fd).unwrap_or(-1);
+    let fd = devnull
+        .as_ref()
+        .map(std::os::fd::AsRawFd::as_raw_fd)
+        .unwrap_or(-1);
     let null = std::ptr::null::<u8>();
     // SAFETY: each call passes null/empty buffers or /dev/null; permission comes first.
     unsafe {
         vec![
-            Attempt::from_ret("init_module", libc::syscall(libc::SYS_init_module, null, 0usize, empty.as_ptr())),
-            Attempt::from_ret("finit_module(/dev/null)", libc::syscall(libc::SYS_finit_module, fd, empty.as_ptr(), 0)),
+            Attempt::from_ret(
+                "init_module",
+                libc::syscall(libc::SYS_init_module, null, 0usize, empty.as_ptr()),
+            ),
+            Attempt::from_ret(
+                "finit_module(/dev/null)",
+                libc::syscall(libc::SYS_finit_module, fd, empty.as_ptr(), 0),
+            ),
             Attempt::from_ret(
                 "delete_module(\"loop\")",
-                libc::syscall(libc::SYS_delete_module, cstr("loop").as_ptr(), libc::O_NONBLOCK),
+                libc::syscall(
+                    libc::SYS_delete_module,
+                    cstr("loop").as_ptr(),
+                    libc::O_NONBLOCK,
+                ),
             ),
-            Attempt::from_ret("kexec_load", libc::syscall(libc::SYS_kexec_load, 0usize, 0usize, null, 0usize)),
+            Attempt::from_ret(
+                "kexec_load",
+                libc::syscall(libc::SYS_kexec_load, 0usize, 0usize, null, 0usize),
+            ),
             Attempt::from_ret(
                 "kexec_file_load(/dev/null)",
-                libc::syscall(libc::SYS_kexec_file_load, fd, fd, 1usize, empty.as_ptr(), 0usize),
+                libc::syscall(
+                    libc::SYS_kexec_file_load,
+                    fd,
+                    fd,
+                    1usize,
+                    empty.as_ptr(),
+                    0usize,
+                ),
             ),
         ]
     }
@@ -61,15 +84,34 @@ fn bpf_map_create() -> Attempt {
 
 fn devices() -> Vec<Attempt> {
     let mut out: Vec<Attempt> = [
-        "/dev/mem", "/dev/kmem", "/dev/port", "/dev/sda", "/dev/vda", "/dev/nvme0n1", "/dev/xvda",
-        "/dev/raw/rawctl", "/dev/kmsg",
+        "/dev/mem",
+        "/dev/kmem",
+        "/dev/port",
+        "/dev/sda",
+        "/dev/vda",
+        "/dev/nvme0n1",
+        "/dev/xvda",
+        "/dev/raw/rawctl",
+        "/dev/kmsg",
     ]
     .iter()
     .map(|p| Attempt::from_io(format!("open {p}"), OpenOptions::new().read(true).open(p)))
     .collect();
     for (what, path, kind, major, minor) in [
-        ("mknod a block device 8:0 (sda)", "/tmp/escape-probe-sda", libc::S_IFBLK, 8, 0),
-        ("mknod a char device 1:1 (mem)", "/tmp/escape-probe-mem", libc::S_IFCHR, 1, 1),
+        (
+            "mknod a block device 8:0 (sda)",
+            "/tmp/escape-probe-sda",
+            libc::S_IFBLK,
+            8,
+            0,
+        ),
+        (
+            "mknod a char device 1:1 (mem)",
+            "/tmp/escape-probe-mem",
+            libc::S_IFCHR,
+            1,
+            1,
+        ),
     ] {
         let p = cstr(path);
         // SAFETY: valid C string; a created node is removed at once.
@@ -84,17 +126,35 @@ fn devices() -> Vec<Attempt> {
 
 fn names_and_time() -> Vec<Attempt> {
     let name = b"escaped";
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: reads the clock into our struct.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
-    let tv = libc::timeval { tv_sec: now.tv_sec, tv_usec: 0 };
+    let tv = libc::timeval {
+        tv_sec: now.tv_sec,
+        tv_usec: 0,
+    };
     // SAFETY: valid buffers; setting the clock to "now" would be harmless even if allowed.
     unsafe {
         vec![
-            Attempt::from_ret("sethostname", libc::sethostname(name.as_ptr().cast(), name.len()).into()),
-            Attempt::from_ret("setdomainname", libc::setdomainname(name.as_ptr().cast(), name.len()).into()),
-            Attempt::from_ret("settimeofday", libc::settimeofday(&tv, std::ptr::null()).into()),
-            Attempt::from_ret("clock_settime(CLOCK_REALTIME)", libc::clock_settime(libc::CLOCK_REALTIME, &now).into()),
+            Attempt::from_ret(
+                "sethostname",
+                libc::sethostname(name.as_ptr().cast(), name.len()).into(),
+            ),
+            Attempt::from_ret(
+                "setdomainname",
+                libc::setdomainname(name.as_ptr().cast(), name.len()).into(),
+            ),
+            Attempt::from_ret(
+                "settimeofday",
+                libc::settimeofday(&tv, std::ptr::null()).into(),
+            ),
+            Attempt::from_ret(
+                "clock_settime(CLOCK_REALTIME)",
+                libc::clock_settime(libc::CLOCK_REALTIME, &now).into(),
+            ),
         ]
     }
 }
@@ -107,7 +167,14 @@ fn open_by_handle() -> Attempt {
     handle[4..8].copy_from_slice(&1i32.to_ne_bytes());
     handle[8..12].copy_from_slice(&2u32.to_ne_bytes());
     // SAFETY: the handle buffer is valid for 16 bytes; a returned fd is closed.
-    let fd = unsafe { libc::syscall(libc::SYS_open_by_handle_at, libc::AT_FDCWD, handle.as_ptr(), libc::O_RDONLY) };
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            libc::AT_FDCWD,
+            handle.as_ptr(),
+            libc::O_RDONLY,
+        )
+    };
     if fd >= 0 {
         // SAFETY: our own fd.
         unsafe { libc::close(fd as i32) };

@@ -6,14 +6,29 @@ use crate::report::Attempt;
 pub fn attempts() -> Vec<Attempt> {
     let mut out = vec![
         mount("mount tmpfs on /mnt", "none", "/mnt", "tmpfs", 0),
-        mount("bind-mount / on /mnt", "/", "/mnt", "", libc::MS_BIND | libc::MS_REC),
-        mount("remount /usr read-write", "", "/usr", "", libc::MS_REMOUNT | libc::MS_BIND),
+        mount(
+            "bind-mount / on /mnt",
+            "/",
+            "/mnt",
+            "",
+            libc::MS_BIND | libc::MS_REC,
+        ),
+        mount(
+            "remount /usr read-write",
+            "",
+            "/usr",
+            "",
+            libc::MS_REMOUNT | libc::MS_BIND,
+        ),
         mount("mount proc on /mnt", "proc", "/mnt", "proc", 0),
     ];
     let usr = cstr("/usr");
     // SAFETY: valid C string.
     let ret = unsafe { libc::umount2(usr.as_ptr(), libc::MNT_DETACH) };
-    out.push(Attempt::from_ret("umount2 /usr (uncover what lies below)", ret.into()));
+    out.push(Attempt::from_ret(
+        "umount2 /usr (uncover what lies below)",
+        ret.into(),
+    ));
 
     let tmpfs = cstr("tmpfs");
     // SAFETY: fsopen(name, flags); on success the fd is closed.
@@ -31,16 +46,19 @@ pub fn attempts() -> Vec<Attempt> {
         // SAFETY: unshare in a throwaway child.
         unsafe { libc::unshare(libc::CLONE_NEWUSER) }
     }));
-    out.push(in_child("unshare(CLONE_NEWUSER | CLONE_NEWNS) then mount tmpfs", || {
-        // SAFETY: as above; the mount only happens if unshare succeeded.
-        unsafe {
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                return -1;
+    out.push(in_child(
+        "unshare(CLONE_NEWUSER | CLONE_NEWNS) then mount tmpfs",
+        || {
+            // SAFETY: as above; the mount only happens if unshare succeeded.
+            unsafe {
+                if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+                    return -1;
+                }
+                let (n, m, t) = (cstr("none"), cstr("/mnt"), cstr("tmpfs"));
+                libc::mount(n.as_ptr(), m.as_ptr(), t.as_ptr(), 0, std::ptr::null())
             }
-            let (n, m, t) = (cstr("none"), cstr("/mnt"), cstr("tmpfs"));
-            libc::mount(n.as_ptr(), m.as_ptr(), t.as_ptr(), 0, std::ptr::null())
-        }
-    }));
+        },
+    ));
     out.push(in_child("unshare(CLONE_NEWNS)", || {
         // SAFETY: as above.
         unsafe { libc::unshare(libc::CLONE_NEWNS) }
@@ -51,7 +69,11 @@ pub fn attempts() -> Vec<Attempt> {
 
 fn mount(what: &str, src: &str, target: &str, fstype: &str, flags: libc::c_ulong) -> Attempt {
     let (s, t, f) = (cstr(src), cstr(target), cstr(fstype));
-    let fstype = if fstype.is_empty() { std::ptr::null() } else { f.as_ptr() };
+    let fstype = if fstype.is_empty() {
+        std::ptr::null()
+    } else {
+        f.as_ptr()
+    };
     // SAFETY: valid C strings, no data argument.
     let ret = unsafe { libc::mount(s.as_ptr(), t.as_ptr(), fstype, flags, std::ptr::null()) };
     if ret == 0 {
@@ -74,7 +96,13 @@ fn in_child(what: &str, op: impl FnOnce() -> i32) -> Attempt {
     // SAFETY: fork; the child only runs `op` and exits.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        let code = if op() == 0 { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap_or(255) };
+        let code = if op() == 0 {
+            0
+        } else {
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(255)
+        };
         // SAFETY: leaves the child at once.
         unsafe { libc::_exit(code.clamp(0, 255)) };
     }
@@ -91,7 +119,10 @@ fn wait_errno(what: &str, pid: i32) -> Attempt {
     unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
     match libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)) {
         Some(0) => Attempt::escaped(what, "succeeded"),
-        Some(errno) => Attempt::refused(what, crate::report::errno_name(std::io::Error::from_raw_os_error(errno))),
+        Some(errno) => Attempt::refused(
+            what,
+            crate::report::errno_name(std::io::Error::from_raw_os_error(errno)),
+        ),
         None => Attempt::refused(what, format!("child died (status {status})")),
     }
 }

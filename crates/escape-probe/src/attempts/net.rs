@@ -21,7 +21,10 @@ pub fn attempts(t: &Targets) -> Vec<Attempt> {
             std::fs::metadata(socket),
         ));
         out.push(Attempt::from_io(
-            format!("connect to another sandbox's agent socket {}", socket.display()),
+            format!(
+                "connect to another sandbox's agent socket {}",
+                socket.display()
+            ),
             std::os::unix::net::UnixStream::connect(socket),
         ));
     }
@@ -32,12 +35,19 @@ pub fn attempts(t: &Targets) -> Vec<Attempt> {
 fn other_sandbox_network() -> Attempt {
     let what = "reach another sandbox over the network";
     let links: Vec<String> = match std::fs::read_dir("/sys/class/net") {
-        Ok(d) => d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect(),
-        Err(e) => return Attempt::refused(what, format!("skipped: /sys/class/net {}", errno_name(e))),
+        Ok(d) => d
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect(),
+        Err(e) => {
+            return Attempt::refused(what, format!("skipped: /sys/class/net {}", errno_name(e)))
+        }
     };
     if links.iter().all(|l| l == "lo") {
         return Attempt::refused(what, "skipped: the sandbox has only loopback");
     }
     // With real interfaces the network tests own this check (they know the peers).
-    Attempt::refused(what, format!("skipped: interfaces {links:?} are checked by the network tests"))
+    Attempt::refused(
+        what,
+        format!("skipped: interfaces {links:?} are checked by the network tests"),
+    )
 }

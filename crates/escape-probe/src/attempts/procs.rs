@@ -12,7 +12,10 @@ pub fn attempts(t: &Targets) -> Vec<Attempt> {
         ));
         // SAFETY: signal 0 only checks existence and permission.
         let ret = unsafe { libc::kill(pid, 0) };
-        out.push(Attempt::from_ret(format!("kill({pid}, 0) the host process"), ret.into()));
+        out.push(Attempt::from_ret(
+            format!("kill({pid}, 0) the host process"),
+            ret.into(),
+        ));
         out.push(ptrace_attach(pid, "the host process"));
     }
     out.push(ptrace_attach(1, "PID 1 (the agent)"));
@@ -57,9 +60,15 @@ fn ptrace_attach(pid: i32, what: &str) -> Attempt {
 /// process_vm_readv of the agent's stack page: reading another process's memory.
 fn read_agent_memory() -> Attempt {
     let mut buf = [0u8; 8];
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
     // Any address will do: permission is checked before the address.
-    let remote = libc::iovec { iov_base: 0x1000 as *mut libc::c_void, iov_len: buf.len() };
+    let remote = libc::iovec {
+        iov_base: 0x1000 as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
     // SAFETY: the local iovec points at our own buffer.
     let ret = unsafe { libc::process_vm_readv(1, &local, 1, &remote, 1, 0) };
     Attempt::from_ret("process_vm_readv of PID 1 (the agent)", ret as i64)

@@ -13,7 +13,10 @@ pub fn attempts() -> Vec<Attempt> {
 
 fn no_new_privs_flag() -> Attempt {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let line = status.lines().find(|l| l.starts_with("NoNewPrivs:")).unwrap_or("NoNewPrivs: missing");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("NoNewPrivs:"))
+        .unwrap_or("NoNewPrivs: missing");
     let value = line.split_whitespace().nth(1).unwrap_or("");
     let what = "/proc/self/status NoNewPrivs is 1";
     if value == "1" {
@@ -32,15 +35,21 @@ fn setuid_copy() -> Attempt {
     }
     let path = cstr(copy);
     // SAFETY: valid C string.
-    let prepared = unsafe { libc::chown(path.as_ptr(), 0, 0) == 0 && libc::chmod(path.as_ptr(), 0o4755) == 0 };
+    let prepared =
+        unsafe { libc::chown(path.as_ptr(), 0, 0) == 0 && libc::chmod(path.as_ptr(), 0o4755) == 0 };
     if !prepared {
         let _ = std::fs::remove_file(copy);
-        return Attempt::escaped(what, "could not make the copy setuid root (test inconclusive)");
+        return Attempt::escaped(
+            what,
+            "could not make the copy setuid root (test inconclusive)",
+        );
     }
     let output = run_as_nobody(&path);
     let _ = std::fs::remove_file(copy);
     match output {
-        Some(uid) if uid == NOBODY.to_string() => Attempt::refused(what, format!("id -u printed {uid}")),
+        Some(uid) if uid == NOBODY.to_string() => {
+            Attempt::refused(what, format!("id -u printed {uid}"))
+        }
         Some(uid) => Attempt::escaped(what, format!("id -u printed {uid:?}")),
         None => Attempt::escaped(what, "the copy did not run (test inconclusive)"),
     }
@@ -62,7 +71,10 @@ fn run_as_nobody(path: &std::ffi::CStr) -> Option<String> {
         unsafe {
             libc::dup2(fds[1], 1);
             libc::close(fds[0]);
-            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(NOBODY) != 0 || libc::setuid(NOBODY) != 0 {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(NOBODY) != 0
+                || libc::setuid(NOBODY) != 0
+            {
                 libc::_exit(3);
             }
             libc::execv(path.as_ptr(), argv.as_ptr());

@@ -12,19 +12,26 @@ use std::process::Command;
 pub(super) fn capture(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
     let upper = rootfs::upper(&handle.state_dir);
     if !upper.is_dir() {
-        return Err(RuntimeError::Io { what: "capturing a layer", path: upper, source: std::io::ErrorKind::NotFound.into() });
+        return Err(RuntimeError::Io {
+            what: "capturing a layer",
+            path: upper,
+            source: std::io::ErrorKind::NotFound.into(),
+        });
     }
     let scratch = rt.layers.scratch()?;
     let was_frozen = rt.cgroups.is_frozen(handle.id);
     if !was_frozen {
         rt.cgroups.set_frozen(handle.id, true)?;
     }
-    let mut copied = sync_fs(&rootfs::rootfs(&handle.state_dir)).and_then(|()| copy_tree(&upper, &scratch));
+    let mut copied =
+        sync_fs(&rootfs::rootfs(&handle.state_dir)).and_then(|()| copy_tree(&upper, &scratch));
     if !was_frozen {
         let thawed = rt.cgroups.set_frozen(handle.id, false);
         copied = copied.and(thawed);
     }
-    let result = copied.and_then(|()| shift_ids(&scratch, handle.host_id_base)).and_then(|()| rt.layers.commit(&scratch));
+    let result = copied
+        .and_then(|()| shift_ids(&scratch, handle.host_id_base))
+        .and_then(|()| rt.layers.commit(&scratch));
     if result.is_err() {
         remove_tree(&scratch);
     }
@@ -32,35 +39,72 @@ pub(super) fn capture(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<Layer
 }
 
 fn sync_fs(dir: &Path) -> Result<(), RuntimeError> {
-    let file = std::fs::File::open(dir).map_err(|source| RuntimeError::Io { what: "opening the root to sync", path: dir.to_path_buf(), source })?;
+    let file = std::fs::File::open(dir).map_err(|source| RuntimeError::Io {
+        what: "opening the root to sync",
+        path: dir.to_path_buf(),
+        source,
+    })?;
     // SAFETY: syncfs on an open fd.
     if unsafe { libc::syncfs(file.as_raw_fd()) } != 0 {
-        return Err(RuntimeError::Io { what: "syncing the root", path: dir.to_path_buf(), source: std::io::Error::last_os_error() });
+        return Err(RuntimeError::Io {
+            what: "syncing the root",
+            path: dir.to_path_buf(),
+            source: std::io::Error::last_os_error(),
+        });
     }
     Ok(())
 }
 
 /// `cp -a` keeps modes, ownership, whiteouts (0:0 char devices) and xattrs (opaque dirs).
 fn copy_tree(from: &Path, to: &Path) -> Result<(), RuntimeError> {
-    let status = Command::new("cp").arg("-a").arg("--").arg(from.join(".")).arg(to).status();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg("--")
+        .arg(from.join("."))
+        .arg(to)
+        .status();
     match status {
         Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(RuntimeError::Io { what: "copying the upper layer", path: from.to_path_buf(), source: std::io::Error::other(format!("cp exited with {s}")) }),
-        Err(source) => Err(RuntimeError::Io { what: "running cp", path: from.to_path_buf(), source }),
+        Ok(s) => Err(RuntimeError::Io {
+            what: "copying the upper layer",
+            path: from.to_path_buf(),
+            source: std::io::Error::other(format!("cp exited with {s}")),
+        }),
+        Err(source) => Err(RuntimeError::Io {
+            what: "running cp",
+            path: from.to_path_buf(),
+            source,
+        }),
     }
 }
 
 /// Maps ids in `[base, base+65536)` to `[0, 65536)`, keeping setuid/setgid bits.
 pub fn shift_ids(dir: &Path, base: u32) -> Result<(), RuntimeError> {
-    let shift = |id: u32| if (base..base.saturating_add(slots::RANGE)).contains(&id) { id - base } else { id };
+    let shift = |id: u32| {
+        if (base..base.saturating_add(slots::RANGE)).contains(&id) {
+            id - base
+        } else {
+            id
+        }
+    };
     for entry in walkdir::WalkDir::new(dir).follow_links(false) {
-        let entry = entry.map_err(|e| RuntimeError::Io { what: "walking a captured layer", path: dir.to_path_buf(), source: e.into() })?;
+        let entry = entry.map_err(|e| RuntimeError::Io {
+            what: "walking a captured layer",
+            path: dir.to_path_buf(),
+            source: e.into(),
+        })?;
         let path = entry.path();
-        let err = |source| RuntimeError::Io { what: "shifting ownership", path: path.to_path_buf(), source };
+        let err = |source| RuntimeError::Io {
+            what: "shifting ownership",
+            path: path.to_path_buf(),
+            source,
+        };
         let meta = std::fs::symlink_metadata(path).map_err(err)?;
-        std::os::unix::fs::lchown(path, Some(shift(meta.uid())), Some(shift(meta.gid()))).map_err(err)?;
+        std::os::unix::fs::lchown(path, Some(shift(meta.uid())), Some(shift(meta.gid())))
+            .map_err(err)?;
         if !meta.file_type().is_symlink() && meta.mode() & 0o6000 != 0 {
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(meta.mode() & 0o7777)).map_err(err)?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(meta.mode() & 0o7777))
+                .map_err(err)?;
         }
     }
     Ok(())
@@ -86,7 +130,10 @@ mod tests {
         std::os::unix::fs::chown(&outside, Some(1000), Some(1000)).expect("chown");
         shift_ids(dir.path(), base).expect("shift");
         let meta = std::fs::metadata(&file).expect("meta");
-        assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o7777), (5, 7, 0o4755));
+        assert_eq!(
+            (meta.uid(), meta.gid(), meta.mode() & 0o7777),
+            (5, 7, 0o4755)
+        );
         let meta = std::fs::metadata(&outside).expect("meta");
         assert_eq!((meta.uid(), meta.gid()), (1000, 1000));
     }

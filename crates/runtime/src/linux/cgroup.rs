@@ -26,8 +26,12 @@ pub struct Limits {
 #[derive(Debug, Clone)]
 pub enum Cgroups {
     /// Controller name → the parent dir (`<mount>/<parent>`); cpu and cpuacct may share one.
-    V1 { parents: Vec<(&'static str, PathBuf)> },
-    V2 { parent: PathBuf },
+    V1 {
+        parents: Vec<(&'static str, PathBuf)>,
+    },
+    V2 {
+        parent: PathBuf,
+    },
 }
 
 fn write(path: &Path, value: &str) -> Result<(), RuntimeError> {
@@ -35,7 +39,12 @@ fn write(path: &Path, value: &str) -> Result<(), RuntimeError> {
 }
 
 fn read_u64(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.split_whitespace().next()?.parse().ok()
+    std::fs::read_to_string(path)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl Cgroups {
@@ -53,13 +62,20 @@ impl Cgroups {
         for ctrl in V1_CONTROLLERS {
             let mount = root.join(ctrl);
             if !mount.join("cgroup.procs").exists() {
-                return Err(RuntimeError::Unsupported(format!("cgroup v1 controller {ctrl} is not mounted")));
+                return Err(RuntimeError::Unsupported(format!(
+                    "cgroup v1 controller {ctrl} is not mounted"
+                )));
             }
             let dir = mount.join(parent);
             std::fs::create_dir_all(&dir).map_err(io("creating the cgroup parent", &dir))?;
             // cpu and cpuacct are often one hierarchy: keep a single entry per real dir.
-            let real = dir.canonicalize().map_err(io("resolving the cgroup parent", &dir))?;
-            if !parents.iter().any(|(_, p): &(&str, PathBuf)| p.canonicalize().ok().as_ref() == Some(&real)) {
+            let real = dir
+                .canonicalize()
+                .map_err(io("resolving the cgroup parent", &dir))?;
+            if !parents
+                .iter()
+                .any(|(_, p): &(&str, PathBuf)| p.canonicalize().ok().as_ref() == Some(&real))
+            {
                 parents.push((ctrl, dir));
             }
         }
@@ -69,7 +85,10 @@ impl Cgroups {
     /// Every directory of the sandbox's cgroup (one per v1 hierarchy, one on v2).
     pub fn dirs(&self, id: Uuid) -> Vec<PathBuf> {
         match self {
-            Cgroups::V1 { parents } => parents.iter().map(|(_, p)| p.join(id.to_string())).collect(),
+            Cgroups::V1 { parents } => parents
+                .iter()
+                .map(|(_, p)| p.join(id.to_string()))
+                .collect(),
             Cgroups::V2 { parent } => vec![parent.join(id.to_string())],
         }
     }
@@ -77,8 +96,14 @@ impl Cgroups {
     fn dir_of(&self, ctrl: &str, id: Uuid) -> PathBuf {
         match self {
             Cgroups::V1 { parents } => {
-                let found = parents.iter().find(|(c, _)| *c == ctrl).or_else(|| parents.iter().find(|(c, _)| *c == "cpu" && ctrl == "cpuacct"));
-                found.map(|(_, p)| p.join(id.to_string())).unwrap_or_default()
+                let found = parents.iter().find(|(c, _)| *c == ctrl).or_else(|| {
+                    parents
+                        .iter()
+                        .find(|(c, _)| *c == "cpu" && ctrl == "cpuacct")
+                });
+                found
+                    .map(|(_, p)| p.join(id.to_string()))
+                    .unwrap_or_default()
             }
             Cgroups::V2 { parent } => parent.join(id.to_string()),
         }
@@ -98,8 +123,14 @@ impl Cgroups {
         let pids = limits.pids_max.max(8).to_string();
         match self {
             Cgroups::V1 { .. } => {
-                write(&self.file("cpu", id, "cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
-                write(&self.file("cpu", id, "cpu.cfs_quota_us"), &quota.to_string())?;
+                write(
+                    &self.file("cpu", id, "cpu.cfs_period_us"),
+                    &CFS_PERIOD_US.to_string(),
+                )?;
+                write(
+                    &self.file("cpu", id, "cpu.cfs_quota_us"),
+                    &quota.to_string(),
+                )?;
                 write(&self.file("memory", id, "memory.limit_in_bytes"), &memory)?;
                 let memsw = self.file("memory", id, "memory.memsw.limit_in_bytes");
                 if memsw.exists() {
@@ -108,7 +139,10 @@ impl Cgroups {
                 write(&self.file("pids", id, "pids.max"), &pids)?;
             }
             Cgroups::V2 { .. } => {
-                write(&self.file("cpu", id, "cpu.max"), &format!("{quota} {CFS_PERIOD_US}"))?;
+                write(
+                    &self.file("cpu", id, "cpu.max"),
+                    &format!("{quota} {CFS_PERIOD_US}"),
+                )?;
                 write(&self.file("memory", id, "memory.max"), &memory)?;
                 let swap = self.file("memory", id, "memory.swap.max");
                 if swap.exists() {
@@ -138,21 +172,45 @@ impl Cgroups {
     /// Freezes (`true`) or thaws the sandbox and waits until the kernel says it is done.
     pub fn set_frozen(&self, id: Uuid, frozen: bool) -> Result<(), RuntimeError> {
         let (file, value, done) = match self {
-            Cgroups::V1 { .. } => (self.file("freezer", id, "freezer.state"), if frozen { "FROZEN" } else { "THAWED" }, if frozen { "FROZEN" } else { "THAWED" }),
-            Cgroups::V2 { .. } => (self.file("freezer", id, "cgroup.freeze"), if frozen { "1" } else { "0" }, ""),
+            Cgroups::V1 { .. } => (
+                self.file("freezer", id, "freezer.state"),
+                if frozen { "FROZEN" } else { "THAWED" },
+                if frozen { "FROZEN" } else { "THAWED" },
+            ),
+            Cgroups::V2 { .. } => (
+                self.file("freezer", id, "cgroup.freeze"),
+                if frozen { "1" } else { "0" },
+                "",
+            ),
         };
         write(&file, value)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let now = match self {
                 Cgroups::V1 { .. } => std::fs::read_to_string(&file).map(|s| s.trim() == done),
-                Cgroups::V2 { .. } => std::fs::read_to_string(file.with_file_name("cgroup.events")).map(|s| s.lines().any(|l| l == format!("frozen {}", u8::from(frozen)))),
+                Cgroups::V2 { .. } => std::fs::read_to_string(file.with_file_name("cgroup.events"))
+                    .map(|s| {
+                        s.lines()
+                            .any(|l| l == format!("frozen {}", u8::from(frozen)))
+                    }),
             };
             match now {
                 Ok(true) => return Ok(()),
-                Ok(false) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(500)),
-                Ok(false) => return Err(RuntimeError::Unsupported(format!("cgroup freezer did not reach {value}"))),
-                Err(source) => return Err(RuntimeError::Io { what: "reading the freezer state", path: file, source }),
+                Ok(false) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(500))
+                }
+                Ok(false) => {
+                    return Err(RuntimeError::Unsupported(format!(
+                        "cgroup freezer did not reach {value}"
+                    )))
+                }
+                Err(source) => {
+                    return Err(RuntimeError::Io {
+                        what: "reading the freezer state",
+                        path: file,
+                        source,
+                    })
+                }
             }
         }
     }
@@ -160,8 +218,14 @@ impl Cgroups {
     /// Whether the sandbox's freezer currently holds it frozen.
     pub fn is_frozen(&self, id: Uuid) -> bool {
         match self {
-            Cgroups::V1 { .. } => std::fs::read_to_string(self.file("freezer", id, "freezer.state")).is_ok_and(|s| s.trim() != "THAWED"),
-            Cgroups::V2 { .. } => std::fs::read_to_string(self.file("freezer", id, "cgroup.freeze")).is_ok_and(|s| s.trim() == "1"),
+            Cgroups::V1 { .. } => {
+                std::fs::read_to_string(self.file("freezer", id, "freezer.state"))
+                    .is_ok_and(|s| s.trim() != "THAWED")
+            }
+            Cgroups::V2 { .. } => {
+                std::fs::read_to_string(self.file("freezer", id, "cgroup.freeze"))
+                    .is_ok_and(|s| s.trim() == "1")
+            }
         }
     }
 
@@ -174,8 +238,18 @@ impl Cgroups {
                     Ok(()) => break,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                     // A task that just exited may still be accounted for a moment.
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-                    Err(source) => return Err(RuntimeError::Io { what: "removing a sandbox cgroup", path: dir, source }),
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    Err(source) => {
+                        return Err(RuntimeError::Io {
+                            what: "removing a sandbox cgroup",
+                            path: dir,
+                            source,
+                        })
+                    }
                 }
             }
         }
@@ -198,17 +272,27 @@ impl Cgroups {
     pub fn usage(&self, id: Uuid) -> Result<ResourceUsage, RuntimeError> {
         let dir = self.dir_of("pids", id);
         if !dir.exists() {
-            return Err(RuntimeError::Io { what: "reading sandbox usage", path: dir, source: std::io::ErrorKind::NotFound.into() });
+            return Err(RuntimeError::Io {
+                what: "reading sandbox usage",
+                path: dir,
+                source: std::io::ErrorKind::NotFound.into(),
+            });
         }
         Ok(match self {
             Cgroups::V1 { .. } => ResourceUsage {
                 cpu_usage_ns: read_u64(&self.file("cpuacct", id, "cpuacct.usage")).unwrap_or(0),
-                memory_bytes: read_u64(&self.file("memory", id, "memory.usage_in_bytes")).unwrap_or(0),
+                memory_bytes: read_u64(&self.file("memory", id, "memory.usage_in_bytes"))
+                    .unwrap_or(0),
                 pids: read_u64(&self.file("pids", id, "pids.current")).unwrap_or(0),
             },
             Cgroups::V2 { .. } => {
-                let stat = std::fs::read_to_string(self.file("cpu", id, "cpu.stat")).unwrap_or_default();
-                let usec = stat.lines().find_map(|l| l.strip_prefix("usage_usec ")).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+                let stat =
+                    std::fs::read_to_string(self.file("cpu", id, "cpu.stat")).unwrap_or_default();
+                let usec = stat
+                    .lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
                 ResourceUsage {
                     cpu_usage_ns: usec * 1000,
                     memory_bytes: read_u64(&self.file("memory", id, "memory.current")).unwrap_or(0),

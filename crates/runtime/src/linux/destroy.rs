@@ -29,7 +29,9 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
             break;
         }
         if Instant::now() > deadline {
-            return Err(RuntimeError::Unsupported(format!("sandbox {id} still has processes {pids:?}")));
+            return Err(RuntimeError::Unsupported(format!(
+                "sandbox {id} still has processes {pids:?}"
+            )));
         }
         for pid in pids {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
@@ -39,19 +41,31 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
     }
     // The agent is our child when we are its subreaper: reap it (and any other of ours).
     for pid in killed {
-        let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL));
+        let _ = waitpid(
+            Pid::from_raw(pid),
+            Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+        );
     }
     rt.cgroups.remove(id)?;
     super::requests::remove(&rt.cgroups, id)?;
     rootfs::unmount_root(&handle.state_dir)?;
     if rootfs::has_mounts_under(&handle.state_dir) {
-        return Err(RuntimeError::Unsupported(format!("mounts remain under {}", handle.state_dir.display())));
+        return Err(RuntimeError::Unsupported(format!(
+            "mounts remain under {}",
+            handle.state_dir.display()
+        )));
     }
     disk::release(&handle.state_dir)?;
     match std::fs::remove_dir_all(&handle.state_dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => return Err(RuntimeError::Io { what: "removing the sandbox state dir", path: handle.state_dir.clone(), source }),
+        Err(source) => {
+            return Err(RuntimeError::Io {
+                what: "removing the sandbox state dir",
+                path: handle.state_dir.clone(),
+                source,
+            })
+        }
     }
     rt.slots.free(handle.host_id_base, id);
     Ok(())

@@ -69,7 +69,17 @@ pub fn mount_limited(data_dir: &Path, state_dir: &Path, disk_mb: u32) -> Result<
     std::fs::create_dir_all(&dir).map_err(io("creating the layer dir", &dir))?;
     let flags = MsFlags::MS_NOATIME | MsFlags::MS_NODEV;
     // The mount holds the device; with autoclear it detaches when unmounted.
-    mount(Some(device.1.as_path()), &dir, Some("ext4"), flags, None::<&str>).map_err(|source| RuntimeError::Sys { what: "mounting the sandbox disk", source })?;
+    mount(
+        Some(device.1.as_path()),
+        &dir,
+        Some("ext4"),
+        flags,
+        None::<&str>,
+    )
+    .map_err(|source| RuntimeError::Sys {
+        what: "mounting the sandbox disk",
+        source,
+    })?;
     drop(device.0);
     Ok(())
 }
@@ -84,16 +94,30 @@ fn template(data_dir: &Path, disk_mb: u32) -> Result<PathBuf, RuntimeError> {
     }
     std::fs::create_dir_all(&dir).map_err(io("creating the disk templates dir", &dir))?;
     let tmp = dir.join(format!(".{disk_mb}.{}.tmp", uuid::Uuid::new_v4()));
-    let made = File::create(&tmp).and_then(|f| f.set_len(u64::from(disk_mb) << 20)).and_then(|()| {
-        let out = Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard"])
-            .arg(&tmp)
-            .output()?;
-        match out.status.success() {
-            true => Ok(()),
-            false => Err(std::io::Error::other(format!("mkfs.ext4 failed: {}", String::from_utf8_lossy(&out.stderr).trim()))),
-        }
-    });
+    let made = File::create(&tmp)
+        .and_then(|f| f.set_len(u64::from(disk_mb) << 20))
+        .and_then(|()| {
+            let out = Command::new("mkfs.ext4")
+                .args([
+                    "-q",
+                    "-F",
+                    "-m",
+                    "0",
+                    "-O",
+                    "^has_journal",
+                    "-E",
+                    "lazy_itable_init=1,nodiscard",
+                ])
+                .arg(&tmp)
+                .output()?;
+            match out.status.success() {
+                true => Ok(()),
+                false => Err(std::io::Error::other(format!(
+                    "mkfs.ext4 failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))),
+            }
+        });
     let made = made.and_then(|()| std::fs::rename(&tmp, &path));
     if made.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -114,7 +138,11 @@ fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
         let data = unsafe { libc::lseek(src.as_raw_fd(), off, libc::SEEK_DATA) };
         if data < 0 {
             let e = std::io::Error::last_os_error();
-            return if e.raw_os_error() == Some(libc::ENXIO) { Ok(()) } else { Err(e) };
+            return if e.raw_os_error() == Some(libc::ENXIO) {
+                Ok(())
+            } else {
+                Err(e)
+            };
         }
         // SAFETY: lseek on an open fd.
         let hole = unsafe { libc::lseek(src.as_raw_fd(), data, libc::SEEK_HOLE) };
@@ -125,7 +153,16 @@ fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
         while from_off < hole {
             let want = (hole - from_off) as usize;
             // SAFETY: offsets point at live i64s; both fds are open.
-            let n = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut from_off, dst.as_raw_fd(), &mut to_off, want, 0) };
+            let n = unsafe {
+                libc::copy_file_range(
+                    src.as_raw_fd(),
+                    &mut from_off,
+                    dst.as_raw_fd(),
+                    &mut to_off,
+                    want,
+                    0,
+                )
+            };
             if n < 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -141,7 +178,10 @@ fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
 /// Binds `img` to a free loop device with autoclear; returns the open device and its path.
 fn attach(img: &Path) -> std::io::Result<(File, PathBuf)> {
     let backing = OpenOptions::new().read(true).write(true).open(img)?;
-    let ctl = OpenOptions::new().read(true).write(true).open("/dev/loop-control")?;
+    let ctl = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/loop-control")?;
     for _ in 0..16 {
         // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns a device number.
         let n = unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_GET_FREE as _) };
@@ -167,18 +207,23 @@ fn attach(img: &Path) -> std::io::Result<(File, PathBuf)> {
         }
         // Another process took this device between GET_FREE and CONFIGURE: try again.
     }
-    Err(std::io::Error::other("no free loop device after 16 attempts"))
+    Err(std::io::Error::other(
+        "no free loop device after 16 attempts",
+    ))
 }
 
 /// Loop devices whose backing file is `img` (`/sys/block/loopN/loop/backing_file`).
 pub fn devices_backed_by(img: &Path) -> Vec<String> {
     let want = img.display().to_string();
-    let Ok(entries) = std::fs::read_dir("/sys/block") else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
     entries
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().starts_with("loop"))
         .filter(|e| {
-            let file = std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
+            let file =
+                std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
             let file = file.trim_end();
             file == want || file.strip_suffix(" (deleted)") == Some(want.as_str())
         })

@@ -51,7 +51,12 @@ pub struct Channel(pub OwnedFd);
 /// A connected pair; both ends are close-on-exec (the child end is dup'ed onto a fixed
 /// fd number when the init is spawned, which clears the flag there only).
 pub fn pair() -> Result<(Channel, Channel), HandshakeError> {
-    let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?;
+    let (a, b) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
     Ok((Channel(a), Channel(b)))
 }
 
@@ -82,7 +87,11 @@ impl Msg {
 
 impl Channel {
     pub fn send(&self, msg: &Msg) -> Result<(), HandshakeError> {
-        send(std::os::fd::AsRawFd::as_raw_fd(&self.0), msg.encode().as_bytes(), MsgFlags::MSG_NOSIGNAL)?;
+        send(
+            std::os::fd::AsRawFd::as_raw_fd(&self.0),
+            msg.encode().as_bytes(),
+            MsgFlags::MSG_NOSIGNAL,
+        )?;
         Ok(())
     }
 
@@ -91,7 +100,8 @@ impl Channel {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let ms = PollTimeout::try_from(left.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::MAX);
+            let ms = PollTimeout::try_from(left.as_millis().min(60_000) as i32)
+                .unwrap_or(PollTimeout::MAX);
             let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
             match poll(&mut fds, ms) {
                 Ok(0) => return Err(HandshakeError::Timeout(timeout)),
@@ -101,7 +111,11 @@ impl Channel {
             }
         }
         let mut buf = vec![0u8; 64 * 1024];
-        let n = recv(std::os::fd::AsRawFd::as_raw_fd(&self.0), &mut buf, MsgFlags::empty())?;
+        let n = recv(
+            std::os::fd::AsRawFd::as_raw_fd(&self.0),
+            &mut buf,
+            MsgFlags::empty(),
+        )?;
         if n == 0 {
             return Err(HandshakeError::Closed);
         }
@@ -116,12 +130,25 @@ mod tests {
     #[test]
     fn messages_round_trip_over_a_pair() {
         let (a, b) = pair().expect("pair");
-        let go = Msg::Go(InitConfig { rootfs: "/r".into(), socket: "/s".into(), hostname: "h x".into() });
-        for msg in [Msg::UserNs, go, Msg::Pid(42), Msg::Ready, Msg::Error("mount failed: EPERM".into())] {
+        let go = Msg::Go(InitConfig {
+            rootfs: "/r".into(),
+            socket: "/s".into(),
+            hostname: "h x".into(),
+        });
+        for msg in [
+            Msg::UserNs,
+            go,
+            Msg::Pid(42),
+            Msg::Ready,
+            Msg::Error("mount failed: EPERM".into()),
+        ] {
             a.send(&msg).expect("send");
             assert_eq!(b.recv(Duration::from_secs(5)).expect("recv"), msg);
         }
         drop(a);
-        assert!(matches!(b.recv(Duration::from_secs(5)), Err(HandshakeError::Closed)));
+        assert!(matches!(
+            b.recv(Duration::from_secs(5)),
+            Err(HandshakeError::Closed)
+        ));
     }
 }

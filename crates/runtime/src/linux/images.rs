@@ -2,8 +2,8 @@
 //! (root skeleton and a minimal /etc) that is mounted with the host's /usr bound read-only
 //! on top, so it needs no download.
 
-use super::layers::{remove_tree, LayerStore};
 use super::io;
+use super::layers::{remove_tree, LayerStore};
 use crate::{ImageLayers, RuntimeError};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 /// Name of the built-in image.
 pub const DEFAULT_IMAGE: &str = "default";
 
-const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+const PASSWD: &str =
+    "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
 const GROUP: &str = "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n";
 const HOSTS: &str = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
 const NSSWITCH: &str = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n";
@@ -19,15 +20,32 @@ const PROFILE: &str = "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr
 const BASHRC: &str = "PS1='\\u@\\h:\\w\\$ '\n";
 /// Empty directories of the root skeleton, with their modes.
 const DIRS: [(&str, u32); 16] = [
-    ("usr", 0o755), ("proc", 0o555), ("sys", 0o555), ("dev", 0o755), ("tmp", 0o1777), ("root", 0o700),
-    ("home", 0o755), ("run", 0o755), ("var", 0o755), ("var/tmp", 0o1777), ("workspace", 0o755),
-    ("opt", 0o755), ("mnt", 0o755), ("etc", 0o755), ("etc/ld.so.conf.d", 0o755), ("etc/alternatives", 0o755),
+    ("usr", 0o755),
+    ("proc", 0o555),
+    ("sys", 0o555),
+    ("dev", 0o755),
+    ("tmp", 0o1777),
+    ("root", 0o700),
+    ("home", 0o755),
+    ("run", 0o755),
+    ("var", 0o755),
+    ("var/tmp", 0o1777),
+    ("workspace", 0o755),
+    ("opt", 0o755),
+    ("mnt", 0o755),
+    ("etc", 0o755),
+    ("etc/ld.so.conf.d", 0o755),
+    ("etc/alternatives", 0o755),
 ];
 /// Top-level names that a merged-/usr host makes symlinks into /usr.
 const USR_LINKS: [&str; 5] = ["bin", "lib", "lib64", "sbin", "libx32"];
 
 /// Resolves `name` to its layers, building the built-in image on first use.
-pub fn resolve(data_dir: &Path, store: &LayerStore, name: &str) -> Result<ImageLayers, RuntimeError> {
+pub fn resolve(
+    data_dir: &Path,
+    store: &LayerStore,
+    name: &str,
+) -> Result<ImageLayers, RuntimeError> {
     let record = data_dir.join("images").join(format!("{name}.json"));
     if let Ok(text) = std::fs::read_to_string(&record) {
         if let Ok(image) = serde_json::from_str::<ImageLayers>(&text) {
@@ -45,7 +63,10 @@ pub fn resolve(data_dir: &Path, store: &LayerStore, name: &str) -> Result<ImageL
         return Err(e);
     }
     let layer = store.commit(&scratch)?;
-    let image = ImageLayers { name: name.to_string(), layers: vec![layer.digest] };
+    let image = ImageLayers {
+        name: name.to_string(),
+        layers: vec![layer.digest],
+    };
     save(&record, &image)?;
     Ok(image)
 }
@@ -64,7 +85,8 @@ pub fn build_base(dir: &Path, host: &Path) -> Result<(), RuntimeError> {
     for (name, mode) in DIRS {
         let path = dir.join(name);
         std::fs::create_dir_all(&path).map_err(io("creating a base directory", &path))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).map_err(io("setting a base mode", &path))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(io("setting a base mode", &path))?;
     }
     for name in USR_LINKS {
         if let Ok(target) = std::fs::read_link(host.join(name)) {
@@ -72,9 +94,19 @@ pub fn build_base(dir: &Path, host: &Path) -> Result<(), RuntimeError> {
         }
     }
     let etc = dir.join("etc");
-    for (name, text) in [("passwd", PASSWD), ("group", GROUP), ("hostname", "sandbox\n"), ("hosts", HOSTS), ("resolv.conf", ""), ("nsswitch.conf", NSSWITCH), ("profile", PROFILE), ("bash.bashrc", BASHRC)] {
+    for (name, text) in [
+        ("passwd", PASSWD),
+        ("group", GROUP),
+        ("hostname", "sandbox\n"),
+        ("hosts", HOSTS),
+        ("resolv.conf", ""),
+        ("nsswitch.conf", NSSWITCH),
+        ("profile", PROFILE),
+        ("bash.bashrc", BASHRC),
+    ] {
         std::fs::write(etc.join(name), text).map_err(io("writing base /etc", &etc.join(name)))?;
-        std::fs::set_permissions(etc.join(name), std::fs::Permissions::from_mode(0o644)).map_err(io("setting a base mode", &etc.join(name)))?;
+        std::fs::set_permissions(etc.join(name), std::fs::Permissions::from_mode(0o644))
+            .map_err(io("setting a base mode", &etc.join(name)))?;
     }
     let host_etc = host.join("etc");
     for name in ["ld.so.cache", "ld.so.conf"] {
@@ -90,24 +122,31 @@ pub fn build_base(dir: &Path, host: &Path) -> Result<(), RuntimeError> {
 
 /// Copies regular files (content, mode 0644) and symlinks from `from` into `to`.
 fn copy_dir_entries(from: &Path, to: &Path) -> Result<(), RuntimeError> {
-    let Ok(entries) = std::fs::read_dir(from) else { return Ok(()) };
+    let Ok(entries) = std::fs::read_dir(from) else {
+        return Ok(());
+    };
     let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     names.sort();
     for src in names {
-        let Some(name) = src.file_name() else { continue };
+        let Some(name) = src.file_name() else {
+            continue;
+        };
         copy_if_present(&src, &to.join(name))?;
     }
     Ok(())
 }
 
 fn copy_if_present(src: &Path, dst: &Path) -> Result<(), RuntimeError> {
-    let Ok(meta) = std::fs::symlink_metadata(src) else { return Ok(()) };
+    let Ok(meta) = std::fs::symlink_metadata(src) else {
+        return Ok(());
+    };
     if meta.file_type().is_symlink() {
         let target = std::fs::read_link(src).map_err(io("reading a host symlink", src))?;
         symlink(target, dst).map_err(io("copying a host symlink", dst))?;
     } else if meta.is_file() {
         std::fs::copy(src, dst).map_err(io("copying a host file", src))?;
-        std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o644)).map_err(io("setting a base mode", dst))?;
+        std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o644))
+            .map_err(io("setting a base mode", dst))?;
     }
     Ok(())
 }
@@ -123,12 +162,23 @@ mod tests {
         let first = resolve(data.path(), &store, DEFAULT_IMAGE).expect("default");
         assert_eq!(first.layers.len(), 1);
         let base = store.path(&first.layers[0]).expect("layer");
-        assert!(std::fs::read_to_string(base.join("etc/passwd")).expect("passwd").starts_with("root:x:0:0"));
+        assert!(std::fs::read_to_string(base.join("etc/passwd"))
+            .expect("passwd")
+            .starts_with("root:x:0:0"));
         assert!(!base.join("etc/shadow").exists());
-        let mode = std::fs::metadata(base.join("tmp")).expect("tmp").permissions().mode();
+        let mode = std::fs::metadata(base.join("tmp"))
+            .expect("tmp")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o7777, 0o1777);
         std::fs::remove_file(data.path().join("images/default.json")).expect("rm record");
-        assert_eq!(resolve(data.path(), &store, DEFAULT_IMAGE).expect("again"), first);
-        assert!(matches!(resolve(data.path(), &store, "nope"), Err(RuntimeError::UnknownImage(_))));
+        assert_eq!(
+            resolve(data.path(), &store, DEFAULT_IMAGE).expect("again"),
+            first
+        );
+        assert!(matches!(
+            resolve(data.path(), &store, "nope"),
+            Err(RuntimeError::UnknownImage(_))
+        ));
     }
 }

@@ -40,7 +40,10 @@ impl LayerStore {
 
     /// Directory of a stored layer, or `UnknownLayer`.
     pub fn path(&self, digest: &str) -> Result<PathBuf, RuntimeError> {
-        let valid = digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+        let valid = digest.len() == 64
+            && digest
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
         let path = self.root.join(digest);
         if valid && path.is_dir() {
             Ok(path)
@@ -66,7 +69,11 @@ impl LayerStore {
             // A concurrent commit of the same content wins the rename; ours is redundant.
             remove_tree(dir);
             if !target.exists() {
-                return Err(RuntimeError::Io { what: "storing a layer", path: target, source: e });
+                return Err(RuntimeError::Io {
+                    what: "storing a layer",
+                    path: target,
+                    source: e,
+                });
             }
         }
         Ok(Layer { digest, size_bytes })
@@ -90,22 +97,41 @@ pub fn remove_tree(dir: &Path) {
 pub fn digest_tree(dir: &Path) -> Result<(String, u64), RuntimeError> {
     let mut builder = tar::Builder::new(HashWriter(Sha256::new()));
     let mut size = 0u64;
-    let walk = walkdir::WalkDir::new(dir).min_depth(1).sort_by_file_name().follow_links(false);
+    let walk = walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .sort_by_file_name()
+        .follow_links(false);
     for entry in walk {
-        let entry = entry.map_err(|e| RuntimeError::Io { what: "walking a layer", path: dir.to_path_buf(), source: e.into() })?;
+        let entry = entry.map_err(|e| RuntimeError::Io {
+            what: "walking a layer",
+            path: dir.to_path_buf(),
+            source: e.into(),
+        })?;
         let path = entry.path();
         let rel = path.strip_prefix(dir).unwrap_or(path);
-        let meta = entry.metadata().map_err(|e| RuntimeError::Io { what: "reading a layer entry", path: path.to_path_buf(), source: e.into() })?;
-        append_entry(&mut builder, path, rel, &meta, &mut size).map_err(io("hashing a layer entry", path))?;
+        let meta = entry.metadata().map_err(|e| RuntimeError::Io {
+            what: "reading a layer entry",
+            path: path.to_path_buf(),
+            source: e.into(),
+        })?;
+        append_entry(&mut builder, path, rel, &meta, &mut size)
+            .map_err(io("hashing a layer entry", path))?;
     }
     let hasher = builder.into_inner().map_err(io("hashing a layer", dir))?;
     Ok((hex::encode(hasher.0.finalize()), size))
 }
 
-fn append_entry(builder: &mut tar::Builder<HashWriter>, path: &Path, rel: &Path, meta: &std::fs::Metadata, size: &mut u64) -> std::io::Result<()> {
+fn append_entry(
+    builder: &mut tar::Builder<HashWriter>,
+    path: &Path,
+    rel: &Path,
+    meta: &std::fs::Metadata,
+    size: &mut u64,
+) -> std::io::Result<()> {
     let opaque = xattr_value(path, "trusted.overlay.opaque");
     if let Some(value) = &opaque {
-        builder.append_pax_extensions([("SCHILY.xattr.trusted.overlay.opaque", value.as_slice())])?;
+        builder
+            .append_pax_extensions([("SCHILY.xattr.trusted.overlay.opaque", value.as_slice())])?;
     }
     let mut header = tar::Header::new_gnu();
     header.set_mode(meta.mode() & 0o7777);
@@ -145,7 +171,14 @@ fn xattr_value(path: &Path, name: &str) -> Option<Vec<u8>> {
     let cname = std::ffi::CString::new(name).ok()?;
     let mut buf = [0u8; 256];
     // SAFETY: valid C strings and a buffer of the length passed.
-    let n = unsafe { libc::lgetxattr(cpath.as_ptr(), cname.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = unsafe {
+        libc::lgetxattr(
+            cpath.as_ptr(),
+            cname.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
     (n >= 0).then(|| buf[..n as usize].to_vec())
 }
 
@@ -163,8 +196,12 @@ mod tests {
         assert_eq!(size, 5);
         assert_eq!(d1.len(), 64);
         // mtimes do not matter
-        let f = std::fs::File::options().write(true).open(a.path().join("etc/x")).expect("open");
-        f.set_modified(std::time::SystemTime::UNIX_EPOCH).expect("mtime");
+        let f = std::fs::File::options()
+            .write(true)
+            .open(a.path().join("etc/x"))
+            .expect("open");
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH)
+            .expect("mtime");
         assert_eq!(digest_tree(a.path()).expect("digest").0, d1);
         std::fs::write(a.path().join("etc/x"), "hellO").expect("write");
         assert_ne!(digest_tree(a.path()).expect("digest").0, d1);
@@ -184,6 +221,9 @@ mod tests {
         assert_eq!(digests[0], digests[1]);
         assert!(store.path(&digests[0].digest).is_ok());
         store.delete(&digests[0].digest).expect("delete");
-        assert!(matches!(store.path(&digests[0].digest), Err(RuntimeError::UnknownLayer(_))));
+        assert!(matches!(
+            store.path(&digests[0].digest),
+            Err(RuntimeError::UnknownLayer(_))
+        ));
     }
 }

@@ -54,11 +54,17 @@ impl LinuxRuntime {
     /// process a child subreaper so it can reap the agents of sandboxes it destroys.
     pub fn new(config: LinuxConfig) -> Result<Self, RuntimeError> {
         if !nix::unistd::geteuid().is_root() {
-            return Err(RuntimeError::Unsupported("the Linux backend needs to run as root".into()));
+            return Err(RuntimeError::Unsupported(
+                "the Linux backend needs to run as root".into(),
+            ));
         }
         let cgroups = Cgroups::detect(&config.cgroup_parent)?;
         let sandboxes = config.data_dir.join("sandboxes");
-        std::fs::create_dir_all(&sandboxes).map_err(|source| RuntimeError::Io { what: "creating the sandboxes dir", path: sandboxes, source })?;
+        std::fs::create_dir_all(&sandboxes).map_err(|source| RuntimeError::Io {
+            what: "creating the sandboxes dir",
+            path: sandboxes,
+            source,
+        })?;
         // SAFETY: prctl with integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         Ok(LinuxRuntime {
@@ -79,7 +85,9 @@ impl LinuxRuntime {
     /// Handles of every started sandbox whose state dir is still on disk (each start
     /// writes `handle.json`): for re-adopting or cleaning up after a restart.
     pub fn stored_handles(&self) -> Vec<SandboxHandle> {
-        let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) else { return Vec::new() };
+        let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) else {
+            return Vec::new();
+        };
         entries
             .filter_map(|e| std::fs::read(e.ok()?.path().join("handle.json")).ok())
             .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
@@ -93,7 +101,11 @@ impl LinuxRuntime {
     /// Host directories of a spec's layers, top first: snapshots over the image.
     fn layer_stack(&self, spec: &SandboxSpec) -> Result<Vec<PathBuf>, RuntimeError> {
         let image = self.resolve_image(&spec.image)?;
-        let digests = spec.extra_layers.iter().rev().chain(image.layers.iter().rev());
+        let digests = spec
+            .extra_layers
+            .iter()
+            .rev()
+            .chain(image.layers.iter().rev());
         digests.map(|d| self.layers.path(d)).collect()
     }
 }
@@ -107,7 +119,11 @@ impl Runtime for LinuxRuntime {
         start::start(self, spec)
     }
 
-    fn start_with_network(&self, spec: &SandboxSpec, network: &crate::NetworkSpec) -> Result<SandboxHandle, RuntimeError> {
+    fn start_with_network(
+        &self,
+        spec: &SandboxSpec,
+        network: &crate::NetworkSpec,
+    ) -> Result<SandboxHandle, RuntimeError> {
         net::start(self, spec, network)
     }
 
@@ -145,7 +161,11 @@ impl Runtime for LinuxRuntime {
         self.layers.delete(digest)
     }
 
-    fn apply_requests(&self, handle: &SandboxHandle, requests: &crate::Requests) -> Result<Vec<u32>, RuntimeError> {
+    fn apply_requests(
+        &self,
+        handle: &SandboxHandle,
+        requests: &crate::Requests,
+    ) -> Result<Vec<u32>, RuntimeError> {
         requests::apply(&self.cgroups, handle.id, requests)
     }
 
@@ -155,6 +175,13 @@ impl Runtime for LinuxRuntime {
 }
 
 /// Maps an I/O error to `RuntimeError::Io` with what was being done and where.
-fn io<'a>(what: &'static str, path: &'a std::path::Path) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
-    move |source| RuntimeError::Io { what, path: path.to_path_buf(), source }
+fn io<'a>(
+    what: &'static str,
+    path: &'a std::path::Path,
+) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
+    move |source| RuntimeError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
 }

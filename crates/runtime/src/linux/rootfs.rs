@@ -36,7 +36,12 @@ fn work(state_dir: &Path) -> PathBuf {
 /// Makes the directories of the root (mount points, upper dir owned by the sandbox's
 /// root `host_base`), the upper and work dirs on a `disk_mb` MiB disk of their own
 /// unless it is 0; needs no user namespace yet, so it overlaps the init's exec.
-pub fn prepare_dirs(state_dir: &Path, layer_count: usize, host_base: u32, disk: Option<(&Path, u32)>) -> Result<(), RuntimeError> {
+pub fn prepare_dirs(
+    state_dir: &Path,
+    layer_count: usize,
+    host_base: u32,
+    disk: Option<(&Path, u32)>,
+) -> Result<(), RuntimeError> {
     for n in 0..layer_count {
         mkdir(&lower(state_dir, n))?;
     }
@@ -47,8 +52,14 @@ pub fn prepare_dirs(state_dir: &Path, layer_count: usize, host_base: u32, disk: 
     for dir in [&upper, &work(state_dir), &rootfs(state_dir)] {
         mkdir(dir)?;
     }
-    let (uid, gid) = (nix::unistd::Uid::from_raw(host_base), nix::unistd::Gid::from_raw(host_base));
-    nix::unistd::chown(&upper, Some(uid), Some(gid)).map_err(|source| RuntimeError::Sys { what: "chowning the upper dir", source })
+    let (uid, gid) = (
+        nix::unistd::Uid::from_raw(host_base),
+        nix::unistd::Gid::from_raw(host_base),
+    );
+    nix::unistd::chown(&upper, Some(uid), Some(gid)).map_err(|source| RuntimeError::Sys {
+        what: "chowning the upper dir",
+        source,
+    })
 }
 
 fn lower(state_dir: &Path, n: usize) -> PathBuf {
@@ -58,18 +69,40 @@ fn lower(state_dir: &Path, n: usize) -> PathBuf {
 /// Mounts the root over the dirs of [`prepare_dirs`]: `layers` (top first) idmapped
 /// through `userns`, an overlay with the writable upper dir, and with `host_usr` the
 /// host's /usr read-only on its /usr.
-pub fn mount_root(state_dir: &Path, layers: &[PathBuf], userns: &OwnedFd, host_usr: bool) -> Result<(), RuntimeError> {
+pub fn mount_root(
+    state_dir: &Path,
+    layers: &[PathBuf],
+    userns: &OwnedFd,
+    host_usr: bool,
+) -> Result<(), RuntimeError> {
     let mut lowers = Vec::with_capacity(layers.len());
     for (n, layer) in layers.iter().enumerate() {
         let target = lower(state_dir, n);
-        sys::idmapped_bind(layer, &target, userns, false).map_err(io("idmapping a layer", layer))?;
+        sys::idmapped_bind(layer, &target, userns, false)
+            .map_err(io("idmapping a layer", layer))?;
         lowers.push(target.display().to_string());
     }
     let (upper, work, root) = (upper(state_dir), work(state_dir), rootfs(state_dir));
-    let options = format!("lowerdir={},upperdir={},workdir={},index=off,xino=off", lowers.join(":"), upper.display(), work.display());
-    mount(Some("overlay"), &root, Some("overlay"), MsFlags::empty(), Some(options.as_str())).map_err(|source| RuntimeError::Sys { what: "mounting the overlay root", source })?;
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},index=off,xino=off",
+        lowers.join(":"),
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some("overlay"),
+        &root,
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(options.as_str()),
+    )
+    .map_err(|source| RuntimeError::Sys {
+        what: "mounting the overlay root",
+        source,
+    })?;
     if host_usr {
-        sys::idmapped_bind(Path::new("/usr"), &root.join("usr"), userns, true).map_err(io("binding the host /usr", &root))?;
+        sys::idmapped_bind(Path::new("/usr"), &root.join("usr"), userns, true)
+            .map_err(io("binding the host /usr", &root))?;
     }
     Ok(())
 }
@@ -92,7 +125,11 @@ pub fn unmount_root(state_dir: &Path) -> Result<(), RuntimeError> {
 
 /// Whether anything is mounted at or below `dir` in our mount namespace.
 pub fn has_mounts_under(dir: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
     let prefix = dir.display().to_string();
-    info.lines().filter_map(|l| l.split(' ').nth(4)).any(|mnt| mnt == prefix || mnt.starts_with(&format!("{prefix}/")))
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mnt| mnt == prefix || mnt.starts_with(&format!("{prefix}/")))
 }

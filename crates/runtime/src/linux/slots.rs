@@ -22,8 +22,15 @@ pub struct Slots {
 impl Slots {
     pub fn new(data_dir: &Path) -> Result<Self, RuntimeError> {
         let dir = data_dir.join("slots");
-        std::fs::create_dir_all(&dir).map_err(|source| RuntimeError::Io { what: "creating the slot directory", path: dir.clone(), source })?;
-        Ok(Slots { dir, next: AtomicU32::new(0) })
+        std::fs::create_dir_all(&dir).map_err(|source| RuntimeError::Io {
+            what: "creating the slot directory",
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(Slots {
+            dir,
+            next: AtomicU32::new(0),
+        })
     }
 
     /// Claims a free slot for `id` and returns its host id base.
@@ -32,14 +39,28 @@ impl Slots {
         for i in 0..MAX_SLOTS {
             let slot = (start + i) % MAX_SLOTS;
             let path = self.dir.join(slot.to_string());
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
                 Ok(_) => {
-                    std::fs::write(&path, id.to_string()).map_err(|source| RuntimeError::Io { what: "recording a slot", path, source })?;
+                    std::fs::write(&path, id.to_string()).map_err(|source| RuntimeError::Io {
+                        what: "recording a slot",
+                        path,
+                        source,
+                    })?;
                     self.next.store(slot + 1, Ordering::Relaxed);
                     return Ok(FIRST_BASE + slot * RANGE);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(source) => return Err(RuntimeError::Io { what: "claiming a slot", path, source }),
+                Err(source) => {
+                    return Err(RuntimeError::Io {
+                        what: "claiming a slot",
+                        path,
+                        source,
+                    })
+                }
             }
         }
         Err(RuntimeError::IdRangesExhausted)
@@ -65,8 +86,14 @@ mod tests {
     fn slots_are_distinct_and_survive_a_new_allocator() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let base_a = Slots::new(dir.path()).expect("slots").allocate(a).expect("a");
-        let base_b = Slots::new(dir.path()).expect("slots").allocate(b).expect("b");
+        let base_a = Slots::new(dir.path())
+            .expect("slots")
+            .allocate(a)
+            .expect("a");
+        let base_b = Slots::new(dir.path())
+            .expect("slots")
+            .allocate(b)
+            .expect("b");
         assert_ne!(base_a, base_b);
         assert_eq!((base_a - FIRST_BASE) % RANGE, 0);
         let slots = Slots::new(dir.path()).expect("slots");

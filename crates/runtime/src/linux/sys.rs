@@ -36,7 +36,12 @@ fn check(ret: libc::c_long) -> std::io::Result<libc::c_long> {
 /// Mounts `source` read-only at `target`, with its ids shifted through the user
 /// namespace `userns` (an idmapped mount: host uid N appears as N inside, i.e. files
 /// owned by host root are owned by the sandbox's root).
-pub fn idmapped_bind(source: &Path, target: &Path, userns: &OwnedFd, recursive: bool) -> std::io::Result<()> {
+pub fn idmapped_bind(
+    source: &Path,
+    target: &Path,
+    userns: &OwnedFd,
+    recursive: bool,
+) -> std::io::Result<()> {
     let src = cpath(source)?;
     let dst = cpath(target)?;
     let empty = c"";
@@ -45,7 +50,8 @@ pub fn idmapped_bind(source: &Path, target: &Path, userns: &OwnedFd, recursive: 
         flags |= AT_RECURSIVE;
     }
     // SAFETY: valid NUL-terminated path; the returned fd is owned below.
-    let fd = check(unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, src.as_ptr(), flags) })?;
+    let fd =
+        check(unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, src.as_ptr(), flags) })?;
     // SAFETY: open_tree returned a fresh fd we now own.
     let tree = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     let attr = MountAttr {
@@ -101,7 +107,8 @@ pub fn proc_stat(pid: i32) -> Option<(char, u64)> {
 
 /// Whether `pid` is the live (not zombie) process that started at `ticks`.
 pub fn is_same_live_process(pid: i32, ticks: u64) -> bool {
-    pid > 0 && matches!(proc_stat(pid), Some((state, t)) if t == ticks && state != 'Z' && state != 'X')
+    pid > 0
+        && matches!(proc_stat(pid), Some((state, t)) if t == ticks && state != 'Z' && state != 'X')
 }
 
 #[cfg(test)]

@@ -61,7 +61,10 @@ mod tests {
         assert_eq!(get(&conn, "w").expect("get"), None);
         set(&conn, &rec(Some(3), None)).expect("set");
         set(&conn, &rec(None, Some(8 << 30))).expect("replace");
-        assert_eq!(get(&conn, "w").expect("get"), Some(rec(None, Some(8 << 30))));
+        assert_eq!(
+            get(&conn, "w").expect("get"),
+            Some(rec(None, Some(8 << 30)))
+        );
         assert_eq!(get(&conn, "other").expect("get"), None);
     }
 }

@@ -20,7 +20,10 @@ pub enum InitError {
     #[error("{what}: {source}")]
     Sys { what: String, source: nix::Error },
     #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
     #[error("handshake: {0}")]
     Handshake(#[from] super::handshake::HandshakeError),
     #[error("unexpected handshake message {0:?}")]
@@ -29,7 +32,10 @@ pub enum InitError {
 
 /// Attaches a step name to a nix result.
 pub(crate) fn step<T>(what: impl Into<String>, r: nix::Result<T>) -> Result<T, InitError> {
-    r.map_err(|source| InitError::Sys { what: what.into(), source })
+    r.map_err(|source| InitError::Sys {
+        what: what.into(),
+        source,
+    })
 }
 
 /// What PID 1 carries on with: the agent's listening socket and the start config.
@@ -59,7 +65,11 @@ pub fn enter(sync_fd: RawFd) -> Result<Entered, InitError> {
     // SAFETY: the backend hands us this fd; nothing else in this process owns it.
     let channel = Channel(unsafe { OwnedFd::from_raw_fd(sync_fd) });
     match steps(&channel) {
-        Ok((listener, config)) => Ok(Entered { listener, config, channel }),
+        Ok((listener, config)) => Ok(Entered {
+            listener,
+            config,
+            channel,
+        }),
         Err(e) => {
             let _ = channel.send(&Msg::Error(e.to_string()));
             Err(e)
@@ -79,7 +89,12 @@ fn steps(channel: &Channel) -> Result<(UnixListener, InitConfig), InitError> {
     // made by unshare(NEWNS) would pin that copy's old root, and with it every host
     // mount it holds locked (other sandboxes' layers included) until this sandbox ends.
     let listener = bind_socket(&config)?;
-    let flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWUTS | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWCGROUP;
+    let flags = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWCGROUP;
     step("unshare(namespaces)", unshare(flags))?;
     // SAFETY: this process is single-threaded, so the child may run any code.
     match step("fork", unsafe { nix::unistd::fork() })? {
@@ -97,8 +112,14 @@ fn steps(channel: &Channel) -> Result<(UnixListener, InitConfig), InitError> {
 /// Becomes uid/gid 0 of the sandbox (its host id base), with no supplementary groups.
 fn become_root() -> Result<(), InitError> {
     step("setgroups", setgroups(&[]))?;
-    step("setresgid", setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0)))?;
-    step("setresuid", setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0)))
+    step(
+        "setresgid",
+        setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0)),
+    )?;
+    step(
+        "setresuid",
+        setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0)),
+    )
 }
 
 /// PID 1's own setup: root, hostname, loopback.
@@ -115,7 +136,10 @@ fn pid1(config: &InitConfig) -> Result<(), InitError> {
     net::loopback_up()?;
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-        return Err(InitError::Sys { what: "prctl(PR_SET_DUMPABLE)".into(), source: nix::Error::last() });
+        return Err(InitError::Sys {
+            what: "prctl(PR_SET_DUMPABLE)".into(),
+            source: nix::Error::last(),
+        });
     }
     Ok(())
 }

@@ -7,10 +7,23 @@ use std::path::Path;
 
 const NONE: Option<&str> = None;
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
-const MASKED_FILES: [&str; 6] = ["proc/kcore", "proc/keys", "proc/timer_list", "proc/sched_debug", "proc/latency_stats", "proc/timer_stats"];
+const MASKED_FILES: [&str; 6] = [
+    "proc/kcore",
+    "proc/keys",
+    "proc/timer_list",
+    "proc/sched_debug",
+    "proc/latency_stats",
+    "proc/timer_stats",
+];
 const MASKED_DIRS: [&str; 3] = ["proc/acpi", "proc/scsi", "sys/firmware"];
 const READ_ONLY: [&str; 4] = ["proc/sys", "proc/sysrq-trigger", "proc/irq", "proc/bus"];
-const LINKS: [(&str, &str); 5] = [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx")];
+const LINKS: [(&str, &str); 5] = [
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+    ("ptmx", "pts/ptmx"),
+];
 
 fn nosuid_nodev_noexec() -> MsFlags {
     MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC
@@ -22,12 +35,24 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> InitError {
 
 /// Stops mount events from propagating back to the host.
 pub fn make_private() -> Result<(), InitError> {
-    step("making / rprivate", mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE))
+    step(
+        "making / rprivate",
+        mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE),
+    )
 }
 
 /// Binds `root` onto itself (pivot_root needs a mount) and makes it the cwd.
 pub fn bind_root(root: &Path) -> Result<(), InitError> {
-    step("binding the root onto itself", mount(Some(root), root, NONE, MsFlags::MS_BIND | MsFlags::MS_REC, NONE))?;
+    step(
+        "binding the root onto itself",
+        mount(
+            Some(root),
+            root,
+            NONE,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            NONE,
+        ),
+    )?;
     step("chdir to the new root", nix::unistd::chdir(root))
 }
 
@@ -35,27 +60,76 @@ pub fn bind_root(root: &Path) -> Result<(), InitError> {
 /// of the host visible.
 pub fn switch_root() -> Result<(), InitError> {
     let root = Path::new(".");
-    step("mounting /proc", mount(Some("proc"), &root.join("proc"), Some("proc"), nosuid_nodev_noexec(), NONE))?;
-    step("mounting /sys", mount(Some("sysfs"), &root.join("sys"), Some("sysfs"), nosuid_nodev_noexec() | MsFlags::MS_RDONLY, NONE))?;
+    step(
+        "mounting /proc",
+        mount(
+            Some("proc"),
+            &root.join("proc"),
+            Some("proc"),
+            nosuid_nodev_noexec(),
+            NONE,
+        ),
+    )?;
+    step(
+        "mounting /sys",
+        mount(
+            Some("sysfs"),
+            &root.join("sys"),
+            Some("sysfs"),
+            nosuid_nodev_noexec() | MsFlags::MS_RDONLY,
+            NONE,
+        ),
+    )?;
     dev(root)?;
     for rel in MASKED_FILES {
         let target = root.join(rel);
         if target.exists() {
-            step(format!("masking /{rel}"), mount(Some(&root.join("dev/null")), &target, NONE, MsFlags::MS_BIND, NONE))?;
+            step(
+                format!("masking /{rel}"),
+                mount(
+                    Some(&root.join("dev/null")),
+                    &target,
+                    NONE,
+                    MsFlags::MS_BIND,
+                    NONE,
+                ),
+            )?;
         }
     }
     for rel in MASKED_DIRS {
         let target = root.join(rel);
         if target.is_dir() {
-            step(format!("masking /{rel}"), mount(Some("tmpfs"), &target, Some("tmpfs"), nosuid_nodev_noexec() | MsFlags::MS_RDONLY, Some("size=0")))?;
+            step(
+                format!("masking /{rel}"),
+                mount(
+                    Some("tmpfs"),
+                    &target,
+                    Some("tmpfs"),
+                    nosuid_nodev_noexec() | MsFlags::MS_RDONLY,
+                    Some("size=0"),
+                ),
+            )?;
         }
     }
     for rel in READ_ONLY {
         let target = root.join(rel);
         if target.exists() {
-            step(format!("binding /{rel}"), mount(Some(&target), &target, NONE, MsFlags::MS_BIND | MsFlags::MS_REC, NONE))?;
-            let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev_noexec();
-            step(format!("making /{rel} read-only"), mount(NONE, &target, NONE, flags, NONE))?;
+            step(
+                format!("binding /{rel}"),
+                mount(
+                    Some(&target),
+                    &target,
+                    NONE,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    NONE,
+                ),
+            )?;
+            let flags =
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev_noexec();
+            step(
+                format!("making /{rel} read-only"),
+                mount(NONE, &target, NONE, flags, NONE),
+            )?;
         }
     }
     pivot()
@@ -64,21 +138,52 @@ pub fn switch_root() -> Result<(), InitError> {
 /// tmpfs /dev with the host's harmless character devices, devpts, shm and the usual links.
 fn dev(root: &Path) -> Result<(), InitError> {
     let dev = root.join("dev");
-    step("mounting /dev", mount(Some("tmpfs"), &dev, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some("mode=755,size=65536k")))?;
+    step(
+        "mounting /dev",
+        mount(
+            Some("tmpfs"),
+            &dev,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some("mode=755,size=65536k"),
+        ),
+    )?;
     for name in DEVICES {
         let target = dev.join(name);
         std::fs::File::create(&target).map_err(io(format!("creating /dev/{name}")))?;
         let source = Path::new("/dev").join(name);
-        step(format!("binding /dev/{name}"), mount(Some(&source), &target, NONE, MsFlags::MS_BIND, NONE))?;
+        step(
+            format!("binding /dev/{name}"),
+            mount(Some(&source), &target, NONE, MsFlags::MS_BIND, NONE),
+        )?;
     }
     for dir in ["pts", "shm"] {
         std::fs::create_dir(dev.join(dir)).map_err(io(format!("creating /dev/{dir}")))?;
     }
     let pts_opts = "newinstance,ptmxmode=0666,mode=0620,gid=5";
-    step("mounting /dev/pts", mount(Some("devpts"), &dev.join("pts"), Some("devpts"), MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some(pts_opts)))?;
-    step("mounting /dev/shm", mount(Some("shm"), &dev.join("shm"), Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some("mode=1777,size=65536k")))?;
+    step(
+        "mounting /dev/pts",
+        mount(
+            Some("devpts"),
+            &dev.join("pts"),
+            Some("devpts"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some(pts_opts),
+        ),
+    )?;
+    step(
+        "mounting /dev/shm",
+        mount(
+            Some("shm"),
+            &dev.join("shm"),
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=1777,size=65536k"),
+        ),
+    )?;
     for (name, target) in LINKS {
-        std::os::unix::fs::symlink(target, dev.join(name)).map_err(io(format!("linking /dev/{name}")))?;
+        std::os::unix::fs::symlink(target, dev.join(name))
+            .map_err(io(format!("linking /dev/{name}")))?;
     }
     Ok(())
 }
@@ -86,6 +191,9 @@ fn dev(root: &Path) -> Result<(), InitError> {
 /// `pivot_root(".", ".")` then detach the old root stacked underneath.
 fn pivot() -> Result<(), InitError> {
     step("pivot_root", nix::unistd::pivot_root(".", "."))?;
-    step("detaching the host root", umount2(".", MntFlags::MNT_DETACH))?;
+    step(
+        "detaching the host root",
+        umount2(".", MntFlags::MNT_DETACH),
+    )?;
     step("chdir /", nix::unistd::chdir("/"))
 }

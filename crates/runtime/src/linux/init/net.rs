@@ -13,7 +13,10 @@ pub fn loopback_up() -> Result<(), InitError> {
         Err(_) => unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) },
     };
     if fd < 0 {
-        return Err(InitError::Sys { what: "socket for lo".into(), source: nix::Error::last() });
+        return Err(InitError::Sys {
+            what: "socket for lo".into(),
+            source: nix::Error::last(),
+        });
     }
     let result = set_up(fd);
     // SAFETY: fd was opened above and is not used after this.
@@ -29,13 +32,19 @@ fn set_up(fd: i32) -> Result<(), InitError> {
     }
     // SAFETY: valid socket and ifreq for these ioctls.
     if unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) } < 0 {
-        return Err(InitError::Sys { what: "SIOCGIFFLAGS lo".into(), source: nix::Error::last() });
+        return Err(InitError::Sys {
+            what: "SIOCGIFFLAGS lo".into(),
+            source: nix::Error::last(),
+        });
     }
     // SAFETY: the union member written by SIOCGIFFLAGS.
     unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
     // SAFETY: as above.
     if unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) } < 0 {
-        return Err(InitError::Sys { what: "SIOCSIFFLAGS lo".into(), source: nix::Error::last() });
+        return Err(InitError::Sys {
+            what: "SIOCSIFFLAGS lo".into(),
+            source: nix::Error::last(),
+        });
     }
     Ok(())
 }

@@ -39,7 +39,11 @@ pub fn encode_query(id: u16, name: &str) -> Vec<u8> {
     let mut q = Vec::with_capacity(18 + name.len());
     q.extend_from_slice(&id.to_be_bytes());
     q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
-    for label in name.trim_end_matches('.').split('.').filter(|l| !l.is_empty()) {
+    for label in name
+        .trim_end_matches('.')
+        .split('.')
+        .filter(|l| !l.is_empty())
+    {
         q.push(label.len().min(63) as u8);
         q.extend_from_slice(&label.as_bytes()[..label.len().min(63)]);
     }
@@ -62,7 +66,10 @@ pub fn parse_answer(id: u16, msg: &[u8]) -> Option<Vec<Ipv4Addr>> {
     for _ in 0..an {
         at = skip_name(msg, at)?;
         let head = msg.get(at..at + 10)?;
-        let (kind, class) = (u16::from_be_bytes([head[0], head[1]]), u16::from_be_bytes([head[2], head[3]]));
+        let (kind, class) = (
+            u16::from_be_bytes([head[0], head[1]]),
+            u16::from_be_bytes([head[2], head[3]]),
+        );
         let len = usize::from(u16::from_be_bytes([head[8], head[9]]));
         let data = msg.get(at + 10..at + 10 + len)?;
         if kind == 1 && class == 1 && len == 4 {
@@ -100,7 +107,10 @@ mod tests {
             r.extend_from_slice(&ip);
         }
         let got = parse_answer(0x1234, &r).expect("answer");
-        assert_eq!(got, [Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 9)]);
+        assert_eq!(
+            got,
+            [Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 9)]
+        );
         assert_eq!(parse_answer(0x9999, &r), None);
         assert_eq!(parse_answer(0x1234, &q), None, "a query is not an answer");
         assert_eq!(parse_answer(0x1234, &r[..r.len() - 3]), None, "truncated");

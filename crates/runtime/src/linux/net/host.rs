@@ -38,13 +38,25 @@ fn net_err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
 
 impl HostLock {
     pub fn take(dir: &Path) -> Result<Self, RuntimeError> {
-        std::fs::create_dir_all(dir.join("leases")).map_err(|e| net_err("creating the network state dir", e))?;
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("lock")).map_err(|e| net_err("opening the network lock", e))?;
+        std::fs::create_dir_all(dir.join("leases"))
+            .map_err(|e| net_err("creating the network state dir", e))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("lock"))
+            .map_err(|e| net_err("opening the network lock", e))?;
         // SAFETY: flock on an fd we own; blocks until the lock is ours.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(net_err("locking the network state", std::io::Error::last_os_error()));
+            return Err(net_err(
+                "locking the network state",
+                std::io::Error::last_os_error(),
+            ));
         }
-        Ok(HostLock { dir: dir.to_path_buf(), _file: file })
+        Ok(HostLock {
+            dir: dir.to_path_buf(),
+            _file: file,
+        })
     }
 
     fn lease_path(&self, id: Uuid) -> PathBuf {
@@ -52,8 +64,12 @@ impl HostLock {
     }
 
     fn leases(&self) -> Vec<Lease> {
-        let Ok(entries) = std::fs::read_dir(self.dir.join("leases")) else { return Vec::new() };
-        entries.filter_map(|e| parse_lease(&std::fs::read_to_string(e.ok()?.path()).ok()?)).collect()
+        let Ok(entries) = std::fs::read_dir(self.dir.join("leases")) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| parse_lease(&std::fs::read_to_string(e.ok()?.path()).ok()?))
+            .collect()
     }
 
     /// The lease of `id`, if it has one.
@@ -62,14 +78,29 @@ impl HostLock {
     }
 
     /// Claims the first /30 of `pool` no sandbox holds.
-    pub fn allocate(&self, id: Uuid, pool: Cidr, allow_layers: usize) -> Result<Lease, RuntimeError> {
+    pub fn allocate(
+        &self,
+        id: Uuid,
+        pool: Cidr,
+        allow_layers: usize,
+    ) -> Result<Lease, RuntimeError> {
         let taken: Vec<Ipv4Addr> = self.leases().iter().map(|l| l.net.network()).collect();
         let first = u32::from(pool.network());
         let count = 1u64 << (32 - u32::from(pool.prefix.min(30))) >> 2;
-        let free = (0..count).map(|i| Ipv4Addr::from(first + (i as u32) * 4)).find(|a| !taken.contains(a));
-        let addr = free.ok_or_else(|| RuntimeError::Network(format!("no free /30 left in {pool}")))?;
-        let lease = Lease { net: Cidr { addr, prefix: 30 }, allow_layers };
-        std::fs::write(self.lease_path(id), format!("{} {}", lease.net, allow_layers)).map_err(|e| net_err("recording a lease", e))?;
+        let free = (0..count)
+            .map(|i| Ipv4Addr::from(first + (i as u32) * 4))
+            .find(|a| !taken.contains(a));
+        let addr =
+            free.ok_or_else(|| RuntimeError::Network(format!("no free /30 left in {pool}")))?;
+        let lease = Lease {
+            net: Cidr { addr, prefix: 30 },
+            allow_layers,
+        };
+        std::fs::write(
+            self.lease_path(id),
+            format!("{} {}", lease.net, allow_layers),
+        )
+        .map_err(|e| net_err("recording a lease", e))?;
         Ok(lease)
     }
 
@@ -84,7 +115,10 @@ impl HostLock {
             return Ok(());
         }
         let marker = self.dir.join("forward-enabled");
-        let on = std::fs::read_to_string(IP_FORWARD).map_err(|e| net_err("reading ip_forward", e))?.trim() == "1";
+        let on = std::fs::read_to_string(IP_FORWARD)
+            .map_err(|e| net_err("reading ip_forward", e))?
+            .trim()
+            == "1";
         if !on {
             std::fs::write(&marker, "").map_err(|e| net_err("recording ip_forward", e))?;
         }
@@ -111,7 +145,10 @@ impl HostLock {
 
 fn parse_lease(text: &str) -> Option<Lease> {
     let (net, layers) = text.trim().split_once(' ')?;
-    Some(Lease { net: net.parse().ok()?, allow_layers: layers.parse().ok()? })
+    Some(Lease {
+        net: net.parse().ok()?,
+        allow_layers: layers.parse().ok()?,
+    })
 }
 
 #[cfg(test)]
@@ -126,11 +163,20 @@ mod tests {
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         let la = lock.allocate(a, pool, 1).expect("a");
         let lb = lock.allocate(b, pool, 0).expect("b");
-        assert_eq!((la.host(), la.sandbox()), (Ipv4Addr::new(10, 213, 0, 1), Ipv4Addr::new(10, 213, 0, 2)));
+        assert_eq!(
+            (la.host(), la.sandbox()),
+            (Ipv4Addr::new(10, 213, 0, 1), Ipv4Addr::new(10, 213, 0, 2))
+        );
         assert_eq!(lb.net.to_string(), "10.213.0.4/30");
         assert_eq!(lock.lease(a), Some(la));
-        assert!(lock.allocate(Uuid::new_v4(), pool, 0).is_err(), "the pool holds two");
+        assert!(
+            lock.allocate(Uuid::new_v4(), pool, 0).is_err(),
+            "the pool holds two"
+        );
         lock.release(a);
-        assert_eq!(lock.allocate(Uuid::new_v4(), pool, 0).expect("reuse").net, la.net);
+        assert_eq!(
+            lock.allocate(Uuid::new_v4(), pool, 0).expect("reuse").net,
+            la.net
+        );
     }
 }

@@ -22,13 +22,20 @@ fn ip_batch(prefix: &[&str], script: &str) -> Result<(), RuntimeError> {
         .spawn()
         .map_err(|e| RuntimeError::Network(format!("running ip: {e}")))?;
     if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(script.as_bytes()).map_err(|e| RuntimeError::Network(format!("writing to ip: {e}")))?;
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(|e| RuntimeError::Network(format!("writing to ip: {e}")))?;
     }
-    let out = child.wait_with_output().map_err(|e| RuntimeError::Network(format!("waiting for ip: {e}")))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| RuntimeError::Network(format!("waiting for ip: {e}")))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(RuntimeError::Network(format!("ip: {}", String::from_utf8_lossy(&out.stderr).trim())))
+        Err(RuntimeError::Network(format!(
+            "ip: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
     }
 }
 
@@ -40,25 +47,44 @@ pub fn create(ifname: &str, pid: i32, lease: &Lease) -> Result<(), RuntimeError>
         lease.host()
     );
     ip_batch(&[], &host)?;
-    let inner = format!("addr add {}/30 dev eth0\nlink set eth0 up\nroute add default via {}\n", lease.sandbox(), lease.host());
+    let inner = format!(
+        "addr add {}/30 dev eth0\nlink set eth0 up\nroute add default via {}\n",
+        lease.sandbox(),
+        lease.host()
+    );
     let netns = format!("--net=/proc/{pid}/ns/net");
     ip_batch(&["nsenter", &netns, "--"], &inner)
 }
 
 /// Deletes the host end (gone already once the namespace died with the sandbox).
 pub fn delete(ifname: &str) {
-    let _ = Command::new("ip").args(["link", "del", ifname]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let _ = Command::new("ip")
+        .args(["link", "del", ifname])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// Writes `etc/resolv.conf` under `root`, owned by the sandbox's root (`owner`).
-pub fn write_resolv_conf(root: &Path, resolvers: &[Ipv4Addr], owner: u32) -> Result<(), RuntimeError> {
+pub fn write_resolv_conf(
+    root: &Path,
+    resolvers: &[Ipv4Addr],
+    owner: u32,
+) -> Result<(), RuntimeError> {
     let path = root.join("etc/resolv.conf");
-    let err = |e: std::io::Error| RuntimeError::Io { what: "writing the sandbox's resolv.conf", path: path.clone(), source: e };
+    let err = |e: std::io::Error| RuntimeError::Io {
+        what: "writing the sandbox's resolv.conf",
+        path: path.clone(),
+        source: e,
+    };
     let mut text = String::from("# written by sandboxd\n");
     for r in resolvers {
         text += &format!("nameserver {r}\n");
     }
-    if std::fs::symlink_metadata(&path).map(|m| !m.is_file()).unwrap_or(false) {
+    if std::fs::symlink_metadata(&path)
+        .map(|m| !m.is_file())
+        .unwrap_or(false)
+    {
         std::fs::remove_file(&path).map_err(err)?;
     }
     std::fs::create_dir_all(root.join("etc")).map_err(err)?;

@@ -8,7 +8,9 @@ mod link;
 mod nft;
 
 use super::{rootfs, LinuxRuntime};
-use crate::{Cidr, EgressRule, NetworkMode, NetworkSpec, Runtime, RuntimeError, SandboxHandle, SandboxSpec};
+use crate::{
+    Cidr, EgressRule, NetworkMode, NetworkSpec, Runtime, RuntimeError, SandboxHandle, SandboxSpec,
+};
 use host::HostLock;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -32,7 +34,10 @@ impl NetConfig {
     pub fn from_host() -> Self {
         let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
         NetConfig {
-            pool: Cidr { addr: Ipv4Addr::new(10, 213, 0, 0), prefix: 16 },
+            pool: Cidr {
+                addr: Ipv4Addr::new(10, 213, 0, 0),
+                prefix: 16,
+            },
             resolvers: parse_resolvers(&conf),
             state_dir: PathBuf::from("/run/sandboxd/net"),
         }
@@ -63,16 +68,25 @@ impl LinuxRuntime {
     /// The sandbox's own address when it has egress networking.
     pub fn sandbox_address(&self, id: Uuid) -> Option<Ipv4Addr> {
         let config = self.network.as_ref()?;
-        HostLock::take(&config.state_dir).ok()?.lease(id).map(|l| l.sandbox())
+        HostLock::take(&config.state_dir)
+            .ok()?
+            .lease(id)
+            .map(|l| l.sandbox())
     }
 }
 
 /// Starts the sandbox, then gives it its network; destroys it if that fails.
-pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec, network: &NetworkSpec) -> Result<SandboxHandle, RuntimeError> {
+pub(super) fn start(
+    rt: &LinuxRuntime,
+    spec: &SandboxSpec,
+    network: &NetworkSpec,
+) -> Result<SandboxHandle, RuntimeError> {
     if network.mode == NetworkMode::None {
         return rt.start(spec);
     }
-    let config = rt.network.as_ref().ok_or_else(|| RuntimeError::Network("egress networking is not configured on this server".into()))?;
+    let config = rt.network.as_ref().ok_or_else(|| {
+        RuntimeError::Network("egress networking is not configured on this server".into())
+    })?;
     let (deny, allow) = resolve(network, &config.resolvers);
     let handle = rt.start(spec)?;
     match attach(config, &handle, deny, allow) {
@@ -89,41 +103,83 @@ pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec, network: &NetworkSpec
 /// Turns the policy layers into CIDRs: the union of deny lists and one allow list per
 /// layer that has one. Domains are looked up now (the addresses they have at start).
 fn resolve(network: &NetworkSpec, resolvers: &[Ipv4Addr]) -> (Vec<Cidr>, Vec<Vec<Cidr>>) {
-    let lookups: Vec<(String, Vec<Ipv4Addr>)> = network.domains().into_iter().map(|d| {
-        let addrs = dns::resolve_a(&d, resolvers);
-        (d, addrs)
-    }).collect();
+    let lookups: Vec<(String, Vec<Ipv4Addr>)> = network
+        .domains()
+        .into_iter()
+        .map(|d| {
+            let addrs = dns::resolve_a(&d, resolvers);
+            (d, addrs)
+        })
+        .collect();
     let cidrs = |rules: &[EgressRule]| -> Vec<Cidr> {
-        rules.iter().flat_map(|r| match r {
-            EgressRule::Cidr(c) => vec![*c],
-            EgressRule::Domain(d) => lookups.iter().filter(|(n, _)| n == d).flat_map(|(_, a)| a.iter().map(|&addr| Cidr { addr, prefix: 32 })).collect(),
-        }).collect()
+        rules
+            .iter()
+            .flat_map(|r| match r {
+                EgressRule::Cidr(c) => vec![*c],
+                EgressRule::Domain(d) => lookups
+                    .iter()
+                    .filter(|(n, _)| n == d)
+                    .flat_map(|(_, a)| a.iter().map(|&addr| Cidr { addr, prefix: 32 }))
+                    .collect(),
+            })
+            .collect()
     };
     let deny = network.layers.iter().flat_map(|l| cidrs(&l.deny)).collect();
-    let allow = network.layers.iter().filter(|l| !l.allow.is_empty()).map(|l| cidrs(&l.allow)).collect();
+    let allow = network
+        .layers
+        .iter()
+        .filter(|l| !l.allow.is_empty())
+        .map(|l| cidrs(&l.allow))
+        .collect();
     (deny, allow)
 }
 
-fn attach(config: &NetConfig, handle: &SandboxHandle, deny: Vec<Cidr>, allow: Vec<Vec<Cidr>>) -> Result<(), RuntimeError> {
+fn attach(
+    config: &NetConfig,
+    handle: &SandboxHandle,
+    deny: Vec<Cidr>,
+    allow: Vec<Vec<Cidr>>,
+) -> Result<(), RuntimeError> {
     let (ifname, key) = names(handle.id);
     let lock = HostLock::take(&config.state_dir)?;
     lock.ensure_table()?;
     let lease = lock.allocate(handle.id, config.pool, allow.len())?;
     link::create(&ifname, handle.agent_pid, &lease)?;
-    let rules = nft::SandboxRules { key: &key, ifname: &ifname, net: lease.net, addr: lease.sandbox(), resolvers: &config.resolvers, deny, allow };
+    let rules = nft::SandboxRules {
+        key: &key,
+        ifname: &ifname,
+        net: lease.net,
+        addr: lease.sandbox(),
+        resolvers: &config.resolvers,
+        deny,
+        allow,
+    };
     nft::apply(&nft::add_sandbox(&rules))?;
-    link::write_resolv_conf(&rootfs::rootfs(&handle.state_dir), &config.resolvers, handle.host_id_base)
+    link::write_resolv_conf(
+        &rootfs::rootfs(&handle.state_dir),
+        &config.resolvers,
+        handle.host_id_base,
+    )
 }
 
 /// Removes a sandbox's link, rules and lease (idempotent), and the shared table once
 /// no sandbox needs it.
 pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
-    let Some(config) = rt.network.as_ref() else { return Ok(()) };
+    let Some(config) = rt.network.as_ref() else {
+        return Ok(());
+    };
     let lock = HostLock::take(&config.state_dir)?;
-    let Some(lease) = lock.lease(id) else { return Ok(()) };
+    let Some(lease) = lock.lease(id) else {
+        return Ok(());
+    };
     let (ifname, key) = names(id);
     link::delete(&ifname);
-    nft::remove_sandbox(&key, &ifname, Some((lease.net, lease.sandbox())), lease.allow_layers);
+    nft::remove_sandbox(
+        &key,
+        &ifname,
+        Some((lease.net, lease.sandbox())),
+        lease.allow_layers,
+    );
     lock.release(id);
     lock.tidy_if_unused();
     Ok(())
@@ -136,16 +192,26 @@ mod tests {
 
     #[test]
     fn resolvers_skip_loopback_stubs() {
-        let conf = "# x\nnameserver 127.0.0.53\nnameserver 192.0.2.53\nnameserver ::1\noptions edns0\n";
+        let conf =
+            "# x\nnameserver 127.0.0.53\nnameserver 192.0.2.53\nnameserver ::1\noptions edns0\n";
         assert_eq!(parse_resolvers(conf), [Ipv4Addr::new(192, 0, 2, 53)]);
     }
 
     #[test]
     fn layers_become_a_deny_union_and_allow_per_layer() {
-        let ws = EgressPolicy { allow: vec!["10.0.0.0/8".parse().expect("a")], deny: vec!["10.1.0.0/16".parse().expect("d")] };
-        let sb = EgressPolicy { allow: vec![], deny: vec!["10.2.0.0/16".parse().expect("d")] };
+        let ws = EgressPolicy {
+            allow: vec!["10.0.0.0/8".parse().expect("a")],
+            deny: vec!["10.1.0.0/16".parse().expect("d")],
+        };
+        let sb = EgressPolicy {
+            allow: vec![],
+            deny: vec!["10.2.0.0/16".parse().expect("d")],
+        };
         let (deny, allow) = resolve(&NetworkSpec::egress(vec![ws, sb]), &[]);
-        assert_eq!(deny.iter().map(|c| c.to_string()).collect::<Vec<_>>(), ["10.1.0.0/16", "10.2.0.0/16"]);
+        assert_eq!(
+            deny.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+            ["10.1.0.0/16", "10.2.0.0/16"]
+        );
         assert_eq!(allow.len(), 1, "only layers with an allow list narrow");
         let (ifname, key) = names(Uuid::nil());
         assert_eq!((ifname.len(), key.len()), (15, 12));

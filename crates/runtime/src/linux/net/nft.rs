@@ -65,7 +65,11 @@ pub struct SandboxRules<'a> {
 }
 
 fn elements(cidrs: &[Cidr]) -> String {
-    cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+    cidrs
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Commands adding a sandbox's chain, sets, dispatch entry and NAT source.
@@ -73,7 +77,10 @@ pub fn add_sandbox(r: &SandboxRules) -> String {
     let (t, k) = (TABLE, r.key);
     let mut s = format!("add chain inet {t} sb_{k}\nadd set inet {t} sb_{k}_deny {{ type ipv4_addr; flags interval; auto-merge; }}\n");
     if !r.deny.is_empty() {
-        s += &format!("add element inet {t} sb_{k}_deny {{ {} }}\n", elements(&r.deny));
+        s += &format!(
+            "add element inet {t} sb_{k}_deny {{ {} }}\n",
+            elements(&r.deny)
+        );
     }
     s += &format!("add rule inet {t} sb_{k} ip saddr != {} drop\n", r.addr);
     s += &format!("add rule inet {t} sb_{k} meta nfproto ipv6 drop\n");
@@ -84,16 +91,24 @@ pub fn add_sandbox(r: &SandboxRules) -> String {
     }
     s += &format!("add rule inet {t} sb_{k} ip daddr @sb_{k}_deny drop\n");
     for (i, allow) in r.allow.iter().enumerate() {
-        s += &format!("add set inet {t} sb_{k}_allow{i} {{ type ipv4_addr; flags interval; auto-merge; }}\n");
+        s += &format!(
+            "add set inet {t} sb_{k}_allow{i} {{ type ipv4_addr; flags interval; auto-merge; }}\n"
+        );
         if !allow.is_empty() {
-            s += &format!("add element inet {t} sb_{k}_allow{i} {{ {} }}\n", elements(allow));
+            s += &format!(
+                "add element inet {t} sb_{k}_allow{i} {{ {} }}\n",
+                elements(allow)
+            );
         }
         s += &format!("add rule inet {t} sb_{k} ip daddr != @sb_{k}_allow{i} drop\n");
     }
     s += &format!("add rule inet {t} sb_{k} accept\n");
     s += &format!("add element inet {t} blocked {{ {} }}\n", r.net);
     s += &format!("add element inet {t} nat_sources {{ {} }}\n", r.addr);
-    s += &format!("add element inet {t} dispatch {{ \"{}\" : jump sb_{k} }}\n", r.ifname);
+    s += &format!(
+        "add element inet {t} dispatch {{ \"{}\" : jump sb_{k} }}\n",
+        r.ifname
+    );
     s
 }
 
@@ -107,25 +122,40 @@ pub fn apply(script: &str) -> Result<(), RuntimeError> {
         .spawn()
         .map_err(|e| RuntimeError::Network(format!("running nft (install nftables): {e}")))?;
     if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(script.as_bytes()).map_err(|e| RuntimeError::Network(format!("writing to nft: {e}")))?;
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(|e| RuntimeError::Network(format!("writing to nft: {e}")))?;
     }
-    let out = child.wait_with_output().map_err(|e| RuntimeError::Network(format!("waiting for nft: {e}")))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| RuntimeError::Network(format!("waiting for nft: {e}")))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(RuntimeError::Network(format!("nft: {}", String::from_utf8_lossy(&out.stderr).trim())))
+        Err(RuntimeError::Network(format!(
+            "nft: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
     }
 }
 
 /// Whether the shared table exists.
 pub fn table_exists() -> bool {
-    Command::new("nft").args(["list", "table", "inet", TABLE]).stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
+    Command::new("nft")
+        .args(["list", "table", "inet", TABLE])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 /// Removes a sandbox's entries one command at a time, ignoring ones already gone.
 pub fn remove_sandbox(key: &str, ifname: &str, net: Option<(Cidr, Ipv4Addr)>, allow_layers: usize) {
     let t = TABLE;
-    let mut cmds = vec![format!("delete element inet {t} dispatch {{ \"{ifname}\" }}")];
+    let mut cmds = vec![format!(
+        "delete element inet {t} dispatch {{ \"{ifname}\" }}"
+    )];
     if let Some((net, addr)) = net {
         cmds.push(format!("delete element inet {t} blocked {{ {net} }}"));
         cmds.push(format!("delete element inet {t} nat_sources {{ {addr} }}"));
@@ -154,16 +184,25 @@ mod tests {
             allow: vec![vec![], vec!["198.18.0.0/15".parse().expect("allow")]],
         };
         let s = add_sandbox(&rules);
-        let at = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("{needle:?} missing in {s}"));
+        let at = |needle: &str| {
+            s.find(needle)
+                .unwrap_or_else(|| panic!("{needle:?} missing in {s}"))
+        };
         assert!(at("saddr != 10.213.0.6 drop") < at("@blocked drop"));
         assert!(at("@blocked drop") < at("th dport 53 accept"));
         assert!(at("th dport 53 accept") < at("@sb_abc_deny drop"));
         assert!(at("@sb_abc_deny drop") < at("!= @sb_abc_allow0 drop"));
         assert!(at("!= @sb_abc_allow1 drop") < at("sb_abc accept"));
-        assert!(!s.contains("add element inet sandboxd sb_abc_allow0"), "an empty allow set stays empty (denies all)");
+        assert!(
+            !s.contains("add element inet sandboxd sb_abc_allow0"),
+            "an empty allow set stays empty (denies all)"
+        );
         assert!(s.contains("dispatch { \"sbxabc\" : jump sb_abc }"));
         assert!(s.contains("blocked { 10.213.0.4/30 }"));
-        assert!(base_table(false).contains("169.254.0.0/16") && base_table(false).contains("127.0.0.0/8"));
+        assert!(
+            base_table(false).contains("169.254.0.0/16")
+                && base_table(false).contains("127.0.0.0/8")
+        );
         assert!(base_table(true).contains("    drop\n  }"));
     }
 }
