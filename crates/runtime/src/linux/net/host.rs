@@ -111,7 +111,9 @@ impl HostLock {
     /// Makes the shared table if missing, turning `ip_forward` on (and remembering that
     /// we did, so the table drops unrelated forwarding) when it was off.
     pub fn ensure_table(&self) -> Result<(), RuntimeError> {
-        if nft::table_exists() {
+        // A live lease means the table is there (it is only deleted once none is left),
+        // which spares an `nft` process on most starts.
+        if !self.leases().is_empty() || nft::table_exists() {
             return Ok(());
         }
         let marker = self.dir.join("forward-enabled");

@@ -47,13 +47,7 @@ pub fn create(ifname: &str, pid: i32, lease: &Lease) -> Result<(), RuntimeError>
         lease.host()
     );
     ip_batch(&[], &host)?;
-    let inner = format!(
-        "addr add {}/30 dev eth0\nlink set eth0 up\nroute add default via {}\n",
-        lease.sandbox(),
-        lease.host()
-    );
-    let netns = format!("--net=/proc/{pid}/ns/net");
-    ip_batch(&["nsenter", &netns, "--"], &inner)
+    super::inner::configure(pid, lease.sandbox(), lease.host())
 }
 
 /// Deletes the host end (gone already once the namespace died with the sandbox).

@@ -4,6 +4,7 @@
 
 mod dns;
 mod host;
+mod inner;
 mod link;
 mod nft;
 

@@ -1,0 +1,116 @@
+//! Configures the sandbox's end of its link (`eth0` address, up, default route) from a
+//! short-lived host thread that joins the sandbox's network namespace, with plain
+//! ioctls: no `nsenter`/`ip` processes on the start path.
+
+use crate::RuntimeError;
+use nix::sched::{setns, CloneFlags};
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Gives `eth0` in the network namespace of `pid` the address `addr/30`, brings it up
+/// and routes everything via `gateway`.
+pub fn configure(pid: i32, addr: Ipv4Addr, gateway: Ipv4Addr) -> Result<(), RuntimeError> {
+    let ns_path = format!("/proc/{pid}/ns/net");
+    let ns = std::fs::File::open(&ns_path)
+        .map_err(|e| RuntimeError::Network(format!("opening {ns_path}: {e}")))?;
+    // A thread of its own: setns(CLONE_NEWNET) moves only the calling thread, and the
+    // thread ends right after, so no other work ever runs in the sandbox's namespace.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            setns(&ns, CloneFlags::CLONE_NEWNET)
+                .map_err(|e| sys("joining the sandbox's netns", e))?;
+            let sock = inet_socket()?;
+            set_addr(&sock, libc::SIOCSIFADDR, addr, "setting eth0's address")?;
+            let mask = Ipv4Addr::new(255, 255, 255, 252);
+            set_addr(&sock, libc::SIOCSIFNETMASK, mask, "setting eth0's netmask")?;
+            set_up(&sock)?;
+            add_default_route(&sock, gateway)
+        })
+        .join()
+        .unwrap_or_else(|_| Err(RuntimeError::Network("the netns thread panicked".into())))
+    })
+}
+
+fn sys(what: &str, e: nix::Error) -> RuntimeError {
+    RuntimeError::Network(format!("{what}: {e}"))
+}
+
+fn last(what: &str) -> RuntimeError {
+    sys(what, nix::Error::last())
+}
+
+fn inet_socket() -> Result<OwnedFd, RuntimeError> {
+    // SAFETY: plain socket(2); the fd is owned right away.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(last("opening a socket in the sandbox's netns"));
+    }
+    // SAFETY: fd is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn sockaddr(addr: Ipv4Addr) -> libc::sockaddr {
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(addr).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sockaddr_in and sockaddr have the same size; this is how the ioctls take it.
+    unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
+}
+
+fn eth0() -> libc::ifreq {
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"eth0") {
+        *dst = *src as libc::c_char;
+    }
+    req
+}
+
+fn set_addr(
+    sock: &OwnedFd,
+    request: libc::Ioctl,
+    addr: Ipv4Addr,
+    what: &str,
+) -> Result<(), RuntimeError> {
+    let mut req = eth0();
+    req.ifr_ifru.ifru_addr = sockaddr(addr);
+    // SAFETY: `req` is a valid ifreq for this request and outlives the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), request, &mut req) } < 0 {
+        return Err(last(what));
+    }
+    Ok(())
+}
+
+fn set_up(sock: &OwnedFd) -> Result<(), RuntimeError> {
+    let mut req = eth0();
+    // SAFETY: valid ifreq for SIOCGIFFLAGS/SIOCSIFFLAGS; the union's flags member is used.
+    unsafe {
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
+            return Err(last("reading eth0's flags"));
+        }
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &mut req) < 0 {
+            return Err(last("bringing eth0 up"));
+        }
+    }
+    Ok(())
+}
+
+fn add_default_route(sock: &OwnedFd, gateway: Ipv4Addr) -> Result<(), RuntimeError> {
+    // SAFETY: rtentry is plain old data; all-zero is a valid value.
+    let mut route: libc::rtentry = unsafe { std::mem::zeroed() };
+    route.rt_dst = sockaddr(Ipv4Addr::UNSPECIFIED);
+    route.rt_genmask = sockaddr(Ipv4Addr::UNSPECIFIED);
+    route.rt_gateway = sockaddr(gateway);
+    route.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
+    // SAFETY: `route` is a valid rtentry that outlives the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCADDRT, &mut route) } < 0 {
+        return Err(last("adding the default route"));
+    }
+    Ok(())
+}
