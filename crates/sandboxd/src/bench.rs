@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use sandboxd_agent_protocol::{AgentClient, ExecRequest};
-use sandboxd_runtime::{Runtime, SandboxHandle, SandboxSpec};
+use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle, SandboxSpec};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -53,19 +53,9 @@ pub fn main(args: BenchArgs) -> Result<()> {
         Ok(t.elapsed())
     })?;
 
-    let mut handles = Vec::new();
-    let create = median(n, || {
-        let t = Instant::now();
-        let handle = runtime.start(&spec())?;
-        rt.block_on(exec_true(&handle))?;
-        let took = t.elapsed();
-        handles.push(handle);
-        Ok(took)
-    });
-    for h in handles.drain(..) {
-        runtime.destroy(&h)?;
-    }
-    let create = create?;
+    let create = create_first_exec(&runtime, &rt, n, None)?;
+    let egress = NetworkSpec::egress(vec![]);
+    let create_egress = create_first_exec(&runtime, &rt, n, Some(&egress))?;
 
     let handle = runtime.start(&spec())?;
     let exec = median(n * 4, || {
@@ -91,8 +81,13 @@ pub fn main(args: BenchArgs) -> Result<()> {
             baseline: None,
         },
         Row {
-            name: "create -> first exec answered",
+            name: "create -> first exec answered (loopback only)",
             median: create,
+            baseline: Some(("unshare", unshare, 5.0)),
+        },
+        Row {
+            name: "create -> first exec answered (egress network)",
+            median: create_egress,
             baseline: Some(("unshare", unshare, 5.0)),
         },
         Row {
@@ -139,6 +134,31 @@ pub fn main(args: BenchArgs) -> Result<()> {
         "< 4 MiB"
     );
     Ok(())
+}
+
+/// Median of: start a sandbox (with `network`, or loopback only) and have it answer
+/// one exec of `/bin/true`. The sandboxes are destroyed after the timing.
+fn create_first_exec(
+    runtime: &impl Runtime,
+    rt: &tokio::runtime::Runtime,
+    n: usize,
+    network: Option<&NetworkSpec>,
+) -> Result<Duration> {
+    let mut handles = Vec::new();
+    let create = median(n, || {
+        let t = Instant::now();
+        let handle = match network {
+            Some(net) => runtime.start_with_network(&spec(), net)?,
+            None => runtime.start(&spec())?,
+        };
+        handles.push(handle.clone());
+        rt.block_on(exec_true(&handle))?;
+        Ok(t.elapsed())
+    });
+    for h in handles.drain(..) {
+        runtime.destroy(&h)?;
+    }
+    create
 }
 
 fn spec() -> SandboxSpec {
