@@ -24,6 +24,14 @@ for target in "${targets[@]}"; do
     # Seeds under seeds/<target> are checked in; the grown corpus stays local.
     seeds=()
     [ -d "seeds/$target" ] && seeds=("seeds/$target")
-    cargo fuzz run -s none "$target" "corpus/$target" "${seeds[@]}" -- \
-        -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=0
+    log="target/fuzz-$target.log"
+    mkdir -p target
+    # libFuzzer reports every new input; keep that in a log and show it only on failure.
+    if ! cargo fuzz run -s none "$target" "corpus/$target" "${seeds[@]}" -- \
+        -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
+        tail -n 40 "$log"
+        echo "fuzz target $target failed (full log: fuzz/$log)"
+        exit 1
+    fi
+    grep -E "^stat::number_of_executed_units" "$log" | sed "s/^/   $target /" || true
 done

@@ -1,15 +1,33 @@
 #!/usr/bin/env bash
-# Runs every test of sandboxd: Rust unit and integration tests (as root: they create
-# real sandboxes), then the Inngest SDK conformance suite against a real server.
+# Runs every test of sandboxd: a short run of every fuzz target, the Rust unit and
+# integration tests (as root: they create real sandboxes), then the Inngest SDK
+# conformance suite against a real server. Ends with one "N passed, N failed" line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --locked -p sandboxd
-cargo nextest run --workspace --locked --no-fail-fast --test-threads 2
-
-if [ -f tests/inngest-sdk/package.json ]; then
-    (cd tests/inngest-sdk && SANDBOXD_BIN="$OLDPWD/target/debug/sandboxd" npm test)
-fi
-
 # A short run of every fuzz target (FUZZ_SECONDS each; see scripts/fuzz.sh).
 bash scripts/fuzz.sh
+
+cargo build --locked -p sandboxd
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+status=0
+cargo nextest run --workspace --locked --no-fail-fast --test-threads 2 2>&1 \
+    | tee "$logs/rust.log" || status=1
+
+if [ -f tests/inngest-sdk/package.json ]; then
+    (cd tests/inngest-sdk && SANDBOXD_BIN="$OLDPWD/target/debug/sandboxd" npm test) 2>&1 \
+        | tee "$logs/node.log" || status=1
+fi
+
+rust_passed=$(sed -nE 's/.*Summary .* tests run: ([0-9]+) passed.*/\1/p' "$logs/rust.log" | tail -1)
+rust_failed=$(sed -nE 's/.*Summary .* ([0-9]+) failed.*/\1/p' "$logs/rust.log" | tail -1)
+node_passed=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$logs/node.log" 2>/dev/null | tail -1)
+node_failed=$(sed -nE 's/^# fail ([0-9]+)$/\1/p' "$logs/node.log" 2>/dev/null | tail -1)
+passed=$(( ${rust_passed:-0} + ${node_passed:-0} ))
+failed=$(( ${rust_failed:-0} + ${node_failed:-0} ))
+if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
+    failed=1 # a runner failed without a countable test failure (build error, crash)
+fi
+echo "${passed} passed, ${failed} failed"
+exit "$status"
