@@ -223,3 +223,34 @@ async fn files_streams_and_lifecycle() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn destroy_does_not_wait_for_a_running_exec() {
+    Api::run(|api| async move {
+        let id = api.sandbox("exec-destroy").await;
+        let exec = format!("/v2/sandboxes/{id}/exec");
+        let long = json!({"command": ["/bin/sh", "-c", "touch /tmp/started; sleep 1000"], "timeout": "5m"});
+        let running = api.post(&exec, long);
+        let destroy = async {
+            let started = format!("/v2/sandboxes/{id}/files?path=/tmp/started");
+            for _ in 0..500 {
+                if api.get(&started).await.status == StatusCode::OK {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            api.send(Some(MASTER), Request::delete(format!("/v2/sandboxes/{id}")), axum::body::Body::empty()).await
+        };
+        // Were destroy to wait for the exec, the exec would end by its own 5m timeout
+        // (504) first; instead destroy ends the agent and the exec fails as unavailable.
+        let (ended, destroyed) = tokio::join!(running, destroy);
+        assert!(
+            [StatusCode::ACCEPTED, StatusCode::NO_CONTENT].contains(&destroyed.status),
+            "destroy answered {}",
+            destroyed.status
+        );
+        ended.expect(503, "compute_unavailable");
+        assert_eq!(api.get(&format!("/v2/sandboxes/{id}")).await.json()["data"]["status"], "TERMINATED");
+    })
+    .await;
+}

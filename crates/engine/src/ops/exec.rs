@@ -20,7 +20,9 @@ impl Engine {
         validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
         let timeout_ms = u64::try_from(cmd.timeout.as_millis()).unwrap_or(u64::MAX);
         let result = self
-            .with_agent(ws, id, Hold::Call, |client, e| {
+            // Not held for the call: an exec may run for minutes, and destroy must not
+            // wait for it (destroy ends the agent; the exec then fails as unavailable).
+            .with_agent(ws, id, Hold::Check, |client, e| {
                 let env = match cmd.env {
                     Some(env) => Some(env),
                     None => self.default_env(e)?,
