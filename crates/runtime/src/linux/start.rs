@@ -101,20 +101,26 @@ fn launch(
         hostname: spec.hostname.clone(),
     };
     ours.send(&Msg::Go(config)).map_err(agent_err)?;
-    handle.agent_pid = expect(&ours, &log, |m| {
-        if let Msg::Pid(p) = m {
-            Some(*p)
-        } else {
-            None
+    // The intermediate reports the PID and PID 1 reports Ready, each on its own
+    // schedule: take both, in whichever order they come.
+    let (mut pid1, mut ready) = (None, false);
+    while pid1.is_none() || !ready {
+        match expect(&ours, &log, |m| match m {
+            Msg::Pid(p) => Some(Some(*p)),
+            Msg::Ready => Some(None),
+            _ => None,
+        })? {
+            Some(p) => pid1 = Some(p),
+            None => ready = true,
         }
-    })?;
+    }
+    handle.agent_pid = pid1.unwrap_or_default();
     handle.agent_start_ticks = sys::proc_stat(handle.agent_pid)
         .map(|(_, t)| t)
         .ok_or_else(|| RuntimeError::AgentStart("the agent exited right after starting".into()))?;
     if let Some(mut child) = init.take() {
         let _ = child.wait(); // the intermediate process exits once it has reported
     }
-    expect(&ours, &log, |m| matches!(m, Msg::Ready).then_some(()))?;
     wait_connectable(&handle.agent_socket)?;
     let path = handle.state_dir.join("handle.json");
     std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())

@@ -76,7 +76,11 @@ impl LinuxRuntime {
     }
 }
 
-/// Starts the sandbox, then gives it its network; destroys it if that fails.
+/// Starts the sandbox and gives it its network; removes everything if either fails.
+///
+/// The host side (lease, firewall chain keyed by the interface name) is made on a
+/// second thread while the sandbox starts, so its cost overlaps the start; the rules
+/// are in place before the link exists.
 pub(super) fn start(
     rt: &LinuxRuntime,
     spec: &SandboxSpec,
@@ -88,9 +92,27 @@ pub(super) fn start(
     let config = rt.network.as_ref().ok_or_else(|| {
         RuntimeError::Network("egress networking is not configured on this server".into())
     })?;
-    let (deny, allow) = resolve(network, &config.resolvers);
-    let handle = rt.start(spec)?;
-    match attach(config, &handle, deny, allow) {
+    let (prepared, started) = std::thread::scope(|s| {
+        let host = s.spawn(|| {
+            let (deny, allow) = resolve(network, &config.resolvers);
+            prepare(config, spec.id, deny, allow)
+        });
+        let started = rt.start(spec);
+        let prepared = host
+            .join()
+            .unwrap_or_else(|_| Err(RuntimeError::Network("network setup panicked".into())));
+        (prepared, started)
+    });
+    let handle = match started {
+        Ok(handle) => handle,
+        Err(e) => {
+            if let Err(cleanup) = detach(rt, spec.id) {
+                tracing::error!(id = %spec.id, error = %cleanup, "removing a failed start's network");
+            }
+            return Err(e);
+        }
+    };
+    match prepared.and_then(|lease| connect(config, &handle, &lease)) {
         Ok(()) => Ok(handle),
         Err(e) => {
             if let Err(cleanup) = rt.destroy(&handle) {
@@ -135,17 +157,17 @@ fn resolve(network: &NetworkSpec, resolvers: &[Ipv4Addr]) -> (Vec<Cidr>, Vec<Vec
     (deny, allow)
 }
 
-fn attach(
+/// Host side, before the sandbox's namespace exists: the lease and the sandbox's chain.
+fn prepare(
     config: &NetConfig,
-    handle: &SandboxHandle,
+    id: Uuid,
     deny: Vec<Cidr>,
     allow: Vec<Vec<Cidr>>,
-) -> Result<(), RuntimeError> {
-    let (ifname, key) = names(handle.id);
+) -> Result<host::Lease, RuntimeError> {
+    let (ifname, key) = names(id);
     let lock = HostLock::take(&config.state_dir)?;
     lock.ensure_table()?;
-    let lease = lock.allocate(handle.id, config.pool, allow.len())?;
-    link::create(&ifname, handle.agent_pid, &lease)?;
+    let lease = lock.allocate(id, config.pool, allow.len())?;
     let rules = nft::SandboxRules {
         key: &key,
         ifname: &ifname,
@@ -156,6 +178,17 @@ fn attach(
         allow,
     };
     nft::apply(&nft::add_sandbox(&rules))?;
+    Ok(lease)
+}
+
+/// Once the sandbox runs: its link into the namespace, and its `resolv.conf`.
+fn connect(
+    config: &NetConfig,
+    handle: &SandboxHandle,
+    lease: &host::Lease,
+) -> Result<(), RuntimeError> {
+    let (ifname, _) = names(handle.id);
+    link::create(&ifname, handle.agent_pid, lease)?;
     link::write_resolv_conf(
         &rootfs::rootfs(&handle.state_dir),
         &config.resolvers,
