@@ -53,9 +53,10 @@ pub fn main(args: BenchArgs) -> Result<()> {
         Ok(t.elapsed())
     })?;
 
-    let create = create_first_exec(&runtime, &rt, n, None)?;
+    let create_bare = create_first_exec(&runtime, &rt, n, None, 0)?;
+    let create = create_first_exec(&runtime, &rt, n, None, DISK_MB)?;
     let egress = NetworkSpec::egress(vec![]);
-    let create_egress = create_first_exec(&runtime, &rt, n, Some(&egress))?;
+    let create_egress = create_first_exec(&runtime, &rt, n, Some(&egress), DISK_MB)?;
 
     let handle = runtime.start(&spec())?;
     let exec = median(n * 4, || {
@@ -79,6 +80,11 @@ pub fn main(args: BenchArgs) -> Result<()> {
             name: "baseline: unshare --fork --pid --mount-proc /bin/true",
             median: unshare,
             baseline: None,
+        },
+        Row {
+            name: "create -> first exec answered (loopback, no disk limit)",
+            median: create_bare,
+            baseline: Some(("unshare", unshare, 5.0)),
         },
         Row {
             name: "create -> first exec answered (loopback only)",
@@ -136,20 +142,22 @@ pub fn main(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Median of: start a sandbox (with `network`, or loopback only) and have it answer
+/// Median of: start a sandbox (with `network`, or loopback only; with a `disk_mb`
+/// writable layer, 0 = unlimited) and have it answer
 /// one exec of `/bin/true`. The sandboxes are destroyed after the timing.
 fn create_first_exec(
     runtime: &impl Runtime,
     rt: &tokio::runtime::Runtime,
     n: usize,
     network: Option<&NetworkSpec>,
+    disk_mb: u32,
 ) -> Result<Duration> {
     let mut handles = Vec::new();
     let create = median(n, || {
         let t = Instant::now();
         let handle = match network {
-            Some(net) => runtime.start_with_network(&spec(), net)?,
-            None => runtime.start(&spec())?,
+            Some(net) => runtime.start_with_network(&SandboxSpec { disk_mb, ..spec() }, net)?,
+            None => runtime.start(&SandboxSpec { disk_mb, ..spec() })?,
         };
         handles.push(handle.clone());
         rt.block_on(exec_true(&handle))?;
@@ -161,6 +169,9 @@ fn create_first_exec(
     create
 }
 
+/// The writable layer's size limit the server gives sandboxes by default (10 GiB).
+const DISK_MB: u32 = 10 * 1024;
+
 fn spec() -> SandboxSpec {
     SandboxSpec {
         id: uuid::Uuid::new_v4(),
@@ -170,7 +181,7 @@ fn spec() -> SandboxSpec {
         vcpu: 1,
         memory_mb: 256,
         pids_max: 256,
-        disk_mb: 10 * 1024,
+        disk_mb: DISK_MB,
     }
 }
 
