@@ -192,3 +192,43 @@ async fn auth_membership_permissions_and_scopes() {
         "nothing else was created"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unavailable_capacity_and_a_dead_agent_answer_503() {
+    let s = Server::start_with_env(30, &[("SANDBOXD_MAX_SANDBOXES", "1")]);
+    let id = s.create().await;
+    s.call("POST", &s.path(""), Some(&s.keys.writer), None, "")
+        .await
+        .expect(503, "sandboxes_unavailable");
+
+    // Kill the sandbox's agent (PID 1 inside) behind the server's back.
+    let sandboxes = s.data_dir().join("sandboxes");
+    let handle = std::fs::read_dir(&sandboxes)
+        .expect("sandboxes dir")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("handle.json")).ok())
+        .next()
+        .expect("a handle.json");
+    let handle: serde_json::Value = serde_json::from_str(&handle).expect("handle");
+    let pid = handle["agent_pid"].as_i64().expect("agent_pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the agent");
+    for _ in 0..200 {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z"))
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let reply = s
+        .json(
+            "POST",
+            &s.path(&format!("/{id}/exec")),
+            &json!({"cmd": "true"}),
+        )
+        .await;
+    reply.expect(503, "sandbox_exec_unavailable");
+}
