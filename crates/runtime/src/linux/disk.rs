@@ -63,7 +63,10 @@ fn image(state_dir: &Path) -> PathBuf {
 pub fn mount_limited(data_dir: &Path, state_dir: &Path, disk_mb: u32) -> Result<(), RuntimeError> {
     let template = template(data_dir, disk_mb)?;
     let img = image(state_dir);
-    copy_sparse(&template, &img).map_err(io("copying the disk image", &img))?;
+    if !super::disk_spares::take(&template, &img) {
+        copy_sparse(&template, &img).map_err(io("copying the disk image", &img))?;
+    }
+    super::disk_spares::refill(&template);
     let device = attach(&img).map_err(io("attaching a loop device", &img))?;
     let dir = layer_dir(state_dir);
     std::fs::create_dir_all(&dir).map_err(io("creating the layer dir", &dir))?;
@@ -127,7 +130,7 @@ fn template(data_dir: &Path, disk_mb: u32) -> Result<PathBuf, RuntimeError> {
 }
 
 /// Copies `from` to `to` keeping holes (SEEK_DATA/SEEK_HOLE + copy_file_range).
-fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
+pub(super) fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
     let src = File::open(from)?;
     let dst = OpenOptions::new().write(true).create_new(true).open(to)?;
     let len = src.metadata()?.len();

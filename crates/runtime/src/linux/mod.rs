@@ -5,6 +5,7 @@ mod capture;
 mod cgroup;
 mod destroy;
 mod disk;
+mod disk_spares;
 pub mod handshake;
 mod images;
 pub mod init;

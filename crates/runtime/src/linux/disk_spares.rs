@@ -1,0 +1,122 @@
+//! Spare copies of the disk templates, made in the background, so that a start renames
+//! one into place instead of copying the template on its own critical path.
+//!
+//! Spares are plain files next to their template (`<mb>.img.spare-<uuid>`); a copy in
+//! progress has a `.partial-` name and becomes a spare by rename only when complete, so
+//! a process that dies mid-copy never leaves a broken spare behind.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// How many spares to keep per template.
+const SPARES: usize = 2;
+/// One refill thread per process at a time.
+static REFILLING: AtomicBool = AtomicBool::new(false);
+
+fn spares(template: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (template.parent(), template.file_name()) else {
+        return Vec::new();
+    };
+    let prefix = format!("{}.spare-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Moves a spare of `template` to `into`; false when there is none (copy instead).
+pub fn take(template: &Path, into: &Path) -> bool {
+    // Another start may win the rename of the same spare: try the next one.
+    spares(template)
+        .iter()
+        .any(|spare| std::fs::rename(spare, into).is_ok())
+}
+
+/// Tops the spares of `template` up to [`SPARES`] on a background thread.
+pub fn refill(template: &Path) {
+    if spares(template).len() >= SPARES || REFILLING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let template = template.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("disk-spares".into())
+        .spawn(move || {
+            remove_stale_partials(&template);
+            while spares(&template).len() < SPARES {
+                if let Err(e) = make_one(&template) {
+                    tracing::warn!(template = %template.display(), error = %e, "cannot make a spare disk");
+                    break;
+                }
+            }
+            REFILLING.store(false, Ordering::Release);
+        });
+    if spawned.is_err() {
+        REFILLING.store(false, Ordering::Release);
+    }
+}
+
+/// Removes copies a process that died mid-copy left behind (older than a minute).
+fn remove_stale_partials(template: &Path) {
+    let dir = template.parent().unwrap_or(Path::new("."));
+    let name = template
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    let prefix = format!(".{name}.partial-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() > 60);
+        if stale && entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn make_one(template: &Path) -> std::io::Result<()> {
+    let dir = template.parent().unwrap_or(Path::new("."));
+    let name = template
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    let id = uuid::Uuid::new_v4();
+    let partial = dir.join(format!(".{name}.partial-{id}"));
+    let made = super::disk::copy_sparse(template, &partial)
+        .and_then(|()| std::fs::rename(&partial, dir.join(format!("{name}.spare-{id}"))));
+    if made.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    made
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spare_is_taken_once_and_refilled() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let template = dir.path().join("64.img");
+        std::fs::write(&template, b"ext4 image stand-in").expect("template");
+        assert!(!take(&template, &dir.path().join("a.img")), "no spare yet");
+        make_one(&template).expect("spare");
+        assert_eq!(spares(&template).len(), 1);
+        let into = dir.path().join("b.img");
+        assert!(take(&template, &into));
+        assert_eq!(std::fs::read(&into).expect("taken"), b"ext4 image stand-in");
+        assert!(spares(&template).is_empty());
+        assert!(!take(&template, &dir.path().join("c.img")));
+    }
+}
