@@ -5,6 +5,8 @@ pub mod duration;
 pub mod error;
 pub mod extract;
 pub mod frames;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod openapi;
 pub mod params;
 pub mod render;

@@ -6,6 +6,8 @@ pub mod auth;
 pub mod error;
 pub mod exec_request;
 pub mod extract;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ids;
 mod routes;
 pub mod tickets;

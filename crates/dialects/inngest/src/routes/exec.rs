@@ -32,6 +32,20 @@ pub struct ExecBody {
     timeout: Option<String>,
 }
 
+impl ExecBody {
+    /// Validates the body into the engine's command (the 4 MiB cap, the timeout).
+    pub(crate) fn into_command(self) -> Result<ExecCommand, ApiError> {
+        let spec = ProcessSpec::parse(self.command, self.environment, self.cwd)?;
+        Ok(ExecCommand {
+            argv: spec.argv,
+            env: spec.env,
+            cwd: spec.cwd,
+            timeout: timeout_or_default(self.timeout.as_deref())?,
+            max_output_bytes: MAX_EXEC_OUTPUT,
+        })
+    }
+}
+
 /// Parses an optional Go-duration timeout: default 30s, greater than zero, at most 5m.
 pub fn timeout_or_default(raw: Option<&str>) -> Result<Duration, ApiError> {
     match raw {
@@ -56,14 +70,7 @@ pub async fn exec(
     SandboxPath(id): SandboxPath,
     ApiJson(body): ApiJson<ExecBody>,
 ) -> Result<Response, ApiError> {
-    let spec = ProcessSpec::parse(body.command, body.environment, body.cwd)?;
-    let command = ExecCommand {
-        argv: spec.argv,
-        env: spec.env,
-        cwd: spec.cwd,
-        timeout: timeout_or_default(body.timeout.as_deref())?,
-        max_output_bytes: MAX_EXEC_OUTPUT,
-    };
+    let command = body.into_command()?;
     let result = state.engine.exec(&ws, id, command).await?;
     Ok(render::data(StatusCode::OK, views::exec(&result)))
 }

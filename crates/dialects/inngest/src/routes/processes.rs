@@ -32,6 +32,28 @@ pub struct SignalBody {
     include_children: bool,
 }
 
+impl StartBody {
+    /// Validates the body into the engine's command.
+    pub(crate) fn into_command(self) -> Result<StartCommand, ApiError> {
+        let spec = ProcessSpec::parse(self.command, self.environment, self.cwd)?;
+        Ok(StartCommand {
+            argv: spec.argv,
+            env: spec.env,
+            cwd: spec.cwd,
+        })
+    }
+}
+
+impl SignalBody {
+    /// The signal number, 1 through 64.
+    pub(crate) fn signal(&self) -> Result<i32, ApiError> {
+        i32::try_from(self.signal)
+            .ok()
+            .filter(|s| (1..=64).contains(s))
+            .ok_or_else(|| ApiError::invalid_field("signal must be an integer from 1 through 64"))
+    }
+}
+
 #[derive(Deserialize)]
 pub struct WaitQuery {
     timeout: Option<String>,
@@ -53,12 +75,7 @@ pub async fn start(
     SandboxPath(id): SandboxPath,
     ApiJson(body): ApiJson<StartBody>,
 ) -> Result<Response, ApiError> {
-    let spec = ProcessSpec::parse(body.command, body.environment, body.cwd)?;
-    let command = StartCommand {
-        argv: spec.argv,
-        env: spec.env,
-        cwd: spec.cwd,
-    };
+    let command = body.into_command()?;
     let process = state.engine.start_process(&ws, id, command).await?;
     Ok(render::data(StatusCode::CREATED, views::process(&process)))
 }
@@ -118,10 +135,7 @@ pub async fn signal(
     ProcessPath(id, pid): ProcessPath,
     ApiJson(body): ApiJson<SignalBody>,
 ) -> Result<Response, ApiError> {
-    let signal = i32::try_from(body.signal)
-        .ok()
-        .filter(|s| (1..=64).contains(s))
-        .ok_or_else(|| ApiError::invalid_field("signal must be an integer from 1 through 64"))?;
+    let signal = body.signal()?;
     state
         .engine
         .signal_process(&ws, id, pid, signal, body.include_children)

@@ -28,7 +28,7 @@ pub struct CreateBody {
 }
 
 impl CreateBody {
-    fn into_request(self) -> Result<CreateSandbox, ApiError> {
+    pub(crate) fn into_request(self) -> Result<CreateSandbox, ApiError> {
         validate_name(&self.name)?;
         let environment = self.environment.unwrap_or_default();
         validate_environment(&environment)?;

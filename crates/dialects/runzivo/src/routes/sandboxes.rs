@@ -31,6 +31,32 @@ pub struct CreateBody {
     memory_mb: Option<u32>,
 }
 
+impl CreateBody {
+    /// Validates the body into the engine's request, with a fresh `sbx_` id as its name.
+    pub(crate) fn into_request(self) -> Result<CreateSandbox, ApiError> {
+        let timeout = match self.timeout_seconds {
+            None => None,
+            Some(s) if (1..=MAX_TIMEOUT_SECONDS).contains(&s) => Some(Duration::from_secs(s)),
+            Some(_) => return Err(ApiError::invalid("timeout_seconds must be 1-86400")),
+        };
+        Ok(CreateSandbox {
+            name: Some(crate::ids::new_id()),
+            resources: Resources {
+                vcpu: self.vcpu.unwrap_or(1),
+                memory_mb: self.memory_mb.unwrap_or(512),
+            },
+            image: None,
+            snapshot_id: None,
+            environment: self.env.unwrap_or_default(),
+            secrets: Vec::new(),
+            metadata: BTreeMap::new(),
+            timeout,
+            network: None,
+            egress: None,
+        })
+    }
+}
+
 fn view(sb: &sandboxd_engine::Sandbox, tenant: &str) -> Result<SandboxView, ApiError> {
     SandboxView::of(sb, tenant).ok_or_else(ApiError::not_found)
 }
@@ -40,27 +66,7 @@ pub async fn create(
     Writer(tenant): Writer,
     OptionalJson(body): OptionalJson<CreateBody, CREATE_LIMIT>,
 ) -> Result<Response, ApiError> {
-    let body = body.unwrap_or_default();
-    let timeout = match body.timeout_seconds {
-        None => None,
-        Some(s) if (1..=MAX_TIMEOUT_SECONDS).contains(&s) => Some(Duration::from_secs(s)),
-        Some(_) => return Err(ApiError::invalid("timeout_seconds must be 1-86400")),
-    };
-    let req = CreateSandbox {
-        name: Some(crate::ids::new_id()),
-        resources: Resources {
-            vcpu: body.vcpu.unwrap_or(1),
-            memory_mb: body.memory_mb.unwrap_or(512),
-        },
-        image: None,
-        snapshot_id: None,
-        environment: body.env.unwrap_or_default(),
-        secrets: Vec::new(),
-        metadata: BTreeMap::new(),
-        timeout,
-        network: None,
-        egress: None,
-    };
+    let req = body.unwrap_or_default().into_request()?;
     let (sb, _) = state
         .engine
         .create(&tenant.workspace, req)

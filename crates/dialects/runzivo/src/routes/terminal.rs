@@ -45,7 +45,7 @@ pub struct TerminalQuery {
 /// A resize message from the browser.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
-enum Control {
+pub(crate) enum Control {
     Resize { cols: u16, rows: u16 },
 }
 
