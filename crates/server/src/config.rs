@@ -23,6 +23,9 @@ pub struct ServerConfig {
     pub max_sandboxes: u32,
     pub max_vcpu_total: u32,
     pub max_memory_mib_total: u64,
+    /// Size limit of each sandbox's writable layer in MiB (0: unlimited; 10 GiB by
+    /// default).
+    pub disk_mb_per_sandbox: u32,
     /// What one workspace may hold at once (a stored per-workspace override wins).
     pub workspace_quota: sandboxd_engine::Quota,
     /// The token bucket on creates per workspace.
@@ -45,6 +48,7 @@ impl Default for ServerConfig {
             max_sandboxes: sandboxd_engine::Limits::default().max_sandboxes,
             max_vcpu_total: sandboxd_engine::Limits::default().max_vcpu_total,
             max_memory_mib_total: sandboxd_engine::Limits::default().max_memory_mb_total,
+            disk_mb_per_sandbox: sandboxd_engine::Limits::default().disk_mb_per_sandbox,
             workspace_quota: Default::default(),
             create_rate: Default::default(),
             network: sandboxd_engine::NetworkMode::Egress,
@@ -66,6 +70,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_sandboxes", &self.max_sandboxes)
             .field("max_vcpu_total", &self.max_vcpu_total)
             .field("max_memory_mib_total", &self.max_memory_mib_total)
+            .field("disk_mb_per_sandbox", &self.disk_mb_per_sandbox)
             .field("workspace_quota", &self.workspace_quota)
             .field("create_rate", &self.create_rate)
             .field("network", &self.network)
@@ -104,6 +109,7 @@ struct FileLayer {
     max_sandboxes: Option<u32>,
     max_vcpu_total: Option<u32>,
     max_memory_mib_total: Option<u64>,
+    disk_mb_per_sandbox: Option<u32>,
     workspace_quota: Option<abuse::QuotaLayer>,
     create_rate: Option<abuse::RateLayer>,
     network: Option<sandboxd_engine::NetworkMode>,
@@ -165,6 +171,7 @@ impl ServerConfig {
             max_sandboxes: env_number(&env, "SANDBOXD_MAX_SANDBOXES")?,
             max_vcpu_total: env_number(&env, "SANDBOXD_MAX_VCPU_TOTAL")?,
             max_memory_mib_total: env_number(&env, "SANDBOXD_MAX_MEMORY_MIB_TOTAL")?,
+            disk_mb_per_sandbox: env_number(&env, "SANDBOXD_DISK_MB_PER_SANDBOX")?,
             workspace_quota: abuse::QuotaLayer::from_env(&env)?,
             create_rate: abuse::RateLayer::from_env(&env)?,
             network: env_network(&env)?,
@@ -195,6 +202,9 @@ impl ServerConfig {
         if let Some(n) = layer.max_memory_mib_total {
             self.max_memory_mib_total = n;
         }
+        if let Some(n) = layer.disk_mb_per_sandbox {
+            self.disk_mb_per_sandbox = n;
+        }
         if let Some(quota) = layer.workspace_quota {
             quota.apply(&mut self.workspace_quota);
         }
@@ -218,6 +228,7 @@ impl ServerConfig {
             workspace_quota: self.workspace_quota,
             create_rate: self.create_rate,
             default_network: self.network,
+            disk_mb_per_sandbox: self.disk_mb_per_sandbox,
             ..Default::default()
         }
     }
@@ -375,6 +386,23 @@ mod tests {
     fn capacity_from_file_and_env() {
         let c = load(Some("max_vcpu_total = 4\nmax_sandboxes = 9\n"), &[]).unwrap();
         assert_eq!((c.max_sandboxes, c.max_vcpu_total), (9, 4));
+        assert_eq!(
+            c.limits().disk_mb_per_sandbox,
+            10 * 1024,
+            "10 GiB by default"
+        );
+        let c = load(Some("disk_mb_per_sandbox = 2048\n"), &[]).unwrap();
+        assert_eq!(c.limits().disk_mb_per_sandbox, 2048);
+        let c = load(
+            Some("disk_mb_per_sandbox = 2048\n"),
+            &[("SANDBOXD_DISK_MB_PER_SANDBOX", "512")],
+        )
+        .unwrap();
+        assert_eq!(
+            c.limits().disk_mb_per_sandbox,
+            512,
+            "the environment wins over the file"
+        );
         let env = [
             ("SANDBOXD_MAX_SANDBOXES", "1"),
             ("SANDBOXD_MAX_MEMORY_MIB_TOTAL", "2048"),
