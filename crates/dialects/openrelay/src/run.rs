@@ -7,8 +7,7 @@ use crate::events::{Emitter, Event};
 use crate::views::ResultView;
 use base64::Engine as _;
 use futures_util::StreamExt;
-use sandboxd_engine::{Engine, Frame, StartCommand, StreamKind, WorkspaceId, AGENT_DEFAULT_ENV};
-use std::collections::BTreeMap;
+use sandboxd_engine::{Engine, Frame, StartCommand, StreamKind, WorkspaceId};
 use uuid::Uuid;
 
 /// Output kept in a `result` (stdout and stderr together); past it `truncated` is set
@@ -65,13 +64,7 @@ async fn drive(
     out: &mut Emitter,
     result: &mut ResultView,
 ) -> Result<(), ApiError> {
-    let sb = engine.get(ws, id).await?;
-    let mut env: BTreeMap<String, String> = AGENT_DEFAULT_ENV
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    env.extend(sb.environment.clone());
-    env.extend(spec.env.clone().unwrap_or_default());
+    let env = engine.command_env(ws, id, &spec.env.clone().unwrap_or_default())?;
     let cmd = StartCommand {
         argv: spec.argv()?,
         env: Some(env),

@@ -97,14 +97,7 @@ impl Engine {
     ) -> Result<ExecStream, EngineError> {
         let session = self.sessions.acquire(id, cmd.max_sessions)?;
         let sb = self.get(ws, id).await?;
-        let mut env: BTreeMap<String, String> = match self.default_env(&self.load(ws, id)?)? {
-            Some(env) => env,
-            None => super::AGENT_DEFAULT_ENV
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        };
-        env.extend(cmd.env.clone());
+        let env = self.command_env(ws, id, &cmd.env)?;
         let start = StartCommand {
             argv: cmd.argv.clone(),
             env: Some(env),

@@ -112,6 +112,26 @@ impl Engine {
 
     /// The environment a command gets when the caller sends none: `None` (the agent's
     /// defaults) unless the sandbox adds variables or secrets on top of them.
+    /// The environment a command in sandbox `id` gets by default (the agent's
+    /// defaults, the sandbox's create-time environment and its secrets), with `extra`
+    /// on top: for dialects whose commands add to the environment rather than replace it.
+    pub fn command_env(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        extra: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, EngineError> {
+        let mut env = match self.default_env(&self.load(ws, id)?)? {
+            Some(env) => env,
+            None => AGENT_DEFAULT_ENV
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        env.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(env)
+    }
+
     pub(crate) fn default_env(
         &self,
         e: &Entry,

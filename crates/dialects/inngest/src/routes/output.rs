@@ -47,11 +47,10 @@ pub async fn retained(
     ApiQuery(query): ApiQuery<TailQuery>,
 ) -> Result<Response, ApiError> {
     let tail = parse_tail_bytes(query.tail_bytes.as_deref())?;
-    let frames = state
+    let mut frames = state
         .engine
         .process_output(&ws, id, pid, tail, false)
         .await?;
-    let mut frames = frames;
     let mut chunks = Vec::new();
     while let Some(frame) = frames.next().await {
         match frame? {
