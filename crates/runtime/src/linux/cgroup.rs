@@ -115,9 +115,50 @@ impl Cgroups {
 
     /// Makes the sandbox's cgroup and writes its limits.
     pub fn create(&self, id: Uuid, limits: Limits) -> Result<(), RuntimeError> {
+        self.make(id)?;
+        self.set_limits(id, limits)
+    }
+
+    /// Makes the cgroup `id` without limits (a warm init waits in it).
+    pub fn make(&self, id: Uuid) -> Result<(), RuntimeError> {
         for dir in self.dirs(id) {
             std::fs::create_dir(&dir).map_err(io("creating a sandbox cgroup", &dir))?;
         }
+        Ok(())
+    }
+
+    /// Renames the cgroup `from` (and whatever it holds) to `to`; on failure the dirs
+    /// already renamed go back. v2 has no rename: callers fall back to a cold start.
+    pub fn rename(&self, from: Uuid, to: Uuid) -> Result<(), RuntimeError> {
+        let pairs: Vec<(PathBuf, PathBuf)> =
+            self.dirs(from).into_iter().zip(self.dirs(to)).collect();
+        for (n, (a, b)) in pairs.iter().enumerate() {
+            if let Err(e) = std::fs::rename(a, b) {
+                for (a, b) in &pairs[..n] {
+                    let _ = std::fs::rename(b, a);
+                }
+                return Err(RuntimeError::Io {
+                    what: "renaming a sandbox cgroup",
+                    path: a.clone(),
+                    source: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `pid` is in every directory of the cgroup `id`.
+    pub fn holds(&self, id: Uuid, pid: i32) -> bool {
+        let pid = pid.to_string();
+        self.dirs(id).iter().all(|dir| {
+            std::fs::read_to_string(dir.join("cgroup.procs"))
+                .is_ok_and(|text| text.lines().any(|l| l.trim() == pid))
+        })
+    }
+
+    /// Writes the limits of a cgroup made without them (the memory limit before
+    /// memory+swap, which may not be below it).
+    pub fn set_limits(&self, id: Uuid, limits: Limits) -> Result<(), RuntimeError> {
         let quota = u64::from(limits.vcpu.max(1)) * CFS_PERIOD_US;
         let memory = (u64::from(limits.memory_mb.max(16)) << 20).to_string();
         let pids = limits.pids_max.max(8).to_string();

@@ -27,6 +27,8 @@ pub enum Msg {
     Go(InitConfig),
     /// init → backend: host PID of the sandbox's PID 1.
     Pid(i32),
+    /// backend → PID 1: its cgroups hold it; make the cgroup namespace and finish.
+    Attached,
     /// PID 1 → backend: the root is switched and the agent socket is listening.
     Ready,
     /// init → backend: a step failed.
@@ -66,6 +68,7 @@ impl Msg {
             Msg::UserNs => "userns".into(),
             Msg::Go(cfg) => format!("go {}", serde_json::to_string(cfg).unwrap_or_default()),
             Msg::Pid(pid) => format!("pid {pid}"),
+            Msg::Attached => "attached".into(),
             Msg::Ready => "ready".into(),
             Msg::Error(e) => format!("error {e}"),
         }
@@ -76,6 +79,7 @@ impl Msg {
         let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
         Ok(match word {
             "userns" => Msg::UserNs,
+            "attached" => Msg::Attached,
             "ready" => Msg::Ready,
             "go" => Msg::Go(serde_json::from_str(rest).map_err(|_| bad())?),
             "pid" => Msg::Pid(rest.parse().map_err(|_| bad())?),
@@ -139,6 +143,7 @@ mod tests {
             Msg::UserNs,
             go,
             Msg::Pid(42),
+            Msg::Attached,
             Msg::Ready,
             Msg::Error("mount failed: EPERM".into()),
         ] {

@@ -4,7 +4,8 @@
 use super::cgroup::Limits;
 use super::handshake::{self, Channel, InitConfig, Msg};
 use super::io;
-use super::{destroy, rootfs, slots, sys, LinuxRuntime};
+use super::warm::Warm;
+use super::{destroy, rootfs, slots, sys, LinuxConfig, LinuxRuntime};
 use crate::{RuntimeError, SandboxHandle, SandboxSpec};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
@@ -20,18 +21,24 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
     let layers = rt.layer_stack(spec)?;
     let state_dir = rt.sandboxes_dir().join(spec.id.to_string());
-    // 0700: the agent socket and the sandbox's files are for host root only.
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&state_dir)
-        .map_err(io("creating the sandbox state dir", &state_dir))?;
-    let host_id_base = match rt.slots.allocate(spec.id) {
-        Ok(base) => base,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&state_dir);
-            return Err(e);
-        }
+    let host_id_base = rt.slots.allocate(spec.id)?;
+    let warm = rt.warm.as_ref().and_then(|pool| pool.take(spec.disk_mb));
+    if let Some(pool) = &rt.warm {
+        pool.refill(spec.disk_mb);
+    }
+    // 0700: the agent socket and the sandbox's files are for host root only (a warm
+    // entry's dir was made so).
+    let made = match &warm {
+        Some(w) => std::fs::rename(&w.dir, &state_dir),
+        None => std::fs::DirBuilder::new().mode(0o700).create(&state_dir),
     };
+    if let Err(e) = made {
+        if let (Some(w), Some(pool)) = (warm, &rt.warm) {
+            pool.discard(w);
+        }
+        rt.slots.free(host_id_base, spec.id);
+        return Err(io("creating the sandbox state dir", &state_dir)(e));
+    }
     let mut handle = SandboxHandle {
         id: spec.id,
         agent_pid: 0,
@@ -41,7 +48,7 @@ pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHand
         host_id_base,
     };
     let mut init: Option<Child> = None;
-    match launch(rt, spec, &layers, &mut handle, &mut init) {
+    match launch(rt, spec, &layers, &mut handle, &mut init, warm) {
         Ok(()) => Ok(handle),
         Err(e) => {
             if let Some(mut child) = init {
@@ -62,22 +69,107 @@ fn launch(
     layers: &[PathBuf],
     handle: &mut SandboxHandle,
     init: &mut Option<Child>,
+    warm: Option<Warm>,
 ) -> Result<(), RuntimeError> {
-    let (ours, theirs) = handshake::pair().map_err(agent_err)?;
+    let t0 = Instant::now();
+    let tm = |phase: &str| tracing::debug!(id = %spec.id, phase, ms = t0.elapsed().as_secs_f64() * 1e3, "start");
     let log = handle.state_dir.join("init.log");
-    *init = Some(spawn_init(rt, &theirs.0, &log)?);
-    drop(theirs);
-    let pid = init.as_ref().map(|c| c.id() as i32).unwrap_or(0);
-    // Host-only work overlaps the init's exec.
-    let disk = Some((rt.config.data_dir.as_path(), spec.disk_mb));
-    rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, disk)?;
     let limits = Limits {
         vcpu: spec.vcpu,
         memory_mb: spec.memory_mb,
         pids_max: spec.pids_max,
     };
-    rt.cgroups.create(spec.id, limits)?;
-    expect(&ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
+    let (ours, pid, fresh) = match warm {
+        Some(w) => {
+            let pid = w.child.id() as i32;
+            *init = Some(w.child);
+            if let Err(e) = rt.cgroups.rename(w.key, spec.id) {
+                if let Some(mut child) = init.take() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                let _ = rt.cgroups.remove(w.key);
+                return Err(e);
+            }
+            rt.cgroups.set_limits(spec.id, limits)?;
+            // The disk (if any) is mounted already: only the dirs on it remain.
+            rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, None)?;
+            (w.channel, pid, false)
+        }
+        None => {
+            let (ours, theirs) = handshake::pair().map_err(agent_err)?;
+            *init = Some(spawn_init(&rt.config, &theirs.0, &log)?);
+            drop(theirs);
+            let pid = init.as_ref().map(|c| c.id() as i32).unwrap_or(0);
+            // Host-only work overlaps the init's exec.
+            let disk = Some((rt.config.data_dir.as_path(), spec.disk_mb));
+            rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, disk)?;
+            rt.cgroups.create(spec.id, limits)?;
+            (ours, pid, true)
+        }
+    };
+    tm("prepared");
+    // The first move into a v1 hierarchy waits for an RCU grace period (5-10 ms here):
+    // it runs on its own thread while the root is mounted and PID 1 sets itself up.
+    let pid1 = std::thread::scope(|s| {
+        let attach = s.spawn(|| match fresh {
+            true => rt.cgroups.attach(spec.id, pid),
+            false => Ok(()),
+        });
+        let pid1 = prepare_and_go(spec, layers, handle, &ours, &log, pid, fresh).and_then(|()| {
+            expect(&ours, &log, |m| match m {
+                Msg::Pid(p) => Some(*p),
+                _ => None,
+            })
+        });
+        let attached = attach.join().unwrap_or_else(|_| {
+            Err(RuntimeError::AgentStart(
+                "attaching the init to its cgroups panicked".into(),
+            ))
+        });
+        attached.and(pid1)
+    })?;
+    tm("pid");
+    // PID 1 may have been forked before its parent moved: then move it too.
+    if !rt.cgroups.holds(spec.id, pid1) {
+        rt.cgroups.attach(spec.id, pid1)?;
+    }
+    if let Err(e) = ours.send(&Msg::Attached) {
+        // PID 1 failed a step of its own: its report waits in the socket.
+        expect(&ours, &log, |_| None::<()>)?;
+        return Err(agent_err(e));
+    }
+    expect(&ours, &log, |m| matches!(m, Msg::Ready).then_some(()))?;
+    handle.agent_pid = pid1;
+    handle.agent_start_ticks = sys::proc_stat(handle.agent_pid)
+        .map(|(_, t)| t)
+        .ok_or_else(|| RuntimeError::AgentStart("the agent exited right after starting".into()))?;
+    if let Some(mut child) = init.take() {
+        let _ = child.wait(); // the intermediate process exits once it has reported
+    }
+    tm("ready");
+    wait_connectable(&handle.agent_socket)?;
+    tm("connectable");
+    let path = handle.state_dir.join("handle.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())
+        .map_err(io("writing the sandbox handle", &path))
+}
+
+/// The handshake up to `Go`: id maps, the root mounted through the user namespace, and
+/// the go-ahead to the init (a `fresh` one reports its user namespace first; a warm one
+/// did so when it was made).
+fn prepare_and_go(
+    spec: &SandboxSpec,
+    layers: &[PathBuf],
+    handle: &SandboxHandle,
+    ours: &Channel,
+    log: &Path,
+    pid: i32,
+    fresh: bool,
+) -> Result<(), RuntimeError> {
+    if fresh {
+        expect(ours, log, |m| matches!(m, Msg::UserNs).then_some(()))?;
+    }
     let map = format!("0 {} {}\n", handle.host_id_base, slots::RANGE);
     for file in ["uid_map", "gid_map"] {
         let path = PathBuf::from(format!("/proc/{pid}/{file}"));
@@ -93,7 +185,6 @@ fn launch(
         &userns,
         spec.image == super::images::DEFAULT_IMAGE,
     )?;
-    rt.cgroups.attach(spec.id, pid)?;
     protect_from_oom(pid)?;
     let config = InitConfig {
         rootfs: rootfs::rootfs(&handle.state_dir),
@@ -101,30 +192,7 @@ fn launch(
         hostname: spec.hostname.clone(),
     };
     ours.send(&Msg::Go(config)).map_err(agent_err)?;
-    // The intermediate reports the PID and PID 1 reports Ready, each on its own
-    // schedule: take both, in whichever order they come.
-    let (mut pid1, mut ready) = (None, false);
-    while pid1.is_none() || !ready {
-        match expect(&ours, &log, |m| match m {
-            Msg::Pid(p) => Some(Some(*p)),
-            Msg::Ready => Some(None),
-            _ => None,
-        })? {
-            Some(p) => pid1 = Some(p),
-            None => ready = true,
-        }
-    }
-    handle.agent_pid = pid1.unwrap_or_default();
-    handle.agent_start_ticks = sys::proc_stat(handle.agent_pid)
-        .map(|(_, t)| t)
-        .ok_or_else(|| RuntimeError::AgentStart("the agent exited right after starting".into()))?;
-    if let Some(mut child) = init.take() {
-        let _ = child.wait(); // the intermediate process exits once it has reported
-    }
-    wait_connectable(&handle.agent_socket)?;
-    let path = handle.state_dir.join("handle.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())
-        .map_err(io("writing the sandbox handle", &path))
+    Ok(())
 }
 
 /// Sets the init's (so the agent's) `oom_score_adj` to -1000 so the memory cgroup's OOM
@@ -150,12 +218,16 @@ fn protect_from_oom(pid: i32) -> Result<(), RuntimeError> {
 }
 
 /// Spawns `init_exe init_args --sync-fd 3` in its own session, logging to `log`.
-fn spawn_init(rt: &LinuxRuntime, theirs: &OwnedFd, log: &Path) -> Result<Child, RuntimeError> {
+pub(super) fn spawn_init(
+    config: &LinuxConfig,
+    theirs: &OwnedFd,
+    log: &Path,
+) -> Result<Child, RuntimeError> {
     let out = std::fs::File::create(log).map_err(io("creating the init log", log))?;
     let err = out.try_clone().map_err(io("creating the init log", log))?;
     let fd = theirs.as_raw_fd();
-    let mut cmd = Command::new(&rt.config.init_exe);
-    cmd.args(&rt.config.init_args)
+    let mut cmd = Command::new(&config.init_exe);
+    cmd.args(&config.init_args)
         .arg("--sync-fd")
         .arg(SYNC_FD.to_string());
     cmd.stdin(Stdio::null())
@@ -176,11 +248,11 @@ fn spawn_init(rt: &LinuxRuntime, theirs: &OwnedFd, log: &Path) -> Result<Child, 
         });
     }
     cmd.spawn()
-        .map_err(io("spawning the sandbox init", &rt.config.init_exe))
+        .map_err(io("spawning the sandbox init", &config.init_exe))
 }
 
 /// Receives the next message and picks the wanted one out; errors carry the init's log.
-fn expect<T>(
+pub(super) fn expect<T>(
     ch: &Channel,
     log: &Path,
     want: impl Fn(&Msg) -> Option<T>,

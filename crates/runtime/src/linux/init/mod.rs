@@ -11,8 +11,11 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
-/// How long the init waits for the backend's go-ahead.
-const GO_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the init waits for the backend's go-ahead: a warm init may wait long for
+/// its sandbox (it exits at once when the backend goes away: the socket closes).
+const GO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// How long PID 1 waits for the backend to have moved it into its cgroups.
+const ATTACHED_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A failed step of the init, reported to the backend verbatim.
 #[derive(Debug, thiserror::Error)]
@@ -93,8 +96,7 @@ fn steps(channel: &Channel) -> Result<(UnixListener, InitConfig), InitError> {
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWNET
-        | CloneFlags::CLONE_NEWCGROUP;
+        | CloneFlags::CLONE_NEWNET;
     step("unshare(namespaces)", unshare(flags))?;
     // SAFETY: this process is single-threaded, so the child may run any code.
     match step("fork", unsafe { nix::unistd::fork() })? {
@@ -106,6 +108,14 @@ fn steps(channel: &Channel) -> Result<(UnixListener, InitConfig), InitError> {
         ForkResult::Child => {}
     }
     pid1(&config)?;
+    // The backend moves PID 1 into the sandbox's cgroups while the steps above run (the
+    // move waits for an RCU grace period); the cgroup namespace is rooted where PID 1
+    // is when it is made, so it waits for the word.
+    match channel.recv(ATTACHED_TIMEOUT)? {
+        Msg::Attached => {}
+        other => return Err(InitError::Unexpected(format!("{other:?}"))),
+    }
+    step("unshare(cgroup)", unshare(CloneFlags::CLONE_NEWCGROUP))?;
     Ok((listener, config))
 }
 

@@ -1,0 +1,293 @@
+//! Warm inits: a few sandbox inits started ahead of time, each already in a cgroup of
+//! its own, its user namespace made and (for the disk size starts last asked for) its
+//! writable disk mounted. A start takes one instead of paying, on its critical path,
+//! for the init's exec, the RCU grace period of a first v1 cgroup move (5-10 ms here)
+//! and the loop mount of the disk.
+//!
+//! An entry lives in `sandboxes/.warm-<key>/` (renamed to the sandbox's state dir when
+//! taken) and the cgroup `<parent>/<key>` (renamed to the sandbox's id). Its init waits
+//! for `Go` and exits when we close the handshake socket, so a dead server leaves no
+//! process behind; the next runtime with a pool removes what such entries left.
+
+use super::cgroup::Cgroups;
+use super::handshake::{self, Channel, Msg};
+use super::start::{expect, spawn_init};
+use super::{disk, sys, LinuxConfig};
+use crate::RuntimeError;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use uuid::Uuid;
+
+/// Name prefix of a warm entry's directory under `sandboxes/`.
+const DIR_PREFIX: &str = ".warm-";
+
+/// An init waiting for its sandbox.
+pub(super) struct Warm {
+    pub key: Uuid,
+    pub child: Child,
+    pub channel: Channel,
+    pub dir: PathBuf,
+    /// Size of the disk mounted at `dir/layer` (0 = none).
+    pub disk_mb: u32,
+}
+
+struct Shared {
+    config: LinuxConfig,
+    cgroups: Cgroups,
+    size: usize,
+    entries: Mutex<Vec<Warm>>,
+    /// Disk size refills are made with: that of the last start.
+    disk_mb: AtomicU32,
+    filling: AtomicBool,
+    closed: AtomicBool,
+}
+
+/// The pool; dropping it ends and removes every entry.
+pub(super) struct WarmPool(Arc<Shared>);
+
+impl WarmPool {
+    /// A pool of `size` entries, filled in the background once the first start says
+    /// which disk size to prepare. Removes entries a dead process left behind.
+    pub fn new(config: LinuxConfig, cgroups: Cgroups, size: usize) -> Self {
+        let shared = Shared {
+            config,
+            cgroups,
+            size,
+            entries: Mutex::new(Vec::new()),
+            disk_mb: AtomicU32::new(0),
+            filling: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        };
+        shared.sweep_stale();
+        WarmPool(Arc::new(shared))
+    }
+
+    /// Takes a live entry whose disk is `disk_mb` MiB, if there is one.
+    pub fn take(&self, disk_mb: u32) -> Option<Warm> {
+        let mut entries = self.0.entries.lock().ok()?;
+        while let Some(i) = entries.iter().position(|w| w.disk_mb == disk_mb) {
+            let mut warm = entries.swap_remove(i);
+            if matches!(warm.child.try_wait(), Ok(None)) {
+                return Some(warm);
+            }
+            drop(entries);
+            self.0.discard(warm);
+            entries = self.0.entries.lock().ok()?;
+        }
+        None
+    }
+
+    /// Tops the pool up on a background thread with entries for `disk_mb`, dropping
+    /// entries of another size.
+    pub fn refill(&self, disk_mb: u32) {
+        self.0.disk_mb.store(disk_mb, Ordering::Release);
+        if self.0.filling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let shared = self.0.clone();
+        let spawned = std::thread::Builder::new()
+            .name("warm-inits".into())
+            .spawn(move || {
+                shared.fill();
+                shared.filling.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.0.filling.store(false, Ordering::Release);
+        }
+    }
+
+    /// Ends an entry that will not be used and removes what it made.
+    pub fn discard(&self, warm: Warm) {
+        self.0.discard(warm);
+    }
+
+    /// Ends and removes every entry (also run on drop).
+    pub fn drain(&self) {
+        self.0.closed.store(true, Ordering::Release);
+        let entries = match self.0.entries.lock() {
+            Ok(mut e) => std::mem::take(&mut *e),
+            Err(_) => return,
+        };
+        for warm in entries {
+            self.0.discard(warm);
+        }
+    }
+}
+
+impl Drop for WarmPool {
+    fn drop(&mut self) {
+        self.drain();
+    }
+}
+
+impl Shared {
+    fn fill(&self) {
+        loop {
+            let want = self.disk_mb.load(Ordering::Acquire);
+            let stale: Vec<Warm> = match self.entries.lock() {
+                Ok(mut e) => {
+                    let (keep, stale) = std::mem::take(&mut *e)
+                        .into_iter()
+                        .partition(|w| w.disk_mb == want);
+                    *e = keep;
+                    if e.len() >= self.size && stale.is_empty() {
+                        return;
+                    }
+                    stale
+                }
+                Err(_) => return,
+            };
+            for warm in stale {
+                self.discard(warm);
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let warm = match self.make(want) {
+                Ok(warm) => warm,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot prepare a warm sandbox init");
+                    return;
+                }
+            };
+            let closed = self.closed.load(Ordering::Acquire);
+            match self.entries.lock() {
+                Ok(mut e) if !closed && e.len() < self.size => e.push(warm),
+                _ => {
+                    self.discard(warm);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Spawns an init into a fresh cgroup, waits for its user namespace, mounts its disk.
+    fn make(&self, disk_mb: u32) -> Result<Warm, RuntimeError> {
+        let key = Uuid::new_v4();
+        let dir = self
+            .config
+            .data_dir
+            .join("sandboxes")
+            .join(format!("{DIR_PREFIX}{key}"));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(super::io("creating a warm init's dir", &dir))?;
+        let owner = format!(
+            "{} {}",
+            std::process::id(),
+            sys::proc_stat(std::process::id() as i32).map_or(0, |(_, t)| t)
+        );
+        let owner_file = dir.join("owner");
+        let mut made: Option<(Child, Channel)> = None;
+        let result = (|| {
+            std::fs::write(&owner_file, owner)
+                .map_err(super::io("writing a warm init's owner", &owner_file))?;
+            let (ours, theirs) =
+                handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
+            let log = dir.join("init.log");
+            let child = spawn_init(&self.config, &theirs.0, &log)?;
+            drop(theirs);
+            let pid = child.id() as i32;
+            made = Some((child, ours));
+            self.cgroups.make(key)?;
+            self.cgroups.attach(key, pid)?;
+            if let Some((_, ours)) = &made {
+                expect(ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
+            }
+            if disk_mb > 0 {
+                disk::mount_limited(&self.config.data_dir, &dir, disk_mb)?;
+            }
+            Ok(())
+        })();
+        match (result, made) {
+            (Ok(()), Some((child, channel))) => Ok(Warm {
+                key,
+                child,
+                channel,
+                dir,
+                disk_mb,
+            }),
+            (result, made) => {
+                if let Some((mut child, _)) = made {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                self.remove(key, &dir);
+                Err(result.err().unwrap_or_else(|| {
+                    RuntimeError::AgentStart("the warm init was not spawned".into())
+                }))
+            }
+        }
+    }
+
+    /// Ends an entry's init and removes its cgroup, disk and directory.
+    fn discard(&self, mut warm: Warm) {
+        let _ = warm.child.kill();
+        let _ = warm.child.wait();
+        drop(warm.channel);
+        self.remove(warm.key, &warm.dir);
+    }
+
+    /// Removes what entry `key` made (its processes must be gone or going).
+    fn remove(&self, key: Uuid, dir: &Path) {
+        for pid in self.cgroups.procs(key) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if let Err(e) = self.cgroups.remove(key) {
+            tracing::warn!(%key, error = %e, "removing a warm init's cgroup");
+        }
+        let _ = sys::detach(&disk::layer_dir(dir));
+        if let Err(e) = disk::release(dir) {
+            tracing::warn!(%key, error = %e, "releasing a warm init's disk");
+        }
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %dir.display(), error = %e, "removing a warm init's dir");
+            }
+        }
+    }
+
+    /// Removes entries whose owning process is gone (killed before it could drain).
+    fn sweep_stale(&self) {
+        let Ok(entries) = std::fs::read_dir(self.config.data_dir.join("sandboxes")) else {
+            return;
+        };
+        for entry in entries.filter_map(|e| e.ok()) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(key) = name
+                .strip_prefix(DIR_PREFIX)
+                .and_then(|k| Uuid::parse_str(k).ok())
+            else {
+                continue;
+            };
+            let Ok(owner) = std::fs::read_to_string(entry.path().join("owner")) else {
+                // Being made right now by another process, or left half-made long ago.
+                let young = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age.as_secs() < 60);
+                if !young {
+                    self.remove(key, &entry.path());
+                }
+                continue;
+            };
+            let mut fields = owner.split_whitespace().map(|f| f.parse::<u64>().ok());
+            let alive = match (fields.next().flatten(), fields.next().flatten()) {
+                (Some(pid), Some(ticks)) => sys::is_same_live_process(pid as i32, ticks),
+                _ => false,
+            };
+            if !alive {
+                self.remove(key, &entry.path());
+            }
+        }
+    }
+}
