@@ -4,6 +4,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use sandboxd_agent_protocol::{AgentClient, ExecRequest};
+use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle, SandboxSpec};
 use std::path::PathBuf;
 use std::process::Command;
@@ -30,6 +31,10 @@ struct Row {
 }
 
 pub fn main(args: BenchArgs) -> Result<()> {
+    // Quiet unless asked: `RUST_LOG=sandboxd_runtime=debug` shows each start's phases.
+    if std::env::var_os("RUST_LOG").is_some() {
+        crate::serve::init_logging();
+    }
     let runtime = crate::runtime::open_linux(&args.data_dir, None)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -57,6 +62,11 @@ pub fn main(args: BenchArgs) -> Result<()> {
     let create = create_first_exec(&runtime, &rt, n, None, DISK_MB)?;
     let egress = NetworkSpec::egress(vec![]);
     let create_egress = create_first_exec(&runtime, &rt, n, Some(&egress), DISK_MB)?;
+    let warm_runtime = crate::runtime::open_linux(&args.data_dir, None)?.with_warm_inits(2);
+    warm_runtime.fill_warm_inits(DISK_MB);
+    let create_warm = create_first_exec(&warm_runtime, &rt, n, None, DISK_MB)?;
+    let create_warm_egress = create_first_exec(&warm_runtime, &rt, n, Some(&egress), DISK_MB)?;
+    drop(warm_runtime);
 
     let handle = runtime.start(&spec())?;
     let exec = median(n * 4, || {
@@ -94,6 +104,16 @@ pub fn main(args: BenchArgs) -> Result<()> {
         Row {
             name: "create -> first exec answered (egress network)",
             median: create_egress,
+            baseline: Some(("unshare", unshare, 5.0)),
+        },
+        Row {
+            name: "create -> first exec answered (warm init, loopback only)",
+            median: create_warm,
+            baseline: Some(("unshare", unshare, 5.0)),
+        },
+        Row {
+            name: "create -> first exec answered (warm init, egress)",
+            median: create_warm_egress,
             baseline: Some(("unshare", unshare, 5.0)),
         },
         Row {
@@ -144,9 +164,11 @@ pub fn main(args: BenchArgs) -> Result<()> {
 
 /// Median of: start a sandbox (with `network`, or loopback only; with a `disk_mb`
 /// writable layer, 0 = unlimited) and have it answer
-/// one exec of `/bin/true`. The sandboxes are destroyed after the timing.
+/// one exec of `/bin/true`. The sandboxes are destroyed after the timing. With warm
+/// inits, each sample first waits (untimed) until one is ready: it measures a start
+/// that finds one, as creates arriving no faster than the pool refills do.
 fn create_first_exec(
-    runtime: &impl Runtime,
+    runtime: &LinuxRuntime,
     rt: &tokio::runtime::Runtime,
     n: usize,
     network: Option<&NetworkSpec>,
@@ -154,6 +176,11 @@ fn create_first_exec(
 ) -> Result<Duration> {
     let mut handles = Vec::new();
     let create = median(n, || {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let warm = runtime.warm_inits_enabled();
+        while warm && runtime.warm_inits_ready() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let t = Instant::now();
         let handle = match network {
             Some(net) => runtime.start_with_network(&SandboxSpec { disk_mb, ..spec() }, net)?,

@@ -44,10 +44,12 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn run(config: ServerConfig) -> Result<()> {
-    let runtime = Arc::new(crate::runtime::open_linux(
-        &config.data_dir,
-        config.resolvers.clone(),
-    )?);
+    let runtime = Arc::new(
+        crate::runtime::open_linux(&config.data_dir, config.resolvers.clone())?
+            .with_warm_inits(config.warm_inits as usize),
+    );
+    runtime.fill_warm_inits(config.limits().disk_mb_per_sandbox);
+    let linux = runtime.clone();
     let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
         .context("opening the sandbox database")?;
     let engine: Arc<Engine> = Engine::open(EngineConfig {
@@ -57,11 +59,14 @@ async fn run(config: ServerConfig) -> Result<()> {
         limits: config.limits(),
     })
     .context("opening the engine")?;
-    sandboxd_server::serve(config, engine, sandboxd_server::shutdown_signal()).await
+    let served = sandboxd_server::serve(config, engine, sandboxd_server::shutdown_signal()).await;
+    // Sandboxes keep running for the next start; the warm inits are ours alone.
+    tokio::task::spawn_blocking(move || linux.drain_warm_inits()).await?;
+    served
 }
 
 /// Logs to stderr, `info` unless `RUST_LOG` says otherwise.
-fn init_logging() {
+pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()

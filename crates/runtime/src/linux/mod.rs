@@ -91,6 +91,24 @@ impl LinuxRuntime {
         self
     }
 
+    /// Starts filling the warm inits now, for sandboxes with a `disk_mb` MiB disk (the
+    /// size most starts will ask for), instead of after the first start.
+    pub fn fill_warm_inits(&self, disk_mb: u32) {
+        if let Some(pool) = &self.warm {
+            pool.refill(disk_mb);
+        }
+    }
+
+    /// Whether this runtime keeps warm inits.
+    pub fn warm_inits_enabled(&self) -> bool {
+        self.warm.is_some()
+    }
+
+    /// Warm inits ready to be taken now.
+    pub fn warm_inits_ready(&self) -> usize {
+        self.warm.as_ref().map_or(0, |pool| pool.ready())
+    }
+
     /// Ends the warm inits and removes what they made (dropping the runtime does too);
     /// started sandboxes are left alone.
     pub fn drain_warm_inits(&self) {

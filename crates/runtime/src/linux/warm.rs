@@ -65,6 +65,11 @@ impl WarmPool {
         WarmPool(Arc::new(shared))
     }
 
+    /// Entries ready to be taken.
+    pub fn ready(&self) -> usize {
+        self.0.entries.lock().map_or(0, |e| e.len())
+    }
+
     /// Takes a live entry whose disk is `disk_mb` MiB, if there is one.
     pub fn take(&self, disk_mb: u32) -> Option<Warm> {
         let mut entries = self.0.entries.lock().ok()?;

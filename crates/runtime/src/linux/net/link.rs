@@ -47,6 +47,7 @@ pub fn create(ifname: &str, pid: i32, lease: &Lease) -> Result<(), RuntimeError>
         lease.host()
     );
     ip_batch(&[], &host)?;
+    tracing::debug!(ifname, "veth made");
     super::inner::configure(pid, lease.sandbox(), lease.host())
 }
 

@@ -92,12 +92,17 @@ pub(super) fn start(
     let config = rt.network.as_ref().ok_or_else(|| {
         RuntimeError::Network("egress networking is not configured on this server".into())
     })?;
+    let t0 = std::time::Instant::now();
+    let tm = |phase: &str| tracing::debug!(id = %spec.id, phase, ms = t0.elapsed().as_secs_f64() * 1e3, "network");
     let (prepared, started) = std::thread::scope(|s| {
         let host = s.spawn(|| {
             let (deny, allow) = resolve(network, &config.resolvers);
-            prepare(config, spec.id, deny, allow)
+            let prepared = prepare(config, spec.id, deny, allow);
+            tm("host side prepared");
+            prepared
         });
         let started = rt.start(spec);
+        tm("sandbox started");
         let prepared = host
             .join()
             .unwrap_or_else(|_| Err(RuntimeError::Network("network setup panicked".into())));
@@ -113,7 +118,10 @@ pub(super) fn start(
         }
     };
     match prepared.and_then(|lease| connect(config, &handle, &lease)) {
-        Ok(()) => Ok(handle),
+        Ok(()) => {
+            tm("connected");
+            Ok(handle)
+        }
         Err(e) => {
             if let Err(cleanup) = rt.destroy(&handle) {
                 tracing::error!(id = %spec.id, error = %cleanup, "cleaning up after a failed network setup");
