@@ -27,6 +27,7 @@ impl Drop for TestRuntime {
         for handle in self.0.stored_handles() {
             let _ = self.0.destroy(&handle);
         }
+        self.0.drain_warm_inits();
         self.0.cgroups().remove_parent_if_unused();
     }
 }
@@ -78,6 +79,11 @@ impl Runtime for TestRuntime {
 /// A backend over a fresh data dir, starting the real `sandboxd` binary as init.
 pub fn runtime(data_dir: &Path) -> TestRuntime {
     TestRuntime(raw_runtime(data_dir))
+}
+
+/// [`runtime`] keeping `count` warm inits.
+pub fn warm_runtime(data_dir: &Path, count: usize) -> TestRuntime {
+    TestRuntime(raw_runtime(data_dir).with_warm_inits(count))
 }
 
 /// Like [`runtime`] but without clean-up on drop (to play a server that stops).

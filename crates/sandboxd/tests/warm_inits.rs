@@ -1,0 +1,152 @@
+//! Warm inits: a start that takes one gives the same sandbox as a cold start (limits,
+//! disk, namespaces), and neither a destroyed sandbox nor a drained pool nor a dead
+//! owner's entries leave anything behind.
+
+mod common;
+
+use common::*;
+use sandboxd_runtime::Runtime;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Waits until `rt` has `n` warm inits ready.
+fn wait_ready(rt: &TestRuntime, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rt.warm_inits_ready() < n {
+        assert!(Instant::now() < deadline, "warm inits never became ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Directories of warm entries under the data dir.
+fn warm_dirs(data: &Path) -> Vec<String> {
+    std::fs::read_dir(data.join("sandboxes"))
+        .expect("sandboxes dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".warm-"))
+        .collect()
+}
+
+fn cgroup_file(rt: &TestRuntime, ctrl: &str, id: uuid::Uuid, file: &str) -> String {
+    let dir = rt
+        .cgroups()
+        .dirs(id)
+        .into_iter()
+        .find(|d| d.to_string_lossy().contains(&format!("/{ctrl}/")))
+        .expect("controller dir");
+    std::fs::read_to_string(dir.join(file))
+        .expect("cgroup file")
+        .trim()
+        .to_owned()
+}
+
+/// Everything a warm pool under `data` may have made is gone: dirs, mounts, cgroups.
+fn assert_pool_gone(rt: &TestRuntime, data: &Path) {
+    assert_eq!(warm_dirs(data), Vec::<String>::new());
+    assert_eq!(mounts_under(&data.join("sandboxes")), Vec::<String>::new());
+    for parent in rt.cgroups().dirs(uuid::Uuid::nil()) {
+        let parent = parent.parent().expect("parent").to_path_buf();
+        let children: Vec<_> = std::fs::read_dir(&parent)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.path().is_dir())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            children.is_empty(),
+            "cgroups left under {}",
+            parent.display()
+        );
+    }
+}
+
+#[test]
+fn a_start_takes_a_warm_init_and_gets_the_same_sandbox() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = warm_runtime(data.path(), 2);
+    rt.fill_warm_inits(64);
+    wait_ready(&rt, 2);
+    assert_eq!(warm_dirs(data.path()).len(), 2);
+    let mut want = spec("default");
+    want.disk_mb = 64;
+    want.memory_mb = 200;
+    want.pids_max = 77;
+    let handle = rt.start(&want).expect("start from a warm init");
+    assert!(
+        handle.state_dir.join("owner").exists(),
+        "the state dir is a warm entry's, renamed"
+    );
+    // The cgroup was renamed to the sandbox's id and given its limits.
+    assert_eq!(
+        cgroup_file(&rt, "memory", handle.id, "memory.limit_in_bytes"),
+        (200u64 << 20).to_string()
+    );
+    assert_eq!(cgroup_file(&rt, "pids", handle.id, "pids.max"), "77");
+    assert!(rt.cgroups().holds(handle.id, handle.agent_pid));
+    // Inside: PID 1, root, own hostname, a cgroup namespace rooted at its cgroup.
+    assert_eq!(sh_ok(&handle, "hostname").trim(), "box");
+    assert_eq!(sh_ok(&handle, "id -u").trim(), "0");
+    assert!(get(&handle.agent_socket, "/v1/health").contains("\"pid\":1"));
+    let (code, cg) = agent_sh(&handle, "cat /proc/self/cgroup");
+    assert_eq!(code, Some(0));
+    assert!(
+        cg.lines()
+            .filter(|l| l.contains(":memory:") || l.contains(":pids:"))
+            .all(|l| l.ends_with(":/")),
+        "cgroup namespace not rooted at the sandbox: {cg}"
+    );
+    // The disk the warm entry mounted is the sandbox's: 64 MiB, then ENOSPC.
+    let (code, out) = agent_sh(
+        &handle,
+        "dd if=/dev/zero of=/big bs=1M count=100 2>&1; echo rc=$?",
+    );
+    assert_eq!(code, Some(0));
+    assert!(out.contains("No space left"), "{out}");
+    let upper = handle.state_dir.join("layer/upper");
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&upper).expect("upper")),
+        handle.host_id_base
+    );
+    rt.destroy(&handle).expect("destroy");
+    assert_gone(&rt, data.path(), &handle);
+    // A start with another disk size finds no match and starts cold; refills follow it.
+    let cold = rt.start(&spec("default")).expect("cold start");
+    assert!(!cold.state_dir.join("owner").exists());
+    rt.destroy(&cold).expect("destroy");
+    assert_gone(&rt, data.path(), &cold);
+    wait_ready(&rt, 2);
+    rt.drain_warm_inits();
+    assert_eq!(rt.warm_inits_ready(), 0);
+    assert_pool_gone(&rt, data.path());
+}
+
+#[test]
+fn entries_left_by_a_dead_owner_are_removed_by_the_next_pool() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let first = warm_runtime(data.path(), 2);
+    first.fill_warm_inits(64);
+    wait_ready(&first, 2);
+    let left = warm_dirs(data.path());
+    assert_eq!(left.len(), 2);
+    // Play a server killed with -9: its entries now name an owner that is gone.
+    for dir in &left {
+        std::fs::write(
+            data.path().join("sandboxes").join(dir).join("owner"),
+            "999999999 1",
+        )
+        .expect("owner");
+    }
+    let second = warm_runtime(data.path(), 1);
+    assert_eq!(
+        warm_dirs(data.path()),
+        Vec::<String>::new(),
+        "stale entries swept"
+    );
+    assert_pool_gone(&second, data.path());
+    // The first pool's own handles to them are now dead: its drain must cope.
+    first.drain_warm_inits();
+    drop(second);
+    assert_pool_gone(&first, data.path());
+}
