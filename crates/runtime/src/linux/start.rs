@@ -23,9 +23,24 @@ pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHand
     let state_dir = rt.sandboxes_dir().join(spec.id.to_string());
     let host_id_base = rt.slots.allocate(spec.id)?;
     let warm = rt.warm.as_ref().and_then(|pool| pool.take(spec.disk_mb));
+    let started = start_in(rt, spec, &layers, state_dir, host_id_base, warm);
+    // Refilled once this start is done, so the refill does not compete with it.
     if let Some(pool) = &rt.warm {
         pool.refill(spec.disk_mb);
     }
+    started
+}
+
+/// [`start`] once the slot is held: the state dir (a warm entry's, renamed), the launch,
+/// and the clean-up of a failed one.
+fn start_in(
+    rt: &LinuxRuntime,
+    spec: &SandboxSpec,
+    layers: &[PathBuf],
+    state_dir: PathBuf,
+    host_id_base: u32,
+    warm: Option<Warm>,
+) -> Result<SandboxHandle, RuntimeError> {
     // 0700: the agent socket and the sandbox's files are for host root only (a warm
     // entry's dir was made so).
     let made = match &warm {
@@ -48,7 +63,7 @@ pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHand
         host_id_base,
     };
     let mut init: Option<Child> = None;
-    match launch(rt, spec, &layers, &mut handle, &mut init, warm) {
+    match launch(rt, spec, layers, &mut handle, &mut init, warm) {
         Ok(()) => Ok(handle),
         Err(e) => {
             if let Some(mut child) = init {

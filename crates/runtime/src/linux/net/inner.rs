@@ -20,15 +20,24 @@ pub fn configure(pid: i32, addr: Ipv4Addr, gateway: Ipv4Addr) -> Result<(), Runt
             setns(&ns, CloneFlags::CLONE_NEWNET)
                 .map_err(|e| sys("joining the sandbox's netns", e))?;
             let sock = inet_socket()?;
-            set_addr(&sock, libc::SIOCSIFADDR, addr, "setting eth0's address")?;
-            let mask = Ipv4Addr::new(255, 255, 255, 252);
-            set_addr(&sock, libc::SIOCSIFNETMASK, mask, "setting eth0's netmask")?;
-            set_up(&sock)?;
+            address_and_up(&sock, "eth0", addr)?;
             add_default_route(&sock, gateway)
         })
         .join()
         .unwrap_or_else(|_| Err(RuntimeError::Network("the netns thread panicked".into())))
     })
+}
+
+/// Gives interface `name` of our own namespace (the host end) `addr/30` and brings it up.
+pub fn configure_host_end(name: &str, addr: Ipv4Addr) -> Result<(), RuntimeError> {
+    address_and_up(&inet_socket()?, name, addr)
+}
+
+fn address_and_up(sock: &OwnedFd, name: &str, addr: Ipv4Addr) -> Result<(), RuntimeError> {
+    set_addr(sock, name, libc::SIOCSIFADDR, addr, "setting an address")?;
+    let mask = Ipv4Addr::new(255, 255, 255, 252);
+    set_addr(sock, name, libc::SIOCSIFNETMASK, mask, "setting a netmask")?;
+    set_up(sock, name)
 }
 
 fn sys(what: &str, e: nix::Error) -> RuntimeError {
@@ -62,10 +71,12 @@ fn sockaddr(addr: Ipv4Addr) -> libc::sockaddr {
     unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
 }
 
-fn eth0() -> libc::ifreq {
+/// An ifreq naming `name` (at most IFNAMSIZ-1 bytes; callers' names fit).
+fn ifreq(name: &str) -> libc::ifreq {
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(b"eth0") {
+    let len = name.len().min(req.ifr_name.len() - 1);
+    for (dst, src) in req.ifr_name.iter_mut().zip(&name.as_bytes()[..len]) {
         *dst = *src as libc::c_char;
     }
     req
@@ -73,11 +84,12 @@ fn eth0() -> libc::ifreq {
 
 fn set_addr(
     sock: &OwnedFd,
+    name: &str,
     request: libc::Ioctl,
     addr: Ipv4Addr,
     what: &str,
 ) -> Result<(), RuntimeError> {
-    let mut req = eth0();
+    let mut req = ifreq(name);
     req.ifr_ifru.ifru_addr = sockaddr(addr);
     // SAFETY: `req` is a valid ifreq for this request and outlives the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), request, &mut req) } < 0 {
@@ -86,16 +98,16 @@ fn set_addr(
     Ok(())
 }
 
-fn set_up(sock: &OwnedFd) -> Result<(), RuntimeError> {
-    let mut req = eth0();
+fn set_up(sock: &OwnedFd, name: &str) -> Result<(), RuntimeError> {
+    let mut req = ifreq(name);
     // SAFETY: valid ifreq for SIOCGIFFLAGS/SIOCSIFFLAGS; the union's flags member is used.
     unsafe {
         if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
-            return Err(last("reading eth0's flags"));
+            return Err(last("reading an interface's flags"));
         }
         req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
         if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &mut req) < 0 {
-            return Err(last("bringing eth0 up"));
+            return Err(last("bringing an interface up"));
         }
     }
     Ok(())

@@ -3,51 +3,16 @@
 
 use super::host::Lease;
 use crate::RuntimeError;
-use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// Runs `prefix… ip -batch -` with `script` on stdin.
-fn ip_batch(prefix: &[&str], script: &str) -> Result<(), RuntimeError> {
-    let (exe, args) = match prefix.split_first() {
-        Some((exe, rest)) => (*exe, [rest, &["ip", "-batch", "-"]].concat()),
-        None => ("ip", vec!["-batch", "-"]),
-    };
-    let mut child = Command::new(exe)
-        .args(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| RuntimeError::Network(format!("running ip: {e}")))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(script.as_bytes())
-            .map_err(|e| RuntimeError::Network(format!("writing to ip: {e}")))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| RuntimeError::Network(format!("waiting for ip: {e}")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(RuntimeError::Network(format!(
-            "ip: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
-}
-
-/// Makes the pair, moves its inner end into the namespace of `pid` as `eth0`, and
-/// addresses both ends with a default route via the host end.
+/// Makes the pair with its inner end as `eth0` in the namespace of `pid`, and
+/// addresses both ends with a default route via the host end (netlink and ioctls, no
+/// processes).
 pub fn create(ifname: &str, pid: i32, lease: &Lease) -> Result<(), RuntimeError> {
-    let host = format!(
-        "link add {ifname} type veth peer name eth0 netns {pid}\naddr add {}/30 dev {ifname}\nlink set {ifname} up\n",
-        lease.host()
-    );
-    ip_batch(&[], &host)?;
-    tracing::debug!(ifname, "veth made");
+    super::netlink::create_veth(ifname, "eth0", pid)?;
+    super::inner::configure_host_end(ifname, lease.host())?;
     super::inner::configure(pid, lease.sandbox(), lease.host())
 }
 

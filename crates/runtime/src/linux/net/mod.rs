@@ -6,6 +6,7 @@ mod dns;
 mod host;
 mod inner;
 mod link;
+mod netlink;
 mod nft;
 
 use super::{rootfs, LinuxRuntime};
