@@ -31,7 +31,7 @@ struct Body(Vec<u8>);
 
 impl Body {
     fn pad(&mut self) {
-        while self.0.len() % 4 != 0 {
+        while !self.0.len().is_multiple_of(4) {
             self.0.push(0);
         }
     }
