@@ -71,6 +71,7 @@ impl LinuxRuntime {
         })?;
         // SAFETY: prctl with integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        warm::sweep_stale(&config.data_dir, &cgroups);
         Ok(LinuxRuntime {
             slots: slots::Slots::new(&config.data_dir)?,
             layers: layers::LayerStore::new(&config.data_dir)?,

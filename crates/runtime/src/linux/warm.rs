@@ -61,7 +61,6 @@ impl WarmPool {
             filling: AtomicBool::new(false),
             closed: AtomicBool::new(false),
         };
-        shared.sweep_stale();
         WarmPool(Arc::new(shared))
     }
 
@@ -237,62 +236,67 @@ impl Shared {
         self.remove(warm.key, &warm.dir);
     }
 
-    /// Removes what entry `key` made (its processes must be gone or going).
     fn remove(&self, key: Uuid, dir: &Path) {
-        for pid in self.cgroups.procs(key) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        if let Err(e) = self.cgroups.remove(key) {
-            tracing::warn!(%key, error = %e, "removing a warm init's cgroup");
-        }
-        let _ = sys::detach(&disk::layer_dir(dir));
-        if let Err(e) = disk::release(dir) {
-            tracing::warn!(%key, error = %e, "releasing a warm init's disk");
-        }
-        if let Err(e) = std::fs::remove_dir_all(dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(dir = %dir.display(), error = %e, "removing a warm init's dir");
-            }
+        remove(&self.cgroups, key, dir);
+    }
+}
+
+/// Removes what entry `key` made, killing what is left in its cgroup.
+fn remove(cgroups: &Cgroups, key: Uuid, dir: &Path) {
+    for pid in cgroups.procs(key) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    if let Err(e) = cgroups.remove(key) {
+        tracing::warn!(%key, error = %e, "removing a warm init's cgroup");
+    }
+    let _ = sys::detach(&disk::layer_dir(dir));
+    if let Err(e) = disk::release(dir) {
+        tracing::warn!(%key, error = %e, "releasing a warm init's disk");
+    }
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(dir = %dir.display(), error = %e, "removing a warm init's dir");
         }
     }
+}
 
-    /// Removes entries whose owning process is gone (killed before it could drain).
-    fn sweep_stale(&self) {
-        let Ok(entries) = std::fs::read_dir(self.config.data_dir.join("sandboxes")) else {
-            return;
+/// Removes the entries under `data_dir` whose owning process is gone (one killed before
+/// it could drain its pool); run by every runtime that opens the data dir.
+pub(super) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups) {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("sandboxes")) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(key) = name
+            .strip_prefix(DIR_PREFIX)
+            .and_then(|k| Uuid::parse_str(k).ok())
+        else {
+            continue;
         };
-        for entry in entries.filter_map(|e| e.ok()) {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(key) = name
-                .strip_prefix(DIR_PREFIX)
-                .and_then(|k| Uuid::parse_str(k).ok())
-            else {
-                continue;
-            };
-            let Ok(owner) = std::fs::read_to_string(entry.path().join("owner")) else {
-                // Being made right now by another process, or left half-made long ago.
-                let young = entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age.as_secs() < 60);
-                if !young {
-                    self.remove(key, &entry.path());
-                }
-                continue;
-            };
-            let mut fields = owner.split_whitespace().map(|f| f.parse::<u64>().ok());
-            let alive = match (fields.next().flatten(), fields.next().flatten()) {
-                (Some(pid), Some(ticks)) => sys::is_same_live_process(pid as i32, ticks),
-                _ => false,
-            };
-            if !alive {
-                self.remove(key, &entry.path());
+        let Ok(owner) = std::fs::read_to_string(entry.path().join("owner")) else {
+            // Being made right now by another process, or left half-made long ago.
+            let young = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age.as_secs() < 60);
+            if !young {
+                remove(cgroups, key, &entry.path());
             }
+            continue;
+        };
+        let mut fields = owner.split_whitespace().map(|f| f.parse::<u64>().ok());
+        let alive = match (fields.next().flatten(), fields.next().flatten()) {
+            (Some(pid), Some(ticks)) => sys::is_same_live_process(pid as i32, ticks),
+            _ => false,
+        };
+        if !alive {
+            remove(cgroups, key, &entry.path());
         }
     }
 }
