@@ -79,7 +79,8 @@ pub fn main(args: BenchArgs) -> Result<()> {
     let exec = exec?;
 
     let per_idle = idle_memory(&runtime, &rt, args.idle)?;
-    let http = crate::bench_http::measure(n)?;
+    let http = crate::bench_http::measure(n, "none")?;
+    let http_egress = crate::bench_http::measure(n, "egress")?;
 
     let rows = [
         Row {
@@ -123,8 +124,23 @@ pub fn main(args: BenchArgs) -> Result<()> {
             baseline: Some(("fork+exec", fork_exec, 3.0)),
         },
         Row {
-            name: "HTTP: create -> RUNNING -> first exec answered",
+            name: "HTTP: create -> RUNNING -> first exec (loopback, spaced)",
             median: http.create_first_exec,
+            baseline: Some(("unshare", unshare, 5.0)),
+        },
+        Row {
+            name: "HTTP: create -> RUNNING -> first exec (loopback, burst)",
+            median: http.create_first_exec_burst,
+            baseline: Some(("unshare", unshare, 5.0)),
+        },
+        Row {
+            name: "HTTP: create -> RUNNING -> first exec (egress, spaced)",
+            median: http_egress.create_first_exec,
+            baseline: Some(("unshare", unshare, 5.0)),
+        },
+        Row {
+            name: "HTTP: create -> RUNNING -> first exec (egress, burst)",
+            median: http_egress.create_first_exec_burst,
             baseline: Some(("unshare", unshare, 5.0)),
         },
         Row {

@@ -15,10 +15,16 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Pause before each spaced create: a warm init refills in about 20-30 ms here.
+pub const CREATE_SPACING: Duration = Duration::from_millis(150);
+
 /// Medians measured through `sandboxd serve`.
 pub struct HttpFigures {
-    /// POST /v2/sandboxes (answered RUNNING) then POST …/exec `/bin/true` answered.
+    /// POST /v2/sandboxes (answered RUNNING) then POST …/exec `/bin/true` answered,
+    /// creates [`CREATE_SPACING`] apart.
     pub create_first_exec: Duration,
+    /// The same, creates back to back (faster than warm inits refill).
+    pub create_first_exec_burst: Duration,
     /// POST …/exec `/bin/true` on a running sandbox.
     pub exec_round_trip: Duration,
 }
@@ -26,11 +32,11 @@ pub struct HttpFigures {
 /// Starts a server on a fresh temporary data directory (short, so that agent socket
 /// paths fit `sun_path`), measures, destroys what it made, stops the server and
 /// removes the directory.
-pub fn measure(samples: usize) -> Result<HttpFigures> {
+pub fn measure(samples: usize, network: &str) -> Result<HttpFigures> {
     let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
     let dir = std::env::temp_dir().join(format!("sandboxd-bench-{short}"));
     let key = format!("bench-{}", uuid::Uuid::new_v4().simple());
-    let mut server = Serve::start(&dir, &key)?;
+    let mut server = Serve::start(&dir, &key, network)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -55,12 +61,13 @@ struct Serve {
 }
 
 impl Serve {
-    fn start(dir: &Path, key: &str) -> Result<Serve> {
+    fn start(dir: &Path, key: &str, network: &str) -> Result<Serve> {
         let exe = std::env::current_exe().context("locating the sandboxd binary")?;
         let mut child = Command::new(exe)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir)
             .env("SANDBOXD_MASTER_KEY", key)
+            .env("SANDBOXD_NETWORK", network)
             .env("RUST_LOG", "warn,sandboxd_server=info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -171,12 +178,22 @@ impl Api {
     async fn measure(&mut self, n: usize) -> Result<HttpFigures> {
         let warm = self.create().await?; // imports the image once
         self.exec_true(&warm).await?;
+        // Creates spaced out (untimed) so that each finds the server's warm inits
+        // refilled, then the same back to back, where most start cold.
         let mut creates = Vec::with_capacity(n);
         for _ in 0..n {
+            tokio::time::sleep(CREATE_SPACING).await;
             let t = Instant::now();
             let id = self.create().await?;
             self.exec_true(&id).await?;
             creates.push(t.elapsed());
+        }
+        let mut burst = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            let id = self.create().await?;
+            self.exec_true(&id).await?;
+            burst.push(t.elapsed());
         }
         let mut execs = Vec::with_capacity(n * 4);
         for _ in 0..n * 4 {
@@ -186,6 +203,7 @@ impl Api {
         }
         Ok(HttpFigures {
             create_first_exec: median(creates),
+            create_first_exec_burst: median(burst),
             exec_round_trip: median(execs),
         })
     }

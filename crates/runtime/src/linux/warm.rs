@@ -19,7 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use uuid::Uuid;
+
+/// How long a refill waits before it starts making entries.
+const REFILL_DELAY: Duration = Duration::from_millis(25);
 
 /// Name prefix of a warm entry's directory under `sandboxes/`.
 const DIR_PREFIX: &str = ".warm-";
@@ -95,6 +99,9 @@ impl WarmPool {
         let spawned = std::thread::Builder::new()
             .name("warm-inits".into())
             .spawn(move || {
+                // The sandbox just started is likely to be used at once (its first
+                // exec): leave it the CPUs for a moment.
+                std::thread::sleep(REFILL_DELAY);
                 shared.fill();
                 shared.filling.store(false, Ordering::Release);
             });
