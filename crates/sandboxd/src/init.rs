@@ -12,15 +12,17 @@ pub struct InitArgs {
 }
 
 pub fn main(args: InitArgs) -> std::process::ExitCode {
-    let entered = match sandboxd_runtime::linux::init::enter(args.sync_fd) {
-        Ok(entered) => entered,
-        Err(e) => {
-            eprintln!("sandbox init failed: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    // Prepared now, as the sandbox's root with its full capability set in the userns.
-    let prepared = match sandboxd_confine::prepare() {
+    // The confinement (capability plan, compiled seccomp programs) is prepared while the
+    // backend mounts the root, as root of the new user namespace with its full set.
+    let (entered, prepared) =
+        match sandboxd_runtime::linux::init::enter(args.sync_fd, sandboxd_confine::prepare) {
+            Ok(entered) => entered,
+            Err(e) => {
+                eprintln!("sandbox init failed: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        };
+    let prepared = match prepared {
         Ok(prepared) => prepared,
         Err(e) => {
             let reason = format!("preparing command confinement: {e}");

@@ -212,6 +212,13 @@ impl Shared {
             if disk_mb > 0 {
                 disk::mount_limited(&self.config.data_dir, &dir, disk_mb)?;
             }
+            // The dirs every start makes (one layer: the built-in images' count); the
+            // start owns the upper dir to its sandbox's root.
+            for sub in ["lower/0", "rootfs", "layer/upper", "layer/work"] {
+                let path = dir.join(sub);
+                std::fs::create_dir_all(&path)
+                    .map_err(super::io("creating a warm init's dirs", &path))?;
+            }
             Ok(())
         })();
         match (result, made) {

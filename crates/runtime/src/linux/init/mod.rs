@@ -64,15 +64,25 @@ impl Entered {
 
 /// Runs the init steps. Returns only in the sandbox's PID 1 (the intermediate process
 /// exits inside). Any error is reported over the handshake socket before returning it.
-pub fn enter(sync_fd: RawFd) -> Result<Entered, InitError> {
+///
+/// `while_waiting` runs once the user namespace exists, while the backend prepares the
+/// root (or, in a warm init, before its sandbox is known): work that needs the new
+/// namespace's capabilities but nothing of the sandbox. PID 1 gets its result.
+pub fn enter<T>(
+    sync_fd: RawFd,
+    while_waiting: impl FnOnce() -> T,
+) -> Result<(Entered, T), InitError> {
     // SAFETY: the backend hands us this fd; nothing else in this process owns it.
     let channel = Channel(unsafe { OwnedFd::from_raw_fd(sync_fd) });
-    match steps(&channel) {
-        Ok((listener, config)) => Ok(Entered {
-            listener,
-            config,
-            channel,
-        }),
+    match steps(&channel, while_waiting) {
+        Ok((listener, config, early)) => Ok((
+            Entered {
+                listener,
+                config,
+                channel,
+            },
+            early,
+        )),
         Err(e) => {
             let _ = channel.send(&Msg::Error(e.to_string()));
             Err(e)
@@ -80,10 +90,20 @@ pub fn enter(sync_fd: RawFd) -> Result<Entered, InitError> {
     }
 }
 
-fn steps(channel: &Channel) -> Result<(UnixListener, InitConfig), InitError> {
+fn steps<T>(
+    channel: &Channel,
+    while_waiting: impl FnOnce() -> T,
+) -> Result<(UnixListener, InitConfig, T), InitError> {
     let _ = nix::unistd::setsid();
-    step("unshare(user)", unshare(CloneFlags::CLONE_NEWUSER))?;
+    // The namespaces that need nothing from the host are made with the user namespace
+    // (which owns them), so a warm init has them before its sandbox is known.
+    let early = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWNET;
+    step("unshare(user, uts, ipc, net)", unshare(early))?;
     channel.send(&Msg::UserNs)?;
+    let early = while_waiting();
     let config = match channel.recv(GO_TIMEOUT)? {
         Msg::Go(config) => config,
         other => return Err(InitError::Unexpected(format!("{other:?}"))),
@@ -92,12 +112,8 @@ fn steps(channel: &Channel) -> Result<(UnixListener, InitConfig), InitError> {
     // made by unshare(NEWNS) would pin that copy's old root, and with it every host
     // mount it holds locked (other sandboxes' layers included) until this sandbox ends.
     let listener = bind_socket(&config)?;
-    let flags = CloneFlags::CLONE_NEWNS
-        | CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWUTS
-        | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWNET;
-    step("unshare(namespaces)", unshare(flags))?;
+    let flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID;
+    step("unshare(mount, pid)", unshare(flags))?;
     // SAFETY: this process is single-threaded, so the child may run any code.
     match step("fork", unsafe { nix::unistd::fork() })? {
         ForkResult::Parent { child } => {
@@ -116,7 +132,7 @@ fn steps(channel: &Channel) -> Result<(UnixListener, InitConfig), InitError> {
         other => return Err(InitError::Unexpected(format!("{other:?}"))),
     }
     step("unshare(cgroup)", unshare(CloneFlags::CLONE_NEWCGROUP))?;
-    Ok((listener, config))
+    Ok((listener, config, early))
 }
 
 /// Becomes uid/gid 0 of the sandbox (its host id base), with no supplementary groups.
