@@ -58,6 +58,7 @@ pub(crate) fn entry_to_record(e: &Entry) -> SandboxRecord {
         extra_layers: e.extra_layers.clone(),
         handle: e.handle.as_ref().and_then(|h| serde_json::to_value(h).ok()),
         id_slot: e.handle.as_ref().map(|h| h.host_id_base / ID_RANGE),
+        disk_mb: sb.disk_mb,
     }
 }
 
@@ -93,6 +94,7 @@ pub(crate) fn entry_from_record(r: SandboxRecord) -> Result<Entry, EngineError> 
             environment: r.environment,
             secrets: r.secrets,
             metadata: r.metadata,
+            disk_mb: r.disk_mb,
         },
         handle,
         extra_layers: r.extra_layers,
@@ -113,6 +115,7 @@ pub(crate) fn snapshot_to_record(s: &Snapshot) -> SnapshotRecord {
         memory_mb: s.resources.memory_mb,
         created_at: s.created_at,
         expires_at: s.expires_at,
+        disk_mb: s.disk_mb,
     }
 }
 
@@ -132,6 +135,7 @@ pub(crate) fn snapshot_from_record(r: SnapshotRecord) -> Snapshot {
         },
         created_at: r.created_at,
         expires_at: r.expires_at,
+        disk_mb: r.disk_mb,
     }
 }
 

@@ -111,6 +111,7 @@ mod tests {
             timeout: None,
             network,
             egress,
+            disk_mb: None,
         }
     }
 

@@ -23,8 +23,12 @@ pub struct Limits {
     pub max_memory_mb_total: u64,
     /// Task limit given to each sandbox.
     pub pids_per_sandbox: u32,
-    /// Size of each sandbox's writable layer in MiB (0: unlimited).
+    /// Default size of a sandbox's writable layer in MiB (0: unlimited), for creates
+    /// whose request and source snapshot name none.
     pub disk_mb_per_sandbox: u32,
+    /// Largest writable layer a create may ask for or inherit, in MiB; 0: no maximum
+    /// (an unlimited layer may then be asked for too).
+    pub max_disk_mb_per_sandbox: u32,
     /// What each workspace may hold at once.
     pub workspace_quota: crate::quota::Quota,
     /// Creates per workspace: a token bucket.
@@ -42,6 +46,7 @@ impl Default for Limits {
             max_memory_mb_total: 64 * 1024,
             pids_per_sandbox: 1024,
             disk_mb_per_sandbox: 10 * 1024,
+            max_disk_mb_per_sandbox: 10 * 1024,
             workspace_quota: Default::default(),
             create_rate: Default::default(),
             default_network: sandboxd_runtime::NetworkMode::None,

@@ -5,6 +5,7 @@ pub mod accounts;
 mod agent_error;
 mod convert;
 pub mod cursor;
+pub mod disk;
 pub mod egress;
 mod engine;
 pub mod error;

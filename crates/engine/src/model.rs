@@ -42,6 +42,10 @@ pub struct CreateSandbox {
     pub network: Option<sandboxd_runtime::NetworkMode>,
     /// The sandbox's own policy layer, narrowing its workspace's (egress mode only).
     pub egress: Option<sandboxd_runtime::EgressPolicy>,
+    /// Size of the writable layer in MiB (0: no limit); `None` = the source snapshot's
+    /// (a workspace template's), else the server's default. Past the server's maximum:
+    /// `InvalidArgument`.
+    pub disk_mb: Option<u32>,
 }
 
 /// Why a sandbox ended.
@@ -78,6 +82,9 @@ pub struct Sandbox {
     pub environment: BTreeMap<String, String>,
     pub secrets: Vec<String>,
     pub metadata: BTreeMap<String, String>,
+    /// Size of its writable layer in MiB chosen at create (0: no limit); `None` for
+    /// sandboxes recorded before sizes were kept (they got the server's default).
+    pub disk_mb: Option<u32>,
 }
 
 /// A filesystem snapshot of a sandbox.
@@ -97,6 +104,9 @@ pub struct Snapshot {
     pub resources: Resources,
     pub created_at: OffsetDateTime,
     pub expires_at: Option<OffsetDateTime>,
+    /// The source sandbox's disk size in MiB (0: no limit), which sandboxes started from
+    /// the snapshot inherit; `None` when it was not recorded.
+    pub disk_mb: Option<u32>,
 }
 
 /// One page of a keyset-paginated list.

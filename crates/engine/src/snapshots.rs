@@ -55,6 +55,7 @@ impl Engine {
             resources: e.sb.resources,
             created_at: OffsetDateTime::now_utc(),
             expires_at: None,
+            disk_mb: e.sb.disk_mb,
         };
         self.store.insert_snapshot(&snapshot_to_record(&snap))?;
         Ok(snap)

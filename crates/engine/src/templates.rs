@@ -49,10 +49,14 @@ pub struct Template {
     pub created_at: Option<OffsetDateTime>,
     /// Network of its sandboxes; `None` = the server's default.
     pub network: Option<sandboxd_runtime::NetworkMode>,
+    /// Disk size of its sandboxes in MiB (0: no limit): a workspace template's is the
+    /// one it was built with, a built-in's the server's default.
+    pub disk_mb: u32,
 }
 
 impl Template {
-    /// A create request for this template with `resources` (checked by the caller).
+    /// A create request for this template with `resources` (checked by the caller); its
+    /// sandbox gets the template's disk (the engine takes it from the snapshot).
     pub fn create_request(&self, resources: Resources) -> CreateSandbox {
         CreateSandbox {
             name: None,
@@ -65,6 +69,7 @@ impl Template {
             timeout: None,
             network: self.network,
             egress: None,
+            disk_mb: None,
         }
     }
 }
@@ -78,6 +83,9 @@ pub struct TemplateBuild {
     pub steps: Vec<String>,
     /// The template's resources; `None` = the base template's.
     pub resources: Option<Resources>,
+    /// Disk size in MiB (0: no limit) of the build sandbox and of every sandbox made
+    /// from the template; `None` = the base template's.
+    pub disk_mb: Option<u32>,
     pub step_timeout: Duration,
 }
 
@@ -88,7 +96,7 @@ fn not_found(name: &str) -> EngineError {
     )
 }
 
-fn builtin(name: &str) -> Option<Template> {
+fn builtin(name: &str, disk_mb: u32) -> Option<Template> {
     BUILTIN_TEMPLATES
         .iter()
         .find(|(n, _, _)| *n == name)
@@ -100,10 +108,13 @@ fn builtin(name: &str) -> Option<Template> {
             snapshot_id: None,
             created_at: None,
             network: None,
+            disk_mb,
         })
 }
 
-fn from_snapshot(s: crate::model::Snapshot) -> Option<Template> {
+/// The workspace template a snapshot holds, if it is one; `default_disk` stands in for
+/// a size that was not recorded.
+fn from_snapshot(s: crate::model::Snapshot, default_disk: u32) -> Option<Template> {
     let name = s.name?.strip_prefix(TEMPLATE_SNAPSHOT_PREFIX)?.to_owned();
     Some(Template {
         description: format!("built from sandbox {}", s.source_sandbox_id),
@@ -113,10 +124,19 @@ fn from_snapshot(s: crate::model::Snapshot) -> Option<Template> {
         snapshot_id: Some(s.id),
         created_at: Some(s.created_at),
         network: None,
+        disk_mb: s.disk_mb.unwrap_or(default_disk),
     })
 }
 
 impl Engine {
+    fn builtin_template(&self, name: &str) -> Option<Template> {
+        builtin(name, self.limits.disk_mb_per_sandbox)
+    }
+
+    fn template_of(&self, s: crate::model::Snapshot) -> Option<Template> {
+        from_snapshot(s, self.limits.disk_mb_per_sandbox)
+    }
+
     /// Built-in templates, then the workspace's own by name.
     pub async fn list_templates(&self, ws: &WorkspaceId) -> Result<Vec<Template>, EngineError> {
         let mut own = Vec::new();
@@ -126,7 +146,7 @@ impl Engine {
         };
         loop {
             let got = self.list_snapshots(ws, None, page.clone()).await?;
-            own.extend(got.items.into_iter().filter_map(from_snapshot));
+            own.extend(got.items.into_iter().filter_map(|s| self.template_of(s)));
             match got.next_cursor {
                 Some(c) => page.cursor = Some(c),
                 None => break,
@@ -136,7 +156,7 @@ impl Engine {
         own.dedup_by(|a, b| a.name == b.name);
         let mut all: Vec<Template> = BUILTIN_TEMPLATES
             .iter()
-            .filter_map(|t| builtin(t.0))
+            .filter_map(|t| self.builtin_template(t.0))
             .collect();
         all.extend(own);
         Ok(all)
@@ -148,7 +168,7 @@ impl Engine {
         ws: &WorkspaceId,
         name: &str,
     ) -> Result<Template, EngineError> {
-        if let Some(t) = builtin(name) {
+        if let Some(t) = self.builtin_template(name) {
             return Ok(t);
         }
         let snap_name = format!("{TEMPLATE_SNAPSHOT_PREFIX}{name}");
@@ -159,7 +179,7 @@ impl Engine {
         let got = self.list_snapshots(ws, Some(&snap_name), page).await?;
         got.items
             .into_iter()
-            .find_map(from_snapshot)
+            .find_map(|s| self.template_of(s))
             .ok_or_else(|| not_found(name))
     }
 
@@ -169,7 +189,7 @@ impl Engine {
         ws: &WorkspaceId,
         name: &str,
     ) -> Result<Template, EngineError> {
-        if builtin(name).is_some() {
+        if self.builtin_template(name).is_some() {
             return Err(EngineError::new(
                 ErrorCode::WrongState,
                 format!("template {name:?} is built in"),
@@ -190,7 +210,7 @@ impl Engine {
         build: TemplateBuild,
     ) -> Result<Template, EngineError> {
         validate::sandbox_name(&build.name)?;
-        if builtin(&build.name).is_some() {
+        if self.builtin_template(&build.name).is_some() {
             return Err(EngineError::invalid(format!(
                 "template {:?} is built in",
                 build.name
@@ -202,7 +222,9 @@ impl Engine {
         let base = self.get_template(ws, &build.from).await?;
         let resources = build.resources.unwrap_or(base.resources);
         let old = self.get_template(ws, &build.name).await.ok();
-        let (sb, _) = self.create(ws, base.create_request(resources)).await?;
+        let mut request = base.create_request(resources);
+        request.disk_mb = build.disk_mb;
+        let (sb, _) = self.create(ws, request).await?;
         let built = self.run_steps_and_snapshot(ws, sb.id, &build).await;
         if let Err(e) = self.destroy(ws, sb.id).await {
             tracing::warn!(sandbox = %sb.id, error = %e, "cannot destroy a template build sandbox");
@@ -211,7 +233,7 @@ impl Engine {
         if let Some(id) = old.and_then(|t| t.snapshot_id) {
             self.delete_snapshot(ws, id).await?;
         }
-        from_snapshot(snap).ok_or_else(|| not_found(&build.name))
+        self.template_of(snap).ok_or_else(|| not_found(&build.name))
     }
 
     async fn run_steps_and_snapshot(
@@ -268,30 +290,44 @@ mod tests {
             },
             created_at: OffsetDateTime::UNIX_EPOCH,
             expires_at: None,
+            disk_mb: Some(64),
         }
     }
 
     #[test]
     fn templates_are_snapshots_with_the_prefix() {
-        let t = from_snapshot(snapshot(Some("template:web"))).expect("a template");
+        let t = from_snapshot(snapshot(Some("template:web")), 1024).expect("a template");
         assert_eq!(
-            (t.name.as_str(), t.builtin, t.resources.memory_mb),
-            ("web", false, 512)
+            (t.name.as_str(), t.builtin, t.resources.memory_mb, t.disk_mb),
+            ("web", false, 512, 64)
+        );
+        let unrecorded = Snapshot {
+            disk_mb: None,
+            ..snapshot(Some("template:old"))
+        };
+        assert_eq!(
+            from_snapshot(unrecorded, 1024).map(|t| t.disk_mb),
+            Some(1024)
         );
         let req = t.create_request(t.resources);
-        assert_eq!((req.image, req.snapshot_id), (None, t.snapshot_id));
-        assert!(from_snapshot(snapshot(Some("web"))).is_none());
-        assert!(from_snapshot(snapshot(None)).is_none());
+        assert_eq!(
+            (req.image, req.snapshot_id, req.disk_mb),
+            (None, t.snapshot_id, None),
+            "the engine takes the disk from the snapshot"
+        );
+        assert!(from_snapshot(snapshot(Some("web")), 1024).is_none());
+        assert!(from_snapshot(snapshot(None), 1024).is_none());
     }
 
     #[test]
     fn builtins_run_on_the_default_image() {
-        let python = builtin("python").expect("python");
+        let python = builtin("python", 2048).expect("python");
+        assert_eq!(python.disk_mb, 2048, "the server's default");
         let req = python.create_request(python.resources);
         assert_eq!(
             (req.image.as_deref(), req.snapshot_id),
             (Some("default"), None)
         );
-        assert!(builtin("nope").is_none());
+        assert!(builtin("nope", 2048).is_none());
     }
 }

@@ -23,6 +23,11 @@ pub enum TemplatesCommand {
         /// The template's memory in MiB (default: the base's).
         #[arg(long = "memory-mib")]
         memory_mib: Option<u32>,
+        /// The disk (writable layer) of its sandboxes in MiB, 0 = no limit (default:
+        /// the base's; a built-in base's is the server's default). At most the server's
+        /// maximum.
+        #[arg(long = "disk-mb", visible_alias = "disk-mib")]
+        disk_mb: Option<u32>,
         #[command(flatten)]
         target: Target,
     },
@@ -41,10 +46,11 @@ pub enum TemplatesCommand {
 
 fn summary(t: &Value) -> String {
     format!(
-        "{}  cpu={} memoryMiB={}  {}",
+        "{}  cpu={} memoryMiB={} diskMiB={}  {}",
         t["id"].as_str().unwrap_or("?"),
         t["cpu"],
         t["memoryMiB"],
+        t["diskMiB"],
         if t["builtin"] == true {
             "built-in"
         } else {
@@ -68,6 +74,7 @@ async fn run(command: TemplatesCommand) -> Result<()> {
             steps,
             cpu,
             memory_mib,
+            disk_mb,
             target,
         } => {
             let mut body = json!({ "name": name, "from": from, "run": steps });
@@ -76,6 +83,9 @@ async fn run(command: TemplatesCommand) -> Result<()> {
             }
             if let Some(m) = memory_mib {
                 body["memoryMiB"] = json!(m);
+            }
+            if let Some(d) = disk_mb {
+                body["diskMiB"] = json!(d);
             }
             let v = target
                 .call("POST", "/v1/sandbox-templates", Some(&body))

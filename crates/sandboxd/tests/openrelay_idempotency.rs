@@ -241,12 +241,13 @@ fn cli_sandbox_and_templates_verbs() {
     let (status, out, err) = run(&["templates", "build", "clitpl", "--run", "echo hi > /opt/x"]);
     assert_eq!(status, Some(0), "{err}");
     assert!(
-        out.starts_with("clitpl  cpu=2 memoryMiB=1024  workspace"),
+        out.starts_with("clitpl  cpu=2 memoryMiB=1024 diskMiB=10240  workspace"),
         "{out}"
     );
     let (_, out, _) = run(&["templates", "list"]);
     assert!(
-        out.contains("python  cpu=2 memoryMiB=2048  built-in") && out.contains("clitpl"),
+        out.contains("python  cpu=2 memoryMiB=2048 diskMiB=10240  built-in")
+            && out.contains("clitpl"),
         "{out}"
     );
 

@@ -23,9 +23,12 @@ pub struct ServerConfig {
     pub max_sandboxes: u32,
     pub max_vcpu_total: u32,
     pub max_memory_mib_total: u64,
-    /// Size limit of each sandbox's writable layer in MiB (0: unlimited; 10 GiB by
-    /// default).
+    /// Default size limit of a sandbox's writable layer in MiB (0: unlimited; 10 GiB by
+    /// default), for creates whose request and template name none.
     pub disk_mb_per_sandbox: u32,
+    /// Largest writable layer a create or template may ask for, in MiB (10 GiB by
+    /// default; 0: no maximum, unlimited layers included). Never below the default.
+    pub max_disk_mb_per_sandbox: u32,
     /// What one workspace may hold at once (a stored per-workspace override wins).
     pub workspace_quota: sandboxd_engine::Quota,
     /// The token bucket on creates per workspace.
@@ -52,6 +55,7 @@ impl Default for ServerConfig {
             max_vcpu_total: sandboxd_engine::Limits::default().max_vcpu_total,
             max_memory_mib_total: sandboxd_engine::Limits::default().max_memory_mb_total,
             disk_mb_per_sandbox: sandboxd_engine::Limits::default().disk_mb_per_sandbox,
+            max_disk_mb_per_sandbox: sandboxd_engine::Limits::default().max_disk_mb_per_sandbox,
             workspace_quota: Default::default(),
             create_rate: Default::default(),
             network: sandboxd_engine::NetworkMode::Egress,
@@ -75,6 +79,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_vcpu_total", &self.max_vcpu_total)
             .field("max_memory_mib_total", &self.max_memory_mib_total)
             .field("disk_mb_per_sandbox", &self.disk_mb_per_sandbox)
+            .field("max_disk_mb_per_sandbox", &self.max_disk_mb_per_sandbox)
             .field("workspace_quota", &self.workspace_quota)
             .field("create_rate", &self.create_rate)
             .field("network", &self.network)
@@ -101,6 +106,8 @@ pub enum ConfigError {
     },
     #[error("invalid value of {var}: {message}")]
     Env { var: &'static str, message: String },
+    #[error("inconsistent configuration: {0}")]
+    Inconsistent(String),
 }
 
 /// The file layer: every field optional, nothing else allowed.
@@ -115,6 +122,7 @@ struct FileLayer {
     max_vcpu_total: Option<u32>,
     max_memory_mib_total: Option<u64>,
     disk_mb_per_sandbox: Option<u32>,
+    max_disk_mb_per_sandbox: Option<u32>,
     workspace_quota: Option<abuse::QuotaLayer>,
     create_rate: Option<abuse::RateLayer>,
     network: Option<sandboxd_engine::NetworkMode>,
@@ -178,13 +186,33 @@ impl ServerConfig {
             max_vcpu_total: env_number(&env, "SANDBOXD_MAX_VCPU_TOTAL")?,
             max_memory_mib_total: env_number(&env, "SANDBOXD_MAX_MEMORY_MIB_TOTAL")?,
             disk_mb_per_sandbox: env_number(&env, "SANDBOXD_DISK_MB_PER_SANDBOX")?,
+            max_disk_mb_per_sandbox: env_number(&env, "SANDBOXD_MAX_DISK_MB_PER_SANDBOX")?,
             workspace_quota: abuse::QuotaLayer::from_env(&env)?,
             create_rate: abuse::RateLayer::from_env(&env)?,
             network: env_network(&env)?,
             resolvers: env_resolvers(&env)?,
             warm_inits: env_number(&env, "SANDBOXD_WARM_INITS")?,
         });
+        config.check_disk()?;
         Ok(config)
+    }
+
+    /// The default disk must be one a create could ask for: within the maximum, and
+    /// limited when a maximum is set.
+    fn check_disk(&self) -> Result<(), ConfigError> {
+        let (default, max) = (self.disk_mb_per_sandbox, self.max_disk_mb_per_sandbox);
+        if max == 0 || (default != 0 && default <= max) {
+            return Ok(());
+        }
+        let default = match default {
+            0 => "0 (no limit)".to_owned(),
+            n => n.to_string(),
+        };
+        Err(ConfigError::Inconsistent(format!(
+            "disk_mb_per_sandbox {default} is past max_disk_mb_per_sandbox {max} \
+             (SANDBOXD_DISK_MB_PER_SANDBOX, SANDBOXD_MAX_DISK_MB_PER_SANDBOX; a maximum \
+             of 0 allows any size)"
+        )))
     }
 
     fn apply(&mut self, layer: FileLayer) {
@@ -211,6 +239,9 @@ impl ServerConfig {
         }
         if let Some(n) = layer.disk_mb_per_sandbox {
             self.disk_mb_per_sandbox = n;
+        }
+        if let Some(n) = layer.max_disk_mb_per_sandbox {
+            self.max_disk_mb_per_sandbox = n;
         }
         if let Some(quota) = layer.workspace_quota {
             quota.apply(&mut self.workspace_quota);
@@ -239,6 +270,7 @@ impl ServerConfig {
             create_rate: self.create_rate,
             default_network: self.network,
             disk_mb_per_sandbox: self.disk_mb_per_sandbox,
+            max_disk_mb_per_sandbox: self.max_disk_mb_per_sandbox,
             ..Default::default()
         }
     }
@@ -437,6 +469,41 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn disk_maximum_from_file_and_env_and_never_below_the_default() {
+        let l = load(None, &[]).unwrap().limits();
+        assert_eq!(
+            (l.disk_mb_per_sandbox, l.max_disk_mb_per_sandbox),
+            (10240, 10240)
+        );
+        let file = "disk_mb_per_sandbox = 1024\nmax_disk_mb_per_sandbox = 4096\n";
+        let l = load(Some(file), &[]).unwrap().limits();
+        assert_eq!(
+            (l.disk_mb_per_sandbox, l.max_disk_mb_per_sandbox),
+            (1024, 4096)
+        );
+        let env = [("SANDBOXD_MAX_DISK_MB_PER_SANDBOX", "2048")];
+        let l = load(Some(file), &env).unwrap().limits();
+        assert_eq!(l.max_disk_mb_per_sandbox, 2048, "the environment wins");
+        let unlimited = [
+            ("SANDBOXD_DISK_MB_PER_SANDBOX", "0"),
+            ("SANDBOXD_MAX_DISK_MB_PER_SANDBOX", "0"),
+        ];
+        let l = load(None, &unlimited).unwrap().limits();
+        assert_eq!((l.disk_mb_per_sandbox, l.max_disk_mb_per_sandbox), (0, 0));
+        for bad in [
+            vec![("SANDBOXD_DISK_MB_PER_SANDBOX", "10241")],
+            vec![("SANDBOXD_DISK_MB_PER_SANDBOX", "0")],
+            vec![("SANDBOXD_MAX_DISK_MB_PER_SANDBOX", "1024")],
+        ] {
+            let got = load(None, &bad);
+            assert!(
+                matches!(&got, Err(ConfigError::Inconsistent(m)) if m.contains("max_disk_mb")),
+                "{bad:?}: {got:?}"
+            );
+        }
     }
 
     #[test]

@@ -62,6 +62,9 @@ pub struct SandboxRecord {
     pub handle: Option<Value>,
     /// The host id-range slot the backend gave it.
     pub id_slot: Option<u32>,
+    /// Size of its writable layer in MiB, chosen at create (0: no limit); `None` on
+    /// rows written before sizes were recorded (schema version 5).
+    pub disk_mb: Option<u32>,
 }
 
 /// A snapshot row.
@@ -80,6 +83,9 @@ pub struct SnapshotRecord {
     pub memory_mb: u32,
     pub created_at: OffsetDateTime,
     pub expires_at: Option<OffsetDateTime>,
+    /// The source sandbox's disk size in MiB (0: no limit), inherited by sandboxes
+    /// started from it; `None` when the source's size was not recorded.
+    pub disk_mb: Option<u32>,
 }
 
 /// A remembered answer to an idempotent request.

@@ -41,6 +41,7 @@ fn sandbox(ws: &str, name: Option<&str>, at: OffsetDateTime) -> SandboxRecord {
         extra_layers: vec![],
         handle: None,
         id_slot: None,
+        disk_mb: Some(1024),
     }
 }
 
@@ -58,6 +59,7 @@ fn snapshot(ws: &str, name: &str, layers: &[&str], at: OffsetDateTime) -> Snapsh
         memory_mb: 256,
         created_at: at,
         expires_at: None,
+        disk_mb: Some(64),
     }
 }
 

@@ -194,6 +194,7 @@ mod tests {
             snapshot_id: None,
             created_at: None,
             network: None,
+            disk_mb: 1024,
         }
     }
 

@@ -108,6 +108,9 @@ pub struct TemplateView {
     pub cpu: u32,
     #[serde(rename = "memoryMiB")]
     pub memory_mib: u32,
+    /// sandboxd's extension: the disk of the template's sandboxes in MiB (0: no limit).
+    #[serde(rename = "diskMiB")]
+    pub disk_mib: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
 }
@@ -119,6 +122,7 @@ pub fn template(t: &Template) -> TemplateView {
         builtin: t.builtin,
         cpu: t.resources.vcpu,
         memory_mib: t.resources.memory_mb,
+        disk_mib: t.disk_mb,
         created_at: t.created_at.map(rfc3339_nanos),
     }
 }

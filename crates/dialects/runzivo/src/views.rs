@@ -19,6 +19,9 @@ pub struct SandboxView {
     pub ended_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// Size of its writable layer in MiB (0: no limit); absent when not recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u32>,
 }
 
 /// The dialect's status name of a sandbox.
@@ -52,6 +55,7 @@ impl SandboxView {
             started_at: sb.started_at.map(rfc3339_nanos),
             ended_at: sb.ended_at.map(rfc3339_nanos),
             expires_at: sb.expires_at.map(rfc3339_nanos),
+            disk_mb: sb.disk_mb,
         })
     }
 }

@@ -11,11 +11,12 @@ use std::collections::BTreeSet;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// The image and layers a request resolves to.
+/// The image, layers, expiry and disk size a request resolves to.
 struct Plan {
     image: String,
     extra_layers: Vec<String>,
     expires_at: Option<OffsetDateTime>,
+    disk_mb: u32,
 }
 
 fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
@@ -35,11 +36,12 @@ fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// Same resources, image, snapshot, environment and secrets: a repeated create.
+/// Same resources, image, snapshot, disk, environment and secrets: a repeated create.
 fn same_config(sb: &Sandbox, plan: &Plan, req: &CreateSandbox) -> bool {
     let set = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
     sb.resources == req.resources
         && sb.image == plan.image
+        && sb.disk_mb.is_none_or(|d| d == plan.disk_mb)
         && sb.snapshot_id == req.snapshot_id
         && sb.environment == req.environment
         && set(&sb.secrets) == set(&req.secrets)
@@ -111,6 +113,7 @@ impl Engine {
                 environment: req.environment,
                 secrets: req.secrets,
                 metadata: req.metadata,
+                disk_mb: Some(plan.disk_mb),
             },
             handle: None,
             extra_layers: plan.extra_layers,
@@ -127,7 +130,8 @@ impl Engine {
         Ok((entry.sb, true))
     }
 
-    /// Resolves image, snapshot layers and expiry, and checks the secrets exist.
+    /// Resolves image, snapshot layers, expiry and disk size, and checks the secrets
+    /// exist.
     async fn plan(&self, ws: &str, req: &CreateSandbox) -> Result<Plan, EngineError> {
         for name in &req.secrets {
             if self.store.get_secret(ws, name)?.is_none() {
@@ -137,7 +141,7 @@ impl Engine {
                 ));
             }
         }
-        let (image, extra_layers) = match req.snapshot_id {
+        let (image, extra_layers, inherited_disk) = match req.snapshot_id {
             Some(id) => {
                 let snap = self.get_snapshot(&ws.to_owned(), id).await?;
                 if req.image.as_ref().is_some_and(|i| *i != snap.image) {
@@ -145,13 +149,15 @@ impl Engine {
                         "image differs from the snapshot's image",
                     ));
                 }
-                (snap.image, snap.layers)
+                (snap.image, snap.layers, snap.disk_mb)
             }
             None => (
                 req.image.clone().unwrap_or_else(|| "default".into()),
                 Vec::new(),
+                None,
             ),
         };
+        let disk_mb = crate::disk::choose(req.disk_mb, inherited_disk, &self.limits)?;
         let name = image.clone();
         self.blocking(move |rt| rt.resolve_image(&name))
             .await?
@@ -169,6 +175,7 @@ impl Engine {
             image,
             extra_layers,
             expires_at,
+            disk_mb,
         })
     }
 
@@ -254,7 +261,7 @@ impl Engine {
             vcpu: e.sb.resources.vcpu,
             memory_mb: e.sb.resources.memory_mb,
             pids_max: self.limits.pids_per_sandbox,
-            disk_mb: self.limits.disk_mb_per_sandbox,
+            disk_mb: e.sb.disk_mb.unwrap_or(self.limits.disk_mb_per_sandbox),
         };
         let started = self
             .blocking(move |rt| {

@@ -191,6 +191,7 @@ pub fn request(name: Option<&str>) -> CreateSandbox {
         timeout: None,
         network: None,
         egress: None,
+        disk_mb: None,
     }
 }
 

@@ -104,10 +104,19 @@ const MIGRATIONS: &[&str] = &[
         max_memory_mb INTEGER,
         updated_at INTEGER NOT NULL
     );",
+    // 5: each sandbox's disk size (MiB, 0: no limit), kept on its snapshots; NULL on
+    // rows from before (they got the server's default of the time).
+    "ALTER TABLE sandboxes ADD COLUMN disk_mb INTEGER;
+    ALTER TABLE snapshots ADD COLUMN disk_mb INTEGER;",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.
 pub(super) fn migrate(conn: &mut Connection) -> Result<i64, StoreError> {
+    migrate_to(conn, MIGRATIONS.len())
+}
+
+/// Runs the migrations a database lacks among the first `target`.
+fn migrate_to(conn: &mut Connection, target: usize) -> Result<i64, StoreError> {
     conn.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
     let current: i64 = conn
         .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
@@ -120,7 +129,8 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<i64, StoreError> {
             known,
         });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+    let pending = MIGRATIONS.iter().enumerate().take(target);
+    for (i, sql) in pending.skip(current as usize) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
         tx.execute("DELETE FROM schema_version", [])?;
@@ -130,7 +140,7 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<i64, StoreError> {
         )?;
         tx.commit()?;
     }
-    Ok(known)
+    Ok(known.min(target as i64).max(current))
 }
 
 #[cfg(test)]
@@ -158,5 +168,52 @@ mod tests {
             migrate(&mut conn),
             Err(StoreError::SchemaTooNew { found: 99, .. })
         ));
+    }
+
+    /// A database from before migration 5 keeps its rows: their disk sizes read as
+    /// unknown, and sizes written afterwards read back as written (0 included).
+    #[test]
+    fn migration_5_adds_disk_sizes_to_existing_rows() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate_to(&mut conn, 4).unwrap(), 4);
+        conn.execute_batch(
+            "INSERT INTO sandboxes (id, workspace, name, status, image, vcpu, memory_mb,
+                created_at, environment, secrets, metadata, extra_layers)
+             VALUES ('00000000-0000-0000-0000-000000000001', 'w', NULL, 'RUNNING',
+                'default', 1, 512, 1, '{}', '[]', '{}', '[]');
+             INSERT INTO snapshots (id, workspace, name, source_sandbox_id, image, digest,
+                size_bytes, vcpu, memory_mb, created_at)
+             VALUES ('00000000-0000-0000-0000-000000000002', 'w', 'template:t',
+                '00000000-0000-0000-0000-000000000001', 'default', 'd', 1, 1, 512, 1);",
+        )
+        .unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), MIGRATIONS.len() as i64);
+
+        let id = uuid::Uuid::from_u128(1);
+        let mut sb = super::super::sandboxes::get(&conn, id).unwrap().unwrap();
+        assert_eq!((sb.memory_mb, sb.disk_mb), (512, None));
+        sb.disk_mb = Some(64);
+        super::super::sandboxes::update(&conn, &sb).unwrap();
+        let got = super::super::sandboxes::get(&conn, id).unwrap().unwrap();
+        assert_eq!(got.disk_mb, Some(64));
+        sb.id = uuid::Uuid::from_u128(3);
+        sb.disk_mb = Some(0);
+        super::super::sandboxes::insert(&conn, &sb).unwrap();
+        let got = super::super::sandboxes::get(&conn, sb.id).unwrap().unwrap();
+        assert_eq!(got, sb, "0 (no limit) is kept apart from unknown");
+
+        let old = uuid::Uuid::from_u128(2);
+        let mut snap = super::super::snapshots::get(&conn, old).unwrap().unwrap();
+        assert_eq!(
+            (snap.name.as_deref(), snap.disk_mb),
+            (Some("template:t"), None)
+        );
+        snap.id = uuid::Uuid::from_u128(4);
+        snap.disk_mb = Some(64);
+        super::super::snapshots::insert(&mut conn, &snap).unwrap();
+        let got = super::super::snapshots::get(&conn, snap.id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, snap);
     }
 }

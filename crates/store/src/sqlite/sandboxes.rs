@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 const COLS: &str = "id, workspace, name, status, image, vcpu, memory_mb, created_at, \
     started_at, ended_at, expires_at, end_reason, error, snapshot_id, environment, secrets, \
-    metadata, extra_layers, handle, id_slot";
+    metadata, extra_layers, handle, id_slot, disk_mb";
 
 fn row(r: &Row) -> rusqlite::Result<SandboxRecord> {
     let handle: Option<String> = r.get("handle")?;
@@ -42,6 +42,7 @@ fn row(r: &Row) -> rusqlite::Result<SandboxRecord> {
         extra_layers: get_json(r, "extra_layers")?,
         handle,
         id_slot: r.get("id_slot")?,
+        disk_mb: r.get("disk_mb")?,
     })
 }
 
@@ -70,6 +71,7 @@ fn write(c: &Connection, sql: &str, s: &SandboxRecord) -> rusqlite::Result<usize
             json(&s.extra_layers),
             s.handle.as_ref().map(json),
             s.id_slot,
+            s.disk_mb,
         ],
     )
 }
@@ -77,7 +79,8 @@ fn write(c: &Connection, sql: &str, s: &SandboxRecord) -> rusqlite::Result<usize
 pub(super) fn insert(c: &Connection, s: &SandboxRecord) -> StoreResult<()> {
     let sql = format!(
         "INSERT INTO sandboxes ({COLS}) VALUES \
-         (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
+         (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+         ?19, ?20, ?21)"
     );
     write(c, &sql, s).map_err(|e| unique_violation(e, || format!("sandbox {}", s.id)))?;
     Ok(())
@@ -87,7 +90,8 @@ pub(super) fn update(c: &Connection, s: &SandboxRecord) -> StoreResult<()> {
     let sql = "UPDATE sandboxes SET workspace = ?2, name = ?3, status = ?4, image = ?5, \
         vcpu = ?6, memory_mb = ?7, created_at = ?8, started_at = ?9, ended_at = ?10, \
         expires_at = ?11, end_reason = ?12, error = ?13, snapshot_id = ?14, environment = ?15, \
-        secrets = ?16, metadata = ?17, extra_layers = ?18, handle = ?19, id_slot = ?20 \
+        secrets = ?16, metadata = ?17, extra_layers = ?18, handle = ?19, id_slot = ?20, \
+        disk_mb = ?21 \
         WHERE id = ?1";
     match write(c, sql, s)? {
         0 => Err(StoreError::NotFound(format!("sandbox {}", s.id))),

@@ -8,7 +8,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use uuid::Uuid;
 
 const COLS: &str = "id, workspace, name, source_sandbox_id, image, digest, size_bytes, vcpu, \
-    memory_mb, created_at, expires_at";
+    memory_mb, created_at, expires_at, disk_mb";
 
 fn row(r: &Row) -> rusqlite::Result<SnapshotRecord> {
     let size: i64 = r.get("size_bytes")?;
@@ -25,6 +25,7 @@ fn row(r: &Row) -> rusqlite::Result<SnapshotRecord> {
         memory_mb: r.get("memory_mb")?,
         created_at: get_ts(r, "created_at")?,
         expires_at: get_opt_ts(r, "expires_at")?,
+        disk_mb: r.get("disk_mb")?,
     })
 }
 
@@ -41,7 +42,7 @@ pub(super) fn insert(c: &mut Connection, s: &SnapshotRecord) -> StoreResult<()> 
     let tx = c.transaction()?;
     tx.execute(
         &format!(
-            "INSERT INTO snapshots ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+            "INSERT INTO snapshots ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
         ),
         params![
             s.id.to_string(),
@@ -54,7 +55,8 @@ pub(super) fn insert(c: &mut Connection, s: &SnapshotRecord) -> StoreResult<()> 
             s.vcpu,
             s.memory_mb,
             ts(s.created_at),
-            opt_ts(s.expires_at)
+            opt_ts(s.expires_at),
+            s.disk_mb
         ],
     )
     .map_err(|e| unique_violation(e, || format!("snapshot {}", s.id)))?;

@@ -60,6 +60,7 @@ impl CreateBody {
             timeout: None,
             network: None,
             egress: None,
+            disk_mb: None,
         })
     }
 }

@@ -43,6 +43,9 @@ pub struct BuildBody {
     cpu: Option<u32>,
     #[serde(rename = "memoryMiB")]
     memory_mib: Option<u32>,
+    /// sandboxd's extension: the disk of the template's sandboxes (0: no limit).
+    #[serde(rename = "diskMiB")]
+    disk_mib: Option<u32>,
     step_timeout_seconds: Option<u64>,
 }
 
@@ -71,6 +74,7 @@ pub async fn build(
         from,
         steps: b.run,
         resources: Some(resources),
+        disk_mb: b.disk_mib,
         step_timeout: Duration::from_secs(step),
     };
     let t = state.engine.build_template(&caller.ws, build).await?;

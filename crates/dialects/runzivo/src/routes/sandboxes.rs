@@ -29,6 +29,8 @@ pub struct CreateBody {
     env: Option<BTreeMap<String, String>>,
     vcpu: Option<u32>,
     memory_mb: Option<u32>,
+    /// Writable-layer size in MiB (0: no limit); None = the server's default.
+    disk_mb: Option<u32>,
 }
 
 impl CreateBody {
@@ -53,6 +55,7 @@ impl CreateBody {
             timeout,
             network: None,
             egress: None,
+            disk_mb: self.disk_mb,
         })
     }
 }
