@@ -51,6 +51,8 @@ pub struct LinuxRuntime {
     network: Option<NetConfig>,
     /// Inits started ahead of time; `None` starts every init cold.
     warm: Option<warm::WarmPool>,
+    /// Host sides of egress networks made ahead of time (with warm inits).
+    spare_nets: Option<net::spares::SpareNets>,
 }
 
 impl LinuxRuntime {
@@ -80,6 +82,7 @@ impl LinuxRuntime {
             image_lock: Mutex::new(()),
             network: None,
             warm: None,
+            spare_nets: None,
         })
     }
 
@@ -89,6 +92,10 @@ impl LinuxRuntime {
     pub fn with_warm_inits(mut self, count: usize) -> Self {
         self.warm = (count > 0)
             .then(|| warm::WarmPool::new(self.config.clone(), self.cgroups.clone(), count));
+        self.spare_nets = match (&self.network, count > 0) {
+            (Some(net), true) => Some(net::spares::SpareNets::new(net.clone(), count)),
+            _ => None,
+        };
         self
     }
 
@@ -97,6 +104,9 @@ impl LinuxRuntime {
     pub fn fill_warm_inits(&self, disk_mb: u32) {
         if let Some(pool) = &self.warm {
             pool.refill(disk_mb);
+        }
+        if let Some(spares) = &self.spare_nets {
+            spares.refill();
         }
     }
 
@@ -110,11 +120,19 @@ impl LinuxRuntime {
         self.warm.as_ref().map_or(0, |pool| pool.ready())
     }
 
+    /// Spare egress host sides ready to be taken now.
+    pub fn spare_networks_ready(&self) -> usize {
+        self.spare_nets.as_ref().map_or(0, |s| s.ready())
+    }
+
     /// Ends the warm inits and removes what they made (dropping the runtime does too);
     /// started sandboxes are left alone.
     pub fn drain_warm_inits(&self) {
         if let Some(pool) = &self.warm {
             pool.drain();
+        }
+        if let Some(spares) = &self.spare_nets {
+            spares.drain();
         }
     }
 

@@ -118,6 +118,11 @@ impl WarmPool {
     /// Ends and removes every entry (also run on drop).
     pub fn drain(&self) {
         self.0.closed.store(true, Ordering::Release);
+        // A refill in flight finishes its entry and removes it itself: wait for it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while self.0.filling.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
         let entries = match self.0.entries.lock() {
             Ok(mut e) => std::mem::take(&mut *e),
             Err(_) => return,

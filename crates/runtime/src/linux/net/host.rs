@@ -10,11 +10,14 @@ use uuid::Uuid;
 
 const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 
-/// A sandbox's /30: host end `.1`, sandbox `.2`, plus how many allow sets its chain has.
+/// A sandbox's /30: host end `.1`, sandbox `.2`, plus how many allow sets its chain has
+/// and whose id its interface and chain are named after (a spare's, when it was made
+/// ahead of its sandbox; `None` in leases written before spares: the sandbox's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
     pub net: Cidr,
     pub allow_layers: usize,
+    pub named_after: Option<Uuid>,
 }
 
 impl Lease {
@@ -95,12 +98,23 @@ impl HostLock {
         let lease = Lease {
             net: Cidr { addr, prefix: 30 },
             allow_layers,
+            named_after: Some(id),
         };
         std::fs::write(
             self.lease_path(id),
-            format!("{} {}", lease.net, allow_layers),
+            format!("{} {} {id}", lease.net, allow_layers),
         )
         .map_err(|e| net_err("recording a lease", e))?;
+        Ok(lease)
+    }
+
+    /// Gives the lease of `from` (a spare) to sandbox `to`; its names stay `from`'s.
+    pub fn hand_over(&self, from: Uuid, to: Uuid) -> Result<Lease, RuntimeError> {
+        let lease = self
+            .lease(from)
+            .ok_or_else(|| RuntimeError::Network(format!("spare network {from} has no lease")))?;
+        std::fs::rename(self.lease_path(from), self.lease_path(to))
+            .map_err(|e| net_err("handing over a lease", e))?;
         Ok(lease)
     }
 
@@ -146,10 +160,16 @@ impl HostLock {
 }
 
 fn parse_lease(text: &str) -> Option<Lease> {
-    let (net, layers) = text.trim().split_once(' ')?;
+    let mut fields = text.split_whitespace();
+    let (net, layers) = (fields.next()?, fields.next()?);
+    let named_after = match fields.next() {
+        Some(id) => Some(Uuid::parse_str(id).ok()?),
+        None => None,
+    };
     Some(Lease {
         net: net.parse().ok()?,
         allow_layers: layers.parse().ok()?,
+        named_after,
     })
 }
 

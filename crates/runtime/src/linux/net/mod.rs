@@ -8,6 +8,7 @@ mod inner;
 mod link;
 mod netlink;
 mod nft;
+pub(super) mod spares;
 
 use super::{rootfs, LinuxRuntime};
 use crate::{
@@ -54,6 +55,12 @@ fn parse_resolvers(conf: &str) -> Vec<Ipv4Addr> {
         .collect()
 }
 
+/// Interface name and nft key of the sandbox holding `lease` (named after a spare's id
+/// when it took a spare).
+fn lease_names(id: Uuid, lease: &host::Lease) -> (String, String) {
+    names(lease.named_after.unwrap_or(id))
+}
+
 /// Interface name and nft key of a sandbox (fits IFNAMSIZ).
 fn names(id: Uuid) -> (String, String) {
     let key: String = id.simple().to_string().chars().take(12).collect();
@@ -95,20 +102,35 @@ pub(super) fn start(
     })?;
     let t0 = std::time::Instant::now();
     let tm = |phase: &str| tracing::debug!(id = %spec.id, phase, ms = t0.elapsed().as_secs_f64() * 1e3, "network");
-    let (prepared, started) = std::thread::scope(|s| {
-        let host = s.spawn(|| {
-            let (deny, allow) = resolve(network, &config.resolvers);
-            let prepared = prepare(config, spec.id, deny, allow);
-            tm("host side prepared");
-            prepared
-        });
-        let started = rt.start(spec);
-        tm("sandbox started");
-        let prepared = host
-            .join()
-            .unwrap_or_else(|_| Err(RuntimeError::Network("network setup panicked".into())));
-        (prepared, started)
-    });
+    // With no rules of its own, the sandbox's host side is a spare's, made earlier.
+    let no_rules = network
+        .layers
+        .iter()
+        .all(|l| l.allow.is_empty() && l.deny.is_empty());
+    let spare = match (&rt.spare_nets, no_rules) {
+        (Some(spares), true) => spares.take(spec.id),
+        _ => None,
+    };
+    let (prepared, started) = match spare {
+        Some(lease) => (Ok(lease), rt.start(spec)),
+        None => std::thread::scope(|s| {
+            let host = s.spawn(|| {
+                let (deny, allow) = resolve(network, &config.resolvers);
+                let prepared = prepare(config, spec.id, deny, allow);
+                tm("host side prepared");
+                prepared
+            });
+            let started = rt.start(spec);
+            tm("sandbox started");
+            let prepared = host
+                .join()
+                .unwrap_or_else(|_| Err(RuntimeError::Network("network setup panicked".into())));
+            (prepared, started)
+        }),
+    };
+    if let Some(spares) = &rt.spare_nets {
+        spares.refill();
+    }
     let handle = match started {
         Ok(handle) => handle,
         Err(e) => {
@@ -196,7 +218,7 @@ fn connect(
     handle: &SandboxHandle,
     lease: &host::Lease,
 ) -> Result<(), RuntimeError> {
-    let (ifname, _) = names(handle.id);
+    let (ifname, _) = lease_names(handle.id, lease);
     link::create(&ifname, handle.agent_pid, lease)?;
     link::write_resolv_conf(
         &rootfs::rootfs(&handle.state_dir),
@@ -208,14 +230,28 @@ fn connect(
 /// Removes a sandbox's link, rules and lease (idempotent), and the shared table once
 /// no sandbox needs it.
 pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
-    let Some(config) = rt.network.as_ref() else {
-        return Ok(());
+    match rt.network.as_ref() {
+        Some(config) => {
+            teardown(config, id);
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+/// [`detach`] given the network configuration (also for spares, by their own id).
+fn teardown(config: &NetConfig, id: Uuid) {
+    let lock = match HostLock::take(&config.state_dir) {
+        Ok(lock) => lock,
+        Err(e) => {
+            tracing::error!(%id, error = %e, "cannot lock the network state to remove a network");
+            return;
+        }
     };
-    let lock = HostLock::take(&config.state_dir)?;
     let Some(lease) = lock.lease(id) else {
-        return Ok(());
+        return;
     };
-    let (ifname, key) = names(id);
+    let (ifname, key) = lease_names(id, &lease);
     link::delete(&ifname);
     nft::remove_sandbox(
         &key,
@@ -225,7 +261,6 @@ pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
     );
     lock.release(id);
     lock.tidy_if_unused();
-    Ok(())
 }
 
 #[cfg(test)]

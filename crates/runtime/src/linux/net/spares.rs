@@ -1,0 +1,173 @@
+//! Spare host sides of egress networks: a lease and a firewall chain with no policy
+//! of their own, made in the background, so that a sandbox whose policy layers are all
+//! empty (the default) takes one instead of running `nft` on its start path.
+//!
+//! A spare is named after an id of its own (its lease records that, so teardown finds
+//! its interface and chain). Each has a marker `spares/<id>` holding its owner's PID
+//! and start time; a runtime opening the network state removes spares whose owner died.
+
+use super::host::{HostLock, Lease};
+use super::NetConfig;
+use crate::linux::sys;
+use crate::RuntimeError;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// How long a refill waits before it starts (the new sandbox's first exec goes first).
+const REFILL_DELAY: Duration = Duration::from_millis(25);
+
+struct Shared {
+    config: NetConfig,
+    size: usize,
+    spares: Mutex<Vec<Uuid>>,
+    filling: AtomicBool,
+    closed: AtomicBool,
+}
+
+/// The spares of one runtime; dropping it removes them.
+pub(in crate::linux) struct SpareNets(Arc<Shared>);
+
+fn marker(config: &NetConfig, id: Uuid) -> PathBuf {
+    config.state_dir.join("spares").join(id.to_string())
+}
+
+impl SpareNets {
+    /// Keeps `size` spares (made from the first refill on); removes dead owners' spares.
+    pub fn new(config: NetConfig, size: usize) -> Self {
+        sweep_stale(&config);
+        SpareNets(Arc::new(Shared {
+            config,
+            size,
+            spares: Mutex::new(Vec::new()),
+            filling: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        }))
+    }
+
+    /// Hands a spare's lease (and so its chain) to sandbox `id`, if there is one.
+    pub fn take(&self, id: Uuid) -> Option<Lease> {
+        let spare = self.0.spares.lock().ok()?.pop()?;
+        let taken =
+            HostLock::take(&self.0.config.state_dir).and_then(|lock| lock.hand_over(spare, id));
+        let _ = std::fs::remove_file(marker(&self.0.config, spare));
+        match taken {
+            Ok(lease) => Some(lease),
+            Err(e) => {
+                tracing::warn!(%spare, error = %e, "cannot hand over a spare network");
+                super::teardown(&self.0.config, spare);
+                None
+            }
+        }
+    }
+
+    /// Tops the spares up on a background thread.
+    pub fn refill(&self) {
+        if self.0.filling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let shared = self.0.clone();
+        let spawned = std::thread::Builder::new()
+            .name("spare-nets".into())
+            .spawn(move || {
+                std::thread::sleep(REFILL_DELAY);
+                shared.fill();
+                shared.filling.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.0.filling.store(false, Ordering::Release);
+        }
+    }
+
+    /// Spares ready to be taken.
+    pub fn ready(&self) -> usize {
+        self.0.spares.lock().map_or(0, |s| s.len())
+    }
+
+    /// Removes every spare (also run on drop).
+    pub fn drain(&self) {
+        self.0.closed.store(true, Ordering::Release);
+        // A refill in flight finishes its entry and removes it itself: wait for it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while self.0.filling.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let spares = match self.0.spares.lock() {
+            Ok(mut s) => std::mem::take(&mut *s),
+            Err(_) => return,
+        };
+        for spare in spares {
+            self.0.remove(spare);
+        }
+    }
+}
+
+impl Drop for SpareNets {
+    fn drop(&mut self) {
+        self.drain();
+    }
+}
+
+impl Shared {
+    fn fill(&self) {
+        while !self.closed.load(Ordering::Acquire) {
+            if self.spares.lock().map_or(true, |s| s.len() >= self.size) {
+                return;
+            }
+            let id = Uuid::new_v4();
+            if let Err(e) = self.make(id) {
+                tracing::warn!(error = %e, "cannot prepare a spare network");
+                self.remove(id);
+                return;
+            }
+            let closed = self.closed.load(Ordering::Acquire);
+            match self.spares.lock() {
+                Ok(mut s) if !closed && s.len() < self.size => s.push(id),
+                _ => {
+                    self.remove(id);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The marker first (so a crash mid-way is swept), then lease and chain.
+    fn make(&self, id: Uuid) -> Result<(), RuntimeError> {
+        let path = marker(&self.config, id);
+        let me = std::process::id();
+        let ticks = sys::proc_stat(me as i32).map_or(0, |(_, t)| t);
+        std::fs::create_dir_all(path.parent().unwrap_or(&self.config.state_dir))
+            .and_then(|()| std::fs::write(&path, format!("{me} {ticks}")))
+            .map_err(|e| RuntimeError::Network(format!("recording a spare network: {e}")))?;
+        super::prepare(&self.config, id, Vec::new(), Vec::new()).map(|_| ())
+    }
+
+    fn remove(&self, id: Uuid) {
+        super::teardown(&self.config, id);
+        let _ = std::fs::remove_file(marker(&self.config, id));
+    }
+}
+
+/// Removes the spares whose owning process is gone.
+fn sweep_stale(config: &NetConfig) {
+    let Ok(entries) = std::fs::read_dir(config.state_dir.join("spares")) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let Ok(id) = Uuid::parse_str(&entry.file_name().to_string_lossy()) else {
+            continue;
+        };
+        let owner = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let mut fields = owner.split_whitespace().map(|f| f.parse::<u64>().ok());
+        let alive = match (fields.next().flatten(), fields.next().flatten()) {
+            (Some(pid), Some(ticks)) => sys::is_same_live_process(pid as i32, ticks),
+            _ => false,
+        };
+        if !alive {
+            super::teardown(config, id);
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
