@@ -1,5 +1,5 @@
 //! Runzivo dialect against a real `sandboxd serve`: tenant routes, IDs, `/workspace`,
-//! authentication, tenant membership, permissions and scopes, and their error codes.
+//! authentication, tenant membership, permissions and scopes, their error codes, and disk sizes.
 
 mod runzivo_api;
 
@@ -231,4 +231,29 @@ async fn unavailable_capacity_and_a_dead_agent_answer_503() {
         )
         .await;
     reply.expect(503, "sandbox_exec_unavailable");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_may_ask_for_a_disk_within_the_maximum() {
+    let s = Server::start_with_env(30, &[("SANDBOXD_MAX_DISK_MB_PER_SANDBOX", "10240")]);
+    let small = s.create_with(&json!({"disk_mb": 64})).await;
+    assert_eq!(small["disk_mb"], 64, "{small}");
+    let id = small["id"].as_str().expect("id");
+    let out = s
+        .sh(
+            id,
+            "dd if=/dev/zero of=/fill bs=1M count=100 2>&1; echo exit=$?",
+        )
+        .await;
+    assert!(
+        out.contains("No space left on device") && out.contains("exit=1"),
+        "{out}"
+    );
+    let plain = s.create_with(&json!({})).await;
+    assert_eq!(plain["disk_mb"], 10240, "the server's default");
+    for disk in [10241, 0] {
+        s.json("POST", &s.path(""), &json!({"disk_mb": disk}))
+            .await
+            .expect(400, "invalid_request");
+    }
 }

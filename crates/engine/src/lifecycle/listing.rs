@@ -27,7 +27,7 @@ impl Engine {
                 items.push(entry_from_record(rec)?.sb);
             }
         }
-        items.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+        items.sort_by_key(|s| std::cmp::Reverse((s.created_at, s.id)));
         items.retain(|s| after.is_none_or(|k| (s.created_at, s.id) < k));
         items.truncate(limit as usize + 1);
         Ok(cursor::keyset_page(items, limit, |s| (s.created_at, s.id)))

@@ -233,10 +233,22 @@ impl Server {
         let reply = self
             .call("POST", &self.path(""), Some(&self.keys.writer), None, "")
             .await;
+        self.created(reply)["id"].as_str().expect("id").to_owned()
+    }
+
+    /// Creates a sandbox with a JSON `body` and returns its view; deleted again when
+    /// the server is dropped.
+    pub async fn create_with(&self, body: &Value) -> Value {
+        let reply = self.json("POST", &self.path(""), body).await;
+        self.created(reply)
+    }
+
+    fn created(&self, reply: Reply) -> Value {
         assert_eq!(reply.status, 201, "{}", reply.json());
-        let id = reply.json()["id"].as_str().expect("id").to_owned();
-        self.created.lock().unwrap().push(id.clone());
-        id
+        let view = reply.json();
+        let id = view["id"].as_str().expect("id").to_owned();
+        self.created.lock().unwrap().push(id);
+        view
     }
 
     /// Runs `cmd` (other fields from `extra`) and returns the NDJSON lines.

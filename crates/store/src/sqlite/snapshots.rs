@@ -42,7 +42,8 @@ pub(super) fn insert(c: &mut Connection, s: &SnapshotRecord) -> StoreResult<()> 
     let tx = c.transaction()?;
     tx.execute(
         &format!(
-            "INSERT INTO snapshots ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+            "INSERT INTO snapshots ({COLS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
         ),
         params![
             s.id.to_string(),

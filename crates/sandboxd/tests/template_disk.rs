@@ -1,0 +1,101 @@
+//! Disk sizes per template over a real `sandboxd serve`: a template built with a small
+//! disk gives its sandboxes that disk (a write past it is ENOSPC inside), the default
+//! template's sandboxes get the server's default, and a size past the server's maximum
+//! is refused with the dialect's 400.
+
+mod openrelay;
+mod serve_bin;
+
+use openrelay::{code, Or, MASTER};
+use serde_json::{json, Value};
+
+const FILL: &str = "dd if=/dev/zero of=/fill bs=1M count=100 2>&1; echo exit=$?";
+
+/// Runs `cmd` in a new sandbox of `template` and returns its stdout.
+fn run_in(or: &Or, template: &str, cmd: &str) -> String {
+    let made = or.create(&json!({"template": template, "run": {"cmd": cmd}}));
+    or.delete(made["id"].as_str().expect("id"));
+    made["result"]["stdout"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stdout: {made}"))
+        .to_owned()
+}
+
+fn disk_of(templates: &Value, id: &str) -> Value {
+    templates["templates"]
+        .as_array()
+        .and_then(|a| a.iter().find(|t| t["id"] == id))
+        .map(|t| t["diskMiB"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_small_template_disk_fills_up_and_the_maximum_is_enforced() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [
+        ("SANDBOXD_DISK_MB_PER_SANDBOX", "512"),
+        ("SANDBOXD_MAX_DISK_MB_PER_SANDBOX", "1024"),
+    ];
+    let or = Or::start(dir.path(), &env);
+    let url = format!("http://{}", or.server.addr);
+    let cli = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--url", &url, "--key", MASTER]);
+        let out = serve_bin::cli_status(&all, "");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+
+    let (status, out, err) = cli(&[
+        "templates",
+        "build",
+        "tiny",
+        "--disk-mb",
+        "64",
+        "--run",
+        "echo kept > /opt/kept",
+    ]);
+    assert_eq!(status, Some(0), "{err}");
+    assert!(out.contains(" diskMiB=64 "), "{out}");
+    let listed = or.get("/v1/sandbox-templates").json();
+    assert_eq!(
+        (disk_of(&listed, "tiny"), disk_of(&listed, "default")),
+        (json!(64), json!(512)),
+        "{listed}"
+    );
+
+    let tiny = run_in(&or, "tiny", &format!("cat /opt/kept; {FILL}"));
+    assert!(tiny.starts_with("kept\n"), "{tiny}");
+    assert!(
+        tiny.contains("No space left on device") && tiny.contains("exit=1"),
+        "a 100 MiB write fit a 64 MiB disk: {tiny}"
+    );
+    let roomy = run_in(&or, "default", FILL);
+    assert!(
+        !roomy.contains("No space") && roomy.contains("exit=0"),
+        "a 100 MiB write did not fit the default 512 MiB disk: {roomy}"
+    );
+
+    for disk in [1025, 0] {
+        let body = json!({"name": "huge", "run": [], "diskMiB": disk});
+        let r = or.post("/v1/sandbox-templates", &body);
+        assert_eq!(code(&r, 400), "INVALID_REQUEST", "{disk}");
+        assert!(
+            r.json()["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("at most 1024") || e.contains("maximum of 1024")),
+            "{}",
+            r.text()
+        );
+    }
+    let (status, _, err) = cli(&["templates", "build", "huge", "--disk-mb", "4096"]);
+    assert_eq!(status, Some(1));
+    assert!(err.contains("INVALID_REQUEST"), "{err}");
+    let listed = or.get("/v1/sandbox-templates").json();
+    assert_eq!(disk_of(&listed, "huge"), Value::Null, "nothing was built");
+    assert_eq!(
+        or.active(),
+        Vec::<String>::new(),
+        "no build sandbox is left"
+    );
+}
