@@ -24,13 +24,7 @@ impl Drop for DestroyOnDrop<'_> {
 }
 
 fn probe(handle: &SandboxHandle, host: &str, port: u16) -> String {
-    let script = format!(
-        "exec /usr/bin/python3 -c '{}' {host} {port}",
-        PROBE.replace('\'', "'\\''")
-    );
-    let (code, out) = agent_sh(handle, &script);
-    assert_eq!(code, Some(0), "probe failed: {out}");
-    out.trim().to_string()
+    common::python_probe(handle, PROBE, host, port)
 }
 
 fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {

@@ -5,7 +5,7 @@
 mod common;
 mod fakenet;
 
-use common::{agent_sh, runtime};
+use common::runtime;
 use fakenet::{FakeNet, PROBE};
 use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime, SandboxHandle};
@@ -16,13 +16,7 @@ use std::time::{Duration, Instant};
 const STATE: &str = "/run/sandboxd/net";
 
 fn probe(handle: &SandboxHandle, host: &str, port: u16) -> String {
-    let script = format!(
-        "exec /usr/bin/python3 -c '{}' {host} {port}",
-        PROBE.replace('\'', "'\\''")
-    );
-    let (code, out) = agent_sh(handle, &script);
-    assert_eq!(code, Some(0), "probe failed: {out}");
-    out.trim().to_string()
+    common::python_probe(handle, PROBE, host, port)
 }
 
 /// The id a lease's link and chain are named after (its third field).

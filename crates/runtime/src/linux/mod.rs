@@ -11,6 +11,7 @@ mod images;
 pub mod init;
 mod layers;
 mod net;
+mod refill;
 mod requests;
 mod rootfs;
 mod slots;

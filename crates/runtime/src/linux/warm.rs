@@ -12,18 +12,14 @@
 use super::cgroup::Cgroups;
 use super::handshake::{self, Channel, Msg};
 use super::start::{expect, spawn_init};
-use super::{disk, sys, LinuxConfig};
+use super::{disk, refill, sys, LinuxConfig};
 use crate::RuntimeError;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use uuid::Uuid;
-
-/// How long a refill waits before it starts making entries.
-const REFILL_DELAY: Duration = Duration::from_millis(25);
 
 /// Name prefix of a warm entry's directory under `sandboxes/`.
 const DIR_PREFIX: &str = ".warm-";
@@ -92,22 +88,7 @@ impl WarmPool {
     /// entries of another size.
     pub fn refill(&self, disk_mb: u32) {
         self.0.disk_mb.store(disk_mb, Ordering::Release);
-        if self.0.filling.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let shared = self.0.clone();
-        let spawned = std::thread::Builder::new()
-            .name("warm-inits".into())
-            .spawn(move || {
-                // The sandbox just started is likely to be used at once (its first
-                // exec): leave it the CPUs for a moment.
-                std::thread::sleep(REFILL_DELAY);
-                shared.fill();
-                shared.filling.store(false, Ordering::Release);
-            });
-        if spawned.is_err() {
-            self.0.filling.store(false, Ordering::Release);
-        }
+        refill::spawn(&self.0, |s| &s.filling, "warm-inits", Shared::fill);
     }
 
     /// Ends an entry that will not be used and removes what it made.
@@ -118,11 +99,7 @@ impl WarmPool {
     /// Ends and removes every entry (also run on drop).
     pub fn drain(&self) {
         self.0.closed.store(true, Ordering::Release);
-        // A refill in flight finishes its entry and removes it itself: wait for it.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while self.0.filling.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        refill::wait_idle(&self.0.filling);
         let entries = match self.0.entries.lock() {
             Ok(mut e) => std::mem::take(&mut *e),
             Err(_) => return,
@@ -192,11 +169,7 @@ impl Shared {
             .mode(0o700)
             .create(&dir)
             .map_err(super::io("creating a warm init's dir", &dir))?;
-        let owner = format!(
-            "{} {}",
-            std::process::id(),
-            sys::proc_stat(std::process::id() as i32).map_or(0, |(_, t)| t)
-        );
+        let owner = refill::owner_mark();
         let owner_file = dir.join("owner");
         let mut made: Option<(Child, Channel)> = None;
         let result = (|| {
@@ -309,12 +282,7 @@ pub(super) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups) {
             }
             continue;
         };
-        let mut fields = owner.split_whitespace().map(|f| f.parse::<u64>().ok());
-        let alive = match (fields.next().flatten(), fields.next().flatten()) {
-            (Some(pid), Some(ticks)) => sys::is_same_live_process(pid as i32, ticks),
-            _ => false,
-        };
-        if !alive {
+        if !refill::owner_alive(&owner) {
             remove(cgroups, key, &entry.path());
         }
     }

@@ -232,3 +232,15 @@ pub fn agent_sh(handle: &SandboxHandle, script: &str) -> (Option<i32>, String) {
         String::from_utf8_lossy(&stdout).into_owned(),
     )
 }
+
+/// Runs the Python `script` with `host port` inside the sandbox (it must exit 0) and
+/// returns its trimmed output (the network tests' connection probe).
+pub fn python_probe(handle: &SandboxHandle, script: &str, host: &str, port: u16) -> String {
+    let command = format!(
+        "exec /usr/bin/python3 -c '{}' {host} {port}",
+        script.replace('\'', "'\\''")
+    );
+    let (code, out) = agent_sh(handle, &command);
+    assert_eq!(code, Some(0), "probe failed: {out}");
+    out.trim().to_string()
+}

@@ -8,16 +8,12 @@
 
 use super::host::{HostLock, Lease};
 use super::NetConfig;
-use crate::linux::sys;
+use crate::linux::refill;
 use crate::RuntimeError;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use uuid::Uuid;
-
-/// How long a refill waits before it starts (the new sandbox's first exec goes first).
-const REFILL_DELAY: Duration = Duration::from_millis(25);
 
 struct Shared {
     config: NetConfig,
@@ -65,20 +61,7 @@ impl SpareNets {
 
     /// Tops the spares up on a background thread.
     pub fn refill(&self) {
-        if self.0.filling.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let shared = self.0.clone();
-        let spawned = std::thread::Builder::new()
-            .name("spare-nets".into())
-            .spawn(move || {
-                std::thread::sleep(REFILL_DELAY);
-                shared.fill();
-                shared.filling.store(false, Ordering::Release);
-            });
-        if spawned.is_err() {
-            self.0.filling.store(false, Ordering::Release);
-        }
+        refill::spawn(&self.0, |s| &s.filling, "spare-nets", Shared::fill);
     }
 
     /// Spares ready to be taken.
@@ -89,11 +72,7 @@ impl SpareNets {
     /// Removes every spare (also run on drop).
     pub fn drain(&self) {
         self.0.closed.store(true, Ordering::Release);
-        // A refill in flight finishes its entry and removes it itself: wait for it.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while self.0.filling.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        refill::wait_idle(&self.0.filling);
         let spares = match self.0.spares.lock() {
             Ok(mut s) => std::mem::take(&mut *s),
             Err(_) => return,
@@ -136,10 +115,8 @@ impl Shared {
     /// The marker first (so a crash mid-way is swept), then lease and chain.
     fn make(&self, id: Uuid) -> Result<(), RuntimeError> {
         let path = marker(&self.config, id);
-        let me = std::process::id();
-        let ticks = sys::proc_stat(me as i32).map_or(0, |(_, t)| t);
         std::fs::create_dir_all(path.parent().unwrap_or(&self.config.state_dir))
-            .and_then(|()| std::fs::write(&path, format!("{me} {ticks}")))
+            .and_then(|()| std::fs::write(&path, refill::owner_mark()))
             .map_err(|e| RuntimeError::Network(format!("recording a spare network: {e}")))?;
         super::prepare(&self.config, id, Vec::new(), Vec::new()).map(|_| ())
     }
@@ -160,12 +137,7 @@ fn sweep_stale(config: &NetConfig) {
             continue;
         };
         let owner = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        let mut fields = owner.split_whitespace().map(|f| f.parse::<u64>().ok());
-        let alive = match (fields.next().flatten(), fields.next().flatten()) {
-            (Some(pid), Some(ticks)) => sys::is_same_live_process(pid as i32, ticks),
-            _ => false,
-        };
-        if !alive {
+        if !refill::owner_alive(&owner) {
             super::teardown(config, id);
             let _ = std::fs::remove_file(entry.path());
         }

@@ -1,0 +1,74 @@
+//! What the warm inits and the spare networks share: one background refill at a time,
+//! started after a short delay (the sandbox just started gets the CPUs for its first
+//! exec), and owner marks (PID and start time) by which a later process tells a dead
+//! owner's leftovers from a live one's.
+
+use super::sys;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a refill waits before it starts.
+const DELAY: Duration = Duration::from_millis(25);
+/// How long a drain waits for a refill in flight.
+const DRAIN_WAIT: Duration = Duration::from_secs(30);
+
+/// Runs `fill(shared)` on a thread named `name` unless one runs already (`filling`).
+pub(super) fn spawn<S: Send + Sync + 'static>(
+    shared: &Arc<S>,
+    filling: fn(&S) -> &AtomicBool,
+    name: &str,
+    fill: fn(&S),
+) {
+    if filling(shared).swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let s = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            std::thread::sleep(DELAY);
+            fill(&s);
+            filling(&s).store(false, Ordering::Release);
+        });
+    if spawned.is_err() {
+        filling(shared).store(false, Ordering::Release);
+    }
+}
+
+/// Waits (bounded) until no refill runs: one in flight removes its own entry once it
+/// sees the pool closed.
+pub(super) fn wait_idle(filling: &AtomicBool) {
+    let deadline = Instant::now() + DRAIN_WAIT;
+    while filling.load(Ordering::Acquire) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// This process's owner mark: `"<pid> <start ticks>"`.
+pub(super) fn owner_mark() -> String {
+    let me = std::process::id();
+    let ticks = sys::proc_stat(me as i32).map_or(0, |(_, t)| t);
+    format!("{me} {ticks}")
+}
+
+/// Whether the process an owner mark names still runs (a malformed mark: no).
+pub(super) fn owner_alive(mark: &str) -> bool {
+    let mut fields = mark.split_whitespace().map(|f| f.parse::<u64>().ok());
+    match (fields.next().flatten(), fields.next().flatten()) {
+        (Some(pid), Some(ticks)) => sys::is_same_live_process(pid as i32, ticks),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_own_mark_is_alive_and_junk_is_not() {
+        assert!(owner_alive(&owner_mark()));
+        assert!(!owner_alive("999999999 1"));
+        assert!(!owner_alive("junk"));
+    }
+}
