@@ -19,13 +19,13 @@ pub(crate) fn choose(
 ) -> Result<u32, EngineError> {
     let (size, whose) = match (requested, inherited) {
         (Some(n), _) => (n, "the requested disk"),
-        (None, Some(n)) => (n, "the snapshot's disk"),
+        (None, Some(n)) => (n, "the disk of its snapshot or template"),
         (None, None) => return Ok(limits.disk_mb_per_sandbox),
     };
     let max = limits.max_disk_mb_per_sandbox;
     if (1..MIN_DISK_MB).contains(&size) {
         return Err(EngineError::invalid(format!(
-            "{whose} of {size} MiB is below the minimum of {MIN_DISK_MB} MiB"
+            "{whose} ({size} MiB) is below the minimum of {MIN_DISK_MB} MiB"
         )));
     }
     match (size, max) {
@@ -34,7 +34,7 @@ pub(crate) fn choose(
             "{whose} has no size limit, but the server allows at most {max} MiB per sandbox"
         ))),
         (size, max) if size > max => Err(EngineError::invalid(format!(
-            "{whose} of {size} MiB exceeds the server's maximum of {max} MiB per sandbox"
+            "{whose} ({size} MiB) exceeds the server's maximum of {max} MiB per sandbox"
         ))),
         (size, _) => Ok(size),
     }
@@ -76,11 +76,14 @@ mod tests {
         assert_eq!(choose(Some(MIN_DISK_MB), None, &l).unwrap(), MIN_DISK_MB);
         let m = refused(choose(Some(2049), None, &l));
         assert!(
-            m.contains("2049 MiB exceeds the server's maximum of 2048"),
+            m.contains("(2049 MiB) exceeds the server's maximum of 2048"),
             "{m}"
         );
         let m = refused(choose(None, Some(4096), &l));
-        assert!(m.starts_with("the snapshot's disk of 4096 MiB"), "{m}");
+        assert!(
+            m.starts_with("the disk of its snapshot or template (4096"),
+            "{m}"
+        );
         let m = refused(choose(Some(0), None, &l));
         assert!(m.contains("no size limit"), "{m}");
         let m = refused(choose(Some(MIN_DISK_MB - 1), None, &l));

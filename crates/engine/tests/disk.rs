@@ -80,7 +80,7 @@ async fn past_the_maximum_is_refused_before_anything_starts() {
     let h = Harness::with_limits(disk_limits());
     let ws = h.ws();
     for (asked, says) in [
-        (2049, "2049 MiB exceeds the server's maximum of 2048 MiB"),
+        (2049, "(2049 MiB) exceeds the server's maximum of 2048 MiB"),
         (0, "no size limit"),
         (disk::MIN_DISK_MB - 1, "below the minimum"),
     ] {
