@@ -1,7 +1,8 @@
 //! Disk sizes per template over a real `sandboxd serve`: a template built with a small
 //! disk gives its sandboxes that disk (a write past it is ENOSPC inside), the default
-//! template's sandboxes get the server's default, and a size past the server's maximum
-//! is refused with the dialect's 400.
+//! template's sandboxes get the server's default, an Inngest clone of the template's
+//! snapshot inherits its disk, and a size past the server's maximum is refused with the
+//! dialect's 400.
 
 mod openrelay;
 mod serve_bin;
@@ -70,6 +71,24 @@ fn a_small_template_disk_fills_up_and_the_maximum_is_enforced() {
         tiny.contains("No space left on device") && tiny.contains("exit=1"),
         "a 100 MiB write fit a 64 MiB disk: {tiny}"
     );
+    // The template is a snapshot: an Inngest clone of it gets its disk too.
+    let snaps = or
+        .server
+        .request("GET", "/v2/snapshots", MASTER, None)
+        .json();
+    let snap = snaps["data"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "template:tiny"))
+        .and_then(|s| s["id"].as_str())
+        .unwrap_or_else(|| panic!("no template:tiny snapshot: {snaps}"))
+        .to_owned();
+    let clone = or
+        .server
+        .create_sandbox(MASTER, &json!({"name": "clone", "snapshotId": snap}));
+    let (_, out) = or.server.exec(MASTER, &clone, &["/bin/sh", "-c", FILL]);
+    or.server.destroy(MASTER, &clone);
+    assert!(out.contains("No space left on device"), "{out}");
+
     let roomy = run_in(&or, "default", FILL);
     assert!(
         !roomy.contains("No space") && roomy.contains("exit=0"),
