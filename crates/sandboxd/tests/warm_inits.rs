@@ -111,11 +111,22 @@ fn a_start_takes_a_warm_init_and_gets_the_same_sandbox() {
     );
     rt.destroy(&handle).expect("destroy");
     assert_gone(&rt, data.path(), &handle);
-    // A start with another disk size finds no match and starts cold; refills follow it.
+    // A start with another disk size finds no match and starts cold; the pool keeps
+    // the size it was filled for.
     let cold = rt.start(&spec("default")).expect("cold start");
     assert!(!cold.state_dir.join("owner").exists());
     rt.destroy(&cold).expect("destroy");
     assert_gone(&rt, data.path(), &cold);
+    wait_ready(&rt, 2);
+    let again = rt
+        .start(&sandboxd_runtime::SandboxSpec {
+            id: uuid::Uuid::new_v4(),
+            ..want.clone()
+        })
+        .expect("a warm start again");
+    assert!(again.state_dir.join("owner").exists(), "the pool kept 64 MiB entries");
+    rt.destroy(&again).expect("destroy");
+    assert_gone(&rt, data.path(), &again);
     wait_ready(&rt, 2);
     rt.drain_warm_inits();
     assert_eq!(rt.warm_inits_ready(), 0);

@@ -101,10 +101,11 @@ impl LinuxRuntime {
     }
 
     /// Starts filling the warm inits now, for sandboxes with a `disk_mb` MiB disk (the
-    /// size most starts will ask for), instead of after the first start.
+    /// size most starts will ask for), and keeps them at that size: without this call
+    /// they follow the disk size of the last start.
     pub fn fill_warm_inits(&self, disk_mb: u32) {
         if let Some(pool) = &self.warm {
-            pool.refill(disk_mb);
+            pool.prefer(disk_mb);
         }
         if let Some(spares) = &self.spare_nets {
             spares.refill();

@@ -26,7 +26,7 @@ pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHand
     let started = start_in(rt, spec, &layers, state_dir, host_id_base, warm);
     // Refilled once this start is done, so the refill does not compete with it.
     if let Some(pool) = &rt.warm {
-        pool.refill(spec.disk_mb);
+        pool.refill_after(spec.disk_mb);
     }
     started
 }

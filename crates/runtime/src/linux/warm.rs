@@ -39,8 +39,10 @@ struct Shared {
     cgroups: Cgroups,
     size: usize,
     entries: Mutex<Vec<Warm>>,
-    /// Disk size refills are made with: that of the last start.
+    /// Disk size refills are made with: the one [`WarmPool::prefer`] set, else that of
+    /// the last start.
     disk_mb: AtomicU32,
+    preferred: AtomicBool,
     filling: AtomicBool,
     closed: AtomicBool,
 }
@@ -58,6 +60,7 @@ impl WarmPool {
             size,
             entries: Mutex::new(Vec::new()),
             disk_mb: AtomicU32::new(0),
+            preferred: AtomicBool::new(false),
             filling: AtomicBool::new(false),
             closed: AtomicBool::new(false),
         };
@@ -84,10 +87,25 @@ impl WarmPool {
         None
     }
 
-    /// Tops the pool up on a background thread with entries for `disk_mb`, dropping
-    /// entries of another size.
-    pub fn refill(&self, disk_mb: u32) {
+    /// Makes entries for `disk_mb` from now on, whatever size starts ask for (the size
+    /// most will: a start of another size starts cold and leaves the pool as it is).
+    pub fn prefer(&self, disk_mb: u32) {
         self.0.disk_mb.store(disk_mb, Ordering::Release);
+        self.0.preferred.store(true, Ordering::Release);
+        self.refill();
+    }
+
+    /// After a start of a `disk_mb` sandbox: tops the pool up on a background thread,
+    /// with entries of that size unless a size is preferred (entries of another size
+    /// are dropped).
+    pub fn refill_after(&self, disk_mb: u32) {
+        if !self.0.preferred.load(Ordering::Acquire) {
+            self.0.disk_mb.store(disk_mb, Ordering::Release);
+        }
+        self.refill();
+    }
+
+    fn refill(&self) {
         refill::spawn(&self.0, |s| &s.filling, "warm-inits", Shared::fill);
     }
 
