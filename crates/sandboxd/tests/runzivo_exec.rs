@@ -288,8 +288,7 @@ async fn disconnect_cancels_the_process_group_and_the_fifth_command_is_refused()
         }
         let last = rest
             .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .last()
+            .rfind(|l| !l.is_empty())
             .expect("exit line");
         let exit: Value = serde_json::from_slice(last).unwrap();
         assert_eq!(
