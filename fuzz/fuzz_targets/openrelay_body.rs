@@ -16,6 +16,7 @@ fuzz_target!(|data: &[u8]| {
         snapshot_id: None,
         created_at: None,
         network: None,
+        disk_mb: 10 * 1024,
     };
     if let Ok(body) = parse_strict::<CreateBody>(data) {
         let _ = body.plan(&template);
