@@ -10,11 +10,16 @@ use tokio_tungstenite::tungstenite::{self, Message};
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// Reads binary output until it contains `want`; returns everything read.
+/// Reads binary output until it contains `want`; returns everything read. Fails (rather
+/// than hangs) when nothing more comes for 30 s.
 async fn read_until(ws: &mut Ws, want: &str) -> String {
     let mut seen = String::new();
     while !seen.contains(want) {
-        match ws.next().await.expect("socket open").expect("message") {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(30), ws.next()).await;
+        let Ok(next) = next else {
+            panic!("nothing more within 30 s while waiting for {want:?} in {seen:?}");
+        };
+        match next.expect("socket open").expect("message") {
             Message::Binary(d) => seen.push_str(&String::from_utf8_lossy(&d)),
             other => panic!("unexpected {other:?} while waiting for {want:?} in {seen:?}"),
         }
@@ -100,6 +105,9 @@ async fn terminal_over_websocket_with_single_use_tickets() {
     ))
     .await
     .expect("terminal");
+    // Typed once the shell shows its prompt, as a person would: input that arrives while
+    // bash sets its terminal up may be flushed by it.
+    read_until(&mut ws, "# ").await;
     ws.send(Message::Binary("stty size; pwd\n".into()))
         .await
         .unwrap();

@@ -10,6 +10,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 const KILL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long destroy waits, in all, for its killed children to become reapable.
+const REAP_TIMEOUT: Duration = Duration::from_secs(1);
 
 pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
     let id = handle.id;
@@ -40,11 +42,21 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
         std::thread::sleep(Duration::from_micros(500));
     }
     // The agent is our child when we are its subreaper: reap it (and any other of ours).
+    // A task leaves its cgroup a moment before it becomes a zombie, so a single WNOHANG
+    // wait can come too early and leave a zombie for good: wait (bounded) per process.
+    let deadline = Instant::now() + REAP_TIMEOUT;
     for pid in killed {
-        let _ = waitpid(
-            Pid::from_raw(pid),
-            Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
-        );
+        loop {
+            match waitpid(
+                Pid::from_raw(pid),
+                Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+            ) {
+                Ok(nix::sys::wait::WaitStatus::StillAlive) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                _ => break, // reaped, not our child (ECHILD), or out of time
+            }
+        }
     }
     rt.cgroups.remove(id)?;
     super::requests::remove(&rt.cgroups, id)?;
