@@ -162,6 +162,13 @@ impl Engine {
         ws: &WorkspaceId,
         id: Uuid,
     ) -> Result<(OwnedRwLockReadGuard<()>, Entry), EngineError> {
+        // One load on the common path: a sandbox that is not due needs nothing first.
+        let guard = self.locks.get(id).read_owned().await;
+        let e = self.load(ws, id)?;
+        if !crate::lifecycle::is_due(&e.sb, time::OffsetDateTime::now_utc()) {
+            return Ok((guard, e));
+        }
+        drop(guard);
         self.expire_if_due(ws, id).await?;
         let guard = self.locks.get(id).read_owned().await;
         Ok((guard, self.load(ws, id)?))
@@ -174,6 +181,12 @@ impl Engine {
         ws: &WorkspaceId,
         id: Uuid,
     ) -> Result<(OwnedRwLockWriteGuard<()>, Entry), EngineError> {
+        let guard = self.locks.get(id).write_owned().await;
+        let e = self.load(ws, id)?;
+        if !crate::lifecycle::is_due(&e.sb, time::OffsetDateTime::now_utc()) {
+            return Ok((guard, e));
+        }
+        drop(guard);
         self.expire_if_due(ws, id).await?;
         let guard = self.locks.get(id).write_owned().await;
         Ok((guard, self.load(ws, id)?))
