@@ -29,6 +29,26 @@ impl DataDirArg {
     }
 }
 
+/// A workspace named on the command line, in a data directory's store.
+#[derive(Args)]
+pub struct WorkspaceTarget {
+    /// Workspace (id or name).
+    #[arg(long)]
+    workspace: String,
+    #[command(flatten)]
+    dir: DataDirArg,
+}
+
+impl WorkspaceTarget {
+    /// Opens the store and finds the workspace (an error when there is none).
+    pub fn open(&self) -> Result<(SqliteStore, Workspace)> {
+        let store = self.dir.open()?;
+        let ws = find_workspace(&Accounts::new(&store), &self.workspace)?
+            .with_context(|| format!("no workspace {:?}", self.workspace))?;
+        Ok((store, ws))
+    }
+}
+
 /// A workspace named by its id or its display name.
 pub fn find_workspace(accounts: &Accounts<'_>, name: &str) -> Result<Option<Workspace>> {
     if let Some(ws) = accounts.get_workspace(name)? {

@@ -2,10 +2,9 @@
 //! policy layer of its sandboxes), straight on the data directory's store. It applies
 //! to sandboxes created afterwards.
 
-use crate::keys::{find_workspace, DataDirArg};
-use anyhow::{Context, Result};
-use clap::{Args, Subcommand};
-use sandboxd_engine::accounts::Accounts;
+use crate::keys::WorkspaceTarget;
+use anyhow::Result;
+use clap::Subcommand;
 use sandboxd_engine::egress;
 use sandboxd_engine::{EgressPolicy, EgressRule};
 
@@ -21,27 +20,18 @@ pub enum NetworkPolicyCommand {
         #[arg(long = "deny", value_name = "RULE")]
         deny: Vec<EgressRule>,
         #[command(flatten)]
-        target: Target,
+        target: WorkspaceTarget,
     },
     /// Print the policy: `allow RULE` and `deny RULE` lines (nothing when unset).
     Show {
         #[command(flatten)]
-        target: Target,
+        target: WorkspaceTarget,
     },
     /// Remove the policy (sandboxes then reach every allowed-by-default destination).
     Clear {
         #[command(flatten)]
-        target: Target,
+        target: WorkspaceTarget,
     },
-}
-
-#[derive(Args)]
-pub struct Target {
-    /// Workspace (id or name).
-    #[arg(long)]
-    workspace: String,
-    #[command(flatten)]
-    dir: DataDirArg,
 }
 
 pub fn main(command: NetworkPolicyCommand) -> Result<()> {
@@ -50,9 +40,7 @@ pub fn main(command: NetworkPolicyCommand) -> Result<()> {
         | NetworkPolicyCommand::Show { target }
         | NetworkPolicyCommand::Clear { target } => target,
     };
-    let store = target.dir.open()?;
-    let ws = find_workspace(&Accounts::new(&store), &target.workspace)?
-        .with_context(|| format!("no workspace {:?}", target.workspace))?;
+    let (store, ws) = target.open()?;
     match command {
         NetworkPolicyCommand::Set { allow, deny, .. } => {
             egress::set_workspace_policy(&store, &ws.id, &EgressPolicy { allow, deny })?;

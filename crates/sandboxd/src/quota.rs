@@ -2,10 +2,9 @@
 //! memory) straight on the data directory's store; a running `serve` applies it to
 //! its next create. Limits left unset keep the server's `[workspace_quota]`.
 
-use crate::keys::{find_workspace, DataDirArg};
-use anyhow::{Context, Result};
-use clap::{Args, Subcommand};
-use sandboxd_engine::accounts::Accounts;
+use crate::keys::WorkspaceTarget;
+use anyhow::Result;
+use clap::Subcommand;
 use sandboxd_store::{QuotaOverrideRecord, Store};
 
 #[derive(Subcommand)]
@@ -25,29 +24,18 @@ pub enum QuotaCommand {
         #[arg(long)]
         reset: bool,
         #[command(flatten)]
-        target: Target,
+        target: WorkspaceTarget,
     },
     /// Print a workspace's override, `default` for limits it leaves to the server.
     Show {
         #[command(flatten)]
-        target: Target,
+        target: WorkspaceTarget,
     },
-}
-
-#[derive(Args)]
-pub struct Target {
-    /// Workspace (id or name).
-    #[arg(long)]
-    workspace: String,
-    #[command(flatten)]
-    dir: DataDirArg,
 }
 
 pub fn main(command: QuotaCommand) -> Result<()> {
     let (QuotaCommand::Set { target, .. } | QuotaCommand::Show { target }) = &command;
-    let store = target.dir.open()?;
-    let ws = find_workspace(&Accounts::new(&store), &target.workspace)?
-        .with_context(|| format!("no workspace {:?}", target.workspace))?;
+    let (store, ws) = target.open()?;
     let current = store.get_quota_override(&ws.id)?;
     let rec = match command {
         QuotaCommand::Show { .. } => current,
