@@ -59,14 +59,16 @@ pub fn refill(template: &Path) {
     }
 }
 
+/// The directory of `template` and its file name.
+fn dir_and_name(template: &Path) -> (&Path, String) {
+    let dir = template.parent().unwrap_or(Path::new("."));
+    let name = template.file_name().unwrap_or_default().to_string_lossy();
+    (dir, name.into_owned())
+}
+
 /// Removes copies a process that died mid-copy left behind (older than a minute).
 fn remove_stale_partials(template: &Path) {
-    let dir = template.parent().unwrap_or(Path::new("."));
-    let name = template
-        .file_name()
-        .unwrap_or_default()
-        .to_string_lossy()
-        .into_owned();
+    let (dir, name) = dir_and_name(template);
     let prefix = format!(".{name}.partial-");
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -85,12 +87,7 @@ fn remove_stale_partials(template: &Path) {
 }
 
 fn make_one(template: &Path) -> std::io::Result<()> {
-    let dir = template.parent().unwrap_or(Path::new("."));
-    let name = template
-        .file_name()
-        .unwrap_or_default()
-        .to_string_lossy()
-        .into_owned();
+    let (dir, name) = dir_and_name(template);
     let id = uuid::Uuid::new_v4();
     let partial = dir.join(format!(".{name}.partial-{id}"));
     let made = super::disk::copy_sparse(template, &partial)
