@@ -48,7 +48,10 @@ async fn run(config: ServerConfig) -> Result<()> {
         crate::runtime::open_linux(&config.data_dir, config.resolvers.clone())?
             .with_warm_inits(config.warm_inits as usize),
     );
-    runtime.fill_warm_inits(config.limits().disk_mb_per_sandbox);
+    let limits = config.limits();
+    // Warm inits are made for what most creates ask: the default disk and network.
+    let egress = limits.default_network == sandboxd_runtime::NetworkMode::Egress;
+    runtime.fill_warm_inits(limits.disk_mb_per_sandbox, egress);
     let linux = runtime.clone();
     let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
         .context("opening the sandbox database")?;

@@ -1,15 +1,17 @@
 //! Spare egress host sides: a sandbox with no policy of its own takes one made ahead of
 //! time (lease, chain), gets the same egress-only network as a cold one, and neither its
-//! destroy nor a drain leaves a link, chain, lease or marker behind.
+//! destroy nor a drain leaves a link, chain, lease or marker behind; a warm init wired
+//! ahead of time starts with its network done.
 
 mod common;
 mod fakenet;
 
-use common::runtime;
+use common::{runtime, TestRuntime};
 use fakenet::{FakeNet, PROBE};
 use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime, SandboxHandle};
 use std::net::{Ipv4Addr, TcpListener};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -47,20 +49,50 @@ fn our_markers() -> usize {
         .unwrap_or(0)
 }
 
+/// A runtime with one warm init (wired or not) resolving names through `fake`, and the
+/// guard that cleans its data dir up.
+fn egress_runtime(fake: &FakeNet, dir: &Path, wired: bool) -> (TestRuntime, LinuxRuntime) {
+    let mut config = NetConfig::from_host();
+    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
+    let cleanup = runtime(dir);
+    let rt = LinuxRuntime::with_network(common::raw_runtime(dir), config).with_warm_inits(1);
+    rt.fill_warm_inits(0, wired);
+    (cleanup, rt)
+}
+
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "no {what} made");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Egress and names work from `sb`; the host (a listener on all its addresses) does not.
+fn assert_egress_only(rt: &LinuxRuntime, sb: &SandboxHandle, fake: &FakeNet, host: &TcpListener) {
+    assert_eq!(
+        probe(sb, &fake.addr(3), 8080),
+        format!("ok {} hello", fake.addr(3))
+    );
+    assert_eq!(
+        probe(sb, "good.test", 8080),
+        format!("ok {} hello", fake.addr(2))
+    );
+    let addr = rt.sandbox_address(sb.id).expect("sandbox address");
+    let gateway = Ipv4Addr::from(u32::from(addr) - 1).to_string();
+    let port = host.local_addr().expect("port").port();
+    assert!(
+        probe(sb, &gateway, port).starts_with("err"),
+        "the sandbox reaches the host"
+    );
+}
+
 #[test]
 fn a_sandbox_without_policy_takes_a_spare_and_keeps_egress_only() {
     let fake = FakeNet::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = NetConfig::from_host();
-    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
-    let _cleanup = runtime(dir.path());
-    let rt = LinuxRuntime::with_network(common::raw_runtime(dir.path()), config).with_warm_inits(1);
-    rt.fill_warm_inits(0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rt.spare_networks_ready() < 1 {
-        assert!(Instant::now() < deadline, "no spare network made");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (_cleanup, rt) = egress_runtime(&fake, dir.path(), false);
+    wait_for("a spare network", || rt.spare_networks_ready() >= 1);
     let loopback = TcpListener::bind("127.0.0.1:0").expect("loopback listener");
     let any = TcpListener::bind("0.0.0.0:0").expect("host listener");
 
@@ -83,23 +115,9 @@ fn a_sandbox_without_policy_takes_a_spare_and_keeps_egress_only() {
         .expect("start with a policy");
     assert_eq!(named_after(b.id), Some(b.id.to_string()));
 
-    let a_addr = rt.sandbox_address(a.id).expect("a address");
-    let gateway = Ipv4Addr::from(u32::from(a_addr) - 1).to_string();
-    assert_eq!(
-        probe(&a, &fake.addr(3), 8080),
-        format!("ok {} hello", fake.addr(3))
-    );
-    assert_eq!(
-        probe(&a, "good.test", 8080),
-        format!("ok {} hello", fake.addr(2))
-    );
+    assert_egress_only(&rt, &a, &fake, &any);
     let port = loopback.local_addr().expect("port").port();
     assert!(probe(&a, "127.0.0.1", port).starts_with("err"));
-    let port = any.local_addr().expect("port").port();
-    assert!(
-        probe(&a, &gateway, port).starts_with("err"),
-        "a reaches the host"
-    );
     assert!(
         probe(&b, &fake.addr(3), 8080).starts_with("err"),
         "b's deny"
@@ -135,4 +153,62 @@ fn a_sandbox_without_policy_takes_a_spare_and_keeps_egress_only() {
     rt.drain_warm_inits();
     assert_eq!(rt.spare_networks_ready(), 0);
     assert_eq!(our_markers(), 0, "spare markers left");
+}
+
+/// Whether the host end of the network named after `id` exists.
+fn link_exists(id: &str) -> bool {
+    let key = &uuid::Uuid::parse_str(id)
+        .expect("uuid")
+        .simple()
+        .to_string()[..12];
+    exists(&["ip", "link", "show", &format!("sbx{key}")])
+}
+
+#[test]
+fn a_wired_warm_init_starts_with_its_network_done() {
+    let fake = FakeNet::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_cleanup, rt) = egress_runtime(&fake, dir.path(), true);
+    wait_for("a wired warm init", || rt.warm_inits_ready() >= 1);
+    let any = TcpListener::bind("0.0.0.0:0").expect("host listener");
+
+    let a = rt
+        .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+        .expect("start from a wired warm init");
+    assert!(
+        a.state_dir.join("owner").exists(),
+        "a took the warm entry (its dir, renamed)"
+    );
+    let wire = named_after(a.id).expect("a's lease");
+    assert_ne!(wire, a.id.to_string(), "named after the warm entry");
+    assert!(link_exists(&wire), "a's host end");
+    assert_egress_only(&rt, &a, &fake, &any);
+    // The staged resolv.conf is the sandbox root's, in an /etc still the image's.
+    assert_eq!(
+        common::sh_ok(
+            &a,
+            "stat -c '%u %g %a' /etc/resolv.conf /etc; ls /etc/passwd"
+        ),
+        "0 0 644\n0 0 755\n/etc/passwd\n"
+    );
+    assert!(common::sh_ok(&a, "cat /etc/resolv.conf").contains(&fake.addr(2)));
+
+    // A sandbox with only lo, from the same runtime, starts cold without a link.
+    let b = rt
+        .start(&common::spec("default"))
+        .expect("start with lo only");
+    assert!(!b.state_dir.join("owner").exists(), "b started cold");
+    assert_eq!(common::sh_ok(&b, "ls /sys/class/net").trim(), "lo");
+
+    for handle in [&a, &b] {
+        rt.destroy(handle).expect("destroy");
+        assert_eq!(rt.sandbox_address(handle.id), None, "lease left behind");
+    }
+    assert!(!link_exists(&wire), "veth left");
+    // The refilled entry is wired too; draining removes its network and marker.
+    wait_for("a refill", || rt.warm_inits_ready() >= 1);
+    rt.drain_warm_inits();
+    assert_eq!(our_markers(), 0, "markers left");
+    let ours = |id: &str| named_after(uuid::Uuid::parse_str(id).expect("uuid"));
+    assert_eq!(ours(&wire), None);
 }

@@ -66,7 +66,7 @@ fn assert_pool_gone(rt: &TestRuntime, data: &Path) {
 fn a_start_takes_a_warm_init_and_gets_the_same_sandbox() {
     let data = tempfile::tempdir().expect("tempdir");
     let rt = warm_runtime(data.path(), 2);
-    rt.fill_warm_inits(64);
+    rt.fill_warm_inits(64, false);
     wait_ready(&rt, 2);
     assert_eq!(warm_dirs(data.path()).len(), 2);
     let mut want = spec("default");
@@ -124,7 +124,10 @@ fn a_start_takes_a_warm_init_and_gets_the_same_sandbox() {
             ..want.clone()
         })
         .expect("a warm start again");
-    assert!(again.state_dir.join("owner").exists(), "the pool kept 64 MiB entries");
+    assert!(
+        again.state_dir.join("owner").exists(),
+        "the pool kept 64 MiB entries"
+    );
     rt.destroy(&again).expect("destroy");
     assert_gone(&rt, data.path(), &again);
     wait_ready(&rt, 2);
@@ -137,7 +140,7 @@ fn a_start_takes_a_warm_init_and_gets_the_same_sandbox() {
 fn entries_left_by_a_dead_owner_are_removed_by_the_next_runtime() {
     let data = tempfile::tempdir().expect("tempdir");
     let first = warm_runtime(data.path(), 2);
-    first.fill_warm_inits(64);
+    first.fill_warm_inits(64, false);
     wait_ready(&first, 2);
     let left = warm_dirs(data.path());
     assert_eq!(left.len(), 2);

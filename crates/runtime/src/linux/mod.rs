@@ -91,8 +91,10 @@ impl LinuxRuntime {
     /// and skips the init's exec, its first cgroup move and its disk's mount. They
     /// are filled after the first start, with that start's disk size.
     pub fn with_warm_inits(mut self, count: usize) -> Self {
-        self.warm = (count > 0)
-            .then(|| warm::WarmPool::new(self.config.clone(), self.cgroups.clone(), count));
+        self.warm = (count > 0).then(|| {
+            let net = self.network.clone();
+            warm::WarmPool::new(self.config.clone(), self.cgroups.clone(), count, net)
+        });
         self.spare_nets = match (&self.network, count > 0) {
             (Some(net), true) => Some(net::spares::SpareNets::new(net.clone(), count)),
             _ => None,
@@ -101,11 +103,13 @@ impl LinuxRuntime {
     }
 
     /// Starts filling the warm inits now, for sandboxes with a `disk_mb` MiB disk (the
-    /// size most starts will ask for), and keeps them at that size: without this call
-    /// they follow the disk size of the last start.
-    pub fn fill_warm_inits(&self, disk_mb: u32) {
+    /// size most starts will ask for) and, with `egress` (and egress networking
+    /// configured), an egress network without policy rules wired in already; keeps
+    /// them so: without this call they follow the disk size of the last start and are
+    /// not wired. Starts of another kind start cold.
+    pub fn fill_warm_inits(&self, disk_mb: u32, egress: bool) {
         if let Some(pool) = &self.warm {
-            pool.prefer(disk_mb);
+            pool.prefer(disk_mb, egress);
         }
         if let Some(spares) = &self.spare_nets {
             spares.refill();

@@ -18,11 +18,34 @@ use std::time::{Duration, Instant};
 const SYNC_FD: i32 = 3;
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Starts a sandbox with only `lo` (from an unwired warm init if there is one).
 pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
-    let layers = rt.layer_stack(spec)?;
+    let warm = rt
+        .warm
+        .as_ref()
+        .and_then(|pool| pool.take(spec.disk_mb, false));
+    start_with(rt, spec, warm)
+}
+
+/// Starts a sandbox from `warm` if given (taken from the pool), else cold.
+pub(super) fn start_with(
+    rt: &LinuxRuntime,
+    spec: &SandboxSpec,
+    warm: Option<Warm>,
+) -> Result<SandboxHandle, RuntimeError> {
+    let prepared = rt
+        .layer_stack(spec)
+        .and_then(|layers| Ok((layers, rt.slots.allocate(spec.id)?)));
+    let (layers, host_id_base) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            if let (Some(w), Some(pool)) = (warm, &rt.warm) {
+                pool.discard(w);
+            }
+            return Err(e);
+        }
+    };
     let state_dir = rt.sandboxes_dir().join(spec.id.to_string());
-    let host_id_base = rt.slots.allocate(spec.id)?;
-    let warm = rt.warm.as_ref().and_then(|pool| pool.take(spec.disk_mb));
     let started = start_in(rt, spec, &layers, state_dir, host_id_base, warm);
     // Refilled once this start is done, so the refill does not compete with it.
     if let Some(pool) = &rt.warm {
@@ -109,6 +132,10 @@ fn launch(
             rt.cgroups.set_limits(spec.id, limits)?;
             // The disk (if any) is mounted already: only the dirs on it remain.
             rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, None)?;
+            if w.wired {
+                let upper = rootfs::upper(&handle.state_dir);
+                super::net::wired::own_staged(&upper, handle.host_id_base)?;
+            }
             (w.channel, pid, false)
         }
         None => {

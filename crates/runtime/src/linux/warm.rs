@@ -4,6 +4,9 @@
 //! for the init's exec, the RCU grace period of a first v1 cgroup move (5-10 ms here)
 //! and the loop mount of the disk.
 //!
+//! With egress preferred, each entry is also *wired* (`net::wired`): a host side of
+//! its own and the veth already in the init's network namespace.
+//!
 //! An entry lives in `sandboxes/.warm-<key>/` (renamed to the sandbox's state dir when
 //! taken) and the cgroup `<parent>/<key>` (renamed to the sandbox's id). Its init waits
 //! for `Go` and exits when we close the handshake socket, so a dead server leaves no
@@ -11,6 +14,7 @@
 
 use super::cgroup::Cgroups;
 use super::handshake::{self, Channel, Msg};
+use super::net::{wired, NetConfig};
 use super::start::{expect, spawn_init};
 use super::{disk, refill, sys, LinuxConfig};
 use crate::RuntimeError;
@@ -32,6 +36,8 @@ pub(super) struct Warm {
     pub dir: PathBuf,
     /// Size of the disk mounted at `dir/layer` (0 = none).
     pub disk_mb: u32,
+    /// Whether it has an egress network (named after `key`) already.
+    pub wired: bool,
 }
 
 struct Shared {
@@ -39,9 +45,13 @@ struct Shared {
     cgroups: Cgroups,
     size: usize,
     entries: Mutex<Vec<Warm>>,
+    /// Egress networking, for wired entries.
+    net: Option<NetConfig>,
     /// Disk size refills are made with: the one [`WarmPool::prefer`] set, else that of
     /// the last start.
     disk_mb: AtomicU32,
+    /// Whether refills are wired (only once [`WarmPool::prefer`] says so).
+    wired: AtomicBool,
     preferred: AtomicBool,
     filling: AtomicBool,
     closed: AtomicBool,
@@ -52,14 +62,16 @@ pub(super) struct WarmPool(Arc<Shared>);
 
 impl WarmPool {
     /// A pool of `size` entries, filled in the background once the first start says
-    /// which disk size to prepare. Removes entries a dead process left behind.
-    pub fn new(config: LinuxConfig, cgroups: Cgroups, size: usize) -> Self {
+    /// which disk size to prepare; `net` lets entries be wired.
+    pub fn new(config: LinuxConfig, cgroups: Cgroups, size: usize, net: Option<NetConfig>) -> Self {
         let shared = Shared {
             config,
             cgroups,
             size,
             entries: Mutex::new(Vec::new()),
+            net,
             disk_mb: AtomicU32::new(0),
+            wired: AtomicBool::new(false),
             preferred: AtomicBool::new(false),
             filling: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -72,10 +84,13 @@ impl WarmPool {
         self.0.entries.lock().map_or(0, |e| e.len())
     }
 
-    /// Takes a live entry whose disk is `disk_mb` MiB, if there is one.
-    pub fn take(&self, disk_mb: u32) -> Option<Warm> {
+    /// Takes a live entry whose disk is `disk_mb` MiB, wired or not, if there is one.
+    pub fn take(&self, disk_mb: u32, wired: bool) -> Option<Warm> {
         let mut entries = self.0.entries.lock().ok()?;
-        while let Some(i) = entries.iter().position(|w| w.disk_mb == disk_mb) {
+        while let Some(i) = entries
+            .iter()
+            .position(|w| w.disk_mb == disk_mb && w.wired == wired)
+        {
             let mut warm = entries.swap_remove(i);
             if matches!(warm.child.try_wait(), Ok(None)) {
                 return Some(warm);
@@ -87,10 +102,13 @@ impl WarmPool {
         None
     }
 
-    /// Makes entries for `disk_mb` from now on, whatever size starts ask for (the size
-    /// most will: a start of another size starts cold and leaves the pool as it is).
-    pub fn prefer(&self, disk_mb: u32) {
+    /// Makes entries for `disk_mb`, wired when `wired` (and egress is configured), from
+    /// now on, whatever starts ask for (what most will: a start of another kind starts
+    /// cold and leaves the pool as it is).
+    pub fn prefer(&self, disk_mb: u32, wired: bool) {
         self.0.disk_mb.store(disk_mb, Ordering::Release);
+        let wired = wired && self.0.net.is_some();
+        self.0.wired.store(wired, Ordering::Release);
         self.0.preferred.store(true, Ordering::Release);
         self.refill();
     }
@@ -138,11 +156,12 @@ impl Shared {
     fn fill(&self) {
         loop {
             let want = self.disk_mb.load(Ordering::Acquire);
+            let wired = self.wired.load(Ordering::Acquire);
             let stale: Vec<Warm> = match self.entries.lock() {
                 Ok(mut e) => {
                     let (keep, stale) = std::mem::take(&mut *e)
                         .into_iter()
-                        .partition(|w| w.disk_mb == want);
+                        .partition(|w| w.disk_mb == want && w.wired == wired);
                     *e = keep;
                     if e.len() >= self.size && stale.is_empty() {
                         return;
@@ -157,7 +176,7 @@ impl Shared {
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
-            let warm = match self.make(want) {
+            let warm = match self.make(want, wired) {
                 Ok(warm) => warm,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot prepare a warm sandbox init");
@@ -175,8 +194,9 @@ impl Shared {
         }
     }
 
-    /// Spawns an init into a fresh cgroup, waits for its user namespace, mounts its disk.
-    fn make(&self, disk_mb: u32) -> Result<Warm, RuntimeError> {
+    /// Spawns an init into a fresh cgroup, waits for its user namespace, mounts its
+    /// disk, and wires it when asked.
+    fn make(&self, disk_mb: u32, wired: bool) -> Result<Warm, RuntimeError> {
         let key = Uuid::new_v4();
         let dir = self
             .config
@@ -215,7 +235,10 @@ impl Shared {
                 std::fs::create_dir_all(&path)
                     .map_err(super::io("creating a warm init's dirs", &path))?;
             }
-            Ok(())
+            match (wired, &self.net) {
+                (true, Some(net)) => wired::wire(net, key, pid, &dir.join("layer/upper")),
+                _ => Ok(()),
+            }
         })();
         match (result, made) {
             (Ok(()), Some((child, channel))) => Ok(Warm {
@@ -224,13 +247,14 @@ impl Shared {
                 channel,
                 dir,
                 disk_mb,
+                wired,
             }),
             (result, made) => {
                 if let Some((mut child, _)) = made {
                     let _ = child.kill();
                     let _ = child.wait();
                 }
-                self.remove(key, &dir);
+                self.remove(key, &dir, wired);
                 Err(result.err().unwrap_or_else(|| {
                     RuntimeError::AgentStart("the warm init was not spawned".into())
                 }))
@@ -243,11 +267,14 @@ impl Shared {
         let _ = warm.child.kill();
         let _ = warm.child.wait();
         drop(warm.channel);
-        self.remove(warm.key, &warm.dir);
+        self.remove(warm.key, &warm.dir, warm.wired);
     }
 
-    fn remove(&self, key: Uuid, dir: &Path) {
+    fn remove(&self, key: Uuid, dir: &Path, wired: bool) {
         remove(&self.cgroups, key, dir);
+        if let (true, Some(net)) = (wired, &self.net) {
+            wired::unwire(net, key);
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 use super::host::Lease;
 use crate::RuntimeError;
 use std::net::Ipv4Addr;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -25,6 +26,44 @@ pub fn delete(ifname: &str) {
         .status();
 }
 
+fn resolv_conf_text(resolvers: &[Ipv4Addr]) -> String {
+    let mut text = String::from("# written by sandboxd\n");
+    for r in resolvers {
+        text += &format!("nameserver {r}\n");
+    }
+    text
+}
+
+fn resolv_err(path: &Path) -> impl Fn(std::io::Error) -> RuntimeError + '_ {
+    move |source| RuntimeError::Io {
+        what: "writing the sandbox's resolv.conf",
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Stages `etc/resolv.conf` in an overlay upper dir before the root is mounted (an
+/// `etc` dir there merges with the image's); [`own_staged_resolv_conf`] gives it to
+/// the sandbox's root once its id range is known.
+pub fn stage_resolv_conf(upper: &Path, resolvers: &[Ipv4Addr]) -> Result<(), RuntimeError> {
+    let etc = upper.join("etc");
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&etc)
+        .map_err(resolv_err(&etc))?;
+    let path = etc.join("resolv.conf");
+    std::fs::write(&path, resolv_conf_text(resolvers)).map_err(resolv_err(&path))
+}
+
+/// Chowns what [`stage_resolv_conf`] made to the sandbox's root `owner`.
+pub fn own_staged_resolv_conf(upper: &Path, owner: u32) -> Result<(), RuntimeError> {
+    let etc = upper.join("etc");
+    for path in [etc.join("resolv.conf"), etc] {
+        std::os::unix::fs::chown(&path, Some(owner), Some(owner)).map_err(resolv_err(&path))?;
+    }
+    Ok(())
+}
+
 /// Writes `etc/resolv.conf` under `root`, owned by the sandbox's root (`owner`).
 pub fn write_resolv_conf(
     root: &Path,
@@ -32,22 +71,15 @@ pub fn write_resolv_conf(
     owner: u32,
 ) -> Result<(), RuntimeError> {
     let path = root.join("etc/resolv.conf");
-    let err = |e: std::io::Error| RuntimeError::Io {
-        what: "writing the sandbox's resolv.conf",
-        path: path.clone(),
-        source: e,
-    };
-    let mut text = String::from("# written by sandboxd\n");
-    for r in resolvers {
-        text += &format!("nameserver {r}\n");
-    }
+    let err = resolv_err(&path);
+    let text = resolv_conf_text(resolvers);
     if std::fs::symlink_metadata(&path)
         .map(|m| !m.is_file())
         .unwrap_or(false)
     {
-        std::fs::remove_file(&path).map_err(err)?;
+        std::fs::remove_file(&path).map_err(&err)?;
     }
-    std::fs::create_dir_all(root.join("etc")).map_err(err)?;
-    std::fs::write(&path, text).map_err(err)?;
-    std::os::unix::fs::chown(&path, Some(owner), Some(owner)).map_err(err)
+    std::fs::create_dir_all(root.join("etc")).map_err(&err)?;
+    std::fs::write(&path, text).map_err(&err)?;
+    std::os::unix::fs::chown(&path, Some(owner), Some(owner)).map_err(&err)
 }

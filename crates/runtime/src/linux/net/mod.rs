@@ -9,6 +9,7 @@ mod link;
 mod netlink;
 mod nft;
 pub(super) mod spares;
+pub(super) mod wired;
 
 use super::{rootfs, LinuxRuntime};
 use crate::{
@@ -107,6 +108,16 @@ pub(super) fn start(
         .layers
         .iter()
         .all(|l| l.allow.is_empty() && l.deny.is_empty());
+    if no_rules {
+        if let Some(warm) = wired::take(rt, spec) {
+            let started = super::start::start_with(rt, spec, Some(warm));
+            if started.is_err() {
+                teardown(config, spec.id);
+            }
+            tm("started wired");
+            return started;
+        }
+    }
     let spare = match (&rt.spare_nets, no_rules) {
         (Some(spares), true) => spares.take(spec.id),
         _ => None,

@@ -46,10 +46,7 @@ impl SpareNets {
     /// Hands a spare's lease (and so its chain) to sandbox `id`, if there is one.
     pub fn take(&self, id: Uuid) -> Option<Lease> {
         let spare = self.0.spares.lock().ok()?.pop()?;
-        let taken =
-            HostLock::take(&self.0.config.state_dir).and_then(|lock| lock.hand_over(spare, id));
-        let _ = std::fs::remove_file(marker(&self.0.config, spare));
-        match taken {
+        match hand_over(&self.0.config, spare, id) {
             Ok(lease) => Some(lease),
             Err(e) => {
                 tracing::warn!(%spare, error = %e, "cannot hand over a spare network");
@@ -112,19 +109,37 @@ impl Shared {
         }
     }
 
-    /// The marker first (so a crash mid-way is swept), then lease and chain.
     fn make(&self, id: Uuid) -> Result<(), RuntimeError> {
-        let path = marker(&self.config, id);
-        std::fs::create_dir_all(path.parent().unwrap_or(&self.config.state_dir))
-            .and_then(|()| std::fs::write(&path, refill::owner_mark()))
-            .map_err(|e| RuntimeError::Network(format!("recording a spare network: {e}")))?;
-        super::prepare(&self.config, id, Vec::new(), Vec::new()).map(|_| ())
+        make(&self.config, id).map(|_| ())
     }
 
     fn remove(&self, id: Uuid) {
-        super::teardown(&self.config, id);
-        let _ = std::fs::remove_file(marker(&self.config, id));
+        remove(&self.config, id);
     }
+}
+
+/// Makes a spare host side named after `id`: the marker first (so a crash mid-way is
+/// swept), then lease and chain.
+pub(super) fn make(config: &NetConfig, id: Uuid) -> Result<Lease, RuntimeError> {
+    let path = marker(config, id);
+    std::fs::create_dir_all(path.parent().unwrap_or(&config.state_dir))
+        .and_then(|()| std::fs::write(&path, refill::owner_mark()))
+        .map_err(|e| RuntimeError::Network(format!("recording a spare network: {e}")))?;
+    super::prepare(config, id, Vec::new(), Vec::new())
+}
+
+/// Gives spare `spare`'s lease to sandbox `id` (its names stay the spare's) and drops
+/// its marker: from now on the sandbox's destroy removes it.
+pub(super) fn hand_over(config: &NetConfig, spare: Uuid, id: Uuid) -> Result<Lease, RuntimeError> {
+    let lease = HostLock::take(&config.state_dir).and_then(|lock| lock.hand_over(spare, id));
+    let _ = std::fs::remove_file(marker(config, spare));
+    lease
+}
+
+/// Removes spare `id`'s link, chain, lease and marker.
+pub(super) fn remove(config: &NetConfig, id: Uuid) {
+    super::teardown(config, id);
+    let _ = std::fs::remove_file(marker(config, id));
 }
 
 /// Removes the spares whose owning process is gone.
