@@ -35,29 +35,36 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
     // and every command inherits that: loading the seccomp program once instead of in
     // every child saves about a millisecond and a half per command. Commands only get
     // their OOM score reset (the agent keeps -1000).
+    //
+    // It does so right after telling the backend it is ready: loading the programs
+    // takes about a millisecond here (the kernel evaluates them for every syscall
+    // number to build its cache), which then overlaps the server's answer to the
+    // create and the client's first request. Nothing runs in the sandbox before: the
+    // listener only accepts once the agent serves, after the confinement is in place.
+    let (listener, _config) = match entered.ready() {
+        Ok(ready) => ready,
+        Err(e) => {
+            eprintln!("sandbox init failed: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     if let Err(e) = prepared.apply() {
-        let reason = format!("confining the agent: {e}");
-        eprintln!("sandbox init failed: {reason}");
-        entered.fail(&reason);
+        // The backend is gone from the handshake: the agent's exit is the report (the
+        // server ends a sandbox whose agent died), with this line in the init log.
+        eprintln!("sandbox init failed: confining the agent: {e}");
         return std::process::ExitCode::FAILURE;
     }
     let confine: ConfineFn = Arc::new(|| {
         reset_oom_score_adj();
         Ok(())
     });
-    match entered.ready() {
-        Ok((listener, _config)) => sandboxd_agent::run_blocking(
-            listener,
-            AgentConfig {
-                confine: Some(confine),
-                ..AgentConfig::default()
-            },
-        ),
-        Err(e) => {
-            eprintln!("sandbox init failed: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    sandboxd_agent::run_blocking(
+        listener,
+        AgentConfig {
+            confine: Some(confine),
+            ..AgentConfig::default()
+        },
+    )
 }
 
 /// Commands must not inherit the agent's OOM protection (-1000): the memory cgroup's OOM

@@ -67,9 +67,13 @@ impl Engine {
         req: CreateSandbox,
         requests: Option<Requests>,
     ) -> Result<(Sandbox, bool), EngineError> {
+        let t0 = std::time::Instant::now();
+        let tm =
+            |phase: &str| tracing::debug!(phase, ms = t0.elapsed().as_secs_f64() * 1e3, "create");
         check_request(&req)?;
         let admission = self.admission.lock().await;
         let plan = self.plan(ws, &req).await?;
+        tm("planned");
         if let Some(name) = &req.name {
             if let Some(existing) = self.active_named(ws, name).await? {
                 return match same_config(&existing, &plan, &req) {
@@ -89,8 +93,10 @@ impl Engine {
             &req,
             self.limits.default_network,
         )?;
+        tm("network spec");
         self.check_capacity(&req)?;
         self.check_quota(ws, &req)?;
+        tm("checked");
         self.create_rate.take(ws, self.limits.create_rate)?;
         if let Some(n) = requests.and_then(|r| r.pinned_vcpus) {
             self.check_pinnable(n).await?;
@@ -120,12 +126,14 @@ impl Engine {
         };
         self.store
             .insert_sandbox(&crate::convert::entry_to_record(&entry))?;
+        tm("inserted");
         let _guard = self.locks.get(entry.sb.id).write_owned().await;
         // A pinned start claims its CPUs under admission, so that the next pinned create
         // sees them taken.
         let pinning = requests.is_some_and(|r| r.pinned_vcpus.is_some());
         let admission = pinning.then_some(admission);
         self.start(&mut entry, network, requests).await?;
+        tm("running");
         drop(admission);
         Ok((entry.sb, true))
     }
@@ -253,6 +261,7 @@ impl Engine {
         requests: Option<Requests>,
     ) -> Result<(), EngineError> {
         self.transition(e, SandboxStatus::Starting)?;
+        tracing::debug!(id = %e.sb.id, "create: starting persisted");
         let spec = SandboxSpec {
             id: e.sb.id,
             image: e.sb.image.clone(),
@@ -278,6 +287,7 @@ impl Engine {
                 }
             })
             .await?;
+        tracing::debug!(id = %e.sb.id, "create: runtime returned");
         match started {
             Ok(handle) => {
                 e.handle = Some(handle);
