@@ -1,5 +1,5 @@
 //! Warm inits: a start that takes one gives the same sandbox as a cold start (limits,
-//! disk, namespaces), and neither a destroyed sandbox nor a drained pool nor a dead
+//! disk, namespaces, the root made ahead or remounted for other layers), and neither a destroyed sandbox nor a drained pool nor a dead
 //! owner's entries leave anything behind.
 
 mod common;
@@ -41,10 +41,13 @@ fn cgroup_file(rt: &TestRuntime, ctrl: &str, id: uuid::Uuid, file: &str) -> Stri
         .to_owned()
 }
 
-/// Everything a warm pool under `data` may have made is gone: dirs, mounts, cgroups.
+/// Everything a warm pool under `data` may have made is gone: dirs, mounts, id slots,
+/// cgroups.
 fn assert_pool_gone(rt: &TestRuntime, data: &Path) {
     assert_eq!(warm_dirs(data), Vec::<String>::new());
     assert_eq!(mounts_under(&data.join("sandboxes")), Vec::<String>::new());
+    let slots = std::fs::read_dir(data.join("slots")).map_or(0, |d| d.count());
+    assert_eq!(slots, 0, "id slots left claimed");
     for parent in rt.cgroups().dirs(uuid::Uuid::nil()) {
         let parent = parent.parent().expect("parent").to_path_buf();
         let children: Vec<_> = std::fs::read_dir(&parent)
@@ -133,6 +136,51 @@ fn a_start_takes_a_warm_init_and_gets_the_same_sandbox() {
     wait_ready(&rt, 2);
     rt.drain_warm_inits();
     assert_eq!(rt.warm_inits_ready(), 0);
+    assert_pool_gone(&rt, data.path());
+}
+
+#[test]
+fn a_warm_start_of_another_layer_stack_remounts_the_root_made_ahead() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = warm_runtime(data.path(), 1);
+    rt.fill_warm_inits(0, false);
+    wait_ready(&rt, 1);
+    // Made ahead: the default image's root, mounted in the entry's dir.
+    let entry = data
+        .path()
+        .join("sandboxes")
+        .join(&warm_dirs(data.path())[0]);
+    assert_eq!(
+        mounts_under(&entry.join("rootfs")).len(),
+        2,
+        "overlay and /usr"
+    );
+    let first = rt.start(&spec("default")).expect("warm start");
+    assert!(first.state_dir.join("owner").exists(), "took the entry");
+    sh_ok(&first, "echo layered > /marker");
+    let layer = rt.capture_layer(&first).expect("capture");
+    rt.destroy(&first).expect("destroy");
+    assert_gone(&rt, data.path(), &first);
+
+    wait_ready(&rt, 1);
+    let mut clone = spec("default");
+    clone.extra_layers = vec![layer.digest.clone()];
+    let second = rt
+        .start(&clone)
+        .expect("warm start over the captured layer");
+    assert!(second.state_dir.join("owner").exists(), "took the entry");
+    assert_eq!(sh_ok(&second, "cat /marker"), "layered\n");
+    let rootfs = second.state_dir.join("rootfs");
+    assert_eq!(
+        mounts_under(&rootfs).len(),
+        2,
+        "one overlay (and /usr), not stacked"
+    );
+    assert_eq!(sh_ok(&second, "id -u; touch /new && echo ok"), "0\nok\n");
+    rt.destroy(&second).expect("destroy");
+    assert_gone(&rt, data.path(), &second);
+    rt.delete_layer(&layer.digest).expect("delete the layer");
+    rt.drain_warm_inits();
     assert_pool_gone(&rt, data.path());
 }
 

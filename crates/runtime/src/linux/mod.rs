@@ -88,13 +88,21 @@ impl LinuxRuntime {
     }
 
     /// Keeps `count` sandbox inits started ahead of time (0 = none): a start takes one
-    /// and skips the init's exec, its first cgroup move and its disk's mount. They
-    /// are filled after the first start, with that start's disk size.
+    /// and skips the init's exec, its first cgroup move, its id maps and its disk's
+    /// mount (and with [`LinuxRuntime::fill_warm_inits`] its root's mounts and network).
+    /// Without that call they are filled after the first start, with its disk size.
     pub fn with_warm_inits(mut self, count: usize) -> Self {
-        self.warm = (count > 0).then(|| {
-            let net = self.network.clone();
-            warm::WarmPool::new(self.config.clone(), self.cgroups.clone(), count, net)
-        });
+        let net = self.network.clone();
+        self.warm = match count {
+            0 => None,
+            _ => match warm::WarmPool::new(self.config.clone(), self.cgroups.clone(), count, net) {
+                Ok(pool) => Some(pool),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no warm inits");
+                    None
+                }
+            },
+        };
         self.spare_nets = match (&self.network, count > 0) {
             (Some(net), true) => Some(net::spares::SpareNets::new(net.clone(), count)),
             _ => None,
@@ -109,7 +117,19 @@ impl LinuxRuntime {
     /// not wired. Starts of another kind start cold.
     pub fn fill_warm_inits(&self, disk_mb: u32, egress: bool) {
         if let Some(pool) = &self.warm {
-            pool.prefer(disk_mb, egress);
+            // The default image's root is mounted ahead too (others are remounted).
+            let root = match self.image_dirs(DEFAULT_IMAGE) {
+                Ok(layers) => Some((DEFAULT_IMAGE.to_string(), layers)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "warm inits without a root mounted ahead");
+                    None
+                }
+            };
+            pool.prefer(warm::Shape {
+                disk_mb,
+                wired: egress,
+                root,
+            });
         }
         if let Some(spares) = &self.spare_nets {
             spares.refill();
@@ -172,6 +192,17 @@ impl LinuxRuntime {
             .rev()
             .chain(image.layers.iter().rev());
         digests.map(|d| self.layers.path(d)).collect()
+    }
+
+    /// Host directories of image `name`'s layers, top first.
+    fn image_dirs(&self, name: &str) -> Result<Vec<PathBuf>, RuntimeError> {
+        let image = self.resolve_image(name)?;
+        image
+            .layers
+            .iter()
+            .rev()
+            .map(|d| self.layers.path(d))
+            .collect()
     }
 }
 

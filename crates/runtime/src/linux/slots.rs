@@ -66,12 +66,34 @@ impl Slots {
         Err(RuntimeError::IdRangesExhausted)
     }
 
+    /// Gives the slot of `base`, held by `from`, to `to`.
+    pub fn hand_over(&self, base: u32, from: Uuid, to: Uuid) -> Result<(), RuntimeError> {
+        let path = self.path_of(base).ok_or(RuntimeError::IdRangesExhausted)?;
+        let io = |source| RuntimeError::Io {
+            what: "handing over a slot",
+            path: path.clone(),
+            source,
+        };
+        match std::fs::read_to_string(&path).map_err(io)?.trim() == from.to_string() {
+            true => std::fs::write(&path, to.to_string()).map_err(io),
+            false => Err(io(std::io::Error::other(format!(
+                "the slot is not {from}'s"
+            )))),
+        }
+    }
+
+    fn path_of(&self, base: u32) -> Option<PathBuf> {
+        if base < FIRST_BASE || (base - FIRST_BASE) & (RANGE - 1) != 0 {
+            return None;
+        }
+        Some(self.dir.join(((base - FIRST_BASE) / RANGE).to_string()))
+    }
+
     /// Frees the slot of `base` if `id` holds it (idempotent).
     pub fn free(&self, base: u32, id: Uuid) {
-        if base < FIRST_BASE || (base - FIRST_BASE) & (RANGE - 1) != 0 {
+        let Some(path) = self.path_of(base) else {
             return;
-        }
-        let path = self.dir.join(((base - FIRST_BASE) / RANGE).to_string());
+        };
         if std::fs::read_to_string(&path).is_ok_and(|owner| owner.trim() == id.to_string()) {
             let _ = std::fs::remove_file(path);
         }
@@ -99,7 +121,12 @@ mod tests {
         let slots = Slots::new(dir.path()).expect("slots");
         slots.free(base_a, b); // not the owner: kept
         assert!(dir.path().join("slots/0").exists());
-        slots.free(base_a, a);
+        let c = Uuid::new_v4();
+        assert!(slots.hand_over(base_a, b, c).is_err(), "b does not hold it");
+        slots.hand_over(base_a, a, c).expect("a hands it to c");
+        slots.free(base_a, a); // no longer the owner: kept
+        assert!(dir.path().join("slots/0").exists());
+        slots.free(base_a, c);
         assert!(!dir.path().join("slots/0").exists());
     }
 }

@@ -5,7 +5,7 @@ use super::cgroup::Limits;
 use super::handshake::{self, Channel, InitConfig, Msg};
 use super::io;
 use super::warm::Warm;
-use super::{destroy, rootfs, slots, sys, LinuxConfig, LinuxRuntime};
+use super::{destroy, rootfs, sys, LinuxConfig, LinuxRuntime};
 use crate::{RuntimeError, SandboxHandle, SandboxSpec};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
@@ -33,9 +33,14 @@ pub(super) fn start_with(
     spec: &SandboxSpec,
     warm: Option<Warm>,
 ) -> Result<SandboxHandle, RuntimeError> {
-    let prepared = rt
-        .layer_stack(spec)
-        .and_then(|layers| Ok((layers, rt.slots.allocate(spec.id)?)));
+    // A warm entry's id slot (its maps are written) becomes the sandbox's.
+    let slot = |layers| match (&warm, &rt.warm) {
+        (Some(w), Some(pool)) => pool
+            .hand_over_slot(w, spec.id)
+            .map(|()| (layers, w.host_id_base)),
+        _ => Ok((layers, rt.slots.allocate(spec.id)?)),
+    };
+    let prepared = rt.layer_stack(spec).and_then(slot);
     let (layers, host_id_base) = match prepared {
         Ok(prepared) => prepared,
         Err(e) => {
@@ -117,7 +122,7 @@ fn launch(
         memory_mb: spec.memory_mb,
         pids_max: spec.pids_max,
     };
-    let (ours, pid, fresh) = match warm {
+    let (ours, pid, stage) = match warm {
         Some(w) => {
             let pid = w.child.id() as i32;
             *init = Some(w.child);
@@ -130,13 +135,20 @@ fn launch(
                 return Err(e);
             }
             rt.cgroups.set_limits(spec.id, limits)?;
-            // The disk (if any) is mounted already: only the dirs on it remain.
-            rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, None)?;
-            if w.wired {
-                let upper = rootfs::upper(&handle.state_dir);
-                super::net::wired::own_staged(&upper, handle.host_id_base)?;
+            let mounted = match &w.shape.root {
+                Some((image, dirs)) if *image == spec.image && dirs == layers => true,
+                Some(_) => {
+                    rootfs::unmount_overlay(&handle.state_dir)?;
+                    false
+                }
+                None => false,
+            };
+            if !mounted {
+                // The disk (if any) is mounted already: only the dirs on it remain.
+                let base = handle.host_id_base;
+                rootfs::prepare_dirs(&handle.state_dir, layers.len(), base, None)?;
             }
-            (w.channel, pid, false)
+            (w.channel, pid, Stage::Warm { mounted })
         }
         None => {
             let (ours, theirs) = handshake::pair().map_err(agent_err)?;
@@ -147,9 +159,10 @@ fn launch(
             let disk = Some((rt.config.data_dir.as_path(), spec.disk_mb));
             rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, disk)?;
             rt.cgroups.create(spec.id, limits)?;
-            (ours, pid, true)
+            (ours, pid, Stage::Fresh)
         }
     };
+    let fresh = stage == Stage::Fresh;
     tm("prepared");
     // The first move into a v1 hierarchy waits for an RCU grace period (5-10 ms here):
     // it runs on its own thread while the root is mounted and PID 1 sets itself up.
@@ -158,7 +171,7 @@ fn launch(
             true => rt.cgroups.attach(spec.id, pid),
             false => Ok(()),
         });
-        let pid1 = prepare_and_go(spec, layers, handle, &ours, &log, pid, fresh).and_then(|()| {
+        let pid1 = prepare_and_go(spec, layers, handle, &ours, &log, pid, stage).and_then(|()| {
             expect(&ours, &log, |m| match m {
                 Msg::Pid(p) => Some(*p),
                 _ => None,
@@ -197,9 +210,17 @@ fn launch(
         .map_err(io("writing the sandbox handle", &path))
 }
 
+/// Where a launch starts from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// A new init: its user namespace is reported, its ids are not mapped yet.
+    Fresh,
+    /// A warm init: ids mapped, OOM-protected, and its root `mounted` if it matched.
+    Warm { mounted: bool },
+}
+
 /// The handshake up to `Go`: id maps, the root mounted through the user namespace, and
-/// the go-ahead to the init (a `fresh` one reports its user namespace first; a warm one
-/// did so when it was made).
+/// the go-ahead to the init (what a warm entry did when it was made is skipped).
 fn prepare_and_go(
     spec: &SandboxSpec,
     layers: &[PathBuf],
@@ -207,27 +228,27 @@ fn prepare_and_go(
     ours: &Channel,
     log: &Path,
     pid: i32,
-    fresh: bool,
+    stage: Stage,
 ) -> Result<(), RuntimeError> {
-    if fresh {
-        expect(ours, log, |m| matches!(m, Msg::UserNs).then_some(()))?;
+    let userns = match stage {
+        Stage::Fresh => {
+            expect(ours, log, |m| matches!(m, Msg::UserNs).then_some(()))?;
+            let userns = super::warm::map_ids(pid, handle.host_id_base)?;
+            protect_from_oom(pid)?;
+            Some(userns)
+        }
+        Stage::Warm { mounted: false } => {
+            let ns_path = PathBuf::from(format!("/proc/{pid}/ns/user"));
+            let file = std::fs::File::open(&ns_path)
+                .map_err(io("opening the user namespace", &ns_path))?;
+            Some(OwnedFd::from(file))
+        }
+        Stage::Warm { mounted: true } => None,
+    };
+    if let Some(userns) = userns {
+        let host_usr = spec.image == super::images::DEFAULT_IMAGE;
+        rootfs::mount_root(&handle.state_dir, layers, &userns, host_usr)?;
     }
-    let map = format!("0 {} {}\n", handle.host_id_base, slots::RANGE);
-    for file in ["uid_map", "gid_map"] {
-        let path = PathBuf::from(format!("/proc/{pid}/{file}"));
-        std::fs::write(&path, &map).map_err(io("writing an id map", &path))?;
-    }
-    let ns_path = PathBuf::from(format!("/proc/{pid}/ns/user"));
-    let userns: OwnedFd = std::fs::File::open(&ns_path)
-        .map_err(io("opening the user namespace", &ns_path))?
-        .into();
-    rootfs::mount_root(
-        &handle.state_dir,
-        layers,
-        &userns,
-        spec.image == super::images::DEFAULT_IMAGE,
-    )?;
-    protect_from_oom(pid)?;
     let config = InitConfig {
         rootfs: rootfs::rootfs(&handle.state_dir),
         socket: handle.agent_socket.clone(),
@@ -240,7 +261,7 @@ fn prepare_and_go(
 /// Sets the init's (so the agent's) `oom_score_adj` to -1000 so the memory cgroup's OOM
 /// killer picks commands, not the agent. Hosts that deny us CAP_SYS_RESOURCE (some
 /// containers) cannot lower it: that is logged, not fatal.
-fn protect_from_oom(pid: i32) -> Result<(), RuntimeError> {
+pub(super) fn protect_from_oom(pid: i32) -> Result<(), RuntimeError> {
     let adj = PathBuf::from(format!("/proc/{pid}/oom_score_adj"));
     match std::fs::write(&adj, "-1000") {
         Ok(()) => Ok(()),

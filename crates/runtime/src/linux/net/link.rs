@@ -43,22 +43,20 @@ fn resolv_err(path: &Path) -> impl Fn(std::io::Error) -> RuntimeError + '_ {
 }
 
 /// Stages `etc/resolv.conf` in an overlay upper dir before the root is mounted (an
-/// `etc` dir there merges with the image's); [`own_staged_resolv_conf`] gives it to
-/// the sandbox's root once its id range is known.
-pub fn stage_resolv_conf(upper: &Path, resolvers: &[Ipv4Addr]) -> Result<(), RuntimeError> {
+/// `etc` dir there merges with the image's), owned by the sandbox's root (`owner`).
+pub fn stage_resolv_conf(
+    upper: &Path,
+    resolvers: &[Ipv4Addr],
+    owner: u32,
+) -> Result<(), RuntimeError> {
     let etc = upper.join("etc");
     std::fs::DirBuilder::new()
         .mode(0o755)
         .create(&etc)
         .map_err(resolv_err(&etc))?;
     let path = etc.join("resolv.conf");
-    std::fs::write(&path, resolv_conf_text(resolvers)).map_err(resolv_err(&path))
-}
-
-/// Chowns what [`stage_resolv_conf`] made to the sandbox's root `owner`.
-pub fn own_staged_resolv_conf(upper: &Path, owner: u32) -> Result<(), RuntimeError> {
-    let etc = upper.join("etc");
-    for path in [etc.join("resolv.conf"), etc] {
+    std::fs::write(&path, resolv_conf_text(resolvers)).map_err(resolv_err(&path))?;
+    for path in [path, etc] {
         std::os::unix::fs::chown(&path, Some(owner), Some(owner)).map_err(resolv_err(&path))?;
     }
     Ok(())

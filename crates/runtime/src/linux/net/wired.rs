@@ -10,17 +10,19 @@ use crate::{RuntimeError, SandboxSpec};
 use std::path::Path;
 use uuid::Uuid;
 
-/// Gives warm entry `key` (its init is `pid`, its upper dir `upper`) an egress network.
+/// Gives warm entry `key` (its init is `pid`, its upper dir `upper`, its root host id
+/// `owner`) an egress network, and its `resolv.conf`.
 pub(in crate::linux) fn wire(
     config: &NetConfig,
     key: Uuid,
     pid: i32,
     upper: &Path,
+    owner: u32,
 ) -> Result<(), RuntimeError> {
     let lease = spares::make(config, key)?;
     let (ifname, _) = super::lease_names(key, &lease);
     link::create(&ifname, pid, &lease)?;
-    link::stage_resolv_conf(upper, &config.resolvers)
+    link::stage_resolv_conf(upper, &config.resolvers, owner)
 }
 
 /// Removes what [`wire`] made (idempotent).
@@ -41,10 +43,4 @@ pub(in crate::linux) fn take(rt: &LinuxRuntime, spec: &SandboxSpec) -> Option<Wa
             None
         }
     }
-}
-
-/// Gives what [`wire`] staged in a taken entry's upper dir to the sandbox's root
-/// (`owner`, the start of its id range).
-pub(in crate::linux) fn own_staged(upper: &Path, owner: u32) -> Result<(), RuntimeError> {
-    link::own_staged_resolv_conf(upper, owner)
 }

@@ -1,0 +1,215 @@
+//! One warm entry: made (init spawned into a cgroup of its own, id maps written, disk
+//! and root mounted, network wired, as its [`Shape`] says), ended, and removed again,
+//! also when a dead process left it behind.
+
+use super::Shape;
+use crate::linux::cgroup::Cgroups;
+use crate::linux::handshake::{self, Channel, Msg};
+use crate::linux::net::{wired, NetConfig};
+use crate::linux::slots::{self, Slots};
+use crate::linux::start::{expect, protect_from_oom, spawn_init};
+use crate::linux::{disk, io, refill, rootfs, LinuxConfig};
+use crate::RuntimeError;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use uuid::Uuid;
+
+/// Name prefix of a warm entry's directory under `sandboxes/`.
+pub(super) const DIR_PREFIX: &str = ".warm-";
+/// File in an entry's dir holding its id slot's base (for the sweep of a dead owner's).
+const SLOT_FILE: &str = "slot";
+
+/// An init waiting for its sandbox.
+pub(in crate::linux) struct Warm {
+    pub key: Uuid,
+    pub child: Child,
+    pub channel: Channel,
+    pub dir: PathBuf,
+    /// Its host id range (the slot file names `key` until a start takes it).
+    pub host_id_base: u32,
+    /// What it was made for: disk, network, the root mounted.
+    pub shape: Shape,
+}
+
+/// What making entries needs from the runtime.
+pub(super) struct Maker {
+    pub config: LinuxConfig,
+    pub cgroups: Cgroups,
+    pub slots: Slots,
+    pub net: Option<NetConfig>,
+}
+
+impl Maker {
+    /// Spawns an init into a fresh cgroup, waits for its user namespace, gives it an id
+    /// range, and mounts and wires what `shape` says.
+    pub fn make(&self, shape: &Shape) -> Result<Warm, RuntimeError> {
+        let key = Uuid::new_v4();
+        let dir = self
+            .config
+            .data_dir
+            .join("sandboxes")
+            .join(format!("{DIR_PREFIX}{key}"));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io("creating a warm init's dir", &dir))?;
+        let mut made: Option<(Child, Channel)> = None;
+        let mut base = None;
+        let result = self.set_up(key, &dir, shape, &mut made, &mut base);
+        match (result, made, base) {
+            (Ok(()), Some((child, channel)), Some(host_id_base)) => Ok(Warm {
+                key,
+                child,
+                channel,
+                dir,
+                host_id_base,
+                shape: shape.clone(),
+            }),
+            (result, made, _) => {
+                if let Some((mut child, _)) = made {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                self.remove(key, &dir, shape.wired);
+                Err(result.err().unwrap_or_else(|| {
+                    RuntimeError::AgentStart("the warm init was not spawned".into())
+                }))
+            }
+        }
+    }
+
+    fn set_up(
+        &self,
+        key: Uuid,
+        dir: &Path,
+        shape: &Shape,
+        made: &mut Option<(Child, Channel)>,
+        base: &mut Option<u32>,
+    ) -> Result<(), RuntimeError> {
+        let owner_file = dir.join("owner");
+        std::fs::write(&owner_file, refill::owner_mark())
+            .map_err(io("writing a warm init's owner", &owner_file))?;
+        let (ours, theirs) =
+            handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
+        let log = dir.join("init.log");
+        let child = spawn_init(&self.config, &theirs.0, &log)?;
+        drop(theirs);
+        let pid = child.id() as i32;
+        let ours = &made.insert((child, ours)).1;
+        self.cgroups.make(key)?;
+        self.cgroups.attach(key, pid)?;
+        let host_id_base = self.slots.allocate(key)?;
+        *base = Some(host_id_base);
+        let slot_file = dir.join(SLOT_FILE);
+        std::fs::write(&slot_file, host_id_base.to_string())
+            .map_err(io("writing a warm init's slot", &slot_file))?;
+        expect(ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
+        let userns = map_ids(pid, host_id_base)?;
+        protect_from_oom(pid)?;
+        let layer_count = shape.root.as_ref().map_or(1, |(_, layers)| layers.len());
+        let disk = Some((self.config.data_dir.as_path(), shape.disk_mb));
+        rootfs::prepare_dirs(dir, layer_count, host_id_base, disk)?;
+        // Wired first: it stages a file in the upper dir, which must not change under
+        // a mounted overlay.
+        if let (true, Some(net)) = (shape.wired, &self.net) {
+            wired::wire(net, key, pid, &rootfs::upper(dir), host_id_base)?;
+        }
+        if let Some((image, layers)) = &shape.root {
+            rootfs::mount_root(dir, layers, &userns, image == crate::linux::DEFAULT_IMAGE)?;
+        }
+        Ok(())
+    }
+
+    /// Ends an entry's init and removes its cgroup, mounts, slot, network and dir.
+    pub fn discard(&self, mut warm: Warm) {
+        let _ = warm.child.kill();
+        let _ = warm.child.wait();
+        drop(warm.channel);
+        self.remove(warm.key, &warm.dir, warm.shape.wired);
+    }
+
+    fn remove(&self, key: Uuid, dir: &Path, wired: bool) {
+        remove(&self.cgroups, &self.slots, key, dir);
+        if let (true, Some(net)) = (wired, &self.net) {
+            wired::unwire(net, key);
+        }
+    }
+}
+
+/// Writes the init's id maps: its root is host id `base`.
+pub(in crate::linux) fn map_ids(pid: i32, base: u32) -> Result<OwnedFd, RuntimeError> {
+    let map = format!("0 {base} {}\n", slots::RANGE);
+    for file in ["uid_map", "gid_map"] {
+        let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+        std::fs::write(&path, &map).map_err(io("writing an id map", &path))?;
+    }
+    let ns_path = PathBuf::from(format!("/proc/{pid}/ns/user"));
+    Ok(std::fs::File::open(&ns_path)
+        .map_err(io("opening the user namespace", &ns_path))?
+        .into())
+}
+
+/// Removes what entry `key` made, killing what is left in its cgroup.
+fn remove(cgroups: &Cgroups, slots: &Slots, key: Uuid, dir: &Path) {
+    for pid in cgroups.procs(key) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    if let Err(e) = cgroups.remove(key) {
+        tracing::warn!(%key, error = %e, "removing a warm init's cgroup");
+    }
+    if let Err(e) = rootfs::unmount_root(dir) {
+        tracing::warn!(%key, error = %e, "unmounting a warm init's root");
+    }
+    if let Err(e) = disk::release(dir) {
+        tracing::warn!(%key, error = %e, "releasing a warm init's disk");
+    }
+    if let Some(base) = std::fs::read_to_string(dir.join(SLOT_FILE))
+        .ok()
+        .and_then(|b| b.trim().parse().ok())
+    {
+        slots.free(base, key);
+    }
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(dir = %dir.display(), error = %e, "removing a warm init's dir");
+        }
+    }
+}
+
+/// Removes the entries under `data_dir` whose owning process is gone (one killed before
+/// it could drain its pool); run by every runtime that opens the data dir.
+pub(in crate::linux) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &Slots) {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("sandboxes")) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(key) = name
+            .strip_prefix(DIR_PREFIX)
+            .and_then(|k| Uuid::parse_str(k).ok())
+        else {
+            continue;
+        };
+        let Ok(owner) = std::fs::read_to_string(entry.path().join("owner")) else {
+            // Being made right now by another process, or left half-made long ago.
+            let young = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age.as_secs() < 60);
+            if !young {
+                remove(cgroups, slots, key, &entry.path());
+            }
+            continue;
+        };
+        if !refill::owner_alive(&owner) {
+            remove(cgroups, slots, key, &entry.path());
+        }
+    }
+}

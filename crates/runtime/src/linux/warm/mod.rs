@@ -1,0 +1,215 @@
+//! Warm inits: a few sandbox inits started ahead of time, each already in a cgroup of
+//! its own with its namespaces, its id range mapped and, for the [`Shape`] most starts
+//! ask for, its writable disk and the default image's root mounted. A start takes one
+//! instead of paying, on its critical path, for the init's exec, the RCU grace period
+//! of a first v1 cgroup move (5-10 ms here), the disk's loop mount and the root's
+//! mounts. With egress preferred, each entry is also *wired* (`net::wired`): a host
+//! side of its own and the veth already in the init's network namespace.
+//!
+//! An entry lives in `sandboxes/.warm-<key>/` (renamed to the sandbox's state dir when
+//! taken), the cgroup `<parent>/<key>` (renamed to the sandbox's id) and an id slot
+//! recorded for `key` (given to the sandbox). Its init waits for `Go` and exits when we
+//! close the handshake socket, so a dead server leaves no process behind; the next
+//! runtime with a pool removes what such entries left.
+
+mod entry;
+
+use super::cgroup::Cgroups;
+use super::net::NetConfig;
+use super::slots::Slots;
+use super::{refill, LinuxConfig};
+use crate::RuntimeError;
+use entry::Maker;
+pub(super) use entry::{map_ids, Warm};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What entries are made for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Shape {
+    /// Size of the disk mounted at `dir/layer` (0 = none).
+    pub disk_mb: u32,
+    /// Whether it has an egress network (named after its key) already.
+    pub wired: bool,
+    /// The image whose root is mounted already: its name and layer dirs, top first.
+    pub root: Option<(String, Vec<PathBuf>)>,
+}
+
+struct Shared {
+    maker: Maker,
+    size: usize,
+    entries: Mutex<Vec<Warm>>,
+    /// What refills make: what [`WarmPool::prefer`] set, else the last start's disk.
+    shape: Mutex<Shape>,
+    preferred: AtomicBool,
+    filling: AtomicBool,
+    closed: AtomicBool,
+}
+
+/// The pool; dropping it ends and removes every entry.
+pub(super) struct WarmPool(Arc<Shared>);
+
+impl WarmPool {
+    /// A pool of `size` entries, filled in the background once the first start (or
+    /// [`WarmPool::prefer`]) says what to prepare; `net` lets entries be wired.
+    pub fn new(
+        config: LinuxConfig,
+        cgroups: Cgroups,
+        size: usize,
+        net: Option<NetConfig>,
+    ) -> Result<Self, RuntimeError> {
+        let slots = Slots::new(&config.data_dir)?;
+        let shared = Shared {
+            maker: Maker {
+                config,
+                cgroups,
+                slots,
+                net,
+            },
+            size,
+            entries: Mutex::new(Vec::new()),
+            shape: Mutex::new(Shape::default()),
+            preferred: AtomicBool::new(false),
+            filling: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        };
+        Ok(WarmPool(Arc::new(shared)))
+    }
+
+    /// Entries ready to be taken.
+    pub fn ready(&self) -> usize {
+        self.0.entries.lock().map_or(0, |e| e.len())
+    }
+
+    /// Takes a live entry whose disk is `disk_mb` MiB, wired or not, if there is one
+    /// (its root, if mounted, may be another image's: the start then remounts it).
+    pub fn take(&self, disk_mb: u32, wired: bool) -> Option<Warm> {
+        let mut entries = self.0.entries.lock().ok()?;
+        while let Some(i) = entries
+            .iter()
+            .position(|w| w.shape.disk_mb == disk_mb && w.shape.wired == wired)
+        {
+            let mut warm = entries.swap_remove(i);
+            if matches!(warm.child.try_wait(), Ok(None)) {
+                return Some(warm);
+            }
+            drop(entries);
+            self.0.maker.discard(warm);
+            entries = self.0.entries.lock().ok()?;
+        }
+        None
+    }
+
+    /// Makes entries of `shape` from now on, whatever starts ask for (what most will: a
+    /// start of another disk or network starts cold and leaves the pool as it is).
+    pub fn prefer(&self, mut shape: Shape) {
+        shape.wired &= self.0.maker.net.is_some();
+        if let Ok(mut s) = self.0.shape.lock() {
+            *s = shape;
+        }
+        self.0.preferred.store(true, Ordering::Release);
+        self.refill();
+    }
+
+    /// After a start of a `disk_mb` sandbox: tops the pool up on a background thread,
+    /// with entries of that size unless a shape is preferred (entries of another shape
+    /// are dropped).
+    pub fn refill_after(&self, disk_mb: u32) {
+        if !self.0.preferred.load(Ordering::Acquire) {
+            if let Ok(mut s) = self.0.shape.lock() {
+                s.disk_mb = disk_mb;
+            }
+        }
+        self.refill();
+    }
+
+    fn refill(&self) {
+        refill::spawn(&self.0, |s| &s.filling, "warm-inits", Shared::fill);
+    }
+
+    /// Ends an entry that will not be used and removes what it made.
+    pub fn discard(&self, warm: Warm) {
+        self.0.maker.discard(warm);
+    }
+
+    /// Gives a taken entry's id slot to sandbox `id`.
+    pub fn hand_over_slot(&self, warm: &Warm, id: uuid::Uuid) -> Result<(), RuntimeError> {
+        self.0
+            .maker
+            .slots
+            .hand_over(warm.host_id_base, warm.key, id)
+    }
+
+    /// Ends and removes every entry (also run on drop).
+    pub fn drain(&self) {
+        self.0.closed.store(true, Ordering::Release);
+        refill::wait_idle(&self.0.filling);
+        let entries = match self.0.entries.lock() {
+            Ok(mut e) => std::mem::take(&mut *e),
+            Err(_) => return,
+        };
+        for warm in entries {
+            self.0.maker.discard(warm);
+        }
+    }
+}
+
+impl Drop for WarmPool {
+    fn drop(&mut self) {
+        self.drain();
+    }
+}
+
+impl Shared {
+    fn fill(&self) {
+        loop {
+            let Ok(want) = self.shape.lock().map(|s| s.clone()) else {
+                return;
+            };
+            let stale: Vec<Warm> = match self.entries.lock() {
+                Ok(mut e) => {
+                    let (keep, stale) = std::mem::take(&mut *e)
+                        .into_iter()
+                        .partition(|w| w.shape == want);
+                    *e = keep;
+                    if e.len() >= self.size && stale.is_empty() {
+                        return;
+                    }
+                    stale
+                }
+                Err(_) => return,
+            };
+            for warm in stale {
+                self.maker.discard(warm);
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let warm = match self.maker.make(&want) {
+                Ok(warm) => warm,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot prepare a warm sandbox init");
+                    return;
+                }
+            };
+            let closed = self.closed.load(Ordering::Acquire);
+            match self.entries.lock() {
+                Ok(mut e) if !closed && e.len() < self.size => e.push(warm),
+                _ => {
+                    self.maker.discard(warm);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Removes the entries under `data_dir` whose owning process is gone (one killed before
+/// it could drain its pool); run by every runtime that opens the data dir.
+pub(super) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups) {
+    match Slots::new(data_dir) {
+        Ok(slots) => entry::sweep_stale(data_dir, cgroups, &slots),
+        Err(e) => tracing::warn!(error = %e, "cannot sweep warm inits left behind"),
+    }
+}
