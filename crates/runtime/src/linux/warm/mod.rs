@@ -25,6 +25,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// Entries a refill makes at once.
+const PARALLEL: usize = 2;
+
 /// What entries are made for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Shape {
@@ -167,39 +170,61 @@ impl Shared {
             let Ok(want) = self.shape.lock().map(|s| s.clone()) else {
                 return;
             };
-            let stale: Vec<Warm> = match self.entries.lock() {
+            let (stale, missing) = match self.entries.lock() {
                 Ok(mut e) => {
-                    let (keep, stale) = std::mem::take(&mut *e)
+                    let (keep, stale): (Vec<Warm>, Vec<Warm>) = std::mem::take(&mut *e)
                         .into_iter()
                         .partition(|w| w.shape == want);
                     *e = keep;
                     if e.len() >= self.size && stale.is_empty() {
                         return;
                     }
-                    stale
+                    (stale, self.size.saturating_sub(e.len()))
                 }
                 Err(_) => return,
             };
             for warm in stale {
                 self.maker.discard(warm);
             }
-            if self.closed.load(Ordering::Acquire) {
+            if self.closed.load(Ordering::Acquire) || missing == 0 {
                 return;
             }
-            let warm = match self.maker.make(&want) {
-                Ok(warm) => warm,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot prepare a warm sandbox init");
-                    return;
+            // A few at once: most of making one is waiting (the exec, the RCU grace
+            // period of the first cgroup move), which entries made together share.
+            let made: Vec<Result<Warm, RuntimeError>> = std::thread::scope(|s| {
+                let makers: Vec<_> = (0..missing.min(PARALLEL))
+                    .map(|_| s.spawn(|| self.maker.make(&want)))
+                    .collect();
+                makers
+                    .into_iter()
+                    .map(|m| {
+                        m.join().unwrap_or_else(|_| {
+                            Err(RuntimeError::AgentStart("making a warm init panicked".into()))
+                        })
+                    })
+                    .collect()
+            });
+            let mut failed = false;
+            for result in made {
+                let warm = match result {
+                    Ok(warm) => warm,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot prepare a warm sandbox init");
+                        failed = true;
+                        continue;
+                    }
+                };
+                let closed = self.closed.load(Ordering::Acquire);
+                match self.entries.lock() {
+                    Ok(mut e) if !closed && e.len() < self.size => e.push(warm),
+                    _ => {
+                        self.maker.discard(warm);
+                        failed = true;
+                    }
                 }
-            };
-            let closed = self.closed.load(Ordering::Acquire);
-            match self.entries.lock() {
-                Ok(mut e) if !closed && e.len() < self.size => e.push(warm),
-                _ => {
-                    self.maker.discard(warm);
-                    return;
-                }
+            }
+            if failed {
+                return;
             }
         }
     }
