@@ -17,6 +17,7 @@ mod ring;
 mod routes;
 mod shared;
 mod spawn;
+mod vfork;
 
 use hyper_util::rt::TokioIo;
 use shared::Shared;
@@ -24,7 +25,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Confinement applied in every child as the last step before `exec`. It runs after
-/// `fork` in a possibly multi-threaded process: it must not allocate or take locks
+/// `fork`, or in a `vfork`-like child sharing the agent's memory, of a possibly
+/// multi-threaded process: it must only issue syscalls, never allocate or take locks
 /// (prepare everything beforehand, as `sandboxd_confine::prepare` does).
 pub type ConfineFn = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
 

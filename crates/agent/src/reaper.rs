@@ -70,7 +70,7 @@ fn reap_forever(wake: OwnedFd) -> ! {
 
 /// Reaps every zombie child. Each is first only *peeked at* (`WNOWAIT`), then reaped
 /// under the waiters lock: a child whose spawn is still in progress (lock held) is left
-/// to `Command::spawn`, which reaps it itself when `exec` fails.
+/// to its spawner, which reaps it itself when `exec` fails.
 fn reap_all() {
     let Ok(r) = reaper() else { return };
     loop {
@@ -103,17 +103,30 @@ fn peek_zombie() -> Option<i32> {
     }
 }
 
-/// Spawns `cmd` and registers its PID before the reaper can see it exit (the waiters
-/// lock is held across the spawn), so no status is ever lost or stolen.
+/// Spawns `cmd` and registers its PID before the reaper can see it exit (see
+/// [`spawn_with`]).
 pub(crate) fn spawn(cmd: &mut Command) -> io::Result<(Child, oneshot::Receiver<Exit>)> {
+    spawn_with(|| {
+        let child = cmd.spawn()?;
+        let pid = child.id() as i32;
+        Ok((child, pid))
+    })
+}
+
+/// Runs `start`, which starts a child and returns it with its PID, and registers the
+/// PID before the reaper can see it exit: the waiters lock is held across the start, so
+/// no status is ever lost or stolen. A `start` that fails reaps its child itself.
+pub(crate) fn spawn_with<T>(
+    start: impl FnOnce() -> io::Result<(T, i32)>,
+) -> io::Result<(T, oneshot::Receiver<Exit>)> {
     let r = reaper()?;
     let mut waiters = r
         .waiters
         .lock()
         .map_err(|_| io::Error::other("reaper lock poisoned"))?;
-    let child = cmd.spawn()?;
+    let (child, pid) = start()?;
     let (tx, rx) = oneshot::channel();
-    waiters.insert(child.id() as i32, tx);
+    waiters.insert(pid, tx);
     Ok((child, rx))
 }
 

@@ -1,14 +1,17 @@
-//! Validating a command request and launching it: its own session and process group,
-//! a neutral OOM score, optional confinement last, stdin from /dev/null, piped output.
+//! Validating a command request and launching it (without copying the agent, see
+//! `vfork`): its own session and process group, a neutral OOM score, optional
+//! confinement last, stdin from /dev/null, piped output.
 
 use crate::error::{check_no_nul, error, invalid};
 use crate::reaper::{self, Exit};
 use crate::ConfineFn;
 use sandboxd_agent_protocol::{AgentError, AgentErrorCode};
+use crate::vfork::{self, Program};
+use nix::fcntl::OFlag;
+use nix::unistd::pipe2;
 use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt;
+use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
@@ -65,43 +68,39 @@ pub(crate) fn spawn(
     confine: Option<&ConfineFn>,
 ) -> Result<Spawned, AgentError> {
     validate(l)?;
-    let mut cmd = Command::new(&l.argv[0]);
-    cmd.args(&l.argv[1..])
-        .env_clear()
-        .envs(l.env.unwrap_or(default_env))
-        .current_dir(l.cwd.unwrap_or("/"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let confine = confine.cloned();
-    // SAFETY: the hook runs in the forked child and only issues syscalls (setsid, open,
-    // write, close) plus the confinement, which is prepared before fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            neutral_oom_score();
-            match &confine {
-                Some(f) => f(),
-                None => Ok(()),
-            }
-        });
-    }
-    let (mut child, exit) = reaper::spawn(&mut cmd).map_err(|e| {
+    let spawn_failed = |e: std::io::Error| {
         error(
             AgentErrorCode::SpawnFailed,
             format!("cannot start {}: {e}", l.argv[0]),
         )
-    })?;
-    let io_err = |e: std::io::Error| error(AgentErrorCode::Io, format!("output pipe: {e}"));
-    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(error(AgentErrorCode::Io, "output pipes missing"));
     };
+    let io_err = |e: std::io::Error| error(AgentErrorCode::Io, format!("output pipe: {e}"));
+    let program = Program::new(l.argv, l.env.unwrap_or(default_env), l.cwd.unwrap_or("/"))
+        .map_err(spawn_failed)?;
+    let null = std::fs::File::open("/dev/null").map_err(spawn_failed)?;
+    let (out_rx, out_tx) = pipe2(OFlag::O_CLOEXEC).map_err(|e| io_err(e.into()))?;
+    let (err_rx, err_tx) = pipe2(OFlag::O_CLOEXEC).map_err(|e| io_err(e.into()))?;
+    let stdio = [null.as_raw_fd(), out_tx.as_raw_fd(), err_tx.as_raw_fd()];
+    // In the child, after setsid: only syscalls (open, write, close) and the
+    // confinement, which is prepared beforehand.
+    let setup = || {
+        neutral_oom_score();
+        match confine {
+            Some(f) => f(),
+            None => Ok(()),
+        }
+    };
+    let (pid, exit) = reaper::spawn_with(|| {
+        let pid = vfork::spawn(&program, stdio, &setup)?;
+        Ok((pid as u32, pid))
+    })
+    .map_err(spawn_failed)?;
+    // Our copies of the child's ends go now: the pipes reach EOF when the child's do.
+    drop((null, out_tx, err_tx));
     Ok(Spawned {
-        pid: child.id(),
-        stdout: pipe::Receiver::from_owned_fd(out.into()).map_err(io_err)?,
-        stderr: pipe::Receiver::from_owned_fd(err.into()).map_err(io_err)?,
+        pid,
+        stdout: pipe::Receiver::from_owned_fd(out_rx).map_err(io_err)?,
+        stderr: pipe::Receiver::from_owned_fd(err_rx).map_err(io_err)?,
         exit,
     })
 }

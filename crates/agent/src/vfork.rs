@@ -1,0 +1,381 @@
+//! Starting a child with `clone(CLONE_VM | CLONE_VFORK)`, as `posix_spawn` does: the
+//! agent's address space is not copied (a `fork` of the agent costs page-table copies
+//! and copy-on-write faults that grow with its mappings); the calling thread sleeps
+//! until the child has called `execve` or given up. The child runs on a stack of its
+//! own and issues only syscalls, so it touches nothing the parent relies on.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::ptr;
+use std::sync::Mutex;
+
+/// Stack of the child between `clone` and `execve` (a guard page sits below it).
+const STACK_BYTES: usize = 128 * 1024;
+
+/// A program with its argument and environment vectors, ready for `execve`.
+pub(crate) struct Program {
+    _strings: Vec<CString>,
+    path: *const c_char,
+    argv: Vec<*const c_char>,
+    envp: Vec<*const c_char>,
+    cwd: CString,
+}
+
+impl Program {
+    /// `argv[0]` is the path run; `env` becomes the whole environment. A NUL byte
+    /// anywhere is `InvalidInput` (callers validate first).
+    pub fn new<'a>(
+        argv: &[String],
+        env: impl IntoIterator<Item = (&'a String, &'a String)>,
+        cwd: &str,
+    ) -> io::Result<Self> {
+        let c = |s: String| CString::new(s).map_err(|_| io::ErrorKind::InvalidInput);
+        let args = argv.iter().map(|a| c(a.clone())).collect::<Result<Vec<_>, _>>()?;
+        let vars = env
+            .into_iter()
+            .map(|(k, v)| c(format!("{k}={v}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let path = args.first().ok_or(io::ErrorKind::InvalidInput)?.as_ptr();
+        // CString contents live on the heap: moving the vectors keeps these pointers valid.
+        let argv = args.iter().map(|a| a.as_ptr()).chain([ptr::null()]).collect();
+        let envp = vars.iter().map(|v| v.as_ptr()).chain([ptr::null()]).collect();
+        let mut strings = args;
+        strings.extend(vars);
+        Ok(Self {
+            _strings: strings,
+            path,
+            argv,
+            envp,
+            cwd: c(cwd.to_owned())?,
+        })
+    }
+}
+
+/// What the child reads, and where it reports why it could not `execve`.
+struct Job<'a> {
+    program: &'a Program,
+    stdio: [RawFd; 3],
+    setup: &'a dyn Fn() -> io::Result<()>,
+    errno: c_int,
+}
+
+/// Starts `program` with `stdio` as its descriptors 0, 1 and 2, in a new session (so
+/// also its own process group), with default signal handling and an empty signal
+/// mask; `setup` runs last before `execve` (raw syscalls only: no allocation, no
+/// locks). Returns the child's PID once it has exec'd. A child that failed has been
+/// reaped here, and its error is returned.
+pub(crate) fn spawn(
+    program: &Program,
+    stdio: [RawFd; 3],
+    setup: &dyn Fn() -> io::Result<()>,
+) -> io::Result<libc::pid_t> {
+    // A source among 0..=2 other than its own target could be overwritten by an
+    // earlier dup2 in the child: such descriptors are duplicated above 2 first.
+    let mut lifted = Vec::new();
+    let mut stdio = stdio;
+    for (target, fd) in stdio.iter_mut().enumerate() {
+        if (0..3).contains(fd) && *fd != target as RawFd {
+            // SAFETY: duplicating a descriptor the caller keeps open for this call.
+            let dup = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if dup < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: `dup` is a fresh descriptor owned by nobody else.
+            lifted.push(unsafe { OwnedFd::from_raw_fd(dup) });
+            *fd = dup;
+        }
+    }
+    let stack = Stack::take()?;
+    let mut job = Job {
+        program,
+        stdio,
+        setup,
+        errno: 0,
+    };
+    let pid = {
+        // Signals stay blocked until the child has reset every handler: a handler of
+        // the agent must never run on the child's stack in the shared address space.
+        let _blocked = BlockedSignals::all()?;
+        // SAFETY: `child_main` runs on `stack` and only reads `job` (and writes its
+        // `errno`); CLONE_VFORK suspends this thread until the child exec'd or exited,
+        // so `job` and `stack` outlive every use the child makes of them.
+        unsafe {
+            libc::clone(
+                child_main,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                ptr::addr_of_mut!(job).cast(),
+            )
+        }
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    stack.put_back();
+    // SAFETY: the child has exec'd or exited: nothing writes `errno` any more.
+    let errno = unsafe { ptr::read_volatile(ptr::addr_of!(job.errno)) };
+    if errno == 0 {
+        return Ok(pid);
+    }
+    let mut status = 0;
+    // SAFETY: reaping our own child, which has exited (it could not exec).
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    Err(io::Error::from_raw_os_error(errno))
+}
+
+/// The child: signals to default, descriptors, session, setup, exec. Any failure is
+/// written to the job and ends the child with 127.
+extern "C" fn child_main(arg: *mut c_void) -> c_int {
+    let job = arg.cast::<Job<'_>>();
+    // SAFETY: `arg` is the parent's `Job`, alive while the parent is suspended.
+    let err = match unsafe { prepare_and_exec(&*job) } {
+        Ok(never) => match never {},
+        Err(e) => e.raw_os_error().unwrap_or(libc::EINVAL),
+    };
+    // SAFETY: as above; the parent reads it only after we exit.
+    unsafe {
+        ptr::write_volatile(ptr::addr_of_mut!((*job).errno), err);
+        libc::_exit(127)
+    }
+}
+
+/// Runs in the child; returns only on failure.
+///
+/// # Safety
+/// Only in a child made by `spawn`, with every signal blocked.
+unsafe fn prepare_and_exec(job: &Job<'_>) -> io::Result<std::convert::Infallible> {
+    let check = |rc: c_int| {
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: plain syscalls on descriptors and strings the job keeps alive.
+    unsafe {
+        default_signal_handlers();
+        for (target, &fd) in job.stdio.iter().enumerate() {
+            let target = target as c_int;
+            if fd == target {
+                check(libc::fcntl(fd, libc::F_SETFD, 0))?;
+            } else {
+                check(libc::dup2(fd, target))?;
+            }
+        }
+        check(libc::chdir(job.program.cwd.as_ptr()))?;
+        check(libc::setsid())?;
+    }
+    (job.setup)()?;
+    // SAFETY: as above; the vectors are NUL-terminated and outlive the call.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        check(libc::sigprocmask(libc::SIG_SETMASK, &empty, ptr::null_mut()))?;
+        // execvpe, as std's Command: a file without a `#!` line is run by /bin/sh.
+        libc::execvpe(
+            job.program.path,
+            job.program.argv.as_ptr(),
+            job.program.envp.as_ptr(),
+        );
+    }
+    Err(io::Error::last_os_error())
+}
+
+/// In the child only: resets every caught signal to its default action, and SIGPIPE (which Rust programs
+/// ignore) too, as std's `Command` does; other ignored signals stay ignored.
+fn default_signal_handlers() {
+    // SAFETY: sigaction on structures we own; the handlers are not called here.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        for sig in 1..=libc::SIGRTMAX() {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, ptr::null(), &mut old) != 0 {
+                continue;
+            }
+            let caught = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+            if caught || sig == libc::SIGPIPE {
+                libc::sigaction(sig, &dfl, ptr::null_mut());
+            }
+        }
+    }
+}
+
+/// An anonymous mapping with a guard page at its low end.
+struct Stack {
+    base: *mut c_void,
+}
+
+// SAFETY: the mapping is plain memory owned by whoever holds the `Stack`.
+unsafe impl Send for Stack {}
+
+/// A stack kept for the next spawn: unmapping one costs a TLB shootdown on every CPU
+/// the agent's threads ran on, about as much as the rest of the spawn.
+static SPARE: Mutex<Option<Stack>> = Mutex::new(None);
+
+impl Stack {
+    /// The spare stack, or a new one when it is in use.
+    fn take() -> io::Result<Self> {
+        match SPARE.lock().ok().and_then(|mut spare| spare.take()) {
+            Some(stack) => Ok(stack),
+            None => Self::new(),
+        }
+    }
+
+    /// Keeps this stack as the spare (a child that ran on it has exec'd or exited).
+    fn put_back(self) {
+        if let Ok(mut spare) = SPARE.lock() {
+            if spare.is_none() {
+                *spare = Some(self);
+            }
+        }
+    }
+
+    fn new() -> io::Result<Self> {
+        let page = 4096;
+        // SAFETY: a fresh private anonymous mapping, ours alone.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                STACK_BYTES + page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { base };
+        // SAFETY: the lowest page of our own mapping.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The highest address (stacks grow down), 16-byte aligned.
+    fn top(&self) -> *mut c_void {
+        // SAFETY: one past the end of our mapping, which `clone` expects.
+        unsafe { self.base.cast::<u8>().add(STACK_BYTES + 4096).cast() }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping, no longer used by any child.
+        unsafe { libc::munmap(self.base, STACK_BYTES + 4096) };
+    }
+}
+
+/// Every signal blocked for the calling thread until dropped (the old mask returns).
+struct BlockedSignals {
+    old: libc::sigset_t,
+}
+
+impl BlockedSignals {
+    fn all() -> io::Result<Self> {
+        // SAFETY: sigset_t values we own, filled by libc.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            match libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) {
+                0 => Ok(Self { old }),
+                e => Err(io::Error::from_raw_os_error(e)),
+            }
+        }
+    }
+}
+
+impl Drop for BlockedSignals {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask saved by `all`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, ptr::null_mut()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    /// Runs `argv` with `env` in `cwd`, stdout into a pipe; returns (status, stdout).
+    fn run(argv: &[&str], env: &[(&str, &str)], cwd: &str) -> io::Result<(c_int, String)> {
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let env: Vec<(String, String)> =
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let program = Program::new(&argv, env.iter().map(|(k, v)| (k, v)), cwd)?;
+        let null = std::fs::File::open("/dev/null")?;
+        let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let fds = [null.as_raw_fd(), tx.as_raw_fd(), null.as_raw_fd()];
+        let pid = spawn(&program, fds, &|| Ok(()))?;
+        drop(tx);
+        let mut out = String::new();
+        std::fs::File::from(rx).read_to_string(&mut out)?;
+        let mut status = 0;
+        // SAFETY: waiting for the child just started.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        Ok((status, out))
+    }
+
+    #[test]
+    fn child_gets_argv_environment_cwd_and_its_own_session() {
+        let script = "echo \"$1|$FOO|$(pwd)\"; ps -o pid=,pgid=,sid= -p $$";
+        let (status, out) =
+            run(&["/bin/sh", "-c", script, "sh", "arg"], &[("FOO", "bar")], "/tmp").unwrap();
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{out}");
+        let mut lines = out.lines();
+        assert_eq!(lines.next(), Some("arg|bar|/tmp"));
+        let ids: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+        assert_eq!(ids.len(), 3, "{out}");
+        assert!(ids.iter().all(|id| *id == ids[0]), "pid, pgid, sid differ: {out}");
+    }
+
+    #[test]
+    fn signals_start_at_default_with_an_empty_mask() {
+        // SigBlk: nothing blocked; SigIgn: SIGPIPE (ignored by Rust) back to default.
+        let (_, out) = run(&["/bin/grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"], &[], "/")
+            .unwrap();
+        let mask = |name: &str| {
+            let line = out.lines().find(|l| l.starts_with(name)).unwrap_or_default();
+            u64::from_str_radix(line.split_whitespace().nth(1).unwrap_or_default(), 16)
+        };
+        assert_eq!(mask("SigBlk:"), Ok(0), "{out}");
+        let ignored = mask("SigIgn:").unwrap();
+        assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
+    }
+
+    #[test]
+    fn a_failed_exec_is_an_error_and_leaves_no_child() {
+        let err = run(&["/no/such/program"], &[], "/").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+        let err = run(&["/bin/true"], &[], "/no/such/dir").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+        // SAFETY: polling for any child of this test process: none may be left.
+        let left = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        assert!(left <= 0, "child {left} was left unreaped");
+    }
+
+    #[test]
+    fn a_file_without_shebang_runs_under_sh_and_setup_errors_stop_the_exec() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("script");
+        std::fs::write(&path, "echo from-script\n").unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let (_, out) = run(&[path.to_str().unwrap()], &[], "/").unwrap();
+        assert_eq!(out, "from-script\n");
+
+        let argv = ["/bin/true".to_string()];
+        let program = Program::new(&argv, std::iter::empty(), "/").unwrap();
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let fd = null.as_raw_fd();
+        let refuse = || Err(io::Error::from_raw_os_error(libc::EPERM));
+        let err = spawn(&program, [fd, fd, fd], &refuse).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+    }
+}
