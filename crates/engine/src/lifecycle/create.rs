@@ -7,6 +7,7 @@ use crate::model::{CreateSandbox, EndReason, Sandbox, WorkspaceId};
 use crate::state::SandboxStatus;
 use crate::validate;
 use sandboxd_runtime::{NetworkSpec, Requests, SandboxSpec};
+use sandboxd_store::SandboxRecord;
 use std::collections::BTreeSet;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -94,8 +95,11 @@ impl Engine {
             self.limits.default_network,
         )?;
         tm("network spec");
-        self.check_capacity(&req)?;
-        self.check_quota(ws, &req)?;
+        let active = self
+            .store
+            .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;
+        self.check_capacity(&active, &req)?;
+        self.check_quota(&active, ws, &req)?;
         tm("checked");
         self.create_rate.take(ws, self.limits.create_rate)?;
         if let Some(n) = requests.and_then(|r| r.pinned_vcpus) {
@@ -200,10 +204,12 @@ impl Engine {
         Ok(None)
     }
 
-    fn check_capacity(&self, req: &CreateSandbox) -> Result<(), EngineError> {
-        let active = self
-            .store
-            .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;
+    /// The server's limits, counting the `active` sandboxes.
+    fn check_capacity(
+        &self,
+        active: &[SandboxRecord],
+        req: &CreateSandbox,
+    ) -> Result<(), EngineError> {
         let vcpu: u64 = active.iter().map(|r| u64::from(r.vcpu)).sum();
         let memory: u64 = active.iter().map(|r| u64::from(r.memory_mb)).sum();
         let l = self.limits;
@@ -219,11 +225,13 @@ impl Engine {
         }
     }
 
-    /// The workspace's quota, counting its active sandboxes.
-    fn check_quota(&self, ws: &str, req: &CreateSandbox) -> Result<(), EngineError> {
-        let active = self
-            .store
-            .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;
+    /// The workspace's quota, counting its `active` sandboxes.
+    fn check_quota(
+        &self,
+        active: &[SandboxRecord],
+        ws: &str,
+        req: &CreateSandbox,
+    ) -> Result<(), EngineError> {
         let mut used = crate::quota::Usage::default();
         for r in active.iter().filter(|r| r.workspace == ws) {
             used.sandboxes += 1;
