@@ -1,5 +1,7 @@
-//! Async client for the agent protocol over a Unix socket (one HTTP/1.1 connection per call).
+//! Async client for the agent protocol over a Unix socket: short calls reuse kept
+//! HTTP/1.1 connections (`pool`), streams get one of their own.
 
+use crate::pool;
 use crate::query::encode_component;
 use crate::transport::{self, Body};
 use crate::types::*;
@@ -72,66 +74,76 @@ impl AgentClient {
         &self.socket
     }
 
+    fn request(&self, method: Method, uri: &str, body: Body) -> Result<Request<Body>, ClientError> {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(http::header::HOST, "agent")
+            .body(body)
+            .map_err(|e| ClientError::Protocol(format!("cannot build request: {e}")))
+    }
+
+    /// A call on a connection of its own (streams, uploads, downloads).
     async fn call(
         &self,
         method: Method,
         uri: &str,
         body: Body,
     ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
-        let req = Request::builder()
-            .method(method)
-            .uri(uri)
-            .header(http::header::HOST, "agent")
-            .body(body)
-            .map_err(|e| ClientError::Protocol(format!("cannot build request: {e}")))?;
-        transport::send(&self.socket, req).await
+        transport::send(&self.socket, self.request(method, uri, body)?).await
+    }
+
+    /// A short call (body in memory, answer read whole) on a kept connection; its JSON
+    /// answer decoded.
+    async fn short<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Body,
+    ) -> Result<T, ClientError> {
+        let (status, body) = pool::exchange(&self.socket, self.request(method, uri, body)?).await?;
+        transport::parse(&transport::check(status, body)?)
     }
 
     pub async fn health(&self) -> Result<Health, ClientError> {
-        transport::decode(
-            self.call(Method::GET, "/v1/health", transport::empty())
-                .await?,
-        )
-        .await
+        self.short(Method::GET, "/v1/health", transport::empty())
+            .await
     }
 
     pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResult, ClientError> {
-        let resp = self
-            .call(Method::POST, "/v1/exec", transport::json(req)?)
-            .await?;
-        transport::decode(resp).await
+        self.short(Method::POST, "/v1/exec", transport::json(req)?)
+            .await
     }
 
     pub async fn start_process(&self, req: &StartProcess) -> Result<ProcessInfo, ClientError> {
-        let resp = self
-            .call(Method::POST, "/v1/processes", transport::json(req)?)
-            .await?;
-        transport::decode(resp).await
+        self.short(Method::POST, "/v1/processes", transport::json(req)?)
+            .await
     }
 
     pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>, ClientError> {
-        transport::decode(
-            self.call(Method::GET, "/v1/processes", transport::empty())
-                .await?,
-        )
-        .await
+        self.short(Method::GET, "/v1/processes", transport::empty())
+            .await
     }
 
     pub async fn get_process(&self, id: Uuid) -> Result<ProcessInfo, ClientError> {
         let uri = format!("/v1/processes/{id}");
-        transport::decode(self.call(Method::GET, &uri, transport::empty()).await?).await
+        self.short(Method::GET, &uri, transport::empty()).await
     }
 
     pub async fn signal(&self, id: Uuid, req: &SignalRequest) -> Result<(), ClientError> {
         let uri = format!("/v1/processes/{id}/signal");
-        self.call(Method::POST, &uri, transport::json(req)?).await?;
-        Ok(())
+        let (status, body) = pool::exchange(
+            &self.socket,
+            self.request(Method::POST, &uri, transport::json(req)?)?,
+        )
+        .await?;
+        transport::check(status, body).map(drop)
     }
 
     /// Waits until the process is terminal; `Agent(WaitTimedOut)` when `timeout` passes.
     pub async fn wait(&self, id: Uuid, timeout: Duration) -> Result<ProcessInfo, ClientError> {
         let uri = format!("/v1/processes/{id}/wait?timeout_ms={}", timeout.as_millis());
-        transport::decode(self.call(Method::POST, &uri, transport::empty()).await?).await
+        self.short(Method::POST, &uri, transport::empty()).await
     }
 
     /// Retained output (whole chunks within `tail_bytes`, 0 = all), then live output when

@@ -38,6 +38,7 @@
 //!   are renamed into place (the parent directory must exist).
 
 pub mod client;
+mod pool;
 pub mod pty;
 pub mod query;
 mod transport;

@@ -1,4 +1,5 @@
-//! One HTTP/1.1 exchange over a fresh Unix-socket connection, and NDJSON decoding.
+//! HTTP/1.1 exchanges over Unix-socket connections (see `pool` for kept ones), and
+//! body and NDJSON decoding.
 
 use crate::client::{ClientError, FrameStream};
 use crate::types::{AgentError, Frame};
@@ -7,7 +8,8 @@ use futures_util::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, BodyStream, Empty, Full};
 use hyper::body::Incoming;
-use hyper::{Request, Response};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::path::Path;
 
@@ -27,39 +29,59 @@ pub(crate) fn json<T: serde::Serialize>(value: &T) -> Result<Body, ClientError> 
 }
 
 /// Connects, sends `req`, and returns the response when it is a success; a non-2xx
-/// answer is decoded into `ClientError::Agent`.
+/// answer is decoded into `ClientError::Agent`. The connection serves this one call.
 pub(crate) async fn send(
     socket: &Path,
     req: Request<Body>,
 ) -> Result<Response<Incoming>, ClientError> {
+    let mut sender = open(socket).await?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| request_failed(&e))?;
+    if resp.status().is_success() {
+        return Ok(resp);
+    }
+    let status = resp.status();
+    Err(agent_error(status, &collect(resp).await?))
+}
+
+/// A new connection to the agent at `socket`, its HTTP/1 handshake done.
+pub(crate) async fn open(socket: &Path) -> Result<SendRequest<Body>, ClientError> {
     let stream = tokio::net::UnixStream::connect(socket)
         .await
         .map_err(|source| ClientError::Connect {
             path: socket.to_owned(),
             source,
         })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| ClientError::Protocol(format!("handshake failed: {e}")))?;
     tokio::spawn(async move {
-        // The connection ends with the exchange; its error, if any, surfaces through
-        // the response or body the caller awaits.
+        // The connection ends when the agent or the last sender lets go; its error, if
+        // any, surfaces through the response or body the caller awaits.
         let _ = conn.await;
     });
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| ClientError::Protocol(format!("request failed: {e}")))?;
-    if resp.status().is_success() {
-        return Ok(resp);
+    Ok(sender)
+}
+
+pub(crate) fn request_failed(e: &hyper::Error) -> ClientError {
+    ClientError::Protocol(format!("request failed: {e}"))
+}
+
+/// The body of a success; a non-2xx answer decoded into `ClientError::Agent`.
+pub(crate) fn check(status: StatusCode, body: Bytes) -> Result<Bytes, ClientError> {
+    if status.is_success() {
+        return Ok(body);
     }
-    let status = resp.status();
-    let body = collect(resp).await?;
-    match serde_json::from_slice::<AgentError>(&body) {
-        Ok(err) => Err(ClientError::Agent(err)),
-        Err(_) => Err(ClientError::Protocol(format!(
-            "HTTP {status} without an agent error body"
-        ))),
+    Err(agent_error(status, &body))
+}
+
+/// The error a non-2xx answer carries.
+fn agent_error(status: StatusCode, body: &[u8]) -> ClientError {
+    match serde_json::from_slice::<AgentError>(body) {
+        Ok(err) => ClientError::Agent(err),
+        Err(_) => ClientError::Protocol(format!("HTTP {status} without an agent error body")),
     }
 }
 
@@ -76,8 +98,12 @@ pub(crate) async fn collect(resp: Response<Incoming>) -> Result<Bytes, ClientErr
 pub(crate) async fn decode<T: serde::de::DeserializeOwned>(
     resp: Response<Incoming>,
 ) -> Result<T, ClientError> {
-    let body = collect(resp).await?;
-    serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("bad JSON: {e}")))
+    parse(&collect(resp).await?)
+}
+
+/// Decodes a JSON body already read.
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ClientError> {
+    serde_json::from_slice(body).map_err(|e| ClientError::Protocol(format!("bad JSON: {e}")))
 }
 
 /// Turns an NDJSON body into a stream of frames, decoding each line as it completes.
