@@ -4,11 +4,11 @@
 
 use crate::error::{check_no_nul, error, invalid};
 use crate::reaper::{self, Exit};
-use crate::ConfineFn;
-use sandboxd_agent_protocol::{AgentError, AgentErrorCode};
 use crate::vfork::{self, Program};
+use crate::ConfineFn;
 use nix::fcntl::OFlag;
 use nix::unistd::pipe2;
+use sandboxd_agent_protocol::{AgentError, AgentErrorCode};
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::Path;

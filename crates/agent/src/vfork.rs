@@ -31,15 +31,26 @@ impl Program {
         cwd: &str,
     ) -> io::Result<Self> {
         let c = |s: String| CString::new(s).map_err(|_| io::ErrorKind::InvalidInput);
-        let args = argv.iter().map(|a| c(a.clone())).collect::<Result<Vec<_>, _>>()?;
+        let args = argv
+            .iter()
+            .map(|a| c(a.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
         let vars = env
             .into_iter()
             .map(|(k, v)| c(format!("{k}={v}")))
             .collect::<Result<Vec<_>, _>>()?;
         let path = args.first().ok_or(io::ErrorKind::InvalidInput)?.as_ptr();
         // CString contents live on the heap: moving the vectors keeps these pointers valid.
-        let argv = args.iter().map(|a| a.as_ptr()).chain([ptr::null()]).collect();
-        let envp = vars.iter().map(|v| v.as_ptr()).chain([ptr::null()]).collect();
+        let argv = args
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain([ptr::null()])
+            .collect();
+        let envp = vars
+            .iter()
+            .map(|v| v.as_ptr())
+            .chain([ptr::null()])
+            .collect();
         let mut strings = args;
         strings.extend(vars);
         Ok(Self {
@@ -171,7 +182,11 @@ unsafe fn prepare_and_exec(job: &Job<'_>) -> io::Result<std::convert::Infallible
     unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
-        check(libc::sigprocmask(libc::SIG_SETMASK, &empty, ptr::null_mut()))?;
+        check(libc::sigprocmask(
+            libc::SIG_SETMASK,
+            &empty,
+            ptr::null_mut(),
+        ))?;
         // execvpe, as std's Command: a file without a `#!` line is run by /bin/sh.
         libc::execvpe(
             job.program.path,
@@ -306,8 +321,10 @@ mod tests {
     /// Runs `argv` with `env` in `cwd`, stdout into a pipe; returns (status, stdout).
     fn run(argv: &[&str], env: &[(&str, &str)], cwd: &str) -> io::Result<(c_int, String)> {
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-        let env: Vec<(String, String)> =
-            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let program = Program::new(&argv, env.iter().map(|(k, v)| (k, v)), cwd)?;
         let null = std::fs::File::open("/dev/null")?;
         let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
@@ -325,23 +342,40 @@ mod tests {
     #[test]
     fn child_gets_argv_environment_cwd_and_its_own_session() {
         let script = "echo \"$1|$FOO|$(pwd)\"; ps -o pid=,pgid=,sid= -p $$";
-        let (status, out) =
-            run(&["/bin/sh", "-c", script, "sh", "arg"], &[("FOO", "bar")], "/tmp").unwrap();
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{out}");
+        let (status, out) = run(
+            &["/bin/sh", "-c", script, "sh", "arg"],
+            &[("FOO", "bar")],
+            "/tmp",
+        )
+        .unwrap();
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{out}"
+        );
         let mut lines = out.lines();
         assert_eq!(lines.next(), Some("arg|bar|/tmp"));
         let ids: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
         assert_eq!(ids.len(), 3, "{out}");
-        assert!(ids.iter().all(|id| *id == ids[0]), "pid, pgid, sid differ: {out}");
+        assert!(
+            ids.iter().all(|id| *id == ids[0]),
+            "pid, pgid, sid differ: {out}"
+        );
     }
 
     #[test]
     fn signals_start_at_default_with_an_empty_mask() {
         // SigBlk: nothing blocked; SigIgn: SIGPIPE (ignored by Rust) back to default.
-        let (_, out) = run(&["/bin/grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"], &[], "/")
-            .unwrap();
+        let (_, out) = run(
+            &["/bin/grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"],
+            &[],
+            "/",
+        )
+        .unwrap();
         let mask = |name: &str| {
-            let line = out.lines().find(|l| l.starts_with(name)).unwrap_or_default();
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_default();
             u64::from_str_radix(line.split_whitespace().nth(1).unwrap_or_default(), 16)
         };
         assert_eq!(mask("SigBlk:"), Ok(0), "{out}");

@@ -87,8 +87,11 @@ pub(super) fn insert_key(c: &Connection, k: &ApiKeyRecord) -> StoreResult<()> {
 }
 
 pub(super) fn key_by_hash(c: &Connection, hash: &str) -> StoreResult<Option<ApiKeyRecord>> {
+    // Cached: every authenticated request runs it.
     let sql = format!("SELECT {KEY_COLS} FROM api_keys WHERE key_hash = ?1");
-    Ok(c.query_row(&sql, [hash], key_row).optional()?)
+    Ok(c.prepare_cached(&sql)?
+        .query_row([hash], key_row)
+        .optional()?)
 }
 
 pub(super) fn list_keys(c: &Connection, ws: Option<&str>) -> StoreResult<Vec<ApiKeyRecord>> {

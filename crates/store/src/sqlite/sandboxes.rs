@@ -100,8 +100,11 @@ pub(super) fn update(c: &Connection, s: &SandboxRecord) -> StoreResult<()> {
 }
 
 pub(super) fn get(c: &Connection, id: Uuid) -> StoreResult<Option<SandboxRecord>> {
+    // Cached: every operation on a sandbox runs it.
     let sql = format!("SELECT {COLS} FROM sandboxes WHERE id = ?1");
-    Ok(c.query_row(&sql, [id.to_string()], row).optional()?)
+    Ok(c.prepare_cached(&sql)?
+        .query_row([id.to_string()], row)
+        .optional()?)
 }
 
 pub(super) fn list(
