@@ -10,8 +10,10 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 use std::sync::Mutex;
 
-/// Stack of the child between `clone` and `execve` (a guard page sits below it).
+/// Stack of the child between `clone` and `execve` (a guard page sits below it), more
+/// for long argument lists: execvpe copies argv onto it to run a script by /bin/sh.
 const STACK_BYTES: usize = 128 * 1024;
+const PAGE: usize = 4096;
 
 /// A program with its argument and environment vectors, ready for `execve`.
 pub(crate) struct Program {
@@ -97,7 +99,8 @@ pub(crate) fn spawn(
             *fd = dup;
         }
     }
-    let stack = Stack::take()?;
+    let need = STACK_BYTES + program.argv.len() * std::mem::size_of::<*const c_char>();
+    let stack = Stack::take(need)?;
     let mut job = Job {
         program,
         stdio,
@@ -220,6 +223,8 @@ fn default_signal_handlers() {
 /// An anonymous mapping with a guard page at its low end.
 struct Stack {
     base: *mut c_void,
+    /// Usable bytes above the guard page.
+    size: usize,
 }
 
 // SAFETY: the mapping is plain memory owned by whoever holds the `Stack`.
@@ -230,16 +235,21 @@ unsafe impl Send for Stack {}
 static SPARE: Mutex<Option<Stack>> = Mutex::new(None);
 
 impl Stack {
-    /// The spare stack, or a new one when it is in use.
-    fn take() -> io::Result<Self> {
-        match SPARE.lock().ok().and_then(|mut spare| spare.take()) {
-            Some(stack) => Ok(stack),
-            None => Self::new(),
+    /// The spare stack when it has `size` bytes and is free, else a new one.
+    fn take(size: usize) -> io::Result<Self> {
+        let spare = SPARE.lock().ok().and_then(|mut spare| spare.take());
+        match spare {
+            Some(stack) if stack.size >= size => Ok(stack),
+            _ => Self::new(size.max(STACK_BYTES).next_multiple_of(PAGE)),
         }
     }
 
-    /// Keeps this stack as the spare (a child that ran on it has exec'd or exited).
+    /// Keeps this stack as the spare when it is of the usual size (a child that ran on
+    /// it has exec'd or exited).
     fn put_back(self) {
+        if self.size != STACK_BYTES {
+            return;
+        }
         if let Ok(mut spare) = SPARE.lock() {
             if spare.is_none() {
                 *spare = Some(self);
@@ -247,13 +257,12 @@ impl Stack {
         }
     }
 
-    fn new() -> io::Result<Self> {
-        let page = 4096;
+    fn new(size: usize) -> io::Result<Self> {
         // SAFETY: a fresh private anonymous mapping, ours alone.
         let base = unsafe {
             libc::mmap(
                 ptr::null_mut(),
-                STACK_BYTES + page,
+                size + PAGE,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
                 -1,
@@ -263,9 +272,9 @@ impl Stack {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let stack = Stack { base };
+        let stack = Stack { base, size };
         // SAFETY: the lowest page of our own mapping.
-        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+        if unsafe { libc::mprotect(base, PAGE, libc::PROT_NONE) } != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(stack)
@@ -274,14 +283,14 @@ impl Stack {
     /// The highest address (stacks grow down), 16-byte aligned.
     fn top(&self) -> *mut c_void {
         // SAFETY: one past the end of our mapping, which `clone` expects.
-        unsafe { self.base.cast::<u8>().add(STACK_BYTES + 4096).cast() }
+        unsafe { self.base.cast::<u8>().add(self.size + PAGE).cast() }
     }
 }
 
 impl Drop for Stack {
     fn drop(&mut self) {
         // SAFETY: unmapping our own mapping, no longer used by any child.
-        unsafe { libc::munmap(self.base, STACK_BYTES + 4096) };
+        unsafe { libc::munmap(self.base, self.size + PAGE) };
     }
 }
 
@@ -403,6 +412,12 @@ mod tests {
             .unwrap();
         let (_, out) = run(&[path.to_str().unwrap()], &[], "/").unwrap();
         assert_eq!(out, "from-script\n");
+        // So many arguments that execvpe's copy of argv outgrows the usual stack.
+        std::fs::write(&path, "echo $#\n").unwrap();
+        let mut many = vec![path.to_str().unwrap()];
+        many.extend(std::iter::repeat_n("x", 40_000));
+        let (status, out) = run(&many, &[], "/").unwrap();
+        assert_eq!((status, out.as_str()), (0, "40000\n"));
 
         let argv = ["/bin/true".to_string()];
         let program = Program::new(&argv, std::iter::empty(), "/").unwrap();
