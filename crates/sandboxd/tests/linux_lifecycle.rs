@@ -168,23 +168,6 @@ fn a_new_backend_instance_destroys_from_the_handle_alone() {
     }
 }
 
-/// Our children that are zombies (state Z in /proc/<pid>/stat, parent us).
-fn zombie_children() -> Vec<i32> {
-    let me = std::process::id().to_string();
-    std::fs::read_dir("/proc")
-        .expect("proc")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let fields: Vec<&str> = stat
-                .rsplit_once(')')
-                .map(|(_, rest)| rest.split_whitespace().collect())
-                .unwrap_or_default();
-            fields.first() == Some(&"Z") && fields.get(1) == Some(&me.as_str())
-        })
-        .collect()
-}
-
 #[test]
 fn destroyed_agents_are_reaped_not_left_as_zombies() {
     let data = tempfile::tempdir().expect("tempdir");

@@ -1,6 +1,7 @@
 //! Warm inits: a start that takes one gives the same sandbox as a cold start (limits,
-//! disk, namespaces, the root made ahead or remounted for other layers), and neither a destroyed sandbox nor a drained pool nor a dead
-//! owner's entries leave anything behind.
+//! disk, namespaces; parked in the root made ahead, or without one for other layers),
+//! and neither a destroyed sandbox nor a drained pool nor a dead owner's entries leave
+//! anything behind.
 
 mod common;
 
@@ -71,7 +72,8 @@ fn a_start_takes_a_warm_init_and_gets_the_same_sandbox() {
     let rt = warm_runtime(data.path(), 2);
     rt.fill_warm_inits(64, false);
     wait_ready(&rt, 2);
-    assert_eq!(warm_dirs(data.path()).len(), 2);
+    // Two parked in the default image's root, one more for other layer stacks.
+    wait_for_dirs(data.path(), 3);
     let mut want = spec("default");
     want.disk_mb = 64;
     want.memory_mb = 200;
@@ -137,45 +139,62 @@ fn a_start_takes_a_warm_init_and_gets_the_same_sandbox() {
     rt.drain_warm_inits();
     assert_eq!(rt.warm_inits_ready(), 0);
     assert_pool_gone(&rt, data.path());
+    assert_eq!(zombie_children(), Vec::<i32>::new());
+}
+
+/// Waits until `n` warm entries have their dirs under `data`.
+fn wait_for_dirs(data: &Path, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while warm_dirs(data).len() != n {
+        assert!(Instant::now() < deadline, "warm entries never became {n}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The warm entries under `data` parked in a root made ahead, and the others.
+fn parked_and_plain(data: &Path) -> (Vec<String>, Vec<String>) {
+    warm_dirs(data).into_iter().partition(|d| {
+        let rootfs = data.join("sandboxes").join(d).join("rootfs");
+        mounts_under(&rootfs).len() == 2 // the overlay and /usr
+    })
 }
 
 #[test]
-fn a_warm_start_of_another_layer_stack_remounts_the_root_made_ahead() {
+fn a_start_of_another_layer_stack_takes_the_entry_without_a_root() {
     let data = tempfile::tempdir().expect("tempdir");
     let rt = warm_runtime(data.path(), 1);
     rt.fill_warm_inits(0, false);
     wait_ready(&rt, 1);
-    // Made ahead: the default image's root, mounted in the entry's dir.
-    let entry = data
-        .path()
-        .join("sandboxes")
-        .join(&warm_dirs(data.path())[0]);
-    assert_eq!(
-        mounts_under(&entry.join("rootfs")).len(),
-        2,
-        "overlay and /usr"
-    );
+    wait_for_dirs(data.path(), 2);
+    let (parked, plain) = parked_and_plain(data.path());
+    assert_eq!((parked.len(), plain.len()), (1, 1), "{parked:?} {plain:?}");
+    let exists = |d: &String| data.path().join("sandboxes").join(d).exists();
     let first = rt.start(&spec("default")).expect("warm start");
-    assert!(first.state_dir.join("owner").exists(), "took the entry");
+    assert!(first.state_dir.join("owner").exists(), "took an entry");
+    assert!(
+        !exists(&parked[0]) && exists(&plain[0]),
+        "took the parked one"
+    );
     sh_ok(&first, "echo layered > /marker");
     let layer = rt.capture_layer(&first).expect("capture");
     rt.destroy(&first).expect("destroy");
     assert_gone(&rt, data.path(), &first);
 
     wait_ready(&rt, 1);
+    wait_for_dirs(data.path(), 2);
+    let (parked, _) = parked_and_plain(data.path());
     let mut clone = spec("default");
     clone.extra_layers = vec![layer.digest.clone()];
     let second = rt
         .start(&clone)
         .expect("warm start over the captured layer");
-    assert!(second.state_dir.join("owner").exists(), "took the entry");
-    assert_eq!(sh_ok(&second, "cat /marker"), "layered\n");
-    let rootfs = second.state_dir.join("rootfs");
-    assert_eq!(
-        mounts_under(&rootfs).len(),
-        2,
-        "one overlay (and /usr), not stacked"
+    assert!(second.state_dir.join("owner").exists(), "took an entry");
+    assert!(
+        exists(&parked[0]) && !exists(&plain[0]),
+        "took the plain one"
     );
+    assert_eq!(sh_ok(&second, "cat /marker"), "layered\n");
+    assert_eq!(mounts_under(&second.state_dir.join("rootfs")).len(), 2);
     assert_eq!(sh_ok(&second, "id -u; touch /new && echo ok"), "0\nok\n");
     rt.destroy(&second).expect("destroy");
     assert_gone(&rt, data.path(), &second);
@@ -190,8 +209,8 @@ fn entries_left_by_a_dead_owner_are_removed_by_the_next_runtime() {
     let first = warm_runtime(data.path(), 2);
     first.fill_warm_inits(64, false);
     wait_ready(&first, 2);
+    wait_for_dirs(data.path(), 3);
     let left = warm_dirs(data.path());
-    assert_eq!(left.len(), 2);
     // Play a server killed with -9: its entries now name an owner that is gone.
     for dir in &left {
         std::fs::write(
@@ -212,4 +231,5 @@ fn entries_left_by_a_dead_owner_are_removed_by_the_next_runtime() {
     first.drain_warm_inits();
     drop(second);
     assert_pool_gone(&first, data.path());
+    assert_eq!(zombie_children(), Vec::<i32>::new(), "parked PID 1s reaped");
 }

@@ -16,6 +16,10 @@ pub struct InitConfig {
     /// Host path of the agent's Unix socket.
     pub socket: PathBuf,
     pub hostname: String,
+    /// Park PID 1 once it is in its root and cgroup namespace: a warm init made ahead
+    /// waits there for [`Msg::Start`] (with its sandbox's hostname) before it is ready.
+    #[serde(default)]
+    pub park: bool,
 }
 
 /// One handshake message.
@@ -29,6 +33,10 @@ pub enum Msg {
     Pid(i32),
     /// backend → PID 1: its cgroups hold it; make the cgroup namespace and finish.
     Attached,
+    /// PID 1 → backend: parked in its root (see [`InitConfig::park`]).
+    Parked,
+    /// backend → parked PID 1: its sandbox is starting, with this hostname.
+    Start(String),
     /// PID 1 → backend: the root is switched and the agent socket is listening.
     Ready,
     /// init → backend: a step failed.
@@ -69,6 +77,8 @@ impl Msg {
             Msg::Go(cfg) => format!("go {}", serde_json::to_string(cfg).unwrap_or_default()),
             Msg::Pid(pid) => format!("pid {pid}"),
             Msg::Attached => "attached".into(),
+            Msg::Parked => "parked".into(),
+            Msg::Start(hostname) => format!("start {hostname}"),
             Msg::Ready => "ready".into(),
             Msg::Error(e) => format!("error {e}"),
         }
@@ -80,6 +90,8 @@ impl Msg {
         Ok(match word {
             "userns" => Msg::UserNs,
             "attached" => Msg::Attached,
+            "parked" => Msg::Parked,
+            "start" => Msg::Start(rest.to_string()),
             "ready" => Msg::Ready,
             "go" => Msg::Go(serde_json::from_str(rest).map_err(|_| bad())?),
             "pid" => Msg::Pid(rest.parse().map_err(|_| bad())?),
@@ -138,12 +150,15 @@ mod tests {
             rootfs: "/r".into(),
             socket: "/s".into(),
             hostname: "h x".into(),
+            park: true,
         });
         for msg in [
             Msg::UserNs,
             go,
             Msg::Pid(42),
             Msg::Attached,
+            Msg::Parked,
+            Msg::Start("box one".into()),
             Msg::Ready,
             Msg::Error("mount failed: EPERM".into()),
         ] {

@@ -17,6 +17,7 @@ mod rootfs;
 mod slots;
 mod start;
 mod sys;
+mod unpark;
 mod warm;
 
 use crate::{ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec};

@@ -20,28 +20,28 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Starts a sandbox with only `lo` (from an unwired warm init if there is one).
 pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+    let layers = rt.layer_stack(spec)?;
     let warm = rt
         .warm
         .as_ref()
-        .and_then(|pool| pool.take(spec.disk_mb, false));
-    start_with(rt, spec, warm)
+        .and_then(|pool| pool.take(spec.disk_mb, false, &spec.image, &layers));
+    start_with(rt, spec, layers, warm)
 }
 
-/// Starts a sandbox from `warm` if given (taken from the pool), else cold.
+/// Starts a sandbox over `layers` (its [`LinuxRuntime::layer_stack`]) from `warm` if
+/// given (taken from the pool for them), else cold.
 pub(super) fn start_with(
     rt: &LinuxRuntime,
     spec: &SandboxSpec,
+    layers: Vec<PathBuf>,
     warm: Option<Warm>,
 ) -> Result<SandboxHandle, RuntimeError> {
     // A warm entry's id slot (its maps are written) becomes the sandbox's.
-    let slot = |layers| match (&warm, &rt.warm) {
-        (Some(w), Some(pool)) => pool
-            .hand_over_slot(w, spec.id)
-            .map(|()| (layers, w.host_id_base)),
-        _ => Ok((layers, rt.slots.allocate(spec.id)?)),
+    let slot = match (&warm, &rt.warm) {
+        (Some(w), Some(pool)) => pool.hand_over_slot(w, spec.id).map(|()| w.host_id_base),
+        _ => rt.slots.allocate(spec.id),
     };
-    let prepared = rt.layer_stack(spec).and_then(slot);
-    let (layers, host_id_base) = match prepared {
+    let host_id_base = match slot {
         Ok(prepared) => prepared,
         Err(e) => {
             if let (Some(w), Some(pool)) = (warm, &rt.warm) {
@@ -116,6 +116,14 @@ fn launch(
 ) -> Result<(), RuntimeError> {
     let t0 = Instant::now();
     let tm = |phase: &str| tracing::debug!(id = %spec.id, phase, ms = t0.elapsed().as_secs_f64() * 1e3, "start");
+    let warm = match warm {
+        Some(w) if w.parked.is_some() => {
+            super::unpark::unpark(rt, spec, handle, w)?;
+            tm("ready (parked)");
+            return finish(handle);
+        }
+        other => other,
+    };
     let log = handle.state_dir.join("init.log");
     let limits = Limits {
         vcpu: spec.vcpu,
@@ -135,20 +143,10 @@ fn launch(
                 return Err(e);
             }
             rt.cgroups.set_limits(spec.id, limits)?;
-            let mounted = match &w.shape.root {
-                Some((image, dirs)) if *image == spec.image && dirs == layers => true,
-                Some(_) => {
-                    rootfs::unmount_overlay(&handle.state_dir)?;
-                    false
-                }
-                None => false,
-            };
-            if !mounted {
-                // The disk (if any) is mounted already: only the dirs on it remain.
-                let base = handle.host_id_base;
-                rootfs::prepare_dirs(&handle.state_dir, layers.len(), base, None)?;
-            }
-            (w.channel, pid, Stage::Warm { mounted })
+            // The disk (if any) is mounted already: only the dirs on it remain.
+            let base = handle.host_id_base;
+            rootfs::prepare_dirs(&handle.state_dir, layers.len(), base, None)?;
+            (w.channel, pid, Stage::Warm)
         }
         None => {
             let (ours, theirs) = handshake::pair().map_err(agent_err)?;
@@ -203,8 +201,12 @@ fn launch(
         let _ = child.wait(); // the intermediate process exits once it has reported
     }
     tm("ready");
+    finish(handle)
+}
+
+/// Once the agent is ready: its socket accepts, and the handle is on disk.
+fn finish(handle: &SandboxHandle) -> Result<(), RuntimeError> {
     wait_connectable(&handle.agent_socket)?;
-    tm("connectable");
     let path = handle.state_dir.join("handle.json");
     std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())
         .map_err(io("writing the sandbox handle", &path))
@@ -215,8 +217,8 @@ fn launch(
 enum Stage {
     /// A new init: its user namespace is reported, its ids are not mapped yet.
     Fresh,
-    /// A warm init: ids mapped, OOM-protected, and its root `mounted` if it matched.
-    Warm { mounted: bool },
+    /// A warm init (not parked): ids mapped and OOM-protected already.
+    Warm,
 }
 
 /// The handshake up to `Go`: id maps, the root mounted through the user namespace, and
@@ -235,24 +237,22 @@ fn prepare_and_go(
             expect(ours, log, |m| matches!(m, Msg::UserNs).then_some(()))?;
             let userns = super::warm::map_ids(pid, handle.host_id_base)?;
             protect_from_oom(pid)?;
-            Some(userns)
+            userns
         }
-        Stage::Warm { mounted: false } => {
+        Stage::Warm => {
             let ns_path = PathBuf::from(format!("/proc/{pid}/ns/user"));
             let file = std::fs::File::open(&ns_path)
                 .map_err(io("opening the user namespace", &ns_path))?;
-            Some(OwnedFd::from(file))
+            OwnedFd::from(file)
         }
-        Stage::Warm { mounted: true } => None,
     };
-    if let Some(userns) = userns {
-        let host_usr = spec.image == super::images::DEFAULT_IMAGE;
-        rootfs::mount_root(&handle.state_dir, layers, &userns, host_usr)?;
-    }
+    let host_usr = spec.image == super::images::DEFAULT_IMAGE;
+    rootfs::mount_root(&handle.state_dir, layers, &userns, host_usr)?;
     let config = InitConfig {
         rootfs: rootfs::rootfs(&handle.state_dir),
         socket: handle.agent_socket.clone(),
         hostname: spec.hostname.clone(),
+        park: false,
     };
     ours.send(&Msg::Go(config)).map_err(agent_err)?;
     Ok(())

@@ -244,3 +244,20 @@ pub fn python_probe(handle: &SandboxHandle, script: &str, host: &str, port: u16)
     assert_eq!(code, Some(0), "probe failed: {out}");
     out.trim().to_string()
 }
+
+/// Our children that are zombies (state Z in /proc/<pid>/stat, parent us).
+pub fn zombie_children() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .expect("proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            fields.first() == Some(&"Z") && fields.get(1) == Some(&me.as_str())
+        })
+        .collect()
+}

@@ -132,6 +132,18 @@ fn steps<T>(
         other => return Err(InitError::Unexpected(format!("{other:?}"))),
     }
     step("unshare(cgroup)", unshare(CloneFlags::CLONE_NEWCGROUP))?;
+    let hostname = match config.park {
+        false => config.hostname.clone(),
+        // A warm init made ahead waits here, in its root, for its sandbox.
+        true => {
+            channel.send(&Msg::Parked)?;
+            match channel.recv(GO_TIMEOUT)? {
+                Msg::Start(hostname) => hostname,
+                other => return Err(InitError::Unexpected(format!("{other:?}"))),
+            }
+        }
+    };
+    step("sethostname", nix::unistd::sethostname(&hostname))?;
     Ok((listener, config, early))
 }
 
@@ -148,7 +160,7 @@ fn become_root() -> Result<(), InitError> {
     )
 }
 
-/// PID 1's own setup: root, hostname, loopback.
+/// PID 1's own setup: root, loopback.
 ///
 /// Host paths (socket, root) are reached while still host uid 0, which owns the data
 /// dir: as the sandbox's root (an unprivileged host uid) a 0700 ancestor would refuse
@@ -158,7 +170,6 @@ fn pid1(config: &InitConfig) -> Result<(), InitError> {
     mounts::bind_root(&config.rootfs)?;
     become_root()?;
     mounts::switch_root()?;
-    step("sethostname", nix::unistd::sethostname(&config.hostname))?;
     net::loopback_up()?;
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {

@@ -108,9 +108,10 @@ pub(super) fn start(
         .layers
         .iter()
         .all(|l| l.allow.is_empty() && l.deny.is_empty());
-    if no_rules {
-        if let Some(warm) = wired::take(rt, spec) {
-            let started = super::start::start_with(rt, spec, Some(warm));
+    if no_rules && rt.warm.is_some() {
+        let layers = rt.layer_stack(spec)?;
+        if let Some(warm) = wired::take(rt, spec, &layers) {
+            let started = super::start::start_with(rt, spec, layers, Some(warm));
             if started.is_err() {
                 teardown(config, spec.id);
             }

@@ -7,7 +7,7 @@ use super::{link, spares, NetConfig};
 use crate::linux::warm::Warm;
 use crate::linux::LinuxRuntime;
 use crate::{RuntimeError, SandboxSpec};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
 /// Gives warm entry `key` (its init is `pid`, its upper dir `upper`, its root host id
@@ -30,11 +30,15 @@ pub(in crate::linux) fn unwire(config: &NetConfig, key: Uuid) {
     spares::remove(config, key);
 }
 
-/// Takes a wired warm entry for sandbox `spec.id`, its network now the sandbox's
+/// Takes a wired warm entry for sandbox `spec.id` over `layers`, its network now the sandbox's
 /// (`None` if there is none, or handing its network over failed: then it is discarded).
-pub(in crate::linux) fn take(rt: &LinuxRuntime, spec: &SandboxSpec) -> Option<Warm> {
+pub(in crate::linux) fn take(
+    rt: &LinuxRuntime,
+    spec: &SandboxSpec,
+    layers: &[PathBuf],
+) -> Option<Warm> {
     let (pool, config) = (rt.warm.as_ref()?, rt.network.as_ref()?);
-    let warm = pool.take(spec.disk_mb, true)?;
+    let warm = pool.take(spec.disk_mb, true, &spec.image, layers)?;
     match spares::hand_over(config, warm.key, spec.id) {
         Ok(_) => Some(warm),
         Err(e) => {

@@ -4,11 +4,11 @@
 
 use super::Shape;
 use crate::linux::cgroup::Cgroups;
-use crate::linux::handshake::{self, Channel, Msg};
+use crate::linux::handshake::{self, Channel, InitConfig, Msg};
 use crate::linux::net::{wired, NetConfig};
 use crate::linux::slots::{self, Slots};
 use crate::linux::start::{expect, protect_from_oom, spawn_init};
-use crate::linux::{disk, io, refill, rootfs, LinuxConfig};
+use crate::linux::{disk, io, refill, rootfs, sys, LinuxConfig};
 use crate::RuntimeError;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
@@ -31,6 +31,18 @@ pub(in crate::linux) struct Warm {
     pub host_id_base: u32,
     /// What it was made for: disk, network, the root mounted.
     pub shape: Shape,
+    /// With a root: its PID 1 (host PID, start ticks), parked in that root.
+    pub parked: Option<(i32, u64)>,
+}
+
+impl Warm {
+    /// Whether its init (or parked PID 1) still runs.
+    pub fn is_alive(&mut self) -> bool {
+        match self.parked {
+            Some((pid, ticks)) => sys::is_same_live_process(pid, ticks),
+            None => matches!(self.child.try_wait(), Ok(None)),
+        }
+    }
 }
 
 /// What making entries needs from the runtime.
@@ -59,13 +71,14 @@ impl Maker {
         let mut base = None;
         let result = self.set_up(key, &dir, shape, &mut made, &mut base);
         match (result, made, base) {
-            (Ok(()), Some((child, channel)), Some(host_id_base)) => Ok(Warm {
+            (Ok(parked), Some((child, channel)), Some(host_id_base)) => Ok(Warm {
                 key,
                 child,
                 channel,
                 dir,
                 host_id_base,
                 shape: shape.clone(),
+                parked,
             }),
             (result, made, _) => {
                 if let Some((mut child, _)) = made {
@@ -87,7 +100,7 @@ impl Maker {
         shape: &Shape,
         made: &mut Option<(Child, Channel)>,
         base: &mut Option<u32>,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Option<(i32, u64)>, RuntimeError> {
         let owner_file = dir.join("owner");
         std::fs::write(&owner_file, refill::owner_mark())
             .map_err(io("writing a warm init's owner", &owner_file))?;
@@ -116,16 +129,63 @@ impl Maker {
         if let (true, Some(net)) = (shape.wired, &self.net) {
             wired::wire(net, key, pid, &rootfs::upper(dir), host_id_base)?;
         }
-        if let Some((image, layers)) = &shape.root {
-            rootfs::mount_root(dir, layers, &userns, image == crate::linux::DEFAULT_IMAGE)?;
+        let Some((image, layers)) = &shape.root else {
+            return Ok(None);
+        };
+        rootfs::mount_root(dir, layers, &userns, image == crate::linux::DEFAULT_IMAGE)?;
+        self.park(key, dir, made).map(Some)
+    }
+
+    /// Lets the init make its PID 1, which switches into the root and parks there.
+    fn park(
+        &self,
+        key: Uuid,
+        dir: &Path,
+        made: &mut Option<(Child, Channel)>,
+    ) -> Result<(i32, u64), RuntimeError> {
+        let Some((child, ours)) = made else {
+            return Err(RuntimeError::AgentStart("the warm init is gone".into()));
+        };
+        let log = dir.join("init.log");
+        let config = InitConfig {
+            rootfs: rootfs::rootfs(dir),
+            socket: dir.join("agent.sock"),
+            hostname: "sandbox".into(),
+            park: true,
+        };
+        ours.send(&Msg::Go(config))
+            .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
+        let pid1 = expect(ours, &log, |m| match m {
+            Msg::Pid(p) => Some(*p),
+            _ => None,
+        })?;
+        // Forked after its parent's move, so in the entry's cgroup already.
+        if !self.cgroups.holds(key, pid1) {
+            self.cgroups.attach(key, pid1)?;
         }
-        Ok(())
+        ours.send(&Msg::Attached)
+            .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
+        expect(ours, &log, |m| matches!(m, Msg::Parked).then_some(()))?;
+        let _ = child.wait(); // the intermediate exits once it has reported
+        let ticks = sys::proc_stat(pid1)
+            .map(|(_, t)| t)
+            .ok_or_else(|| RuntimeError::AgentStart("the parked PID 1 exited".into()))?;
+        Ok((pid1, ticks))
     }
 
     /// Ends an entry's init and removes its cgroup, mounts, slot, network and dir.
     pub fn discard(&self, mut warm: Warm) {
         let _ = warm.child.kill();
         let _ = warm.child.wait();
+        if let Some((pid, ticks)) = warm.parked {
+            // Ours to reap (we are its subreaper) before its root is unmounted, alive or
+            // a zombie already; the start time tells it from a later process of its PID.
+            if sys::proc_stat(pid).is_some_and(|(_, t)| t == ticks) {
+                let pid = nix::unistd::Pid::from_raw(pid);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::wait::waitpid(pid, None);
+            }
+        }
         drop(warm.channel);
         self.remove(warm.key, &warm.dir, warm.shape.wired);
     }

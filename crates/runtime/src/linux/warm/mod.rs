@@ -80,28 +80,47 @@ impl WarmPool {
         Ok(WarmPool(Arc::new(shared)))
     }
 
-    /// Entries ready to be taken.
+    /// Entries of the wanted shape ready to be taken (not counting the one kept for
+    /// other layer stacks).
     pub fn ready(&self) -> usize {
-        self.0.entries.lock().map_or(0, |e| e.len())
+        let Ok(want) = self.0.shape.lock().map(|s| s.clone()) else {
+            return 0;
+        };
+        self.0
+            .entries
+            .lock()
+            .map_or(0, |e| e.iter().filter(|w| w.shape == want).count())
     }
 
-    /// Takes a live entry whose disk is `disk_mb` MiB, wired or not, if there is one
-    /// (its root, if mounted, may be another image's: the start then remounts it).
-    pub fn take(&self, disk_mb: u32, wired: bool) -> Option<Warm> {
+    /// Takes a live entry whose disk is `disk_mb` MiB, wired or not, for a sandbox of
+    /// image `image` with `layers` (top first): one parked in that very root, else one
+    /// with no root yet, if there is one.
+    pub fn take(&self, disk_mb: u32, wired: bool, image: &str, layers: &[PathBuf]) -> Option<Warm> {
+        let fits = |w: &Warm| w.shape.disk_mb == disk_mb && w.shape.wired == wired;
+        let same_root = |w: &Warm| {
+            w.shape
+                .root
+                .as_ref()
+                .is_some_and(|(i, l)| i == image && l == layers)
+        };
         let mut entries = self.0.entries.lock().ok()?;
-        while let Some(i) = entries
-            .iter()
-            .position(|w| w.shape.disk_mb == disk_mb && w.shape.wired == wired)
-        {
+        loop {
+            let i = entries
+                .iter()
+                .position(|w| fits(w) && same_root(w))
+                .or_else(|| {
+                    entries
+                        .iter()
+                        .position(|w| fits(w) && w.shape.root.is_none())
+                })?;
             let mut warm = entries.swap_remove(i);
-            if matches!(warm.child.try_wait(), Ok(None)) {
+            if warm.is_alive() {
                 return Some(warm);
             }
             drop(entries);
             self.0.maker.discard(warm);
             entries = self.0.entries.lock().ok()?;
         }
-        None
     }
 
     /// Makes entries of `shape` from now on, whatever starts ask for (what most will: a
@@ -165,41 +184,63 @@ impl Drop for WarmPool {
 }
 
 impl Shared {
+    /// The entries the pool keeps: `size` of the wanted shape and, when that has a root
+    /// parked, one without (for starts of other layer stacks: snapshots, other images).
+    fn wanted(&self) -> Option<Vec<Shape>> {
+        let want = self.shape.lock().ok()?.clone();
+        let mut shapes = vec![want.clone(); self.size];
+        if want.root.is_some() {
+            shapes.push(Shape { root: None, ..want });
+        }
+        Some(shapes)
+    }
+
     fn fill(&self) {
         loop {
-            let Ok(want) = self.shape.lock().map(|s| s.clone()) else {
+            let Some(wanted) = self.wanted() else {
                 return;
             };
             let (stale, missing) = match self.entries.lock() {
                 Ok(mut e) => {
+                    let mut missing = wanted.clone();
                     let (keep, stale): (Vec<Warm>, Vec<Warm>) = std::mem::take(&mut *e)
                         .into_iter()
-                        .partition(|w| w.shape == want);
+                        .partition(|w| match missing.iter().position(|s| *s == w.shape) {
+                            Some(i) => {
+                                missing.swap_remove(i);
+                                true
+                            }
+                            None => false,
+                        });
                     *e = keep;
-                    if e.len() >= self.size && stale.is_empty() {
+                    if missing.is_empty() && stale.is_empty() {
                         return;
                     }
-                    (stale, self.size.saturating_sub(e.len()))
+                    (stale, missing)
                 }
                 Err(_) => return,
             };
             for warm in stale {
                 self.maker.discard(warm);
             }
-            if self.closed.load(Ordering::Acquire) || missing == 0 {
+            if self.closed.load(Ordering::Acquire) || missing.is_empty() {
                 return;
             }
             // A few at once: most of making one is waiting (the exec, the RCU grace
             // period of the first cgroup move), which entries made together share.
             let made: Vec<Result<Warm, RuntimeError>> = std::thread::scope(|s| {
-                let makers: Vec<_> = (0..missing.min(PARALLEL))
-                    .map(|_| s.spawn(|| self.maker.make(&want)))
+                let makers: Vec<_> = missing
+                    .iter()
+                    .take(PARALLEL)
+                    .map(|shape| s.spawn(|| self.maker.make(shape)))
                     .collect();
                 makers
                     .into_iter()
                     .map(|m| {
                         m.join().unwrap_or_else(|_| {
-                            Err(RuntimeError::AgentStart("making a warm init panicked".into()))
+                            Err(RuntimeError::AgentStart(
+                                "making a warm init panicked".into(),
+                            ))
                         })
                     })
                     .collect()
@@ -216,7 +257,7 @@ impl Shared {
                 };
                 let closed = self.closed.load(Ordering::Acquire);
                 match self.entries.lock() {
-                    Ok(mut e) if !closed && e.len() < self.size => e.push(warm),
+                    Ok(mut e) if !closed && e.len() < wanted.len() => e.push(warm),
                     _ => {
                         self.maker.discard(warm);
                         failed = true;
