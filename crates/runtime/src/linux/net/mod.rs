@@ -208,9 +208,13 @@ fn prepare(
     allow: Vec<Vec<Cidr>>,
 ) -> Result<host::Lease, RuntimeError> {
     let (ifname, key) = names(id);
-    let lock = HostLock::take(&config.state_dir)?;
-    lock.ensure_table()?;
-    let lease = lock.allocate(id, config.pool, allow.len())?;
+    // The lock only for the table and the lease: the chain is this sandbox's alone, and
+    // the table stays while a lease exists. Others' starts do not wait for our `nft`.
+    let lease = {
+        let lock = HostLock::take(&config.state_dir)?;
+        lock.ensure_table()?;
+        lock.allocate(id, config.pool, allow.len())?
+    };
     let rules = nft::SandboxRules {
         key: &key,
         ifname: &ifname,
@@ -252,15 +256,18 @@ pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
 }
 
 /// [`detach`] given the network configuration (also for spares, by their own id).
+///
+/// The link and chain are removed without the lock (they are this network's alone; its
+/// lease keeps its addresses and the table until it is released, under the lock).
 fn teardown(config: &NetConfig, id: Uuid) {
-    let lock = match HostLock::take(&config.state_dir) {
-        Ok(lock) => lock,
+    let lock = |what| match HostLock::take(&config.state_dir) {
+        Ok(lock) => Some(lock),
         Err(e) => {
-            tracing::error!(%id, error = %e, "cannot lock the network state to remove a network");
-            return;
+            tracing::error!(%id, error = %e, "cannot lock the network state to {what}");
+            None
         }
     };
-    let Some(lease) = lock.lease(id) else {
+    let Some(lease) = lock("read a lease").and_then(|l| l.lease(id)) else {
         return;
     };
     let (ifname, key) = lease_names(id, &lease);
@@ -271,8 +278,10 @@ fn teardown(config: &NetConfig, id: Uuid) {
         Some((lease.net, lease.sandbox())),
         lease.allow_layers,
     );
-    lock.release(id);
-    lock.tidy_if_unused();
+    if let Some(lock) = lock("release a lease") {
+        lock.release(id);
+        lock.tidy_if_unused();
+    }
 }
 
 #[cfg(test)]
