@@ -41,7 +41,7 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
     // number to build its cache), which then overlaps the server's answer to the
     // create and the client's first request. Nothing runs in the sandbox before: the
     // listener only accepts once the agent serves, after the confinement is in place.
-    let (listener, _config) = match entered.ready() {
+    let (listener, _config, parked) = match entered.ready() {
         Ok(ready) => ready,
         Err(e) => {
             eprintln!("sandbox init failed: {e}");
@@ -53,6 +53,14 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
         // server ends a sandbox whose agent died), with this line in the init log.
         eprintln!("sandbox init failed: confining the agent: {e}");
         return std::process::ExitCode::FAILURE;
+    }
+    // A warm init serves ahead of its sandbox, and ends if the server goes away first.
+    if let Some(parked) = parked {
+        std::thread::spawn(move || {
+            if parked.wait_for_start().is_err() {
+                std::process::exit(0);
+            }
+        });
     }
     let confine: ConfineFn = Arc::new(|| {
         reset_oom_score_adj();

@@ -7,6 +7,7 @@ use axum::Router;
 use sandboxd_engine::Engine;
 use std::future::Future;
 use std::sync::Arc;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 /// One router serving every dialect, with default options.
@@ -51,6 +52,12 @@ pub async fn serve(
         .local_addr()
         .context("cannot read the bound address")?;
     tracing::info!("listening on {addr}");
+    // Answers are small and latency-bound: no Nagle delay behind a client's delayed ACK.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+    });
     axum::serve(listener, app_with(engine, &config))
         .with_graceful_shutdown(shutdown)
         .await

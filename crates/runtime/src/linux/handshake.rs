@@ -16,8 +16,9 @@ pub struct InitConfig {
     /// Host path of the agent's Unix socket.
     pub socket: PathBuf,
     pub hostname: String,
-    /// Park PID 1 once it is in its root and cgroup namespace: a warm init made ahead
-    /// waits there for [`Msg::Start`] (with its sandbox's hostname) before it is ready.
+    /// Made ahead for a sandbox not known yet (a warm init): PID 1 serves in its root
+    /// once ready, but exits if the handshake closes before [`Msg::Start`]; the backend
+    /// sets the hostname itself when the sandbox starts.
     #[serde(default)]
     pub park: bool,
 }
@@ -33,10 +34,8 @@ pub enum Msg {
     Pid(i32),
     /// backend → PID 1: its cgroups hold it; make the cgroup namespace and finish.
     Attached,
-    /// PID 1 → backend: parked in its root (see [`InitConfig::park`]).
-    Parked,
-    /// backend → parked PID 1: its sandbox is starting, with this hostname.
-    Start(String),
+    /// backend → parked PID 1: its sandbox starts (it is no longer a warm init).
+    Start,
     /// PID 1 → backend: the root is switched and the agent socket is listening.
     Ready,
     /// init → backend: a step failed.
@@ -77,8 +76,7 @@ impl Msg {
             Msg::Go(cfg) => format!("go {}", serde_json::to_string(cfg).unwrap_or_default()),
             Msg::Pid(pid) => format!("pid {pid}"),
             Msg::Attached => "attached".into(),
-            Msg::Parked => "parked".into(),
-            Msg::Start(hostname) => format!("start {hostname}"),
+            Msg::Start => "start".into(),
             Msg::Ready => "ready".into(),
             Msg::Error(e) => format!("error {e}"),
         }
@@ -90,8 +88,7 @@ impl Msg {
         Ok(match word {
             "userns" => Msg::UserNs,
             "attached" => Msg::Attached,
-            "parked" => Msg::Parked,
-            "start" => Msg::Start(rest.to_string()),
+            "start" => Msg::Start,
             "ready" => Msg::Ready,
             "go" => Msg::Go(serde_json::from_str(rest).map_err(|_| bad())?),
             "pid" => Msg::Pid(rest.parse().map_err(|_| bad())?),
@@ -157,8 +154,7 @@ mod tests {
             go,
             Msg::Pid(42),
             Msg::Attached,
-            Msg::Parked,
-            Msg::Start("box one".into()),
+            Msg::Start,
             Msg::Ready,
             Msg::Error("mount failed: EPERM".into()),
         ] {

@@ -1,19 +1,19 @@
-//! Starting a sandbox from a parked warm init: its PID 1 already waits in its root and
+//! Starting a sandbox from a parked warm init: its PID 1 already serves in its root and
 //! namespaces (see `warm`), so the start only names its cgroup after the sandbox, sets
-//! its limits, and sends its hostname; PID 1 answers `Ready` and confines itself.
+//! its limits and hostname, and tells it that it is no longer a warm init.
 
 use super::cgroup::Limits;
 use super::handshake::Msg;
-use super::start::expect;
 use super::warm::Warm;
 use super::LinuxRuntime;
 use crate::{RuntimeError, SandboxHandle, SandboxSpec};
+use nix::sched::{setns, CloneFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 /// Takes `warm` (parked, its dir already renamed to the sandbox's state dir) into the
-/// sandbox of `spec`; on success `handle` names its agent. On failure the caller's
-/// clean-up of the state dir ends PID 1 (the handle names it from the first step).
+/// sandbox of `spec`; `handle` names its agent from the first step, so on failure the
+/// caller's clean-up of the sandbox ends it.
 pub(super) fn unpark(
     rt: &LinuxRuntime,
     spec: &SandboxSpec,
@@ -42,11 +42,26 @@ pub(super) fn unpark(
             pids_max: spec.pids_max,
         },
     )?;
-    let log = handle.state_dir.join("init.log");
+    set_hostname(pid1, &spec.hostname)?;
     warm.channel
-        .send(&Msg::Start(spec.hostname.clone()))
-        .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
-    expect(&warm.channel, &log, |m| {
-        matches!(m, Msg::Ready).then_some(())
+        .send(&Msg::Start)
+        .map_err(|e| RuntimeError::AgentStart(format!("starting a parked agent: {e}")))
+}
+
+/// Sets the hostname in the UTS namespace of `pid` from a short-lived thread of ours
+/// that joins it (only that thread changes namespace, and it ends right after).
+fn set_hostname(pid: i32, name: &str) -> Result<(), RuntimeError> {
+    let path = format!("/proc/{pid}/ns/uts");
+    let ns = std::fs::File::open(&path)
+        .map_err(|e| RuntimeError::AgentStart(format!("opening {path}: {e}")))?;
+    let sys = |what: &str, e: nix::Error| RuntimeError::AgentStart(format!("{what}: {e}"));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            setns(&ns, CloneFlags::CLONE_NEWUTS)
+                .map_err(|e| sys("joining the UTS namespace", e))?;
+            nix::unistd::sethostname(name).map_err(|e| sys("setting the hostname", e))
+        })
+        .join()
+        .unwrap_or_else(|_| Err(RuntimeError::AgentStart("the UTS thread panicked".into())))
     })
 }

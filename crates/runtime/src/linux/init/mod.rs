@@ -49,11 +49,28 @@ pub struct Entered {
     channel: Channel,
 }
 
+/// The handshake of a parked PID 1, kept until its sandbox starts.
+pub struct Parked(Channel);
+
+impl Parked {
+    /// Blocks until the backend says the sandbox starts (`Ok`), or is gone without it
+    /// (`Err`: the entry will never be used, and PID 1 should exit).
+    pub fn wait_for_start(self) -> Result<(), InitError> {
+        match self.0.recv(GO_TIMEOUT)? {
+            Msg::Start => Ok(()),
+            other => Err(InitError::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
 impl Entered {
-    /// Tells the backend the sandbox is up and closes the handshake socket.
-    pub fn ready(self) -> Result<(UnixListener, InitConfig), InitError> {
+    /// Tells the backend the agent is about to serve. A parked PID 1 (see
+    /// [`InitConfig::park`]) keeps the handshake to learn that its sandbox starts;
+    /// otherwise it is closed.
+    pub fn ready(self) -> Result<(UnixListener, InitConfig, Option<Parked>), InitError> {
         self.channel.send(&Msg::Ready)?;
-        Ok((self.listener, self.config))
+        let parked = self.config.park.then_some(Parked(self.channel));
+        Ok((self.listener, self.config, parked))
     }
 
     /// Reports a failure of the caller's own last steps to the backend.
@@ -132,18 +149,10 @@ fn steps<T>(
         other => return Err(InitError::Unexpected(format!("{other:?}"))),
     }
     step("unshare(cgroup)", unshare(CloneFlags::CLONE_NEWCGROUP))?;
-    let hostname = match config.park {
-        false => config.hostname.clone(),
-        // A warm init made ahead waits here, in its root, for its sandbox.
-        true => {
-            channel.send(&Msg::Parked)?;
-            match channel.recv(GO_TIMEOUT)? {
-                Msg::Start(hostname) => hostname,
-                other => return Err(InitError::Unexpected(format!("{other:?}"))),
-            }
-        }
-    };
-    step("sethostname", nix::unistd::sethostname(&hostname))?;
+    // A parked PID 1 gets its sandbox's hostname from the backend when it starts.
+    if !config.park {
+        step("sethostname", nix::unistd::sethostname(&config.hostname))?;
+    }
     Ok((listener, config, early))
 }
 

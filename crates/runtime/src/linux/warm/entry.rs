@@ -31,7 +31,7 @@ pub(in crate::linux) struct Warm {
     pub host_id_base: u32,
     /// What it was made for: disk, network, the root mounted.
     pub shape: Shape,
-    /// With a root: its PID 1 (host PID, start ticks), parked in that root.
+    /// With a root: its PID 1 (host PID, start ticks), serving parked in that root.
     pub parked: Option<(i32, u64)>,
 }
 
@@ -136,7 +136,8 @@ impl Maker {
         self.park(key, dir, made).map(Some)
     }
 
-    /// Lets the init make its PID 1, which switches into the root and parks there.
+    /// Lets the init make its PID 1, which switches into the root, reports ready and
+    /// serves there, parked until a start (see `InitConfig::park`).
     fn park(
         &self,
         key: Uuid,
@@ -165,7 +166,7 @@ impl Maker {
         }
         ours.send(&Msg::Attached)
             .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
-        expect(ours, &log, |m| matches!(m, Msg::Parked).then_some(()))?;
+        expect(ours, &log, |m| matches!(m, Msg::Ready).then_some(()))?;
         let _ = child.wait(); // the intermediate exits once it has reported
         let ticks = sys::proc_stat(pid1)
             .map(|(_, t)| t)
