@@ -39,26 +39,43 @@ fn net_err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Network(format!("{what}: {e}"))
 }
 
+/// An exclusive `flock` on `dir/name`, held while the file is open.
+fn flock(dir: &Path, name: &str) -> Result<std::fs::File, RuntimeError> {
+    std::fs::create_dir_all(dir.join("leases"))
+        .map_err(|e| net_err("creating the network state dir", e))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(name))
+        .map_err(|e| net_err("opening a network lock", e))?;
+    // SAFETY: flock on an fd we own; blocks until the lock is ours.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(net_err(
+            "locking the network state",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(file)
+}
+
+/// Held while a sandbox's rules are added to or removed from the shared table: `nft`
+/// merges interval-set elements from what it read before its commit, so two runs at
+/// once can fail each other. Separate from [`HostLock`], so that handing a lease over
+/// does not wait for an `nft` run.
+pub struct RulesLock(#[allow(dead_code)] std::fs::File);
+
+impl RulesLock {
+    pub fn take(dir: &Path) -> Result<Self, RuntimeError> {
+        flock(dir, "rules.lock").map(RulesLock)
+    }
+}
+
 impl HostLock {
     pub fn take(dir: &Path) -> Result<Self, RuntimeError> {
-        std::fs::create_dir_all(dir.join("leases"))
-            .map_err(|e| net_err("creating the network state dir", e))?;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("lock"))
-            .map_err(|e| net_err("opening the network lock", e))?;
-        // SAFETY: flock on an fd we own; blocks until the lock is ours.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(net_err(
-                "locking the network state",
-                std::io::Error::last_os_error(),
-            ));
-        }
         Ok(HostLock {
             dir: dir.to_path_buf(),
-            _file: file,
+            _file: flock(dir, "lock")?,
         })
     }
 

@@ -15,7 +15,7 @@ use super::{rootfs, LinuxRuntime};
 use crate::{
     Cidr, EgressRule, NetworkMode, NetworkSpec, Runtime, RuntimeError, SandboxHandle, SandboxSpec,
 };
-use host::HostLock;
+use host::{HostLock, RulesLock};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use uuid::Uuid;
@@ -208,8 +208,9 @@ fn prepare(
     allow: Vec<Vec<Cidr>>,
 ) -> Result<host::Lease, RuntimeError> {
     let (ifname, key) = names(id);
-    // The lock only for the table and the lease: the chain is this sandbox's alone, and
-    // the table stays while a lease exists. Others' starts do not wait for our `nft`.
+    // The host lock only for the table and the lease (the table stays while a lease
+    // exists): a start handing a lease over does not wait for this `nft` run, which
+    // only other rule changes wait for.
     let lease = {
         let lock = HostLock::take(&config.state_dir)?;
         lock.ensure_table()?;
@@ -224,6 +225,7 @@ fn prepare(
         deny,
         allow,
     };
+    let _rules = RulesLock::take(&config.state_dir)?;
     nft::apply(&nft::add_sandbox(&rules))?;
     Ok(lease)
 }
@@ -257,8 +259,8 @@ pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
 
 /// [`detach`] given the network configuration (also for spares, by their own id).
 ///
-/// The link and chain are removed without the lock (they are this network's alone; its
-/// lease keeps its addresses and the table until it is released, under the lock).
+/// The link and rules are removed without the host lock (its lease keeps its addresses
+/// and the table until it is released, under that lock).
 fn teardown(config: &NetConfig, id: Uuid) {
     let lock = |what| match HostLock::take(&config.state_dir) {
         Ok(lock) => Some(lock),
@@ -272,12 +274,15 @@ fn teardown(config: &NetConfig, id: Uuid) {
     };
     let (ifname, key) = lease_names(id, &lease);
     link::delete(&ifname);
-    nft::remove_sandbox(
-        &key,
-        &ifname,
-        Some((lease.net, lease.sandbox())),
-        lease.allow_layers,
-    );
+    match RulesLock::take(&config.state_dir) {
+        Ok(_rules) => nft::remove_sandbox(
+            &key,
+            &ifname,
+            Some((lease.net, lease.sandbox())),
+            lease.allow_layers,
+        ),
+        Err(e) => tracing::error!(%id, error = %e, "cannot lock the rules to remove a network's"),
+    }
     if let Some(lock) = lock("release a lease") {
         lock.release(id);
         lock.tidy_if_unused();
