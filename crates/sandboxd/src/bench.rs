@@ -1,13 +1,13 @@
 //! `sandboxd bench`: measures sandboxd against baselines taken in the same run and
 //! reports medians and ratios (these machines are noisy; absolute times move).
 
+use crate::bench_base::{self, Paired, PairedSamples};
 use anyhow::{Context, Result};
 use clap::Args;
 use sandboxd_agent_protocol::{AgentClient, ExecRequest};
 use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle, SandboxSpec};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
@@ -41,22 +41,8 @@ pub fn main(args: BenchArgs) -> Result<()> {
         .build()?;
     let n = args.samples.max(3);
 
-    let fork_exec = median(n * 4, || {
-        let t = Instant::now();
-        Command::new("/bin/true")
-            .status()
-            .context("running /bin/true")?;
-        Ok(t.elapsed())
-    })?;
-    let unshare = median(n, || {
-        let t = Instant::now();
-        let ok = Command::new("unshare")
-            .args(["--fork", "--pid", "--mount-proc", "/bin/true"])
-            .status()
-            .context("running unshare")?;
-        anyhow::ensure!(ok.success(), "unshare failed: {ok}");
-        Ok(t.elapsed())
-    })?;
+    let fork_exec = median(n * 4, bench_base::fork_exec)?;
+    let unshare = median(n, bench_base::unshare)?;
 
     let create_bare = create_first_exec(&runtime, &rt, n, None, 0)?;
     let create = create_first_exec(&runtime, &rt, n, None, DISK_MB)?;
@@ -75,13 +61,17 @@ pub fn main(args: BenchArgs) -> Result<()> {
     drop(wired_runtime);
 
     let handle = runtime.start(&spec())?;
-    let exec = median(n * 4, || {
+    let mut execs = PairedSamples::default();
+    let exec = (0..n * 4).try_for_each(|_| {
+        let base = bench_base::fork_exec()?;
         let t = Instant::now();
         rt.block_on(exec_true(&handle))?;
-        Ok(t.elapsed())
+        execs.push(t.elapsed(), base);
+        Ok::<_, anyhow::Error>(())
     });
     runtime.destroy(&handle)?;
-    let exec = exec?;
+    exec?;
+    let exec = execs.medians();
 
     let per_idle = idle_memory(&runtime, &rt, args.idle)?;
     let http = crate::bench_http::measure(n, "none")?;
@@ -125,13 +115,13 @@ pub fn main(args: BenchArgs) -> Result<()> {
         },
         Row {
             name: "exec round trip /bin/true",
-            median: exec,
-            baseline: Some(("fork+exec", fork_exec, 3.0)),
+            median: exec.median,
+            baseline: Some(("fork+exec*", exec.baseline, 3.0)),
         },
         Row {
             name: "HTTP: create -> RUNNING -> first exec (loopback, spaced)",
-            median: http.create_first_exec,
-            baseline: Some(("unshare", unshare, 5.0)),
+            median: http.create_first_exec.median,
+            baseline: Some(("unshare*", http.create_first_exec.baseline, 5.0)),
         },
         Row {
             name: "HTTP: create -> RUNNING -> first exec (loopback, burst)",
@@ -140,8 +130,8 @@ pub fn main(args: BenchArgs) -> Result<()> {
         },
         Row {
             name: "HTTP: create -> RUNNING -> first exec (egress, spaced)",
-            median: http_egress.create_first_exec,
-            baseline: Some(("unshare", unshare, 5.0)),
+            median: http_egress.create_first_exec.median,
+            baseline: Some(("unshare*", http_egress.create_first_exec.baseline, 5.0)),
         },
         Row {
             name: "HTTP: create -> RUNNING -> first exec (egress, burst)",
@@ -150,8 +140,8 @@ pub fn main(args: BenchArgs) -> Result<()> {
         },
         Row {
             name: "HTTP: exec round trip /bin/true (keep-alive)",
-            median: http.exec_round_trip,
-            baseline: Some(("fork+exec", fork_exec, 3.0)),
+            median: http.exec_round_trip.median,
+            baseline: Some(("fork+exec*", http.exec_round_trip.baseline, 3.0)),
         },
     ];
     println!(
@@ -174,13 +164,29 @@ pub fn main(args: BenchArgs) -> Result<()> {
             target
         );
     }
-    println!(
-        "{:<58} {:>10.2}MiB {:>10} {:>8}",
-        format!("host memory per idle sandbox ({} running)", args.idle),
-        per_idle / (1024.0 * 1024.0),
-        "",
-        "< 4 MiB"
-    );
+    let (per_idle_host, per_idle_charged) = per_idle;
+    for (what, bytes) in [
+        ("host memory per idle sandbox", per_idle_host),
+        ("memory cgroup per idle sandbox", per_idle_charged),
+    ] {
+        println!(
+            "{:<58} {:>10.2}MiB {:>10} {:>8}",
+            format!("{what} ({} running)", args.idle),
+            bytes / (1024.0 * 1024.0),
+            "",
+            "< 4 MiB"
+        );
+    }
+    let paired: [(&str, Paired); 4] = [
+        ("exec round trip", exec),
+        ("HTTP loopback spaced", http.create_first_exec),
+        ("HTTP egress spaced", http_egress.create_first_exec),
+        ("HTTP exec round trip", http.exec_round_trip),
+    ];
+    println!("* ratio to baseline samples taken in turn with the row's own; their medians:");
+    for (name, p) in paired {
+        println!("    {name}: {:.3}ms", ms(p.baseline));
+    }
     Ok(())
 }
 
@@ -275,7 +281,15 @@ fn host_memory_used() -> Result<f64> {
 
 /// Starts `count` idle sandboxes (each answered one exec) and returns the growth of
 /// host memory in use divided by `count`.
-fn idle_memory(runtime: &impl Runtime, rt: &tokio::runtime::Runtime, count: usize) -> Result<f64> {
+/// Memory per idle sandbox, in bytes: what the host's used memory grew by while `count`
+/// of them ran (noisy: the rest of a shared machine moves it too), and the median of
+/// what each one's memory cgroup is charged (its own processes, page cache and kernel
+/// memory: not moved by anything else).
+fn idle_memory(
+    runtime: &impl Runtime,
+    rt: &tokio::runtime::Runtime,
+    count: usize,
+) -> Result<(f64, f64)> {
     std::thread::sleep(Duration::from_millis(500));
     let before = host_memory_used()?;
     let mut handles = Vec::with_capacity(count);
@@ -286,12 +300,19 @@ fn idle_memory(runtime: &impl Runtime, rt: &tokio::runtime::Runtime, count: usiz
             rt.block_on(exec_true(&h))?;
         }
         std::thread::sleep(Duration::from_millis(1000));
-        Ok::<_, anyhow::Error>(host_memory_used()? - before)
+        let host = host_memory_used()? - before;
+        let mut charged = handles
+            .iter()
+            .map(|h| runtime.usage(h).map(|u| u.memory_bytes))
+            .collect::<Result<Vec<_>, _>>()?;
+        charged.sort_unstable();
+        let median = charged.get(charged.len() / 2).copied().unwrap_or(0);
+        Ok::<_, anyhow::Error>((host / count as f64, median as f64))
     })();
     for h in &handles {
         runtime.destroy(h)?;
     }
-    Ok(result? / count as f64)
+    result
 }
 
 fn median(n: usize, mut sample: impl FnMut() -> Result<Duration>) -> Result<Duration> {

@@ -2,6 +2,7 @@
 //! loopback port (temporary data dir, random master key) and times the Inngest API
 //! over one keep-alive connection.
 
+use crate::bench_base::{self, median, Paired, PairedSamples};
 use anyhow::{bail, ensure, Context, Result};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -21,12 +22,13 @@ pub const CREATE_SPACING: Duration = Duration::from_millis(150);
 /// Medians measured through `sandboxd serve`.
 pub struct HttpFigures {
     /// POST /v2/sandboxes (answered RUNNING) then POST …/exec `/bin/true` answered,
-    /// creates [`CREATE_SPACING`] apart.
-    pub create_first_exec: Duration,
+    /// creates [`CREATE_SPACING`] apart, each destroyed (untimed) before an `unshare`
+    /// baseline sample and the next.
+    pub create_first_exec: Paired,
     /// The same, creates back to back (faster than warm inits refill).
     pub create_first_exec_burst: Duration,
-    /// POST …/exec `/bin/true` on a running sandbox.
-    pub exec_round_trip: Duration,
+    /// POST …/exec `/bin/true` on a running sandbox, in turn with fork+exec samples.
+    pub exec_round_trip: Paired,
 }
 
 /// Starts a server on a fresh temporary data directory (short, so that agent socket
@@ -180,13 +182,17 @@ impl Api {
         self.exec_true(&warm).await?;
         // Creates spaced out (untimed) so that each finds the server's warm inits
         // refilled, then the same back to back, where most start cold.
-        let mut creates = Vec::with_capacity(n);
+        // Each is destroyed before the next baseline sample, so that the host's mount
+        // table (which `unshare` copies) holds no more than the server's warm inits.
+        let mut creates = PairedSamples::default();
         for _ in 0..n {
             tokio::time::sleep(CREATE_SPACING).await;
+            let base = bench_base::unshare()?;
             let t = Instant::now();
             let id = self.create().await?;
             self.exec_true(&id).await?;
-            creates.push(t.elapsed());
+            creates.push(t.elapsed(), base);
+            self.destroy(&id).await?;
         }
         let mut burst = Vec::with_capacity(n);
         for _ in 0..n {
@@ -195,34 +201,37 @@ impl Api {
             self.exec_true(&id).await?;
             burst.push(t.elapsed());
         }
-        let mut execs = Vec::with_capacity(n * 4);
+        let mut execs = PairedSamples::default();
         for _ in 0..n * 4 {
+            let base = bench_base::fork_exec()?;
             let t = Instant::now();
             self.exec_true(&warm).await?;
-            execs.push(t.elapsed());
+            execs.push(t.elapsed(), base);
         }
         Ok(HttpFigures {
-            create_first_exec: median(creates),
+            create_first_exec: creates.medians(),
             create_first_exec_burst: median(burst),
-            exec_round_trip: median(execs),
+            exec_round_trip: execs.medians(),
         })
     }
 
     /// Destroys every sandbox made, waiting until each is TERMINATED.
     async fn destroy_all(&mut self) -> Result<()> {
         for id in std::mem::take(&mut self.made) {
-            let path = format!("/v2/sandboxes/{id}");
-            let (status, v) = self.call("DELETE", &path, None).await?;
-            ensure!(matches!(status, 202 | 204), "destroy: {status} {v}");
-            while self.call("GET", &path, None).await?.1["data"]["status"] != "TERMINATED" {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            self.destroy(&id).await?;
         }
         Ok(())
     }
-}
 
-fn median(mut all: Vec<Duration>) -> Duration {
-    all.sort();
-    all.get(all.len() / 2).copied().unwrap_or_default()
+    /// Destroys sandbox `id` (made here), waiting until it is TERMINATED.
+    async fn destroy(&mut self, id: &str) -> Result<()> {
+        let path = format!("/v2/sandboxes/{id}");
+        let (status, v) = self.call("DELETE", &path, None).await?;
+        ensure!(matches!(status, 202 | 204), "destroy: {status} {v}");
+        while self.call("GET", &path, None).await?.1["data"]["status"] != "TERMINATED" {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.made.retain(|m| m != id);
+        Ok(())
+    }
 }

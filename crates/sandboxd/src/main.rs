@@ -1,6 +1,7 @@
 //! The `sandboxd` binary: server, in-process runner, agent entry point and tools.
 
 mod bench;
+mod bench_base;
 mod bench_http;
 mod cli_http;
 mod cli_sandbox;
