@@ -3,9 +3,11 @@
 use crate::error::{EngineError, ErrorCode};
 use sandboxd_agent_protocol::{AgentErrorCode, ClientError};
 
-/// Whether the error means the agent could not be reached at all.
+/// Whether the error may mean the agent is gone: it could not be reached, or the
+/// exchange broke off (an agent that died while a kept connection sat idle shows so).
+/// The caller checks whether the agent still runs before it concludes anything.
 pub(crate) fn is_unreachable(e: &ClientError) -> bool {
-    matches!(e, ClientError::Connect { .. })
+    matches!(e, ClientError::Connect { .. } | ClientError::Protocol(_))
 }
 
 /// Maps every agent client error to an engine error.
@@ -66,5 +68,8 @@ mod tests {
         };
         assert!(is_unreachable(&gone));
         assert_eq!(map(gone).code, ErrorCode::Unavailable);
+        let broken = ClientError::Protocol("connection closed before message completed".into());
+        assert!(is_unreachable(&broken));
+        assert!(!is_unreachable(&agent(AgentErrorCode::FileNotFound)));
     }
 }
