@@ -9,6 +9,7 @@ mod disk_spares;
 pub mod handshake;
 mod images;
 pub mod init;
+mod init_process;
 mod layers;
 mod net;
 mod refill;

@@ -3,20 +3,16 @@
 
 use super::cgroup::Limits;
 use super::handshake::{self, Channel, InitConfig, Msg};
+use super::init_process::{agent_err, expect, protect_from_oom, spawn_init, wait_connectable};
 use super::io;
 use super::warm::Warm;
-use super::{destroy, rootfs, sys, LinuxConfig, LinuxRuntime};
+use super::{destroy, rootfs, sys, LinuxRuntime};
 use crate::{RuntimeError, SandboxHandle, SandboxSpec};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// Fd number the init finds its end of the handshake socket on.
-const SYNC_FD: i32 = 3;
-const STEP_TIMEOUT: Duration = Duration::from_secs(20);
+use std::process::Child;
+use std::time::Instant;
 
 /// Starts a sandbox with only `lo` (from an unwired warm init if there is one).
 pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
@@ -256,115 +252,4 @@ fn prepare_and_go(
     };
     ours.send(&Msg::Go(config)).map_err(agent_err)?;
     Ok(())
-}
-
-/// Sets the init's (so the agent's) `oom_score_adj` to -1000 so the memory cgroup's OOM
-/// killer picks commands, not the agent. Hosts that deny us CAP_SYS_RESOURCE (some
-/// containers) cannot lower it: that is logged, not fatal.
-pub(super) fn protect_from_oom(pid: i32) -> Result<(), RuntimeError> {
-    let adj = PathBuf::from(format!("/proc/{pid}/oom_score_adj"));
-    match std::fs::write(&adj, "-1000") {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            tracing::warn!(
-                pid,
-                "cannot lower the agent's oom_score_adj (no CAP_SYS_RESOURCE)"
-            );
-            Ok(())
-        }
-        Err(source) => Err(RuntimeError::Io {
-            what: "protecting the agent from the OOM killer",
-            path: adj,
-            source,
-        }),
-    }
-}
-
-/// Spawns `init_exe init_args --sync-fd 3` in its own session, logging to `log`.
-pub(super) fn spawn_init(
-    config: &LinuxConfig,
-    theirs: &OwnedFd,
-    log: &Path,
-) -> Result<Child, RuntimeError> {
-    let out = std::fs::File::create(log).map_err(io("creating the init log", log))?;
-    let err = out.try_clone().map_err(io("creating the init log", log))?;
-    let fd = theirs.as_raw_fd();
-    let mut cmd = Command::new(&config.init_exe);
-    cmd.args(&config.init_args)
-        .arg("--sync-fd")
-        .arg(SYNC_FD.to_string());
-    cmd.stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .env_clear()
-        .env(
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        );
-    // SAFETY: only async-signal-safe calls (dup2, fcntl) run between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::dup2(fd, SYNC_FD) < 0 || libc::fcntl(SYNC_FD, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
-        .map_err(io("spawning the sandbox init", &config.init_exe))
-}
-
-/// Receives the next message and picks the wanted one out; errors carry the init's log.
-pub(super) fn expect<T>(
-    ch: &Channel,
-    log: &Path,
-    want: impl Fn(&Msg) -> Option<T>,
-) -> Result<T, RuntimeError> {
-    let msg = ch
-        .recv(STEP_TIMEOUT)
-        .map_err(|e| with_log(e.to_string(), log))?;
-    match (want(&msg), msg) {
-        (Some(v), _) => Ok(v),
-        (None, Msg::Error(text)) => Err(with_log(text, log)),
-        (None, other) => Err(RuntimeError::AgentStart(format!(
-            "unexpected handshake message {other:?}"
-        ))),
-    }
-}
-
-fn with_log(text: String, log: &Path) -> RuntimeError {
-    let tail = std::fs::read_to_string(log).unwrap_or_default();
-    let tail = tail.trim();
-    if tail.is_empty() {
-        RuntimeError::AgentStart(text)
-    } else {
-        let start = tail
-            .char_indices()
-            .rev()
-            .nth(500)
-            .map(|(i, _)| i)
-            .unwrap_or(0);
-        RuntimeError::AgentStart(format!("{text} (init log: {})", &tail[start..]))
-    }
-}
-
-fn agent_err(e: handshake::HandshakeError) -> RuntimeError {
-    RuntimeError::AgentStart(e.to_string())
-}
-
-/// Polls `connect` until the agent's socket accepts.
-fn wait_connectable(socket: &Path) -> Result<(), RuntimeError> {
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        match std::os::unix::net::UnixStream::connect(socket) {
-            Ok(_) => return Ok(()),
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(200)),
-            Err(e) => {
-                return Err(RuntimeError::AgentStart(format!(
-                    "agent socket {} does not accept: {e}",
-                    socket.display()
-                )))
-            }
-        }
-    }
 }

@@ -5,9 +5,9 @@
 use super::Shape;
 use crate::linux::cgroup::Cgroups;
 use crate::linux::handshake::{self, Channel, InitConfig, Msg};
+use crate::linux::init_process::{expect, protect_from_oom, spawn_init};
 use crate::linux::net::{wired, NetConfig};
 use crate::linux::slots::{self, Slots};
-use crate::linux::start::{expect, protect_from_oom, spawn_init};
 use crate::linux::{disk, io, refill, rootfs, sys, LinuxConfig};
 use crate::RuntimeError;
 use std::os::fd::OwnedFd;
