@@ -38,7 +38,25 @@ fn sandboxes_and_processes_survive_kill_9() {
         1,
         "the sleep runs in the sandbox's cgroup"
     );
+    // The server's warm inits serve parked in their roots; with the server gone before
+    // their sandboxes start, they end on their own (before any new server sweeps them).
+    let warm = warm_keys(&data);
+    assert!(!warm.is_empty(), "the server keeps warm inits");
+    assert!(warm.iter().all(|k| !host_processes(k, "").is_empty()));
     first.kill9();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while warm.iter().any(|k| !host_processes(k, "").is_empty()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "warm inits outlived their server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        host_processes(&id, "sleep").len(),
+        1,
+        "the sandbox outlived it"
+    );
 
     let second = Server::start(&data, Some(MASTER));
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -88,6 +106,27 @@ fn after_restart(server: &Server, id: &str, sandbox_before: &Value, process: &Va
         1,
         "the sleep survived the restart"
     );
+}
+
+/// Keys of the parked warm entries under `data` (their agent socket is bound; their
+/// dir and cgroup are named after the key), waiting up to 20 s for one.
+fn warm_keys(data: &Path) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let keys: Vec<String> = std::fs::read_dir(data.join("sandboxes"))
+            .expect("sandboxes dir")
+            .flatten()
+            .filter(|e| e.path().join("agent.sock").exists())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_prefix(".warm-").map(str::to_owned)
+            })
+            .collect();
+        if !keys.is_empty() || std::time::Instant::now() > deadline {
+            return keys;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Host PIDs of processes in sandbox `id`'s cgroup whose command name is `comm`.
