@@ -1,9 +1,9 @@
 //! The host's handling of one init process: spawning it with its end of the handshake,
-//! reading its replies (with its log on failure), protecting it from the OOM killer,
-//! and waiting until its agent's socket accepts.
+//! reading its replies (with its log on failure), writing its id maps, protecting it
+//! from the OOM killer, and waiting until its agent's socket accepts.
 
 use super::handshake::{self, Channel, Msg};
-use super::{io, LinuxConfig};
+use super::{io, slots, LinuxConfig};
 use crate::RuntimeError;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -125,4 +125,17 @@ pub(super) fn wait_connectable(socket: &Path) -> Result<(), RuntimeError> {
             }
         }
     }
+}
+
+/// Writes the init's id maps: its root is host id `base`.
+pub(super) fn map_ids(pid: i32, base: u32) -> Result<OwnedFd, RuntimeError> {
+    let map = format!("0 {base} {}\n", slots::RANGE);
+    for file in ["uid_map", "gid_map"] {
+        let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+        std::fs::write(&path, &map).map_err(io("writing an id map", &path))?;
+    }
+    let ns_path = PathBuf::from(format!("/proc/{pid}/ns/user"));
+    Ok(std::fs::File::open(&ns_path)
+        .map_err(io("opening the user namespace", &ns_path))?
+        .into())
 }

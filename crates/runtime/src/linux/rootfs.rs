@@ -107,24 +107,15 @@ pub fn mount_root(
     Ok(())
 }
 
-/// Detaches every mount `mount_root` may have made, and the disk (idempotent).
+/// Detaches every mount `mount_root` may have made, and the disk (idempotent, best
+/// effort per mount).
 pub fn unmount_root(state_dir: &Path) -> Result<(), RuntimeError> {
-    unmount_overlay(state_dir)?;
-    let layer = disk::layer_dir(state_dir);
-    if layer.exists() {
-        sys::detach(&layer).map_err(io("unmounting", &layer))?;
-    }
-    Ok(())
-}
-
-/// Detaches the root `mount_root` made (the overlay, host /usr, the idmapped layers),
-/// leaving the disk under the upper dir mounted (idempotent).
-pub fn unmount_overlay(state_dir: &Path) -> Result<(), RuntimeError> {
     let root = rootfs(state_dir);
     let mut targets = vec![root.join("usr"), root.clone()];
     if let Ok(entries) = std::fs::read_dir(state_dir.join("lower")) {
         targets.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
     }
+    targets.push(disk::layer_dir(state_dir));
     for target in targets {
         if target.exists() {
             sys::detach(&target).map_err(io("unmounting", &target))?;

@@ -3,7 +3,9 @@
 
 use super::cgroup::Limits;
 use super::handshake::{self, Channel, InitConfig, Msg};
-use super::init_process::{agent_err, expect, protect_from_oom, spawn_init, wait_connectable};
+use super::init_process::{
+    agent_err, expect, map_ids, protect_from_oom, spawn_init, wait_connectable,
+};
 use super::io;
 use super::warm::Warm;
 use super::{destroy, rootfs, sys, LinuxRuntime};
@@ -231,7 +233,7 @@ fn prepare_and_go(
     let userns = match stage {
         Stage::Fresh => {
             expect(ours, log, |m| matches!(m, Msg::UserNs).then_some(()))?;
-            let userns = super::warm::map_ids(pid, handle.host_id_base)?;
+            let userns = map_ids(pid, handle.host_id_base)?;
             protect_from_oom(pid)?;
             userns
         }

@@ -111,6 +111,29 @@ pub fn is_same_live_process(pid: i32, ticks: u64) -> bool {
         && matches!(proc_stat(pid), Some((state, t)) if t == ticks && state != 'Z' && state != 'X')
 }
 
+/// Runs `f` on a short-lived thread of ours that first joins the `kind` namespace of
+/// process `pid` (`/proc/<pid>/ns/<name>`): setns moves only the calling thread, and
+/// the thread ends right after, so nothing else of ours ever runs in that namespace.
+/// Failures of its own are reported through `wrap`.
+pub fn on_thread_in_namespace<T: Send>(
+    pid: i32,
+    name: &str,
+    kind: nix::sched::CloneFlags,
+    wrap: fn(String) -> crate::RuntimeError,
+    f: impl FnOnce() -> Result<T, crate::RuntimeError> + Send,
+) -> Result<T, crate::RuntimeError> {
+    let path = format!("/proc/{pid}/ns/{name}");
+    let ns = std::fs::File::open(&path).map_err(|e| wrap(format!("opening {path}: {e}")))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::setns(&ns, kind).map_err(|e| wrap(format!("joining {path}: {e}")))?;
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(wrap(format!("the thread in {path} panicked"))))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

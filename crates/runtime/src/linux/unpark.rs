@@ -5,9 +5,9 @@
 use super::cgroup::Limits;
 use super::handshake::Msg;
 use super::warm::Warm;
-use super::LinuxRuntime;
+use super::{sys, LinuxRuntime};
 use crate::{RuntimeError, SandboxHandle, SandboxSpec};
-use nix::sched::{setns, CloneFlags};
+use nix::sched::CloneFlags;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -48,20 +48,11 @@ pub(super) fn unpark(
         .map_err(|e| RuntimeError::AgentStart(format!("starting a parked agent: {e}")))
 }
 
-/// Sets the hostname in the UTS namespace of `pid` from a short-lived thread of ours
-/// that joins it (only that thread changes namespace, and it ends right after).
+/// Sets the hostname in the UTS namespace of `pid` (from a thread of ours that joins it).
 fn set_hostname(pid: i32, name: &str) -> Result<(), RuntimeError> {
-    let path = format!("/proc/{pid}/ns/uts");
-    let ns = std::fs::File::open(&path)
-        .map_err(|e| RuntimeError::AgentStart(format!("opening {path}: {e}")))?;
-    let sys = |what: &str, e: nix::Error| RuntimeError::AgentStart(format!("{what}: {e}"));
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            setns(&ns, CloneFlags::CLONE_NEWUTS)
-                .map_err(|e| sys("joining the UTS namespace", e))?;
-            nix::unistd::sethostname(name).map_err(|e| sys("setting the hostname", e))
-        })
-        .join()
-        .unwrap_or_else(|_| Err(RuntimeError::AgentStart("the UTS thread panicked".into())))
+    let uts = CloneFlags::CLONE_NEWUTS;
+    sys::on_thread_in_namespace(pid, "uts", uts, RuntimeError::AgentStart, || {
+        nix::unistd::sethostname(name)
+            .map_err(|e| RuntimeError::AgentStart(format!("setting the hostname: {e}")))
     })
 }

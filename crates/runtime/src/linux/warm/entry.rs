@@ -5,12 +5,11 @@
 use super::Shape;
 use crate::linux::cgroup::Cgroups;
 use crate::linux::handshake::{self, Channel, InitConfig, Msg};
-use crate::linux::init_process::{expect, protect_from_oom, spawn_init};
+use crate::linux::init_process::{expect, map_ids, protect_from_oom, spawn_init};
 use crate::linux::net::{wired, NetConfig};
-use crate::linux::slots::{self, Slots};
+use crate::linux::slots::Slots;
 use crate::linux::{disk, io, refill, rootfs, sys, LinuxConfig};
 use crate::RuntimeError;
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -197,19 +196,6 @@ impl Maker {
             wired::unwire(net, key);
         }
     }
-}
-
-/// Writes the init's id maps: its root is host id `base`.
-pub(in crate::linux) fn map_ids(pid: i32, base: u32) -> Result<OwnedFd, RuntimeError> {
-    let map = format!("0 {base} {}\n", slots::RANGE);
-    for file in ["uid_map", "gid_map"] {
-        let path = PathBuf::from(format!("/proc/{pid}/{file}"));
-        std::fs::write(&path, &map).map_err(io("writing an id map", &path))?;
-    }
-    let ns_path = PathBuf::from(format!("/proc/{pid}/ns/user"));
-    Ok(std::fs::File::open(&ns_path)
-        .map_err(io("opening the user namespace", &ns_path))?
-        .into())
 }
 
 /// Removes what entry `key` made, killing what is left in its cgroup.

@@ -20,7 +20,7 @@ use super::slots::Slots;
 use super::{refill, LinuxConfig};
 use crate::RuntimeError;
 use entry::Maker;
-pub(super) use entry::{map_ids, Warm};
+pub(super) use entry::Warm;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
