@@ -83,10 +83,13 @@ async fn names_are_reused_only_with_the_same_configuration() {
     assert!(created && fresh.id != first.id);
 }
 
+/// A change that makes a create request invalid.
+type Spoil = fn(&mut CreateSandbox);
+
 #[tokio::test]
 async fn create_validates_before_anything_starts() {
     let h = Harness::new();
-    let cases: [(fn(&mut CreateSandbox), ErrorCode); 6] = [
+    let cases: [(Spoil, ErrorCode); 6] = [
         (
             |r| r.name = Some("Bad Name".into()),
             ErrorCode::InvalidArgument,

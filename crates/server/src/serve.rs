@@ -3,11 +3,11 @@
 
 use crate::config::ServerConfig;
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use axum::Router;
 use sandboxd_engine::Engine;
 use std::future::Future;
 use std::sync::Arc;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 /// One router serving every dialect, with default options.

@@ -272,6 +272,26 @@ impl Cgroups {
 
     /// Removes the sandbox's cgroup dirs (which must be empty); missing ones are fine.
     pub fn remove(&self, id: Uuid) -> Result<(), RuntimeError> {
+        self.remove_with(id, || {})
+    }
+
+    /// Kills whatever is in the sandbox's cgroup, again while a dir stays busy (a task
+    /// forked or attached after the first look), and removes its dirs.
+    pub fn kill_and_remove(&self, id: Uuid) -> Result<(), RuntimeError> {
+        let kill_all = || {
+            for pid in self.procs(id) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        };
+        kill_all();
+        self.remove_with(id, kill_all)
+    }
+
+    /// Removes the dirs, calling `while_busy` before each retry of a busy one.
+    fn remove_with(&self, id: Uuid, while_busy: impl Fn()) -> Result<(), RuntimeError> {
         for dir in self.dirs(id) {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
@@ -282,6 +302,7 @@ impl Cgroups {
                     Err(e)
                         if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
                     {
+                        while_busy();
                         std::thread::sleep(Duration::from_millis(1))
                     }
                     Err(source) => {

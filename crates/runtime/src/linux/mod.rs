@@ -148,6 +148,11 @@ impl LinuxRuntime {
         self.warm.as_ref().map_or(0, |pool| pool.ready())
     }
 
+    /// Warm inits ready now, of any shape (the one kept for other layer stacks too).
+    pub fn warm_inits_held(&self) -> usize {
+        self.warm.as_ref().map_or(0, |pool| pool.held())
+    }
+
     /// Spare egress host sides ready to be taken now.
     pub fn spare_networks_ready(&self) -> usize {
         self.spare_nets.as_ref().map_or(0, |s| s.ready())

@@ -200,13 +200,7 @@ impl Maker {
 
 /// Removes what entry `key` made, killing what is left in its cgroup.
 fn remove(cgroups: &Cgroups, slots: &Slots, key: Uuid, dir: &Path) {
-    for pid in cgroups.procs(key) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    if let Err(e) = cgroups.remove(key) {
+    if let Err(e) = cgroups.kill_and_remove(key) {
         tracing::warn!(%key, error = %e, "removing a warm init's cgroup");
     }
     if let Err(e) = rootfs::unmount_root(dir) {

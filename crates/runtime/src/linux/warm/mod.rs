@@ -92,6 +92,11 @@ impl WarmPool {
             .map_or(0, |e| e.iter().filter(|w| w.shape == want).count())
     }
 
+    /// Every entry ready to be taken, the one kept for other layer stacks included.
+    pub fn held(&self) -> usize {
+        self.0.entries.lock().map_or(0, |e| e.len())
+    }
+
     /// Takes a live entry whose disk is `disk_mb` MiB, wired or not, for a sandbox of
     /// image `image` with `layers` (top first): one parked in that very root, else one
     /// with no root yet, if there is one.
