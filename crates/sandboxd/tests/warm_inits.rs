@@ -1,7 +1,7 @@
 //! Warm inits: a start that takes one gives the same sandbox as a cold start (limits,
 //! disk, namespaces; parked in the root made ahead, or without one for other layers),
-//! and neither a destroyed sandbox nor a drained pool nor a dead owner's entries leave
-//! anything behind.
+//! entries outlive quiet minutes, and neither a destroyed sandbox nor a drained pool nor
+//! a dead owner's entries leave anything behind.
 
 mod common;
 
@@ -238,4 +238,31 @@ fn entries_left_by_a_dead_owner_are_removed_by_the_next_runtime() {
     drop(second);
     assert_pool_gone(&first, data.path());
     assert_eq!(zombie_children(), Vec::<i32>::new(), "parked PID 1s reaped");
+}
+
+#[test]
+fn a_warm_init_waits_longer_than_a_minute_for_its_start() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = warm_runtime(data.path(), 1);
+    rt.fill_warm_inits(64, false);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rt.warm_inits_held() < 2 {
+        assert!(Instant::now() < deadline, "warm inits never became 2");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Quiet for longer than one poll of the init's handshake wait (60 s): a server
+    // with sporadic creates must still find its pool alive.
+    std::thread::sleep(Duration::from_secs(65));
+    let mut want = spec("default");
+    want.disk_mb = 64;
+    let handle = rt.start(&want).expect("start");
+    assert!(
+        handle.state_dir.join("owner").exists(),
+        "the start took a warm init, not a cold start"
+    );
+    assert_eq!(sh_ok(&handle, "echo alive"), "alive\n");
+    rt.destroy(&handle).expect("destroy");
+    assert_gone(&rt, data.path(), &handle);
+    rt.drain_warm_inits();
+    assert_pool_gone(&rt, data.path());
 }

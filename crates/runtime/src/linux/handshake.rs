@@ -8,6 +8,13 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// The longest single poll(2) of [`Channel::recv`].
+const POLL_SLICE: Duration = if cfg!(test) {
+    Duration::from_millis(100)
+} else {
+    Duration::from_secs(60)
+};
+
 /// What the backend tells the init once the host side is ready.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InitConfig {
@@ -108,18 +115,26 @@ impl Channel {
         Ok(())
     }
 
-    /// Waits up to `timeout` for the next message.
+    /// Waits up to `timeout` for the next message; [`Duration::MAX`] waits until one
+    /// comes or the peer is gone.
     pub fn recv(&self, timeout: Duration) -> Result<Msg, HandshakeError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now().checked_add(timeout);
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let ms = PollTimeout::try_from(left.as_millis().min(60_000) as i32)
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => POLL_SLICE,
+            };
+            if left.is_zero() {
+                return Err(HandshakeError::Timeout(timeout));
+            }
+            // poll(2) takes an i32 of milliseconds: wait in slices, each ending in a
+            // look at the deadline (an empty slice is not yet a timeout).
+            let ms = PollTimeout::try_from(left.min(POLL_SLICE).as_millis() as i32)
                 .unwrap_or(PollTimeout::MAX);
             let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
             match poll(&mut fds, ms) {
-                Ok(0) => return Err(HandshakeError::Timeout(timeout)),
+                Ok(0) | Err(nix::Error::EINTR) => continue,
                 Ok(_) => break,
-                Err(nix::Error::EINTR) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -166,5 +181,32 @@ mod tests {
             b.recv(Duration::from_secs(5)),
             Err(HandshakeError::Closed)
         ));
+    }
+
+    #[test]
+    fn a_wait_longer_than_one_poll_slice_is_not_a_timeout() {
+        let (a, b) = pair().expect("pair");
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(POLL_SLICE * 3);
+            a.send(&Msg::Start).expect("send");
+            a
+        });
+        // Unbounded and bounded waits both outlast several empty slices.
+        assert_eq!(b.recv(Duration::MAX).expect("recv"), Msg::Start);
+        let a = sender.join().expect("sender");
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(POLL_SLICE * 3);
+            a.send(&Msg::Ready).expect("send");
+            a
+        });
+        assert_eq!(b.recv(POLL_SLICE * 20).expect("recv"), Msg::Ready);
+        let a = sender.join().expect("sender");
+        // A real deadline still ends the wait, and a closed peer ends an unbounded one.
+        assert!(matches!(
+            b.recv(POLL_SLICE / 2),
+            Err(HandshakeError::Timeout(_))
+        ));
+        drop(a);
+        assert!(matches!(b.recv(Duration::MAX), Err(HandshakeError::Closed)));
     }
 }

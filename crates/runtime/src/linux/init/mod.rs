@@ -11,9 +11,10 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
-/// How long the init waits for the backend's go-ahead: a warm init may wait long for
-/// its sandbox (it exits at once when the backend goes away: the socket closes).
-const GO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// How long the init waits for the backend's go-ahead (and a parked PID 1 for its
+/// start): a warm init waits as long as its backend lives, and exits at once when the
+/// backend goes away (the socket closes).
+const GO_TIMEOUT: Duration = Duration::MAX;
 /// How long PID 1 waits for the backend to have moved it into its cgroups.
 const ATTACHED_TIMEOUT: Duration = Duration::from_secs(60);
 
