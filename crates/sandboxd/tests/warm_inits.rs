@@ -19,6 +19,15 @@ fn wait_ready(rt: &TestRuntime, n: usize) {
     }
 }
 
+/// Waits until `rt` holds `n` warm inits of any shape.
+fn wait_held(rt: &TestRuntime, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rt.warm_inits_held() < n {
+        assert!(Instant::now() < deadline, "warm inits never became {n}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Directories of warm entries under the data dir.
 fn warm_dirs(data: &Path) -> Vec<String> {
     std::fs::read_dir(data.join("sandboxes"))
@@ -210,11 +219,7 @@ fn entries_left_by_a_dead_owner_are_removed_by_the_next_runtime() {
     first.fill_warm_inits(64, false);
     // All three made (the one for other layer stacks too): an entry still being made
     // belongs to a live maker, which a real dead owner would not have.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while first.warm_inits_held() < 3 {
-        assert!(Instant::now() < deadline, "warm inits never became 3");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_held(&first, 3);
     let left = warm_dirs(data.path());
     assert_eq!(left.len(), 3);
     // Play a server killed with -9: its entries now name an owner that is gone.
@@ -245,11 +250,7 @@ fn a_warm_init_waits_longer_than_a_minute_for_its_start() {
     let data = tempfile::tempdir().expect("tempdir");
     let rt = warm_runtime(data.path(), 1);
     rt.fill_warm_inits(64, false);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rt.warm_inits_held() < 2 {
-        assert!(Instant::now() < deadline, "warm inits never became 2");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_held(&rt, 2);
     // Quiet for longer than one poll of the init's handshake wait (60 s): a server
     // with sporadic creates must still find its pool alive.
     std::thread::sleep(Duration::from_secs(65));
