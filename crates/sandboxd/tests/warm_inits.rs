@@ -267,3 +267,49 @@ fn a_warm_init_waits_longer_than_a_minute_for_its_start() {
     rt.drain_warm_inits();
     assert_pool_gone(&rt, data.path());
 }
+
+#[test]
+fn a_pool_outrun_by_a_burst_grows_so_the_next_burst_starts_warm() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = growing_warm_runtime(data.path(), 1, 4);
+    rt.fill_warm_inits(64, false);
+    wait_held(&rt, 2);
+    let mut want = spec("default");
+    want.disk_mb = 64;
+    let burst = |n: usize| -> Vec<sandboxd_runtime::SandboxHandle> {
+        (0..n)
+            .map(|_| {
+                rt.start(&sandboxd_runtime::SandboxSpec {
+                    id: uuid::Uuid::new_v4(),
+                    ..want.clone()
+                })
+                .expect("start")
+            })
+            .collect()
+    };
+    let is_warm = |h: &sandboxd_runtime::SandboxHandle| h.state_dir.join("owner").exists();
+    // Back to back: the refill waits a moment after each start, so starts after the
+    // first find the pool empty and start cold, and each such miss grows the pool.
+    let first = burst(4);
+    assert!(is_warm(&first[0]));
+    let cold = first.iter().filter(|h| !is_warm(h)).count();
+    assert!(cold >= 1, "a back-to-back burst outran a pool of one");
+    let target = rt.warm_inits_target();
+    assert_eq!(target, (1 + cold).min(4), "one more per start that missed");
+    for h in &first {
+        rt.destroy(h).expect("destroy");
+        assert_gone(&rt, data.path(), h);
+    }
+    // Grown and filled (with the one for other layer stacks), the pool serves a burst
+    // as large as the one that outran it, every start warm.
+    wait_held(&rt, target + 1);
+    let second = burst(target);
+    assert!(second.iter().all(is_warm), "the next burst started warm");
+    for h in &second {
+        assert_eq!(sh_ok(h, "echo up"), "up\n");
+        rt.destroy(h).expect("destroy");
+        assert_gone(&rt, data.path(), h);
+    }
+    rt.drain_warm_inits();
+    assert_pool_gone(&rt, data.path());
+}

@@ -42,6 +42,9 @@ pub struct ServerConfig {
     /// Sandbox inits kept started ahead of time, so a create skips the slow host steps
     /// of a start (2 by default; 0 starts every sandbox cold).
     pub warm_inits: u32,
+    /// How far the warm pool may grow while creates outrun its refill (16 by default;
+    /// below `warm_inits`: no growth); it shrinks back after quiet minutes.
+    pub warm_inits_max: u32,
 }
 
 impl Default for ServerConfig {
@@ -61,6 +64,7 @@ impl Default for ServerConfig {
             network: sandboxd_engine::NetworkMode::Egress,
             resolvers: None,
             warm_inits: 2,
+            warm_inits_max: 16,
         }
     }
 }
@@ -85,6 +89,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("network", &self.network)
             .field("resolvers", &self.resolvers)
             .field("warm_inits", &self.warm_inits)
+            .field("warm_inits_max", &self.warm_inits_max)
             .finish()
     }
 }
@@ -128,6 +133,7 @@ struct FileLayer {
     network: Option<sandboxd_engine::NetworkMode>,
     resolvers: Option<Vec<std::net::Ipv4Addr>>,
     warm_inits: Option<u32>,
+    warm_inits_max: Option<u32>,
 }
 
 impl ServerConfig {
@@ -192,6 +198,7 @@ impl ServerConfig {
             network: env_network(&env)?,
             resolvers: env_resolvers(&env)?,
             warm_inits: env_number(&env, "SANDBOXD_WARM_INITS")?,
+            warm_inits_max: env_number(&env, "SANDBOXD_WARM_INITS_MAX")?,
         });
         config.check_disk()?;
         Ok(config)
@@ -257,6 +264,9 @@ impl ServerConfig {
         }
         if let Some(n) = layer.warm_inits {
             self.warm_inits = n;
+        }
+        if let Some(n) = layer.warm_inits_max {
+            self.warm_inits_max = n;
         }
     }
 
@@ -436,6 +446,13 @@ mod tests {
         assert_eq!(load(None, &[]).unwrap().warm_inits, 2);
         let c = load(Some("warm_inits = 0\n"), &[("SANDBOXD_WARM_INITS", "3")]).unwrap();
         assert_eq!(c.warm_inits, 3, "the environment wins over the file");
+        assert_eq!(c.warm_inits_max, 16);
+        let c = load(
+            Some("warm_inits_max = 4\n"),
+            &[("SANDBOXD_WARM_INITS_MAX", "9")],
+        )
+        .unwrap();
+        assert_eq!(c.warm_inits_max, 9);
         let c = load(Some("disk_mb_per_sandbox = 2048\n"), &[]).unwrap();
         assert_eq!(c.limits().disk_mb_per_sandbox, 2048);
         let c = load(

@@ -93,11 +93,19 @@ impl LinuxRuntime {
     /// and skips the init's exec, its first cgroup move, its id maps and its disk's
     /// mount (and with [`LinuxRuntime::fill_warm_inits`] its root's mounts and network).
     /// Without that call they are filled after the first start, with its disk size.
-    pub fn with_warm_inits(mut self, count: usize) -> Self {
+    pub fn with_warm_inits(self, count: usize) -> Self {
+        self.with_growing_warm_inits(count, count)
+    }
+
+    /// [`LinuxRuntime::with_warm_inits`] with `count` as the base size of a pool that
+    /// grows by one, up to `max`, for each start finding it empty (a burst outrunning
+    /// the refill), and shrinks back to `count` once starts stop missing for a while.
+    pub fn with_growing_warm_inits(mut self, count: usize, max: usize) -> Self {
         let net = self.network.clone();
+        let sizes = (count, max);
         self.warm = match count {
             0 => None,
-            _ => match warm::WarmPool::new(self.config.clone(), self.cgroups.clone(), count, net) {
+            _ => match warm::WarmPool::new(self.config.clone(), self.cgroups.clone(), sizes, net) {
                 Ok(pool) => Some(pool),
                 Err(e) => {
                     tracing::warn!(error = %e, "no warm inits");
@@ -146,6 +154,12 @@ impl LinuxRuntime {
     /// Warm inits ready to be taken now.
     pub fn warm_inits_ready(&self) -> usize {
         self.warm.as_ref().map_or(0, |pool| pool.ready())
+    }
+
+    /// Warm inits of the default shape the pool aims to keep now (its base size, or
+    /// more after starts found it empty).
+    pub fn warm_inits_target(&self) -> usize {
+        self.warm.as_ref().map_or(0, |pool| pool.target())
     }
 
     /// Warm inits ready now, of any shape (the one kept for other layer stacks too).

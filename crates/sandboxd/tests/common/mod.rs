@@ -86,6 +86,11 @@ pub fn warm_runtime(data_dir: &Path, count: usize) -> TestRuntime {
     TestRuntime(raw_runtime(data_dir).with_warm_inits(count))
 }
 
+/// [`runtime`] keeping `count` warm inits, more (up to `max`) while starts outrun them.
+pub fn growing_warm_runtime(data_dir: &Path, count: usize, max: usize) -> TestRuntime {
+    TestRuntime(raw_runtime(data_dir).with_growing_warm_inits(count, max))
+}
+
 /// Like [`runtime`] but without clean-up on drop (to play a server that stops).
 pub fn raw_runtime(data_dir: &Path) -> LinuxRuntime {
     LinuxRuntime::new(LinuxConfig {

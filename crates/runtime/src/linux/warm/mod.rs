@@ -12,6 +12,7 @@
 //! close the handshake socket, so a dead server leaves no process behind; the next
 //! runtime with a pool removes what such entries left.
 
+mod demand;
 mod entry;
 
 use super::cgroup::Cgroups;
@@ -19,11 +20,13 @@ use super::net::NetConfig;
 use super::slots::Slots;
 use super::{refill, LinuxConfig};
 use crate::RuntimeError;
+use demand::Demand;
 use entry::Maker;
 pub(super) use entry::Warm;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// Entries a refill makes at once.
 const PARALLEL: usize = 2;
@@ -41,7 +44,8 @@ pub(super) struct Shape {
 
 struct Shared {
     maker: Maker,
-    size: usize,
+    /// How many entries of the wanted shape to keep (grows with bursts).
+    demand: Mutex<Demand>,
     entries: Mutex<Vec<Warm>>,
     /// What refills make: what [`WarmPool::prefer`] set, else the last start's disk.
     shape: Mutex<Shape>,
@@ -54,12 +58,13 @@ struct Shared {
 pub(super) struct WarmPool(Arc<Shared>);
 
 impl WarmPool {
-    /// A pool of `size` entries, filled in the background once the first start (or
-    /// [`WarmPool::prefer`]) says what to prepare; `net` lets entries be wired.
+    /// A pool of `size` entries (growing up to `max` while starts outrun it), filled in
+    /// the background once the first start (or [`WarmPool::prefer`]) says what to
+    /// prepare; `net` lets entries be wired.
     pub fn new(
         config: LinuxConfig,
         cgroups: Cgroups,
-        size: usize,
+        (size, max): (usize, usize),
         net: Option<NetConfig>,
     ) -> Result<Self, RuntimeError> {
         let slots = Slots::new(&config.data_dir)?;
@@ -70,7 +75,7 @@ impl WarmPool {
                 slots,
                 net,
             },
-            size,
+            demand: Mutex::new(Demand::new(size, max)),
             entries: Mutex::new(Vec::new()),
             shape: Mutex::new(Shape::default()),
             preferred: AtomicBool::new(false),
@@ -110,21 +115,51 @@ impl WarmPool {
         };
         let mut entries = self.0.entries.lock().ok()?;
         loop {
-            let i = entries
+            let found = entries
                 .iter()
                 .position(|w| fits(w) && same_root(w))
                 .or_else(|| {
                     entries
                         .iter()
                         .position(|w| fits(w) && w.shape.root.is_none())
-                })?;
+                });
+            let Some(i) = found else {
+                drop(entries);
+                self.count_miss(disk_mb, wired, image, layers);
+                return None;
+            };
             let mut warm = entries.swap_remove(i);
             if warm.is_alive() {
+                if let Ok(mut d) = self.0.demand.lock() {
+                    d.took(Instant::now());
+                }
                 return Some(warm);
             }
             drop(entries);
             self.0.maker.discard(warm);
             entries = self.0.entries.lock().ok()?;
+        }
+    }
+
+    /// Entries of the wanted shape the pool aims to keep now.
+    pub fn target(&self) -> usize {
+        self.0.demand.lock().map_or(0, |d| d.target())
+    }
+
+    /// A start found nothing: if it asked for what the pool makes, the pool was too
+    /// small for the rate of starts and grows.
+    fn count_miss(&self, disk_mb: u32, wired: bool, image: &str, layers: &[PathBuf]) {
+        let Ok(want) = self.0.shape.lock().map(|s| s.clone()) else {
+            return;
+        };
+        let same_root = want
+            .root
+            .as_ref()
+            .is_none_or(|(i, l)| i == image && l == layers);
+        if want.disk_mb == disk_mb && want.wired == wired && same_root {
+            if let Ok(mut d) = self.0.demand.lock() {
+                d.missed(Instant::now());
+            }
         }
     }
 
@@ -189,11 +224,13 @@ impl Drop for WarmPool {
 }
 
 impl Shared {
-    /// The entries the pool keeps: `size` of the wanted shape and, when that has a root
-    /// parked, one without (for starts of other layer stacks: snapshots, other images).
+    /// The entries the pool keeps: the target number of the wanted shape and, when that
+    /// has a root parked, one without (for starts of other layer stacks: snapshots,
+    /// other images).
     fn wanted(&self) -> Option<Vec<Shape>> {
         let want = self.shape.lock().ok()?.clone();
-        let mut shapes = vec![want.clone(); self.size];
+        let target = self.demand.lock().ok()?.target();
+        let mut shapes = vec![want.clone(); target];
         if want.root.is_some() {
             shapes.push(Shape { root: None, ..want });
         }
