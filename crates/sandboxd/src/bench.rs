@@ -129,6 +129,11 @@ pub fn main(args: BenchArgs) -> Result<()> {
             baseline: Some(("unshare", unshare, 5.0)),
         },
         Row {
+            name: "HTTP: create -> RUNNING -> first exec (loopback, 2nd burst)",
+            median: http.create_first_exec_burst_again,
+            baseline: Some(("unshare", unshare, 5.0)),
+        },
+        Row {
             name: "HTTP: create -> RUNNING -> first exec (egress, spaced)",
             median: http_egress.create_first_exec.median,
             baseline: Some(("unshare*", http_egress.create_first_exec.baseline, 5.0)),
@@ -136,6 +141,11 @@ pub fn main(args: BenchArgs) -> Result<()> {
         Row {
             name: "HTTP: create -> RUNNING -> first exec (egress, burst)",
             median: http_egress.create_first_exec_burst,
+            baseline: Some(("unshare", unshare, 5.0)),
+        },
+        Row {
+            name: "HTTP: create -> RUNNING -> first exec (egress, 2nd burst)",
+            median: http_egress.create_first_exec_burst_again,
             baseline: Some(("unshare", unshare, 5.0)),
         },
         Row {

@@ -289,13 +289,16 @@ fn a_pool_outrun_by_a_burst_grows_so_the_next_burst_starts_warm() {
     };
     let is_warm = |h: &sandboxd_runtime::SandboxHandle| h.state_dir.join("owner").exists();
     // Back to back: the refill waits a moment after each start, so starts after the
-    // first find the pool empty and start cold, and each such miss grows the pool.
-    let first = burst(4);
+    // first find the pool empty and start cold; a miss grows the pool to the burst.
+    let first = burst(5);
     assert!(is_warm(&first[0]));
     let cold = first.iter().filter(|h| !is_warm(h)).count();
     assert!(cold >= 1, "a back-to-back burst outran a pool of one");
     let target = rt.warm_inits_target();
-    assert_eq!(target, (1 + cold).min(4), "one more per start that missed");
+    assert!(
+        (2..=4).contains(&target),
+        "grown to the burst, within the max: {target}"
+    );
     for h in &first {
         rt.destroy(h).expect("destroy");
         assert_gone(&rt, data.path(), h);

@@ -1,12 +1,15 @@
-//! How many entries the pool keeps: a base size, grown by one for each start that found
-//! no entry of the shape it makes (a burst faster than the refill), up to a maximum, and
-//! back to the base once no start has missed for [`SHRINK_AFTER`] (checked at the next
-//! start: an idle pool keeps what it grew to).
+//! How many entries the pool keeps: a base size; when a start finds no entry of the shape
+//! the pool makes (a burst faster than the refill), as many as that burst has had starts
+//! so far (starts less than [`BURST_GAP`] apart), up to a maximum; back to the base once
+//! no start has missed for [`SHRINK_AFTER`] (checked at the next start: an idle pool keeps
+//! what it grew to).
 
 use std::time::{Duration, Instant};
 
 /// Quiet time after the last miss before the pool returns to its base size.
 pub(super) const SHRINK_AFTER: Duration = Duration::from_secs(10 * 60);
+/// Starts closer together than this belong to one burst.
+pub(super) const BURST_GAP: Duration = Duration::from_secs(1);
 
 /// The pool's current size and what moves it.
 #[derive(Debug)]
@@ -15,6 +18,9 @@ pub(super) struct Demand {
     max: usize,
     target: usize,
     last_miss: Option<Instant>,
+    /// Starts in the current burst, and when the last one came.
+    burst: usize,
+    last_start: Option<Instant>,
 }
 
 impl Demand {
@@ -25,6 +31,8 @@ impl Demand {
             max: max.max(base),
             target: base,
             last_miss: None,
+            burst: 0,
+            last_start: None,
         }
     }
 
@@ -33,13 +41,29 @@ impl Demand {
         self.target
     }
 
-    /// A start found no entry of the wanted shape at `now`.
+    /// A start (any shape) at `now`, before it looks for an entry.
+    pub fn started(&mut self, now: Instant) {
+        let apart = self
+            .last_start
+            .map_or(BURST_GAP, |t| now.saturating_duration_since(t));
+        self.burst = if apart < BURST_GAP { self.burst + 1 } else { 1 };
+        self.last_start = Some(now);
+    }
+
+    /// How long no start has come, at `now` (forever if none ever did).
+    pub fn quiet_for(&self, now: Instant) -> Duration {
+        self.last_start
+            .map_or(Duration::MAX, |t| now.saturating_duration_since(t))
+    }
+
+    /// The start at `now` found no entry of the wanted shape: the pool grows to the
+    /// burst's length so far.
     pub fn missed(&mut self, now: Instant) {
-        self.target = (self.target + 1).min(self.max);
+        self.target = self.target.max(self.burst.min(self.max));
         self.last_miss = Some(now);
     }
 
-    /// A start took an entry at `now`: a pool grown by misses long ago shrinks back.
+    /// The start at `now` took an entry: a pool grown by misses long ago shrinks back.
     pub fn took(&mut self, now: Instant) {
         if self
             .last_miss
@@ -55,30 +79,51 @@ impl Demand {
 mod tests {
     use super::*;
 
+    /// `n` starts `gap` apart from `t`, each missing; returns the time of the last.
+    fn burst(d: &mut Demand, t: Instant, n: u32, gap: Duration) -> Instant {
+        for i in 0..n {
+            d.started(t + gap * i);
+            d.missed(t + gap * i);
+        }
+        t + gap * (n - 1)
+    }
+
     #[test]
-    fn grows_by_misses_up_to_the_max_and_shrinks_after_quiet() {
+    fn grows_to_the_burst_that_outran_it_up_to_the_max() {
         let t0 = Instant::now();
-        let mut d = Demand::new(2, 5);
+        let mut d = Demand::new(2, 16);
         assert_eq!(d.target(), 2);
+        d.started(t0);
         d.took(t0);
         assert_eq!(d.target(), 2, "a hit alone changes nothing");
-        for _ in 0..10 {
-            d.missed(t0);
-        }
-        assert_eq!(d.target(), 5, "capped at the max");
-        d.took(t0 + SHRINK_AFTER / 2);
+        let ms = Duration::from_millis(5);
+        let t = burst(&mut d, t0 + BURST_GAP, 7, ms);
+        assert_eq!(d.target(), 7, "the burst's length");
+        // Spaced-out misses are bursts of one: no growth past what it has.
+        let t = burst(&mut d, t + BURST_GAP, 3, BURST_GAP);
+        assert_eq!(d.target(), 7);
+        burst(&mut d, t + BURST_GAP, 40, ms);
+        assert_eq!(d.target(), 16, "capped at the max");
+    }
+
+    #[test]
+    fn shrinks_back_after_quiet_counted_from_the_last_miss() {
+        let t0 = Instant::now();
+        let mut d = Demand::new(2, 16);
+        let last = burst(&mut d, t0, 5, Duration::from_millis(5));
+        assert_eq!(d.target(), 5);
+        d.started(last + SHRINK_AFTER / 2);
+        d.took(last + SHRINK_AFTER / 2);
         assert_eq!(d.target(), 5, "a recent miss keeps it grown");
-        d.missed(t0 + SHRINK_AFTER / 2);
-        d.took(t0 + SHRINK_AFTER);
-        assert_eq!(d.target(), 5, "quiet counts from the last miss");
-        d.took(t0 + SHRINK_AFTER / 2 + SHRINK_AFTER);
+        d.started(last + SHRINK_AFTER);
+        d.took(last + SHRINK_AFTER);
         assert_eq!(d.target(), 2, "back to the base");
     }
 
     #[test]
     fn a_max_below_the_base_means_no_growth() {
         let mut d = Demand::new(3, 1);
-        d.missed(Instant::now());
+        burst(&mut d, Instant::now(), 10, Duration::from_millis(1));
         assert_eq!(d.target(), 3);
     }
 }

@@ -26,10 +26,12 @@ pub(super) use entry::Warm;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Entries a refill makes at once.
 const PARALLEL: usize = 2;
+/// How long starts must pause before a refill makes entries while some are left.
+const PAUSE: Duration = Duration::from_millis(50);
 
 /// What entries are made for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -113,6 +115,9 @@ impl WarmPool {
                 .as_ref()
                 .is_some_and(|(i, l)| i == image && l == layers)
         };
+        if let Ok(mut d) = self.0.demand.lock() {
+            d.started(Instant::now());
+        }
         let mut entries = self.0.entries.lock().ok()?;
         loop {
             let found = entries
@@ -147,7 +152,7 @@ impl WarmPool {
     }
 
     /// A start found nothing: if it asked for what the pool makes, the pool was too
-    /// small for the rate of starts and grows.
+    /// small for the burst it is in and grows to it.
     fn count_miss(&self, disk_mb: u32, wired: bool, image: &str, layers: &[PathBuf]) {
         let Ok(want) = self.0.shape.lock().map(|s| s.clone()) else {
             return;
@@ -237,6 +242,30 @@ impl Shared {
         Some(shapes)
     }
 
+    /// Waits until starts pause or the pool has nothing left for them; `false` once the
+    /// pool is closed. Making entries (an exec of this binary, cgroups, mounts, a disk)
+    /// takes both CPUs of a small host: measured, warm starts in a burst took 10-20 ms
+    /// with a refill beside them and ~5 ms without, so the refill lets them finish first.
+    fn wait_for_pause(&self) -> bool {
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            let quiet = self
+                .demand
+                .lock()
+                .map_or(Duration::MAX, |d| d.quiet_for(Instant::now()));
+            let want = self.shape.lock().map(|s| s.clone()).ok();
+            let left = self.entries.lock().map_or(0, |e| {
+                e.iter().filter(|w| Some(&w.shape) == want.as_ref()).count()
+            });
+            if quiet >= PAUSE || left == 0 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn fill(&self) {
         loop {
             let Some(wanted) = self.wanted() else {
@@ -265,7 +294,7 @@ impl Shared {
             for warm in stale {
                 self.maker.discard(warm);
             }
-            if self.closed.load(Ordering::Acquire) || missing.is_empty() {
+            if missing.is_empty() || !self.wait_for_pause() {
                 return;
             }
             // A few at once: most of making one is waiting (the exec, the RCU grace
