@@ -42,7 +42,12 @@ fn sandboxes_and_processes_survive_kill_9() {
     // their sandboxes start, they end on their own (before any new server sweeps them).
     let warm = warm_keys(&data);
     assert!(!warm.is_empty(), "the server keeps warm inits");
-    assert!(warm.iter().all(|k| !host_processes(k, "").is_empty()));
+    // An entry may still be being made (dir first, process after): wait for them all.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !warm.iter().all(|k| !host_processes(k, "").is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "warm inits without a process");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     first.kill9();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while warm.iter().any(|k| !host_processes(k, "").is_empty()) {
