@@ -6,14 +6,13 @@
 mod common;
 mod fakenet;
 
-use common::{runtime, TestRuntime};
+use common::{runtime, wait_for, TestRuntime};
 use fakenet::{FakeNet, PROBE};
 use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime, SandboxHandle};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 const STATE: &str = "/run/sandboxd/net";
 
@@ -58,14 +57,6 @@ fn egress_runtime(fake: &FakeNet, dir: &Path, wired: bool) -> (TestRuntime, Linu
     let rt = LinuxRuntime::with_network(common::raw_runtime(dir), config).with_warm_inits(1);
     rt.fill_warm_inits(0, wired);
     (cleanup, rt)
-}
-
-fn wait_for(what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "no {what} made");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Egress and names work from `sb`; the host (a listener on all its addresses) does not.

@@ -45,7 +45,10 @@ fn sandboxes_and_processes_survive_kill_9() {
     // An entry may still be being made (dir first, process after): wait for them all.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !warm.iter().all(|k| !host_processes(k, "").is_empty()) {
-        assert!(std::time::Instant::now() < deadline, "warm inits without a process");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "warm inits without a process"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     first.kill9();

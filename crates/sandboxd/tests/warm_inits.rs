@@ -8,24 +8,16 @@ mod common;
 use common::*;
 use sandboxd_runtime::Runtime;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Waits until `rt` has `n` warm inits ready.
+/// Waits until `rt` has `n` warm inits of the default shape ready.
 fn wait_ready(rt: &TestRuntime, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rt.warm_inits_ready() < n {
-        assert!(Instant::now() < deadline, "warm inits never became ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for("warm inits ready", || rt.warm_inits_ready() >= n);
 }
 
 /// Waits until `rt` holds `n` warm inits of any shape.
 fn wait_held(rt: &TestRuntime, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rt.warm_inits_held() < n {
-        assert!(Instant::now() < deadline, "warm inits never became {n}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for("warm inits held", || rt.warm_inits_held() >= n);
 }
 
 /// Directories of warm entries under the data dir.
@@ -153,11 +145,7 @@ fn a_start_takes_a_warm_init_and_gets_the_same_sandbox() {
 
 /// Waits until `n` warm entries have their dirs under `data`.
 fn wait_for_dirs(data: &Path, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while warm_dirs(data).len() != n {
-        assert!(Instant::now() < deadline, "warm entries never became {n}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for("warm entry dirs", || warm_dirs(data).len() == n);
 }
 
 /// The warm entries under `data` parked in a root made ahead, and the others.

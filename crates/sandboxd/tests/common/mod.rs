@@ -266,3 +266,12 @@ pub fn zombie_children() -> Vec<i32> {
         })
         .collect()
 }
+
+/// Waits (up to a minute) until `done`, failing the test with `what` otherwise.
+pub fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
