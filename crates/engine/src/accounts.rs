@@ -53,10 +53,47 @@ pub struct ApiKeyInfo {
     pub scopes: Vec<String>,
     pub created_at: OffsetDateTime,
     pub revoked_at: Option<OffsetDateTime>,
+    /// Made from the server's master key.
+    pub master: bool,
+    /// The key this one is another form of.
+    pub alias_of: Option<Uuid>,
 }
 
 fn hash(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// 64 random hex digits (two v4 UUIDs: 244 random bits).
+fn random_hex() -> String {
+    format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple())
+}
+
+/// What a new key row holds besides its generated id and time.
+struct KeyRow<'k> {
+    key: &'k str,
+    workspace: Option<&'k str>,
+    permissions: Vec<String>,
+    scopes: Vec<String>,
+    master: bool,
+    alias_of: Option<Uuid>,
+}
+
+impl<'k> KeyRow<'k> {
+    fn new(
+        key: &'k str,
+        workspace: Option<&'k str>,
+        permissions: Vec<String>,
+        scopes: Vec<String>,
+    ) -> Self {
+        KeyRow {
+            key,
+            workspace,
+            permissions,
+            scopes,
+            master: false,
+            alias_of: None,
+        }
+    }
 }
 
 /// Workspace, key and secret management over a store; needs no runtime.
@@ -72,6 +109,10 @@ impl Engine {
 
     pub fn ensure_master_key(&self, key: &str) -> Result<(), EngineError> {
         self.accounts().ensure_master_key(key)
+    }
+
+    pub fn set_master_key(&self, key: Option<&str>, aliases: &[String]) -> Result<(), EngineError> {
+        self.accounts().set_master_key(key, aliases)
     }
 
     pub fn authenticate(&self, key: &str) -> Result<Option<Principal>, EngineError> {
@@ -119,21 +160,65 @@ impl<'s> Accounts<'s> {
     /// `default`) exists and that `key` is a key of that workspace with every permission
     /// (workspace-scoped, so requests need no `X-Inngest-Env`).
     pub fn ensure_master_key(&self, key: &str) -> Result<(), EngineError> {
-        if key.len() < 16 {
+        self.set_master_key(Some(key), &[])
+    }
+
+    /// Makes `key` (with `aliases`, other strings that stand for it, such as the bearer
+    /// the Inngest SDK derives from it) the master key: a key of the `default`
+    /// workspace with every permission. Every master key or alias registered before
+    /// that is not one of these is revoked, so a changed master key stops the old one;
+    /// `None` revokes them all.
+    pub fn set_master_key(&self, key: Option<&str>, aliases: &[String]) -> Result<(), EngineError> {
+        if key.is_some_and(|k| k.len() < 16) {
             return Err(EngineError::invalid(
                 "the master key must be at least 16 characters",
             ));
         }
+        let forms: Vec<&str> = key
+            .into_iter()
+            .chain(aliases.iter().map(String::as_str))
+            .collect();
+        let keep: Vec<String> = forms.iter().map(|k| hash(k)).collect();
+        let now = OffsetDateTime::now_utc();
+        for old in self.store.list_keys(Some(DEFAULT_WORKSPACE))? {
+            if old.master && old.revoked_at.is_none() && !keep.contains(&old.key_hash) {
+                self.store.revoke_key(old.id, now)?;
+                tracing::warn!(prefix = %old.prefix, "revoked a former master key");
+            }
+        }
+        let Some(key) = key else {
+            return Ok(());
+        };
         self.ensure_default_workspace()?;
-        if self.store.key_by_hash(&hash(key))?.is_none() {
-            self.insert_key(
-                key,
-                Some(DEFAULT_WORKSPACE),
-                vec![ALL_PERMISSIONS.into()],
-                Vec::new(),
-            )?;
+        let master = self.master_form(key, None)?;
+        for alias in aliases {
+            self.master_form(alias, Some(master))?;
         }
         Ok(())
+    }
+
+    /// Registers (or reinstates) one form of the master key; returns its key id.
+    fn master_form(&self, key: &str, alias_of: Option<Uuid>) -> Result<Uuid, EngineError> {
+        match self.store.key_by_hash(&hash(key))? {
+            Some(k) if k.master => {
+                if k.revoked_at.is_some() {
+                    self.store.reinstate_key(k.id)?;
+                }
+                Ok(k.id)
+            }
+            Some(_) => Err(EngineError::new(
+                ErrorCode::NameTaken,
+                "the master key (or its Inngest SDK form) is already registered as an ordinary key",
+            )),
+            None => self.insert_key(KeyRow {
+                key,
+                workspace: Some(DEFAULT_WORKSPACE),
+                permissions: vec![ALL_PERMISSIONS.into()],
+                scopes: Vec::new(),
+                master: true,
+                alias_of,
+            }),
+        }
     }
 
     /// The `default` workspace (inngest env `production`, runzivo tenant `default`),
@@ -251,12 +336,41 @@ impl<'s> Accounts<'s> {
             )));
         }
         self.check_workspace(workspace)?;
-        let key = format!(
-            "{prefix}{}{}",
-            Uuid::new_v4().simple(),
-            Uuid::new_v4().simple()
-        );
-        self.insert_key(&key, workspace, permissions, scopes)?;
+        let key = format!("{prefix}{}", random_hex());
+        self.insert_key(KeyRow::new(&key, workspace, permissions, scopes))?;
+        Ok(key)
+    }
+
+    /// A new key `<prefix><64 hex digits>` (prefix: up to 40 visible ASCII characters,
+    /// e.g. `signkey-prod-`), plus each of `aliases(key)` registered as another form of
+    /// it, revoked with it. Returns the key; only hashes are kept.
+    pub fn create_hex_key(
+        &self,
+        prefix: &str,
+        workspace: Option<&str>,
+        permissions: Vec<String>,
+        scopes: Vec<String>,
+        aliases: impl Fn(&str) -> Vec<String>,
+    ) -> Result<String, EngineError> {
+        if prefix.len() > 40 || !prefix.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(EngineError::invalid(format!(
+                "key prefix {prefix:?} must be at most 40 visible ASCII characters"
+            )));
+        }
+        self.check_workspace(workspace)?;
+        let key = format!("{prefix}{}", random_hex());
+        let id = self.insert_key(KeyRow::new(
+            &key,
+            workspace,
+            permissions.clone(),
+            scopes.clone(),
+        ))?;
+        for alias in aliases(&key) {
+            self.insert_key(KeyRow {
+                alias_of: Some(id),
+                ..KeyRow::new(&alias, workspace, permissions.clone(), scopes.clone())
+            })?;
+        }
         Ok(key)
     }
 
@@ -281,7 +395,8 @@ impl<'s> Accounts<'s> {
             ));
         }
         self.check_workspace(workspace)?;
-        self.insert_key(key, workspace, permissions, scopes)
+        self.insert_key(KeyRow::new(key, workspace, permissions, scopes))
+            .map(drop)
     }
 
     /// Refuses a key scope naming a workspace that does not exist.
@@ -294,23 +409,21 @@ impl<'s> Accounts<'s> {
         }
     }
 
-    fn insert_key(
-        &self,
-        key: &str,
-        workspace: Option<&str>,
-        permissions: Vec<String>,
-        scopes: Vec<String>,
-    ) -> Result<(), EngineError> {
-        Ok(self.store.insert_key(&ApiKeyRecord {
-            id: Uuid::new_v4(),
-            key_hash: hash(key),
-            prefix: key.chars().take(PREFIX_LEN).collect(),
-            workspace: workspace.map(Into::into),
-            permissions,
-            scopes,
+    fn insert_key(&self, row: KeyRow<'_>) -> Result<Uuid, EngineError> {
+        let id = Uuid::new_v4();
+        self.store.insert_key(&ApiKeyRecord {
+            id,
+            key_hash: hash(row.key),
+            prefix: row.key.chars().take(PREFIX_LEN).collect(),
+            workspace: row.workspace.map(Into::into),
+            permissions: row.permissions,
+            scopes: row.scopes,
             created_at: OffsetDateTime::now_utc(),
             revoked_at: None,
-        })?)
+            master: row.master,
+            alias_of: row.alias_of,
+        })?;
+        Ok(id)
     }
 
     /// Keys of a workspace, or the account-scoped keys for `None`.
@@ -326,6 +439,8 @@ impl<'s> Accounts<'s> {
                 scopes: k.scopes,
                 created_at: k.created_at,
                 revoked_at: k.revoked_at,
+                master: k.master,
+                alias_of: k.alias_of,
             })
             .collect())
     }

@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use sandboxd_dialect_inngest::signing_key::{sdk_bearer_for, signing_key_prefix};
 use sandboxd_engine::accounts::{Accounts, ApiKeyInfo};
 use sandboxd_engine::{Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
 use sandboxd_store::SqliteStore;
@@ -96,9 +97,11 @@ pub struct CreateArgs {
     /// Runzivo tenant ID of a new workspace (unique in the store).
     #[arg(long)]
     tenant: Option<String>,
-    /// How the key starts, e.g. `or_` (OpenRelay) or `vl_` (its legacy keys).
-    #[arg(long, default_value = "sbx_")]
-    prefix: String,
+    /// How the key starts, e.g. `or_` (OpenRelay) or `vl_` (its legacy keys). Without
+    /// it the key is an Inngest signing key, `signkey-<env>-<64 hex>`, which works as a
+    /// bearer in every dialect and as the Inngest SDK's `signingKey`.
+    #[arg(long)]
+    prefix: Option<String>,
     /// Register the key read from stdin (one trailing newline removed) instead of
     /// generating one: e.g. the bearer the inngest SDK sends for a signing key.
     #[arg(long = "key-stdin", conflicts_with = "prefix")]
@@ -158,7 +161,15 @@ fn create(args: CreateArgs) -> Result<()> {
         eprintln!("key registered");
         return Ok(());
     }
-    let key = accounts.create_key_prefixed(&args.prefix, ws_id, permissions, args.scopes)?;
+    let key = match &args.prefix {
+        Some(prefix) => accounts.create_key_prefixed(prefix, ws_id, permissions, args.scopes)?,
+        None => {
+            let env = workspace.as_ref().and_then(|w| w.inngest_env.as_deref());
+            let prefix = signing_key_prefix(env.unwrap_or("account"));
+            let sdk_form = |key: &str| sdk_bearer_for(key).into_iter().collect();
+            accounts.create_hex_key(&prefix, ws_id, permissions, args.scopes, sdk_form)?
+        }
+    };
     match &workspace {
         Some(ws) => eprintln!(
             "key for workspace {} ({}); shown only once:",
@@ -219,10 +230,16 @@ fn list(args: ListArgs) -> Result<()> {
             }
         }
     }
-    println!("ID\tPREFIX\tWORKSPACE\tPERMISSIONS\tSCOPES\tCREATED\tREVOKED");
+    println!("ID\tPREFIX\tWORKSPACE\tPERMISSIONS\tSCOPES\tCREATED\tREVOKED\tKIND");
     for k in keys {
+        let kind = match (k.master, k.alias_of) {
+            (true, None) => "master".to_owned(),
+            (true, Some(of)) => format!("master-alias-of:{of}"),
+            (false, None) => "key".to_owned(),
+            (false, Some(of)) => format!("alias-of:{of}"),
+        };
         println!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{kind}",
             k.id,
             k.prefix,
             k.workspace.as_deref().unwrap_or("(account)"),

@@ -4,6 +4,7 @@
 
 mod serve_bin;
 
+use sandboxd_dialect_inngest::signing_key::sdk_bearer_for;
 use serde_json::json;
 use serve_bin::{cli_status, Server};
 use std::process::Output;
@@ -45,7 +46,17 @@ fn keys_and_secrets_work_beside_a_running_server() {
     let create = ["keys", "create", "--workspace", "acme", "--inngest-env"];
     let ws_key = ok(data, &[&create[..], &["acme-env"]].concat(), "");
     let account_key = ok(data, &["keys", "create", "--account"], "");
-    assert!(ws_key.starts_with("sbx_") && ws_key.len() > 40, "{ws_key}");
+    assert!(
+        ws_key.starts_with("signkey-acmeenv-") && ws_key.len() == 80,
+        "{ws_key}"
+    );
+    let ws_sdk_form = sdk_bearer_for(&ws_key).expect("a signing key has an SDK form");
+    let or_key = ok(
+        data,
+        &["keys", "create", "--workspace", "acme", "--prefix", "or_"],
+        "",
+    );
+    assert!(or_key.starts_with("or_") && or_key.len() == 67, "{or_key}");
     assert_ne!(ws_key, account_key);
     // The same workspace with a conflicting environment is refused.
     let conflict = run(data, &[&create[..], &["other"]].concat(), "");
@@ -59,8 +70,10 @@ fn keys_and_secrets_work_beside_a_running_server() {
     assert_eq!(secret_names(data), "OTHER\nTOKEN");
 
     let server = Server::start(dir.path(), None);
-    let list = server.request("GET", "/v2/sandboxes", &ws_key, None);
-    assert_eq!(list.status, 200, "{}", list.text());
+    for key in [&ws_key, &ws_sdk_form, &or_key] {
+        let list = server.request("GET", "/v2/sandboxes", key, None);
+        assert_eq!(list.status, 200, "{}", list.text());
+    }
     let headers = [
         ("authorization", format!("Bearer {account_key}")),
         ("x-inngest-env", "acme-env".to_owned()),
@@ -81,14 +94,22 @@ fn keys_and_secrets_work_beside_a_running_server() {
     let listing = ok(data, &["keys", "list", "--workspace", "acme"], "");
     let row = listing.lines().nth(1).expect("one acme key");
     assert!(row.contains(&ws_key[..12]) && row.contains("acme") && !row.contains(&ws_key));
+    assert!(row.ends_with("\tkey"), "{row}");
     let key_id = row.split('\t').next().expect("id column");
+    let alias = listing.lines().nth(2).expect("the key's SDK form");
+    assert!(alias.ends_with(&format!("alias-of:{key_id}")), "{listing}");
     ok(data, &["keys", "revoke", key_id], "");
-    let revoked = server.request("GET", "/v2/sandboxes", &ws_key, None);
-    assert_eq!(revoked.status, 401);
+    for key in [&ws_key, &ws_sdk_form] {
+        let revoked = server.request("GET", "/v2/sandboxes", key, None);
+        assert_eq!(
+            revoked.status, 401,
+            "revoking a key revokes its SDK form too"
+        );
+    }
     assert!(!run(data, &["keys", "revoke", key_id], "").status.success());
     let all = ok(data, &["keys", "list"], "");
     assert!(
-        all.contains("(account)") && all.lines().count() == 3,
+        all.contains("(account)") && all.lines().count() == 6,
         "{all}"
     );
 

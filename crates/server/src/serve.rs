@@ -33,18 +33,7 @@ pub async fn serve(
     engine: Arc<Engine>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    if let Some(key) = &config.master_key {
-        engine
-            .ensure_master_key(key)
-            .context("cannot register the master key")?;
-        if let Some(sdk_form) = sandboxd_dialect_inngest::signing_key::sdk_bearer_for(key) {
-            engine
-                .ensure_master_key(&sdk_form)
-                .context("cannot register the master key's Inngest SDK form")?;
-        }
-    } else {
-        tracing::warn!("no master key configured: only keys already in the store are accepted");
-    }
+    register_master_key(&engine, config.master_key.as_deref())?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -64,6 +53,26 @@ pub async fn serve(
         .context("the HTTP server failed")?;
     tracing::info!("stopped; sandboxes keep running");
     Ok(())
+}
+
+/// Makes `key` the master key, with the bearer the Inngest SDK derives from it when it
+/// has one; former master keys stop working.
+fn register_master_key(engine: &Engine, key: Option<&str>) -> anyhow::Result<()> {
+    use sandboxd_dialect_inngest::signing_key::{sdk_bearer_for, MIN_SECRET_BYTES};
+    let aliases: Vec<String> = key.and_then(sdk_bearer_for).into_iter().collect();
+    match key {
+        None => {
+            tracing::warn!("no master key configured: only keys already in the store are accepted")
+        }
+        Some(_) if aliases.is_empty() => tracing::warn!(
+            "the master key is not `signkey-<env>-<hex>` with at least {MIN_SECRET_BYTES} \
+             bytes of hex: it works as a bearer, but the Inngest SDK cannot use it"
+        ),
+        Some(_) => {}
+    }
+    engine
+        .set_master_key(key, &aliases)
+        .context("cannot register the master key")
 }
 
 /// Completes on SIGTERM or SIGINT.

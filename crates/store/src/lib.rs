@@ -30,8 +30,10 @@ pub trait Store: Send + Sync + 'static {
     fn key_by_hash(&self, key_hash: &str) -> StoreResult<Option<ApiKeyRecord>>;
     /// Keys of one workspace (`Some`) or account-scoped keys (`None`), oldest first.
     fn list_keys(&self, workspace: Option<&str>) -> StoreResult<Vec<ApiKeyRecord>>;
-    /// Marks a key revoked; false when no such unrevoked key exists.
+    /// Marks a key revoked, with its aliases; false when no such unrevoked key exists.
     fn revoke_key(&self, id: Uuid, at: OffsetDateTime) -> StoreResult<bool>;
+    /// Clears a key's revocation (a master key configured again); false when none.
+    fn reinstate_key(&self, id: Uuid) -> StoreResult<bool>;
 
     // Sandboxes.
     fn insert_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()>;

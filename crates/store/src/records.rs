@@ -31,6 +31,11 @@ pub struct ApiKeyRecord {
     pub scopes: Vec<String>,
     pub created_at: OffsetDateTime,
     pub revoked_at: Option<OffsetDateTime>,
+    /// Made by the server from its configured master key (revoked when that changes).
+    pub master: bool,
+    /// The key this one is another form of (e.g. the Inngest SDK's hashed bearer);
+    /// revoking that key revokes this one too.
+    pub alias_of: Option<Uuid>,
 }
 
 /// A sandbox row: every field of the engine's sandbox plus backend data.

@@ -96,6 +96,8 @@ fn accounts(store: &dyn Store) {
         scopes: vec![],
         created_at: t(1),
         revoked_at: None,
+        master: false,
+        alias_of: None,
     };
     store.insert_key(&key).unwrap();
     assert_eq!(store.key_by_hash(&key.key_hash).unwrap().unwrap(), key);
@@ -113,6 +115,27 @@ fn accounts(store: &dyn Store) {
             .unwrap()
             .revoked_at,
         Some(t(2))
+    );
+    assert!(store.reinstate_key(key.id).unwrap());
+    assert!(!store.reinstate_key(key.id).unwrap(), "already in force");
+
+    // An alias goes with its key, and is kept as such.
+    let alias = ApiKeyRecord {
+        id: Uuid::new_v4(),
+        key_hash: "cd".repeat(32),
+        prefix: "signkey-w1-0".into(),
+        master: true,
+        alias_of: Some(key.id),
+        ..key.clone()
+    };
+    store.insert_key(&alias).unwrap();
+    assert_eq!(store.key_by_hash(&alias.key_hash).unwrap().unwrap(), alias);
+    assert!(store.revoke_key(key.id, t(4)).unwrap());
+    let revoked = store.key_by_hash(&alias.key_hash).unwrap().unwrap();
+    assert_eq!(
+        revoked.revoked_at,
+        Some(t(4)),
+        "the alias is revoked with its key"
     );
 }
 

@@ -3,17 +3,38 @@
 //! `inngest.sandboxes` authenticates with `Bearer <prefix><sha256(hex-decoded key)>`,
 //! where `<prefix>` is a leading `signkey-<env>-` kept as is. Registering this form next
 //! to a configured key lets users give the SDK the same string they give sandboxd.
+//!
+//! Only a key whose secret part is all hex, at least [`MIN_SECRET_BYTES`] bytes of it,
+//! has this form: the SDK hashes whatever hex prefix it can decode, so a key that is not
+//! hex would map to the hash of an empty or short buffer, a bearer anyone can compute.
 
 use sha2::{Digest, Sha256};
 
-/// The string the SDK sends for `signing_key`, when that differs from the key itself.
+/// The least secret a key's SDK form is derived from.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// The string the SDK sends for `signing_key`: `Some` only when the key is
+/// `[signkey-<env>-]<hex>` with at least [`MIN_SECRET_BYTES`] bytes of hex.
 pub fn sdk_bearer_for(signing_key: &str) -> Option<String> {
     let (prefix, body) = split_prefix(signing_key);
-    let hashed = format!(
-        "{prefix}{}",
-        hex::encode(Sha256::digest(node_hex_decode(body)))
-    );
-    (hashed != signing_key).then_some(hashed)
+    let secret = hex::decode(body).ok()?;
+    if secret.len() < MIN_SECRET_BYTES {
+        return None;
+    }
+    Some(format!("{prefix}{}", hex::encode(Sha256::digest(secret))))
+}
+
+/// The `signkey-<env>-` prefix of a key made for `env` (`\w` characters kept, others
+/// dropped; `sandboxd` when none are left).
+pub fn signing_key_prefix(env: &str) -> String {
+    let word: String = env
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    match word.is_empty() {
+        true => "signkey-sandboxd-".to_owned(),
+        false => format!("signkey-{word}-"),
+    }
 }
 
 /// Splits a leading `signkey-<word chars>-` off, as the SDK's `/^signkey-[\w]+-/` does.
@@ -31,37 +52,45 @@ fn split_prefix(key: &str) -> (&str, &str) {
     ("", key)
 }
 
-/// Node's `Buffer.from(s, "hex")`: decodes pairs until the first pair that is not hex.
-fn node_hex_decode(s: &str) -> Vec<u8> {
-    s.as_bytes()
-        .chunks_exact(2)
-        .map_while(|pair| {
-            let hi = (pair[0] as char).to_digit(16)?;
-            let lo = (pair[1] as char).to_digit(16)?;
-            Some((hi * 16 + lo) as u8)
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const KEY: &str = "signkey-prod-00112233445566778899aabbccddeeff";
+
     #[test]
     fn hashes_the_hex_body_and_keeps_the_prefix() {
-        // sha256 of the bytes 0x01 0x02.
-        let got = sdk_bearer_for("signkey-prod-0102").expect("hashed");
-        assert_eq!(
-            got,
-            "signkey-prod-a12871fee210fb8619291eaea194581cbd2531e4b23759d225f6806923f63222"
-        );
+        let secret = hex::decode("00112233445566778899aabbccddeeff").unwrap();
+        let want = format!("signkey-prod-{}", hex::encode(Sha256::digest(secret)));
+        assert_eq!(sdk_bearer_for(KEY), Some(want));
+        assert!(sdk_bearer_for("00112233445566778899aabbccddeeff").is_some());
     }
 
     #[test]
-    fn stops_decoding_at_the_first_non_hex_pair_like_node() {
-        assert_eq!(node_hex_decode("0a0bzz0c"), vec![0x0a, 0x0b]);
-        assert_eq!(node_hex_decode("abc"), vec![0xab]);
+    fn keys_that_are_not_long_hex_have_no_sdk_form() {
+        // Not hex at all: the SDK would send sha256 of an empty buffer (e3b0c442…).
+        assert_eq!(sdk_bearer_for("any-non-hex-master-key-123"), None);
+        // Hex only in part, odd length, or too short a secret.
+        assert_eq!(
+            sdk_bearer_for("signkey-prod-0a0bzz0c0d0e0f101112131415161718"),
+            None
+        );
+        assert_eq!(
+            sdk_bearer_for("signkey-prod-00112233445566778899aabbccddeef"),
+            None
+        );
+        assert_eq!(
+            sdk_bearer_for("signkey-prod-00112233445566778899aabbccddee"),
+            None
+        );
+        assert_eq!(sdk_bearer_for("signkey-prod-"), None);
+    }
+
+    #[test]
+    fn splits_the_prefix_like_the_sdk() {
         assert_eq!(split_prefix("signkey-test-ff"), ("signkey-test-", "ff"));
         assert_eq!(split_prefix("signkey--ff"), ("", "signkey--ff"));
+        assert_eq!(signing_key_prefix("acme-env"), "signkey-acmeenv-");
+        assert_eq!(signing_key_prefix("--"), "signkey-sandboxd-");
     }
 }

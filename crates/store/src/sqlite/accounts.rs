@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 const WS_COLS: &str = "id, name, inngest_env, runzivo_tenant_id, created_at";
 const KEY_COLS: &str =
-    "id, key_hash, prefix, workspace, permissions, scopes, created_at, revoked_at";
+    "id, key_hash, prefix, workspace, permissions, scopes, created_at, revoked_at, master, alias_of";
 
 fn workspace_row(r: &Row) -> rusqlite::Result<WorkspaceRecord> {
     Ok(WorkspaceRecord {
@@ -32,6 +32,8 @@ fn key_row(r: &Row) -> rusqlite::Result<ApiKeyRecord> {
         scopes: get_json(r, "scopes")?,
         created_at: get_ts(r, "created_at")?,
         revoked_at: get_opt_ts(r, "revoked_at")?,
+        master: r.get("master")?,
+        alias_of: get_opt_uuid(r, "alias_of")?,
     })
 }
 
@@ -70,7 +72,9 @@ pub(super) fn list_workspaces(c: &Connection) -> StoreResult<Vec<WorkspaceRecord
 
 pub(super) fn insert_key(c: &Connection, k: &ApiKeyRecord) -> StoreResult<()> {
     c.execute(
-        &format!("INSERT INTO api_keys ({KEY_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+        &format!(
+            "INSERT INTO api_keys ({KEY_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+        ),
         params![
             k.id.to_string(),
             k.key_hash,
@@ -79,7 +83,9 @@ pub(super) fn insert_key(c: &Connection, k: &ApiKeyRecord) -> StoreResult<()> {
             json(&k.permissions),
             json(&k.scopes),
             ts(k.created_at),
-            opt_ts(k.revoked_at)
+            opt_ts(k.revoked_at),
+            k.master,
+            k.alias_of.map(|id| id.to_string())
         ],
     )
     .map_err(|e| unique_violation(e, || format!("api key {}", k.prefix)))?;
@@ -104,8 +110,16 @@ pub(super) fn list_keys(c: &Connection, ws: Option<&str>) -> StoreResult<Vec<Api
 
 pub(super) fn revoke_key(c: &Connection, id: Uuid, at: OffsetDateTime) -> StoreResult<bool> {
     let n = c.execute(
-        "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+        "UPDATE api_keys SET revoked_at = ?2 WHERE (id = ?1 OR alias_of = ?1) AND revoked_at IS NULL",
         params![id.to_string(), ts(at)],
+    )?;
+    Ok(n > 0)
+}
+
+pub(super) fn reinstate_key(c: &Connection, id: Uuid) -> StoreResult<bool> {
+    let n = c.execute(
+        "UPDATE api_keys SET revoked_at = NULL WHERE id = ?1 AND revoked_at IS NOT NULL",
+        [id.to_string()],
     )?;
     Ok(n > 0)
 }

@@ -108,6 +108,15 @@ const MIGRATIONS: &[&str] = &[
     // rows from before (they got the server's default of the time).
     "ALTER TABLE sandboxes ADD COLUMN disk_mb INTEGER;
     ALTER TABLE snapshots ADD COLUMN disk_mb INTEGER;",
+    // 6: which keys the server's master key made (revoked when the master key changes),
+    // and aliases (the Inngest SDK's hashed form of a key) revoked with their key. Rows
+    // from before: the keys the server registered itself (the default workspace, every
+    // permission, no scopes, not made by `keys create`) were master keys or their aliases.
+    "ALTER TABLE api_keys ADD COLUMN master INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE api_keys ADD COLUMN alias_of TEXT;
+    UPDATE api_keys SET master = 1
+        WHERE workspace = 'default' AND permissions = '[\"*\"]' AND scopes = '[]'
+        AND NOT (prefix GLOB 'sbx_*' OR prefix GLOB 'or_*' OR prefix GLOB 'vl_*');",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.
@@ -168,6 +177,44 @@ mod tests {
             migrate(&mut conn),
             Err(StoreError::SchemaTooNew { found: 99, .. })
         ));
+    }
+
+    /// Keys from before migration 6: those the server registered from its master key
+    /// (among them the SDK form of a non-hex key, sha256 of nothing) become master keys,
+    /// so the next start revokes them unless they are still its master key.
+    #[test]
+    fn migration_6_marks_the_keys_the_server_registered_as_master_keys() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate_to(&mut conn, 5).unwrap(), 5);
+        conn.execute_batch(
+            "INSERT INTO workspaces (id, name, created_at) VALUES ('default', 'D', 1);
+             INSERT INTO workspaces (id, name, created_at) VALUES ('acme', 'A', 1);",
+        )
+        .unwrap();
+        let insert = |id: &str, prefix: &str, ws: &str, perms: &str| {
+            conn.execute(
+                "INSERT INTO api_keys (id, key_hash, prefix, workspace, permissions, scopes,
+                    created_at) VALUES (?1, ?1, ?2, ?3, ?4, '[]', 1)",
+                [id, prefix, ws, perms],
+            )
+            .unwrap();
+        };
+        insert("master", "any-non-hex-", "default", r#"["*"]"#);
+        insert("empty-sha", "e3b0c44298fc", "default", r#"["*"]"#);
+        insert("made", "sbx_0123abcd", "default", r#"["*"]"#);
+        insert("made-or", "or_0123abcde", "default", r#"["*"]"#);
+        insert("other-ws", "signkey-acme", "acme", r#"["*"]"#);
+        insert("narrow", "signkey-prod", "default", r#"["sandboxes:read"]"#);
+        migrate(&mut conn).unwrap();
+        let mut st = conn
+            .prepare("SELECT id FROM api_keys WHERE master = 1 ORDER BY id")
+            .unwrap();
+        let masters: Vec<String> = st
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(masters, ["empty-sha", "master"]);
     }
 
     /// A database from before migration 5 keeps its rows: their disk sizes read as

@@ -104,6 +104,9 @@ impl Store for SqliteStore {
     fn revoke_key(&self, id: Uuid, at: OffsetDateTime) -> StoreResult<bool> {
         accounts::revoke_key(&self.conn(), id, at)
     }
+    fn reinstate_key(&self, id: Uuid) -> StoreResult<bool> {
+        accounts::reinstate_key(&self.conn(), id)
+    }
     fn insert_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()> {
         sandboxes::insert(&self.conn(), sb)
     }
