@@ -99,12 +99,17 @@ impl EngineError {
         }
     }
 
-    /// Seconds for a `Retry-After` answer: a rate refusal's own delay; a quota refusal
-    /// waits for sandboxes to end (60 s); other errors none.
+    /// Seconds for a `Retry-After` answer: the error's own delay when it has one; else a
+    /// rate refusal 1 s, a quota refusal 60 s (sandboxes must end), exhausted capacity
+    /// 5 s; other errors none.
     pub fn retry_after_secs(&self) -> Option<u64> {
+        if let Some(after) = self.retry_after {
+            return Some(after.as_secs().max(1));
+        }
         match self.code {
-            ErrorCode::RateLimited => Some(self.retry_after.map_or(1, |d| d.as_secs().max(1))),
+            ErrorCode::RateLimited => Some(1),
             ErrorCode::QuotaExceeded => Some(60),
+            ErrorCode::CapacityExhausted => Some(5),
             _ => None,
         }
     }

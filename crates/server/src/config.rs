@@ -7,6 +7,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 mod abuse;
+mod connections;
+
+pub use connections::ConnectionLimits;
 
 /// Where and how the server runs.
 #[derive(Clone, PartialEq, Eq)]
@@ -45,6 +48,8 @@ pub struct ServerConfig {
     /// How far the warm pool may grow while creates outrun its refill (16 by default;
     /// below `warm_inits`: no growth); it shrinks back after quiet minutes.
     pub warm_inits_max: u32,
+    /// Bounds on the API's client connections.
+    pub connections: ConnectionLimits,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +70,7 @@ impl Default for ServerConfig {
             resolvers: None,
             warm_inits: 2,
             warm_inits_max: 16,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -90,6 +96,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("resolvers", &self.resolvers)
             .field("warm_inits", &self.warm_inits)
             .field("warm_inits_max", &self.warm_inits_max)
+            .field("connections", &self.connections)
             .finish()
     }
 }
@@ -134,6 +141,7 @@ struct FileLayer {
     resolvers: Option<Vec<std::net::Ipv4Addr>>,
     warm_inits: Option<u32>,
     warm_inits_max: Option<u32>,
+    connections: Option<connections::ConnectionsLayer>,
 }
 
 impl ServerConfig {
@@ -199,6 +207,7 @@ impl ServerConfig {
             resolvers: env_resolvers(&env)?,
             warm_inits: env_number(&env, "SANDBOXD_WARM_INITS")?,
             warm_inits_max: env_number(&env, "SANDBOXD_WARM_INITS_MAX")?,
+            connections: connections::ConnectionsLayer::from_env(&env)?,
         });
         config.check_disk()?;
         Ok(config)
@@ -267,6 +276,9 @@ impl ServerConfig {
         }
         if let Some(n) = layer.warm_inits_max {
             self.warm_inits_max = n;
+        }
+        if let Some(limits) = layer.connections {
+            limits.apply(&mut self.connections);
         }
     }
 

@@ -2,7 +2,10 @@
 //! dialect's router, and a serve loop with graceful shutdown.
 
 pub mod config;
+mod listener;
+mod overload;
 mod serve;
+mod trim;
 
 pub use config::{ConfigError, ServerConfig};
 pub use serve::{app, app_with, serve, shutdown_signal};

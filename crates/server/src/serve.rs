@@ -3,7 +3,6 @@
 
 use crate::config::ServerConfig;
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use axum::Router;
 use sandboxd_engine::Engine;
 use std::future::Future;
@@ -40,17 +39,10 @@ pub async fn serve(
     let addr = listener
         .local_addr()
         .context("cannot read the bound address")?;
+    raise_descriptor_limit();
     tracing::info!("listening on {addr}");
-    // Answers are small and latency-bound: no Nagle delay behind a client's delayed ACK.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
-        }
-    });
-    axum::serve(listener, app_with(engine, &config))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("the HTTP server failed")?;
+    let app = app_with(engine, &config);
+    crate::listener::serve(listener, app, config.connections, shutdown).await;
     tracing::info!("stopped; sandboxes keep running");
     Ok(())
 }
@@ -73,6 +65,20 @@ fn register_master_key(engine: &Engine, key: Option<&str>) -> anyhow::Result<()>
     engine
         .set_master_key(key, &aliases)
         .context("cannot register the master key")
+}
+
+/// Raises the soft limit on open descriptors to the hard one: each client connection and
+/// each sandbox's agent connection holds one.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let raised = getrlimit(Resource::RLIMIT_NOFILE).and_then(|(soft, hard)| match soft < hard {
+        true => setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map(|()| hard),
+        false => Ok(soft),
+    });
+    match raised {
+        Ok(n) => tracing::debug!("open descriptor limit: {n}"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open descriptor limit"),
+    }
 }
 
 /// Completes on SIGTERM or SIGINT.

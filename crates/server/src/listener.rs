@@ -1,0 +1,147 @@
+//! The API's accept loop: a bounded number of connections, a deadline for each
+//! request's headers, and a graceful drain. A client that opens connections and sends
+//! nothing, or half a request header, holds a connection for at most the header-read
+//! timeout, and never more than the connection cap of them: past the cap a connection is
+//! answered 503 with `Retry-After` in the dialect of the path it asked for, and closed.
+
+use crate::config::ConnectionLimits;
+use crate::overload::overloaded;
+use crate::trim::ConnectionCount;
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+
+/// Connections past the cap that may be waiting for their 503 at once; more are closed
+/// unanswered.
+const OVERLOAD_ANSWERS: usize = 256;
+/// How long a connection past the cap has to send its request line.
+const OVERLOAD_DEADLINE: Duration = Duration::from_secs(2);
+/// Largest request head or buffered body chunk a connection holds (hyper's default is
+/// about 400 KiB; ours keeps thousands of connections within a few hundred MiB).
+const MAX_BUF: usize = 64 * 1024;
+
+/// Serves `app` on `listener` until `shutdown` completes, then stops accepting and
+/// waits for the connections in progress to finish their current request.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max));
+    let overload = Arc::new(Semaphore::new(OVERLOAD_ANSWERS));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let count = Arc::new(ConnectionCount::default());
+    tokio::spawn(count.clone().trim_after_crowds());
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(MAX_BUF);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => {
+                let conn = Connection {
+                    builder: builder.clone(),
+                    app: app.clone(),
+                    stop: stop_rx.clone(),
+                };
+                let count = count.clone();
+                count.opened();
+                tokio::spawn(async move {
+                    conn.run(tcp).await;
+                    count.closed();
+                    drop(slot);
+                });
+            }
+            Err(_) => match overload.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    tokio::spawn(async move {
+                        answer_overloaded(tcp).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => drop(tcp),
+            },
+        }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    // Every connection holds a slot until it ends: all slots back means all done.
+    let _ = slots.acquire_many(limits.max as u32).await;
+}
+
+/// One accepted connection within the cap.
+struct Connection {
+    builder: http1::Builder,
+    app: Router,
+    stop: watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn run(mut self, tcp: TcpStream) {
+        let service = TowerToHyperService::new(self.app);
+        let conn = self
+            .builder
+            .serve_connection(TokioIo::new(tcp), service)
+            .with_upgrades();
+        let mut conn = std::pin::pin!(conn);
+        tokio::select! {
+            result = conn.as_mut() => return log_end(result),
+            _ = self.stop.wait_for(|stop| *stop) => conn.as_mut().graceful_shutdown(),
+        }
+        log_end(conn.await);
+    }
+}
+
+fn log_end(result: Result<(), hyper::Error>) {
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// Reads a connection's request head (briefly) to answer 503 in its dialect, then closes.
+async fn answer_overloaded(tcp: TcpStream) {
+    let service = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| {
+        let response = overloaded(req.uri().path());
+        async move { Ok::<_, std::convert::Infallible>(response) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(OVERLOAD_DEADLINE)
+        .keep_alive(false)
+        .max_buf_size(8 * 1024)
+        .serve_connection(TokioIo::new(tcp), service);
+    let _ = tokio::time::timeout(OVERLOAD_DEADLINE * 2, conn).await;
+}
+
+/// Accept errors on one connection are the client's; running out of descriptors is a
+/// shortage to wait out (the connections in progress will free some).
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::*;
+    if matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted) {
+        return;
+    }
+    tracing::warn!(error = %e, "cannot accept a connection; retrying shortly");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
