@@ -205,3 +205,38 @@ fn disk_stays_private(rt: &common::TestRuntime, data: &Path) {
     rt.destroy(&b).expect("destroy b");
     assert_eq!(loops_under(&b.state_dir), Vec::<String>::new());
 }
+
+/// Bytes the host has allocated for a sandbox's disk image.
+fn image_bytes(h: &sandboxd_runtime::SandboxHandle) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(h.state_dir.join("layer.img"))
+        .expect("layer.img")
+        .blocks()
+        * 512
+}
+
+#[test]
+fn space_freed_inside_a_sandbox_returns_to_the_host() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(data.path());
+    let mut sp = spec("default");
+    sp.disk_mb = 64;
+    let h = rt.start(&sp).expect("start");
+    let empty = image_bytes(&h);
+    let (_, out) = agent_sh(
+        &h,
+        "head -c 41943040 /dev/urandom > /big && sync && echo ok",
+    );
+    assert_eq!(out.trim(), "ok");
+    let full = image_bytes(&h);
+    assert!(
+        full >= empty + (32 << 20),
+        "40 MiB written, image grew {empty} -> {full}"
+    );
+    let (_, out) = agent_sh(&h, "rm /big && sync && echo ok");
+    assert_eq!(out.trim(), "ok");
+    common::wait_for("the freed space to return to the host", || {
+        image_bytes(&h) < empty + (8 << 20)
+    });
+    rt.destroy(&h).expect("destroy");
+}

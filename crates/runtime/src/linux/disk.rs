@@ -5,7 +5,8 @@
 //! The host data dir (ext4 without project quotas here) cannot bound a directory, so each
 //! sandbox gets a sparse image copied (holes kept, about 4 MiB of metadata) from an
 //! ext4 template formatted once per size. The loop device is configured with
-//! `LO_FLAGS_AUTOCLEAR`: it detaches itself when the last mount of it goes away.
+//! `LO_FLAGS_AUTOCLEAR`: it detaches itself when the last mount of it goes away. The
+//! layer is mounted with `discard`, so space freed inside returns to the host.
 
 use super::io;
 use crate::RuntimeError;
@@ -72,13 +73,15 @@ pub fn mount_limited(data_dir: &Path, state_dir: &Path, disk_mb: u32) -> Result<
     let dir = layer_dir(state_dir);
     std::fs::create_dir_all(&dir).map_err(io("creating the layer dir", &dir))?;
     let flags = MsFlags::MS_NOATIME | MsFlags::MS_NODEV;
-    // The mount holds the device; with autoclear it detaches when unmounted.
+    // The mount holds the device; with autoclear it detaches when unmounted. `discard`
+    // punches the blocks a sandbox frees out of its sparse image, so deleted files give
+    // their space back to the host.
     mount(
         Some(device.1.as_path()),
         &dir,
         Some("ext4"),
         flags,
-        None::<&str>,
+        Some("discard"),
     )
     .map_err(|source| RuntimeError::Sys {
         what: "mounting the sandbox disk",
