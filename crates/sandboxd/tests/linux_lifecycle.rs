@@ -104,12 +104,7 @@ fn failed_starts_leak_nothing() {
         .expect("dir")
         .collect();
     assert_eq!(sandboxes.len(), 0);
-    assert_eq!(
-        std::fs::read_dir(data.path().join("slots"))
-            .expect("slots")
-            .count(),
-        0
-    );
+    assert_eq!(slot_leases(data.path()), Vec::<String>::new());
     assert_eq!(mounts_under(data.path()), Vec::<String>::new());
     for s in [&unknown, &bad_layer, &bad_host] {
         for dir in rt.cgroups().dirs(s.id) {

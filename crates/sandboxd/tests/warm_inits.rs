@@ -48,8 +48,11 @@ fn cgroup_file(rt: &TestRuntime, ctrl: &str, id: uuid::Uuid, file: &str) -> Stri
 fn assert_pool_gone(rt: &TestRuntime, data: &Path) {
     assert_eq!(warm_dirs(data), Vec::<String>::new());
     assert_eq!(mounts_under(&data.join("sandboxes")), Vec::<String>::new());
-    let slots = std::fs::read_dir(data.join("slots")).map_or(0, |d| d.count());
-    assert_eq!(slots, 0, "id slots left claimed");
+    assert_eq!(
+        common::slot_leases(data),
+        Vec::<String>::new(),
+        "id slots left claimed"
+    );
     for parent in rt.cgroups().dirs(uuid::Uuid::nil()) {
         let parent = parent.parent().expect("parent").to_path_buf();
         let children: Vec<_> = std::fs::read_dir(&parent)

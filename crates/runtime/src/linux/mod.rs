@@ -32,7 +32,8 @@ pub use net::NetConfig;
 /// Where the backend keeps its state and how it starts a sandbox's init.
 #[derive(Debug, Clone)]
 pub struct LinuxConfig {
-    /// Holds `layers/`, `images/`, `slots/` and `sandboxes/<id>/`.
+    /// Holds `layers/`, `images/` and `sandboxes/<id>/` (id slots are leased host-wide,
+    /// in `/run/sandboxd/ids`).
     pub data_dir: PathBuf,
     /// The `sandboxd` binary (its `__sandbox-init` subcommand becomes the agent).
     pub init_exe: PathBuf,
@@ -76,9 +77,10 @@ impl LinuxRuntime {
         })?;
         // SAFETY: prctl with integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-        warm::sweep_stale(&config.data_dir, &cgroups);
+        let slots = slots::Slots::new(&config.data_dir)?;
+        warm::sweep_stale(&config.data_dir, &cgroups, &slots);
         Ok(LinuxRuntime {
-            slots: slots::Slots::new(&config.data_dir)?,
+            slots,
             layers: layers::LayerStore::new(&config.data_dir)?,
             cgroups,
             config,

@@ -1,7 +1,16 @@
-//! Host id ranges: each sandbox owns a 65536-wide slot of host uids/gids, recorded as a
-//! file under `data_dir/slots/` so a restarted server never hands out a live slot.
+//! Host id ranges: each sandbox owns a 65536-wide slot of host uids/gids. Slots are
+//! leased host-wide, under one lock in `/run/sandboxd/ids` (beside the network's
+//! `/run/sandboxd/net`), so no two live sandboxes of any servers on the host share one.
+//!
+//! A lease (`leases/<slot>`) names its owner: the data dir, the sandbox (or warm init)
+//! id, and the process that took it. It stays while that process runs or while the data
+//! dir still has the owner's state dir (a sandbox outlives a restart of its server);
+//! once neither holds, any server may reclaim the slot. Opening a data dir re-records
+//! the slots of its sandboxes (`handle.json`) and warm inits, in case `/run` was wiped.
 
+use super::refill;
 use crate::RuntimeError;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use uuid::Uuid;
@@ -12,121 +21,376 @@ pub const FIRST_BASE: u32 = 0x1000_0000;
 pub const RANGE: u32 = 65536;
 /// Slots available (keeps every base well below `u32::MAX`).
 pub const MAX_SLOTS: u32 = 8192;
+/// Where the leases of every sandboxd on the host live.
+pub const HOST_DIR: &str = "/run/sandboxd/ids";
 
-/// Allocator over the slot files of one data directory.
+/// Who holds a slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Lease {
+    /// The owner's data dir (canonical).
+    data_dir: PathBuf,
+    /// The sandbox or warm init holding it.
+    id: Uuid,
+    /// The process that took it ([`refill::owner_mark`]).
+    owner: String,
+}
+
+impl Lease {
+    /// Whether the owner may still use the slot: its process runs, or its data dir
+    /// still has its state dir (a sandbox's, or a warm init's being made or kept).
+    fn live(&self) -> bool {
+        let sandboxes = self.data_dir.join("sandboxes");
+        refill::owner_alive(&self.owner)
+            || sandboxes.join(self.id.to_string()).exists()
+            || sandboxes
+                .join(format!("{}{}", super::warm::DIR_PREFIX, self.id))
+                .exists()
+    }
+}
+
+/// The host-wide allocator, as seen by the server of one data dir.
 pub struct Slots {
     dir: PathBuf,
+    data_dir: PathBuf,
     next: AtomicU32,
 }
 
+/// Held while leases are read or changed.
+struct Locked<'a> {
+    slots: &'a Slots,
+    _file: std::fs::File,
+}
+
 impl Slots {
+    /// The host-wide allocator ([`HOST_DIR`]) for `data_dir`.
     pub fn new(data_dir: &Path) -> Result<Self, RuntimeError> {
-        let dir = data_dir.join("slots");
-        std::fs::create_dir_all(&dir).map_err(|source| RuntimeError::Io {
-            what: "creating the slot directory",
-            path: dir.clone(),
+        Self::open(Path::new(HOST_DIR), data_dir)
+    }
+
+    /// The allocator keeping its leases in `dir`, for `data_dir`; records the slots
+    /// `data_dir`'s sandboxes and warm inits hold and reclaims dead owners' slots.
+    pub fn open(dir: &Path, data_dir: &Path) -> Result<Self, RuntimeError> {
+        let leases = dir.join("leases");
+        std::fs::create_dir_all(&leases).map_err(|source| RuntimeError::Io {
+            what: "creating the host id lease directory",
+            path: leases,
             source,
         })?;
-        Ok(Slots {
-            dir,
+        let data_dir = data_dir
+            .canonicalize()
+            .unwrap_or_else(|_| data_dir.to_path_buf());
+        let slots = Slots {
+            dir: dir.to_path_buf(),
+            data_dir,
             next: AtomicU32::new(0),
+        };
+        let locked = slots.lock()?;
+        locked.adopt();
+        locked.reclaim();
+        drop(locked);
+        Ok(slots)
+    }
+
+    fn lock(&self) -> Result<Locked<'_>, RuntimeError> {
+        let path = self.dir.join("lock");
+        let file = super::sys::lock_exclusive(&path).map_err(|source| RuntimeError::Io {
+            what: "locking the host id leases",
+            path,
+            source,
+        })?;
+        Ok(Locked {
+            slots: self,
+            _file: file,
         })
+    }
+
+    fn lease_path(&self, slot: u32) -> PathBuf {
+        self.dir.join("leases").join(slot.to_string())
+    }
+
+    fn lease_for(&self, id: Uuid) -> Lease {
+        Lease {
+            data_dir: self.data_dir.clone(),
+            id,
+            owner: refill::owner_mark(),
+        }
     }
 
     /// Claims a free slot for `id` and returns its host id base.
     pub fn allocate(&self, id: Uuid) -> Result<u32, RuntimeError> {
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % MAX_SLOTS;
-        for i in 0..MAX_SLOTS {
-            let slot = (start + i) % MAX_SLOTS;
-            let path = self.dir.join(slot.to_string());
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(_) => {
-                    std::fs::write(&path, id.to_string()).map_err(|source| RuntimeError::Io {
-                        what: "recording a slot",
-                        path,
-                        source,
-                    })?;
-                    self.next.store(slot + 1, Ordering::Relaxed);
-                    return Ok(FIRST_BASE + slot * RANGE);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(source) => {
-                    return Err(RuntimeError::Io {
-                        what: "claiming a slot",
-                        path,
-                        source,
-                    })
-                }
+        let locked = self.lock()?;
+        let slot = match locked.claim(id)? {
+            Some(slot) => slot,
+            // Full: free what dead owners left, then look once more.
+            None => {
+                locked.reclaim();
+                locked.claim(id)?.ok_or(RuntimeError::IdRangesExhausted)?
             }
-        }
-        Err(RuntimeError::IdRangesExhausted)
+        };
+        self.next.store(slot + 1, Ordering::Relaxed);
+        Ok(FIRST_BASE + slot * RANGE)
     }
 
     /// Gives the slot of `base`, held by `from`, to `to`.
     pub fn hand_over(&self, base: u32, from: Uuid, to: Uuid) -> Result<(), RuntimeError> {
-        let path = self.path_of(base).ok_or(RuntimeError::IdRangesExhausted)?;
-        let io = |source| RuntimeError::Io {
-            what: "handing over a slot",
-            path: path.clone(),
-            source,
-        };
-        match std::fs::read_to_string(&path).map_err(io)?.trim() == from.to_string() {
-            true => std::fs::write(&path, to.to_string()).map_err(io),
-            false => Err(io(std::io::Error::other(format!(
-                "the slot is not {from}'s"
-            )))),
+        let slot = slot_of(base).ok_or(RuntimeError::IdRangesExhausted)?;
+        let locked = self.lock()?;
+        let path = self.lease_path(slot);
+        match locked.read(slot) {
+            Some(lease) if lease.id == from && lease.data_dir == self.data_dir => {
+                locked.write(slot, &self.lease_for(to))
+            }
+            _ => Err(RuntimeError::Io {
+                what: "handing over a slot",
+                path,
+                source: std::io::Error::other(format!("the slot is not {from}'s")),
+            }),
         }
     }
 
-    fn path_of(&self, base: u32) -> Option<PathBuf> {
-        if base < FIRST_BASE || (base - FIRST_BASE) & (RANGE - 1) != 0 {
-            return None;
-        }
-        Some(self.dir.join(((base - FIRST_BASE) / RANGE).to_string()))
-    }
-
-    /// Frees the slot of `base` if `id` holds it (idempotent).
+    /// Frees the slot of `base` if `id` of this data dir holds it (idempotent).
     pub fn free(&self, base: u32, id: Uuid) {
-        let Some(path) = self.path_of(base) else {
+        let Some(slot) = slot_of(base) else {
             return;
         };
-        if std::fs::read_to_string(&path).is_ok_and(|owner| owner.trim() == id.to_string()) {
-            let _ = std::fs::remove_file(path);
+        let Ok(locked) = self.lock() else {
+            return;
+        };
+        if locked
+            .read(slot)
+            .is_some_and(|l| l.id == id && l.data_dir == self.data_dir)
+        {
+            let _ = std::fs::remove_file(self.lease_path(slot));
         }
     }
+}
+
+impl Locked<'_> {
+    fn read(&self, slot: u32) -> Option<Lease> {
+        let bytes = std::fs::read(self.slots.lease_path(slot)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Writes a lease whole (a temporary file renamed over it), so a crash never leaves
+    /// a half-written one that would read as nobody's.
+    fn write(&self, slot: u32, lease: &Lease) -> Result<(), RuntimeError> {
+        let path = self.slots.lease_path(slot);
+        let tmp = self.slots.dir.join("leases").join(format!(".{slot}.tmp"));
+        let bytes = serde_json::to_vec(lease).unwrap_or_default();
+        std::fs::write(&tmp, bytes)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|source| RuntimeError::Io {
+                what: "recording a host id lease",
+                path,
+                source,
+            })
+    }
+
+    /// Leases the first slot from the allocator's cursor that has no lease file.
+    fn claim(&self, id: Uuid) -> Result<Option<u32>, RuntimeError> {
+        let start = self.slots.next.load(Ordering::Relaxed) % MAX_SLOTS;
+        for i in 0..MAX_SLOTS {
+            let slot = (start + i) % MAX_SLOTS;
+            if !self.slots.lease_path(slot).exists() {
+                self.write(slot, &self.slots.lease_for(id))?;
+                return Ok(Some(slot));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes every lease whose owner is gone (or that cannot be read: written by
+    /// none of ours, since every write is whole).
+    fn reclaim(&self) {
+        let Ok(entries) = std::fs::read_dir(self.slots.dir.join("leases")) else {
+            return;
+        };
+        for entry in entries.filter_map(|e| e.ok()) {
+            let Some(slot) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !self.read(slot).is_some_and(|lease| lease.live()) {
+                tracing::info!(slot, "reclaiming a host id slot its owner left");
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// Records the slots this data dir's sandboxes and warm inits hold where no lease
+    /// says so (after `/run` was emptied, or from before leases were host-wide).
+    fn adopt(&self) {
+        let Ok(entries) = std::fs::read_dir(self.slots.data_dir.join("sandboxes")) else {
+            return;
+        };
+        for entry in entries.filter_map(|e| e.ok()) {
+            let Some((id, base)) = held_slot(&entry.path()) else {
+                continue;
+            };
+            let Some(slot) = slot_of(base) else {
+                continue;
+            };
+            match self.read(slot) {
+                None => {
+                    if let Err(e) = self.write(slot, &self.slots.lease_for(id)) {
+                        tracing::warn!(%id, error = %e, "cannot record a sandbox's id slot");
+                    }
+                }
+                Some(l) if l.id == id && l.data_dir == self.slots.data_dir => {}
+                Some(l) => tracing::error!(
+                    %id, slot, holder = %l.id, holder_dir = %l.data_dir.display(),
+                    "a sandbox's id slot is leased to another sandbox"
+                ),
+            }
+        }
+    }
+}
+
+/// The id and slot base a state dir under `sandboxes/` holds: a started sandbox's from
+/// its `handle.json`, a warm init's from its `slot` file.
+fn held_slot(dir: &Path) -> Option<(Uuid, u32)> {
+    let name = dir.file_name()?.to_str()?;
+    if let Some(key) = name.strip_prefix(super::warm::DIR_PREFIX) {
+        let base = std::fs::read_to_string(dir.join(super::warm::SLOT_FILE)).ok()?;
+        return Some((Uuid::parse_str(key).ok()?, base.trim().parse().ok()?));
+    }
+    let handle: crate::SandboxHandle =
+        serde_json::from_slice(&std::fs::read(dir.join("handle.json")).ok()?).ok()?;
+    Some((handle.id, handle.host_id_base))
+}
+
+fn slot_of(base: u32) -> Option<u32> {
+    if base < FIRST_BASE || (base - FIRST_BASE) & (RANGE - 1) != 0 {
+        return None;
+    }
+    Some((base - FIRST_BASE) / RANGE).filter(|s| *s < MAX_SLOTS)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+        let root = tempfile::tempdir().expect("tempdir");
+        let host = root.path().join("ids");
+        let (d1, d2) = (root.path().join("one"), root.path().join("two"));
+        for d in [&d1, &d2] {
+            std::fs::create_dir_all(d.join("sandboxes")).expect("data dir");
+        }
+        (root, host, d1, d2)
+    }
+
     #[test]
     fn slots_are_distinct_and_survive_a_new_allocator() {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let (_root, host, data, _) = dirs();
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let base_a = Slots::new(dir.path())
-            .expect("slots")
-            .allocate(a)
-            .expect("a");
-        let base_b = Slots::new(dir.path())
-            .expect("slots")
-            .allocate(b)
-            .expect("b");
+        let open = || Slots::open(&host, &data).expect("slots");
+        let base_a = open().allocate(a).expect("a");
+        let base_b = open().allocate(b).expect("b");
         assert_ne!(base_a, base_b);
         assert_eq!((base_a - FIRST_BASE) % RANGE, 0);
-        let slots = Slots::new(dir.path()).expect("slots");
+        let slots = open();
+        let lease = host.join("leases/0");
         slots.free(base_a, b); // not the owner: kept
-        assert!(dir.path().join("slots/0").exists());
+        assert!(lease.exists());
         let c = Uuid::new_v4();
         assert!(slots.hand_over(base_a, b, c).is_err(), "b does not hold it");
         slots.hand_over(base_a, a, c).expect("a hands it to c");
         slots.free(base_a, a); // no longer the owner: kept
-        assert!(dir.path().join("slots/0").exists());
+        assert!(lease.exists());
         slots.free(base_a, c);
-        assert!(!dir.path().join("slots/0").exists());
+        assert!(!lease.exists());
+    }
+
+    #[test]
+    fn two_data_dirs_never_share_a_slot_nor_free_each_others() {
+        let (_root, host, d1, d2) = dirs();
+        let one = Slots::open(&host, &d1).expect("one");
+        let two = Slots::open(&host, &d2).expect("two");
+        let mut bases = Vec::new();
+        for _ in 0..4 {
+            bases.push(one.allocate(Uuid::new_v4()).expect("one"));
+            bases.push(two.allocate(Uuid::new_v4()).expect("two"));
+        }
+        let mut unique = bases.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), bases.len(), "shared slots: {bases:?}");
+        // Same id in another data dir: not its lease.
+        let id = Uuid::new_v4();
+        let base = one.allocate(id).expect("id");
+        two.free(base, id);
+        assert!(two.hand_over(base, id, Uuid::new_v4()).is_err());
+        assert_ne!(two.allocate(Uuid::new_v4()).expect("next"), base);
+    }
+
+    #[test]
+    fn dead_owners_are_reclaimed_and_live_sandboxes_kept() {
+        let (_root, host, d1, d2) = dirs();
+        let (dead, kept) = (Uuid::new_v4(), Uuid::new_v4());
+        let dead_lease = Lease {
+            data_dir: d1.canonicalize().expect("canon"),
+            id: dead,
+            owner: "999999999 1".into(),
+        };
+        let kept_lease = Lease {
+            id: kept,
+            ..dead_lease.clone()
+        };
+        std::fs::create_dir_all(host.join("leases")).expect("leases");
+        std::fs::write(
+            host.join("leases/0"),
+            serde_json::to_vec(&dead_lease).unwrap(),
+        )
+        .expect("dead");
+        std::fs::write(
+            host.join("leases/1"),
+            serde_json::to_vec(&kept_lease).unwrap(),
+        )
+        .expect("kept");
+        std::fs::write(host.join("leases/2"), b"torn").expect("junk");
+        // The kept one's sandbox dir is still there (its server restarted).
+        std::fs::create_dir_all(d1.join("sandboxes").join(kept.to_string())).expect("dir");
+        let two = Slots::open(&host, &d2).expect("two");
+        assert!(
+            !host.join("leases/0").exists(),
+            "dead owner's slot reclaimed"
+        );
+        assert!(
+            !host.join("leases/2").exists(),
+            "unreadable lease reclaimed"
+        );
+        assert!(host.join("leases/1").exists(), "live sandbox's slot kept");
+        let base = two.allocate(Uuid::new_v4()).expect("alloc");
+        assert_ne!(base, FIRST_BASE + RANGE);
+    }
+
+    #[test]
+    fn opening_a_data_dir_records_its_sandboxes_slots() {
+        let (_root, host, d1, d2) = dirs();
+        let id = Uuid::new_v4();
+        let base = FIRST_BASE + 5 * RANGE;
+        let state = d1.join("sandboxes").join(id.to_string());
+        std::fs::create_dir_all(&state).expect("state");
+        let handle = crate::SandboxHandle {
+            id,
+            agent_pid: 0,
+            agent_start_ticks: 0,
+            agent_socket: state.join("agent.sock"),
+            state_dir: state.clone(),
+            host_id_base: base,
+        };
+        std::fs::write(
+            state.join("handle.json"),
+            serde_json::to_vec(&handle).unwrap(),
+        )
+        .expect("handle");
+        let _one = Slots::open(&host, &d1).expect("one");
+        let two = Slots::open(&host, &d2).expect("two");
+        two.next.store(5, Ordering::Relaxed);
+        assert_ne!(two.allocate(Uuid::new_v4()).expect("alloc"), base);
     }
 }

@@ -94,6 +94,21 @@ pub fn detach(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// An exclusive `flock` on `path` (made if missing), held while the returned file is
+/// open: how host-wide state shared by every sandboxd on the host is guarded.
+pub fn lock_exclusive(path: &Path) -> std::io::Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    // SAFETY: flock on an fd we own; blocks until the lock is ours.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
 /// Process state letter and start time (field 22, in clock ticks) of `pid`.
 pub fn proc_stat(pid: i32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -203,14 +203,40 @@ pub fn assert_gone(rt: &LinuxRuntime, data_dir: &Path, handle: &SandboxHandle) {
     }
     assert_eq!(mounts_under(&handle.state_dir), Vec::<String>::new());
     assert!(!handle.state_dir.exists(), "state dir left behind");
-    let slot_owners: Vec<String> = std::fs::read_dir(data_dir.join("slots"))
-        .expect("slots")
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .collect();
     assert!(
-        !slot_owners.contains(&handle.id.to_string()),
+        !slot_leases(data_dir).contains(&handle.id.to_string()),
         "id slot left claimed"
     );
+}
+
+/// Host-wide id slot leases (`/run/sandboxd/ids/leases`): `(data dir, owner id)`.
+pub fn all_slot_leases() -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir("/run/sandboxd/ids/leases") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .filter_map(|v| {
+            Some((
+                v["data_dir"].as_str()?.to_owned(),
+                v["id"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Ids holding a host id slot leased for `data_dir`.
+pub fn slot_leases(data_dir: &Path) -> Vec<String> {
+    let dir = data_dir
+        .canonicalize()
+        .unwrap_or_else(|_| data_dir.to_path_buf());
+    let dir = dir.display().to_string();
+    all_slot_leases()
+        .into_iter()
+        .filter(|(d, _)| *d == dir)
+        .map(|(_, id)| id)
+        .collect()
 }
 
 /// Runs `script` with `sh -c` through the agent's exec endpoint; returns (exit, stdout).

@@ -4,7 +4,6 @@
 use super::nft;
 use crate::{Cidr, RuntimeError};
 use std::net::Ipv4Addr;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
@@ -43,20 +42,8 @@ fn net_err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
 fn flock(dir: &Path, name: &str) -> Result<std::fs::File, RuntimeError> {
     std::fs::create_dir_all(dir.join("leases"))
         .map_err(|e| net_err("creating the network state dir", e))?;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(name))
-        .map_err(|e| net_err("opening a network lock", e))?;
-    // SAFETY: flock on an fd we own; blocks until the lock is ours.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(net_err(
-            "locking the network state",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(file)
+    crate::linux::sys::lock_exclusive(&dir.join(name))
+        .map_err(|e| net_err("locking the network state", e))
 }
 
 /// Held while a sandbox's rules are added to or removed from the shared table: `nft`

@@ -16,9 +16,9 @@ use std::process::Child;
 use uuid::Uuid;
 
 /// Name prefix of a warm entry's directory under `sandboxes/`.
-pub(super) const DIR_PREFIX: &str = ".warm-";
+pub(in crate::linux) const DIR_PREFIX: &str = ".warm-";
 /// File in an entry's dir holding its id slot's base (for the sweep of a dead owner's).
-const SLOT_FILE: &str = "slot";
+pub(in crate::linux) const SLOT_FILE: &str = "slot";
 
 /// An init waiting for its sandbox.
 pub(in crate::linux) struct Warm {

@@ -23,6 +23,7 @@ use crate::RuntimeError;
 use demand::Demand;
 use entry::Maker;
 pub(super) use entry::Warm;
+pub(super) use entry::{DIR_PREFIX, SLOT_FILE};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -344,9 +345,6 @@ impl Shared {
 
 /// Removes the entries under `data_dir` whose owning process is gone (one killed before
 /// it could drain its pool); run by every runtime that opens the data dir.
-pub(super) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups) {
-    match Slots::new(data_dir) {
-        Ok(slots) => entry::sweep_stale(data_dir, cgroups, &slots),
-        Err(e) => tracing::warn!(error = %e, "cannot sweep warm inits left behind"),
-    }
+pub(super) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &Slots) {
+    entry::sweep_stale(data_dir, cgroups, slots)
 }
