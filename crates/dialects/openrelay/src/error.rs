@@ -74,6 +74,15 @@ impl ApiError {
     }
 }
 
+/// A route that exists, asked with a method it does not take.
+pub async fn method_not_allowed(method: axum::http::Method) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        format!("this route does not take {method}"),
+    )
+}
+
 /// The one mapping from engine error codes to this dialect's status and code.
 fn status_and_code(code: ErrorCode) -> (StatusCode, &'static str) {
     use ErrorCode::*;

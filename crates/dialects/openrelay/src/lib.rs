@@ -46,6 +46,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
             "/v1/sandbox-templates/{template_id}",
             axum::routing::delete(templates::delete),
         )
+        .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(AppState {
             engine,
             inflight: Default::default(),

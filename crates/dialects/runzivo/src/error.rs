@@ -59,6 +59,15 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, code, message)
     }
 
+    /// A route that exists, asked with a method it does not take.
+    pub fn method_not_allowed(method: &axum::http::Method) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("this route does not take {method}"),
+        )
+    }
+
     pub fn not_found() -> Self {
         Self::new(
             StatusCode::NOT_FOUND,

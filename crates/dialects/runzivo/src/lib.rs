@@ -56,6 +56,9 @@ pub fn router(engine: Arc<Engine>, options: Options) -> Router {
             &format!("{sandbox}/terminal/tickets"),
             post(terminal::ticket),
         )
+        .method_not_allowed_fallback(|method: axum::http::Method| async move {
+            error::ApiError::method_not_allowed(&method)
+        })
         .with_state(AppState {
             engine,
             options,

@@ -204,15 +204,24 @@ impl Engine {
         Ok(None)
     }
 
-    /// The server's limits, counting the `active` sandboxes.
+    /// The server's limits, counting the `active` sandboxes. A request that would not
+    /// fit an empty server is the client's mistake, not a shortage to wait out.
     fn check_capacity(
         &self,
         active: &[SandboxRecord],
         req: &CreateSandbox,
     ) -> Result<(), EngineError> {
+        let l = self.limits;
+        let (want_vcpu, want_memory) = (req.resources.vcpu, req.resources.memory_mb);
+        if want_vcpu > l.max_vcpu_total || u64::from(want_memory) > l.max_memory_mb_total {
+            return Err(EngineError::invalid(format!(
+                "{want_vcpu} vCPUs and {want_memory} MiB can never fit this server: it runs \
+                 at most {} vCPUs and {} MiB of sandboxes in all",
+                l.max_vcpu_total, l.max_memory_mb_total
+            )));
+        }
         let vcpu: u64 = active.iter().map(|r| u64::from(r.vcpu)).sum();
         let memory: u64 = active.iter().map(|r| u64::from(r.memory_mb)).sum();
-        let l = self.limits;
         let full = active.len() as u64 + 1 > u64::from(l.max_sandboxes)
             || vcpu + u64::from(req.resources.vcpu) > u64::from(l.max_vcpu_total)
             || memory + u64::from(req.resources.memory_mb) > l.max_memory_mb_total;

@@ -41,18 +41,40 @@ impl Engine {
         ws: &WorkspaceId,
         page: PageRequest,
     ) -> Result<Page<Sandbox>, EngineError> {
+        self.list_where(ws, page, |_| true).await
+    }
+
+    /// [`Engine::list`] of the sandboxes `keep` accepts. The filter applies before
+    /// pagination: every page but the last is full, and the last has no cursor.
+    pub async fn list_where(
+        &self,
+        ws: &WorkspaceId,
+        page: PageRequest,
+        keep: impl Fn(&Sandbox) -> bool,
+    ) -> Result<Page<Sandbox>, EngineError> {
         let limit = cursor::page_size(page.limit);
-        let rows = self
-            .store
-            .list_sandboxes(ws, limit + 1, cursor::after(&page)?)?;
-        let mut items = Vec::with_capacity(rows.len());
-        for rec in rows {
-            let mut sb = entry_from_record(rec)?.sb;
-            if is_due(&sb, OffsetDateTime::now_utc()) {
-                self.expire_if_due(ws, sb.id).await?;
-                sb = self.load(ws, sb.id)?.sb;
+        let mut after = cursor::after(&page)?;
+        let mut items = Vec::new();
+        while items.len() <= limit as usize {
+            let rows = self.store.list_sandboxes(ws, limit + 1, after)?;
+            let exhausted = rows.len() <= limit as usize;
+            for rec in rows {
+                let mut sb = entry_from_record(rec)?.sb;
+                after = Some(sandboxd_store::Keyset {
+                    created_at: sb.created_at,
+                    id: sb.id,
+                });
+                if is_due(&sb, OffsetDateTime::now_utc()) {
+                    self.expire_if_due(ws, sb.id).await?;
+                    sb = self.load(ws, sb.id)?.sb;
+                }
+                if keep(&sb) {
+                    items.push(sb);
+                }
             }
-            items.push(sb);
+            if exhausted {
+                break;
+            }
         }
         Ok(cursor::keyset_page(items, limit, |s| (s.created_at, s.id)))
     }

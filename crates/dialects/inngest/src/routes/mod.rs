@@ -16,3 +16,12 @@ use axum::http::StatusCode;
 pub async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }
+
+/// A route that exists, asked with a method it does not take.
+pub async fn method_not_allowed(method: axum::http::Method) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("this route does not take {method}"),
+    )
+}

@@ -126,12 +126,13 @@ pub async fn list(
     }
     let page = state
         .engine
-        .list(
+        .list_where(
             &tenant.workspace,
             PageRequest {
                 limit: q.limit.unwrap_or(50),
                 cursor: q.cursor,
             },
+            |sb| SandboxView::of(sb, &tenant.tenant_id).is_some(),
         )
         .await
         .map_err(|e| ApiError::engine(Op::Sandboxes, e))?;

@@ -1,0 +1,122 @@
+//! Spec gaps an audit found, each through the real server: a method a route does not
+//! take is a 405 in the dialect's shape, a create that can never fit is the client's
+//! error (400) while a full server is a 503 with `Retry-After`, and Runzivo's list pages
+//! its own sandboxes only, with no cursor after the last one.
+
+mod serve_bin;
+
+use serde_json::{json, Value};
+use serve_bin::Server;
+
+const MASTER: &str = "conformance-test-master-key";
+const RUNZIVO: &str = "/v1/customer/tenants/default/sandboxes";
+
+#[test]
+fn a_method_a_route_does_not_take_is_a_405_in_its_dialect() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(dir.path(), Some(MASTER));
+    let inngest = server.request("PATCH", "/v2/sandboxes", MASTER, None);
+    assert_eq!(inngest.status, 405);
+    assert_eq!(
+        inngest.json()["errors"][0]["code"],
+        "method_not_allowed",
+        "{}",
+        inngest.text()
+    );
+    let openrelay = server.request("PUT", "/v1/sandboxes", MASTER, None);
+    assert_eq!(openrelay.status, 405);
+    assert_eq!(
+        openrelay.json()["code"],
+        "METHOD_NOT_ALLOWED",
+        "{}",
+        openrelay.text()
+    );
+    assert!(openrelay.json()["requestId"].is_string());
+    let runzivo = server.request("PATCH", RUNZIVO, MASTER, None);
+    assert_eq!(runzivo.status, 405);
+    assert_eq!(
+        runzivo.json()["error"]["code"],
+        "method_not_allowed",
+        "{}",
+        runzivo.text()
+    );
+}
+
+#[test]
+fn a_create_that_can_never_fit_is_a_400_and_a_full_server_a_503_with_retry_after() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [
+        ("SANDBOXD_MAX_SANDBOXES", "1"),
+        ("SANDBOXD_NETWORK", "none"),
+    ];
+    let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
+    let huge = json!({"name": "huge-cpu", "vcpu": 4294967295u32, "memoryMb": 512});
+    let r = server.request("POST", "/v2/sandboxes", MASTER, Some(&huge));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("never fit"), "{}", r.text());
+    let huge = json!({"name": "huge-mem", "vcpu": 1, "memoryMb": 4294967295u32});
+    let r = server.request("POST", "/v2/sandboxes", MASTER, Some(&huge));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("never fit"), "{}", r.text());
+
+    let id = server.create_sandbox(MASTER, &json!({"name": "one", "vcpu": 1, "memoryMb": 256}));
+    let second = json!({"name": "two", "vcpu": 1, "memoryMb": 256});
+    let r = server.request("POST", "/v2/sandboxes", MASTER, Some(&second));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        r.header("retry-after").is_some(),
+        "Inngest 503 without Retry-After"
+    );
+    let body = json!({"template": "default", "waitSeconds": 0});
+    let r = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
+    assert_eq!(
+        (r.status, r.json()["code"].clone()),
+        (503, json!("CAPACITY_EXHAUSTED"))
+    );
+    assert!(
+        r.header("retry-after").is_some(),
+        "OpenRelay 503 without Retry-After"
+    );
+    server.destroy(MASTER, &id);
+}
+
+#[test]
+fn runzivo_pages_only_its_own_sandboxes_and_ends_without_a_cursor() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [("SANDBOXD_NETWORK", "none")];
+    let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
+    let created = server.request("POST", RUNZIVO, MASTER, Some(&json!({})));
+    assert_eq!(created.status, 201, "{}", created.text());
+    let runzivo_id = created.json()["id"].as_str().expect("id").to_owned();
+    // Two newer sandboxes of the same workspace, made through Inngest.
+    let others: Vec<String> = (0..2)
+        .map(|i| {
+            let body = json!({"name": format!("inngest-{i}"), "vcpu": 1, "memoryMb": 256});
+            server.create_sandbox(MASTER, &body)
+        })
+        .collect();
+
+    let page = server
+        .request("GET", &format!("{RUNZIVO}?limit=1"), MASTER, None)
+        .json();
+    let ids: Vec<&Value> = page["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|s| &s["id"])
+        .collect();
+    assert_eq!(ids, [&json!(runzivo_id)], "{page}");
+    assert!(
+        page["next_cursor"].is_null(),
+        "a cursor after the last page: {page}"
+    );
+
+    for id in &others {
+        server.destroy(MASTER, id);
+    }
+    let path = format!("{RUNZIVO}/{runzivo_id}");
+    assert_eq!(
+        server.request("DELETE", &path, MASTER, None).status / 100,
+        2
+    );
+}
