@@ -30,7 +30,11 @@ async fn captured_exec_returns_every_byte_up_to_the_cap() {
         let run = |len: usize| json!({"command": ["/bin/sh", "-c", seq_cmd(len)]});
         let at = api.post(&exec, run(CAP)).await;
         assert_eq!(at.status, StatusCode::OK, "{}", at.json());
-        assert_same(&b64(&at.json()["data"]["stdout"]), &seq_prefix(CAP), "exec of the cap");
+        assert_same(
+            &b64(&at.json()["data"]["stdout"]),
+            &seq_prefix(CAP),
+            "exec of the cap",
+        );
         assert_eq!(at.json()["data"]["exitCode"], 0);
         for len in [CAP + 1, 3 * CAP] {
             api.post(&exec, run(len))

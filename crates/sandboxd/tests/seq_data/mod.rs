@@ -31,8 +31,10 @@ pub fn assert_same(got: &[u8], want: &[u8], what: &str) {
         .position(|(a, b)| a != b)
         .unwrap_or(got.len().min(want.len()));
     let around = |v: &[u8]| {
-        String::from_utf8_lossy(&v[first.saturating_sub(20).min(v.len())..(first + 20).min(v.len())])
-            .into_owned()
+        String::from_utf8_lossy(
+            &v[first.saturating_sub(20).min(v.len())..(first + 20).min(v.len())],
+        )
+        .into_owned()
     };
     panic!(
         "{what}: got {} bytes, want {}; first difference at {first}: got {:?}, want {:?}",
@@ -56,6 +58,9 @@ pub fn assert_contiguous(got: &[u8], all: &[u8], what: &str) {
         .windows(probe)
         .position(|w| w == &got[..probe])
         .unwrap_or_else(|| panic!("{what}: the first bytes delivered are not seq output"));
-    assert!(start + got.len() <= all.len(), "{what}: more bytes than written");
+    assert!(
+        start + got.len() <= all.len(),
+        "{what}: more bytes than written"
+    );
     assert_same(got, &all[start..start + got.len()], what);
 }
