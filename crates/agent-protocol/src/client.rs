@@ -160,6 +160,22 @@ impl AgentClient {
         ))
     }
 
+    /// Output from byte offset `from` on (a dropped offset yields a `Gap` frame first),
+    /// then live output until `Exit`. With `hold`, this reader is the holder of a
+    /// process started with `hold_output`: the process waits for it instead of its
+    /// ring dropping bytes (the hold is released when this stream is dropped).
+    pub async fn output_from(
+        &self,
+        id: Uuid,
+        from: u64,
+        hold: bool,
+    ) -> Result<FrameStream, ClientError> {
+        let uri = format!("/v1/processes/{id}/output?from={from}&follow=true&hold={hold}");
+        Ok(transport::frames(
+            self.call(Method::GET, &uri, transport::empty()).await?,
+        ))
+    }
+
     /// The sandbox-level log ring, then live frames when `follow`.
     pub async fn logs(&self, follow: bool) -> Result<FrameStream, ClientError> {
         let uri = format!("/v1/logs?follow={follow}");

@@ -10,7 +10,8 @@
 //! - `POST /v1/processes/{id}/signal` [`SignalRequest`] → 204
 //! - `POST /v1/processes/{id}/wait?timeout_ms=N` → [`ProcessInfo`] (terminal) or
 //!   error `wait_timed_out`
-//! - `GET  /v1/processes/{id}/output?tail_bytes=N&follow=BOOL` → NDJSON of [`Frame`]
+//! - `GET  /v1/processes/{id}/output?tail_bytes=N&from=OFFSET&follow=BOOL&hold=BOOL` →
+//!   NDJSON of [`Frame`]
 //! - `GET  /v1/logs?follow=BOOL` → NDJSON of [`Frame`] from the sandbox-level log ring
 //! - `GET  /v1/files?path=P` → raw bytes; headers `Content-Length`, `X-File-Mode` (octal),
 //!   `X-File-Mtime` (unix seconds)
@@ -27,8 +28,15 @@
 //!   is returned alone (a tail is never empty while output exists). `0` means all.
 //! - An output stream of a process that has already ended (follow or not) ends with its
 //!   `Exit` frame; with `follow=true` on a running process, live chunks follow the tail
-//!   and the stream ends after `Exit`. A follower that falls behind gets `Lagged`.
-//!   If the process's ring is evicted while followed, the stream ends without `Exit`.
+//!   and the stream ends after `Exit`. Every `Log` frame carries its byte offset; a
+//!   reader whose next bytes were dropped from the ring (it fell a ring behind, or
+//!   asked `from` an offset no longer retained) gets a `Gap` frame naming the lost
+//!   range, then goes on: a stream never skips bytes without saying so. If the
+//!   process's ring is evicted while followed, the stream ends with an `Error` frame
+//!   (`output_not_retained`).
+//! - A process started with `hold_output` drops nothing its holder (the reader with
+//!   `hold=true`) has not read: while the holder lags, the agent stops draining the
+//!   process's pipes (back-pressure) until the holder reads on or goes away.
 //! - A process is reported terminal once its exit status is collected and its output
 //!   pipes are drained (or, when a descendant keeps them open, after a 1 s grace).
 //! - `wait` without `timeout_ms` waits indefinitely.

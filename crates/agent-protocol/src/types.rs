@@ -51,6 +51,12 @@ pub struct StartProcess {
     pub env: Option<BTreeMap<String, String>>,
     /// Working directory, absolute; `None` means `/`.
     pub cwd: Option<String>,
+    /// Keep every output byte until a reader with `hold=true` has read it: while that
+    /// reader lags a ring behind, the agent stops draining the process's pipes (the
+    /// process blocks on a full pipe) instead of dropping output. Released for good
+    /// when that reader goes away. Until a holder comes, the first ring-full is kept.
+    #[serde(default)]
+    pub hold_output: bool,
 }
 
 /// One process as the agent knows it.
@@ -129,11 +135,18 @@ pub enum Frame {
         /// The process it came from (sandbox-level log only).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         process: Option<Uuid>,
+        /// Offset of its first byte in all the output of its ring (stdout and stderr
+        /// counted together): each chunk starts where the previous one ended unless a
+        /// `Gap` frame comes between them.
+        #[serde(default)]
+        offset: u64,
     },
     /// The process ended (output streams with `follow=true` end after this frame).
     Exit { info: ProcessInfo },
-    /// Frames were dropped because the reader was too slow.
-    Lagged { skipped: u64 },
+    /// Output from offset `from` to `to` (exclusive) was dropped from the ring before
+    /// this reader read it (a slow reader, or a start before the ring's oldest byte);
+    /// the stream goes on at `to`.
+    Gap { from: u64, to: u64 },
     /// A failure after the stream started.
     Error { code: String, message: String },
 }

@@ -1,16 +1,12 @@
-//! Response bodies: JSON, typed errors, and NDJSON frame streams built from a retained
-//! tail plus live events.
+//! Response bodies: JSON, typed errors, raw and NDJSON streams.
 
-use crate::feed::Event;
-use crate::ring::Chunk;
 use bytes::Bytes;
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{Stream, StreamExt};
 use http::{Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
-use sandboxd_agent_protocol::{AgentError, Frame, ProcessInfo};
+use sandboxd_agent_protocol::AgentError;
 use std::io;
-use tokio::sync::broadcast::{self, error::RecvError};
 
 /// The agent's response body type.
 pub(crate) type Body = UnsyncBoxBody<Bytes, io::Error>;
@@ -55,31 +51,9 @@ pub(crate) fn no_content() -> Response<Body> {
     response(StatusCode::NO_CONTENT, "text/plain", full(Bytes::new()))
 }
 
-fn line(frame: &Frame) -> io::Result<Bytes> {
-    let mut v = serde_json::to_vec(frame).map_err(io::Error::other)?;
-    v.push(b'\n');
-    Ok(Bytes::from(v))
-}
-
-/// NDJSON: the tail's frames, then live events until an `Exit` (or the channel closes),
-/// then `ended`'s `Exit` frame when the process had already ended.
-pub(crate) fn frames(
-    tail: Vec<Chunk>,
-    live: Option<broadcast::Receiver<Event>>,
-    ended: Option<ProcessInfo>,
+/// An NDJSON body of frames already encoded as lines.
+pub(crate) fn ndjson(
+    lines: impl Stream<Item = io::Result<Bytes>> + Send + 'static,
 ) -> Response<Body> {
-    let head = stream::iter(tail.into_iter().map(|c| line(&c.frame())));
-    let end = stream::iter(ended.map(|info| line(&Frame::Exit { info })));
-    let live = stream::unfold(live, |rx| async move {
-        let mut rx = rx?;
-        let frame = match rx.recv().await {
-            Ok(Event::Chunk(c)) => c.frame(),
-            Ok(Event::Exit(info)) => return Some((line(&Frame::Exit { info: *info }), None)),
-            Err(RecvError::Lagged(skipped)) => Frame::Lagged { skipped },
-            Err(RecvError::Closed) => return None,
-        };
-        Some((line(&frame), Some(rx)))
-    });
-    let body = from_stream(head.chain(live).chain(end));
-    response(StatusCode::OK, "application/x-ndjson", body)
+    response(StatusCode::OK, "application/x-ndjson", from_stream(lines))
 }

@@ -4,7 +4,7 @@
 use crate::drain::drain;
 use crate::error::invalid;
 use crate::reaper::Exit;
-use crate::shared::{lock, Shared, DRAIN_GRACE};
+use crate::shared::{lock, Shared};
 use crate::spawn::{kill_group, spawn, Launch};
 use base64::Engine as _;
 use sandboxd_agent_protocol::{AgentError, ExecRequest, ExecResult, StreamKind};
@@ -44,8 +44,9 @@ pub(crate) async fn exec(shared: &Arc<Shared>, req: ExecRequest) -> Result<ExecR
     let (pid, tag) = (s.pid, Uuid::new_v4());
     let capture = Arc::new(Mutex::new(Capture::default()));
     let (sink, cap_sink) = (shared.clone(), capture.clone());
-    let reader = tokio::spawn(drain(s.stdout, s.stderr, move |kind, data| {
-        sink.record(tag, kind, data.clone());
+    let (exited, exited_rx) = tokio::sync::watch::channel(false);
+    let reader = tokio::spawn(drain(s.stdout, s.stderr, exited_rx, move |kind, data| {
+        sink.log_output(tag, kind, data.clone(), std::time::SystemTime::now());
         let mut c = lock(&cap_sink);
         let room = (cap as usize).saturating_sub(c.stdout.len() + c.stderr.len());
         let keep = data.len().min(room);
@@ -57,9 +58,9 @@ pub(crate) async fn exec(shared: &Arc<Shared>, req: ExecRequest) -> Result<ExecR
         if keep < data.len() {
             c.truncated = true;
             kill_group(pid, libc::SIGKILL);
-            return false;
+            return std::future::ready(false);
         }
-        true
+        std::future::ready(true)
     }));
     let mut exit_rx = s.exit;
     let mut timed_out = false;
@@ -75,7 +76,8 @@ pub(crate) async fn exec(shared: &Arc<Shared>, req: ExecRequest) -> Result<ExecR
             }
         }
     };
-    let _ = tokio::time::timeout(DRAIN_GRACE, reader).await;
+    exited.send_replace(true);
+    let _ = reader.await;
     let c = std::mem::take(&mut *lock(&capture));
     let b64 = |v: &[u8]| base64::engine::general_purpose::STANDARD.encode(v);
     let (exit_code, signal) = match exit.ok() {

@@ -1,61 +1,98 @@
-//! A ring plus a lazily created broadcast channel: what a follower reads live.
+//! A ring plus what its readers wait on: a signal on every change, and, for a held
+//! process, the offset its holder has read up to, which the drain waits on instead of
+//! dropping bytes the holder has not read.
 
 use crate::ring::{Chunk, Ring};
-use sandboxd_agent_protocol::ProcessInfo;
-use tokio::sync::broadcast;
+use bytes::Bytes;
+use sandboxd_agent_protocol::StreamKind;
+use std::time::SystemTime;
+use tokio::sync::watch;
+use uuid::Uuid;
 
-/// Events a follower receives after the retained tail.
-#[derive(Debug, Clone)]
-pub(crate) enum Event {
-    Chunk(Chunk),
-    Exit(Box<ProcessInfo>),
+/// How far the holder of a held feed has read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Nobody holds the feed: the ring drops its oldest bytes when full.
+    Off,
+    /// Bytes before this offset were read by the holder and may be dropped.
+    At(u64),
 }
 
-/// Capacity of a follower channel; a slower reader gets `Lagged` instead of blocking.
-const FOLLOW_CAPACITY: usize = 128;
+impl Hold {
+    /// Whether bytes up to `need` may be dropped.
+    pub(crate) fn allows(self, need: u64) -> bool {
+        match self {
+            Hold::Off => true,
+            Hold::At(read) => read >= need,
+        }
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct Feed {
     pub ring: Ring,
-    /// Created on the first follower, so an unwatched process costs no channel.
-    tx: Option<broadcast::Sender<Event>>,
+    changed: watch::Sender<()>,
+    hold: watch::Sender<Hold>,
 }
 
 impl Feed {
-    pub(crate) fn new(cap: usize) -> Self {
+    /// A feed; `held` ones keep every byte until a holder has read it.
+    pub(crate) fn new(cap: usize, held: bool) -> Self {
+        let hold = if held { Hold::At(0) } else { Hold::Off };
         Self {
             ring: Ring::new(cap),
-            tx: None,
+            changed: watch::channel(()).0,
+            hold: watch::channel(hold).0,
         }
     }
 
-    pub(crate) fn push(&mut self, chunk: Chunk) {
-        if let Some(tx) = &self.tx {
-            if tx.receiver_count() == 0 {
-                self.tx = None;
-            } else {
-                let _ = tx.send(Event::Chunk(chunk.clone()));
-            }
-        }
-        self.ring.push(chunk);
-    }
-
-    /// Sends an event to current followers without retaining it.
-    pub(crate) fn announce(&mut self, event: Event) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.send(event);
-        }
-    }
-
-    /// The retained tail and a receiver for what comes next, taken together so that no
-    /// chunk is missed or repeated.
-    pub(crate) fn subscribe(
+    /// Appends a chunk now (whatever the hold) and wakes readers.
+    pub(crate) fn push(
         &mut self,
-        tail_bytes: u64,
-    ) -> (Vec<Chunk>, broadcast::Receiver<Event>) {
-        let tx = self
-            .tx
-            .get_or_insert_with(|| broadcast::channel(FOLLOW_CAPACITY).0);
-        (self.ring.tail(tail_bytes), tx.subscribe())
+        stream: StreamKind,
+        data: Bytes,
+        at: SystemTime,
+        process: Option<Uuid>,
+    ) -> Chunk {
+        let chunk = self.ring.push(stream, data, at, process);
+        self.changed.send_replace(());
+        chunk
+    }
+
+    /// `None` when `len` more bytes fit without dropping any the holder has not read;
+    /// otherwise what to wait on and the offset the holder must reach first.
+    pub(crate) fn room(&self, len: usize) -> Option<(watch::Receiver<Hold>, u64)> {
+        let end = self.ring.end();
+        // A chunk larger than the ring fits once the holder has read everything.
+        let need = (end + len as u64)
+            .saturating_sub(self.ring.cap() as u64)
+            .min(end);
+        (!self.hold.borrow().allows(need)).then(|| (self.hold.subscribe(), need))
+    }
+
+    /// Wakes readers without new output (the process ended).
+    pub(crate) fn notify(&self) {
+        self.changed.send_replace(());
+    }
+
+    /// A receiver that changes on the next push or notification.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<()> {
+        self.changed.subscribe()
+    }
+
+    /// The holder has read everything before `offset`.
+    pub(crate) fn advance_hold(&self, offset: u64) {
+        self.hold.send_if_modified(|h| match h {
+            Hold::At(read) if *read < offset => {
+                *read = offset;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// The holder went away: from now on the ring drops its oldest bytes.
+    pub(crate) fn release_hold(&self) {
+        self.hold.send_replace(Hold::Off);
     }
 }

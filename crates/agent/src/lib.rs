@@ -9,6 +9,7 @@ mod error;
 mod exec;
 mod feed;
 mod files;
+mod follow;
 mod processes;
 mod pty;
 mod reaper;

@@ -2,13 +2,13 @@
 //! `max_rings` are retained (older ones are evicted; their metadata stays).
 
 use crate::error::error;
-use crate::feed::{Event, Feed};
+use crate::feed::{Feed, Hold};
 use crate::reaper::Exit;
-use crate::ring::Chunk;
-use sandboxd_agent_protocol::{AgentError, AgentErrorCode, ProcessInfo, ProcessState};
+use bytes::Bytes;
+use sandboxd_agent_protocol::{AgentError, AgentErrorCode, ProcessInfo, ProcessState, StreamKind};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::SystemTime;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use uuid::Uuid;
 
 struct Entry {
@@ -42,13 +42,6 @@ impl Entry {
     }
 }
 
-/// What an output request gets: the tail, and either a live receiver or the final info.
-pub(crate) struct OutputView {
-    pub tail: Vec<Chunk>,
-    pub live: Option<broadcast::Receiver<Event>>,
-    pub ended: Option<ProcessInfo>,
-}
-
 pub(crate) struct Registry {
     entries: BTreeMap<Uuid, Entry>,
     retained: VecDeque<Uuid>,
@@ -58,6 +51,13 @@ pub(crate) struct Registry {
 
 fn not_found(id: Uuid) -> AgentError {
     error(AgentErrorCode::ProcessNotFound, format!("no process {id}"))
+}
+
+pub(crate) fn not_retained(id: Uuid) -> AgentError {
+    error(
+        AgentErrorCode::OutputNotRetained,
+        format!("output of {id} was evicted"),
+    )
 }
 
 impl Registry {
@@ -75,7 +75,14 @@ impl Registry {
     }
 
     /// Records a started process, evicting the oldest retained ring when over the limit.
-    pub(crate) fn insert(&mut self, id: Uuid, argv: Vec<String>, pid: u32) -> ProcessInfo {
+    /// A `held` process's ring keeps every byte until its holder has read it.
+    pub(crate) fn insert(
+        &mut self,
+        id: Uuid,
+        argv: Vec<String>,
+        pid: u32,
+        held: bool,
+    ) -> ProcessInfo {
         while self.retained.len() >= self.max_rings.max(1) {
             let Some(old) = self.retained.pop_front() else {
                 break;
@@ -94,7 +101,7 @@ impl Registry {
             exit_code: None,
             signal: None,
             reaped: false,
-            feed: Some(Feed::new(self.ring_bytes)),
+            feed: Some(Feed::new(self.ring_bytes, held)),
             done: watch::channel(false).0,
         };
         let info = entry.info(id);
@@ -113,10 +120,31 @@ impl Registry {
         self.entries.iter().map(|(id, e)| e.info(*id)).collect()
     }
 
-    pub(crate) fn push(&mut self, id: Uuid, chunk: Chunk) {
-        if let Some(feed) = self.entries.get_mut(&id).and_then(|e| e.feed.as_mut()) {
-            feed.push(chunk);
+    /// Appends output to the process's ring, unless that would drop bytes its holder
+    /// has not read: then `Some` of what to wait on and the offset the holder must reach.
+    pub(crate) fn push(
+        &mut self,
+        id: Uuid,
+        stream: StreamKind,
+        data: &Bytes,
+        at: SystemTime,
+    ) -> Option<(watch::Receiver<Hold>, u64)> {
+        let feed = self.entries.get_mut(&id).and_then(|e| e.feed.as_mut())?;
+        if let Some(wait) = feed.room(data.len()) {
+            return Some(wait);
         }
+        feed.push(stream, data.clone(), at, None);
+        None
+    }
+
+    /// The process's feed (`None` once evicted) and its final info once it ended.
+    pub(crate) fn feed(
+        &mut self,
+        id: Uuid,
+    ) -> Result<(Option<&mut Feed>, Option<ProcessInfo>), AgentError> {
+        let e = self.entries.get_mut(&id).ok_or_else(|| not_found(id))?;
+        let ended = e.state.is_terminal().then(|| e.info(id));
+        Ok((e.feed.as_mut(), ended))
     }
 
     pub(crate) fn mark_reaped(&mut self, id: Uuid) {
@@ -137,9 +165,8 @@ impl Registry {
             Some(Exit::Signal(s)) => (e.state, e.signal) = (ProcessState::Killed, Some(s)),
             None => e.state = ProcessState::Lost,
         }
-        let info = e.info(id);
-        if let Some(feed) = e.feed.as_mut() {
-            feed.announce(Event::Exit(Box::new(info)));
+        if let Some(feed) = e.feed.as_ref() {
+            feed.notify();
         }
         e.done.send_replace(true);
     }
@@ -156,36 +183,6 @@ impl Registry {
             .map(|e| e.done.subscribe())
             .ok_or_else(|| not_found(id))
     }
-
-    /// The retained tail, plus live events when `follow` and the process still runs.
-    pub(crate) fn output(
-        &mut self,
-        id: Uuid,
-        tail_bytes: u64,
-        follow: bool,
-    ) -> Result<OutputView, AgentError> {
-        let e = self.entries.get_mut(&id).ok_or_else(|| not_found(id))?;
-        let ended = e.state.is_terminal().then(|| e.info(id));
-        let Some(feed) = e.feed.as_mut() else {
-            return Err(error(
-                AgentErrorCode::OutputNotRetained,
-                format!("output of {id} was evicted"),
-            ));
-        };
-        if follow && ended.is_none() {
-            let (tail, rx) = feed.subscribe(tail_bytes);
-            return Ok(OutputView {
-                tail,
-                live: Some(rx),
-                ended,
-            });
-        }
-        Ok(OutputView {
-            tail: feed.ring.tail(tail_bytes),
-            live: None,
-            ended,
-        })
-    }
 }
 
 #[cfg(test)]
@@ -197,12 +194,11 @@ mod tests {
         let mut r = Registry::new(1024, 2);
         let ids: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
         for (i, id) in ids.iter().enumerate() {
-            r.insert(*id, vec!["/bin/true".into()], 100 + i as u32);
+            r.insert(*id, vec!["/bin/true".into()], 100 + i as u32, false);
         }
-        let err = r.output(ids[0], 0, false).err().map(|e| e.code);
-        assert_eq!(err, Some(AgentErrorCode::OutputNotRetained));
+        assert!(r.feed(ids[0]).unwrap().0.is_none());
         assert!(!r.get(ids[0]).unwrap().output_retained);
-        assert!(r.output(ids[2], 0, false).is_ok());
+        assert!(r.feed(ids[2]).unwrap().0.is_some());
         r.finish(ids[1], Some(Exit::Signal(9)));
         let info = r.get(ids[1]).unwrap();
         assert_eq!((info.state, info.signal), (ProcessState::Killed, Some(9)));

@@ -2,6 +2,7 @@
 
 use crate::body::{self, Body};
 use crate::error::{error, invalid};
+use crate::follow::{Reader, Source, Start};
 use crate::shared::Shared;
 use crate::{exec, files, processes};
 use http::{Method, Request, Response, StatusCode};
@@ -113,11 +114,15 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             wait(shared, process_id(id)?, timeout).await
         }
         (&Method::GET, ["processes", id, "output"]) => {
-            let tail = query.number("tail_bytes")?.unwrap_or(0);
-            let v = shared
-                .registry()
-                .output(process_id(id)?, tail, query.flag("follow")?)?;
-            Ok(body::frames(v.tail, v.live, v.ended))
+            let start = Start {
+                tail_bytes: query.number("tail_bytes")?.unwrap_or(0),
+                from: query.number("from")?,
+                follow: query.flag("follow")?,
+                hold: query.flag("hold")?,
+            };
+            let source = Source::Process(process_id(id)?);
+            let reader = Reader::open(shared.clone(), source, start)?;
+            Ok(body::ndjson(reader.into_stream()))
         }
         (&Method::GET, ["pty"]) => {
             let size = |k: &str, default: u16| -> Result<u16, AgentError> {
@@ -132,15 +137,14 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             crate::pty::open(shared, req, cols, rows, &cwd)
         }
         (&Method::GET, ["logs"]) => {
-            let follow = query.flag("follow")?;
-            let mut log = shared.log();
-            let (tail, live) = if follow {
-                let (t, rx) = log.subscribe(0);
-                (t, Some(rx))
-            } else {
-                (log.ring.tail(0), None)
+            let start = Start {
+                tail_bytes: 0,
+                from: query.number("from")?,
+                follow: query.flag("follow")?,
+                hold: false,
             };
-            Ok(body::frames(tail, live, None))
+            let reader = Reader::open(shared.clone(), Source::Log, start)?;
+            Ok(body::ndjson(reader.into_stream()))
         }
         (&Method::GET, ["files"]) => {
             let path = query

@@ -3,7 +3,6 @@
 
 use crate::feed::Feed;
 use crate::registry::Registry;
-use crate::ring::Chunk;
 use crate::AgentConfig;
 use bytes::Bytes;
 use sandboxd_agent_protocol::StreamKind;
@@ -29,7 +28,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     pub(crate) fn new(config: AgentConfig) -> Self {
         let registry = Registry::new(config.ring_bytes, config.max_rings);
-        let log = Feed::new(config.log_ring_bytes);
+        let log = Feed::new(config.log_ring_bytes, false);
         Self {
             config,
             registry: Mutex::new(registry),
@@ -45,19 +44,15 @@ impl Shared {
         lock(&self.log)
     }
 
-    /// Records a chunk read from `process` in the sandbox log and returns it untagged
-    /// (as the process's own ring keeps it).
-    pub(crate) fn record(&self, process: Uuid, stream: StreamKind, data: Bytes) -> Chunk {
-        let chunk = Chunk {
-            stream,
-            data,
-            at: SystemTime::now(),
-            process: None,
-        };
-        self.log().push(Chunk {
-            process: Some(process),
-            ..chunk.clone()
-        });
-        chunk
+    /// Records a chunk read from `process` in the sandbox log (never waits: the log is
+    /// a ring that drops its oldest bytes).
+    pub(crate) fn log_output(
+        &self,
+        process: Uuid,
+        stream: StreamKind,
+        data: Bytes,
+        at: SystemTime,
+    ) {
+        self.log().push(stream, data, at, Some(process));
     }
 }

@@ -4,7 +4,10 @@ mod common;
 
 use common::*;
 use futures_util::StreamExt;
-use sandboxd_agent_protocol::{AgentErrorCode, Frame, ProcessState, SignalRequest, StreamKind};
+use sandboxd_agent::AgentConfig;
+use sandboxd_agent_protocol::{
+    AgentErrorCode, Frame, ProcessState, SignalRequest, StartProcess, StreamKind,
+};
 use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -235,7 +238,7 @@ async fn environment_and_cwd_are_applied() {
 }
 
 #[tokio::test]
-async fn a_follower_that_does_not_read_never_blocks_the_process() {
+async fn a_follower_that_does_not_read_never_blocks_the_process_and_is_told_of_the_gap() {
     let agent = start().await;
     let c = &agent.client;
     let p = c
@@ -246,14 +249,79 @@ async fn a_follower_that_does_not_read_never_blocks_the_process() {
     // The follower reads nothing while 20 MB go through the agent.
     let done = c.wait(p.id, LONG).await.unwrap();
     assert_eq!(done.exit_code, Some(0));
-    let (mut lagged, mut exited) = (0u64, false);
+    let (mut next, mut read, mut dropped, mut exited) = (None::<u64>, 0u64, 0u64, false);
     while let Some(frame) = follow.next().await {
         match frame.unwrap() {
-            Frame::Lagged { skipped } => lagged += skipped,
+            Frame::Log { data, offset, .. } => {
+                // Every chunk starts where the stream stood: no silent hole.
+                assert!(next.is_none_or(|n| n == offset), "{next:?} != {offset}");
+                let len = decode(&data).len() as u64;
+                next = Some(offset + len);
+                read += len;
+            }
+            Frame::Gap { from, to } => {
+                assert!(next.is_none_or(|n| n == from) && to > from);
+                dropped += to - from;
+                next = Some(to);
+            }
             Frame::Exit { .. } => exited = true,
-            _ => {}
+            f => panic!("unexpected {f:?}"),
         }
     }
-    assert!(lagged > 0, "a stalled follower must be told it lagged");
+    assert!(
+        dropped > 0,
+        "a stalled follower must be told what it missed"
+    );
+    // Read and told-of bytes add up to everything from where the stream began.
+    assert_eq!(next, Some(20_000_000));
+    assert!(read > 0 && read < 20_000_000);
     assert!(exited);
+}
+
+#[tokio::test]
+async fn a_held_process_waits_for_its_slow_holder_and_loses_nothing() {
+    let agent = start_with(AgentConfig {
+        ring_bytes: 64 * 1024,
+        ..AgentConfig::default()
+    })
+    .await;
+    let c = &agent.client;
+    let req = StartProcess {
+        hold_output: true,
+        ..sh("seq 1 300000")
+    };
+    let p = c.start_process(&req).await.unwrap();
+    let mut follow = c.output_from(p.id, 0, true).await.unwrap();
+    let (mut out, mut exited, mut reads) = (Vec::new(), false, 0u32);
+    while let Some(frame) = follow.next().await {
+        match frame.unwrap() {
+            Frame::Log { data, offset, .. } => {
+                assert_eq!(offset, out.len() as u64);
+                out.extend(decode(&data));
+                reads += 1;
+                if reads % 8 == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            Frame::Exit { info } => {
+                exited = true;
+                assert_eq!(info.exit_code, Some(0));
+            }
+            f => panic!("a holder never sees {f:?}"),
+        }
+    }
+    assert!(exited);
+    let want: String = (1..=300000).map(|i| format!("{i}\n")).collect();
+    assert!(
+        out == want.as_bytes(),
+        "got {} bytes of {}",
+        out.len(),
+        want.len()
+    );
+    // Reading from an offset the ring no longer holds says where it starts now.
+    let mut from_zero = c.output_from(p.id, 0, false).await.unwrap();
+    match from_zero.next().await.unwrap().unwrap() {
+        Frame::Gap { from: 0, to } => assert!(to > 0 && to < want.len() as u64),
+        f => panic!("expected a gap first, got {f:?}"),
+    }
 }

@@ -14,6 +14,7 @@ mod lifecycle;
 mod locks;
 pub mod model;
 mod ops;
+pub mod output;
 pub mod quota;
 mod secrets;
 mod sessions;
@@ -28,9 +29,10 @@ pub use error::{EngineError, ErrorCode};
 pub use idempotency::{Remembered, IDEMPOTENCY_TTL};
 pub use model::*;
 pub use ops::{
-    ExecEnd, ExecEvent, ExecStream, FrameStream, SandboxEnd, StreamCommand, AGENT_DEFAULT_ENV,
+    ExecEnd, ExecEvent, ExecStream, OnCap, SandboxEnd, StreamCommand, AGENT_DEFAULT_ENV,
     KILLED_EXIT, TIMED_OUT_EXIT,
 };
+pub use output::{OutputChunk, OutputEvent, OutputStream, ProcessExit, StreamKind};
 pub use quota::{CreateRate, Quota};
 pub use sandboxd_agent_protocol::client::ByteStream;
 pub use sandboxd_agent_protocol::pty::{PtyFrame, PtyIo};

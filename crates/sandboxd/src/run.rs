@@ -105,11 +105,13 @@ async fn run_in(socket: &std::path::Path, args: &RunArgs) -> Result<u8> {
             argv,
             env: Some(env),
             cwd: Some(args.cwd.clone()),
+            // The terminal reads every byte: the command waits for it, nothing drops.
+            hold_output: true,
         })
         .await
         .context("starting the command")?;
     let mut frames = client
-        .output(id, 0, true)
+        .output_from(id, 0, true)
         .await
         .context("following output")?;
     let b64 = base64::engine::general_purpose::STANDARD;
@@ -130,7 +132,7 @@ async fn run_in(socket: &std::path::Path, args: &RunArgs) -> Result<u8> {
                     _ => 1,
                 });
             }
-            Frame::Lagged { .. } => {}
+            Frame::Gap { from, to } => bail!("output bytes {from}..{to} were lost"),
             Frame::Error { code, message } => bail!("agent stream failed: {code}: {message}"),
         }
     }

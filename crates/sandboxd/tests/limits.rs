@@ -39,6 +39,7 @@ fn start(handle: &SandboxHandle, script: &str) -> Uuid {
         argv,
         env: None,
         cwd: None,
+        hold_output: false,
     }))
     .expect("start");
     id

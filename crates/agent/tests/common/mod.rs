@@ -37,6 +37,7 @@ pub fn process(argv: &[&str]) -> StartProcess {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         env: None,
         cwd: None,
+        hold_output: false,
     }
 }
 

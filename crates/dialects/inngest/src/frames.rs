@@ -1,10 +1,11 @@
 //! NDJSON frames of the log and output streams: `log` chunks and a terminal `error`.
+//! The page's streams have no loss marker: a reader that fell off the ring (a `Gap`)
+//! gets the terminal error `sandbox_process_output_not_retained` instead of a hole.
 
 use crate::error::{status_and_code, ErrorItem};
 use crate::views::{chunk, ChunkView};
-use axum::http::StatusCode;
 use futures_util::{Stream, StreamExt};
-use sandboxd_engine::{EngineError, ErrorCode, Frame};
+use sandboxd_engine::{EngineError, ErrorCode, OutputEvent};
 use serde::Serialize;
 
 /// One line of a stream.
@@ -33,34 +34,29 @@ impl StreamFrame {
     }
 }
 
-/// Status and Inngest code for an error frame the engine or agent sent mid-stream.
-pub fn frame_error(code: &str) -> (StatusCode, &'static str) {
-    let engine_code = [
-        ErrorCode::ProcessNotFound,
+/// The error a reader gets for a gap: bytes `from..to` left the ring before it read them.
+pub fn gap_error(from: u64, to: u64) -> EngineError {
+    EngineError::new(
         ErrorCode::OutputNotRetained,
-        ErrorCode::SandboxNotFound,
-        ErrorCode::Internal,
-    ]
-    .into_iter()
-    .find(|c| c.as_str() == code);
-    engine_code.map_or(
-        (StatusCode::SERVICE_UNAVAILABLE, "compute_unavailable"),
-        status_and_code,
+        format!(
+            "the reader fell behind: output bytes {from}..{to} were dropped from the retained ring before it read them"
+        ),
     )
 }
 
-/// Turns engine frames into API frames: chunks pass, exit and lag markers are dropped
-/// (the stream has no loss marker), an error ends the stream.
-pub fn api_frames<S>(frames: S) -> impl Stream<Item = StreamFrame> + Send + 'static
+/// Turns engine output events into API frames: chunks pass, the exit is dropped, a gap
+/// or an error ends the stream with an error frame.
+pub fn api_frames<S>(events: S) -> impl Stream<Item = StreamFrame> + Send + 'static
 where
-    S: Stream<Item = Result<Frame, EngineError>> + Send + 'static,
+    S: Stream<Item = Result<OutputEvent, EngineError>> + Send + 'static,
 {
-    frames
+    events
         .map(|item| match item {
-            Ok(Frame::Error { code, message }) => {
-                Some(StreamFrame::error(frame_error(&code).1, message))
+            Ok(OutputEvent::Chunk(c)) => Some(StreamFrame::Log(chunk(&c))),
+            Ok(OutputEvent::Gap { from, to }) => {
+                Some(StreamFrame::from_engine_error(&gap_error(from, to)))
             }
-            Ok(frame) => chunk(&frame).map(StreamFrame::Log),
+            Ok(OutputEvent::Exit(_)) => None,
             Err(err) => Some(StreamFrame::from_engine_error(&err)),
         })
         .filter_map(futures_util::future::ready)
@@ -76,30 +72,30 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandboxd_engine::StreamKind;
+    use sandboxd_engine::{OutputChunk, StreamKind};
+
+    fn log(
+        stream: StreamKind,
+        data: &'static [u8],
+        offset: u64,
+    ) -> Result<OutputEvent, EngineError> {
+        Ok(OutputEvent::Chunk(OutputChunk {
+            stream,
+            data: bytes::Bytes::from_static(data),
+            offset,
+            at: "t".into(),
+            process: None,
+        }))
+    }
 
     #[tokio::test]
-    async fn error_ends_the_stream_with_both_shapes() {
-        let frames = futures_util::stream::iter(vec![
-            Ok(Frame::Log {
-                stream: StreamKind::Stdout,
-                data: "aGk=".into(),
-                at: "t".into(),
-                process: None,
-            }),
-            Ok(Frame::Lagged { skipped: 3 }),
-            Ok(Frame::Error {
-                code: "unavailable".into(),
-                message: "agent gone".into(),
-            }),
-            Ok(Frame::Log {
-                stream: StreamKind::Stderr,
-                data: "".into(),
-                at: "t".into(),
-                process: None,
-            }),
+    async fn a_gap_or_an_error_ends_the_stream_with_both_shapes() {
+        let events = futures_util::stream::iter(vec![
+            log(StreamKind::Stdout, b"hi", 0),
+            Ok(OutputEvent::Gap { from: 2, to: 9 }),
+            log(StreamKind::Stderr, b"", 9),
         ]);
-        let lines: Vec<String> = api_frames(frames)
+        let lines: Vec<String> = api_frames(events)
             .map(|f| serde_json::to_string(&f).unwrap())
             .collect()
             .await;
@@ -110,7 +106,20 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
         assert_eq!(v["type"], "error");
-        assert_eq!(v["errors"][0]["code"], "compute_unavailable");
-        assert_eq!(v["error"]["message"], "agent gone");
+        assert_eq!(
+            v["errors"][0]["code"],
+            "sandbox_process_output_not_retained"
+        );
+        assert!(v["error"]["message"].as_str().unwrap().contains("2..9"));
+        let events = futures_util::stream::iter(vec![
+            Err(EngineError::new(ErrorCode::Unavailable, "agent gone")),
+            log(StreamKind::Stderr, b"x", 0),
+        ]);
+        let lines: Vec<serde_json::Value> = api_frames(events)
+            .map(|f| serde_json::to_value(&f).unwrap())
+            .collect()
+            .await;
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0]["errors"][0]["code"], "compute_unavailable");
     }
 }

@@ -2,7 +2,7 @@
 
 use sandboxd_dialect_common::rfc3339_nanos;
 use sandboxd_engine::{
-    ExecResult, FileWritten, Frame, ProcessInfo, ProcessState, Resources, Sandbox, Snapshot,
+    ExecResult, FileWritten, OutputChunk, ProcessInfo, ProcessState, Resources, Sandbox, Snapshot,
     StreamKind,
 };
 use serde::Serialize;
@@ -155,18 +155,14 @@ pub struct ChunkView {
     at: String,
 }
 
-/// The chunk carried by a `log` frame; other frames carry none.
-pub fn chunk(frame: &Frame) -> Option<ChunkView> {
-    match frame {
-        Frame::Log {
-            stream, data, at, ..
-        } => Some(ChunkView {
-            stream: *stream,
-            data: data.clone(),
-            encoding: "base64",
-            at: at.clone(),
-        }),
-        _ => None,
+/// A chunk of output as the API shows it.
+pub fn chunk(c: &OutputChunk) -> ChunkView {
+    use base64::Engine as _;
+    ChunkView {
+        stream: c.stream,
+        data: base64::engine::general_purpose::STANDARD.encode(&c.data),
+        encoding: "base64",
+        at: c.at.clone(),
     }
 }
 

@@ -5,14 +5,16 @@ use crate::body::RunSpec;
 use crate::error::ApiError;
 use crate::events::{Emitter, Event};
 use crate::views::ResultView;
-use base64::Engine as _;
 use futures_util::StreamExt;
-use sandboxd_engine::{Engine, Frame, StartCommand, StreamKind, WorkspaceId};
+use sandboxd_engine::{Engine, ExecEvent, OnCap, StreamCommand, StreamKind, WorkspaceId};
+use std::sync::Arc;
+use std::time::Duration;
 use uuid::Uuid;
 
-/// Output kept in a `result` (stdout and stderr together); past it `truncated` is set
-/// and later output is dropped (the command runs on).
-pub const MAX_RESULT_OUTPUT: usize = 4 * 1024 * 1024;
+/// Output kept in a `result` and streamed (stdout and stderr together): every byte up
+/// to it, in order; past it `truncated` is set and later output is dropped (the
+/// command runs on).
+pub const MAX_RESULT_OUTPUT: u64 = 4 * 1024 * 1024;
 
 /// Turns byte chunks into UTF-8 text, carrying a character split across chunks.
 #[derive(Default)]
@@ -36,7 +38,7 @@ impl Utf8Carry {
 /// Runs `spec` in sandbox `id`, emitting `Started`, output and one `Exit` event;
 /// returns the folded result. Failures become the result's `error`.
 pub async fn run(
-    engine: &Engine,
+    engine: &Arc<Engine>,
     ws: &WorkspaceId,
     id: Uuid,
     spec: &RunSpec,
@@ -57,44 +59,39 @@ pub async fn run(
 }
 
 async fn drive(
-    engine: &Engine,
+    engine: &Arc<Engine>,
     ws: &WorkspaceId,
     id: Uuid,
     spec: &RunSpec,
     out: &mut Emitter,
     result: &mut ResultView,
 ) -> Result<(), ApiError> {
-    let env = engine.command_env(ws, id, &spec.env.clone().unwrap_or_default())?;
-    let cmd = StartCommand {
+    let cmd = StreamCommand {
         argv: spec.argv()?,
-        env: Some(env),
+        env: spec.env.clone().unwrap_or_default(),
         cwd: spec.cwd.clone(),
+        // The page gives a run no timeout and no limit on commands at once.
+        timeout: Duration::MAX,
+        kill_grace: Duration::from_secs(30),
+        max_output_bytes: MAX_RESULT_OUTPUT,
+        on_cap: OnCap::Discard,
+        max_sessions: usize::MAX,
     };
-    let info = engine.start_process(ws, id, cmd).await?;
-    result.exec_id = info.id.to_string();
+    let (exec_id, mut events) = engine.exec_stream_with_id(ws, id, cmd).await?;
+    result.exec_id = exec_id.to_string();
     out.emit(Event::Started {
         exec_id: result.exec_id.clone(),
     })
     .await;
-    let mut frames = engine.process_output(ws, id, info.id, 0, true).await?;
     let (mut so, mut se) = (Utf8Carry::default(), Utf8Carry::default());
-    let mut kept = 0usize;
-    while let Some(frame) = frames.next().await {
-        match frame? {
-            Frame::Log { stream, data, .. } => {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(data)
-                    .unwrap_or_default();
-                if kept + bytes.len() > MAX_RESULT_OUTPUT {
-                    result.truncated = true;
-                    continue;
-                }
-                kept += bytes.len();
+    while let Some(event) = events.next().await {
+        match event {
+            ExecEvent::Output { stream, data } => {
                 let (carry, buf) = match stream {
                     StreamKind::Stdout => (&mut so, &mut result.stdout),
                     StreamKind::Stderr => (&mut se, &mut result.stderr),
                 };
-                let text = carry.push(&bytes);
+                let text = carry.push(&data);
                 buf.push_str(&text);
                 if !text.is_empty() {
                     out.emit(match stream {
@@ -104,17 +101,13 @@ async fn drive(
                     .await;
                 }
             }
-            Frame::Exit { info } => {
-                result.exit_code = info.exit_code.or(info.signal.map(|s| 128 + s));
+            ExecEvent::Exit(end) => {
+                result.truncated = end.truncated;
+                if end.sandbox_ended.is_some() {
+                    break;
+                }
+                result.exit_code = end.exit.map(|e| e.shell_code());
                 return Ok(());
-            }
-            Frame::Lagged { .. } => result.truncated = true,
-            Frame::Error { code, message } => {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::BAD_GATEWAY,
-                    "EXEC_FAILED",
-                    format!("{code}: {message}"),
-                ))
             }
         }
     }

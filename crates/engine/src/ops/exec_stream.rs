@@ -4,11 +4,11 @@
 
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::model::{EndReason, Frame, ProcessInfo, StartCommand, StreamKind, WorkspaceId};
-use crate::ops::FrameStream;
+use crate::model::{EndReason, StartCommand, WorkspaceId};
+use crate::output::{OutputEvent, OutputStream, ProcessExit, StreamKind};
 use crate::sessions::Session;
 use crate::state::SandboxStatus;
-use base64::Engine as _;
+use bytes::Bytes;
 use futures_util::stream::{BoxStream, StreamExt};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,10 +35,22 @@ pub struct StreamCommand {
     pub timeout: Duration,
     /// SIGKILL to the process group this long after the SIGTERM.
     pub kill_grace: Duration,
-    /// Output bytes (stdout + stderr) passed on; past them the group is killed.
+    /// Output bytes (stdout + stderr) passed on, every one of them in order however
+    /// slowly the stream is read (the command waits for its reader); past them the
+    /// output is cut (`truncated`) and `on_cap` says what happens to the command.
     pub max_output_bytes: u64,
+    pub on_cap: OnCap,
     /// Streamed commands allowed at once in the sandbox.
     pub max_sessions: usize,
+}
+
+/// What happens to a command whose output passes its cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnCap {
+    /// SIGKILL to its process group; it ends with code 137.
+    Kill,
+    /// It runs on; the rest of its output is read and dropped.
+    Discard,
 }
 
 /// One event of a streamed command.
@@ -46,7 +58,7 @@ pub struct StreamCommand {
 pub enum ExecEvent {
     Output {
         stream: StreamKind,
-        data: Vec<u8>,
+        data: Bytes,
     },
     /// Always the last event.
     Exit(ExecEnd),
@@ -56,8 +68,10 @@ pub enum ExecEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecEnd {
     /// The command's code; 128+N when signal N killed it; 124 when it timed out;
-    /// 137 when its output was truncated or its sandbox ended under it.
+    /// 137 when its output was truncated (`OnCap::Kill`) or its sandbox ended under it.
     pub exit_code: i32,
+    /// How the process itself ended, when known.
+    pub exit: Option<ProcessExit>,
     pub timed_out: bool,
     pub truncated: bool,
     /// Set when the sandbox ended (or was paused) while the command ran.
@@ -95,6 +109,16 @@ impl Engine {
         id: Uuid,
         cmd: StreamCommand,
     ) -> Result<ExecStream, EngineError> {
+        Ok(self.exec_stream_with_id(ws, id, cmd).await?.1)
+    }
+
+    /// [`Engine::exec_stream`], with the id of the command's process.
+    pub async fn exec_stream_with_id(
+        self: &Arc<Self>,
+        ws: &WorkspaceId,
+        id: Uuid,
+        cmd: StreamCommand,
+    ) -> Result<(Uuid, ExecStream), EngineError> {
         let session = self.sessions.acquire(id, cmd.max_sessions)?;
         let sb = self.get(ws, id).await?;
         let env = self.command_env(ws, id, &cmd.env)?;
@@ -103,8 +127,8 @@ impl Engine {
             env: Some(env),
             cwd: cmd.cwd.clone(),
         };
-        let info = self.start_process(ws, sb.id, start).await?;
-        let frames = match self.process_output(ws, id, info.id, 0, true).await {
+        let info = self.start_process_held(ws, sb.id, start, true).await?;
+        let frames = match self.held_output(ws, id, info.id).await {
             Ok(frames) => frames,
             Err(e) => {
                 let _ = self.signal_process(ws, id, info.id, SIGKILL, true).await;
@@ -122,15 +146,16 @@ impl Engine {
             _session: session,
         };
         tokio::spawn(driver.run(frames));
-        Ok(futures_util::stream::unfold(rx, |mut rx| async move {
+        let events = futures_util::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|event| (event, rx))
         })
-        .boxed())
+        .boxed();
+        Ok((info.id, events))
     }
 }
 
 impl Driver {
-    async fn run(self, mut frames: FrameStream) {
+    async fn run(self, mut events: OutputStream) {
         let mut seen: u64 = 0;
         let mut truncated = false;
         let mut timed_out = false;
@@ -138,25 +163,43 @@ impl Driver {
         tokio::pin!(deadline);
         let hard = tokio::time::sleep(Duration::MAX / 4);
         tokio::pin!(hard);
-        let ended: Option<ProcessInfo> = loop {
+        // An event waiting for the reader; the timers run on meanwhile.
+        let mut pending: Option<ExecEvent> = None;
+        let mut cancelled = false;
+        let ended: Option<Option<ProcessExit>> = loop {
             tokio::select! {
-                frame = frames.next() => match frame {
-                    Some(Ok(Frame::Log { stream, data, .. })) if !truncated => {
-                        let Ok(mut bytes) = base64::engine::general_purpose::STANDARD.decode(data) else { continue };
+                permit = self.tx.reserve(), if pending.is_some() => match (permit, pending.take()) {
+                    (Ok(permit), Some(event)) => permit.send(event),
+                    _ => {
+                        cancelled = true;
+                        break None;
+                    }
+                },
+                event = events.next(), if pending.is_none() => match event {
+                    Some(Ok(OutputEvent::Chunk(c))) if !truncated => {
+                        let mut data = c.data;
                         let room = self.cmd.max_output_bytes.saturating_sub(seen);
-                        if bytes.len() as u64 > room {
-                            bytes.truncate(room as usize);
+                        if data.len() as u64 > room {
+                            data.truncate(room as usize);
                             truncated = true;
-                            self.signal(SIGKILL).await;
+                            if self.cmd.on_cap == OnCap::Kill {
+                                self.signal(SIGKILL).await;
+                            }
                         }
-                        seen += bytes.len() as u64;
-                        if !bytes.is_empty() && self.tx.send(ExecEvent::Output { stream, data: bytes }).await.is_err() {
-                            return self.cancel().await;
+                        seen += data.len() as u64;
+                        if !data.is_empty() {
+                            pending = Some(ExecEvent::Output { stream: c.stream, data });
                         }
                     }
-                    Some(Ok(Frame::Exit { info })) => break Some(info),
-                    Some(Ok(Frame::Lagged { skipped })) => {
-                        tracing::warn!(sandbox = %self.sandbox, skipped, "streamed exec fell behind its output");
+                    Some(Ok(OutputEvent::Exit(exit))) => break Some(exit),
+                    Some(Ok(OutputEvent::Gap { from, to })) if !truncated => {
+                        // The holder reads every byte, so this is a bug; never pass
+                        // on output with a hole: end it here as a cut prefix.
+                        tracing::error!(sandbox = %self.sandbox, from, to, "streamed exec output has a gap");
+                        truncated = true;
+                        if self.cmd.on_cap == OnCap::Kill {
+                            self.signal(SIGKILL).await;
+                        }
                     }
                     Some(Ok(_)) => {}
                     Some(Err(_)) | None => break None,
@@ -170,34 +213,43 @@ impl Driver {
                     self.signal(SIGKILL).await;
                     hard.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(3600));
                 }
-                _ = self.tx.closed() => return self.cancel().await,
+                _ = self.tx.closed(), if pending.is_none() => {
+                    cancelled = true;
+                    break None;
+                }
             }
         };
+        if cancelled {
+            return self.cancel().await;
+        }
         let end = self.end(ended, timed_out, truncated).await;
         let _ = self.tx.send(ExecEvent::Exit(end)).await;
     }
 
-    /// The exit event: the process's own status, overridden by truncation or timeout,
-    /// or the sandbox's end when the stream broke off without an exit.
-    async fn end(&self, info: Option<ProcessInfo>, timed_out: bool, truncated: bool) -> ExecEnd {
-        let sandbox_ended = match info {
+    /// The exit event: the process's own status, overridden by a kill at the cap or
+    /// the timeout, or the sandbox's end when the stream broke off without an exit.
+    async fn end(
+        &self,
+        ended: Option<Option<ProcessExit>>,
+        timed_out: bool,
+        truncated: bool,
+    ) -> ExecEnd {
+        let sandbox_ended = match ended {
             Some(_) => None,
             None => self.sandbox_end().await,
         };
-        let own = info.map(|i| match (i.exit_code, i.signal) {
-            (Some(code), _) => code,
-            (None, Some(sig)) => 128 + sig,
-            (None, None) => KILLED_EXIT,
-        });
-        let exit_code = if truncated {
+        let exit = ended.flatten();
+        let own = exit.map_or(KILLED_EXIT, ProcessExit::shell_code);
+        let exit_code = if truncated && self.cmd.on_cap == OnCap::Kill {
             KILLED_EXIT
         } else if timed_out {
             TIMED_OUT_EXIT
         } else {
-            own.unwrap_or(KILLED_EXIT)
+            own
         };
         ExecEnd {
             exit_code,
+            exit,
             timed_out,
             truncated,
             sandbox_ended,

@@ -21,9 +21,8 @@ use std::future::Future;
 use uuid::Uuid;
 
 pub use exec_stream::{
-    ExecEnd, ExecEvent, ExecStream, SandboxEnd, StreamCommand, KILLED_EXIT, TIMED_OUT_EXIT,
+    ExecEnd, ExecEvent, ExecStream, OnCap, SandboxEnd, StreamCommand, KILLED_EXIT, TIMED_OUT_EXIT,
 };
-pub use streams::FrameStream;
 
 /// The environment the agent gives a command when none is sent; the engine sends it
 /// itself whenever the sandbox has create-time variables or secrets to add.

@@ -18,6 +18,18 @@ impl Engine {
         id: Uuid,
         cmd: StartCommand,
     ) -> Result<ProcessInfo, EngineError> {
+        self.start_process_held(ws, id, cmd, false).await
+    }
+
+    /// [`Engine::start_process`]; a `held` process keeps every output byte for the
+    /// reader of [`Engine::held_output`], waiting for it rather than dropping any.
+    pub(crate) async fn start_process_held(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        cmd: StartCommand,
+        held: bool,
+    ) -> Result<ProcessInfo, EngineError> {
         validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
         self.with_agent(ws, id, Hold::Call, |client, e| {
             let env = match cmd.env {
@@ -29,6 +41,7 @@ impl Engine {
                 argv: cmd.argv,
                 env,
                 cwd: cmd.cwd,
+                hold_output: held,
             };
             Ok(async move { client.start_process(&req).await })
         })

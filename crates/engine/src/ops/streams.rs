@@ -1,26 +1,20 @@
 //! Output and log streams, handed out without holding any sandbox lock.
 
 use super::Hold;
-use crate::agent_error;
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::model::{Frame, WorkspaceId};
+use crate::model::WorkspaceId;
+use crate::output::{from_frames as mapped, OutputStream};
 use crate::state::SandboxStatus;
-use futures_util::stream::{BoxStream, StreamExt};
+use futures_util::stream::StreamExt;
 use sandboxd_store::Store;
 use std::sync::Arc;
 use uuid::Uuid;
 
-/// Frames of a process's output or of the sandbox log, errors already mapped.
-pub type FrameStream = BoxStream<'static, Result<Frame, EngineError>>;
-
-fn mapped(s: sandboxd_agent_protocol::client::FrameStream) -> FrameStream {
-    s.map(|r| r.map_err(agent_error::map)).boxed()
-}
-
 impl Engine {
     /// Retained output of a process (whole chunks within `tail_bytes`, 0 = all), then
-    /// live output when `follow`.
+    /// live output when `follow`, ending with `Exit`. The ring may drop its oldest bytes
+    /// under a slow reader: the stream then carries a `Gap` naming them.
     pub async fn process_output(
         &self,
         ws: &WorkspaceId,
@@ -28,10 +22,26 @@ impl Engine {
         pid: Uuid,
         tail_bytes: u64,
         follow: bool,
-    ) -> Result<FrameStream, EngineError> {
+    ) -> Result<OutputStream, EngineError> {
         let s = self
             .with_agent(ws, id, Hold::Check, |client, _| {
                 Ok(async move { client.output(pid, tail_bytes, follow).await })
+            })
+            .await?;
+        Ok(mapped(s))
+    }
+
+    /// All output of a held process from its first byte, then live output until
+    /// `Exit`, as its holder: the process waits for this reader, nothing is dropped.
+    pub(crate) async fn held_output(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        pid: Uuid,
+    ) -> Result<OutputStream, EngineError> {
+        let s = self
+            .with_agent(ws, id, Hold::Check, |client, _| {
+                Ok(async move { client.output_from(pid, 0, true).await })
             })
             .await?;
         Ok(mapped(s))
@@ -45,7 +55,7 @@ impl Engine {
         ws: &WorkspaceId,
         id: Uuid,
         follow: bool,
-    ) -> Result<FrameStream, EngineError> {
+    ) -> Result<OutputStream, EngineError> {
         let s = self
             .with_agent(ws, id, Hold::Check, |client, _| {
                 Ok(async move { client.logs(follow).await })
@@ -59,7 +69,7 @@ impl Engine {
 }
 
 /// Ends `frames` at its first error if sandbox `id` is ending or gone by then.
-fn until_ended(frames: FrameStream, store: Arc<dyn Store>, id: Uuid) -> FrameStream {
+fn until_ended(frames: OutputStream, store: Arc<dyn Store>, id: Uuid) -> OutputStream {
     frames
         .then(move |item| {
             let store = store.clone();

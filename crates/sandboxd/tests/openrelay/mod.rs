@@ -230,6 +230,27 @@ impl Stream {
         self.events()
     }
 
+    /// Reads to the end `chunk` bytes at a time, pausing after each read; returns
+    /// every event.
+    pub fn finish_slowly(mut self, chunk: usize, pause: std::time::Duration) -> Vec<Value> {
+        let mut buf = vec![0u8; chunk];
+        loop {
+            let mut got = 0;
+            while got < chunk {
+                let k = self.conn.read(&mut buf[got..]).expect("read stream");
+                if k == 0 {
+                    break;
+                }
+                got += k;
+            }
+            self.raw.extend_from_slice(&buf[..got]);
+            if got < chunk {
+                return self.events();
+            }
+            std::thread::sleep(pause);
+        }
+    }
+
     /// Events in what was read so far: each chunk holds one `{…}\n` line.
     fn events(&self) -> Vec<Value> {
         self.raw

@@ -2,7 +2,7 @@
 
 use crate::error::ApiError;
 use crate::extract::{ApiQuery, ProcessPath, SandboxPath, Workspace};
-use crate::frames::{api_frames, frame_error};
+use crate::frames::{api_frames, gap_error};
 use crate::openapi::{Data, Errors, StreamFrameDoc};
 use crate::params::{parse_follow, parse_tail_bytes};
 use crate::{render, views, AppState};
@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use futures_util::StreamExt;
 use sandboxd_dialect_common::ndjson_body;
-use sandboxd_engine::Frame;
+use sandboxd_engine::OutputEvent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Deserialize)]
@@ -47,18 +47,17 @@ pub async fn retained(
     ApiQuery(query): ApiQuery<TailQuery>,
 ) -> Result<Response, ApiError> {
     let tail = parse_tail_bytes(query.tail_bytes.as_deref())?;
-    let mut frames = state
+    let mut events = state
         .engine
         .process_output(&ws, id, pid, tail, false)
         .await?;
     let mut chunks = Vec::new();
-    while let Some(frame) = frames.next().await {
-        match frame? {
-            Frame::Error { code, message } => {
-                let (status, code) = frame_error(&code);
-                return Err(ApiError::new(status, code, message));
-            }
-            frame => chunks.extend(views::chunk(&frame)),
+    while let Some(event) = events.next().await {
+        match event? {
+            OutputEvent::Chunk(c) => chunks.push(views::chunk(&c)),
+            // The ring moved on while it was read: say so rather than leave a hole.
+            OutputEvent::Gap { from, to } => return Err(gap_error(from, to).into()),
+            OutputEvent::Exit(_) => {}
         }
     }
     Ok(render::data(StatusCode::OK, Chunks { chunks }))

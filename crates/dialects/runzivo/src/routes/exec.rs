@@ -10,7 +10,7 @@ use axum::response::Response;
 use base64::Engine as _;
 use futures_util::StreamExt;
 use sandboxd_dialect_common::ndjson_body;
-use sandboxd_engine::{ExecEvent, SandboxEnd, StreamCommand, StreamKind};
+use sandboxd_engine::{ExecEvent, OnCap, SandboxEnd, StreamCommand, StreamKind};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -75,6 +75,7 @@ pub async fn exec(
         timeout: Duration::from_secs(req.timeout_seconds),
         kill_grace: state.options.exec_kill_grace,
         max_output_bytes: MAX_OUTPUT_BYTES,
+        on_cap: OnCap::Kill,
         max_sessions: MAX_SESSIONS,
     };
     let events = state
