@@ -127,7 +127,7 @@ mod tests {
         for nr in DENIED {
             assert!(!allowed.contains(nr), "syscall {nr} must be denied");
         }
-        assert_eq!(prepare().map(|p| p.filters.count()).ok(), Some(2));
+        assert_eq!(prepare().map(|p| p.filters.count()).ok(), Some(4));
     }
 
     #[test]
