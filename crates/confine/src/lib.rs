@@ -1,11 +1,12 @@
 //! Hardening applied to every command a sandbox runs: no_new_privs, a Docker-like
-//! capability set, and a seccomp allowlist.
+//! capability set, a seccomp allowlist, and no inherited descriptors above 2.
 //!
 //! Everything that allocates (the BPF programs, the capability plan) is computed by
 //! [`prepare`] in the parent; [`Prepared::apply`] only issues syscalls, so it is safe to
 //! call in a freshly forked child just before `exec`.
 
 mod capabilities;
+pub mod descriptors;
 mod seccomp;
 mod syscalls;
 

@@ -21,6 +21,7 @@ pub fn open_linux(data_dir: &Path, resolvers: Option<Vec<Ipv4Addr>>) -> Result<L
         init_exe,
         init_args: vec!["__sandbox-init".into()],
         cgroup_parent: "sandboxd".into(),
+        max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
     })
     .context("opening the Linux sandbox backend")?;
     let mut net = NetConfig::from_host();

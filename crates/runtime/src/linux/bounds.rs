@@ -27,6 +27,27 @@ pub fn open_files_limit(pids_max: u32) -> (u64, u64) {
     open_files_for(file_max, pids_max)
 }
 
+/// Gives a sandbox's PID 1 (the agent) the sandbox's [`open_files_limit`] as both its
+/// soft and hard `RLIMIT_NOFILE`: its commands inherit the hard limit (and start at a
+/// soft one of at most [`COMMAND_OPEN_FILES`], which the agent sets), and nothing in the
+/// sandbox can raise it (that takes `CAP_SYS_RESOURCE` in the host's user namespace).
+pub(super) fn limit_open_files(pid1: i32, pids_max: u32) -> Result<(), crate::RuntimeError> {
+    let (_, hard) = open_files_limit(pids_max);
+    let limit = libc::rlimit {
+        rlim_cur: hard,
+        rlim_max: hard,
+    };
+    // SAFETY: prlimit(2) on the sandbox's PID 1 with a limit we own; no old value read.
+    let rc = unsafe { libc::prlimit(pid1, libc::RLIMIT_NOFILE, &limit, std::ptr::null_mut()) };
+    match rc {
+        0 => Ok(()),
+        _ => Err(crate::RuntimeError::Sys {
+            what: "limiting the sandbox's open files",
+            source: nix::Error::last(),
+        }),
+    }
+}
+
 fn open_files_for(file_max: u64, pids_max: u32) -> (u64, u64) {
     let share = file_max / FILE_MAX_SHARE / u64::from(pids_max.max(1));
     let hard = share.clamp(MIN_OPEN_FILES, MAX_OPEN_FILES);

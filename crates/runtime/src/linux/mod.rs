@@ -42,6 +42,9 @@ pub struct LinuxConfig {
     pub init_args: Vec<String>,
     /// Name of our own parent cgroup, normally `"sandboxd"`.
     pub cgroup_parent: String,
+    /// PTYs one sandbox may have open at once ([`DEFAULT_MAX_PTYS`]; 0: only the
+    /// host-wide `kernel.pty.max` bounds it).
+    pub max_ptys_per_sandbox: u32,
 }
 
 /// The Linux-native [`Runtime`].
