@@ -3,6 +3,7 @@
 //! usable.
 
 mod common;
+mod serve_bin;
 
 use common::{agent_sh, runtime, spec, wait_for};
 use sandboxd_runtime::Runtime;
@@ -121,4 +122,21 @@ fn a_sandbox_process_cannot_hold_more_files_than_its_share_of_the_host_table() {
         );
         assert_eq!(out, expected, "pids_max {pids_max}");
     }
+}
+
+#[test]
+fn the_server_sets_each_sandboxs_pty_limit_from_its_config() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let key = "pty-limit-master";
+    let env = [
+        ("SANDBOXD_NETWORK", "none"),
+        ("SANDBOXD_MAX_PTYS_PER_SANDBOX", "5"),
+    ];
+    let server = serve_bin::Server::start_with_env(data.path(), Some(key), &env);
+    let body = serde_json::json!({"name": "ptys", "vcpu": 1, "memoryMb": 128});
+    let id = server.create_sandbox(key, &body);
+    let script = "import os\nn = 0\ntry:\n    while n < 100:\n        os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY); n += 1\nexcept OSError as e:\n    print(n, e.errno)";
+    let out = server.exec(key, &id, &["/usr/bin/python3", "-c", script]);
+    server.destroy(key, &id);
+    assert_eq!(out, (0, "5 28\n".to_owned()));
 }

@@ -45,6 +45,9 @@ pub struct ServerConfig {
     /// How far the warm pool may grow while creates outrun its refill (16 by default;
     /// below `warm_inits`: no growth); it shrinks back after quiet minutes.
     pub warm_inits_max: u32,
+    /// PTYs one sandbox may have open at once (its devpts `max=`; 64 by default; 0:
+    /// only the host's `kernel.pty.max` bounds it).
+    pub max_ptys_per_sandbox: u32,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +68,7 @@ impl Default for ServerConfig {
             resolvers: None,
             warm_inits: 2,
             warm_inits_max: 16,
+            max_ptys_per_sandbox: 64,
         }
     }
 }
@@ -90,6 +94,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("resolvers", &self.resolvers)
             .field("warm_inits", &self.warm_inits)
             .field("warm_inits_max", &self.warm_inits_max)
+            .field("max_ptys_per_sandbox", &self.max_ptys_per_sandbox)
             .finish()
     }
 }
@@ -134,6 +139,7 @@ struct FileLayer {
     resolvers: Option<Vec<std::net::Ipv4Addr>>,
     warm_inits: Option<u32>,
     warm_inits_max: Option<u32>,
+    max_ptys_per_sandbox: Option<u32>,
 }
 
 impl ServerConfig {
@@ -199,6 +205,7 @@ impl ServerConfig {
             resolvers: env_resolvers(&env)?,
             warm_inits: env_number(&env, "SANDBOXD_WARM_INITS")?,
             warm_inits_max: env_number(&env, "SANDBOXD_WARM_INITS_MAX")?,
+            max_ptys_per_sandbox: env_number(&env, "SANDBOXD_MAX_PTYS_PER_SANDBOX")?,
         });
         config.check_disk()?;
         Ok(config)
@@ -267,6 +274,9 @@ impl ServerConfig {
         }
         if let Some(n) = layer.warm_inits_max {
             self.warm_inits_max = n;
+        }
+        if let Some(n) = layer.max_ptys_per_sandbox {
+            self.max_ptys_per_sandbox = n;
         }
     }
 
@@ -447,6 +457,19 @@ mod tests {
         let c = load(Some("warm_inits = 0\n"), &[("SANDBOXD_WARM_INITS", "3")]).unwrap();
         assert_eq!(c.warm_inits, 3, "the environment wins over the file");
         assert_eq!(c.warm_inits_max, 16);
+        assert_eq!(c.max_ptys_per_sandbox, 64);
+        let c = load(
+            Some("max_ptys_per_sandbox = 8\n"),
+            &[("SANDBOXD_MAX_PTYS_PER_SANDBOX", "9")],
+        )
+        .unwrap();
+        assert_eq!(c.max_ptys_per_sandbox, 9);
+        assert_eq!(
+            load(Some("max_ptys_per_sandbox = 8\n"), &[])
+                .unwrap()
+                .max_ptys_per_sandbox,
+            8
+        );
         let c = load(
             Some("warm_inits_max = 4\n"),
             &[("SANDBOXD_WARM_INITS_MAX", "9")],
