@@ -98,13 +98,13 @@ fn start_shell(
         .stderr(Stdio::from(slave));
     let confine = shared.config.confine.clone();
     // SAFETY: the hook runs in the forked child and only issues syscalls (setsid,
-    // ioctl, open, write, close) plus the confinement, which is prepared before fork.
+    // ioctl, open, write, close, close_range, rlimits) plus the confinement, which is prepared before fork.
     unsafe {
         cmd.pre_exec(move || {
             if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            spawn::neutral_oom_score();
+            spawn::command_defaults()?;
             match &confine {
                 Some(f) => f(),
                 None => Ok(()),

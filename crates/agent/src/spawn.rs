@@ -84,7 +84,7 @@ pub(crate) fn spawn(
     // In the child, after setsid: only syscalls (open, write, close) and the
     // confinement, which is prepared beforehand.
     let setup = || {
-        neutral_oom_score();
+        command_defaults()?;
         match confine {
             Some(f) => f(),
             None => Ok(()),
@@ -104,6 +104,39 @@ pub(crate) fn spawn(
         exit,
     })
 }
+
+/// What every command starts with, set in the child before its confinement: only
+/// descriptors 0-2 (the agent's own, and whatever it inherited, are marked
+/// close-on-exec), a neutral OOM score, and the soft open-files limit of a login
+/// (the agent runs with its sandbox's hard limit as its soft one).
+pub(crate) fn command_defaults() -> std::io::Result<()> {
+    sandboxd_confine::descriptors::close_on_exec_from(3)?;
+    neutral_oom_score();
+    command_open_files()
+}
+
+/// Lowers the soft `RLIMIT_NOFILE` to [`COMMAND_OPEN_FILES`] (a command may raise it
+/// again up to the hard limit, which only the host can raise).
+fn command_open_files() -> std::io::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on our own structure.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        limit.rlim_cur = limit.rlim_cur.min(COMMAND_OPEN_FILES);
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The soft open-files limit a command starts with (as on most Linux logins).
+pub const COMMAND_OPEN_FILES: libc::rlim_t = 1024;
 
 /// Writes 0 to /proc/self/oom_score_adj (the agent itself runs at -1000); errors ignored.
 pub(crate) fn neutral_oom_score() {

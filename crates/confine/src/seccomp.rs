@@ -1,8 +1,10 @@
 //! Builds and installs the seccomp programs: an allowlist (default `EPERM`) with argument
-//! filters for `clone`, `unshare` and `personality`, plus a second program answering
-//! `clone3` with `ENOSYS` so that libc falls back to the filterable `clone`.
+//! filters for `clone`, `unshare` and `personality`, a second program answering
+//! `clone3` with `ENOSYS` so that libc falls back to the filterable `clone`, and two
+//! more refusing socket families (`EAFNOSUPPORT`) and netlink protocols
+//! (`EPROTONOSUPPORT`) outside the documented lists.
 
-use crate::syscalls::{ARCH_SPECIFIC, COMMON, PERSONALITIES};
+use crate::syscalls::{ARCH_SPECIFIC, COMMON, NETLINK_PROTOCOLS, PERSONALITIES, SOCKET_FAMILIES};
 use crate::ConfineError;
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -35,7 +37,21 @@ pub(crate) fn build() -> Result<Filters, ConfineError> {
         arch,
     )
     .map_err(ConfineError::Seccomp)?;
-    let programs = [allow, clone3]
+    let families = SeccompFilter::new(
+        other_families()?,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EAFNOSUPPORT as u32),
+        arch,
+    )
+    .map_err(ConfineError::Seccomp)?;
+    let netlink = SeccompFilter::new(
+        other_netlink_protocols()?,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPROTONOSUPPORT as u32),
+        arch,
+    )
+    .map_err(ConfineError::Seccomp)?;
+    let programs = [allow, clone3, families, netlink]
         .into_iter()
         .map(|f| BpfProgram::try_from(f).map_err(ConfineError::Seccomp))
         .collect::<Result<_, _>>()?;
@@ -71,6 +87,42 @@ fn allow_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, ConfineError> {
         .collect::<Result<_, _>>()?;
     rules.insert(libc::SYS_personality, personality);
     Ok(rules)
+}
+
+/// Matches `socket` and `socketpair` whose family is none of [`SOCKET_FAMILIES`].
+fn other_families() -> Result<BTreeMap<i64, Vec<SeccompRule>>, ConfineError> {
+    let rule = || {
+        let conds = SOCKET_FAMILIES
+            .iter()
+            .map(|f| {
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *f)
+                    .map_err(ConfineError::Seccomp)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        SeccompRule::new(conds).map_err(ConfineError::Seccomp)
+    };
+    Ok(BTreeMap::from([
+        (libc::SYS_socket, vec![rule()?]),
+        (libc::SYS_socketpair, vec![rule()?]),
+    ]))
+}
+
+/// Matches `socket(AF_NETLINK, _, protocol)` for a protocol not in [`NETLINK_PROTOCOLS`].
+fn other_netlink_protocols() -> Result<BTreeMap<i64, Vec<SeccompRule>>, ConfineError> {
+    let netlink = libc::AF_NETLINK as u64;
+    let mut conds =
+        vec![
+            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, netlink)
+                .map_err(ConfineError::Seccomp)?,
+        ];
+    for proto in NETLINK_PROTOCOLS {
+        conds.push(
+            SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *proto)
+                .map_err(ConfineError::Seccomp)?,
+        );
+    }
+    let rule = SeccompRule::new(conds).map_err(ConfineError::Seccomp)?;
+    Ok(BTreeMap::from([(libc::SYS_socket, vec![rule])]))
 }
 
 impl Filters {

@@ -93,6 +93,25 @@ pub(crate) const ARCH_SPECIFIC: &[libc::c_long] = &[163, 164, 38, 84];
 /// combinations, and the query value.
 pub(crate) const PERSONALITIES: &[u64] = &[0x0, 0x0008, 0x20000, 0x20008, 0xffff_ffff];
 
+/// Socket families a command may create (`socket`, `socketpair`): local, IPv4, IPv6 and
+/// netlink. The rest (vsock toward a hypervisor, XDP, packet, ALG, Bluetooth, ...) is
+/// kernel code a sandbox has no use for, refused with `EAFNOSUPPORT`.
+pub(crate) const SOCKET_FAMILIES: &[u64] = &[
+    libc::AF_UNIX as u64,
+    libc::AF_INET as u64,
+    libc::AF_INET6 as u64,
+    libc::AF_NETLINK as u64,
+];
+
+/// Netlink protocols allowed: routing (`ip`, getaddrinfo), socket diagnostics (`ss`)
+/// and generic netlink. Netfilter, xfrm, audit, uevents and the rest are refused with
+/// `EPROTONOSUPPORT`.
+pub(crate) const NETLINK_PROTOCOLS: &[u64] = &[
+    libc::NETLINK_ROUTE as u64,
+    libc::NETLINK_SOCK_DIAG as u64,
+    libc::NETLINK_GENERIC as u64,
+];
+
 /// Syscalls that must never be allowed; the unit tests check the allowlist against it.
 #[cfg(test)]
 #[rustfmt::skip]

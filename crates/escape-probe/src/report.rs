@@ -84,6 +84,11 @@ pub fn errno_name(err: io::Error) -> String {
         libc::ETIMEDOUT => "ETIMEDOUT",
         libc::EHOSTUNREACH => "EHOSTUNREACH",
         libc::ENOEXEC => "ENOEXEC",
+        libc::EAFNOSUPPORT => "EAFNOSUPPORT",
+        libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
+        libc::ESOCKTNOSUPPORT => "ESOCKTNOSUPPORT",
+        libc::EPROTOTYPE => "EPROTOTYPE",
+        libc::EMFILE => "EMFILE",
         _ => return format!("errno {code}"),
     };
     name.to_owned()

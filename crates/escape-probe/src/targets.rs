@@ -17,6 +17,9 @@ pub struct Targets {
     pub other_socket: Option<PathBuf>,
     /// A path that exists inside another sandbox only.
     pub other_file: Option<PathBuf>,
+    /// Host strings (the data dir, sandbox ids) the sandbox's views of its own mounts
+    /// and sockets must not contain.
+    pub host_strings: Vec<String>,
 }
 
 impl Targets {
@@ -32,6 +35,7 @@ impl Targets {
                 "--other-path" => t.other_paths.push(value.into()),
                 "--other-socket" => t.other_socket = Some(value.into()),
                 "--other-file" => t.other_file = Some(value.into()),
+                "--host-string" => t.host_strings.push(value),
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sandboxd_agent_protocol::{AgentClient, ExecRequest};
 use sandboxd_runtime::linux::LinuxRuntime;
+use sandboxd_runtime::linux::DEFAULT_MAX_PTYS;
 use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle, SandboxSpec};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -35,7 +36,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
     if std::env::var_os("RUST_LOG").is_some() {
         crate::serve::init_logging();
     }
-    let runtime = crate::runtime::open_linux(&args.data_dir, None)?;
+    let runtime = crate::runtime::open_linux(&args.data_dir, None, DEFAULT_MAX_PTYS)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -48,14 +49,14 @@ pub fn main(args: BenchArgs) -> Result<()> {
     let create = create_first_exec(&runtime, &rt, n, None, DISK_MB)?;
     let egress = NetworkSpec::egress(vec![]);
     let create_egress = create_first_exec(&runtime, &rt, n, Some(&egress), DISK_MB)?;
-    let warm_runtime =
-        crate::runtime::open_linux(&args.data_dir, None)?.with_warm_inits(WARM_INITS);
+    let warm_runtime = crate::runtime::open_linux(&args.data_dir, None, DEFAULT_MAX_PTYS)?
+        .with_warm_inits(WARM_INITS);
     warm_runtime.fill_warm_inits(DISK_MB, false);
     let create_warm = create_first_exec(&warm_runtime, &rt, n, None, DISK_MB)?;
     drop(warm_runtime);
     // A server whose default is egress keeps its warm inits wired.
-    let wired_runtime =
-        crate::runtime::open_linux(&args.data_dir, None)?.with_warm_inits(WARM_INITS);
+    let wired_runtime = crate::runtime::open_linux(&args.data_dir, None, DEFAULT_MAX_PTYS)?
+        .with_warm_inits(WARM_INITS);
     wired_runtime.fill_warm_inits(DISK_MB, true);
     let create_warm_egress = create_first_exec(&wired_runtime, &rt, n, Some(&egress), DISK_MB)?;
     drop(wired_runtime);

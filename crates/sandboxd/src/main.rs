@@ -62,6 +62,15 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Whatever started us may have left descriptors open (a shell's `9</`, a pipe of a
+    // supervisor): none may reach a sandbox, so none survives an exec of ours. The
+    // sandbox init gets its handshake descriptor on purpose and sweeps for itself.
+    if !matches!(cli.command, Command::SandboxInit(_)) {
+        if let Err(e) = sandboxd_confine::descriptors::close_on_exec_from(3) {
+            eprintln!("sandboxd: cannot mark inherited descriptors close-on-exec: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
     match cli.command {
         Command::SandboxInit(args) => init::main(args),
         Command::Serve(args) => serve::main(args).unwrap_or_else(|err| {

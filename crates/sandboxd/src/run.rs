@@ -6,6 +6,7 @@ use base64::Engine as _;
 use clap::Args;
 use futures_util::StreamExt;
 use sandboxd_agent_protocol::{AgentClient, Frame, ProcessState, StartProcess, StreamKind};
+use sandboxd_runtime::linux::DEFAULT_MAX_PTYS;
 use sandboxd_runtime::{NetworkSpec, Runtime, SandboxSpec};
 use std::io::Write;
 use std::path::PathBuf;
@@ -48,7 +49,11 @@ pub enum NetworkArg {
 }
 
 pub fn main(args: RunArgs) -> Result<ExitCode> {
-    let runtime = Arc::new(crate::runtime::open_linux(&args.data_dir, None)?);
+    let runtime = Arc::new(crate::runtime::open_linux(
+        &args.data_dir,
+        None,
+        DEFAULT_MAX_PTYS,
+    )?);
     let network = match args.network {
         NetworkArg::Egress => NetworkSpec::egress(Vec::new()),
         NetworkArg::None => NetworkSpec::none(),

@@ -45,8 +45,12 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
 
 async fn run(config: ServerConfig) -> Result<()> {
     let runtime = Arc::new(
-        crate::runtime::open_linux(&config.data_dir, config.resolvers.clone())?
-            .with_growing_warm_inits(config.warm_inits as usize, config.warm_inits_max as usize),
+        crate::runtime::open_linux(
+            &config.data_dir,
+            config.resolvers.clone(),
+            config.max_ptys_per_sandbox,
+        )?
+        .with_growing_warm_inits(config.warm_inits as usize, config.warm_inits_max as usize),
     );
     let limits = config.limits();
     // Warm inits are made for what most creates ask: the default disk and network.

@@ -2,8 +2,9 @@
 //! commands run, and tries every way out; every attempt must be refused.
 
 mod common;
+mod serve_bin;
 
-use common::{agent_sh, runtime, spec};
+use common::{agent_sh, runtime, spec, wait_for, warm_runtime};
 use sandboxd_agent_protocol::{AgentClient, ExecRequest};
 use sandboxd_runtime::{Runtime, SandboxHandle};
 use std::path::{Path, PathBuf};
@@ -66,8 +67,32 @@ fn run_probe(handle: &SandboxHandle, probe: &Path, args: Vec<String>) -> String 
     decode(&result.stdout)
 }
 
+/// Leaves the host's `/` open on fd 9 of this test process, inheritable, as a careless
+/// parent of the server would: no sandbox may get it (or any other descriptor above 2).
+fn inherit_root_on_fd_9() {
+    let root = std::fs::File::open("/").expect("open /");
+    // SAFETY: dup2 onto fd 9 (this test process uses none of its own there) without
+    // O_CLOEXEC, as an inherited descriptor would be.
+    let rc = unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&root), 9) };
+    assert_eq!(rc, 9, "dup2: {}", std::io::Error::last_os_error());
+}
+
+/// The strings a sandbox must not find in its own mount and socket tables: the host's
+/// data dir (as given and resolved) and the sandboxes' ids.
+fn host_strings(data: &Path, ids: &[uuid::Uuid]) -> Vec<String> {
+    let mut out = vec!["--host-string".to_owned(), data.display().to_string()];
+    if let Ok(real) = data.canonicalize() {
+        out.extend(["--host-string".to_owned(), real.display().to_string()]);
+    }
+    for id in ids {
+        out.extend(["--host-string".to_owned(), id.to_string()]);
+    }
+    out
+}
+
 #[test]
 fn every_escape_attempt_from_inside_a_sandbox_is_refused() {
+    inherit_root_on_fd_9();
     let probe = build_probe();
     let data = tempfile::tempdir().expect("tempdir");
     let rt = runtime(data.path());
@@ -94,10 +119,11 @@ fn every_escape_attempt_from_inside_a_sandbox_is_refused() {
             ("--other-socket", b.agent_socket.display().to_string()),
             ("--other-file", other_file),
         ];
-        let args = args
+        let mut args: Vec<String> = args
             .into_iter()
             .flat_map(|(f, v)| [f.to_owned(), v])
             .collect();
+        args.extend(host_strings(data.path(), &[a.id, b.id]));
         let report = run_probe(&a, &probe, args);
         println!("escape report:\n{report}");
         check_report(&report)
@@ -109,6 +135,50 @@ fn every_escape_attempt_from_inside_a_sandbox_is_refused() {
         Ok(escaped) => assert!(escaped.is_empty(), "escapes:\n{}", escaped.join("\n")),
         Err(panic) => std::panic::resume_unwind(panic),
     }
+}
+
+/// A sandbox started from a warm init (made before its sandbox was known, under a
+/// `.warm-<key>` dir) shows as little of the host as a cold one, and holds no more
+/// descriptors.
+#[test]
+fn a_warm_started_sandbox_shows_nothing_of_the_host_either() {
+    inherit_root_on_fd_9();
+    let probe = build_probe();
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = warm_runtime(data.path(), 1);
+    rt.fill_warm_inits(0, false);
+    wait_for("a warm init ready", || rt.warm_inits_ready() >= 1);
+    let warm_keys: Vec<String> = std::fs::read_dir(data.path().join("sandboxes"))
+        .expect("sandboxes dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_prefix(".warm-").map(str::to_owned))
+        .collect();
+    assert!(!warm_keys.is_empty(), "no warm entry on disk");
+    let a = rt.start(&spec("default")).expect("start from a warm init");
+    let result = std::panic::catch_unwind(|| {
+        let mut args = host_strings(data.path(), &[a.id]);
+        for key in &warm_keys {
+            args.extend(["--host-string".to_owned(), key.clone()]);
+        }
+        let report = run_probe(&a, &probe, args);
+        println!("escape report:\n{report}");
+        escaped(&report)
+    });
+    rt.destroy(&a).expect("destroy");
+    match result {
+        Ok(escaped) => assert!(escaped.is_empty(), "escapes:\n{}", escaped.join("\n")),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// The attempts of a report that escaped.
+fn escaped(report: &str) -> Vec<String> {
+    report
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("report line"))
+        .filter(|a| a["escaped"] != serde_json::Value::Bool(false))
+        .map(|a| a.to_string())
+        .collect()
 }
 
 /// Parses the probe's JSON lines; returns the attempts that escaped (none must).
@@ -147,6 +217,13 @@ fn check_report(report: &str) -> Vec<String> {
         "another sandbox over the network",
         "setuid",
         "NoNewPrivs",
+        "descriptor above 2",
+        "host paths or ids in /proc/self/mountinfo",
+        "host paths or ids in /proc/net/unix",
+        "socket(AF_VSOCK)",
+        "socket(AF_XDP)",
+        "socket(AF_PACKET)",
+        "NETLINK_NETFILTER",
     ] {
         assert!(
             names.iter().any(|n| n.contains(needle)),
@@ -159,4 +236,94 @@ fn check_report(report: &str) -> Vec<String> {
         .filter(|a| a["escaped"] != serde_json::Value::Bool(false))
         .map(|a| a.to_string())
         .collect()
+}
+
+/// Run by python3 inside a sandbox: the descriptors above 2 still open once the
+/// listing's own is closed, whether the host's `/` is reachable through fd 9, and
+/// whether the mount and socket tables name the string in argv[1].
+const FD_SCRIPT: &str = r#"
+import os, sys
+fds = [int(f) for f in os.listdir("/proc/self/fd")]
+held = ["%d->%s" % (f, os.readlink("/proc/self/fd/%d" % f)) for f in fds
+        if f > 2 and os.path.exists("/proc/self/fd/%d" % f)]
+print("held", held)
+try:
+    open("/proc/self/fd/9/etc/hostname").read()
+    print("host root: reachable")
+except OSError as e:
+    print("host root: refused", e.errno)
+for view in ["/proc/self/mountinfo", "/proc/net/unix"]:
+    print(view, "names the data dir" if sys.argv[1] in open(view).read() else "clean")
+"#;
+
+/// What [`FD_SCRIPT`] prints when nothing leaked.
+fn assert_clean(out: &str) {
+    let expected =
+        "held []\nhost root: refused 2\n/proc/self/mountinfo clean\n/proc/net/unix clean\n";
+    assert_eq!(out, expected, "the sandbox holds or sees what it must not");
+}
+
+/// Gives `cmd` the host's `/` on fd 9, inheritable, the way `cmd 9</` would.
+fn with_root_on_fd_9(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let root = std::fs::File::open("/").expect("open /");
+    // SAFETY: dup2 only (async-signal-safe) between fork and exec; `root` stays open
+    // in the parent until the command is spawned (the closure owns it).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&root), 9) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn sandboxd_run_passes_no_inherited_descriptor_into_the_sandbox() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut cmd = std::process::Command::new(serve_bin::BIN);
+    cmd.args(["run", "--network", "none", "--data-dir"])
+        .arg(data.path())
+        .args(["--", "/usr/bin/python3", "-c", FD_SCRIPT])
+        .arg(data.path())
+        .env_remove("SANDBOXD_DATA_DIR")
+        .stdin(std::process::Stdio::null());
+    with_root_on_fd_9(&mut cmd);
+    let out = cmd.output().expect("run sandboxd run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "sandboxd run failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_clean(&stdout);
+}
+
+#[test]
+fn a_server_started_with_an_extra_descriptor_passes_it_to_no_sandbox() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let key = "escape-fd-master";
+    let env = [("SANDBOXD_NETWORK", "none"), ("SANDBOXD_WARM_INITS", "1")];
+    let server = serve_bin::Server::start_with(data.path(), Some(key), &env, with_root_on_fd_9);
+    // The first create may take the warm init, the second starts cold or from the refill:
+    // both kinds of start are looked at.
+    let ids: Vec<String> = (0..2)
+        .map(|n| {
+            let body = serde_json::json!({"name": format!("fds-{n}"), "vcpu": 1, "memoryMb": 128});
+            server.create_sandbox(key, &body)
+        })
+        .collect();
+    let data_dir = data.path().display().to_string();
+    let outs: Vec<(i64, String)> = ids
+        .iter()
+        .map(|id| server.exec(key, id, &["/usr/bin/python3", "-c", FD_SCRIPT, &data_dir]))
+        .collect();
+    for id in &ids {
+        server.destroy(key, id);
+    }
+    for (code, out) in outs {
+        assert_eq!(code, 0, "{out}");
+        assert_clean(&out);
+    }
 }

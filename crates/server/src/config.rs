@@ -50,6 +50,9 @@ pub struct ServerConfig {
     pub warm_inits_max: u32,
     /// Bounds on the API's client connections.
     pub connections: ConnectionLimits,
+    /// PTYs one sandbox may have open at once (its devpts `max=`; 64 by default; 0:
+    /// only the host's `kernel.pty.max` bounds it).
+    pub max_ptys_per_sandbox: u32,
 }
 
 impl Default for ServerConfig {
@@ -71,6 +74,7 @@ impl Default for ServerConfig {
             warm_inits: 2,
             warm_inits_max: 16,
             connections: ConnectionLimits::default(),
+            max_ptys_per_sandbox: 64,
         }
     }
 }
@@ -97,6 +101,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("warm_inits", &self.warm_inits)
             .field("warm_inits_max", &self.warm_inits_max)
             .field("connections", &self.connections)
+            .field("max_ptys_per_sandbox", &self.max_ptys_per_sandbox)
             .finish()
     }
 }
@@ -142,6 +147,7 @@ struct FileLayer {
     warm_inits: Option<u32>,
     warm_inits_max: Option<u32>,
     connections: Option<connections::ConnectionsLayer>,
+    max_ptys_per_sandbox: Option<u32>,
 }
 
 impl ServerConfig {
@@ -208,6 +214,7 @@ impl ServerConfig {
             warm_inits: env_number(&env, "SANDBOXD_WARM_INITS")?,
             warm_inits_max: env_number(&env, "SANDBOXD_WARM_INITS_MAX")?,
             connections: connections::ConnectionsLayer::from_env(&env)?,
+            max_ptys_per_sandbox: env_number(&env, "SANDBOXD_MAX_PTYS_PER_SANDBOX")?,
         });
         config.check_disk()?;
         Ok(config)
@@ -279,6 +286,9 @@ impl ServerConfig {
         }
         if let Some(limits) = layer.connections {
             limits.apply(&mut self.connections);
+        }
+        if let Some(n) = layer.max_ptys_per_sandbox {
+            self.max_ptys_per_sandbox = n;
         }
     }
 
@@ -459,6 +469,19 @@ mod tests {
         let c = load(Some("warm_inits = 0\n"), &[("SANDBOXD_WARM_INITS", "3")]).unwrap();
         assert_eq!(c.warm_inits, 3, "the environment wins over the file");
         assert_eq!(c.warm_inits_max, 16);
+        assert_eq!(c.max_ptys_per_sandbox, 64);
+        let c = load(
+            Some("max_ptys_per_sandbox = 8\n"),
+            &[("SANDBOXD_MAX_PTYS_PER_SANDBOX", "9")],
+        )
+        .unwrap();
+        assert_eq!(c.max_ptys_per_sandbox, 9);
+        assert_eq!(
+            load(Some("max_ptys_per_sandbox = 8\n"), &[])
+                .unwrap()
+                .max_ptys_per_sandbox,
+            8
+        );
         let c = load(
             Some("warm_inits_max = 4\n"),
             &[("SANDBOXD_WARM_INITS_MAX", "9")],

@@ -1,7 +1,9 @@
 //! Every escape attempt, grouped by what it goes after.
 
+mod families;
 mod files;
 mod kernel;
+mod leaks;
 mod mounts;
 mod net;
 mod procs;
@@ -20,6 +22,8 @@ pub fn all(t: &Targets) -> Vec<Attempt> {
     out.extend(kernel::attempts());
     out.extend(net::attempts(t));
     out.extend(setuid::attempts());
+    out.extend(leaks::attempts(t));
+    out.extend(families::attempts());
     out
 }
 

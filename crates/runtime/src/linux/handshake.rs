@@ -28,6 +28,9 @@ pub struct InitConfig {
     /// sets the hostname itself when the sandbox starts.
     #[serde(default)]
     pub park: bool,
+    /// PTYs the sandbox may have open at once (its devpts `max=`); 0 leaves the kernel's.
+    #[serde(default)]
+    pub max_ptys: u32,
 }
 
 /// One handshake message.
@@ -163,6 +166,7 @@ mod tests {
             socket: "/s".into(),
             hostname: "h x".into(),
             park: true,
+            max_ptys: 64,
         });
         for msg in [
             Msg::UserNs,

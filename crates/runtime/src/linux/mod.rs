@@ -1,6 +1,7 @@
 //! The Linux-native backend: user/pid/mount/uts/ipc/net/cgroup namespaces, an overlayfs
 //! root over idmapped read-only layers, cgroup v1/v2 limits, and the agent as PID 1.
 
+mod bounds;
 mod capture;
 mod cgroup;
 mod destroy;
@@ -25,6 +26,7 @@ use crate::{ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHan
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+pub use bounds::{open_files_limit, DEFAULT_MAX_PTYS};
 pub use cgroup::Cgroups;
 pub use images::DEFAULT_IMAGE;
 pub use net::NetConfig;
@@ -41,6 +43,9 @@ pub struct LinuxConfig {
     pub init_args: Vec<String>,
     /// Name of our own parent cgroup, normally `"sandboxd"`.
     pub cgroup_parent: String,
+    /// PTYs one sandbox may have open at once ([`DEFAULT_MAX_PTYS`]; 0: only the
+    /// host-wide `kernel.pty.max` bounds it).
+    pub max_ptys_per_sandbox: u32,
 }
 
 /// The Linux-native [`Runtime`].

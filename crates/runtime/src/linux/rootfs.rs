@@ -80,31 +80,44 @@ pub fn mount_root(
         let target = lower(state_dir, n);
         sys::idmapped_bind(layer, &target, userns, false)
             .map_err(io("idmapping a layer", layer))?;
-        lowers.push(target.display().to_string());
+        lowers.push(relative(state_dir, &target));
     }
     let (upper, work, root) = (upper(state_dir), work(state_dir), rootfs(state_dir));
+    // Named relative to the state dir (mounted from there): the sandbox sees these
+    // options in its mountinfo, and they must not tell it the host's data dir or ids.
     let options = format!(
         "lowerdir={},upperdir={},workdir={},index=off,xino=off",
         lowers.join(":"),
-        upper.display(),
-        work.display()
+        relative(state_dir, &upper),
+        relative(state_dir, &work)
     );
-    mount(
-        Some("overlay"),
-        &root,
-        Some("overlay"),
-        MsFlags::empty(),
-        Some(options.as_str()),
-    )
-    .map_err(|source| RuntimeError::Sys {
+    sys::in_dir(state_dir, || {
+        mount(
+            Some("overlay"),
+            &root,
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(options.as_str()),
+        )
+        .map_err(std::io::Error::from)
+    })
+    .map_err(|e| RuntimeError::Sys {
         what: "mounting the overlay root",
-        source,
+        source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
     })?;
     if host_usr {
         sys::idmapped_bind(Path::new("/usr"), &root.join("usr"), userns, true)
             .map_err(io("binding the host /usr", &root))?;
     }
     Ok(())
+}
+
+/// `path` relative to `state_dir` (where it lies).
+fn relative(state_dir: &Path, path: &Path) -> String {
+    path.strip_prefix(state_dir)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 /// Detaches every mount `mount_root` may have made, and the disk (idempotent, best

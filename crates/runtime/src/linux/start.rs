@@ -12,7 +12,7 @@ use super::{destroy, rootfs, sys, LinuxRuntime};
 use crate::{RuntimeError, SandboxHandle, SandboxSpec};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Child;
 use std::time::Instant;
 
@@ -167,7 +167,7 @@ fn launch(
             true => rt.cgroups.attach(spec.id, pid),
             false => Ok(()),
         });
-        let pid1 = prepare_and_go(spec, layers, handle, &ours, &log, pid, stage).and_then(|()| {
+        let pid1 = prepare_and_go(rt, spec, layers, handle, &ours, pid, stage).and_then(|()| {
             expect(&ours, &log, |m| match m {
                 Msg::Pid(p) => Some(*p),
                 _ => None,
@@ -198,6 +198,7 @@ fn launch(
     if let Some(mut child) = init.take() {
         let _ = child.wait(); // the intermediate process exits once it has reported
     }
+    super::bounds::limit_open_files(pid1, spec.pids_max)?;
     tm("ready");
     finish(handle)
 }
@@ -222,14 +223,16 @@ enum Stage {
 /// The handshake up to `Go`: id maps, the root mounted through the user namespace, and
 /// the go-ahead to the init (what a warm entry did when it was made is skipped).
 fn prepare_and_go(
+    rt: &LinuxRuntime,
     spec: &SandboxSpec,
     layers: &[PathBuf],
     handle: &SandboxHandle,
     ours: &Channel,
-    log: &Path,
     pid: i32,
     stage: Stage,
 ) -> Result<(), RuntimeError> {
+    let log = &handle.state_dir.join("init.log");
+    let max_ptys = rt.config.max_ptys_per_sandbox;
     let userns = match stage {
         Stage::Fresh => {
             expect(ours, log, |m| matches!(m, Msg::UserNs).then_some(()))?;
@@ -251,6 +254,7 @@ fn prepare_and_go(
         socket: handle.agent_socket.clone(),
         hostname: spec.hostname.clone(),
         park: false,
+        max_ptys,
     };
     ours.send(&Msg::Go(config)).map_err(agent_err)?;
     Ok(())

@@ -149,9 +149,42 @@ pub fn on_thread_in_namespace<T: Send>(
     })
 }
 
+/// Runs `f` on a thread of its own whose working directory is `dir` (the thread's
+/// filesystem context is unshared, so the process's stays), for calls that must see
+/// paths relative to `dir`: an overlay mounted so names only its own layout, not the
+/// host's.
+pub fn in_dir<T: Send>(
+    dir: &Path,
+    f: impl FnOnce() -> std::io::Result<T> + Send,
+) -> std::io::Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)?;
+            nix::unistd::chdir(dir)?;
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::other(
+                "the thread in a sandbox dir panicked",
+            ))
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_dir_sees_relative_paths_there_and_leaves_our_cwd() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("here"), "x").expect("write");
+        let before = std::env::current_dir().expect("cwd");
+        let read = in_dir(dir.path(), || std::fs::read_to_string("here")).expect("read");
+        assert_eq!(read, "x");
+        assert_eq!(std::env::current_dir().expect("cwd"), before);
+    }
 
     #[test]
     fn proc_stat_reads_own_process() {

@@ -43,6 +43,7 @@ pub(super) fn unpark(
         },
     )?;
     set_hostname(pid1, &spec.hostname)?;
+    super::bounds::limit_open_files(pid1, spec.pids_max)?;
     warm.channel
         .send(&Msg::Start)
         .map_err(|e| RuntimeError::AgentStart(format!("starting a parked agent: {e}")))

@@ -106,6 +106,7 @@ pub fn raw_runtime(data_dir: &Path) -> LinuxRuntime {
                 .unwrap_or("x")
                 .trim_start_matches('.')
         ),
+        max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
     })
     .expect("linux runtime")
 }

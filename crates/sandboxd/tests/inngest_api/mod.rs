@@ -62,6 +62,7 @@ impl Api {
             init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
             init_args: vec!["__sandbox-init".into()],
             cgroup_parent: "sandboxd-test".into(),
+            max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
         })
         .expect("linux runtime");
         let store = sandboxd_store::SqliteStore::open(dir.path().join("db.sqlite")).expect("store");

@@ -26,6 +26,17 @@ impl Server {
 
     /// [`Server::start`] with extra environment variables (e.g. `SANDBOXD_MAX_*`).
     pub fn start_with_env(data_dir: &Path, master: Option<&str>, env: &[(&str, &str)]) -> Server {
+        Self::start_with(data_dir, master, env, |_| {})
+    }
+
+    /// [`Server::start_with_env`], with `configure` given the command last (e.g. to
+    /// hand the server an extra descriptor).
+    pub fn start_with(
+        data_dir: &Path,
+        master: Option<&str>,
+        env: &[(&str, &str)],
+        configure: impl FnOnce(&mut Command),
+    ) -> Server {
         let mut cmd = Command::new(BIN);
         cmd.envs(env.iter().copied());
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -39,6 +50,7 @@ impl Server {
         if let Some(key) = master {
             cmd.env("SANDBOXD_MASTER_KEY", key);
         }
+        configure(&mut cmd);
         let mut child = cmd.spawn().expect("spawn sandboxd serve");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();

@@ -92,6 +92,10 @@ pub fn enter<T>(
 ) -> Result<(Entered, T), InitError> {
     // SAFETY: the backend hands us this fd; nothing else in this process owns it.
     let channel = Channel(unsafe { OwnedFd::from_raw_fd(sync_fd) });
+    if let Err(e) = close_inherited(sync_fd) {
+        let _ = channel.send(&Msg::Error(e.to_string()));
+        return Err(e);
+    }
     match steps(&channel, while_waiting) {
         Ok((listener, config, early)) => Ok((
             Entered {
@@ -106,6 +110,29 @@ pub fn enter<T>(
             Err(e)
         }
     }
+}
+
+/// Closes every descriptor above 2 but the handshake's, which becomes close-on-exec:
+/// whatever the server inherited and leaked to us must not reach the sandbox, and the
+/// handshake (kept by a parked PID 1) must not reach its commands.
+fn close_inherited(sync_fd: RawFd) -> Result<(), InitError> {
+    let close = |first: RawFd, last: RawFd, flags: libc::c_uint| {
+        if first > last {
+            return Ok(());
+        }
+        // SAFETY: close_range(2) on descriptors nothing in this fresh process uses.
+        let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) };
+        match rc {
+            0 => Ok(()),
+            _ => Err(InitError::Sys {
+                what: "closing inherited descriptors".into(),
+                source: nix::Error::last(),
+            }),
+        }
+    };
+    close(3, sync_fd - 1, 0)?;
+    close(sync_fd + 1, RawFd::MAX, 0)?;
+    close(sync_fd, sync_fd, libc::CLOSE_RANGE_CLOEXEC)
 }
 
 fn steps<T>(
@@ -179,7 +206,7 @@ fn pid1(config: &InitConfig) -> Result<(), InitError> {
     mounts::make_private()?;
     mounts::bind_root(&config.rootfs)?;
     become_root()?;
-    mounts::switch_root()?;
+    mounts::switch_root(config.max_ptys)?;
     net::loopback_up()?;
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
@@ -191,11 +218,18 @@ fn pid1(config: &InitConfig) -> Result<(), InitError> {
     Ok(())
 }
 
-/// Binds the agent's socket at its host path (see [`steps`] for why this happens first).
+/// Binds the agent's socket at its host path (see [`steps`] for why this happens first),
+/// by its bare name from its directory: the sandbox sees the bound name in
+/// /proc/net/unix, and it must not tell it the host's data dir or ids.
 fn bind_socket(config: &InitConfig) -> Result<UnixListener, InitError> {
-    let _ = std::fs::remove_file(&config.socket);
-    UnixListener::bind(&config.socket).map_err(|source| InitError::Io {
-        what: format!("binding {}", config.socket.display()),
-        source,
-    })
+    let io = |what: String| move |source| InitError::Io { what, source };
+    let (Some(dir), Some(name)) = (config.socket.parent(), config.socket.file_name()) else {
+        return Err(InitError::Unexpected(format!(
+            "agent socket path {}",
+            config.socket.display()
+        )));
+    };
+    std::env::set_current_dir(dir).map_err(io(format!("entering {}", dir.display())))?;
+    let _ = std::fs::remove_file(name);
+    UnixListener::bind(name).map_err(io(format!("binding {}", config.socket.display())))
 }

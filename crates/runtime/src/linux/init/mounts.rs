@@ -57,8 +57,8 @@ pub fn bind_root(root: &Path) -> Result<(), InitError> {
 }
 
 /// Builds the tree under the cwd (see [`bind_root`]) and makes it `/`, leaving nothing
-/// of the host visible.
-pub fn switch_root() -> Result<(), InitError> {
+/// of the host visible; its devpts instance holds at most `max_ptys` (0: no own limit).
+pub fn switch_root(max_ptys: u32) -> Result<(), InitError> {
     let root = Path::new(".");
     step(
         "mounting /proc",
@@ -80,7 +80,7 @@ pub fn switch_root() -> Result<(), InitError> {
             NONE,
         ),
     )?;
-    dev(root)?;
+    dev(root, max_ptys)?;
     for rel in MASKED_FILES {
         let target = root.join(rel);
         if target.exists() {
@@ -135,8 +135,9 @@ pub fn switch_root() -> Result<(), InitError> {
     pivot()
 }
 
-/// tmpfs /dev with the host's harmless character devices, devpts, shm and the usual links.
-fn dev(root: &Path) -> Result<(), InitError> {
+/// tmpfs /dev with the host's harmless character devices, devpts (a new instance, at
+/// most `max_ptys` terminals), shm and the usual links.
+fn dev(root: &Path, max_ptys: u32) -> Result<(), InitError> {
     let dev = root.join("dev");
     step(
         "mounting /dev",
@@ -160,7 +161,10 @@ fn dev(root: &Path) -> Result<(), InitError> {
     for dir in ["pts", "shm"] {
         std::fs::create_dir(dev.join(dir)).map_err(io(format!("creating /dev/{dir}")))?;
     }
-    let pts_opts = "newinstance,ptmxmode=0666,mode=0620,gid=5";
+    let mut pts_opts = "newinstance,ptmxmode=0666,mode=0620,gid=5".to_owned();
+    if max_ptys > 0 {
+        pts_opts.push_str(&format!(",max={max_ptys}"));
+    }
     step(
         "mounting /dev/pts",
         mount(
@@ -168,7 +172,7 @@ fn dev(root: &Path) -> Result<(), InitError> {
             &dev.join("pts"),
             Some("devpts"),
             MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-            Some(pts_opts),
+            Some(pts_opts.as_str()),
         ),
     )?;
     step(

@@ -152,6 +152,7 @@ impl Maker {
             socket: dir.join("agent.sock"),
             hostname: "sandbox".into(),
             park: true,
+            max_ptys: self.config.max_ptys_per_sandbox,
         };
         ours.send(&Msg::Go(config))
             .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
