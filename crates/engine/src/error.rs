@@ -74,6 +74,9 @@ pub struct EngineError {
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
     /// When the request may succeed if retried (rate limits).
     pub retry_after: Option<std::time::Duration>,
+    /// For `WrongState`: the state the sandbox was in (and why it ended, if it did), so a
+    /// dialect can say it in its own words.
+    pub state: Option<(crate::state::SandboxStatus, Option<crate::model::EndReason>)>,
 }
 
 impl EngineError {
@@ -83,6 +86,7 @@ impl EngineError {
             message: message.into(),
             source: None,
             retry_after: None,
+            state: None,
         }
     }
 
@@ -96,6 +100,7 @@ impl EngineError {
             message: message.into(),
             source: Some(Box::new(source)),
             retry_after: None,
+            state: None,
         }
     }
 

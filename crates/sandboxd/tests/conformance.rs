@@ -120,3 +120,37 @@ fn runzivo_pages_only_its_own_sandboxes_and_ends_without_a_cursor() {
         2
     );
 }
+
+#[test]
+fn runzivo_errors_speak_of_its_own_ids_and_states() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [("SANDBOXD_NETWORK", "none")];
+    let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
+    let created = server.request("POST", RUNZIVO, MASTER, Some(&json!({})));
+    assert_eq!(created.status, 201, "{}", created.text());
+    let id = created.json()["id"].as_str().expect("id").to_owned();
+    let path = format!("{RUNZIVO}/{id}");
+    assert_eq!(
+        server.request("DELETE", &path, MASTER, None).status / 100,
+        2
+    );
+
+    let exec = json!({"cmd": "true"});
+    let r = server.request("POST", &format!("{path}/exec"), MASTER, Some(&exec));
+    assert_eq!(r.status, 409, "{}", r.text());
+    let message = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(message.contains("deleted"), "{message}");
+    let engine_words = ["TERMINATED", "RUNNING", "TERMINATING"];
+    assert!(
+        !engine_words.iter().any(|w| message.contains(w)),
+        "{message}"
+    );
+    // No engine UUID (8-4-4-4-12 hex) either.
+    let uuid_like = message
+        .split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+        .any(|w| w.len() == 36 && w.matches('-').count() == 4);
+    assert!(!uuid_like, "{message}");
+}

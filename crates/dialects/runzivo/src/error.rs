@@ -83,7 +83,14 @@ impl ApiError {
             tracing::warn!(error = %err, source = ?std::error::Error::source(&err), "request failed");
         }
         let retry_after = err.retry_after_secs();
-        let mut api = Self::new(status, code, err.message);
+        let message = match err.state {
+            Some((state, reason)) if err.code == ErrorCode::WrongState => format!(
+                "the sandbox is {}; this needs a running sandbox",
+                crate::views::status_word(state, reason)
+            ),
+            _ => crate::scrub::without_engine_ids(&err.message),
+        };
+        let mut api = Self::new(status, code, message);
         api.retry_after = retry_after;
         api
     }

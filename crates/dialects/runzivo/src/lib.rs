@@ -10,6 +10,7 @@ pub mod extract;
 pub mod fuzzing;
 pub mod ids;
 mod routes;
+mod scrub;
 pub mod tickets;
 pub mod views;
 

@@ -26,7 +26,12 @@ pub struct SandboxView {
 
 /// The dialect's status name of a sandbox.
 pub fn status(sb: &Sandbox) -> &'static str {
-    match sb.status {
+    status_word(sb.status, sb.end_reason)
+}
+
+/// The Runzivo word for an engine state (and, once ended, why it ended).
+pub fn status_word(status: SandboxStatus, end_reason: Option<EndReason>) -> &'static str {
+    match status {
         SandboxStatus::Pending => "pending",
         SandboxStatus::Starting => "starting",
         SandboxStatus::Running => "running",
@@ -35,7 +40,7 @@ pub fn status(sb: &Sandbox) -> &'static str {
         SandboxStatus::Resuming => "resuming",
         SandboxStatus::Terminating => "stopping",
         SandboxStatus::Failed => "failed",
-        SandboxStatus::Terminated => match sb.end_reason {
+        SandboxStatus::Terminated => match end_reason {
             Some(EndReason::Destroyed) => "deleted",
             Some(EndReason::Timeout) => "expired",
             _ => "stopped",

@@ -19,14 +19,16 @@ use uuid::Uuid;
 
 /// The error for an operation the sandbox's state does not allow.
 pub(crate) fn wrong_state(sb: &Sandbox, wanted: &str) -> EngineError {
-    EngineError::new(
+    let mut err = EngineError::new(
         ErrorCode::WrongState,
         format!(
             "sandbox {} is {}; this needs it {wanted}",
             sb.id,
             sb.status.as_str()
         ),
-    )
+    );
+    err.state = Some((sb.status, sb.end_reason));
+    err
 }
 
 /// Whether an active sandbox's timeout has passed.
@@ -38,7 +40,7 @@ impl Engine {
     /// Moves the sandbox to `next` if the state machine allows it, and persists it.
     pub(crate) fn transition(&self, e: &mut Entry, next: SandboxStatus) -> Result<(), EngineError> {
         if !e.sb.status.can(next) {
-            return Err(EngineError::new(
+            let mut err = EngineError::new(
                 ErrorCode::WrongState,
                 format!(
                     "sandbox {} cannot go from {} to {}",
@@ -46,7 +48,9 @@ impl Engine {
                     e.sb.status.as_str(),
                     next.as_str()
                 ),
-            ));
+            );
+            err.state = Some((e.sb.status, e.sb.end_reason));
+            return Err(err);
         }
         e.sb.status = next;
         self.save(e)
