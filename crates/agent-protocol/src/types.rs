@@ -180,6 +180,9 @@ pub enum AgentErrorCode {
     FileTooLarge,
     /// The executable could not be started (missing, not executable…).
     SpawnFailed,
+    /// The sandbox's disk (or the host's beneath it) is full or failed to store the data
+    /// (ENOSPC, EDQUOT, EIO): the data is not stored.
+    InsufficientStorage,
     Io,
 }
 
@@ -195,6 +198,7 @@ impl AgentErrorCode {
             AgentErrorCode::WaitTimedOut => 408,
             AgentErrorCode::FileTooLarge => 413,
             AgentErrorCode::SpawnFailed => 422,
+            AgentErrorCode::InsufficientStorage => 507,
             AgentErrorCode::Io => 500,
         }
     }
