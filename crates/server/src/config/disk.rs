@@ -1,5 +1,5 @@
 //! Disk admission settings: `disk_overcommit` (`SANDBOXD_DISK_OVERCOMMIT`, 1.0 by
-//! default: every admitted layer can fill up) and `disk_reserve_mb`
+//! default: every admitted layer can fill up; at most 1000) and `disk_reserve_mb`
 //! (`SANDBOXD_DISK_RESERVE_MB`, 64 by default: kept for the database and the server).
 
 use super::{env_number, ConfigError};
@@ -8,9 +8,9 @@ use serde::{Deserialize, Deserializer};
 use std::str::FromStr;
 
 /// The largest overcommit accepted (a typo like 1000 is refused rather than obeyed).
-const MAX_OVERCOMMIT: f64 = 100.0;
+const MAX_OVERCOMMIT: f64 = 1000.0;
 
-/// An overcommit factor in hundredths: a finite number above 0 and at most 100.
+/// An overcommit factor in hundredths: a finite number above 0 and at most 1000.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Overcommit(u32);
 
@@ -98,7 +98,7 @@ mod tests {
         for file in [
             "disk_overcommit = 0\n",
             "disk_overcommit = -1.0\n",
-            "disk_overcommit = 1000.0\n",
+            "disk_overcommit = 1000.5\n",
             "disk_overcommit = nan\n",
             "disk_overcommit = \"2\"\n",
             "disk_reserve_mb = -1\n",
