@@ -44,7 +44,7 @@ impl SmallFs {
     /// Bytes an unprivileged writer may still use on the filesystem.
     fn available(&self) -> u64 {
         let vfs = nix::sys::statvfs::statvfs(&self.mnt()).expect("statvfs");
-        u64::from(vfs.blocks_available()) * u64::from(vfs.fragment_size())
+        vfs.blocks_available() * vfs.fragment_size()
     }
 
     /// Loop devices whose backing file lies inside the filesystem (sandbox layers).

@@ -18,8 +18,7 @@ pub fn measure(data_dir: &Path) -> Result<DiskSpace, RuntimeError> {
         what: "measuring the data dir's free space",
         source,
     })?;
-    let available =
-        u64::from(vfs.blocks_available()).saturating_mul(u64::from(vfs.fragment_size()));
+    let available = vfs.blocks_available().saturating_mul(vfs.fragment_size());
     Ok(DiskSpace {
         available,
         layers: layers_occupy(&sandboxes)?,
