@@ -193,6 +193,9 @@ pub enum AgentErrorCode {
     FileTooLarge,
     /// The executable could not be started (missing, not executable…).
     SpawnFailed,
+    /// The sandbox's disk (or the host's beneath it) is full or failed to store the data
+    /// (ENOSPC, EDQUOT, EIO): the data is not stored.
+    InsufficientStorage,
     Io,
 }
 
@@ -208,6 +211,7 @@ impl AgentErrorCode {
             AgentErrorCode::WaitTimedOut => 408,
             AgentErrorCode::FileTooLarge => 413,
             AgentErrorCode::SpawnFailed => 422,
+            AgentErrorCode::InsufficientStorage => 507,
             AgentErrorCode::Io => 500,
         }
     }

@@ -24,6 +24,9 @@ pub(crate) fn file_io(path: &str, e: &io::Error) -> AgentError {
         ),
         Some(libc::ELOOP) | Some(libc::EISDIR) | Some(libc::ENXIO) => not_regular(path),
         Some(libc::EFBIG) => error(AgentErrorCode::FileTooLarge, format!("{path}: {e}")),
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EIO) => {
+            error(AgentErrorCode::InsufficientStorage, format!("{path}: {e}"))
+        }
         _ => error(AgentErrorCode::Io, format!("{path}: {e}")),
     }
 }

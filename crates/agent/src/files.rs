@@ -1,5 +1,8 @@
-//! Streaming file download and atomic, streamed upload (temp file in the same directory,
-//! `fchmod`, `rename`). Only regular files; a symlink at the final component is refused.
+//! Streaming file download and atomic, durable, streamed upload (temp file in the same
+//! directory, `fchmod`, `fsync`, `rename`, `fsync` of the directory): an upload answers
+//! success only once its data and name are on disk, and a full or failing disk is an
+//! error, never a success the kernel later loses. Only regular files; a symlink at the
+//! final component is refused.
 
 use crate::error::{check_no_nul, error, file_io, invalid, not_regular};
 use bytes::Bytes;
@@ -67,7 +70,8 @@ pub(crate) fn parse_mode(mode: Option<&str>) -> Result<u32, AgentError> {
     }
 }
 
-/// Streams `body` into a temp file beside `path`, then renames it into place.
+/// Streams `body` into a temp file beside `path`, syncs it, renames it into place and
+/// syncs the directory.
 pub(crate) async fn write(
     path: &str,
     mode: u32,
@@ -100,7 +104,10 @@ pub(crate) async fn write(
     ));
     let result = fill(&tmp, mode, body).await;
     let result = match result {
-        Ok(n) => tokio::fs::rename(&tmp, p).await.map(|()| n),
+        Ok(n) => match tokio::fs::rename(&tmp, p).await {
+            Ok(()) => sync_dir(parent).await.map(|()| n),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     match result {
@@ -133,7 +140,19 @@ async fn fill(tmp: &Path, mode: u32, body: Incoming) -> io::Result<u64> {
     let file = file.into_std().await;
     // fchmod: exact bits, unaffected by the umask.
     file.set_permissions(Permissions::from_mode(mode))?;
+    // Writeback errors (ENOSPC or EIO of the disk beneath) surface here, not at write.
+    tokio::task::spawn_blocking(move || file.sync_all())
+        .await
+        .map_err(io::Error::other)??;
     Ok(written)
+}
+
+/// `fsync` of a directory, so that a rename into it is durable.
+async fn sync_dir(dir: &Path) -> io::Result<()> {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || std::fs::File::open(dir)?.sync_all())
+        .await
+        .map_err(io::Error::other)?
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub(crate) fn map(e: ClientError) -> EngineError {
                 AgentErrorCode::NotARegularFile => ErrorCode::NotARegularFile,
                 AgentErrorCode::FileTooLarge => ErrorCode::FileTooLarge,
                 AgentErrorCode::SpawnFailed => ErrorCode::InvalidArgument,
+                AgentErrorCode::InsufficientStorage => ErrorCode::InsufficientStorage,
                 AgentErrorCode::Io => ErrorCode::Internal,
             },
             a.message.clone(),

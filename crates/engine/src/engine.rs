@@ -29,6 +29,8 @@ pub struct Limits {
     /// Largest writable layer a create may ask for or inherit, in MiB; 0: no maximum
     /// (an unlimited layer may then be asked for too).
     pub max_disk_mb_per_sandbox: u32,
+    /// How much of the data dir's room the writable layers may promise.
+    pub disk_policy: crate::disk_admission::DiskPolicy,
     /// What each workspace may hold at once.
     pub workspace_quota: crate::quota::Quota,
     /// Creates per workspace: a token bucket.
@@ -47,6 +49,7 @@ impl Default for Limits {
             pids_per_sandbox: 1024,
             disk_mb_per_sandbox: 10 * 1024,
             max_disk_mb_per_sandbox: 10 * 1024,
+            disk_policy: Default::default(),
             workspace_quota: Default::default(),
             create_rate: Default::default(),
             default_network: sandboxd_runtime::NetworkMode::None,

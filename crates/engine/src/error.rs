@@ -30,6 +30,8 @@ pub enum ErrorCode {
     QuotaExceeded,
     /// Too many creates: the workspace's rate limit refused this one (`retry_after`).
     RateLimited,
+    /// The sandbox's disk (or the host's beneath it) is full or failed to store data.
+    InsufficientStorage,
     /// The backend could not run the operation (agent unreachable, kernel refused…).
     Unavailable,
     /// A bug or an unexpected host failure.
@@ -58,6 +60,7 @@ impl ErrorCode {
             ErrorCode::CapacityExhausted => "capacity_exhausted",
             ErrorCode::QuotaExceeded => "quota_exceeded",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::InsufficientStorage => "insufficient_storage",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
         }

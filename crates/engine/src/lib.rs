@@ -6,6 +6,7 @@ mod agent_error;
 mod convert;
 pub mod cursor;
 pub mod disk;
+pub mod disk_admission;
 pub mod egress;
 mod engine;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod templates;
 pub mod validate;
 
 pub use accounts::{ApiKeyInfo, Principal, Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
+pub use disk_admission::DiskPolicy;
 pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{EngineError, ErrorCode};
 pub use idempotency::{Remembered, IDEMPOTENCY_TTL};

@@ -88,6 +88,12 @@ pub trait Runtime: Send + Sync + 'static {
     fn free_cpus(&self) -> Option<Vec<u32>> {
         None
     }
+
+    /// Room for sandboxes' size-limited writable layers; `None` when the backend keeps
+    /// no such layers on a filesystem of its own (nothing for admission to account).
+    fn disk_space(&self) -> Result<Option<DiskSpace>, RuntimeError> {
+        Ok(None)
+    }
 }
 
 #[cfg(feature = "linux")]

@@ -70,6 +70,18 @@ pub struct SandboxHandle {
     pub host_id_base: u32,
 }
 
+/// Room for writable layers on the filesystem that holds them, as the backend measures
+/// it: what is free there and what the layers already on it occupy (their sparse images'
+/// allocated blocks), in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskSpace {
+    /// Free bytes an unprivileged writer may still use (`statvfs` `f_bavail`).
+    pub available: u64,
+    /// Bytes the existing sandboxes' layer images occupy (they count as room for those
+    /// layers, which may grow back into it).
+    pub layers: u64,
+}
+
 /// Resource usage of a sandbox.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ResourceUsage {

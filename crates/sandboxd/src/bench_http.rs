@@ -76,6 +76,9 @@ impl Serve {
             .arg(dir)
             .env("SANDBOXD_MASTER_KEY", key)
             .env("SANDBOXD_NETWORK", network)
+            // Hundreds of idle sandboxes with the default 10 GiB disk: promise far more
+            // disk than the host has (they write next to nothing).
+            .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
             .env("RUST_LOG", "warn,sandboxd_server=info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 mod abuse;
 mod connections;
+mod disk;
 
 pub use connections::ConnectionLimits;
 
@@ -32,6 +33,8 @@ pub struct ServerConfig {
     /// Largest writable layer a create or template may ask for, in MiB (10 GiB by
     /// default; 0: no maximum, unlimited layers included). Never below the default.
     pub max_disk_mb_per_sandbox: u32,
+    /// Disk admission: overcommit of the data dir's room and the reserve kept from it.
+    pub disk: sandboxd_engine::DiskPolicy,
     /// What one workspace may hold at once (a stored per-workspace override wins).
     pub workspace_quota: sandboxd_engine::Quota,
     /// The token bucket on creates per workspace.
@@ -67,6 +70,7 @@ impl Default for ServerConfig {
             max_memory_mib_total: sandboxd_engine::Limits::default().max_memory_mb_total,
             disk_mb_per_sandbox: sandboxd_engine::Limits::default().disk_mb_per_sandbox,
             max_disk_mb_per_sandbox: sandboxd_engine::Limits::default().max_disk_mb_per_sandbox,
+            disk: Default::default(),
             workspace_quota: Default::default(),
             create_rate: Default::default(),
             network: sandboxd_engine::NetworkMode::Egress,
@@ -94,6 +98,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_memory_mib_total", &self.max_memory_mib_total)
             .field("disk_mb_per_sandbox", &self.disk_mb_per_sandbox)
             .field("max_disk_mb_per_sandbox", &self.max_disk_mb_per_sandbox)
+            .field("disk", &self.disk)
             .field("workspace_quota", &self.workspace_quota)
             .field("create_rate", &self.create_rate)
             .field("network", &self.network)
@@ -140,6 +145,8 @@ struct FileLayer {
     max_memory_mib_total: Option<u64>,
     disk_mb_per_sandbox: Option<u32>,
     max_disk_mb_per_sandbox: Option<u32>,
+    disk_overcommit: Option<disk::Overcommit>,
+    disk_reserve_mb: Option<u64>,
     workspace_quota: Option<abuse::QuotaLayer>,
     create_rate: Option<abuse::RateLayer>,
     network: Option<sandboxd_engine::NetworkMode>,
@@ -197,6 +204,7 @@ impl ServerConfig {
             }
             None => None,
         };
+        let (disk_overcommit, disk_reserve_mb) = disk::from_env(&env)?;
         config.apply(FileLayer {
             listen,
             data_dir: env("SANDBOXD_DATA_DIR").map(PathBuf::from),
@@ -207,6 +215,8 @@ impl ServerConfig {
             max_memory_mib_total: env_number(&env, "SANDBOXD_MAX_MEMORY_MIB_TOTAL")?,
             disk_mb_per_sandbox: env_number(&env, "SANDBOXD_DISK_MB_PER_SANDBOX")?,
             max_disk_mb_per_sandbox: env_number(&env, "SANDBOXD_MAX_DISK_MB_PER_SANDBOX")?,
+            disk_overcommit,
+            disk_reserve_mb,
             workspace_quota: abuse::QuotaLayer::from_env(&env)?,
             create_rate: abuse::RateLayer::from_env(&env)?,
             network: env_network(&env)?,
@@ -266,6 +276,7 @@ impl ServerConfig {
         if let Some(n) = layer.max_disk_mb_per_sandbox {
             self.max_disk_mb_per_sandbox = n;
         }
+        disk::apply(layer.disk_overcommit, layer.disk_reserve_mb, &mut self.disk);
         if let Some(quota) = layer.workspace_quota {
             quota.apply(&mut self.workspace_quota);
         }
@@ -303,6 +314,7 @@ impl ServerConfig {
             default_network: self.network,
             disk_mb_per_sandbox: self.disk_mb_per_sandbox,
             max_disk_mb_per_sandbox: self.max_disk_mb_per_sandbox,
+            disk_policy: self.disk,
             ..Default::default()
         }
     }

@@ -108,6 +108,11 @@ pub fn status_and_code(code: ErrorCode) -> (StatusCode, &'static str) {
         ),
         QuotaExceeded | RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
         CapacityExhausted | Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "compute_unavailable"),
+        // Undocumented by the spec, named like its other sandbox_ codes.
+        InsufficientStorage => (
+            StatusCode::INSUFFICIENT_STORAGE,
+            "sandbox_insufficient_storage",
+        ),
         Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
     }
 }

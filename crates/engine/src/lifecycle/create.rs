@@ -100,6 +100,7 @@ impl Engine {
             .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;
         self.check_capacity(&active, &req)?;
         self.check_quota(&active, ws, &req)?;
+        self.check_disk(&active, plan.disk_mb).await?;
         tm("checked");
         self.create_rate.take(ws, self.limits.create_rate)?;
         if let Some(n) = requests.and_then(|r| r.pinned_vcpus) {

@@ -56,8 +56,11 @@ pub fn layer_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("layer")
 }
 
+/// File name of a sandbox's layer image in its state dir.
+pub const IMAGE_NAME: &str = "layer.img";
+
 fn image(state_dir: &Path) -> PathBuf {
-    state_dir.join("layer.img")
+    state_dir.join(IMAGE_NAME)
 }
 
 /// Gives the sandbox a `disk_mb` MiB writable layer: copies the template image of that

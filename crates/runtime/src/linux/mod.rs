@@ -6,6 +6,7 @@ mod capture;
 mod cgroup;
 mod destroy;
 mod disk;
+mod disk_space;
 mod disk_spares;
 pub mod handshake;
 mod images;
@@ -22,7 +23,9 @@ mod sys;
 mod unpark;
 mod warm;
 
-use crate::{ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec};
+use crate::{
+    DiskSpace, ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec,
+};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -295,6 +298,10 @@ impl Runtime for LinuxRuntime {
 
     fn free_cpus(&self) -> Option<Vec<u32>> {
         requests::free_cpus(&self.cgroups)
+    }
+
+    fn disk_space(&self) -> Result<Option<DiskSpace>, RuntimeError> {
+        disk_space::measure(&self.config.data_dir).map(Some)
     }
 }
 

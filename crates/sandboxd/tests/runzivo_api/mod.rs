@@ -124,6 +124,8 @@ impl Server {
                 grace_seconds.to_string(),
             )
             .env("NO_COLOR", "1")
+            // Tests share the host's disk and write little (see full_disk.rs).
+            .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

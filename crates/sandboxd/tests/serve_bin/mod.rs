@@ -38,6 +38,9 @@ impl Server {
         configure: impl FnOnce(&mut Command),
     ) -> Server {
         let mut cmd = Command::new(BIN);
+        // Tests share the host's disk and write little: disk admission (tested on a
+        // small filesystem of its own in full_disk.rs) must not refuse their sandboxes.
+        cmd.env("SANDBOXD_DISK_OVERCOMMIT", "1000");
         cmd.envs(env.iter().copied());
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)

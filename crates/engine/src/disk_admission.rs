@@ -1,0 +1,149 @@
+//! Disk admission: the size-limited writable layers of active sandboxes must fit, all
+//! filled, in the room the data dir has for them (its free space plus what their sparse
+//! images already occupy) times the operator's overcommit, minus a reserve kept for the
+//! database and the server. A create past it is refused before anything is made.
+
+use crate::engine::Engine;
+use crate::error::{EngineError, ErrorCode};
+use sandboxd_runtime::DiskSpace;
+use sandboxd_store::SandboxRecord;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+/// How much of the data dir's room the layers may promise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskPolicy {
+    /// Promised layer sizes per byte of room, in percent (100: every layer can fill up;
+    /// above 100, sandboxes that fill their layers together can fill the host).
+    pub overcommit_percent: u32,
+    /// MiB of the room kept for the database and the server, never promised to layers.
+    pub reserve_mb: u64,
+}
+
+impl Default for DiskPolicy {
+    fn default() -> Self {
+        Self {
+            overcommit_percent: 100,
+            reserve_mb: 64,
+        }
+    }
+}
+
+/// MiB the layers of all sandboxes together may promise in `space` under `policy`.
+pub fn budget_mb(space: DiskSpace, policy: DiskPolicy) -> u64 {
+    let room = u128::from(space.available.saturating_add(space.layers));
+    let promised = room * u128::from(policy.overcommit_percent) / 100;
+    let promised = u64::try_from(promised / u128::from(MIB)).unwrap_or(u64::MAX);
+    promised.saturating_sub(policy.reserve_mb)
+}
+
+/// Admits a `want_mb` layer next to `committed_mb` already promised. A layer larger
+/// than the whole budget could never fit: `InvalidArgument`. One that fits only once
+/// other sandboxes end: `CapacityExhausted`, retry later.
+pub fn admit(
+    space: DiskSpace,
+    policy: DiskPolicy,
+    committed_mb: u64,
+    want_mb: u32,
+) -> Result<(), EngineError> {
+    let budget = budget_mb(space, policy);
+    let want = u64::from(want_mb);
+    if want > budget {
+        return Err(EngineError::invalid(format!(
+            "the disk ({want} MiB) is larger than this server can hold for sandboxes \
+             ({budget} MiB); ask for a smaller disk_mb"
+        )));
+    }
+    if committed_mb.saturating_add(want) > budget {
+        let free = budget.saturating_sub(committed_mb);
+        return Err(EngineError::new(
+            ErrorCode::CapacityExhausted,
+            format!(
+                "the server has {free} MiB of disk left for sandboxes, {want} MiB asked; \
+                 retry once other sandboxes end"
+            ),
+        )
+        .retry_after(Duration::from_secs(5)));
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Whether a `disk_mb` layer (0: unlimited, not accounted) fits next to the layers
+    /// of the `active` sandboxes; a backend that measures no room admits everything.
+    pub(crate) async fn check_disk(
+        &self,
+        active: &[SandboxRecord],
+        disk_mb: u32,
+    ) -> Result<(), EngineError> {
+        if disk_mb == 0 {
+            return Ok(());
+        }
+        let Some(space) = self
+            .blocking(|rt| rt.disk_space())
+            .await?
+            .map_err(|e| crate::engine::runtime_error("cannot measure the disk", e))?
+        else {
+            return Ok(());
+        };
+        let default = self.limits.disk_mb_per_sandbox;
+        let committed = active
+            .iter()
+            .map(|r| u64::from(r.disk_mb.unwrap_or(default)))
+            .sum();
+        admit(space, self.limits.disk_policy, committed, disk_mb)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn space(available_mb: u64, layers_mb: u64) -> DiskSpace {
+        DiskSpace {
+            available: available_mb * MIB,
+            layers: layers_mb * MIB,
+        }
+    }
+
+    #[test]
+    fn room_counts_free_space_and_the_layers_own_blocks_minus_the_reserve() {
+        let p = DiskPolicy::default();
+        assert_eq!(budget_mb(space(1000, 0), p), 936);
+        assert_eq!(budget_mb(space(900, 100), p), 936);
+        assert_eq!(
+            budget_mb(space(10, 0), p),
+            0,
+            "the reserve never goes negative"
+        );
+        let over = DiskPolicy {
+            overcommit_percent: 250,
+            reserve_mb: 0,
+        };
+        assert_eq!(budget_mb(space(100, 0), over), 250);
+        let huge = DiskPolicy {
+            overcommit_percent: u32::MAX,
+            reserve_mb: 0,
+        };
+        assert!(budget_mb(space(u64::MAX / MIB, u64::MAX / MIB), huge) > 0);
+    }
+
+    #[test]
+    fn at_the_edge_then_past_it_temporarily_then_forever() {
+        let p = DiskPolicy::default();
+        let s = space(1064, 0);
+        assert!(admit(s, p, 900, 100).is_ok(), "exactly the budget fits");
+        let later = admit(s, p, 901, 100).unwrap_err();
+        assert_eq!(later.code, ErrorCode::CapacityExhausted);
+        assert_eq!(later.retry_after, Some(Duration::from_secs(5)));
+        assert!(
+            later.message.contains("99 MiB of disk left"),
+            "{}",
+            later.message
+        );
+        let never = admit(s, p, 0, 1001).unwrap_err();
+        assert_eq!(never.code, ErrorCode::InvalidArgument);
+        assert!(never.message.contains("(1000 MiB)"), "{}", never.message);
+    }
+}

@@ -1,0 +1,70 @@
+//! Room for writable layers: the data dir's free space and the blocks the layer images
+//! under `sandboxes/` (sandboxes' and warm inits') already occupy.
+
+use super::io;
+use crate::{DiskSpace, RuntimeError};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// Measures [`DiskSpace`] for the sandboxes of `data_dir`.
+pub fn measure(data_dir: &Path) -> Result<DiskSpace, RuntimeError> {
+    let sandboxes = data_dir.join("sandboxes");
+    let at = if sandboxes.is_dir() {
+        sandboxes.as_path()
+    } else {
+        data_dir
+    };
+    let vfs = nix::sys::statvfs::statvfs(at).map_err(|source| RuntimeError::Sys {
+        what: "measuring the data dir's free space",
+        source,
+    })?;
+    let available = vfs.blocks_available().saturating_mul(vfs.fragment_size());
+    Ok(DiskSpace {
+        available,
+        layers: layers_occupy(&sandboxes)?,
+    })
+}
+
+/// Allocated bytes of every `*/layer.img` under `sandboxes` (a state dir that goes away
+/// meanwhile counts nothing).
+fn layers_occupy(sandboxes: &Path) -> Result<u64, RuntimeError> {
+    let entries = match std::fs::read_dir(sandboxes) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io("listing the sandboxes dir", sandboxes)(e)),
+    };
+    let mut total = 0u64;
+    for entry in entries.filter_map(Result::ok) {
+        let img = entry.path().join(super::disk::IMAGE_NAME);
+        if let Ok(meta) = std::fs::symlink_metadata(&img) {
+            if meta.is_file() {
+                total = total.saturating_add(meta.blocks().saturating_mul(512));
+            }
+        }
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_allocated_blocks_of_layer_images_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = dir.path().join("sandboxes").join("a");
+        std::fs::create_dir_all(&a).expect("mkdir");
+        let img = std::fs::File::create(a.join(super::super::disk::IMAGE_NAME)).expect("img");
+        img.set_len(1 << 30).expect("sparse length");
+        std::os::unix::fs::FileExt::write_at(&img, &[1u8; 1 << 20], 0).expect("write");
+        img.sync_all().expect("sync");
+        std::fs::write(a.join("other"), vec![0u8; 1 << 20]).expect("other file");
+        let space = measure(dir.path()).expect("measure");
+        assert!(
+            (1 << 20..4 << 20).contains(&space.layers),
+            "the 1 MiB written, not the 1 GiB length nor other files: {}",
+            space.layers
+        );
+        assert!(space.available > 0);
+    }
+}
