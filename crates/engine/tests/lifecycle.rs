@@ -160,6 +160,7 @@ async fn capacity_limits_refuse_new_sandboxes() {
         max_vcpu_total: 3,
         max_memory_mb_total: 1024,
         pids_per_sandbox: 64,
+        disk_policy: common::generous_disk(),
         ..Limits::default()
     });
     let (a, _) = h.engine.create(&h.ws(), request(None)).await.unwrap();

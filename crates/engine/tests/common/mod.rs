@@ -126,7 +126,17 @@ pub fn limits() -> Limits {
         max_vcpu_total: 16,
         max_memory_mb_total: 8192,
         pids_per_sandbox: 512,
+        disk_policy: generous_disk(),
         ..Limits::default()
+    }
+}
+
+/// Disk admission that a shared test host's free space never trips (the admission
+/// itself is tested on a filesystem of its own in `sandboxd/tests/full_disk.rs`).
+pub fn generous_disk() -> DiskPolicy {
+    DiskPolicy {
+        overcommit_percent: 100_000,
+        reserve_mb: 64,
     }
 }
 

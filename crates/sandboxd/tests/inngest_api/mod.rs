@@ -70,7 +70,15 @@ impl Api {
             data_dir: dir.path().to_owned(),
             runtime: Arc::new(runtime),
             store: Arc::new(store),
-            limits: Limits::default(),
+            limits: Limits {
+                // A shared test host's free space must not refuse creates (admission is
+                // tested on a filesystem of its own in full_disk.rs).
+                disk_policy: sandboxd_engine::DiskPolicy {
+                    overcommit_percent: 100_000,
+                    reserve_mb: 64,
+                },
+                ..Limits::default()
+            },
         })
         .expect("engine");
         engine.ensure_master_key(MASTER).expect("master key");
