@@ -75,6 +75,8 @@ pub struct Engine {
     pub(crate) sessions: crate::sessions::Sessions,
     /// Create rate buckets per workspace.
     pub(crate) create_rate: crate::quota::RateLimiter,
+    /// This engine, for the tasks it starts (agent watches).
+    pub(crate) me: std::sync::Weak<Engine>,
 }
 
 impl From<StoreError> for EngineError {
@@ -104,7 +106,7 @@ impl Engine {
         std::fs::create_dir_all(&config.data_dir).map_err(|e| {
             EngineError::with_source(ErrorCode::Internal, "cannot create the data directory", e)
         })?;
-        let engine = Arc::new(Engine {
+        let engine = Arc::new_cyclic(|me| Engine {
             data_dir: config.data_dir,
             runtime: config.runtime,
             store: config.store,
@@ -113,6 +115,7 @@ impl Engine {
             admission: tokio::sync::Mutex::new(()),
             sessions: Default::default(),
             create_rate: Default::default(),
+            me: me.clone(),
         });
         engine.readopt()?;
         tokio.spawn(crate::lifecycle::expiry::run(Arc::downgrade(&engine)));

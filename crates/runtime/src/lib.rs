@@ -9,6 +9,17 @@ pub use error::RuntimeError;
 pub use network::*;
 pub use spec::*;
 
+/// What [`Runtime::watch_exit`] gives.
+#[derive(Debug)]
+pub enum ExitWatch {
+    /// Becomes readable (poll/epoll) once the agent has exited.
+    Readable(std::os::fd::OwnedFd),
+    /// The agent has exited already.
+    Exited,
+    /// The backend cannot watch its agents.
+    Unsupported,
+}
+
 /// A backend that makes, freezes, captures and destroys sandboxes.
 ///
 /// Every method is blocking (the engine calls them from `spawn_blocking`). A
@@ -41,6 +52,14 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Whether the sandbox described by `handle` is still alive (agent running).
     fn is_alive(&self, handle: &SandboxHandle) -> bool;
+
+    /// How the caller can learn that the sandbox's agent exited: on Linux a pidfd, which
+    /// becomes readable then. Backends that cannot tell answer `Unsupported`, and a dead
+    /// agent is then noticed only when it is next used.
+    fn watch_exit(&self, handle: &SandboxHandle) -> ExitWatch {
+        let _ = handle;
+        ExitWatch::Unsupported
+    }
 
     /// Freezes every process of the sandbox (cgroup freezer); memory stays resident.
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;

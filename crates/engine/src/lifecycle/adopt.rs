@@ -48,7 +48,12 @@ impl Engine {
         for rec in self.store.sandboxes_in_status(&ACTIVE_STATUSES)? {
             let mut e = entry_from_record(rec)?;
             match settle(self.runtime.as_ref(), &mut e) {
-                None => self.save(&e)?,
+                None => {
+                    self.save(&e)?;
+                    if let Some(handle) = &e.handle {
+                        self.watch_agent(&e.sb.workspace, e.sb.id, handle);
+                    }
+                }
                 Some(reason) => {
                     let torn_down = e
                         .handle

@@ -20,8 +20,11 @@ mod start;
 mod sys;
 mod unpark;
 mod warm;
+mod watch;
 
-use crate::{ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec};
+use crate::{
+    ExitWatch, ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec,
+};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -246,6 +249,10 @@ impl Runtime for LinuxRuntime {
 
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
         sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
+    }
+
+    fn watch_exit(&self, handle: &SandboxHandle) -> ExitWatch {
+        watch::watch_exit(handle)
     }
 
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {

@@ -43,6 +43,9 @@ impl Runtime for TestRuntime {
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
         self.0.is_alive(handle)
     }
+    fn watch_exit(&self, handle: &SandboxHandle) -> sandboxd_runtime::ExitWatch {
+        self.0.watch_exit(handle)
+    }
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         self.0.freeze(handle)
     }
