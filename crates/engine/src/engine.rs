@@ -79,9 +79,20 @@ pub struct Engine {
     pub(crate) me: std::sync::Weak<Engine>,
 }
 
+/// How soon a request refused for a busy database may be retried.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl From<StoreError> for EngineError {
     fn from(e: StoreError) -> Self {
-        EngineError::with_source(ErrorCode::Internal, "the sandbox database failed", e)
+        match e {
+            StoreError::Busy => EngineError::with_source(
+                ErrorCode::Unavailable,
+                "the sandbox database is busy; retry shortly",
+                e,
+            )
+            .retry_after(BUSY_RETRY),
+            e => EngineError::with_source(ErrorCode::Internal, "the sandbox database failed", e),
+        }
     }
 }
 

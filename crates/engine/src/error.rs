@@ -100,12 +100,14 @@ impl EngineError {
     }
 
     /// Seconds for a `Retry-After` answer: a rate refusal's own delay; a quota refusal
-    /// waits for sandboxes to end (60 s); other errors none.
+    /// waits for sandboxes to end (60 s); other errors their own delay if they have one
+    /// (a busy database), else none.
     pub fn retry_after_secs(&self) -> Option<u64> {
+        let own = self.retry_after.map(|d| d.as_secs().max(1));
         match self.code {
-            ErrorCode::RateLimited => Some(self.retry_after.map_or(1, |d| d.as_secs().max(1))),
+            ErrorCode::RateLimited => Some(own.unwrap_or(1)),
             ErrorCode::QuotaExceeded => Some(60),
-            _ => None,
+            _ => own,
         }
     }
 
