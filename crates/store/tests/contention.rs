@@ -24,7 +24,9 @@ fn a_held_write_lock_blocks_no_read_and_makes_writes_busy() {
 
     let other = rusqlite::Connection::open(&path).expect("second connection");
     other.execute_batch("BEGIN EXCLUSIVE").expect("lock");
-    let got = store.get_workspace("before").expect("a read beside the lock");
+    let got = store
+        .get_workspace("before")
+        .expect("a read beside the lock");
     assert_eq!(got.map(|w| w.id), Some("before".into()));
     match store.create_workspace(&workspace("during")) {
         Err(StoreError::Busy) => {}
@@ -33,6 +35,8 @@ fn a_held_write_lock_blocks_no_read_and_makes_writes_busy() {
     assert_eq!(store.list_workspaces().expect("list").len(), 1);
     other.execute_batch("ROLLBACK").expect("unlock");
 
-    store.create_workspace(&workspace("after")).expect("write after");
+    store
+        .create_workspace(&workspace("after"))
+        .expect("write after");
     assert_eq!(store.list_workspaces().expect("list").len(), 2);
 }

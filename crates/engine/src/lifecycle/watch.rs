@@ -3,11 +3,17 @@
 //! destroyed (the dead agent reaped with them).
 
 use crate::engine::Engine;
+use crate::error::{EngineError, ErrorCode};
 use crate::model::EndReason;
 use sandboxd_runtime::{ExitWatch, SandboxHandle};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use uuid::Uuid;
+
+/// Tries at ending a sandbox whose agent exited while the database stays busy, and
+/// the pause between them.
+const BUSY_ATTEMPTS: u32 = 60;
+const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the sandbox's record says when its agent exits on its own.
 const AGENT_EXITED: &str = "the sandbox's agent (PID 1) exited unexpectedly";
@@ -41,37 +47,43 @@ impl Engine {
                     }
                 }
             }
-            if let Some(engine) = engine.upgrade() {
-                engine.agent_exited(&ws, id, agent).await;
+            // A busy database delays the ending; nothing else may lose it.
+            for _ in 0..BUSY_ATTEMPTS {
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
+                match engine.agent_exited(&ws, id, agent).await {
+                    Ok(()) => return,
+                    Err(e) if e.code == ErrorCode::Unavailable => {
+                        tracing::warn!(sandbox = %id, error = %e, "cannot end it yet; retrying");
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox = %id, error = %e, "cannot end a sandbox whose agent exited");
+                        return;
+                    }
+                }
+                drop(engine);
+                tokio::time::sleep(BUSY_PAUSE).await;
             }
         });
     }
 
     /// Ends sandbox `id` as `crashed` if it is still active with agent `agent`, and
     /// that agent is gone.
-    async fn agent_exited(&self, ws: &str, id: Uuid, agent: i32) {
+    async fn agent_exited(&self, ws: &str, id: Uuid, agent: i32) -> Result<(), EngineError> {
         let _guard = self.locks.get(id).write_owned().await;
-        let mut e = match self.load(ws, id) {
-            Ok(e) => e,
-            Err(err) => {
-                tracing::warn!(sandbox = %id, error = %err, "cannot load a sandbox whose agent exited");
-                return;
-            }
-        };
+        let mut e = self.load(ws, id)?;
         let Some(handle) = e.handle.clone() else {
-            return;
+            return Ok(());
         };
         if e.sb.status.is_terminal() || handle.agent_pid != agent {
-            return; // destroyed through the API (or expired) meanwhile
+            return Ok(()); // destroyed through the API (or expired) meanwhile
         }
-        let alive = self.blocking(move |rt| rt.is_alive(&handle)).await;
-        if alive.unwrap_or(true) {
-            return;
+        if self.blocking(move |rt| rt.is_alive(&handle)).await? {
+            return Ok(());
         }
         tracing::warn!(sandbox = %id, "the sandbox's agent exited; ending the sandbox");
         e.sb.error = Some(AGENT_EXITED.into());
-        if let Err(err) = self.end(&mut e, EndReason::Crashed).await {
-            tracing::warn!(sandbox = %id, error = %err, "cannot end a sandbox whose agent exited");
-        }
+        self.end(&mut e, EndReason::Crashed).await
     }
 }
