@@ -77,6 +77,8 @@ pub struct Engine {
     pub(crate) create_rate: crate::quota::RateLimiter,
     /// This engine, for the tasks it starts (agent watches).
     pub(crate) me: std::sync::Weak<Engine>,
+    /// Cancelled when the server begins to shut down: open streams end then.
+    pub(crate) shutdown: tokio_util::sync::CancellationToken,
 }
 
 /// How soon a request refused for a busy database may be retried.
@@ -127,6 +129,7 @@ impl Engine {
             sessions: Default::default(),
             create_rate: Default::default(),
             me: me.clone(),
+            shutdown: Default::default(),
         });
         engine.readopt()?;
         tokio.spawn(crate::lifecycle::expiry::run(Arc::downgrade(&engine)));

@@ -17,6 +17,7 @@ mod ops;
 pub mod quota;
 mod secrets;
 mod sessions;
+mod shutdown;
 mod snapshots;
 pub mod state;
 pub mod templates;

@@ -45,6 +45,9 @@ pub struct ServerConfig {
     /// How far the warm pool may grow while creates outrun its refill (16 by default;
     /// below `warm_inits`: no growth); it shrinks back after quiet minutes.
     pub warm_inits_max: u32,
+    /// Seconds SIGTERM (or SIGINT) waits for open requests and streams to finish
+    /// before the server exits anyway (30 by default; a second signal exits at once).
+    pub shutdown_grace_seconds: u64,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +68,7 @@ impl Default for ServerConfig {
             resolvers: None,
             warm_inits: 2,
             warm_inits_max: 16,
+            shutdown_grace_seconds: 30,
         }
     }
 }
@@ -90,6 +94,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("resolvers", &self.resolvers)
             .field("warm_inits", &self.warm_inits)
             .field("warm_inits_max", &self.warm_inits_max)
+            .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
             .finish()
     }
 }
@@ -134,6 +139,7 @@ struct FileLayer {
     resolvers: Option<Vec<std::net::Ipv4Addr>>,
     warm_inits: Option<u32>,
     warm_inits_max: Option<u32>,
+    shutdown_grace_seconds: Option<u64>,
 }
 
 impl ServerConfig {
@@ -199,6 +205,7 @@ impl ServerConfig {
             resolvers: env_resolvers(&env)?,
             warm_inits: env_number(&env, "SANDBOXD_WARM_INITS")?,
             warm_inits_max: env_number(&env, "SANDBOXD_WARM_INITS_MAX")?,
+            shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
         });
         config.check_disk()?;
         Ok(config)
@@ -267,6 +274,9 @@ impl ServerConfig {
         }
         if let Some(n) = layer.warm_inits_max {
             self.warm_inits_max = n;
+        }
+        if let Some(n) = layer.shutdown_grace_seconds {
+            self.shutdown_grace_seconds = n;
         }
     }
 
@@ -453,6 +463,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.warm_inits_max, 9);
+        assert_eq!(load(None, &[]).unwrap().shutdown_grace_seconds, 30);
+        let c = load(
+            Some("shutdown_grace_seconds = 5\n"),
+            &[("SANDBOXD_SHUTDOWN_GRACE_SECONDS", "2")],
+        )
+        .unwrap();
+        assert_eq!(c.shutdown_grace_seconds, 2);
         let c = load(Some("disk_mb_per_sandbox = 2048\n"), &[]).unwrap();
         assert_eq!(c.limits().disk_mb_per_sandbox, 2048);
         let c = load(

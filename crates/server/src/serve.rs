@@ -58,12 +58,39 @@ pub async fn serve(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
     });
-    axum::serve(listener, app_with(engine, &config))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("the HTTP server failed")?;
+    // Shutdown: new connections stop, open streams end with their terminal frame, and
+    // what is still open after the grace period (or a second signal) is cut off.
+    let grace = std::time::Duration::from_secs(config.shutdown_grace_seconds);
+    let (began, begun) = tokio::sync::oneshot::channel();
+    let stopping = engine.clone();
+    let graceful = async move {
+        shutdown.await;
+        stopping.begin_shutdown();
+        let _ = began.send(());
+    };
+    let server = axum::serve(listener, app_with(engine, &config)).with_graceful_shutdown(graceful);
+    tokio::select! {
+        served = std::future::IntoFuture::into_future(server) => {
+            served.context("the HTTP server failed")?;
+        }
+        () = drain_limit(begun, grace) => {}
+    }
     tracing::info!("stopped; sandboxes keep running");
     Ok(())
+}
+
+/// Completes `grace` after shutdown `begun`, or at a second signal, whichever is first;
+/// never if shutdown does not begin.
+async fn drain_limit(begun: tokio::sync::oneshot::Receiver<()>, grace: std::time::Duration) {
+    if begun.await.is_err() {
+        return std::future::pending().await;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(grace) => {
+            tracing::warn!(?grace, "shutdown grace period over; closing what is still open");
+        }
+        () = shutdown_signal() => tracing::warn!("second signal; stopping at once"),
+    }
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -34,7 +34,7 @@ impl Engine {
                 Ok(async move { client.output(pid, tail_bytes, follow).await })
             })
             .await?;
-        Ok(mapped(s))
+        Ok(self.until_shutdown(mapped(s)))
     }
 
     /// The sandbox-level log, then live frames when `follow`. A follow ends cleanly
@@ -51,10 +51,10 @@ impl Engine {
                 Ok(async move { client.logs(follow).await })
             })
             .await?;
-        Ok(match follow {
+        Ok(self.until_shutdown(match follow {
             true => until_ended(mapped(s), self.store.clone(), id),
             false => mapped(s),
-        })
+        }))
     }
 }
 
