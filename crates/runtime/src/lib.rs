@@ -75,6 +75,14 @@ pub trait Runtime: Send + Sync + 'static {
     /// had. Idempotent: destroying an already-destroyed sandbox succeeds.
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
 
+    /// At start-up, before any sandbox is started: removes everything the backend holds
+    /// for sandboxes not in `keep` (the ones with a live record), e.g. what a start
+    /// interrupted by a crash left; returns their ids.
+    fn reconcile(&self, keep: &std::collections::HashSet<uuid::Uuid>) -> Vec<uuid::Uuid> {
+        let _ = keep;
+        Vec::new()
+    }
+
     /// Current resource usage, as far as the backend can tell.
     fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError>;
 

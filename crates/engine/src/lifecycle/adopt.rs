@@ -43,12 +43,15 @@ fn settle(rt: &dyn Runtime, e: &mut Entry) -> Option<EndReason> {
 
 impl Engine {
     /// For every stored active sandbox: alive → kept; dead → TERMINATED (`crashed`)
-    /// with its leftovers destroyed.
+    /// with its leftovers destroyed; then whatever the runtime holds for no kept
+    /// sandbox is removed.
     pub(crate) fn readopt(&self) -> Result<(), EngineError> {
+        let mut kept = std::collections::HashSet::new();
         for rec in self.store.sandboxes_in_status(&ACTIVE_STATUSES)? {
             let mut e = entry_from_record(rec)?;
             match settle(self.runtime.as_ref(), &mut e) {
                 None => {
+                    kept.insert(e.sb.id);
                     self.save(&e)?;
                     if let Some(handle) = &e.handle {
                         self.watch_agent(&e.sb.workspace, e.sb.id, handle);
@@ -72,6 +75,10 @@ impl Engine {
                 }
             }
             tracing::info!(sandbox = %e.sb.id, status = e.sb.status.as_str(), "re-adopted");
+        }
+        // What no live record claims (a start a crash interrupted) goes.
+        for id in self.runtime.reconcile(&kept) {
+            tracing::warn!(sandbox = %id, "removed a sandbox no live record claims");
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ pub mod init;
 mod init_process;
 mod layers;
 mod net;
+mod reconcile;
 mod refill;
 mod requests;
 mod rootfs;
@@ -270,6 +271,10 @@ impl Runtime for LinuxRuntime {
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         destroy::destroy(self, handle)?;
         net::detach(self, handle.id)
+    }
+
+    fn reconcile(&self, keep: &std::collections::HashSet<uuid::Uuid>) -> Vec<uuid::Uuid> {
+        reconcile::reconcile(self, keep)
     }
 
     fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {
