@@ -77,9 +77,14 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// At start-up, before any sandbox is started: removes everything the backend holds
     /// for sandboxes not in `keep` (the ones with a live record), e.g. what a start
-    /// interrupted by a crash left; returns their ids.
-    fn reconcile(&self, keep: &std::collections::HashSet<uuid::Uuid>) -> Vec<uuid::Uuid> {
-        let _ = keep;
+    /// interrupted by a crash left, including what it holds for the `ended` ones (whose
+    /// records were just ended) by their id alone; returns the ids removed.
+    fn reconcile(
+        &self,
+        keep: &std::collections::HashSet<uuid::Uuid>,
+        ended: &std::collections::HashSet<uuid::Uuid>,
+    ) -> Vec<uuid::Uuid> {
+        let _ = (keep, ended);
         Vec::new()
     }
 

@@ -6,6 +6,7 @@ use crate::error::EngineError;
 use crate::model::EndReason;
 use crate::state::{SandboxStatus, ACTIVE_STATUSES};
 use sandboxd_runtime::Runtime;
+use std::collections::HashSet;
 use time::OffsetDateTime;
 
 /// What to do with one stored active sandbox.
@@ -46,7 +47,7 @@ impl Engine {
     /// with its leftovers destroyed; then whatever the runtime holds for no kept
     /// sandbox is removed.
     pub(crate) fn readopt(&self) -> Result<(), EngineError> {
-        let mut kept = std::collections::HashSet::new();
+        let (mut kept, mut ended) = (HashSet::new(), HashSet::new());
         for rec in self.store.sandboxes_in_status(&ACTIVE_STATUSES)? {
             let mut e = entry_from_record(rec)?;
             match settle(self.runtime.as_ref(), &mut e) {
@@ -58,6 +59,7 @@ impl Engine {
                     }
                 }
                 Some(reason) => {
+                    ended.insert(e.sb.id);
                     let torn_down = e
                         .handle
                         .as_ref()
@@ -77,7 +79,7 @@ impl Engine {
             tracing::info!(sandbox = %e.sb.id, status = e.sb.status.as_str(), "re-adopted");
         }
         // What no live record claims (a start a crash interrupted) goes.
-        for id in self.runtime.reconcile(&kept) {
+        for id in self.runtime.reconcile(&kept, &ended) {
             tracing::warn!(sandbox = %id, "removed a sandbox no live record claims");
         }
         Ok(())

@@ -26,8 +26,10 @@ mod watch;
 use crate::{
     ExitWatch, ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec,
 };
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use uuid::Uuid;
 
 pub use cgroup::Cgroups;
 pub use images::DEFAULT_IMAGE;
@@ -273,8 +275,8 @@ impl Runtime for LinuxRuntime {
         net::detach(self, handle.id)
     }
 
-    fn reconcile(&self, keep: &std::collections::HashSet<uuid::Uuid>) -> Vec<uuid::Uuid> {
-        reconcile::reconcile(self, keep)
+    fn reconcile(&self, keep: &HashSet<Uuid>, ended: &HashSet<Uuid>) -> Vec<Uuid> {
+        reconcile::reconcile(self, keep, ended)
     }
 
     fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {

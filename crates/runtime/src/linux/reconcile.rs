@@ -12,9 +12,19 @@ use std::collections::HashSet;
 use std::path::Path;
 use uuid::Uuid;
 
-/// Destroys every sandbox under the data directory whose id is not in `keep`; returns
-/// the ids removed.
-pub(super) fn reconcile(rt: &LinuxRuntime, keep: &HashSet<Uuid>) -> Vec<Uuid> {
+/// Destroys every sandbox under the data directory whose id is not in `keep`, and
+/// frees the slots of the `ended` ones whose start had not made a directory yet;
+/// returns the ids removed.
+pub(super) fn reconcile(
+    rt: &LinuxRuntime,
+    keep: &HashSet<Uuid>,
+    ended: &HashSet<Uuid>,
+) -> Vec<Uuid> {
+    for id in ended {
+        if let Some(base) = slot_of(&rt.config.data_dir, *id) {
+            rt.slots.free(base, *id);
+        }
+    }
     let Ok(entries) = std::fs::read_dir(rt.sandboxes_dir()) else {
         return Vec::new();
     };

@@ -46,6 +46,13 @@ impl Runtime for TestRuntime {
     fn watch_exit(&self, handle: &SandboxHandle) -> sandboxd_runtime::ExitWatch {
         self.0.watch_exit(handle)
     }
+    fn reconcile(
+        &self,
+        keep: &std::collections::HashSet<Uuid>,
+        ended: &std::collections::HashSet<Uuid>,
+    ) -> Vec<Uuid> {
+        self.0.reconcile(keep, ended)
+    }
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         self.0.freeze(handle)
     }
