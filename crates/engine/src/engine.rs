@@ -78,11 +78,26 @@ pub struct Engine {
     pub(crate) sessions: crate::sessions::Sessions,
     /// Create rate buckets per workspace.
     pub(crate) create_rate: crate::quota::RateLimiter,
+    /// This engine, for the tasks it starts (agent watches).
+    pub(crate) me: std::sync::Weak<Engine>,
+    /// Cancelled when the server begins to shut down: open streams end then.
+    pub(crate) shutdown: tokio_util::sync::CancellationToken,
 }
+
+/// How soon a request refused for a busy database may be retried.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl From<StoreError> for EngineError {
     fn from(e: StoreError) -> Self {
-        EngineError::with_source(ErrorCode::Internal, "the sandbox database failed", e)
+        match e {
+            StoreError::Busy => EngineError::with_source(
+                ErrorCode::Unavailable,
+                "the sandbox database is busy; retry shortly",
+                e,
+            )
+            .retry_after(BUSY_RETRY),
+            e => EngineError::with_source(ErrorCode::Internal, "the sandbox database failed", e),
+        }
     }
 }
 
@@ -107,7 +122,7 @@ impl Engine {
         std::fs::create_dir_all(&config.data_dir).map_err(|e| {
             EngineError::with_source(ErrorCode::Internal, "cannot create the data directory", e)
         })?;
-        let engine = Arc::new(Engine {
+        let engine = Arc::new_cyclic(|me| Engine {
             data_dir: config.data_dir,
             runtime: config.runtime,
             store: config.store,
@@ -116,6 +131,8 @@ impl Engine {
             admission: tokio::sync::Mutex::new(()),
             sessions: Default::default(),
             create_rate: Default::default(),
+            me: me.clone(),
+            shutdown: Default::default(),
         });
         engine.readopt()?;
         tokio.spawn(crate::lifecycle::expiry::run(Arc::downgrade(&engine)));

@@ -19,6 +19,7 @@ pub mod output;
 pub mod quota;
 mod secrets;
 mod sessions;
+mod shutdown;
 mod snapshots;
 pub mod state;
 pub mod templates;

@@ -9,6 +9,17 @@ pub use error::RuntimeError;
 pub use network::*;
 pub use spec::*;
 
+/// What [`Runtime::watch_exit`] gives.
+#[derive(Debug)]
+pub enum ExitWatch {
+    /// Becomes readable (poll/epoll) once the agent has exited.
+    Readable(std::os::fd::OwnedFd),
+    /// The agent has exited already.
+    Exited,
+    /// The backend cannot watch its agents.
+    Unsupported,
+}
+
 /// A backend that makes, freezes, captures and destroys sandboxes.
 ///
 /// Every method is blocking (the engine calls them from `spawn_blocking`). A
@@ -42,6 +53,14 @@ pub trait Runtime: Send + Sync + 'static {
     /// Whether the sandbox described by `handle` is still alive (agent running).
     fn is_alive(&self, handle: &SandboxHandle) -> bool;
 
+    /// How the caller can learn that the sandbox's agent exited: on Linux a pidfd, which
+    /// becomes readable then. Backends that cannot tell answer `Unsupported`, and a dead
+    /// agent is then noticed only when it is next used.
+    fn watch_exit(&self, handle: &SandboxHandle) -> ExitWatch {
+        let _ = handle;
+        ExitWatch::Unsupported
+    }
+
     /// Freezes every process of the sandbox (cgroup freezer); memory stays resident.
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
 
@@ -55,6 +74,19 @@ pub trait Runtime: Send + Sync + 'static {
     /// Kills every process and removes every mount, cgroup and directory the sandbox
     /// had. Idempotent: destroying an already-destroyed sandbox succeeds.
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
+
+    /// At start-up, before any sandbox is started: removes everything the backend holds
+    /// for sandboxes not in `keep` (the ones with a live record), e.g. what a start
+    /// interrupted by a crash left, including what it holds for the `ended` ones (whose
+    /// records were just ended) by their id alone; returns the ids removed.
+    fn reconcile(
+        &self,
+        keep: &std::collections::HashSet<uuid::Uuid>,
+        ended: &std::collections::HashSet<uuid::Uuid>,
+    ) -> Vec<uuid::Uuid> {
+        let _ = (keep, ended);
+        Vec::new()
+    }
 
     /// Current resource usage, as far as the backend can tell.
     fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError>;

@@ -39,7 +39,11 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
     }
     tracing::info!(?config, "starting");
     let tokio = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    tokio.block_on(run(config))?;
+    let served = tokio.block_on(run(config));
+    // Connections still open past the shutdown grace period, and blocking calls they
+    // started, are not waited for: the sandboxes keep running without us.
+    tokio.shutdown_timeout(std::time::Duration::from_secs(1));
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -56,6 +56,9 @@ pub struct ServerConfig {
     /// PTYs one sandbox may have open at once (its devpts `max=`; 64 by default; 0:
     /// only the host's `kernel.pty.max` bounds it).
     pub max_ptys_per_sandbox: u32,
+    /// Seconds SIGTERM (or SIGINT) waits for open requests and streams to finish
+    /// before the server exits anyway (30 by default; a second signal exits at once).
+    pub shutdown_grace_seconds: u64,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +82,7 @@ impl Default for ServerConfig {
             warm_inits_max: 16,
             connections: ConnectionLimits::default(),
             max_ptys_per_sandbox: 64,
+            shutdown_grace_seconds: 30,
         }
     }
 }
@@ -107,6 +111,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("warm_inits_max", &self.warm_inits_max)
             .field("connections", &self.connections)
             .field("max_ptys_per_sandbox", &self.max_ptys_per_sandbox)
+            .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
             .finish()
     }
 }
@@ -155,6 +160,7 @@ struct FileLayer {
     warm_inits_max: Option<u32>,
     connections: Option<connections::ConnectionsLayer>,
     max_ptys_per_sandbox: Option<u32>,
+    shutdown_grace_seconds: Option<u64>,
 }
 
 impl ServerConfig {
@@ -225,6 +231,7 @@ impl ServerConfig {
             warm_inits_max: env_number(&env, "SANDBOXD_WARM_INITS_MAX")?,
             connections: connections::ConnectionsLayer::from_env(&env)?,
             max_ptys_per_sandbox: env_number(&env, "SANDBOXD_MAX_PTYS_PER_SANDBOX")?,
+            shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
         });
         config.check_disk()?;
         Ok(config)
@@ -300,6 +307,9 @@ impl ServerConfig {
         }
         if let Some(n) = layer.max_ptys_per_sandbox {
             self.max_ptys_per_sandbox = n;
+        }
+        if let Some(n) = layer.shutdown_grace_seconds {
+            self.shutdown_grace_seconds = n;
         }
     }
 
@@ -500,6 +510,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.warm_inits_max, 9);
+        assert_eq!(load(None, &[]).unwrap().shutdown_grace_seconds, 30);
+        let c = load(
+            Some("shutdown_grace_seconds = 5\n"),
+            &[("SANDBOXD_SHUTDOWN_GRACE_SECONDS", "2")],
+        )
+        .unwrap();
+        assert_eq!(c.shutdown_grace_seconds, 2);
         let c = load(Some("disk_mb_per_sandbox = 2048\n"), &[]).unwrap();
         assert_eq!(c.limits().disk_mb_per_sandbox, 2048);
         let c = load(

@@ -41,8 +41,21 @@ pub async fn serve(
         .context("cannot read the bound address")?;
     raise_descriptor_limit();
     tracing::info!("listening on {addr}");
+    // Shutdown: new connections stop, open streams end with their terminal frame, and
+    // what is still open after the grace period (or a second signal) is cut off.
+    let grace = std::time::Duration::from_secs(config.shutdown_grace_seconds);
+    let (began, begun) = tokio::sync::oneshot::channel();
+    let stopping = engine.clone();
+    let graceful = async move {
+        shutdown.await;
+        stopping.begin_shutdown();
+        let _ = began.send(());
+    };
     let app = app_with(engine, &config);
-    crate::listener::serve(listener, app, config.connections, shutdown).await;
+    tokio::select! {
+        () = crate::listener::serve(listener, app, config.connections, graceful) => {}
+        () = drain_limit(begun, grace) => {}
+    }
     tracing::info!("stopped; sandboxes keep running");
     Ok(())
 }
@@ -78,6 +91,20 @@ fn raise_descriptor_limit() {
     match raised {
         Ok(n) => tracing::debug!("open descriptor limit: {n}"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open descriptor limit"),
+    }
+}
+
+/// Completes `grace` after shutdown `begun`, or at a second signal, whichever is first;
+/// never if shutdown does not begin.
+async fn drain_limit(begun: tokio::sync::oneshot::Receiver<()>, grace: std::time::Duration) {
+    if begun.await.is_err() {
+        return std::future::pending().await;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(grace) => {
+            tracing::warn!(?grace, "shutdown grace period over; closing what is still open");
+        }
+        () = shutdown_signal() => tracing::warn!("second signal; stopping at once"),
     }
 }
 

@@ -4,7 +4,11 @@
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(#[source] rusqlite::Error),
+    /// The database's write lock stayed taken (by another process or by our own other
+    /// writes) for longer than a write waits: retry later.
+    #[error("the database is busy")]
+    Busy,
     #[error("cannot {what} at {path}")]
     Io {
         what: &'static str,
@@ -26,4 +30,16 @@ pub enum StoreError {
     /// The database was written by a newer version of sandboxd.
     #[error("database schema version {found} is newer than this build knows ({known})")]
     SchemaTooNew { found: i64, known: i64 },
+}
+
+impl From<rusqlite::Error> for StoreError {
+    /// A lock that outlasted SQLite's busy handler becomes `Busy`.
+    fn from(e: rusqlite::Error) -> Self {
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                StoreError::Busy
+            }
+            _ => StoreError::Sqlite(e),
+        }
+    }
 }

@@ -6,6 +6,7 @@ use crate::error::EngineError;
 use crate::model::EndReason;
 use crate::state::{SandboxStatus, ACTIVE_STATUSES};
 use sandboxd_runtime::Runtime;
+use std::collections::HashSet;
 use time::OffsetDateTime;
 
 /// What to do with one stored active sandbox.
@@ -43,13 +44,22 @@ fn settle(rt: &dyn Runtime, e: &mut Entry) -> Option<EndReason> {
 
 impl Engine {
     /// For every stored active sandbox: alive → kept; dead → TERMINATED (`crashed`)
-    /// with its leftovers destroyed.
+    /// with its leftovers destroyed; then whatever the runtime holds for no kept
+    /// sandbox is removed.
     pub(crate) fn readopt(&self) -> Result<(), EngineError> {
+        let (mut kept, mut ended) = (HashSet::new(), HashSet::new());
         for rec in self.store.sandboxes_in_status(&ACTIVE_STATUSES)? {
             let mut e = entry_from_record(rec)?;
             match settle(self.runtime.as_ref(), &mut e) {
-                None => self.save(&e)?,
+                None => {
+                    kept.insert(e.sb.id);
+                    self.save(&e)?;
+                    if let Some(handle) = &e.handle {
+                        self.watch_agent(&e.sb.workspace, e.sb.id, handle);
+                    }
+                }
                 Some(reason) => {
+                    ended.insert(e.sb.id);
                     let torn_down = e
                         .handle
                         .as_ref()
@@ -67,6 +77,10 @@ impl Engine {
                 }
             }
             tracing::info!(sandbox = %e.sb.id, status = e.sb.status.as_str(), "re-adopted");
+        }
+        // What no live record claims (a start a crash interrupted) goes.
+        for id in self.runtime.reconcile(&kept, &ended) {
+            tracing::warn!(sandbox = %id, "removed a sandbox no live record claims");
         }
         Ok(())
     }

@@ -316,6 +316,9 @@ impl Engine {
                     self.blocking(move |rt| h.map(|h| rt.destroy(&h))).await?;
                     return Err(err);
                 }
+                if let Some(h) = &e.handle {
+                    self.watch_agent(&e.sb.workspace, e.sb.id, h);
+                }
                 Ok(())
             }
             Err(err) => {

@@ -8,6 +8,7 @@ pub(crate) mod listing;
 pub(crate) mod pause;
 pub(crate) mod query;
 pub(crate) mod queue;
+pub(crate) mod watch;
 
 use crate::convert::Entry;
 use crate::engine::Engine;

@@ -28,7 +28,7 @@ impl Engine {
                 Ok(async move { client.output(pid, tail_bytes, follow).await })
             })
             .await?;
-        Ok(mapped(s))
+        Ok(self.until_shutdown(mapped(s)))
     }
 
     /// All output of a held process from its first byte, then live output until
@@ -61,10 +61,10 @@ impl Engine {
                 Ok(async move { client.logs(follow).await })
             })
             .await?;
-        Ok(match follow {
+        Ok(self.until_shutdown(match follow {
             true => until_ended(mapped(s), self.store.clone(), id),
             false => mapped(s),
-        })
+        }))
     }
 }
 

@@ -23,6 +23,9 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
     if sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks) {
         let _ = kill(Pid::from_raw(handle.agent_pid), Signal::SIGKILL);
         killed.insert(handle.agent_pid);
+    } else if sys::proc_stat(handle.agent_pid).is_some_and(|(_, t)| t == handle.agent_start_ticks) {
+        // An agent that died on its own is a zombie of ours until reaped below.
+        killed.insert(handle.agent_pid);
     }
     let deadline = Instant::now() + KILL_TIMEOUT;
     loop {

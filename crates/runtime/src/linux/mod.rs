@@ -14,6 +14,7 @@ pub mod init;
 mod init_process;
 mod layers;
 mod net;
+mod reconcile;
 mod refill;
 mod requests;
 mod rootfs;
@@ -22,12 +23,16 @@ mod start;
 mod sys;
 mod unpark;
 mod warm;
+mod watch;
 
 use crate::{
-    DiskSpace, ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec,
+    DiskSpace, ExitWatch, ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle,
+    SandboxSpec,
 };
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use uuid::Uuid;
 
 pub use bounds::{open_files_limit, DEFAULT_MAX_PTYS};
 pub use cgroup::Cgroups;
@@ -258,6 +263,10 @@ impl Runtime for LinuxRuntime {
         sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
     }
 
+    fn watch_exit(&self, handle: &SandboxHandle) -> ExitWatch {
+        watch::watch_exit(handle)
+    }
+
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         self.cgroups.set_frozen(handle.id, true)
     }
@@ -273,6 +282,10 @@ impl Runtime for LinuxRuntime {
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         destroy::destroy(self, handle)?;
         net::detach(self, handle.id)
+    }
+
+    fn reconcile(&self, keep: &HashSet<Uuid>, ended: &HashSet<Uuid>) -> Vec<Uuid> {
+        reconcile::reconcile(self, keep, ended)
     }
 
     fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {

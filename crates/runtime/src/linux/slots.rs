@@ -148,6 +148,19 @@ impl Slots {
         }
     }
 
+    /// The host id base of the slot `id` of this data dir holds, if any.
+    pub fn held_by(&self, id: Uuid) -> Option<u32> {
+        let locked = self.lock().ok()?;
+        (0..MAX_SLOTS)
+            .filter(|slot| self.lease_path(*slot).exists())
+            .find(|slot| {
+                locked
+                    .read(*slot)
+                    .is_some_and(|l| l.id == id && l.data_dir == self.data_dir)
+            })
+            .map(|slot| FIRST_BASE + slot * RANGE)
+    }
+
     /// Frees the slot of `base` if `id` of this data dir holds it (idempotent).
     pub fn free(&self, base: u32, id: Uuid) {
         let Some(slot) = slot_of(base) else {

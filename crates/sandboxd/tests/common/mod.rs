@@ -43,6 +43,16 @@ impl Runtime for TestRuntime {
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
         self.0.is_alive(handle)
     }
+    fn watch_exit(&self, handle: &SandboxHandle) -> sandboxd_runtime::ExitWatch {
+        self.0.watch_exit(handle)
+    }
+    fn reconcile(
+        &self,
+        keep: &std::collections::HashSet<Uuid>,
+        ended: &std::collections::HashSet<Uuid>,
+    ) -> Vec<Uuid> {
+        self.0.reconcile(keep, ended)
+    }
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         self.0.freeze(handle)
     }

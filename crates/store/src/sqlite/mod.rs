@@ -2,6 +2,7 @@
 
 mod accounts;
 mod codec;
+mod conns;
 mod egress;
 mod idempotency;
 mod migrations;
@@ -14,18 +15,17 @@ use crate::crypto::SecretBox;
 use crate::error::StoreError;
 use crate::records::*;
 use crate::{Store, StoreResult};
-use rusqlite::Connection;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// Name of the key file that encrypts secrets, next to the database.
 pub const SECRET_KEY_FILE: &str = "secrets.key";
 
-/// A [`Store`] in one SQLite file (WAL journal, foreign keys on).
+/// A [`Store`] in one SQLite file (WAL journal, foreign keys on): one writer and a
+/// pool of readers that never wait behind it.
 pub struct SqliteStore {
-    conn: Mutex<Connection>,
+    conns: conns::Conns,
     secrets: SecretBox,
 }
 
@@ -44,26 +44,19 @@ impl SqliteStore {
             source,
         })?;
         let secrets = SecretBox::load_or_create(&dir.join(SECRET_KEY_FILE))?;
-        let mut conn = Connection::open(path)?;
+        let mut conn = conns::open(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.busy_timeout(conns::WRITE_BOUND)?;
         migrations::migrate(&mut conn)?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            conns: conns::Conns::new(path, conn),
             secrets,
         })
     }
-
-    fn conn(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock leaves the connection usable (every write is a
-        // single statement or a transaction), so a poisoned lock is recovered.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
-/// Turns a UNIQUE/PRIMARY KEY violation into `Conflict`, anything else into `Sqlite`.
+/// Turns a UNIQUE/PRIMARY KEY violation into `Conflict`, anything else into `Busy` or
+/// `Sqlite`.
 pub(super) fn unique_violation(e: rusqlite::Error, what: impl FnOnce() -> String) -> StoreError {
     match e {
         rusqlite::Error::SqliteFailure(ref f, _)
@@ -72,49 +65,49 @@ pub(super) fn unique_violation(e: rusqlite::Error, what: impl FnOnce() -> String
         {
             StoreError::Conflict(what())
         }
-        other => StoreError::Sqlite(other),
+        other => other.into(),
     }
 }
 
 impl Store for SqliteStore {
     fn create_workspace(&self, ws: &WorkspaceRecord) -> StoreResult<()> {
-        accounts::create_workspace(&self.conn(), ws)
+        accounts::create_workspace(&*self.conns.write()?, ws)
     }
     fn get_workspace(&self, id: &str) -> StoreResult<Option<WorkspaceRecord>> {
-        accounts::workspace_by(&self.conn(), "id", id)
+        accounts::workspace_by(&*self.conns.read()?, "id", id)
     }
     fn workspace_by_inngest_env(&self, env: &str) -> StoreResult<Option<WorkspaceRecord>> {
-        accounts::workspace_by(&self.conn(), "inngest_env", env)
+        accounts::workspace_by(&*self.conns.read()?, "inngest_env", env)
     }
     fn workspace_by_tenant(&self, tenant: &str) -> StoreResult<Option<WorkspaceRecord>> {
-        accounts::workspace_by(&self.conn(), "runzivo_tenant_id", tenant)
+        accounts::workspace_by(&*self.conns.read()?, "runzivo_tenant_id", tenant)
     }
     fn list_workspaces(&self) -> StoreResult<Vec<WorkspaceRecord>> {
-        accounts::list_workspaces(&self.conn())
+        accounts::list_workspaces(&*self.conns.read()?)
     }
     fn insert_key(&self, key: &ApiKeyRecord) -> StoreResult<()> {
-        accounts::insert_key(&self.conn(), key)
+        accounts::insert_key(&*self.conns.write()?, key)
     }
     fn key_by_hash(&self, key_hash: &str) -> StoreResult<Option<ApiKeyRecord>> {
-        accounts::key_by_hash(&self.conn(), key_hash)
+        accounts::key_by_hash(&*self.conns.read()?, key_hash)
     }
     fn list_keys(&self, workspace: Option<&str>) -> StoreResult<Vec<ApiKeyRecord>> {
-        accounts::list_keys(&self.conn(), workspace)
+        accounts::list_keys(&*self.conns.read()?, workspace)
     }
     fn revoke_key(&self, id: Uuid, at: OffsetDateTime) -> StoreResult<bool> {
-        accounts::revoke_key(&self.conn(), id, at)
+        accounts::revoke_key(&*self.conns.write()?, id, at)
     }
     fn reinstate_key(&self, id: Uuid) -> StoreResult<bool> {
-        accounts::reinstate_key(&self.conn(), id)
+        accounts::reinstate_key(&*self.conns.write()?, id)
     }
     fn insert_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()> {
-        sandboxes::insert(&self.conn(), sb)
+        sandboxes::insert(&*self.conns.write()?, sb)
     }
     fn update_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()> {
-        sandboxes::update(&self.conn(), sb)
+        sandboxes::update(&*self.conns.write()?, sb)
     }
     fn get_sandbox(&self, id: Uuid) -> StoreResult<Option<SandboxRecord>> {
-        sandboxes::get(&self.conn(), id)
+        sandboxes::get(&*self.conns.read()?, id)
     }
     fn list_sandboxes(
         &self,
@@ -122,13 +115,13 @@ impl Store for SqliteStore {
         limit: u32,
         after: Option<Keyset>,
     ) -> StoreResult<Vec<SandboxRecord>> {
-        sandboxes::list(&self.conn(), workspace, limit, after)
+        sandboxes::list(&*self.conns.read()?, workspace, limit, after)
     }
     fn sandboxes_in_status(&self, statuses: &[&str]) -> StoreResult<Vec<SandboxRecord>> {
-        sandboxes::in_status(&self.conn(), statuses)
+        sandboxes::in_status(&*self.conns.read()?, statuses)
     }
     fn sandboxes_named(&self, workspace: &str, name: &str) -> StoreResult<Vec<SandboxRecord>> {
-        sandboxes::named(&self.conn(), workspace, name)
+        sandboxes::named(&*self.conns.read()?, workspace, name)
     }
     fn ended_sandboxes(
         &self,
@@ -137,13 +130,13 @@ impl Store for SqliteStore {
         limit: u32,
         after: Option<Keyset>,
     ) -> StoreResult<Vec<SandboxRecord>> {
-        sandboxes::ended(&self.conn(), workspace, since, limit, after)
+        sandboxes::ended(&*self.conns.read()?, workspace, since, limit, after)
     }
     fn insert_snapshot(&self, snap: &SnapshotRecord) -> StoreResult<()> {
-        snapshots::insert(&mut self.conn(), snap)
+        snapshots::insert(&mut *self.conns.write()?, snap)
     }
     fn get_snapshot(&self, id: Uuid) -> StoreResult<Option<SnapshotRecord>> {
-        snapshots::get(&self.conn(), id)
+        snapshots::get(&*self.conns.read()?, id)
     }
     fn list_snapshots(
         &self,
@@ -152,52 +145,52 @@ impl Store for SqliteStore {
         limit: u32,
         after: Option<Keyset>,
     ) -> StoreResult<Vec<SnapshotRecord>> {
-        snapshots::list(&self.conn(), workspace, name, limit, after)
+        snapshots::list(&*self.conns.read()?, workspace, name, limit, after)
     }
     fn delete_snapshot(&self, id: Uuid) -> StoreResult<bool> {
-        snapshots::delete(&self.conn(), id)
+        snapshots::delete(&*self.conns.write()?, id)
     }
     fn snapshots_using_layer(&self, digest: &str) -> StoreResult<u64> {
-        snapshots::using_layer(&self.conn(), digest)
+        snapshots::using_layer(&*self.conns.read()?, digest)
     }
     fn set_secret(&self, workspace: &str, name: &str, value: &[u8]) -> StoreResult<()> {
-        secrets::set(&self.conn(), &self.secrets, workspace, name, value)
+        secrets::set(&*self.conns.write()?, &self.secrets, workspace, name, value)
     }
     fn get_secret(&self, workspace: &str, name: &str) -> StoreResult<Option<Vec<u8>>> {
-        secrets::get(&self.conn(), &self.secrets, workspace, name)
+        secrets::get(&*self.conns.read()?, &self.secrets, workspace, name)
     }
     fn list_secret_names(&self, workspace: &str) -> StoreResult<Vec<String>> {
-        secrets::names(&self.conn(), workspace)
+        secrets::names(&*self.conns.read()?, workspace)
     }
     fn delete_secret(&self, workspace: &str, name: &str) -> StoreResult<bool> {
-        secrets::delete(&self.conn(), workspace, name)
+        secrets::delete(&*self.conns.write()?, workspace, name)
     }
     fn set_egress_policy(&self, policy: &EgressPolicyRecord) -> StoreResult<()> {
-        egress::set(&self.conn(), policy)
+        egress::set(&*self.conns.write()?, policy)
     }
     fn get_egress_policy(&self, workspace: &str) -> StoreResult<Option<EgressPolicyRecord>> {
-        egress::get(&self.conn(), workspace)
+        egress::get(&*self.conns.read()?, workspace)
     }
     fn delete_egress_policy(&self, workspace: &str) -> StoreResult<bool> {
-        egress::delete(&self.conn(), workspace)
+        egress::delete(&*self.conns.write()?, workspace)
     }
     fn set_quota_override(&self, quota: &QuotaOverrideRecord) -> StoreResult<()> {
-        quotas::set(&self.conn(), quota)
+        quotas::set(&*self.conns.write()?, quota)
     }
     fn get_quota_override(&self, workspace: &str) -> StoreResult<Option<QuotaOverrideRecord>> {
-        quotas::get(&self.conn(), workspace)
+        quotas::get(&*self.conns.read()?, workspace)
     }
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool> {
-        idempotency::put(&self.conn(), rec)
+        idempotency::put(&*self.conns.write()?, rec)
     }
     fn get_idempotency(
         &self,
         workspace: &str,
         key: &str,
     ) -> StoreResult<Option<IdempotencyRecord>> {
-        idempotency::get(&self.conn(), workspace, key)
+        idempotency::get(&*self.conns.read()?, workspace, key)
     }
     fn prune_idempotency(&self, before: OffsetDateTime) -> StoreResult<u64> {
-        idempotency::prune(&self.conn(), before)
+        idempotency::prune(&*self.conns.write()?, before)
     }
 }

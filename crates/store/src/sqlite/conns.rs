@@ -1,0 +1,98 @@
+//! The store's connections: one writer, taken within a bound, and a pool of readers
+//! that never wait behind it (WAL lets readers run beside a writer, ours or another
+//! process's).
+
+use crate::error::StoreError;
+use crate::StoreResult;
+use rusqlite::Connection;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long a write waits, in all, for the database's write lock (held by our own
+/// writer or by another process) before it fails with [`StoreError::Busy`]. SQLite's
+/// busy handler retries the lock within what is left of it.
+pub(super) const WRITE_BOUND: Duration = Duration::from_secs(2);
+
+/// How long a read waits on the rare locks a WAL reader can meet (a checkpoint or a
+/// recovery in another process).
+const READ_BOUND: Duration = Duration::from_secs(2);
+
+/// Readers kept open for reuse.
+const IDLE_READERS: usize = 8;
+
+/// Opens a connection to the database at `path` with the store's settings.
+pub(super) fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
+    let conn = Connection::open(path)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.busy_timeout(READ_BOUND)?;
+    Ok(conn)
+}
+
+/// The writer connection and the idle readers.
+pub(super) struct Conns {
+    path: PathBuf,
+    writer: parking_lot::Mutex<Connection>,
+    readers: parking_lot::Mutex<Vec<Connection>>,
+}
+
+impl Conns {
+    /// `writer` is the connection that set the database up (WAL mode, migrations).
+    pub(super) fn new(path: &Path, writer: Connection) -> Self {
+        Self {
+            path: path.to_owned(),
+            writer: parking_lot::Mutex::new(writer),
+            readers: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The writer, once our other writes let go of it and with SQLite told to wait for
+    /// another process's lock only for what is left of [`WRITE_BOUND`].
+    pub(super) fn write(&self) -> StoreResult<parking_lot::MutexGuard<'_, Connection>> {
+        let deadline = Instant::now() + WRITE_BOUND;
+        let conn = self
+            .writer
+            .try_lock_until(deadline)
+            .ok_or(StoreError::Busy)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        conn.busy_timeout(left.max(Duration::from_millis(1)))?;
+        Ok(conn)
+    }
+
+    /// A reader: an idle one, or a new connection.
+    pub(super) fn read(&self) -> StoreResult<Reader<'_>> {
+        let idle = self.readers.lock().pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => open(&self.path)?,
+        };
+        Ok(Reader {
+            conn: Some(conn),
+            conns: self,
+        })
+    }
+}
+
+/// A reader connection, given back to the pool when dropped.
+pub(super) struct Reader<'a> {
+    conn: Option<Connection>,
+    conns: &'a Conns,
+}
+
+impl std::ops::Deref for Reader<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+            .as_ref()
+            .expect("a reader holds its connection until dropped")
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        let mut idle = self.conns.readers.lock();
+        if let (Some(conn), true) = (self.conn.take(), idle.len() < IDLE_READERS) {
+            idle.push(conn);
+        }
+    }
+}
