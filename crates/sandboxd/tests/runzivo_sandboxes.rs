@@ -230,7 +230,13 @@ async fn unavailable_capacity_and_a_dead_agent_answer_503() {
             &json!({"cmd": "true"}),
         )
         .await;
-    reply.expect(503, "sandbox_exec_unavailable");
+    // The engine watches every agent: once it has seen this one die, the sandbox has
+    // ended (409, stopped); an exec that races that notice finds the agent gone (503).
+    let code = reply.json()["error"]["code"].as_str().map(str::to_owned);
+    match reply.status {
+        409 => assert_eq!(code.as_deref(), Some("sandbox_wrong_state")),
+        _ => reply.expect(503, "sandbox_exec_unavailable"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
