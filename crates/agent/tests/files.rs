@@ -132,3 +132,41 @@ async fn refuses_everything_but_regular_files() {
     );
     assert_eq!(std::fs::read(&target).unwrap(), b"keep");
 }
+
+/// The longest names and paths the kernel allows upload like any other: the temp file
+/// of the atomic replace never makes a name or path too long (a 212-255 byte name or a
+/// 4052-4095 byte path once answered ENAMETOOLONG).
+#[tokio::test]
+async fn the_longest_names_and_paths_upload() {
+    let agent = start().await;
+    let c = &agent.client;
+    let dir = agent.dir.path().join("long");
+    std::fs::create_dir(&dir).unwrap();
+    for len in [212, 255] {
+        let path = dir.join("n".repeat(len));
+        let p = path.to_str().unwrap();
+        let w = c.write_file(p, 0o644, body(&[b"named"])).await.unwrap();
+        assert_eq!(w.bytes_written, 5, "{len}-byte name");
+        assert_eq!(read_all(c, p).await.1, b"named");
+    }
+    // Directories of 200-byte names down to a 4095-byte path (PATH_MAX with its NUL).
+    let mut deep = dir.clone();
+    while deep.as_os_str().len() + 201 + 12 < 4095 {
+        deep.push("d".repeat(200));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    let room = 4095 - deep.as_os_str().len() - 1;
+    for name_len in [room, room - 30] {
+        let path = deep.join("f".repeat(name_len));
+        let p = path.to_str().unwrap();
+        let w = c.write_file(p, 0o644, body(&[b"deep"])).await.unwrap();
+        assert_eq!(w.bytes_written, 4, "a {}-byte path", p.len());
+        assert_eq!(read_all(c, p).await.1, b"deep");
+    }
+    let left: Vec<_> = std::fs::read_dir(&deep)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "temp files left: {left:?}");
+}

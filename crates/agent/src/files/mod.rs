@@ -13,7 +13,9 @@ use sandboxd_agent_protocol::{AgentError, AgentErrorCode, FileMeta, FileWritten}
 use std::fs::{OpenOptions, Permissions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+mod at;
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::ReaderStream;
 
@@ -81,31 +83,32 @@ pub(crate) async fn write(
     let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
         return Err(not_regular(path));
     };
-    match std::fs::metadata(parent) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
+    // Everything below is relative to the parent's descriptor, so neither the temp
+    // name nor the whole path's length can exceed a limit the final path is within.
+    let dir = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(parent)
+    {
+        Ok(dir) => dir,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
             return Err(error(
                 AgentErrorCode::FileNotFound,
                 format!("{} is not a directory", parent.display()),
             ))
         }
         Err(e) => return Err(file_io(&parent.display().to_string(), &e)),
-    }
-    match std::fs::symlink_metadata(p) {
-        Ok(m) if !m.file_type().is_file() => return Err(not_regular(path)),
+    };
+    match at::kind(&dir, name) {
+        Ok(Some(kind)) if kind != libc::S_IFREG => return Err(not_regular(path)),
         Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(file_io(path, &e)),
     }
-    let tmp: PathBuf = parent.join(format!(
-        ".{}.agent-tmp-{}",
-        name.to_string_lossy(),
-        uuid::Uuid::new_v4().simple()
-    ));
-    let result = fill(&tmp, mode, body).await;
-    let result = match result {
-        Ok(n) => match tokio::fs::rename(&tmp, p).await {
-            Ok(()) => sync_dir(parent).await.map(|()| n),
+    // A fixed-length name (49 bytes), whatever the file's own name is.
+    let tmp = format!(".sandboxd-upload-{}", uuid::Uuid::new_v4().simple());
+    let result = match fill(&dir, &tmp, mode, body).await {
+        Ok(n) => match at::rename(&dir, &tmp, name) {
+            Ok(()) => sync(dir.try_clone()).await.map(|()| n),
             Err(e) => Err(e),
         },
         Err(e) => Err(e),
@@ -116,19 +119,14 @@ pub(crate) async fn write(
             bytes_written,
         }),
         Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
+            at::remove(&dir, &tmp);
             Err(file_io(path, &e))
         }
     }
 }
 
-async fn fill(tmp: &Path, mode: u32, body: Incoming) -> io::Result<u64> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(tmp)?;
+async fn fill(dir: &std::fs::File, tmp: &str, mode: u32, body: Incoming) -> io::Result<u64> {
+    let file = at::create(dir, tmp)?;
     let mut file = tokio::fs::File::from_std(file);
     let mut stream = body.into_data_stream().map_err(io::Error::other);
     let mut written = 0u64;
@@ -148,9 +146,9 @@ async fn fill(tmp: &Path, mode: u32, body: Incoming) -> io::Result<u64> {
 }
 
 /// `fsync` of a directory, so that a rename into it is durable.
-async fn sync_dir(dir: &Path) -> io::Result<()> {
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || std::fs::File::open(dir)?.sync_all())
+async fn sync(dir: io::Result<std::fs::File>) -> io::Result<()> {
+    let dir = dir?;
+    tokio::task::spawn_blocking(move || dir.sync_all())
         .await
         .map_err(io::Error::other)?
 }
