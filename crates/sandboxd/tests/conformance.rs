@@ -154,3 +154,31 @@ fn runzivo_errors_speak_of_its_own_ids_and_states() {
         .any(|w| w.len() == 36 && w.matches('-').count() == 4);
     assert!(!uuid_like, "{message}");
 }
+
+#[test]
+fn openrelay_shows_no_expiry_for_a_sandbox_that_has_none() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [("SANDBOXD_NETWORK", "none")];
+    let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
+    // Inngest sandboxes have no timeout.
+    let id = server.create_sandbox(
+        MASTER,
+        &json!({"name": "no-timeout", "vcpu": 1, "memoryMb": 256}),
+    );
+    let listed = server.request("GET", "/v1/sandboxes", MASTER, None).json();
+    let item = listed["sandboxes"]
+        .as_array()
+        .and_then(|items| items.iter().find(|s| s["id"] == json!(id)))
+        .unwrap_or_else(|| panic!("{id} not in {listed}"))
+        .clone();
+    assert!(item["createdAt"].is_string(), "{item}");
+    assert!(
+        item.get("expiresAt").is_none(),
+        "an invented expiry: {item}"
+    );
+    let got = server
+        .request("GET", &format!("/v1/sandboxes/{id}"), MASTER, None)
+        .json();
+    assert!(got.get("expiresAt").is_none(), "{got}");
+    server.destroy(MASTER, &id);
+}

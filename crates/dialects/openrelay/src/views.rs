@@ -26,7 +26,10 @@ pub struct SandboxView {
     pub template: String,
     pub state: &'static str,
     pub created_at: String,
-    pub expires_at: String,
+    /// When its timeout ends it; absent for a sandbox that has none (made through
+    /// another dialect without a timeout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -80,7 +83,7 @@ pub fn sandbox(sb: &Sandbox) -> SandboxView {
         template: attrs.template,
         state: state(sb.status),
         created_at: rfc3339_nanos(sb.created_at),
-        expires_at: rfc3339_nanos(sb.expires_at.unwrap_or(sb.created_at)),
+        expires_at: sb.expires_at.map(rfc3339_nanos),
         ended_at: sb.ended_at.filter(|_| ended).map(rfc3339_nanos),
         exit_reason: sb
             .end_reason
