@@ -57,3 +57,9 @@ pub use types::*;
 
 /// Protocol version reported by `/v1/health`; bump on incompatible changes.
 pub const PROTOCOL_VERSION: u32 = 1;
+
+/// `PATH` of a command that names none: the usual directories, then the built-in
+/// image's own links (`/opt/sandboxd/bin`: `python` → `python3`, as Debian's
+/// `python-is-python3` would make it).
+pub const DEFAULT_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/sandboxd/bin";

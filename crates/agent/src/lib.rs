@@ -61,10 +61,7 @@ impl std::fmt::Debug for AgentConfig {
 impl Default for AgentConfig {
     fn default() -> Self {
         let env = [
-            (
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            ),
+            ("PATH", sandboxd_agent_protocol::DEFAULT_PATH),
             ("HOME", "/root"),
             ("TERM", "xterm-256color"),
             ("LANG", "C.UTF-8"),

@@ -182,3 +182,19 @@ fn openrelay_shows_no_expiry_for_a_sandbox_that_has_none() {
     assert!(got.get("expiresAt").is_none(), "{got}");
     server.destroy(MASTER, &id);
 }
+
+#[test]
+fn the_openrelay_pages_own_python_example_prints_42() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [("SANDBOXD_NETWORK", "none")];
+    let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
+    let body = json!({"template": "python", "run": {"cmd": "python -c 'print(6*7)'"}});
+    let r = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["result"]["exitCode"], 0, "{v}");
+    assert_eq!(v["result"]["stdout"], "42\n", "{v}");
+    let id = v["id"].as_str().expect("id");
+    let gone = server.request("DELETE", &format!("/v1/sandboxes/{id}"), MASTER, None);
+    assert_eq!(gone.status / 100, 2, "{}", gone.text());
+}

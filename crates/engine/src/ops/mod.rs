@@ -27,10 +27,7 @@ pub use exec_stream::{
 /// The environment the agent gives a command when none is sent; the engine sends it
 /// itself whenever the sandbox has create-time variables or secrets to add.
 pub const AGENT_DEFAULT_ENV: [(&str, &str); 4] = [
-    (
-        "PATH",
-        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    ),
+    ("PATH", sandboxd_agent_protocol::DEFAULT_PATH),
     ("HOME", "/root"),
     ("TERM", "xterm-256color"),
     ("LANG", "C.UTF-8"),

@@ -16,10 +16,10 @@ const PASSWD: &str =
 const GROUP: &str = "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n";
 const HOSTS: &str = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
 const NSSWITCH: &str = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n";
-const PROFILE: &str = "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nif [ -n \"$BASH_VERSION\" ] && [ -f /etc/bash.bashrc ]; then . /etc/bash.bashrc; fi\n";
+const PROFILE: &str = "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/sandboxd/bin\nif [ -n \"$BASH_VERSION\" ] && [ -f /etc/bash.bashrc ]; then . /etc/bash.bashrc; fi\n";
 const BASHRC: &str = "PS1='\\u@\\h:\\w\\$ '\n";
 /// Empty directories of the root skeleton, with their modes.
-const DIRS: [(&str, u32); 16] = [
+const DIRS: [(&str, u32); 18] = [
     ("usr", 0o755),
     ("proc", 0o555),
     ("sys", 0o555),
@@ -32,6 +32,8 @@ const DIRS: [(&str, u32); 16] = [
     ("var/tmp", 0o1777),
     ("workspace", 0o755),
     ("opt", 0o755),
+    ("opt/sandboxd", 0o755),
+    ("opt/sandboxd/bin", 0o755),
     ("mnt", 0o755),
     ("etc", 0o755),
     ("etc/ld.so.conf.d", 0o755),
@@ -92,6 +94,11 @@ pub fn build_base(dir: &Path, host: &Path) -> Result<(), RuntimeError> {
         if let Ok(target) = std::fs::read_link(host.join(name)) {
             symlink(&target, dir.join(name)).map_err(io("linking into /usr", &dir.join(name)))?;
         }
+    }
+    // Debian's python-is-python3, which the host's /usr cannot carry (it is read-only).
+    if host.join("usr/bin/python3").exists() && !host.join("usr/bin/python").exists() {
+        let link = dir.join("opt/sandboxd/bin/python");
+        symlink("/usr/bin/python3", &link).map_err(io("linking python", &link))?;
     }
     let etc = dir.join("etc");
     for (name, text) in [
