@@ -31,7 +31,7 @@ fn end_reason_str(r: EndReason) -> String {
         .unwrap_or_default()
 }
 
-fn end_reason_parse(s: &str) -> Option<EndReason> {
+pub(crate) fn end_reason_parse(s: &str) -> Option<EndReason> {
     serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
 }
 

@@ -1,5 +1,6 @@
 //! `GET /logs?follow=true` keeps the stream open while the sandbox lives and ends it
-//! cleanly (no error frame) once the sandbox is destroyed.
+//! with the dialect's terminal error frame (`sandbox_not_running`) once the sandbox is
+//! destroyed, so a client can tell that end from a dropped connection.
 
 mod inngest_api;
 
@@ -55,12 +56,61 @@ async fn follow_ends_when_the_sandbox_is_destroyed() {
         let rest = body.collect().await.expect("clean end").to_bytes();
         seen.extend(rest);
         let frames = frames(&seen);
-        assert!(
-            frames.iter().all(|f| f["type"] == "log"),
-            "a follow ended by destroy must not end in an error frame: {frames:?}"
-        );
+        let (last, logs) = frames.split_last().expect("frames");
+        assert!(logs.iter().all(|f| f["type"] == "log"), "{frames:?}");
+        assert_eq!(last["type"], "error", "no terminal frame: {frames:?}");
+        assert_eq!(last["errors"][0]["code"], "sandbox_not_running", "{last}");
         let text = decoded(&seen);
         assert!(text.contains("before-follow\n") && text.contains("while-following\n"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_followed_process_output_ends_with_an_error_frame_when_the_sandbox_ends() {
+    Api::run(|api| async move {
+        let id = api.sandbox("output-follow").await;
+        let started = api
+            .post(
+                &format!("/v2/sandboxes/{id}/processes"),
+                json!({"command": ["/bin/sh", "-c", "echo up; exec sleep 600"]}),
+            )
+            .await;
+        assert_eq!(started.status, StatusCode::CREATED, "{}", started.json());
+        let pid = started.json()["data"]["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        let req = Request::get(format!(
+            "/v2/sandboxes/{id}/processes/{pid}/output/stream?tailBytes=0"
+        ))
+        .header(header::AUTHORIZATION, format!("Bearer {MASTER}"))
+        .body(Body::empty())
+        .expect("request");
+        let response = sandboxd_server::app(api.engine.clone())
+            .oneshot(req)
+            .await
+            .expect("infallible");
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut body = response.into_body();
+        let mut seen = Vec::new();
+        while !decoded(&seen).contains("up\n") {
+            let frame = body.frame().await.expect("stream open").expect("frame");
+            seen.extend(frame.into_data().unwrap_or_default());
+        }
+        let destroyed = api
+            .send(
+                Some(MASTER),
+                Request::delete(format!("/v2/sandboxes/{id}")),
+                Body::empty(),
+            )
+            .await;
+        assert!(matches!(destroyed.status.as_u16(), 202 | 204));
+        seen.extend(body.collect().await.expect("end").to_bytes());
+        let frames = frames(&seen);
+        let last = frames.last().expect("frames");
+        assert_eq!(last["type"], "error", "no terminal frame: {frames:?}");
+        assert_eq!(last["errors"][0]["code"], "sandbox_not_running", "{last}");
     })
     .await;
 }

@@ -2,9 +2,9 @@
 
 use super::Hold;
 use crate::engine::Engine;
-use crate::error::EngineError;
+use crate::error::{EngineError, ErrorCode};
 use crate::model::WorkspaceId;
-use crate::output::{from_frames as mapped, OutputStream};
+use crate::output::{from_frames as mapped, OutputEvent, OutputStream};
 use crate::state::SandboxStatus;
 use futures_util::stream::StreamExt;
 use sandboxd_store::Store;
@@ -28,7 +28,10 @@ impl Engine {
                 Ok(async move { client.output(pid, tail_bytes, follow).await })
             })
             .await?;
-        Ok(self.until_shutdown(mapped(s)))
+        Ok(self.until_shutdown(match follow {
+            true => ended_by_its_sandbox(mapped(s), self.store.clone(), id),
+            false => mapped(s),
+        }))
     }
 
     /// All output of a held process from its first byte, then live output until
@@ -47,9 +50,9 @@ impl Engine {
         Ok(mapped(s))
     }
 
-    /// The sandbox-level log, then live frames when `follow`. A follow ends cleanly
-    /// (no error frame) when the sandbox ends: destroy or expiry stops its agent, and
-    /// the broken agent stream is then the end of the log, not a failure.
+    /// The sandbox-level log, then live frames when `follow`. A follow the sandbox's end
+    /// cuts (destroy, expiry, a dead agent) ends with a `WrongState` error naming the
+    /// sandbox's state, so a reader can tell it from a dropped connection.
     pub async fn logs(
         &self,
         ws: &WorkspaceId,
@@ -62,39 +65,78 @@ impl Engine {
             })
             .await?;
         Ok(self.until_shutdown(match follow {
-            true => until_ended(mapped(s), self.store.clone(), id),
+            true => ended_by_its_sandbox(mapped(s), self.store.clone(), id),
             false => mapped(s),
         }))
     }
 }
 
 /// Ends `frames` at its first error if sandbox `id` is ending or gone by then.
-fn until_ended(frames: OutputStream, store: Arc<dyn Store>, id: Uuid) -> OutputStream {
-    frames
-        .then(move |item| {
-            let store = store.clone();
-            async move {
-                match item {
-                    Err(err) if sandbox_ended(store.as_ref(), id) => {
-                        tracing::debug!(%id, %err, "log follow ended with the sandbox");
-                        None
-                    }
-                    other => Some(other),
+/// A followed stream that ends with a terminal error, never silently: when it breaks
+/// or stops before its process's `Exit`, the error says the sandbox ended (with its
+/// state) if it did, or that the agent went away.
+fn ended_by_its_sandbox(events: OutputStream, store: Arc<dyn Store>, id: Uuid) -> OutputStream {
+    futures_util::stream::unfold(Some((events, false)), move |state| {
+        let store = store.clone();
+        async move {
+            let (mut events, exited) = state?;
+            match events.next().await {
+                Some(Ok(event)) => {
+                    let exited = exited || matches!(event, OutputEvent::Exit(_));
+                    Some((Ok(event), Some((events, exited))))
+                }
+                Some(Err(err)) => {
+                    Some((Err(sandbox_ended(store.as_ref(), id).unwrap_or(err)), None))
+                }
+                None if exited => None,
+                None => {
+                    let gone = || {
+                        EngineError::new(
+                            ErrorCode::Unavailable,
+                            "the sandbox's agent closed the stream",
+                        )
+                    };
+                    Some((
+                        Err(sandbox_ended(store.as_ref(), id).unwrap_or_else(gone)),
+                        None,
+                    ))
                 }
             }
-        })
-        .take_while(|item| std::future::ready(item.is_some()))
-        .filter_map(std::future::ready)
-        .boxed()
+        }
+    })
+    .boxed()
 }
 
-fn sandbox_ended(store: &dyn Store, id: Uuid) -> bool {
-    match store.get_sandbox(id) {
-        Ok(Some(record)) => matches!(
-            SandboxStatus::parse(&record.status),
-            Some(SandboxStatus::Terminating | SandboxStatus::Terminated) | None
-        ),
-        Ok(None) => true,
-        Err(_) => false,
+/// The error for a stream cut by its sandbox's end, if the sandbox has ended.
+fn sandbox_ended(store: &dyn Store, id: Uuid) -> Option<EngineError> {
+    let record = match store.get_sandbox(id) {
+        Ok(Some(record)) => record,
+        Ok(None) => {
+            return Some(EngineError::new(
+                ErrorCode::SandboxNotFound,
+                "the sandbox is gone",
+            ))
+        }
+        Err(_) => return None,
+    };
+    let status = SandboxStatus::parse(&record.status)?;
+    if !matches!(
+        status,
+        SandboxStatus::Terminating | SandboxStatus::Terminated | SandboxStatus::Failed
+    ) {
+        return None;
     }
+    let mut err = EngineError::new(
+        ErrorCode::WrongState,
+        format!(
+            "the sandbox ended ({}) while this stream followed it",
+            status.as_str()
+        ),
+    );
+    let reason = record
+        .end_reason
+        .as_deref()
+        .and_then(crate::convert::end_reason_parse);
+    err.state = Some((status, reason));
+    Some(err)
 }
