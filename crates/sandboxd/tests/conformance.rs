@@ -198,3 +198,18 @@ fn the_openrelay_pages_own_python_example_prints_42() {
     let gone = server.request("DELETE", &format!("/v1/sandboxes/{id}"), MASTER, None);
     assert_eq!(gone.status / 100, 2, "{}", gone.text());
 }
+
+#[test]
+fn an_openrelay_run_cut_by_the_sandboxs_timeout_says_so() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [("SANDBOXD_NETWORK", "none")];
+    let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
+    let body = json!({"template": "default", "timeoutSeconds": 1, "run": {"cmd": "echo started; sleep 60"}});
+    let r = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["result"]["stdout"], "started\n", "{v}");
+    assert_eq!(v["result"]["error"]["code"], "TIMEOUT", "{v}");
+    let message = v["result"]["error"]["error"].as_str().unwrap_or_default();
+    assert!(message.contains("timeoutSeconds"), "{v}");
+}

@@ -6,7 +6,9 @@ use crate::error::ApiError;
 use crate::events::{Emitter, Event};
 use crate::views::ResultView;
 use futures_util::StreamExt;
-use sandboxd_engine::{Engine, ExecEvent, OnCap, StreamCommand, StreamKind, WorkspaceId};
+use sandboxd_engine::{
+    Engine, ExecEvent, OnCap, SandboxEnd, StreamCommand, StreamKind, WorkspaceId,
+};
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
@@ -103,19 +105,34 @@ async fn drive(
             }
             ExecEvent::Exit(end) => {
                 result.truncated = end.truncated;
-                if end.sandbox_ended.is_some() {
-                    break;
+                if let Some(why) = end.sandbox_ended {
+                    return Err(ended_under_it(Some(why)));
                 }
                 result.exit_code = end.exit.map(|e| e.shell_code());
                 return Ok(());
             }
         }
     }
-    Err(ApiError::new(
-        axum::http::StatusCode::CONFLICT,
-        "SANDBOX_ENDED",
-        "the sandbox ended before the command finished",
-    ))
+    Err(ended_under_it(None))
+}
+
+/// The result's error when the sandbox ended before its command did, saying how.
+fn ended_under_it(why: Option<SandboxEnd>) -> ApiError {
+    let (code, message) = match why {
+        Some(SandboxEnd::Expired) => (
+            "TIMEOUT",
+            "the sandbox reached its timeoutSeconds before the command finished",
+        ),
+        Some(SandboxEnd::Deleted) => (
+            "SANDBOX_ENDED",
+            "the sandbox was deleted before the command finished",
+        ),
+        Some(SandboxEnd::Stopped) | None => (
+            "SANDBOX_ENDED",
+            "the sandbox stopped before the command finished",
+        ),
+    };
+    ApiError::new(axum::http::StatusCode::CONFLICT, code, message)
 }
 
 #[cfg(test)]
