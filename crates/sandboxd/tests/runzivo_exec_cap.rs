@@ -38,8 +38,9 @@ async fn a_fast_producer_gets_every_byte_up_to_the_cap() {
     assert_eq!(exit, ending(false));
 }
 
-/// Reads a streamed NDJSON answer 64 KiB at a time with a pause after each read.
-async fn read_slowly(s: &Server, id: &str, cmd: &str) -> Vec<Value> {
+/// Reads a streamed NDJSON answer 64 KiB at a time with a pause after each read; also
+/// returns the server's peak RSS (KiB) seen while it waited for this reader.
+async fn read_slowly(s: &Server, id: &str, cmd: &str) -> (Vec<Value>, u64) {
     let body = json!({ "cmd": cmd }).to_string();
     let path = s.path(&format!("/{id}/exec"));
     let resp = s
@@ -53,7 +54,7 @@ async fn read_slowly(s: &Server, id: &str, cmd: &str) -> Vec<Value> {
         .await;
     assert_eq!(resp.status(), 200);
     let mut body = BodyStream::new(resp.into_body());
-    let (mut raw, mut since_pause) = (Vec::new(), 0usize);
+    let (mut raw, mut since_pause, mut peak) = (Vec::new(), 0usize, 0u64);
     while let Some(frame) = body.next().await {
         if let Ok(data) = frame.expect("body").into_data() {
             since_pause += data.len();
@@ -61,21 +62,32 @@ async fn read_slowly(s: &Server, id: &str, cmd: &str) -> Vec<Value> {
         }
         if since_pause >= 64 * 1024 {
             since_pause = 0;
+            peak = peak.max(s.rss_kib());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    raw.split(|b| *b == b'\n')
+    let lines = raw
+        .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
         .map(|l| serde_json::from_slice(l).expect("one JSON value per line"))
-        .collect()
+        .collect();
+    (lines, peak)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_reader_gets_every_byte_up_to_the_cap() {
     let s = Server::start(30);
     let id = s.create().await;
-    let lines = read_slowly(&s, &id, &seq_cmd(3 * CAP)).await;
+    let before = s.rss_kib();
+    let (lines, peak) = read_slowly(&s, &id, &seq_cmd(3 * CAP)).await;
     let (out, exit) = collect(&lines);
     assert_same(&out, &seq_prefix(CAP), "a slow reader of 24 MiB");
     assert_eq!(exit, ending(true));
+    // The producer waited for the reader: the server held a bounded window of the
+    // output, never the whole 8 MiB it delivered (base64 would make that 11 MiB).
+    eprintln!("server RSS {before} KiB before, peak {peak} KiB while the reader lagged");
+    assert!(
+        peak < before + 8 * 1024,
+        "{peak} KiB at peak, {before} KiB before"
+    );
 }

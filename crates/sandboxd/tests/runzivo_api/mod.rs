@@ -159,6 +159,17 @@ impl Server {
         }
     }
 
+    /// The server's resident memory in KiB (`VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the server's status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS")
+    }
+
     /// The server's data directory (for the store tools, e.g. `sandboxd quota`).
     pub fn data_dir(&self) -> &std::path::Path {
         self._dir.path()
