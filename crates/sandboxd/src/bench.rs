@@ -20,8 +20,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 30)]
     pub samples: usize,
     /// Idle sandboxes to hold at once for the memory measure.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 1000)]
     pub idle: usize,
+    /// Concurrent create -> exec -> destroy sequences through HTTP for the load measure.
+    #[arg(long, default_value_t = 100)]
+    pub load: usize,
 }
 
 /// One reported line: a measure, its median, and its ratio to a baseline.
@@ -77,6 +80,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
     let per_idle = idle_memory(&runtime, &rt, args.idle)?;
     let http = crate::bench_http::measure(n, "none")?;
     let http_egress = crate::bench_http::measure(n, "egress")?;
+    let load = crate::bench_http::load(args.load)?;
 
     let rows = [
         Row {
@@ -188,6 +192,34 @@ pub fn main(args: BenchArgs) -> Result<()> {
             "< 4 MiB"
         );
     }
+    let (p50, p99) = (load.create_quantile(0.5), load.create_quantile(0.99));
+    println!(
+        "{:<58} {:>10.3}ms {:>10} {:>8}",
+        format!(
+            "HTTP: {} concurrent create->exec->destroy, create p50",
+            load.sequences
+        ),
+        ms(p50),
+        "",
+        ""
+    );
+    println!(
+        "{:<58} {:>10.3}ms {:>10} {:>8}",
+        "  ... create p99",
+        ms(p99),
+        format!(
+            "{:.2}x p50",
+            p99.as_secs_f64() / p50.as_secs_f64().max(1e-9)
+        ),
+        "<= 3x"
+    );
+    println!(
+        "{:<58} {:>12} {:>10} {:>8}",
+        "  ... sequences failed",
+        format!("{} of {}", load.failures, load.sequences),
+        "",
+        "0"
+    );
     let paired: [(&str, Paired); 4] = [
         ("exec round trip", exec),
         ("HTTP loopback spaced", http.create_first_exec),

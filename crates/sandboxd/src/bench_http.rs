@@ -44,7 +44,7 @@ pub fn measure(samples: usize, network: &str) -> Result<HttpFigures> {
     let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
     let dir = std::env::temp_dir().join(format!("sandboxd-bench-{short}"));
     let key = format!("bench-{}", uuid::Uuid::new_v4().simple());
-    let mut server = Serve::start(&dir, &key, network)?;
+    let mut server = Serve::start(&dir, &key, network, &[])?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -62,6 +62,94 @@ pub fn measure(samples: usize, network: &str) -> Result<HttpFigures> {
     figures
 }
 
+/// What `n` concurrent create → exec → destroy sequences through HTTP met.
+pub struct LoadFigures {
+    pub sequences: usize,
+    /// Sequences that failed anywhere (an error status or a broken connection).
+    pub failures: usize,
+    /// Each create answered RUNNING, sorted.
+    pub creates: Vec<Duration>,
+}
+
+impl LoadFigures {
+    /// The `q` quantile (0..=1) of the create times.
+    pub fn create_quantile(&self, q: f64) -> Duration {
+        let last = self.creates.len().saturating_sub(1);
+        self.creates
+            .get((last as f64 * q).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// Runs `n` create → exec `/bin/true` → destroy sequences at once, each on its own
+/// connection, against a server whose capacity and workspace quota admit them all (with
+/// no network, like the spaced rows' loopback case).
+pub fn load(n: usize) -> Result<LoadFigures> {
+    let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
+    let dir = std::env::temp_dir().join(format!("sandboxd-load-{short}"));
+    let key = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let room = (n * 2).to_string();
+    let env = [
+        ("SANDBOXD_MAX_SANDBOXES", room.as_str()),
+        ("SANDBOXD_MAX_VCPU_TOTAL", room.as_str()),
+        ("SANDBOXD_MAX_MEMORY_MIB_TOTAL", "10000000"),
+        ("SANDBOXD_WORKSPACE_QUOTA_SANDBOXES", room.as_str()),
+        ("SANDBOXD_WORKSPACE_QUOTA_VCPU", room.as_str()),
+        ("SANDBOXD_WORKSPACE_QUOTA_MEMORY_MB", "10000000"),
+        ("SANDBOXD_CREATE_RATE_BURST", room.as_str()),
+    ];
+    let mut server = Serve::start(&dir, &key, "none", &env)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let figures = rt.block_on(async {
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let (addr, key) = (server.addr, key.clone());
+                tokio::spawn(async move {
+                    let mut api = Api::connect(addr, &key).await?;
+                    let t = Instant::now();
+                    let id = api.create().await?;
+                    let create = t.elapsed();
+                    api.exec_true(&id).await?;
+                    api.destroy(&id).await?;
+                    Ok::<_, anyhow::Error>(create)
+                })
+            })
+            .collect();
+        let mut figures = LoadFigures {
+            sequences: n,
+            failures: 0,
+            creates: Vec::with_capacity(n),
+        };
+        for task in tasks {
+            match task.await {
+                Ok(Ok(create)) => figures.creates.push(create),
+                Ok(Err(e)) => {
+                    figures.failures += 1;
+                    eprintln!("bench: a load sequence failed: {e:#}");
+                }
+                Err(e) => {
+                    figures.failures += 1;
+                    eprintln!("bench: a load sequence panicked: {e}");
+                }
+            }
+        }
+        figures.creates.sort();
+        // Whatever a failed sequence left behind.
+        if let Ok(mut api) = Api::connect(server.addr, &key).await {
+            let _ = api.destroy_listed().await;
+        }
+        figures
+    });
+    server.stop();
+    if let Err(e) = std::fs::remove_dir_all(&dir) {
+        eprintln!("bench: cannot remove {}: {e}", dir.display());
+    }
+    Ok(figures)
+}
+
 /// The `sandboxd serve` child.
 struct Serve {
     child: Child,
@@ -69,7 +157,7 @@ struct Serve {
 }
 
 impl Serve {
-    fn start(dir: &Path, key: &str, network: &str) -> Result<Serve> {
+    fn start(dir: &Path, key: &str, network: &str, env: &[(&str, &str)]) -> Result<Serve> {
         let exe = std::env::current_exe().context("locating the sandboxd binary")?;
         let mut child = Command::new(exe)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -81,6 +169,7 @@ impl Serve {
             .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
             .env("RUST_LOG", "warn,sandboxd_server=info")
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -160,7 +249,7 @@ impl Api {
     }
 
     async fn create(&mut self) -> Result<String> {
-        let name = format!("bench-{}", self.made.len());
+        let name = format!("bench-{}", uuid::Uuid::new_v4().simple());
         let body = json!({"name": name, "vcpu": 1, "memoryMb": 256});
         let (status, v) = self.call("POST", "/v2/sandboxes", Some(body)).await?;
         ensure!(
@@ -239,6 +328,22 @@ impl Api {
             self.destroy(&id).await?;
         }
         Ok(times)
+    }
+
+    /// Destroys every active sandbox the server lists (made here or not).
+    async fn destroy_listed(&mut self) -> Result<()> {
+        let (_, v) = self.call("GET", "/v2/sandboxes?limit=250", None).await?;
+        let ids: Vec<String> = v["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["status"] != "TERMINATED")
+            .filter_map(|s| s["id"].as_str().map(str::to_owned))
+            .collect();
+        for id in ids {
+            self.destroy(&id).await?;
+        }
+        Ok(())
     }
 
     /// Destroys every sandbox made, waiting until each is TERMINATED.
