@@ -96,6 +96,11 @@ impl From<StoreError> for EngineError {
                 e,
             )
             .retry_after(BUSY_RETRY),
+            StoreError::Full => EngineError::with_source(
+                ErrorCode::InsufficientStorage,
+                "the data directory's disk is full",
+                e,
+            ),
             e => EngineError::with_source(ErrorCode::Internal, "the sandbox database failed", e),
         }
     }

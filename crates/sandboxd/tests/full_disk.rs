@@ -276,9 +276,9 @@ fn a_full_layer_is_enospc_inside_507_on_upload_and_delete_frees_it() {
     s.destroy(KEY, &again);
 }
 
+/// The data dir's filesystem itself full: the store gives up its reserve so that the
+/// DELETEs that free the space land (a 500 before the reserve).
 #[test]
-#[ignore = "open: on a full data dir DELETE answers 500 (the store cannot write); its \
-            sandboxes then outlive the test"]
 fn an_upload_the_full_host_cannot_store_is_507_and_delete_still_works() {
     let fs = SmallFs::new();
     // Overcommitted on purpose: two 400 MiB layers on about 270 MiB.

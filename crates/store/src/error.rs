@@ -9,6 +9,9 @@ pub enum StoreError {
     /// writes) for longer than a write waits: retry later.
     #[error("the database is busy")]
     Busy,
+    /// The database's filesystem is full (even after its reserve was given up).
+    #[error("the database's disk is full")]
+    Full,
     #[error("cannot {what} at {path}")]
     Io {
         what: &'static str,
@@ -39,6 +42,7 @@ impl From<rusqlite::Error> for StoreError {
             Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
                 StoreError::Busy
             }
+            Some(rusqlite::ErrorCode::DiskFull) => StoreError::Full,
             _ => StoreError::Sqlite(e),
         }
     }

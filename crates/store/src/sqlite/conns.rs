@@ -32,15 +32,17 @@ pub(super) fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
 /// The writer connection and the idle readers.
 pub(super) struct Conns {
     path: PathBuf,
+    reserve: super::reserve::Reserve,
     writer: parking_lot::Mutex<Connection>,
     readers: parking_lot::Mutex<Vec<Connection>>,
 }
 
 impl Conns {
     /// `writer` is the connection that set the database up (WAL mode, migrations).
-    pub(super) fn new(path: &Path, writer: Connection) -> Self {
+    pub(super) fn new(path: &Path, writer: Connection, reserve: super::reserve::Reserve) -> Self {
         Self {
             path: path.to_owned(),
+            reserve,
             writer: parking_lot::Mutex::new(writer),
             readers: parking_lot::Mutex::new(Vec::new()),
         }
@@ -57,6 +59,19 @@ impl Conns {
         let left = deadline.saturating_duration_since(Instant::now());
         conn.busy_timeout(left.max(Duration::from_millis(1)))?;
         Ok(conn)
+    }
+
+    /// Runs a write on the writer; when the disk is full, gives up the reserve and
+    /// tries once more, so that writes that free space still land.
+    pub(super) fn write_with<T>(
+        &self,
+        mut op: impl FnMut(&mut Connection) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let mut conn = self.write()?;
+        match op(&mut conn) {
+            Err(StoreError::Full) if self.reserve.release() => op(&mut conn),
+            other => other,
+        }
     }
 
     /// A reader: an idle one, or a new connection.

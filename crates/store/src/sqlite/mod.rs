@@ -7,6 +7,7 @@ mod egress;
 mod idempotency;
 mod migrations;
 mod quotas;
+mod reserve;
 mod sandboxes;
 mod secrets;
 mod snapshots;
@@ -49,7 +50,7 @@ impl SqliteStore {
         conn.busy_timeout(conns::WRITE_BOUND)?;
         migrations::migrate(&mut conn)?;
         Ok(Self {
-            conns: conns::Conns::new(path, conn),
+            conns: conns::Conns::new(path, conn, reserve::Reserve::keep(dir)),
             secrets,
         })
     }
@@ -71,7 +72,7 @@ pub(super) fn unique_violation(e: rusqlite::Error, what: impl FnOnce() -> String
 
 impl Store for SqliteStore {
     fn create_workspace(&self, ws: &WorkspaceRecord) -> StoreResult<()> {
-        accounts::create_workspace(&*self.conns.write()?, ws)
+        self.conns.write_with(|c| accounts::create_workspace(c, ws))
     }
     fn get_workspace(&self, id: &str) -> StoreResult<Option<WorkspaceRecord>> {
         accounts::workspace_by(&*self.conns.read()?, "id", id)
@@ -86,7 +87,7 @@ impl Store for SqliteStore {
         accounts::list_workspaces(&*self.conns.read()?)
     }
     fn insert_key(&self, key: &ApiKeyRecord) -> StoreResult<()> {
-        accounts::insert_key(&*self.conns.write()?, key)
+        self.conns.write_with(|c| accounts::insert_key(c, key))
     }
     fn key_by_hash(&self, key_hash: &str) -> StoreResult<Option<ApiKeyRecord>> {
         accounts::key_by_hash(&*self.conns.read()?, key_hash)
@@ -95,16 +96,16 @@ impl Store for SqliteStore {
         accounts::list_keys(&*self.conns.read()?, workspace)
     }
     fn revoke_key(&self, id: Uuid, at: OffsetDateTime) -> StoreResult<bool> {
-        accounts::revoke_key(&*self.conns.write()?, id, at)
+        self.conns.write_with(|c| accounts::revoke_key(c, id, at))
     }
     fn reinstate_key(&self, id: Uuid) -> StoreResult<bool> {
-        accounts::reinstate_key(&*self.conns.write()?, id)
+        self.conns.write_with(|c| accounts::reinstate_key(c, id))
     }
     fn insert_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()> {
-        sandboxes::insert(&*self.conns.write()?, sb)
+        self.conns.write_with(|c| sandboxes::insert(c, sb))
     }
     fn update_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()> {
-        sandboxes::update(&*self.conns.write()?, sb)
+        self.conns.write_with(|c| sandboxes::update(c, sb))
     }
     fn get_sandbox(&self, id: Uuid) -> StoreResult<Option<SandboxRecord>> {
         sandboxes::get(&*self.conns.read()?, id)
@@ -133,7 +134,7 @@ impl Store for SqliteStore {
         sandboxes::ended(&*self.conns.read()?, workspace, since, limit, after)
     }
     fn insert_snapshot(&self, snap: &SnapshotRecord) -> StoreResult<()> {
-        snapshots::insert(&mut *self.conns.write()?, snap)
+        self.conns.write_with(|c| snapshots::insert(c, snap))
     }
     fn get_snapshot(&self, id: Uuid) -> StoreResult<Option<SnapshotRecord>> {
         snapshots::get(&*self.conns.read()?, id)
@@ -148,13 +149,14 @@ impl Store for SqliteStore {
         snapshots::list(&*self.conns.read()?, workspace, name, limit, after)
     }
     fn delete_snapshot(&self, id: Uuid) -> StoreResult<bool> {
-        snapshots::delete(&*self.conns.write()?, id)
+        self.conns.write_with(|c| snapshots::delete(c, id))
     }
     fn snapshots_using_layer(&self, digest: &str) -> StoreResult<u64> {
         snapshots::using_layer(&*self.conns.read()?, digest)
     }
     fn set_secret(&self, workspace: &str, name: &str, value: &[u8]) -> StoreResult<()> {
-        secrets::set(&*self.conns.write()?, &self.secrets, workspace, name, value)
+        self.conns
+            .write_with(|c| secrets::set(c, &self.secrets, workspace, name, value))
     }
     fn get_secret(&self, workspace: &str, name: &str) -> StoreResult<Option<Vec<u8>>> {
         secrets::get(&*self.conns.read()?, &self.secrets, workspace, name)
@@ -163,25 +165,26 @@ impl Store for SqliteStore {
         secrets::names(&*self.conns.read()?, workspace)
     }
     fn delete_secret(&self, workspace: &str, name: &str) -> StoreResult<bool> {
-        secrets::delete(&*self.conns.write()?, workspace, name)
+        self.conns
+            .write_with(|c| secrets::delete(c, workspace, name))
     }
     fn set_egress_policy(&self, policy: &EgressPolicyRecord) -> StoreResult<()> {
-        egress::set(&*self.conns.write()?, policy)
+        self.conns.write_with(|c| egress::set(c, policy))
     }
     fn get_egress_policy(&self, workspace: &str) -> StoreResult<Option<EgressPolicyRecord>> {
         egress::get(&*self.conns.read()?, workspace)
     }
     fn delete_egress_policy(&self, workspace: &str) -> StoreResult<bool> {
-        egress::delete(&*self.conns.write()?, workspace)
+        self.conns.write_with(|c| egress::delete(c, workspace))
     }
     fn set_quota_override(&self, quota: &QuotaOverrideRecord) -> StoreResult<()> {
-        quotas::set(&*self.conns.write()?, quota)
+        self.conns.write_with(|c| quotas::set(c, quota))
     }
     fn get_quota_override(&self, workspace: &str) -> StoreResult<Option<QuotaOverrideRecord>> {
         quotas::get(&*self.conns.read()?, workspace)
     }
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool> {
-        idempotency::put(&*self.conns.write()?, rec)
+        self.conns.write_with(|c| idempotency::put(c, rec))
     }
     fn get_idempotency(
         &self,
@@ -191,6 +194,6 @@ impl Store for SqliteStore {
         idempotency::get(&*self.conns.read()?, workspace, key)
     }
     fn prune_idempotency(&self, before: OffsetDateTime) -> StoreResult<u64> {
-        idempotency::prune(&*self.conns.write()?, before)
+        self.conns.write_with(|c| idempotency::prune(c, before))
     }
 }
