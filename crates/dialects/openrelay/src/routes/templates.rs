@@ -99,6 +99,15 @@ pub async fn delete(
     Path(name): Path<String>,
 ) -> Result<Json<TemplateView>, ApiError> {
     caller.require(perm::TEMPLATES_WRITE)?;
-    let t = state.engine.delete_template(&caller.ws, &name).await?;
+    // The path names the template: a missing one is 404, not the 400 that a body's
+    // `template` field naming nothing gets.
+    let t = state
+        .engine
+        .delete_template(&caller.ws, &name)
+        .await
+        .map_err(|e| match e.code {
+            sandboxd_engine::ErrorCode::ImageNotFound => ApiError::not_found(e.message),
+            _ => e.into(),
+        })?;
     Ok(Json(views::template(&t)))
 }
