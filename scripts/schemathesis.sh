@@ -11,6 +11,7 @@
 # ST_MAX_EXAMPLES: cases per operation and phase (default 12).
 # ST_SECONDS: hard time limit of each document's run (default 150).
 # ST_SEED: the random seed (default 1, so that a run is reproducible).
+# ST_ARGS: more arguments for `schemathesis run` (e.g. `--report har`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,23 +67,43 @@ if what == "ready":
         except (urllib.error.URLError, ConnectionError):
             time.sleep(0.1)
     raise SystemExit("the server did not start")
+def spare(*operations, param, victim):
+    # Operations that end or freeze a sandbox get their own, so that the others keep
+    # reaching a running one.
+    for op in operations:
+        print(f'[[operations]]\ninclude-operation-id = "{op}"\nparameters = {{ "path.{param}" = "{victim}" }}')
 def made(status, body, path):
     if status not in (200, 201) or body is None:
         raise SystemExit(f"setup: {path} answered {status}")
     return body
 if what == "setup-inngest":
     sb = made(*call("POST", "/v2/sandboxes", {"name": "schemathesis", "vcpu": 1, "memoryMb": 256}), "create")["data"]["id"]
-    p = made(*call("POST", f"/v2/sandboxes/{sb}/processes", {"command": ["/bin/sh", "-c", "echo hi; sleep 600"]}), "process")["data"]["id"]
+    # A process that has ended: waiting for it and following its output end at once.
+    p = made(*call("POST", f"/v2/sandboxes/{sb}/processes", {"command": ["/bin/echo", "hi"]}), "process")["data"]["id"]
     snap = made(*call("POST", f"/v2/sandboxes/{sb}/snapshots", {"name": "schemathesis"}), "snapshot")["data"]["id"]
+    # Following a live sandbox's logs never ends: the logs route reads an ended one.
+    ended = made(*call("POST", "/v2/sandboxes", {"name": "schemathesis-ended", "vcpu": 1, "memoryMb": 256}), "create")["data"]["id"]
+    call("DELETE", f"/v2/sandboxes/{ended}")
+    for _ in range(600):
+        if call("GET", f"/v2/sandboxes/{ended}")[1]["data"]["status"] == "TERMINATED":
+            break
+        time.sleep(0.1)
     print(f'"path.sandbox_id" = "{sb}"\n"path.process_id" = "{p}"\n"path.snapshot_id" = "{snap}"')
+    print(f'[[operations]]\ninclude-operation-id = "streamSandboxLogs"\nparameters = {{ "path.sandbox_id" = "{ended}" }}')
+    victim = made(*call("POST", "/v2/sandboxes", {"name": "schemathesis-victim", "vcpu": 1, "memoryMb": 256}), "create")["data"]["id"]
+    spare("destroySandbox", "pauseSandbox", "resumeSandbox", param="sandbox_id", victim=victim)
     raise SystemExit(0)
 if what == "setup-openrelay":
     sb = made(*call("POST", "/v1/sandboxes", {"template": "default"}), "create")["id"]
     print(f'"path.sandbox_id" = "{sb}"')
+    victim = made(*call("POST", "/v1/sandboxes", {"template": "default"}), "create")["id"]
+    spare("deleteSandbox", "pauseSandbox", "resumeSandbox", param="sandbox_id", victim=victim)
     raise SystemExit(0)
 if what == "setup-runzivo":
     sb = made(*call("POST", "/v1/customer/tenants/default/sandboxes", {}), "create")["id"]
     print(f'"path.tenantId" = "default"\n"path.sandboxId" = "{sb}"')
+    victim = made(*call("POST", "/v1/customer/tenants/default/sandboxes", {}), "create")["id"]
+    spare("deleteSandbox", param="sandboxId", victim=victim)
     raise SystemExit(0)
 live = lambda: [s for s in sandboxes() if s["status"] not in ("TERMINATED", "FAILED")]
 for s in live():
@@ -133,7 +154,7 @@ for d in "${dialects[@]}"; do
         -H "Authorization: Bearer $key" \
         --checks not_a_server_error,response_schema_conformance,status_code_conformance \
         --max-examples "$examples" --phases examples,coverage,fuzzing \
-        --request-timeout 60 --seed "${ST_SEED:-1}" --generation-database none; then
+        --request-timeout 60 --seed "${ST_SEED:-1}" --generation-database none ${ST_ARGS:-}; then
         passed=$((passed + 1))
     else
         echo "schemathesis: $d FAILED" >&2
