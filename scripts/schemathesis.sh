@@ -8,8 +8,8 @@
 #
 # SANDBOXD_BIN: the server binary (default target/debug/sandboxd).
 # SCHEMATHESIS: the schemathesis command (default `schemathesis` on PATH).
-# ST_MAX_EXAMPLES: cases per operation and phase (default 12).
-# ST_SECONDS: hard time limit of each document's run (default 150).
+# ST_MAX_EXAMPLES: cases per operation and phase (default 40).
+# ST_SECONDS: hard time limit of each document's run (default 90; a run takes about 10).
 # ST_SEED: the random seed (default 1, so that a run is reproducible).
 # ST_ARGS: more arguments for `schemathesis run` (e.g. `--report har`).
 set -euo pipefail
@@ -17,8 +17,8 @@ cd "$(dirname "$0")/.."
 
 bin="${SANDBOXD_BIN:-target/debug/sandboxd}"
 st="${SCHEMATHESIS:-schemathesis}"
-examples="${ST_MAX_EXAMPLES:-12}"
-seconds="${ST_SECONDS:-150}"
+examples="${ST_MAX_EXAMPLES:-40}"
+seconds="${ST_SECONDS:-90}"
 dialects=("${@:-inngest openrelay runzivo}")
 read -r -a dialects <<<"${dialects[*]}"
 
@@ -137,6 +137,7 @@ trap cleanup EXIT
 
 SANDBOXD_DATA_DIR="$work/data" SANDBOXD_MASTER_KEY="$key" SANDBOXD_LISTEN="127.0.0.1:${port}" \
     SANDBOXD_NETWORK=none SANDBOXD_EXEC_KILL_GRACE_SECONDS=1 \
+    SANDBOXD_DISK_MB_PER_SANDBOX=64 SANDBOXD_MAX_DISK_MB_PER_SANDBOX=256 \
     "$bin" serve >"$work/server.log" 2>&1 &
 server=$!
 api ready

@@ -26,17 +26,18 @@ fn a_create_past_its_workspace_quota_is_a_429_even_when_the_server_is_full_too()
     ];
     let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
     let one = serde_json::json!({"name": "one", "vcpu": 2, "memoryMb": 256});
-    server.create_sandbox(MASTER, &one);
+    let id = server.create_sandbox(MASTER, &one);
     // Both the workspace's quota (2 + 2 > 2) and the server (2 + 2 > 3) refuse it: the
     // workspace's own limit is what stands in the way, so it is no temporary shortage.
     let two = serde_json::json!({"name": "two", "vcpu": 2, "memoryMb": 256});
-    let r = server.request("POST", "/v2/sandboxes", MASTER, Some(&two));
-    assert_eq!(r.status, 429, "{}", r.text());
-    let r = server.request(
+    let inngest = server.request("POST", "/v2/sandboxes", MASTER, Some(&two));
+    let runzivo = server.request(
         "POST",
         "/v1/customer/tenants/default/sandboxes",
         MASTER,
         Some(&serde_json::json!({"vcpu": 2})),
     );
-    assert_eq!(r.status, 429, "{}", r.text());
+    server.destroy(MASTER, &id);
+    assert_eq!(inngest.status, 429, "{}", inngest.text());
+    assert_eq!(runzivo.status, 429, "{}", runzivo.text());
 }
