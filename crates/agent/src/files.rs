@@ -67,12 +67,30 @@ pub(crate) fn parse_mode(mode: Option<&str>) -> Result<u32, AgentError> {
     }
 }
 
-/// Streams `body` into a temp file beside `path`, then renames it into place.
+/// Streams `body` into a temp file beside `path`, then renames it into place. A refused
+/// upload is read to its end before the answer: a client still sending it would otherwise
+/// meet a closed connection instead of the refusal.
 pub(crate) async fn write(
     path: &str,
     mode: u32,
     body: Incoming,
 ) -> Result<FileWritten, AgentError> {
+    match target(path) {
+        Ok((p, parent, name)) => write_to(path, p, parent, name, mode, body).await,
+        Err(e) => {
+            discard(body).await;
+            Err(e)
+        }
+    }
+}
+
+/// Reads a body to its end (or its first error), keeping nothing.
+async fn discard(mut body: Incoming) {
+    while let Some(Ok(_)) = body.frame().await {}
+}
+
+/// The upload's target, its directory and file name, checked before any byte is read.
+fn target(path: &str) -> Result<(&Path, &Path, &std::ffi::OsStr), AgentError> {
     let p = check_path(path)?;
     let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
         return Err(not_regular(path));
@@ -93,6 +111,17 @@ pub(crate) async fn write(
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(file_io(path, &e)),
     }
+    Ok((p, parent, name))
+}
+
+async fn write_to(
+    path: &str,
+    p: &Path,
+    parent: &Path,
+    name: &std::ffi::OsStr,
+    mode: u32,
+    body: Incoming,
+) -> Result<FileWritten, AgentError> {
     let tmp: PathBuf = parent.join(format!(
         ".{}.agent-tmp-{}",
         name.to_string_lossy(),
