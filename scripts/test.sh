@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of sandboxd: a short run of every fuzz target, the Rust unit and
-# integration tests (as root: they create real sandboxes), then the Inngest SDK
-# conformance suite against a real server. Ends with one "N passed, N failed" line.
+# integration tests (as root: they create real sandboxes), the Inngest SDK conformance
+# suite against a real server, then a Schemathesis run against each dialect's OpenAPI
+# document (scripts/schemathesis.sh; SCHEMATHESIS names the command, which .ci/run
+# installs). Ends with one "N passed, N failed" line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,12 +22,24 @@ if [ -f tests/inngest-sdk/package.json ]; then
         | tee "$logs/node.log" || status=1
 fi
 
+if command -v "${SCHEMATHESIS:-schemathesis}" >/dev/null; then
+    SANDBOXD_BIN=target/debug/sandboxd bash scripts/schemathesis.sh 2>&1 \
+        | tee "$logs/schemathesis.log" || status=1
+else
+    echo "schemathesis: not installed (.ci/run installs it); counted as failed" \
+        | tee "$logs/schemathesis.log"
+    echo "schemathesis: 0 passed, 1 failed" >>"$logs/schemathesis.log"
+    status=1
+fi
+
 rust_passed=$(sed -nE 's/.*Summary .* tests run: ([0-9]+) passed.*/\1/p' "$logs/rust.log" | tail -1)
 rust_failed=$(sed -nE 's/.*Summary .* ([0-9]+) failed.*/\1/p' "$logs/rust.log" | tail -1)
 node_passed=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$logs/node.log" 2>/dev/null | tail -1)
 node_failed=$(sed -nE 's/^# fail ([0-9]+)$/\1/p' "$logs/node.log" 2>/dev/null | tail -1)
-passed=$(( ${rust_passed:-0} + ${node_passed:-0} ))
-failed=$(( ${rust_failed:-0} + ${node_failed:-0} ))
+st_passed=$(sed -nE 's/^schemathesis: ([0-9]+) passed, ([0-9]+) failed$/\1/p' "$logs/schemathesis.log" | tail -1)
+st_failed=$(sed -nE 's/^schemathesis: ([0-9]+) passed, ([0-9]+) failed$/\2/p' "$logs/schemathesis.log" | tail -1)
+passed=$(( ${rust_passed:-0} + ${node_passed:-0} + ${st_passed:-0} ))
+failed=$(( ${rust_failed:-0} + ${node_failed:-0} + ${st_failed:-0} ))
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
     failed=1 # a runner failed without a countable test failure (build error, crash)
 fi

@@ -44,8 +44,8 @@ enum Command {
     /// Per-workspace quota overrides in the data directory: set, show.
     #[command(subcommand)]
     Quota(quota::QuotaCommand),
-    /// Print the OpenAPI 3.1 document of the Inngest REST v2 dialect.
-    Openapi,
+    /// Print a dialect's OpenAPI 3.1 document (docs/openapi/DIALECT.json).
+    Openapi(OpenapiArgs),
     /// Manage workspace secrets in the data directory.
     #[command(subcommand)]
     Secrets(secrets::SecretsCommand),
@@ -58,6 +58,31 @@ enum Command {
     /// Templates through a server's OpenRelay API: build, list, delete.
     #[command(subcommand)]
     Templates(cli_templates::TemplatesCommand),
+}
+
+#[derive(clap::Args)]
+struct OpenapiArgs {
+    /// Whose document to print.
+    #[arg(long, value_enum, default_value = "inngest")]
+    dialect: Dialect,
+}
+
+/// The API dialects that have an OpenAPI document.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Dialect {
+    Inngest,
+    Openrelay,
+    Runzivo,
+}
+
+impl Dialect {
+    fn document(self) -> String {
+        match self {
+            Dialect::Inngest => sandboxd_dialect_inngest::openapi::document(),
+            Dialect::Openrelay => sandboxd_dialect_openrelay::openapi::document(),
+            Dialect::Runzivo => sandboxd_dialect_runzivo::openapi::document(),
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -81,8 +106,8 @@ fn main() -> std::process::ExitCode {
             eprintln!("sandboxd run: {err:#}");
             std::process::ExitCode::from(125)
         }),
-        Command::Openapi => {
-            print!("{}", sandboxd_dialect_inngest::openapi::document());
+        Command::Openapi(args) => {
+            print!("{}", args.dialect.document());
             std::process::ExitCode::SUCCESS
         }
         Command::Keys(command) => report("keys", keys::main(command)),

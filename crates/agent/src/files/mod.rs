@@ -73,12 +73,30 @@ pub(crate) fn parse_mode(mode: Option<&str>) -> Result<u32, AgentError> {
 }
 
 /// Streams `body` into a temp file beside `path`, syncs it, renames it into place and
-/// syncs the directory.
+/// syncs the directory. A refused upload is read to its end before the answer: a client
+/// still sending it would otherwise meet a closed connection instead of the refusal.
 pub(crate) async fn write(
     path: &str,
     mode: u32,
     body: Incoming,
 ) -> Result<FileWritten, AgentError> {
+    let (dir, name) = match target(path) {
+        Ok(target) => target,
+        Err(e) => {
+            discard(body).await;
+            return Err(e);
+        }
+    };
+    write_to(path, &dir, name, mode, body).await
+}
+
+/// Reads a body to its end (or its first error), keeping nothing.
+async fn discard(mut body: Incoming) {
+    while let Some(Ok(_)) = body.frame().await {}
+}
+
+/// The upload's directory (opened) and file name, checked before any byte is read.
+fn target(path: &str) -> Result<(std::fs::File, &std::ffi::OsStr), AgentError> {
     let p = check_path(path)?;
     let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
         return Err(not_regular(path));
@@ -104,10 +122,20 @@ pub(crate) async fn write(
         Ok(_) => {}
         Err(e) => return Err(file_io(path, &e)),
     }
+    Ok((dir, name))
+}
+
+async fn write_to(
+    path: &str,
+    dir: &std::fs::File,
+    name: &std::ffi::OsStr,
+    mode: u32,
+    body: Incoming,
+) -> Result<FileWritten, AgentError> {
     // A fixed-length name (49 bytes), whatever the file's own name is.
     let tmp = format!(".sandboxd-upload-{}", uuid::Uuid::new_v4().simple());
-    let result = match fill(&dir, &tmp, mode, body).await {
-        Ok(n) => match at::rename(&dir, &tmp, name) {
+    let result = match fill(dir, &tmp, mode, body).await {
+        Ok(n) => match at::rename(dir, &tmp, name) {
             Ok(()) => sync(dir.try_clone()).await.map(|()| n),
             Err(e) => Err(e),
         },
@@ -119,7 +147,7 @@ pub(crate) async fn write(
             bytes_written,
         }),
         Err(e) => {
-            at::remove(&dir, &tmp);
+            at::remove(dir, &tmp);
             Err(file_io(path, &e))
         }
     }

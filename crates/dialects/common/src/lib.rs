@@ -5,6 +5,7 @@ pub mod auth;
 pub mod json;
 pub mod ndjson;
 pub mod no_store;
+pub mod openapi;
 pub mod time_fmt;
 
 pub use auth::bearer_token;

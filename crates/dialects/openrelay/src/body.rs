@@ -16,13 +16,20 @@ pub const MAX_WAIT_SECONDS: u64 = 120;
 pub const MIN_CPU_REQUEST: f64 = 0.25;
 pub const MIN_MEMORY_REQUEST_MIB: u32 = 128;
 
-/// A command: `cmd` run by `/bin/sh -c`, or an `argv` run as is.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// A command: `cmd` run by `/bin/sh -c`, or an `argv` run as is (exactly one of them).
+#[derive(Debug, Clone, Deserialize, PartialEq, utoipa::ToSchema)]
+#[schema(as = Run)]
 #[serde(deny_unknown_fields)]
 pub struct RunSpec {
+    /// A shell command line (not blank), run by `/bin/sh -c`. Not with `argv`.
+    #[schema(pattern = r"\S")]
     pub cmd: Option<String>,
+    /// The program and its arguments, run as is. Not with `cmd`.
+    #[schema(min_items = 1)]
     pub argv: Option<Vec<String>>,
+    /// Working directory (absolute).
     pub cwd: Option<String>,
+    /// Environment variables on top of the sandbox's.
     pub env: Option<BTreeMap<String, String>>,
 }
 
@@ -40,7 +47,7 @@ impl RunSpec {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Placement {
     Shared,
@@ -48,25 +55,50 @@ pub enum Placement {
 }
 
 /// `POST /v1/sandboxes`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = CreateSandboxRequest)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CreateBody {
+    /// A built-in template (`default`, `python`) or one of the workspace's.
+    #[schema(example = "default")]
     pub template: String,
+    /// A first command to run.
     pub run: Option<RunSpec>,
+    /// vCPUs, at most the template's (absent: the template's).
+    #[schema(minimum = 1)]
     pub cpu: Option<u32>,
+    /// Memory in MiB, at most the template's (absent: the template's).
     #[serde(rename = "memoryMiB")]
+    #[schema(minimum = 1)]
     pub memory_mib: Option<u32>,
+    /// Guaranteed vCPUs, 0.25 to `cpu` (default 0.25; pinned: `cpu`).
+    #[schema(minimum = 0.25)]
     pub cpu_request: Option<f64>,
+    /// Guaranteed memory in MiB, 128 to `memoryMiB` (default 128).
     #[serde(rename = "memoryRequestMiB")]
+    #[schema(minimum = 128)]
     pub memory_request_mib: Option<u32>,
+    /// Lifetime in seconds (default 300).
+    #[schema(minimum = 1, maximum = 86400)]
     pub timeout_seconds: Option<u64>,
+    /// `shared` (default) or `pinned`.
     pub placement: Option<Placement>,
+    /// Every command's default environment.
     pub env: Option<BTreeMap<String, String>>,
+    /// Shorthand for `network` with mode `egress`. Not with `network`.
+    #[schema(value_type = Option<crate::openapi::Egress>)]
     pub egress: Option<Value>,
+    /// The sandbox's network policy layer. Not with `egress`.
+    #[schema(value_type = Option<crate::openapi::Network>)]
     pub network: Option<Value>,
+    /// The caller's own metadata (keys must not start with `openrelay.`).
     pub metadata: Option<BTreeMap<String, String>>,
+    /// Leave no history when it ends (default false).
     pub ephemeral: Option<bool>,
+    /// Seconds to wait for capacity (default 10; longer is cut to 120).
+    #[schema(minimum = 0)]
     pub wait_seconds: Option<u64>,
+    /// Accepted and reported; a no-op here (default false).
     pub auto_pause: Option<bool>,
 }
 

@@ -12,11 +12,16 @@ use serde::Serialize;
 pub const JSON_BODY_LIMIT: usize = 1024 * 1024;
 
 /// An error as the API renders it (also inside a run's `result.error`).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(as = Error)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody {
+    /// A human-readable message.
     pub error: String,
+    /// A stable code, e.g. `INVALID_REQUEST` (see each status).
+    #[schema(value_type = String)]
     pub code: &'static str,
+    /// The permission the key lacks (`PERMISSION_DENIED`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub permission: Option<String>,
     pub request_id: String,

@@ -8,6 +8,7 @@ pub mod events;
 pub mod idempotency;
 pub mod meta;
 pub mod network;
+pub mod openapi;
 mod routes;
 pub mod run;
 pub mod views;

@@ -8,31 +8,44 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// A command's outcome in a create or exec answer.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Default, utoipa::ToSchema)]
+#[schema(as = Result)]
 #[serde(rename_all = "camelCase")]
 pub struct ResultView {
     pub exec_id: String,
+    /// The exit code, 128+N after signal N; null when the command did not end.
     pub exit_code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
+    /// Output past the cap (4 MiB of stdout and stderr together) was dropped.
     pub truncated: bool,
+    /// Why the command could not run or finish.
+    #[schema(value_type = Option<crate::error::ErrorBody>)]
     pub error: Option<crate::error::ErrorBody>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = Sandbox)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxView {
+    /// Opaque; do not parse it.
     pub id: String,
     pub template: String,
+    #[schema(value_type = crate::openapi::State)]
     pub state: &'static str,
+    #[schema(format = DateTime)]
     pub created_at: String,
     /// When its timeout ends it; absent for a sandbox that has none (made through
     /// another dialect without a timeout).
+    #[schema(format = DateTime)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub ended_at: Option<String>,
+    /// Why it ended; absent while it runs.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::openapi::ExitReason>)]
     pub exit_reason: Option<&'static str>,
     pub cpu: u32,
     #[serde(rename = "memoryMiB")]
@@ -40,6 +53,7 @@ pub struct SandboxView {
     pub cpu_request: f64,
     #[serde(rename = "memoryRequestMiB")]
     pub memory_request_mib: u32,
+    #[schema(value_type = crate::body::Placement)]
     pub placement: &'static str,
     pub metadata: BTreeMap<String, String>,
     pub ephemeral: bool,
@@ -102,7 +116,8 @@ pub fn sandbox(sb: &Sandbox) -> SandboxView {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = Template)]
 #[serde(rename_all = "camelCase")]
 pub struct TemplateView {
     pub id: String,
@@ -115,6 +130,7 @@ pub struct TemplateView {
     #[serde(rename = "diskMiB")]
     pub disk_mib: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub created_at: Option<String>,
 }
 

@@ -16,12 +16,23 @@ pub const DEFAULT_TIMEOUT: u64 = 300;
 pub const DEFAULT_CWD: &str = "/workspace";
 
 /// `POST …/exec` as sent.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = ExecRequest)]
 #[serde(deny_unknown_fields)]
 pub struct ExecBody {
+    /// Nonblank shell command, at most 64 KiB, no NUL bytes; runs as `bash -lc`.
+    #[schema(min_length = 1, max_length = 65536, pattern = r"\S")]
     pub cmd: String,
+    /// Absolute working directory (default `/workspace`), at most 1024 characters; it
+    /// must exist.
+    #[schema(max_length = 1024, pattern = "^/")]
     pub cwd: Option<String>,
+    /// Up to 64 variables: names `^[A-Za-z_][A-Za-z0-9_]{0,127}$`, values at most 8192
+    /// bytes without NUL.
+    #[schema(value_type = Option<crate::openapi::Env>)]
     pub env: Option<BTreeMap<String, String>>,
+    /// 1-3600 seconds (default 300).
+    #[schema(minimum = 1, maximum = 3600)]
     pub timeout_seconds: Option<u64>,
 }
 

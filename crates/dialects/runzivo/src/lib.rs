@@ -9,6 +9,7 @@ pub mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ids;
+pub mod openapi;
 mod routes;
 mod scrub;
 pub mod tickets;

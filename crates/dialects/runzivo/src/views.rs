@@ -5,19 +5,27 @@ use sandboxd_engine::{EndReason, Sandbox, SandboxStatus};
 use serde::Serialize;
 
 /// A sandbox as this dialect shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Sandbox)]
 pub struct SandboxView {
+    /// `sbx_` followed by 24 lowercase hexadecimal characters.
+    #[schema(pattern = "^sbx_[0-9a-f]{24}$")]
     pub id: String,
     pub tenant_id: String,
     /// pending, starting, running, pausing, paused, resuming, stopping, stopped,
     /// expired, deleted or failed.
+    #[schema(value_type = crate::openapi::Status)]
     pub status: &'static str,
+    #[schema(format = DateTime)]
     pub created_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub started_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub ended_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub expires_at: Option<String>,
     /// Size of its writable layer in MiB (0: no limit); absent when not recorded.
     #[serde(skip_serializing_if = "Option::is_none")]

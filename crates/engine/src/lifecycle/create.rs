@@ -98,8 +98,11 @@ impl Engine {
         let active = self
             .store
             .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;
-        self.check_capacity(&active, &req)?;
+        // The client's own limits first: a request that can never fit (400) or that is
+        // past its workspace's quota (429) is no shortage a retry could wait out (503).
+        self.check_fits(&req)?;
         self.check_quota(&active, ws, &req)?;
+        self.check_capacity(&active, &req)?;
         self.check_disk(&active, plan.disk_mb).await?;
         tm("checked");
         self.create_rate.take(ws, self.limits.create_rate)?;
@@ -205,13 +208,9 @@ impl Engine {
         Ok(None)
     }
 
-    /// The server's limits, counting the `active` sandboxes. A request that would not
-    /// fit an empty server is the client's mistake, not a shortage to wait out.
-    fn check_capacity(
-        &self,
-        active: &[SandboxRecord],
-        req: &CreateSandbox,
-    ) -> Result<(), EngineError> {
+    /// A request that would not fit an empty server is the client's mistake, not a
+    /// shortage to wait out.
+    fn check_fits(&self, req: &CreateSandbox) -> Result<(), EngineError> {
         let l = self.limits;
         let (want_vcpu, want_memory) = (req.resources.vcpu, req.resources.memory_mb);
         if want_vcpu > l.max_vcpu_total || u64::from(want_memory) > l.max_memory_mb_total {
@@ -221,6 +220,16 @@ impl Engine {
                 l.max_vcpu_total, l.max_memory_mb_total
             )));
         }
+        Ok(())
+    }
+
+    /// The server's limits, counting the `active` sandboxes.
+    fn check_capacity(
+        &self,
+        active: &[SandboxRecord],
+        req: &CreateSandbox,
+    ) -> Result<(), EngineError> {
+        let l = self.limits;
         let vcpu: u64 = active.iter().map(|r| u64::from(r.vcpu)).sum();
         let memory: u64 = active.iter().map(|r| u64::from(r.memory_mb)).sum();
         let full = active.len() as u64 + 1 > u64::from(l.max_sandboxes)

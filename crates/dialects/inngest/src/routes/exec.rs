@@ -26,9 +26,14 @@ pub const MAX_EXEC_OUTPUT: u64 = 4 * 1024 * 1024;
 #[schema(as = ExecRequest)]
 #[serde(deny_unknown_fields)]
 pub struct ExecBody {
+    /// The program (an absolute path) and its arguments; no NUL bytes.
+    #[schema(min_items = 1)]
     command: Vec<String>,
     environment: Option<BTreeMap<String, String>>,
+    /// Absolute working directory, at most 4096 bytes (empty: `/`).
+    #[schema(max_length = 4096)]
     cwd: Option<String>,
+    /// A Go duration, greater than zero, at most 5m (default 30s).
     timeout: Option<String>,
 }
 

@@ -50,7 +50,7 @@ fn too_large() -> ApiError {
     tag = "files",
     summary = "Upload or replace a file (up to 100 MiB, atomic replacement)",
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("path" = String, Query, description = "Absolute path, at most 4096 bytes"), ("mode" = Option<String>, Query, description = "Octal permission bits, e.g. 0640")),
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("path" = String, Query, min_length = 1, max_length = 4096, pattern = "^/", description = "Absolute path, at most 4096 bytes, no NUL"), ("mode" = Option<String>, Query, pattern = "^[0-7]{1,4}$", description = "Octal permission bits 0001-0777, e.g. 0640 (default 0644)")),
     responses((status = 200, body = Data<FileWrittenView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
 )]
 pub async fn upload(
@@ -90,7 +90,7 @@ pub async fn upload(
     path = "/v2/sandboxes/{sandbox_id}/files",
     tag = "files",
     summary = "Download a file (Content-Length, X-Sandbox-File-Mode, Last-Modified)",
-    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("path" = String, Query, description = "Absolute path, at most 4096 bytes")),
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("path" = String, Query, min_length = 1, max_length = 4096, pattern = "^/", description = "Absolute path, at most 4096 bytes, no NUL")),
     responses((status = 200, description = "The raw file", content_type = "application/octet-stream", body = Vec<u8>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
 )]
 pub async fn download(

@@ -37,7 +37,7 @@ pub struct Chunks {
     path = "/v2/sandboxes/{sandbox_id}/processes/{process_id}/output",
     tag = "processes",
     summary = "Retained output (whole chunks within tailBytes)",
-    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("process_id" = Uuid, Path, description = "Process ID (canonical lowercase UUID)"), ("tailBytes" = Option<u32>, Query, description = "0-524288; 0 = everything retained")),
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("process_id" = Uuid, Path, description = "Process ID (canonical lowercase UUID)"), ("tailBytes" = Option<u32>, Query, minimum = 0, maximum = 524288, description = "0-524288; 0 = everything retained")),
     responses((status = 200, body = Data<Chunks>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
 )]
 pub async fn retained(
@@ -70,7 +70,7 @@ pub async fn retained(
     path = "/v2/sandboxes/{sandbox_id}/processes/{process_id}/output/stream",
     tag = "processes",
     summary = "Retained tail, then live output until the process ends",
-    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("process_id" = Uuid, Path, description = "Process ID (canonical lowercase UUID)"), ("tailBytes" = Option<u32>, Query, description = "0-524288")),
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("process_id" = Uuid, Path, description = "Process ID (canonical lowercase UUID)"), ("tailBytes" = Option<u32>, Query, minimum = 0, maximum = 524288, description = "0-524288")),
     responses((status = 200, description = "NDJSON frames", content_type = "application/x-ndjson", body = StreamFrameDoc), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
 )]
 pub async fn stream(

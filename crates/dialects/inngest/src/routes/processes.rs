@@ -18,8 +18,12 @@ use std::collections::BTreeMap;
 #[schema(as = StartProcessRequest)]
 #[serde(deny_unknown_fields)]
 pub struct StartBody {
+    /// The program (an absolute path) and its arguments; no NUL bytes.
+    #[schema(min_items = 1)]
     command: Vec<String>,
     environment: Option<BTreeMap<String, String>>,
+    /// Absolute working directory, at most 4096 bytes (empty: `/`).
+    #[schema(max_length = 4096)]
     cwd: Option<String>,
 }
 
@@ -27,6 +31,8 @@ pub struct StartBody {
 #[schema(as = SignalRequest)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SignalBody {
+    /// The signal number, 1 through 64.
+    #[schema(minimum = 1, maximum = 64)]
     signal: i64,
     #[serde(default)]
     include_children: bool,
@@ -86,7 +92,7 @@ pub async fn start(
     path = "/v2/sandboxes/{sandbox_id}/processes",
     tag = "processes",
     summary = "List processes (by process UUID)",
-    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("limit" = Option<u32>, Query, description = "Page size, 1-250 (default 50)"), ("cursor" = Option<String>, Query, description = "Opaque cursor from the previous page")),
+    params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 250, description = "Page size, 1-250 (default 50)"), ("cursor" = Option<String>, Query, description = "Opaque cursor from the previous page")),
     responses((status = 200, body = List<ProcessView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
 )]
 pub async fn list(

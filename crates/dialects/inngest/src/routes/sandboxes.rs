@@ -19,8 +19,14 @@ use std::collections::BTreeMap;
 #[schema(as = CreateSandboxRequest)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CreateBody {
+    /// 1-63 lowercase letters, digits, `_` or `-`.
+    #[schema(pattern = "^[a-z0-9_-]{1,63}$")]
     name: String,
+    /// vCPUs (required unless `snapshotId` is given).
+    #[schema(minimum = 1)]
     vcpu: Option<u32>,
+    /// Memory in MiB (required unless `snapshotId` is given).
+    #[schema(minimum = 1)]
     memory_mb: Option<u32>,
     environment: Option<BTreeMap<String, String>>,
     secrets: Option<Vec<String>>,
@@ -102,7 +108,7 @@ pub async fn create(
     path = "/v2/sandboxes",
     tag = "sandboxes",
     summary = "List sandboxes (createdAt DESC, then id DESC; terminated ones included)",
-    params(("limit" = Option<u32>, Query, description = "Page size, 1-250 (default 50)"), ("cursor" = Option<String>, Query, description = "Opaque cursor from the previous page")),
+    params(("limit" = Option<u32>, Query, minimum = 1, maximum = 250, description = "Page size, 1-250 (default 50)"), ("cursor" = Option<String>, Query, description = "Opaque cursor from the previous page")),
     responses((status = 200, body = List<SandboxView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
 )]
 pub async fn list(

@@ -16,6 +16,8 @@ use serde::Deserialize;
 #[schema(as = CreateSnapshotRequest)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBody {
+    /// 1-128 printable characters.
+    #[schema(min_length = 1, max_length = 128)]
     name: Option<String>,
 }
 
@@ -57,7 +59,7 @@ pub async fn create(
     path = "/v2/snapshots",
     tag = "sandboxd extensions",
     summary = "List snapshots (createdAt DESC, then id DESC)",
-    params(("limit" = Option<u32>, Query, description = "Page size, 1-250 (default 50)"), ("cursor" = Option<String>, Query, description = "Opaque cursor from the previous page"), ("name" = Option<String>, Query, description = "Only snapshots with this name")),
+    params(("limit" = Option<u32>, Query, minimum = 1, maximum = 250, description = "Page size, 1-250 (default 50)"), ("cursor" = Option<String>, Query, description = "Opaque cursor from the previous page"), ("name" = Option<String>, Query, description = "Only snapshots with this name")),
     responses((status = 200, body = List<SnapshotView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))
 )]
 pub async fn list(

@@ -24,10 +24,12 @@ pub struct ListQuery {
     cursor: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = SandboxList)]
 #[serde(rename_all = "camelCase")]
 pub struct ListView {
     sandboxes: Vec<SandboxView>,
+    /// The next page's cursor; null on the last page.
     next_cursor: Option<String>,
 }
 

@@ -17,7 +17,8 @@ use std::time::Duration;
 const DEFAULT_STEP_TIMEOUT: u64 = 600;
 const MAX_STEP_TIMEOUT: u64 = 3600;
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = TemplateList)]
 pub struct ListView {
     templates: Vec<TemplateView>,
 }
@@ -34,18 +35,29 @@ pub async fn list(
 }
 
 /// A template build: steps run with `/bin/sh -c` in a sandbox of `from`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = BuildTemplateRequest)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BuildBody {
+    /// The new template's id: 1-63 of `a-z`, `0-9`, `-`, `_`; not a built-in's.
+    #[schema(pattern = "^[a-z0-9_-]{1,63}$")]
     name: String,
+    /// The template to start from (default `default`).
     from: Option<String>,
+    /// Build steps, each run by `/bin/sh -c` in order.
     run: Vec<String>,
+    /// vCPUs of the template's sandboxes (default: the base template's).
+    #[schema(minimum = 1)]
     cpu: Option<u32>,
+    /// Memory in MiB of the template's sandboxes (default: the base template's).
     #[serde(rename = "memoryMiB")]
+    #[schema(minimum = 1)]
     memory_mib: Option<u32>,
     /// sandboxd's extension: the disk of the template's sandboxes (0: no limit).
     #[serde(rename = "diskMiB")]
     disk_mib: Option<u32>,
+    /// Time limit of each step in seconds (default 600).
+    #[schema(minimum = 1, maximum = 3600)]
     step_timeout_seconds: Option<u64>,
 }
 
@@ -87,6 +99,15 @@ pub async fn delete(
     Path(name): Path<String>,
 ) -> Result<Json<TemplateView>, ApiError> {
     caller.require(perm::TEMPLATES_WRITE)?;
-    let t = state.engine.delete_template(&caller.ws, &name).await?;
+    // The path names the template: a missing one is 404, not the 400 that a body's
+    // `template` field naming nothing gets.
+    let t = state
+        .engine
+        .delete_template(&caller.ws, &name)
+        .await
+        .map_err(|e| match e.code {
+            sandboxd_engine::ErrorCode::ImageNotFound => ApiError::not_found(e.message),
+            _ => e.into(),
+        })?;
     Ok(Json(views::template(&t)))
 }

@@ -19,17 +19,25 @@ const CREATE_LIMIT: usize = 128 * 1024;
 /// Longest sandbox lifetime a create may ask for (one day).
 const MAX_TIMEOUT_SECONDS: u64 = 86_400;
 
-/// `POST …/sandboxes` as sent; every field optional.
-#[derive(Debug, Default, Deserialize)]
+/// `POST …/sandboxes` as sent; every field optional (and so is the body).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[schema(as = CreateSandboxRequest)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBody {
-    /// Lifetime; the sandbox expires after it. None = until deleted.
+    /// Lifetime in seconds; the sandbox expires after it. None = until deleted.
+    #[schema(minimum = 1, maximum = 86400)]
     timeout_seconds: Option<u64>,
-    /// Environment of every command in the sandbox.
+    /// Environment of every command in the sandbox: names `[A-Za-z_][A-Za-z0-9_]*`,
+    /// values without NUL.
     env: Option<BTreeMap<String, String>>,
+    /// vCPUs (default 1).
+    #[schema(minimum = 1)]
     vcpu: Option<u32>,
+    /// Memory in MiB (default 512).
+    #[schema(minimum = 1)]
     memory_mb: Option<u32>,
-    /// Writable-layer size in MiB (0: no limit); None = the server's default.
+    /// Writable-layer size in MiB, 16 to the server's maximum (10 GiB unless
+    /// configured; 0, no limit, only without a maximum); None = the server's default.
     disk_mb: Option<u32>,
 }
 
@@ -109,9 +117,11 @@ pub struct ListQuery {
     cursor: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = SandboxList)]
 pub struct ListView {
     data: Vec<SandboxView>,
+    /// The next page's cursor; null on the last page.
     next_cursor: Option<String>,
 }
 
