@@ -1,0 +1,1 @@
+//! Exporting images as OCI archives.
