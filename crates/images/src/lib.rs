@@ -27,13 +27,13 @@ pub enum ImageError {
     Unsupported(String),
     #[error("malformed image: {0}")]
     Malformed(String),
-    #[error("unsafe layer {digest}: {source}")]
+    #[error("unsafe layer {digest}")]
     Layer {
         digest: String,
         #[source]
         source: UnpackError,
     },
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {path}")]
     Io {
         what: &'static str,
         path: std::path::PathBuf,

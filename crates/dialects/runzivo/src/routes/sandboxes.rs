@@ -31,6 +31,9 @@ pub struct CreateBody {
     memory_mb: Option<u32>,
     /// Writable-layer size in MiB (0: no limit); None = the server's default.
     disk_mb: Option<u32>,
+    /// Extension: the image to start from (a stored reference, `sandboxd images pull`);
+    /// None = the built-in `default`.
+    image: Option<String>,
 }
 
 impl CreateBody {
@@ -47,7 +50,7 @@ impl CreateBody {
                 vcpu: self.vcpu.unwrap_or(1),
                 memory_mb: self.memory_mb.unwrap_or(512),
             },
-            image: None,
+            image: self.image,
             snapshot_id: None,
             environment: self.env.unwrap_or_default(),
             secrets: Vec::new(),
