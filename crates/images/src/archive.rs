@@ -98,8 +98,7 @@ pub fn import(images: &Images, path: &Path, name: Option<&str>) -> Result<ImageL
             max_bytes: images.limits.max_bytes,
         };
         unpack::unpack(
-            unpack::decompressed(std::io::BufReader::new(file))
-                .map_err(io("reading", path))?,
+            unpack::decompressed(std::io::BufReader::new(file)).map_err(io("reading", path))?,
             &scratch,
             limits,
         )
@@ -167,7 +166,11 @@ fn ingest(images: &Images, root: &Root, rel: &str, digest: &str) -> Result<Strin
     images.ingest_blob(digest, &temp.path)
 }
 
-fn import_docker(images: &Images, root: &Root, name: Option<&str>) -> Result<ImageLayers, ImageError> {
+fn import_docker(
+    images: &Images,
+    root: &Root,
+    name: Option<&str>,
+) -> Result<ImageLayers, ImageError> {
     let manifests: Vec<DockerManifest> = serde_json::from_slice(&root.read_small("manifest.json")?)
         .map_err(|e| ImageError::Malformed(format!("manifest.json: {e}")))?;
     let [m] = manifests.as_slice() else {
@@ -296,7 +299,12 @@ fn import_oci(images: &Images, root: &Root, name: Option<&str>) -> Result<ImageL
     let mut layers = Vec::new();
     for d in &manifest.layers {
         let hex = sha256_hex(&d.digest)?;
-        layers.push(ingest(images, root, &format!("blobs/sha256/{hex}"), &d.digest)?);
+        layers.push(ingest(
+            images,
+            root,
+            &format!("blobs/sha256/{hex}"),
+            &d.digest,
+        )?);
     }
     images.save_image(&image_name(carried, name)?, layers, config)
 }

@@ -115,6 +115,9 @@ pub fn export(images: &Images, name: &str, out: &Path, tag: &str) -> Result<(), 
             let mut h = tar::Header::new_ustar();
             h.set_size(data.len() as u64);
             h.set_mode(0o644);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_mtime(0);
             h.set_entry_type(tar::EntryType::Regular);
             tar.append_data(&mut h, path, data)
         };
@@ -131,6 +134,9 @@ pub fn export(images: &Images, name: &str, out: &Path, tag: &str) -> Result<(), 
             let mut h = tar::Header::new_ustar();
             h.set_size(*size);
             h.set_mode(0o644);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_mtime(0);
             h.set_entry_type(tar::EntryType::Regular);
             tar.append_data(
                 &mut h,
@@ -171,9 +177,14 @@ fn layer_tar(dir: &Path, out: impl Write) -> std::io::Result<()> {
         h.set_size(0);
         if ft.is_char_device() && meta.rdev() == 0 {
             // An overlay whiteout: `.wh.NAME` in OCI.
-            let name = format!(".wh.{}", rel.file_name().unwrap_or_default().to_string_lossy());
+            let name = format!(
+                ".wh.{}",
+                rel.file_name().unwrap_or_default().to_string_lossy()
+            );
             let wh = rel.with_file_name(name);
             h.set_mode(0o600);
+            h.set_uid(0);
+            h.set_gid(0);
             h.set_entry_type(tar::EntryType::Regular);
             tar.append_data(&mut h, wh, std::io::empty())?;
         } else if ft.is_dir() {
@@ -182,6 +193,9 @@ fn layer_tar(dir: &Path, out: impl Write) -> std::io::Result<()> {
             if xattr_is_set(path, "trusted.overlay.opaque") {
                 let mut o = tar::Header::new_gnu();
                 o.set_mode(0o600);
+                o.set_uid(0);
+                o.set_gid(0);
+                o.set_mtime(0);
                 o.set_size(0);
                 o.set_entry_type(tar::EntryType::Regular);
                 tar.append_data(&mut o, rel.join(".wh..wh..opq"), std::io::empty())?;

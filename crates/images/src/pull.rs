@@ -88,7 +88,9 @@ pub async fn pull(
         }
     }
     if manifest.config.size as u64 > MAX_CONFIG_BYTES {
-        return Err(ImageError::Malformed("image configuration too large".into()));
+        return Err(ImageError::Malformed(
+            "image configuration too large".into(),
+        ));
     }
     let config_bytes = fetch_small(&client, &reference, &manifest.config).await?;
     let mut config = image_config(&config_bytes)?;
@@ -126,7 +128,9 @@ async fn fetch_small(
         let chunk = chunk.map_err(|e| registry_error(reference, e))?;
         out.extend_from_slice(&chunk);
         if out.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(ImageError::Malformed("image configuration too large".into()));
+            return Err(ImageError::Malformed(
+                "image configuration too large".into(),
+            ));
         }
     }
     let actual = hex::encode(Sha256::digest(&out));

@@ -157,7 +157,11 @@ impl Images {
             }
         };
         if unpacked.devices_skipped > 0 {
-            tracing::warn!(blob = digest, count = unpacked.devices_skipped, "device nodes left out");
+            tracing::warn!(
+                blob = digest,
+                count = unpacked.devices_skipped,
+                "device nodes left out"
+            );
         }
         let layer = self.layers.commit(&scratch)?;
         self.write_index(hex, &layer.digest)?;
@@ -259,12 +263,7 @@ pub fn image_config(json: &[u8]) -> Result<ImageConfig, ImageError> {
         out.user = c.user().clone().filter(|u| !u.is_empty());
         out.entrypoint = c.entrypoint().clone().unwrap_or_default();
         out.cmd = c.cmd().clone().unwrap_or_default();
-        out.labels = c
-            .labels()
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
+        out.labels = c.labels().clone().unwrap_or_default().into_iter().collect();
     }
     Ok(out)
 }

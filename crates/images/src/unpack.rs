@@ -232,12 +232,7 @@ fn apply<R: Read>(
         (Ok(u), Ok(g)) if u < 65536 && g < 65536 => (u, g),
         _ => return Err(refused(raw, "owner id outside 0-65535")),
     };
-    let owner = || {
-        (
-            Some(fs::Uid::from_raw(uid)),
-            Some(fs::Gid::from_raw(gid)),
-        )
-    };
+    let owner = || (Some(fs::Uid::from_raw(uid)), Some(fs::Gid::from_raw(gid)));
     let dir = open_dir(root, parent).map_err(werr)?;
     let name_bytes = std::os::unix::ffi::OsStrExt::as_bytes(name);
     // Whiteouts.
@@ -299,9 +294,7 @@ fn apply<R: Read>(
             fs::fchown(&fd, u, g).map_err(|e| werr(e.into()))?;
             fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| werr(e.into()))?;
         }
-        tar::EntryType::Regular
-        | tar::EntryType::Continuous
-        | tar::EntryType::GNUSparse => {
+        tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
             remove_existing(&dir, name).map_err(werr)?;
             let fd = fs::openat(
                 &dir,
@@ -329,8 +322,7 @@ fn apply<R: Read>(
             remove_existing(&dir, name).map_err(werr)?;
             fs::symlinkat(&target, &dir, name).map_err(|e| werr(e.into()))?;
             let (u, g) = owner();
-            fs::chownat(&dir, name, u, g, AtFlags::SYMLINK_NOFOLLOW)
-                .map_err(|e| werr(e.into()))?;
+            fs::chownat(&dir, name, u, g, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| werr(e.into()))?;
         }
         tar::EntryType::Link => {
             let target = entry
@@ -339,7 +331,10 @@ fn apply<R: Read>(
                 .ok_or_else(|| refused(raw, "hard link without a target"))?
                 .into_owned();
             let target = clean(&target).map_err(|_| {
-                refused(raw, format!("hard link to {} leaves the layer", target.display()))
+                refused(
+                    raw,
+                    format!("hard link to {} leaves the layer", target.display()),
+                )
             })?;
             let Some(target_name) = target.file_name() else {
                 return Err(refused(raw, "hard link to the layer's root"));
@@ -353,27 +348,20 @@ fn apply<R: Read>(
                 return Ok(());
             }
             remove_existing(&dir, name).map_err(werr)?;
-            fs::linkat(&target_dir, target_name, &dir, name, AtFlags::empty()).map_err(|e| {
-                match e {
+            fs::linkat(&target_dir, target_name, &dir, name, AtFlags::empty()).map_err(
+                |e| match e {
                     rustix::io::Errno::NOENT => refused(raw, "hard link to a missing file"),
                     rustix::io::Errno::PERM => refused(raw, "hard link to a directory"),
                     e => werr(e.into()),
-                }
-            })?;
+                },
+            )?;
         }
         tar::EntryType::Fifo => {
             remove_existing(&dir, name).map_err(werr)?;
-            fs::mknodat(
-                &dir,
-                name,
-                fs::FileType::Fifo,
-                Mode::from_raw_mode(mode),
-                0,
-            )
-            .map_err(|e| werr(e.into()))?;
-            let (u, g) = owner();
-            fs::chownat(&dir, name, u, g, AtFlags::SYMLINK_NOFOLLOW)
+            fs::mknodat(&dir, name, fs::FileType::Fifo, Mode::from_raw_mode(mode), 0)
                 .map_err(|e| werr(e.into()))?;
+            let (u, g) = owner();
+            fs::chownat(&dir, name, u, g, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| werr(e.into()))?;
         }
         tar::EntryType::Char | tar::EntryType::Block => done.devices_skipped += 1,
         // Metadata entries the tar crate has already folded in, and kinds with no place

@@ -76,7 +76,12 @@ pub fn main(command: ImagesCommand) -> Result<()> {
             let images = Images::open(&dir.data_dir)?;
             for image in images.list() {
                 let bytes: u64 = image.layers.iter().map(|l| images.layer_size(l)).sum();
-                println!("{}  {} layers  {} bytes", image.name, image.layers.len(), bytes);
+                println!(
+                    "{}  {} layers  {} bytes",
+                    image.name,
+                    image.layers.len(),
+                    bytes
+                );
             }
         }
         ImagesCommand::Import { file, name, dir } => {

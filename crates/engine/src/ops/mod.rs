@@ -137,7 +137,10 @@ impl Engine {
         if e.sb.image == "default" {
             return None;
         }
-        self.runtime.resolve_image(&e.sb.image).ok().map(|i| i.config)
+        self.runtime
+            .resolve_image(&e.sb.image)
+            .ok()
+            .map(|i| i.config)
     }
 
     /// The working directory a command in sandbox `e` gets when it names none: its

@@ -293,7 +293,10 @@ mod tests {
         let data = tempfile::tempdir().expect("tempdir");
         let store = LayerStore::new(data.path()).expect("store");
         let base = resolve(data.path(), &store, DEFAULT_IMAGE).expect("default");
-        for name in ["docker.io/library/python:3.12", "127.0.0.1:5000/team/app:latest"] {
+        for name in [
+            "docker.io/library/python:3.12",
+            "127.0.0.1:5000/team/app:latest",
+        ] {
             let image = ImageLayers {
                 name: name.into(),
                 layers: base.layers.clone(),
@@ -302,7 +305,9 @@ mod tests {
             store_image(data.path(), &store, &image).expect("store");
         }
         assert_eq!(
-            resolve(data.path(), &store, "python:3.12").expect("short").name,
+            resolve(data.path(), &store, "python:3.12")
+                .expect("short")
+                .name,
             "docker.io/library/python:3.12"
         );
         assert_eq!(

@@ -74,27 +74,26 @@ files = {"/usr/bin/bash", "/usr/bin/cat", "/usr/bin/ls"}
 for prog in list(files):
     for line in subprocess.run(["ldd", prog], capture_output=True, text=True).stdout.splitlines():
         for word in line.split():
-            if word.startswith("/"):
+            if word.startswith("/") and not word.startswith("/lib64/"):
+                # Under its own name (a soname is often a symlink), in its real directory.
+                files.add(os.path.join(os.path.realpath(os.path.dirname(word)), os.path.basename(word)))
+            if word.startswith("/lib64/"):
                 files.add(os.path.realpath(word))
 base = [d("usr"), d("usr/bin"), d("etc"), d("tmp", 0o1777), d("workspace"), d("opq"),
-        sym("bin", "usr/bin"), sym("lib", "usr/lib"), sym("lib64", "usr/lib64"),
+        sym("bin", "usr/bin"), sym("lib", "usr/lib"), sym("lib64", "usr/lib64"), d("usr/lib64"),
+        sym("usr/lib64/ld-linux-x86-64.so.2", os.path.realpath("/lib64/ld-linux-x86-64.so.2")),
         f("etc/greeting", b"hello from the image\n"), f("etc/gone", b"x"),
         f("opq/old", b"old")]
 dirs = set()
 for path in sorted(files):
-    rel = os.path.realpath(path).lstrip("/")
+    rel = path.lstrip("/")
     parts = rel.split("/")[:-1]
     for n in range(1, len(parts) + 1):
         p = "/".join(parts[:n])
-        if p not in dirs and p not in ("usr", "usr/bin"):
+        if p not in dirs and p not in ("usr", "usr/bin", "usr/lib64"):
             dirs.add(p); base.append(d(p))
     with open(path, "rb") as fh:
         base.append(f(rel, fh.read(), 0o755))
-# ld.so is looked up at /lib64/ld-linux-x86-64.so.2: make sure it resolves.
-if not os.path.exists("/usr/lib64/ld-linux-x86-64.so.2"):
-    pass
-elif "usr/lib64" not in dirs:
-    base.append(d("usr/lib64"))
 top = [f("etc/.wh.gone"), d("opq"), f("opq/.wh..wh..opq"), f("opq/new", b"new"),
        d("srv"), d("srv/app")]
 layout("good", [tar_of(base), tar_of(top)],
