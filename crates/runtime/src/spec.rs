@@ -14,12 +14,45 @@ pub struct Layer {
 }
 
 /// An image: read-only layers, lowest first, plus what the backend needs to mount it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ImageLayers {
     /// Image name it was resolved from.
     pub name: String,
     /// Layer digests, lowest first.
     pub layers: Vec<String>,
+    /// The image's own configuration (OCI `config`); empty for the built-in image.
+    #[serde(default)]
+    pub config: ImageConfig,
+}
+
+/// What an OCI image's configuration says about the commands run from it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ImageConfig {
+    /// `KEY=VALUE` entries, in the image's order.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Default working directory of commands (absolute).
+    #[serde(default)]
+    pub working_dir: Option<String>,
+    /// Default user (`name`, `uid`, `uid:gid`…) as the image gives it.
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub entrypoint: Vec<String>,
+    #[serde(default)]
+    pub cmd: Vec<String>,
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Digest of the manifest it came from (`sha256:…`), when pulled or imported.
+    #[serde(default)]
+    pub manifest_digest: Option<String>,
+}
+
+impl ImageConfig {
+    /// The image's environment as pairs (entries without `=` are left out).
+    pub fn env_pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.env.iter().filter_map(|e| e.split_once('='))
+    }
 }
 
 /// Everything needed to start one sandbox.

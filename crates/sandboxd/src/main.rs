@@ -4,6 +4,7 @@ mod bench;
 mod bench_base;
 mod bench_http;
 mod cli_http;
+mod cli_images;
 mod cli_sandbox;
 mod cli_templates;
 mod init;
@@ -55,6 +56,9 @@ enum Command {
     /// Sandboxes through a server's OpenRelay API (`--url`/`--key` or SANDBOXD_URL/KEY).
     #[command(subcommand)]
     Sandbox(cli_sandbox::SandboxCommand),
+    /// OCI images in the data directory: pull, list, import, export.
+    #[command(subcommand)]
+    Images(cli_images::ImagesCommand),
     /// Templates through a server's OpenRelay API: build, list, delete.
     #[command(subcommand)]
     Templates(cli_templates::TemplatesCommand),
@@ -118,6 +122,7 @@ fn main() -> std::process::ExitCode {
             eprintln!("sandboxd sandbox: {err:#}");
             std::process::ExitCode::FAILURE
         }),
+        Command::Images(command) => report("images", cli_images::main(command)),
         Command::Templates(command) => report("templates", cli_templates::main(command)),
         Command::Bench(args) => match bench::main(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,

@@ -30,7 +30,7 @@ impl Engine {
                 let req = ExecRequest {
                     argv: cmd.argv,
                     env,
-                    cwd: cmd.cwd,
+                    cwd: cmd.cwd.or_else(|| self.image_cwd(e)),
                     timeout_ms,
                     max_output_bytes: cmd.max_output_bytes,
                 };

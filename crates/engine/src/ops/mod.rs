@@ -128,17 +128,40 @@ impl Engine {
         Ok(env)
     }
 
+    /// The configuration of the image sandbox `e` runs (none for the built-in one, or
+    /// when the image has gone since).
+    fn image_config(&self, e: &Entry) -> Option<sandboxd_runtime::ImageConfig> {
+        if e.sb.image == "default" {
+            return None;
+        }
+        self.runtime
+            .resolve_image(&e.sb.image)
+            .ok()
+            .map(|i| i.config)
+    }
+
+    /// The working directory a command in sandbox `e` gets when it names none: its
+    /// image's `WorkingDir`.
+    pub(crate) fn image_cwd(&self, e: &Entry) -> Option<String> {
+        self.image_config(e)?.working_dir
+    }
+
     pub(crate) fn default_env(
         &self,
         e: &Entry,
     ) -> Result<Option<BTreeMap<String, String>>, EngineError> {
-        if e.sb.environment.is_empty() && e.sb.secrets.is_empty() {
+        let image = self.image_config(e).filter(|c| !c.env.is_empty());
+        if e.sb.environment.is_empty() && e.sb.secrets.is_empty() && image.is_none() {
             return Ok(None);
         }
         let mut env: BTreeMap<String, String> = AGENT_DEFAULT_ENV
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        // The image's environment, under the sandbox's own.
+        if let Some(image) = &image {
+            env.extend(image.env_pairs().map(|(k, v)| (k.to_owned(), v.to_owned())));
+        }
         env.extend(e.sb.environment.clone());
         for name in &e.sb.secrets {
             // A secret deleted since the sandbox was created is simply left out.

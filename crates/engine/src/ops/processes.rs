@@ -40,7 +40,7 @@ impl Engine {
                 id: Uuid::new_v4(),
                 argv: cmd.argv,
                 env,
-                cwd: cmd.cwd,
+                cwd: cmd.cwd.or_else(|| self.image_cwd(e)),
                 hold_output: held,
             };
             Ok(async move { client.start_process(&req).await })

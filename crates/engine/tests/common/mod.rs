@@ -98,6 +98,7 @@ impl Runtime for FakeRuntime {
             "default" | "python" => Ok(ImageLayers {
                 name: name.into(),
                 layers: vec!["base".into()],
+                ..Default::default()
             }),
             other => Err(RuntimeError::UnknownImage(other.into())),
         }

@@ -42,23 +42,128 @@ const DIRS: [(&str, u32); 18] = [
 /// Top-level names that a merged-/usr host makes symlinks into /usr.
 const USR_LINKS: [&str; 5] = ["bin", "lib", "lib64", "sbin", "libx32"];
 
+/// The record file of image `name` under `data_dir/images/`: the name with `%` and `/`
+/// percent-encoded (references like `host:5000/team/app:1.4` are names too).
+fn record_path(data_dir: &Path, name: &str) -> PathBuf {
+    let file: String = name
+        .chars()
+        .map(|c| match c {
+            '%' => "%25".to_owned(),
+            '/' => "%2F".to_owned(),
+            c => c.to_string(),
+        })
+        .collect();
+    data_dir.join("images").join(format!("{file}.json"))
+}
+
+/// Names an image may be stored under: not empty, no control characters, and never
+/// one of the special directory names.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 512
+        && name != "."
+        && name != ".."
+        && !name.chars().any(char::is_control)
+}
+
+fn read_record(data_dir: &Path, store: &LayerStore, name: &str) -> Option<ImageLayers> {
+    if !valid_name(name) {
+        return None;
+    }
+    let text = std::fs::read_to_string(record_path(data_dir, name)).ok()?;
+    let image = serde_json::from_str::<ImageLayers>(&text).ok()?;
+    image
+        .layers
+        .iter()
+        .all(|d| store.path(d).is_ok())
+        .then_some(image)
+}
+
+/// Stores (or replaces) the record of an image whose layers are all in `store`.
+pub fn store_image(
+    data_dir: &Path,
+    store: &LayerStore,
+    image: &ImageLayers,
+) -> Result<(), RuntimeError> {
+    if !valid_name(&image.name) || image.name == DEFAULT_IMAGE {
+        return Err(RuntimeError::UnknownImage(image.name.clone()));
+    }
+    for digest in &image.layers {
+        store.path(digest)?;
+    }
+    save(&record_path(data_dir, &image.name), image)
+}
+
+/// Every stored image record (whose layers are all present), by name.
+pub fn list_images(data_dir: &Path, store: &LayerStore) -> Vec<ImageLayers> {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("images")) else {
+        return Vec::new();
+    };
+    let mut images: Vec<ImageLayers> = entries
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            (path.extension()? == "json").then_some(())?;
+            let text = std::fs::read_to_string(&path).ok()?;
+            let image = serde_json::from_str::<ImageLayers>(&text).ok()?;
+            image
+                .layers
+                .iter()
+                .all(|d| store.path(d).is_ok())
+                .then_some(image)
+        })
+        .collect();
+    images.sort_by(|a, b| a.name.cmp(&b.name));
+    images
+}
+
+/// Other spellings of a registry reference that images are stored under: Docker Hub's
+/// short forms (`python:3.12` is `docker.io/library/python:3.12`) and an implied
+/// `:latest`.
+fn reference_spellings(name: &str) -> Vec<String> {
+    let (path, pin) = match name.split_once('@') {
+        Some((p, d)) => (p, Some(d)),
+        None => (name, None),
+    };
+    let last = path.rsplit('/').next().unwrap_or(path);
+    let (repo, tag) = match (last.rsplit_once(':'), pin) {
+        (Some(_), _) | (None, Some(_)) => (path.to_owned(), String::new()),
+        (None, None) => (path.to_owned(), ":latest".to_owned()),
+    };
+    let suffix = match pin {
+        Some(d) => format!("{tag}@{d}"),
+        None => tag,
+    };
+    let first = repo.split('/').next().unwrap_or("");
+    let has_registry =
+        repo.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let mut out = vec![format!("{repo}{suffix}")];
+    if !has_registry {
+        let full = match repo.contains('/') {
+            true => format!("docker.io/{repo}{suffix}"),
+            false => format!("docker.io/library/{repo}{suffix}"),
+        };
+        out.push(full);
+    }
+    out.retain(|n| n != name);
+    out
+}
+
 /// Resolves `name` to its layers, building the built-in image on first use.
 pub fn resolve(
     data_dir: &Path,
     store: &LayerStore,
     name: &str,
 ) -> Result<ImageLayers, RuntimeError> {
-    let record = data_dir.join("images").join(format!("{name}.json"));
-    if let Ok(text) = std::fs::read_to_string(&record) {
-        if let Ok(image) = serde_json::from_str::<ImageLayers>(&text) {
-            if image.layers.iter().all(|d| store.path(d).is_ok()) {
-                return Ok(image);
-            }
-        }
+    if let Some(image) = read_record(data_dir, store, name) {
+        return Ok(image);
     }
     if name != DEFAULT_IMAGE {
-        return Err(RuntimeError::UnknownImage(name.to_string()));
+        return reference_spellings(name)
+            .iter()
+            .find_map(|n| read_record(data_dir, store, n))
+            .ok_or_else(|| RuntimeError::UnknownImage(name.to_string()));
     }
+    let record = record_path(data_dir, name);
     let scratch = store.scratch()?;
     if let Err(e) = build_base(&scratch, Path::new("/")) {
         remove_tree(&scratch);
@@ -68,6 +173,7 @@ pub fn resolve(
     let image = ImageLayers {
         name: name.to_string(),
         layers: vec![layer.digest],
+        ..Default::default()
     };
     save(&record, &image)?;
     Ok(image)
@@ -187,5 +293,47 @@ mod tests {
             resolve(data.path(), &store, "nope"),
             Err(RuntimeError::UnknownImage(_))
         ));
+    }
+
+    #[test]
+    fn stored_images_resolve_by_reference_spellings() {
+        let data = tempfile::tempdir().expect("tempdir");
+        let store = LayerStore::new(data.path()).expect("store");
+        let base = resolve(data.path(), &store, DEFAULT_IMAGE).expect("default");
+        for name in [
+            "docker.io/library/python:3.12",
+            "127.0.0.1:5000/team/app:latest",
+        ] {
+            let image = ImageLayers {
+                name: name.into(),
+                layers: base.layers.clone(),
+                ..Default::default()
+            };
+            store_image(data.path(), &store, &image).expect("store");
+        }
+        assert_eq!(
+            resolve(data.path(), &store, "python:3.12")
+                .expect("short")
+                .name,
+            "docker.io/library/python:3.12"
+        );
+        assert_eq!(
+            resolve(data.path(), &store, "127.0.0.1:5000/team/app")
+                .expect("implied latest")
+                .name,
+            "127.0.0.1:5000/team/app:latest"
+        );
+        let names: Vec<String> = list_images(data.path(), &store)
+            .into_iter()
+            .map(|i| i.name)
+            .collect();
+        assert_eq!(names.len(), 3);
+        assert!(resolve(data.path(), &store, "../default").is_err());
+        let bad = ImageLayers {
+            name: "x".into(),
+            layers: vec!["0".repeat(64)],
+            ..Default::default()
+        };
+        assert!(store_image(data.path(), &store, &bad).is_err());
     }
 }

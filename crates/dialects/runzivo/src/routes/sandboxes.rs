@@ -39,6 +39,9 @@ pub struct CreateBody {
     /// Writable-layer size in MiB, 16 to the server's maximum (10 GiB unless
     /// configured; 0, no limit, only without a maximum); None = the server's default.
     disk_mb: Option<u32>,
+    /// Extension: the image to start from (a stored reference, `sandboxd images pull`);
+    /// None = the built-in `default`.
+    image: Option<String>,
 }
 
 impl CreateBody {
@@ -55,7 +58,7 @@ impl CreateBody {
                 vcpu: self.vcpu.unwrap_or(1),
                 memory_mb: self.memory_mb.unwrap_or(512),
             },
-            image: None,
+            image: self.image,
             snapshot_id: None,
             environment: self.env.unwrap_or_default(),
             secrets: Vec::new(),

@@ -1,0 +1,204 @@
+//! Pulls from OCI registries (the distribution spec, Docker Hub's conventions) with
+//! `oci-client`: anonymous or bearer-token access (the client follows the challenge),
+//! a multi-platform index resolved to linux/amd64, plain HTTP only to loopback
+//! registries and those listed as insecure. Every blob is hashed while it streams into
+//! a scratch file and refused unless it matches its descriptor's digest and size; only
+//! then is it unpacked.
+
+use crate::reference::{self, plain_http};
+use crate::store::{image_config, Images};
+use crate::{io, sha256_hex, ImageError};
+use futures_util::StreamExt;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::manifest::OciDescriptor;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use sandboxd_runtime::ImageLayers;
+use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::sync::Arc;
+
+/// Largest image configuration accepted.
+const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
+/// Layer media types sandboxd unpacks (tar, gzip and zstd; OCI and Docker names).
+const LAYER_TYPES: [&str; 6] = [
+    "application/vnd.oci.image.layer.v1.tar",
+    "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.oci.image.layer.v1.tar+zstd",
+    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+    "application/vnd.docker.image.rootfs.diff.tar",
+    "application/vnd.docker.image.rootfs.diff.tar.zstd",
+];
+
+/// How to reach registries.
+#[derive(Debug, Clone, Default)]
+pub struct PullOptions {
+    /// Registries (`host[:port]`) spoken to over plain HTTP although not on loopback.
+    pub insecure_registries: Vec<String>,
+}
+
+fn registry_error(reference: &Reference, e: impl std::fmt::Display) -> ImageError {
+    ImageError::Registry {
+        registry: reference.registry().to_owned(),
+        message: e.to_string(),
+    }
+}
+
+fn client(reference: &Reference, options: &PullOptions) -> Client {
+    let registry = reference.resolve_registry().to_owned();
+    let mut plain: Vec<String> = options.insecure_registries.clone();
+    if plain_http(&registry, &options.insecure_registries) {
+        plain.push(registry);
+    }
+    Client::new(ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(plain),
+        platform_resolver: Some(Box::new(oci_client::client::linux_amd64_resolver)),
+        connect_timeout: Some(std::time::Duration::from_secs(10)),
+        read_timeout: Some(std::time::Duration::from_secs(60)),
+        ..Default::default()
+    })
+}
+
+/// Installs the TLS crypto provider once per process.
+fn tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Pulls `text` into `images` and records it under its full reference.
+pub async fn pull(
+    images: Arc<Images>,
+    text: &str,
+    options: &PullOptions,
+) -> Result<ImageLayers, ImageError> {
+    tls_provider();
+    let reference = reference::parse(text)?;
+    let client = client(&reference, options);
+    let auth = RegistryAuth::Anonymous;
+    let (manifest, digest, list_digest) = client
+        .pull_image_manifest_and_list_digest(&reference, &auth)
+        .await
+        .map_err(|e| registry_error(&reference, e))?;
+    if let Some(pinned) = reference.digest() {
+        if pinned != digest && Some(pinned) != list_digest.as_deref() {
+            return Err(ImageError::DigestMismatch {
+                digest: pinned.to_owned(),
+                actual: digest,
+            });
+        }
+    }
+    if manifest.config.size as u64 > MAX_CONFIG_BYTES {
+        return Err(ImageError::Malformed(
+            "image configuration too large".into(),
+        ));
+    }
+    let config_bytes = fetch_small(&client, &reference, &manifest.config).await?;
+    let mut config = image_config(&config_bytes)?;
+    config.manifest_digest = Some(digest);
+    let mut layers = Vec::with_capacity(manifest.layers.len());
+    for desc in &manifest.layers {
+        if !LAYER_TYPES.contains(&desc.media_type.as_str()) {
+            return Err(ImageError::Unsupported(format!(
+                "layer {} has media type {}",
+                desc.digest, desc.media_type
+            )));
+        }
+        layers.push(fetch_layer(&images, &client, &reference, desc).await?);
+    }
+    let name = reference::stored_name(&reference);
+    let images2 = images.clone();
+    tokio::task::spawn_blocking(move || images2.save_image(&name, layers, config))
+        .await
+        .map_err(|e| ImageError::Malformed(format!("saving the image: {e}")))?
+}
+
+/// A small blob (the configuration) into memory, verified.
+async fn fetch_small(
+    client: &Client,
+    reference: &Reference,
+    desc: &OciDescriptor,
+) -> Result<Vec<u8>, ImageError> {
+    let expected = sha256_hex(&desc.digest)?.to_owned();
+    let mut stream = client
+        .pull_blob_stream(reference, desc)
+        .await
+        .map_err(|e| registry_error(reference, e))?;
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| registry_error(reference, e))?;
+        out.extend_from_slice(&chunk);
+        if out.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ImageError::Malformed(
+                "image configuration too large".into(),
+            ));
+        }
+    }
+    let actual = hex::encode(Sha256::digest(&out));
+    if actual != expected {
+        return Err(ImageError::DigestMismatch {
+            digest: desc.digest.clone(),
+            actual,
+        });
+    }
+    Ok(out)
+}
+
+/// A layer blob: stored already, or downloaded once (under the blob's lock), verified
+/// and unpacked.
+async fn fetch_layer(
+    images: &Arc<Images>,
+    client: &Client,
+    reference: &Reference,
+    desc: &OciDescriptor,
+) -> Result<String, ImageError> {
+    if let Some(layer) = images.layer_for_blob(&desc.digest)? {
+        return Ok(layer);
+    }
+    let (imgs, digest) = (images.clone(), desc.digest.clone());
+    let lock = tokio::task::spawn_blocking(move || imgs.lock_blob(&digest))
+        .await
+        .map_err(|e| ImageError::Malformed(format!("locking a blob: {e}")))??;
+    if let Some(layer) = images.layer_for_blob(&desc.digest)? {
+        return Ok(layer);
+    }
+    let expected = sha256_hex(&desc.digest)?.to_owned();
+    let size = u64::try_from(desc.size).unwrap_or(0);
+    let (mut file, temp) = images.temp_file()?;
+    let mut stream = client
+        .pull_blob_stream(reference, desc)
+        .await
+        .map_err(|e| registry_error(reference, e))?;
+    let mut hasher = Sha256::new();
+    let mut got = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| registry_error(reference, e))?;
+        got += chunk.len() as u64;
+        if got > size {
+            return Err(ImageError::BlobTooLarge {
+                digest: desc.digest.clone(),
+                size,
+            });
+        }
+        hasher.update(&chunk);
+        file.write_all(&chunk)
+            .map_err(io("writing a download", &temp.path))?;
+    }
+    let actual = hex::encode(hasher.finalize());
+    if actual != expected || got != size {
+        return Err(ImageError::DigestMismatch {
+            digest: desc.digest.clone(),
+            actual,
+        });
+    }
+    drop(file);
+    let (imgs, digest) = (images.clone(), desc.digest.clone());
+    let layer = tokio::task::spawn_blocking(move || {
+        let layer = imgs.ingest_blob(&digest, &temp.path);
+        drop(temp);
+        drop(lock);
+        layer
+    })
+    .await
+    .map_err(|e| ImageError::Malformed(format!("unpacking a layer: {e}")))??;
+    Ok(layer)
+}

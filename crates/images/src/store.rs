@@ -1,0 +1,269 @@
+//! Verified blobs into stored layers: each compressed blob is unpacked once into the
+//! runtime's layer store, and an index maps the blob's digest to its layer, so an image
+//! that shares a layer with another needs no second download.
+//!
+//! Concurrency: one `flock` per blob digest (`layers/.lock-<hex>`) serializes the
+//! processes and tasks that want the same blob; the loser finds the index written and
+//! downloads nothing. A blob is only unpacked after its digest was verified, into a
+//! scratch directory that becomes a layer by one rename; an interruption leaves only
+//! `.tmp-*` scratch, never a stored layer or index entry, and scratch older than a day
+//! is swept when the store is opened.
+
+use crate::unpack::{self, UnpackLimits};
+use crate::{io, sha256_hex, ImageError};
+use nix::fcntl::{Flock, FlockArg};
+use sandboxd_runtime::linux::images as rt_images;
+use sandboxd_runtime::linux::layers::{remove_tree, LayerStore};
+use sandboxd_runtime::{ImageConfig, ImageLayers};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// The image store of one data directory.
+pub struct Images {
+    data_dir: PathBuf,
+    layers: LayerStore,
+    pub limits: UnpackLimits,
+}
+
+/// A file that is removed when dropped unless kept.
+pub struct TempFile {
+    pub path: PathBuf,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Images {
+    pub fn open(data_dir: &Path) -> Result<Self, ImageError> {
+        let layers = LayerStore::new(data_dir)?;
+        let images = Images {
+            data_dir: data_dir.to_path_buf(),
+            layers,
+            limits: UnpackLimits::default(),
+        };
+        std::fs::create_dir_all(images.index_dir())
+            .map_err(io("creating the blob index", &images.index_dir()))?;
+        images.sweep_stale_scratch();
+        Ok(images)
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn layer_store(&self) -> &LayerStore {
+        &self.layers
+    }
+
+    fn layers_dir(&self) -> PathBuf {
+        self.data_dir.join("layers")
+    }
+
+    fn index_dir(&self) -> PathBuf {
+        self.data_dir.join("images").join("blobs")
+    }
+
+    /// Removes `.tmp-*` scratch (files and directories) a crashed pull left a day ago.
+    fn sweep_stale_scratch(&self) {
+        let Ok(entries) = std::fs::read_dir(self.layers_dir()) else {
+            return;
+        };
+        let day = std::time::Duration::from_secs(86_400);
+        for entry in entries.flatten() {
+            let stale = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > day);
+            if stale && entry.file_name().to_string_lossy().starts_with(".tmp-") {
+                let path = entry.path();
+                if path.is_dir() {
+                    remove_tree(&path);
+                } else {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+    }
+
+    /// A fresh scratch file in the layer store's directory (same filesystem).
+    pub fn temp_file(&self) -> Result<(std::fs::File, TempFile), ImageError> {
+        let path = self
+            .layers_dir()
+            .join(format!(".tmp-blob-{}", uuid::Uuid::new_v4()));
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io("creating a download file", &path))?;
+        Ok((file, TempFile { path }))
+    }
+
+    /// The stored layer blob `digest` was unpacked into, if it is still there.
+    pub fn layer_for_blob(&self, digest: &str) -> Result<Option<String>, ImageError> {
+        let hex = sha256_hex(digest)?;
+        let Ok(layer) = std::fs::read_to_string(self.index_dir().join(hex)) else {
+            return Ok(None);
+        };
+        let layer = layer.trim().to_owned();
+        Ok(self.layers.path(&layer).is_ok().then_some(layer))
+    }
+
+    /// Takes the lock of blob `digest` (blocking until other holders are done).
+    pub fn lock_blob(&self, digest: &str) -> Result<Flock<std::fs::File>, ImageError> {
+        let hex = sha256_hex(digest)?;
+        let path = self.layers_dir().join(format!(".lock-{hex}"));
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io("opening a blob lock", &path))?;
+        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| ImageError::Io {
+            what: "locking blob",
+            path,
+            source: e.into(),
+        })
+    }
+
+    /// Unpacks the verified layer blob `file` (gzip, zstd or plain tar) into the layer
+    /// store and records it under `digest`; returns the stored layer's digest.
+    pub fn ingest_blob(&self, digest: &str, file: &Path) -> Result<String, ImageError> {
+        let hex = sha256_hex(digest)?;
+        let reader = std::fs::File::open(file).map_err(io("opening a blob", file))?;
+        let scratch = self.layers.scratch()?;
+        let unpacked = unpack::decompressed(std::io::BufReader::new(reader))
+            .map_err(|source| ImageError::Layer {
+                digest: digest.to_owned(),
+                source: unpack::UnpackError::Read(source),
+            })
+            .and_then(|r| {
+                unpack::unpack(r, &scratch, self.limits).map_err(|source| ImageError::Layer {
+                    digest: digest.to_owned(),
+                    source,
+                })
+            });
+        let unpacked = match unpacked {
+            Ok(u) => u,
+            Err(e) => {
+                remove_tree(&scratch);
+                return Err(e);
+            }
+        };
+        if unpacked.devices_skipped > 0 {
+            tracing::warn!(
+                blob = digest,
+                count = unpacked.devices_skipped,
+                "device nodes left out"
+            );
+        }
+        let layer = self.layers.commit(&scratch)?;
+        self.write_index(hex, &layer.digest)?;
+        Ok(layer.digest)
+    }
+
+    fn write_index(&self, hex: &str, layer: &str) -> Result<(), ImageError> {
+        let path = self.index_dir().join(hex);
+        let tmp = self
+            .index_dir()
+            .join(format!(".tmp-{}", uuid::Uuid::new_v4()));
+        let mut f = std::fs::File::create(&tmp).map_err(io("writing the blob index", &tmp))?;
+        f.write_all(layer.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(io("writing the blob index", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io("writing the blob index", &path))
+    }
+
+    /// The layer every image gets on top: real directories for the mount points the
+    /// sandbox's init mounts on (`/proc`, `/sys`, `/dev`), whatever the image has there
+    /// (an overlay directory above a lower symlink hides it).
+    pub fn mount_point_layer(&self) -> Result<String, ImageError> {
+        let scratch = self.layers.scratch()?;
+        for (name, mode) in [("proc", 0o555), ("sys", 0o555), ("dev", 0o755)] {
+            let path = scratch.join(name);
+            std::fs::create_dir(&path)
+                .and_then(|()| {
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                })
+                .map_err(io("making a mount point", &path))?;
+        }
+        Ok(self.layers.commit(&scratch)?.digest)
+    }
+
+    /// Records image `name` over `layers` (lowest first; the mount-point layer is added
+    /// on top) with `config`.
+    pub fn save_image(
+        &self,
+        name: &str,
+        mut layers: Vec<String>,
+        config: ImageConfig,
+    ) -> Result<ImageLayers, ImageError> {
+        layers.push(self.mount_point_layer()?);
+        let image = ImageLayers {
+            name: name.to_owned(),
+            layers,
+            config,
+        };
+        rt_images::store_image(&self.data_dir, &self.layers, &image)?;
+        Ok(image)
+    }
+
+    /// Every stored image (the built-in one once it was first used).
+    pub fn list(&self) -> Vec<ImageLayers> {
+        rt_images::list_images(&self.data_dir, &self.layers)
+    }
+
+    /// Image `name` (any spelling of a stored reference, or `default`).
+    pub fn get(&self, name: &str) -> Result<ImageLayers, ImageError> {
+        Ok(rt_images::resolve(&self.data_dir, &self.layers, name)?)
+    }
+
+    /// Bytes of file content in `layer`'s directory.
+    pub fn layer_size(&self, layer: &str) -> u64 {
+        let Ok(dir) = self.layers.path(layer) else {
+            return 0;
+        };
+        walk_size(&dir)
+    }
+}
+
+fn walk_size(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if meta.is_file() {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+/// The config fields sandboxd keeps from an OCI (or Docker) image configuration JSON.
+pub fn image_config(json: &[u8]) -> Result<ImageConfig, ImageError> {
+    let parsed: oci_spec::image::ImageConfiguration = serde_json::from_slice(json)
+        .map_err(|e| ImageError::Malformed(format!("image configuration: {e}")))?;
+    let mut out = ImageConfig::default();
+    if let Some(c) = parsed.config() {
+        out.env = c.env().clone().unwrap_or_default();
+        out.working_dir = c.working_dir().clone().filter(|w| w.starts_with('/'));
+        out.user = c.user().clone().filter(|u| !u.is_empty());
+        out.entrypoint = c.entrypoint().clone().unwrap_or_default();
+        out.cmd = c.cmd().clone().unwrap_or_default();
+        out.labels = c.labels().clone().unwrap_or_default().into_iter().collect();
+    }
+    Ok(out)
+}

@@ -1,0 +1,414 @@
+//! Applying an untrusted layer tar to an empty directory, with the kernel's help.
+//!
+//! Every path is resolved with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)` below the layer's directory, and every
+//! change is made with `*at` calls relative to the parent found so, never following the
+//! last component. So an entry can never write outside the layer: `..` components and
+//! absolute paths are refused by name, a path through a symlink (planted by an earlier
+//! entry) fails with ELOOP, and hard links resolve their target the same way.
+//!
+//! OCI whiteouts become overlayfs whiteouts, since a stored layer is an overlay lower
+//! directory: `.wh.NAME` is a 0:0 character device at NAME and `.wh..wh..opq` sets
+//! `trusted.overlay.opaque=y` on its directory. Device nodes are skipped (a layer may not
+//! carry them; the sandbox gets its own /dev). Extended attributes of the archive are
+//! ignored (an archive must never forge overlay metadata). Ownership and modes
+//! (setuid/setgid/sticky included) are kept as the archive gives them: the store's
+//! layers hold in-sandbox ids, idmapped when mounted.
+
+use rustix::fs::{self as fs, AtFlags, Mode, OFlags, ResolveFlags};
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+/// Bounds on what one layer may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct UnpackLimits {
+    /// Entries (files, directories, links…) in the layer.
+    pub max_entries: u64,
+    /// Bytes of file content once unpacked (sparse files count at their full size).
+    pub max_bytes: u64,
+}
+
+impl Default for UnpackLimits {
+    fn default() -> Self {
+        UnpackLimits {
+            max_entries: 1_000_000,
+            max_bytes: 64 << 30,
+        }
+    }
+}
+
+/// Why a layer was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    #[error("layer entry {path:?}: {why}")]
+    Refused { path: String, why: String },
+    #[error("layer has more than {0} entries")]
+    TooManyEntries(u64),
+    #[error("layer unpacks to more than {0} bytes")]
+    TooLarge(u64),
+    #[error("reading the layer: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("layer entry {path:?}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn refused(path: &Path, why: impl Into<String>) -> UnpackError {
+    UnpackError::Refused {
+        path: path.display().to_string(),
+        why: why.into(),
+    }
+}
+
+/// What was unpacked.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Unpacked {
+    pub entries: u64,
+    pub bytes: u64,
+    /// Device nodes left out.
+    pub devices_skipped: u64,
+}
+
+const RESOLVE: ResolveFlags = ResolveFlags::IN_ROOT
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS)
+    .union(ResolveFlags::NO_XDEV);
+
+/// The entry's path as plain relative components; `..`, absolute and empty paths are
+/// refused (a leading `./` is fine).
+fn clean(path: &Path) -> Result<PathBuf, UnpackError> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            Component::ParentDir => return Err(refused(path, "has a `..` component")),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(refused(path, "is an absolute path"))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Applies the (decompressed) layer tar `reader` to the empty directory `root`.
+pub fn unpack(
+    reader: impl Read,
+    root: &Path,
+    limits: UnpackLimits,
+) -> Result<Unpacked, UnpackError> {
+    let root_fd = fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| UnpackError::Write {
+        path: root.display().to_string(),
+        source: e.into(),
+    })?;
+    let mut archive = tar::Archive::new(reader);
+    let mut done = Unpacked::default();
+    for entry in archive.entries().map_err(UnpackError::Read)? {
+        let mut entry = entry.map_err(UnpackError::Read)?;
+        done.entries += 1;
+        if done.entries > limits.max_entries {
+            return Err(UnpackError::TooManyEntries(limits.max_entries));
+        }
+        let raw = entry.path().map_err(UnpackError::Read)?.into_owned();
+        let path = clean(&raw)?;
+        let kind = entry.header().entry_type();
+        if kind.is_file() || kind == tar::EntryType::GNUSparse {
+            let size = entry.size();
+            if done.bytes.saturating_add(size) > limits.max_bytes {
+                return Err(UnpackError::TooLarge(limits.max_bytes));
+            }
+            done.bytes += size;
+        }
+        apply(&root_fd, &path, &raw, &mut entry, &mut done)?;
+    }
+    Ok(done)
+}
+
+/// Opens directory `rel` (relative, clean) below `root`, making missing directories
+/// (0755, root-owned) on the way.
+fn open_dir(root: &OwnedFd, rel: &Path) -> std::io::Result<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    match fs::openat2(root, rel, flags, Mode::empty(), RESOLVE) {
+        Ok(fd) => return Ok(fd),
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let mut dir = fs::openat2(root, ".", flags, Mode::empty(), RESOLVE)?;
+    for c in rel.components() {
+        let name = c.as_os_str();
+        match fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        dir = fs::openat2(&dir, name, flags, Mode::empty(), RESOLVE)?;
+    }
+    Ok(dir)
+}
+
+/// Removes whatever is at `name` in `dir` (a directory only when empty is not needed:
+/// a non-directory entry replacing a directory removes its tree).
+fn remove_existing(dir: &OwnedFd, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    match fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+        Ok(st) if fs::FileType::from_raw_mode(st.st_mode) == fs::FileType::Directory => {
+            let sub = fs::openat2(
+                dir,
+                name,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+                RESOLVE,
+            )?;
+            remove_tree_at(sub)?;
+            fs::unlinkat(dir, name, AtFlags::REMOVEDIR).map_err(Into::into)
+        }
+        Ok(_) => fs::unlinkat(dir, name, AtFlags::empty()).map_err(Into::into),
+    }
+}
+
+/// Empties the directory open at `dir` (not following symlinks).
+fn remove_tree_at(dir: OwnedFd) -> std::io::Result<()> {
+    let mut names = Vec::new();
+    for entry in fs::Dir::read_from(&dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(std::ffi::OsString::from(
+                std::ffi::OsStr::from_bytes_compat(name),
+            ));
+        }
+    }
+    for name in names {
+        remove_existing(&dir, &name)?;
+    }
+    Ok(())
+}
+
+/// `OsStr` from bytes (Unix).
+trait FromBytesCompat {
+    fn from_bytes_compat(b: &[u8]) -> &std::ffi::OsStr;
+}
+impl FromBytesCompat for std::ffi::OsStr {
+    fn from_bytes_compat(b: &[u8]) -> &std::ffi::OsStr {
+        std::os::unix::ffi::OsStrExt::from_bytes(b)
+    }
+}
+
+fn apply<R: Read>(
+    root: &OwnedFd,
+    path: &Path,
+    raw: &Path,
+    entry: &mut tar::Entry<'_, R>,
+    done: &mut Unpacked,
+) -> Result<(), UnpackError> {
+    let werr = |e: std::io::Error| match e.raw_os_error() {
+        Some(libc::ELOOP) => refused(raw, "goes through a symlink"),
+        Some(libc::EXDEV) => refused(raw, "leaves the layer"),
+        _ => UnpackError::Write {
+            path: raw.display().to_string(),
+            source: e,
+        },
+    };
+    let Some(name) = path.file_name() else {
+        // The layer's root itself (`./`): keep the directory as made.
+        return Ok(());
+    };
+    let parent = path.parent().unwrap_or(Path::new(""));
+    let header = entry.header();
+    let kind = header.entry_type();
+    let mode = header.mode().map_err(UnpackError::Read)? & 0o7777;
+    let uid = header.uid().map_err(UnpackError::Read)?;
+    let gid = header.gid().map_err(UnpackError::Read)?;
+    let (uid, gid) = match (u32::try_from(uid), u32::try_from(gid)) {
+        (Ok(u), Ok(g)) if u < 65536 && g < 65536 => (u, g),
+        _ => return Err(refused(raw, "owner id outside 0-65535")),
+    };
+    let owner = || (Some(fs::Uid::from_raw(uid)), Some(fs::Gid::from_raw(gid)));
+    let dir = open_dir(root, parent).map_err(werr)?;
+    let name_bytes = std::os::unix::ffi::OsStrExt::as_bytes(name);
+    // Whiteouts.
+    if name_bytes == b".wh..wh..opq" {
+        let opened = fs::openat2(
+            &dir,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .map_err(|e| werr(e.into()))?;
+        fs::fsetxattr(
+            &opened,
+            "trusted.overlay.opaque",
+            b"y",
+            fs::XattrFlags::empty(),
+        )
+        .map_err(|e| werr(e.into()))?;
+        return Ok(());
+    }
+    if let Some(hidden) = name_bytes.strip_prefix(b".wh.") {
+        if hidden.starts_with(b".wh.") || hidden.is_empty() {
+            return Ok(()); // AUFS metadata (`.wh..wh.plnk`…): nothing to apply
+        }
+        let hidden = std::ffi::OsStr::from_bytes_compat(hidden);
+        remove_existing(&dir, hidden).map_err(werr)?;
+        fs::mknodat(
+            &dir,
+            hidden,
+            fs::FileType::CharacterDevice,
+            Mode::empty(),
+            fs::makedev(0, 0),
+        )
+        .map_err(|e| werr(e.into()))?;
+        return Ok(());
+    }
+    match kind {
+        tar::EntryType::Directory => {
+            match fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if fs::FileType::from_raw_mode(st.st_mode) == fs::FileType::Directory => {}
+                Ok(_) => {
+                    remove_existing(&dir, name).map_err(werr)?;
+                    fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700))
+                        .map_err(|e| werr(e.into()))?;
+                }
+                Err(_) => fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700))
+                    .map_err(|e| werr(e.into()))?,
+            }
+            let fd = fs::openat2(
+                &dir,
+                name,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+                RESOLVE,
+            )
+            .map_err(|e| werr(e.into()))?;
+            let (u, g) = owner();
+            fs::fchown(&fd, u, g).map_err(|e| werr(e.into()))?;
+            fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| werr(e.into()))?;
+        }
+        tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
+            remove_existing(&dir, name).map_err(werr)?;
+            let fd = fs::openat(
+                &dir,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .map_err(|e| werr(e.into()))?;
+            let mut file = std::fs::File::from(fd);
+            std::io::copy(entry, &mut file).map_err(|e| UnpackError::Write {
+                path: raw.display().to_string(),
+                source: e,
+            })?;
+            let (u, g) = owner();
+            fs::fchown(file.as_fd(), u, g).map_err(|e| werr(e.into()))?;
+            // After chown, which would clear setuid/setgid bits.
+            fs::fchmod(file.as_fd(), Mode::from_raw_mode(mode)).map_err(|e| werr(e.into()))?;
+        }
+        tar::EntryType::Symlink => {
+            let target = entry
+                .link_name()
+                .map_err(UnpackError::Read)?
+                .ok_or_else(|| refused(raw, "symlink without a target"))?
+                .into_owned();
+            remove_existing(&dir, name).map_err(werr)?;
+            fs::symlinkat(&target, &dir, name).map_err(|e| werr(e.into()))?;
+            let (u, g) = owner();
+            fs::chownat(&dir, name, u, g, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| werr(e.into()))?;
+        }
+        tar::EntryType::Link => {
+            let target = entry
+                .link_name()
+                .map_err(UnpackError::Read)?
+                .ok_or_else(|| refused(raw, "hard link without a target"))?
+                .into_owned();
+            let target = clean(&target).map_err(|_| {
+                refused(
+                    raw,
+                    format!("hard link to {} leaves the layer", target.display()),
+                )
+            })?;
+            let Some(target_name) = target.file_name() else {
+                return Err(refused(raw, "hard link to the layer's root"));
+            };
+            let target_dir = open_dir_existing(root, target.parent().unwrap_or(Path::new("")))
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::ENOENT) => refused(raw, "hard link to a missing file"),
+                    _ => werr(e),
+                })?;
+            if target == path {
+                return Ok(());
+            }
+            remove_existing(&dir, name).map_err(werr)?;
+            fs::linkat(&target_dir, target_name, &dir, name, AtFlags::empty()).map_err(
+                |e| match e {
+                    rustix::io::Errno::NOENT => refused(raw, "hard link to a missing file"),
+                    rustix::io::Errno::PERM => refused(raw, "hard link to a directory"),
+                    e => werr(e.into()),
+                },
+            )?;
+        }
+        tar::EntryType::Fifo => {
+            remove_existing(&dir, name).map_err(werr)?;
+            fs::mknodat(&dir, name, fs::FileType::Fifo, Mode::from_raw_mode(mode), 0)
+                .map_err(|e| werr(e.into()))?;
+            let (u, g) = owner();
+            fs::chownat(&dir, name, u, g, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| werr(e.into()))?;
+        }
+        tar::EntryType::Char | tar::EntryType::Block => done.devices_skipped += 1,
+        // Metadata entries the tar crate has already folded in, and kinds with no place
+        // in a layer.
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Like [`open_dir`] but never creates anything.
+fn open_dir_existing(root: &OwnedFd, rel: &Path) -> std::io::Result<OwnedFd> {
+    let rel = match rel.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => rel,
+    };
+    fs::openat2(
+        root,
+        rel,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        RESOLVE,
+    )
+    .map_err(Into::into)
+}
+
+/// A reader that decompresses gzip or zstd by their magic bytes, or passes a plain tar.
+pub fn decompressed<'a>(
+    mut reader: impl std::io::BufRead + 'a,
+) -> std::io::Result<Box<dyn Read + 'a>> {
+    let head = reader.fill_buf()?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        Ok(Box::new(flate2::bufread::MultiGzDecoder::new(reader)))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Ok(Box::new(zstd::stream::read::Decoder::with_buffer(reader)?))
+    } else {
+        Ok(Box::new(reader))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_refuses_parent_and_absolute_paths() {
+        assert_eq!(clean(Path::new("./a/b")).expect("ok"), Path::new("a/b"));
+        assert!(clean(Path::new("a/../../b")).is_err());
+        assert!(clean(Path::new("/etc/passwd")).is_err());
+    }
+}

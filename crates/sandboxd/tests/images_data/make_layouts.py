@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Writes OCI image layouts for the images tests into OUT/<name>/ (tag `v1`).
+
+good: the host's bash with its libraries, /etc/greeting, a whiteout and an opaque
+directory over a lower layer, Env and WorkingDir. hostile-*: one malicious layer each
+(OUTSIDE is the host directory they aim at)."""
+import hashlib, io, json, os, subprocess, sys, tarfile
+
+out, outside = sys.argv[1], sys.argv[2]
+
+
+def blob(layout, data):
+    h = hashlib.sha256(data).hexdigest()
+    os.makedirs(f"{layout}/blobs/sha256", exist_ok=True)
+    with open(f"{layout}/blobs/sha256/{h}", "wb") as f:
+        f.write(data)
+    return {"digest": f"sha256:{h}", "size": len(data)}
+
+
+def tar_of(entries):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
+        for info, data in entries:
+            t.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def f(name, data=b"", mode=0o644):
+    i = tarfile.TarInfo(name); i.size = len(data); i.mode = mode
+    return (i, data)
+
+
+def d(name, mode=0o755):
+    i = tarfile.TarInfo(name); i.type = tarfile.DIRTYPE; i.mode = mode
+    return (i, None)
+
+
+def sym(name, target):
+    i = tarfile.TarInfo(name); i.type = tarfile.SYMTYPE; i.linkname = target
+    return (i, None)
+
+
+def hard(name, target):
+    i = tarfile.TarInfo(name); i.type = tarfile.LNKTYPE; i.linkname = target
+    return (i, None)
+
+
+def layout(name, layers, config):
+    path = f"{out}/{name}"
+    os.makedirs(path, exist_ok=True)
+    descs = []
+    for data in layers:
+        desc = blob(path, data)
+        desc["mediaType"] = "application/vnd.oci.image.layer.v1.tar"
+        descs.append(desc)
+    cfg = {"architecture": "amd64", "os": "linux", "config": config,
+           "rootfs": {"type": "layers",
+                      "diff_ids": [f"sha256:{hashlib.sha256(l).hexdigest()}" for l in layers]}}
+    c = blob(path, json.dumps(cfg).encode())
+    c["mediaType"] = "application/vnd.oci.image.config.v1+json"
+    m = blob(path, json.dumps({"schemaVersion": 2,
+                               "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                               "config": c, "layers": descs}).encode())
+    m["mediaType"] = "application/vnd.oci.image.manifest.v1+json"
+    m["annotations"] = {"org.opencontainers.image.ref.name": "v1"}
+    with open(f"{path}/index.json", "w") as fh:
+        json.dump({"schemaVersion": 2, "manifests": [m]}, fh)
+    with open(f"{path}/oci-layout", "w") as fh:
+        fh.write('{"imageLayoutVersion":"1.0.0"}')
+
+
+# The good image: bash and its libraries at their real paths, merged-/usr links.
+files = {"/usr/bin/bash", "/usr/bin/cat", "/usr/bin/ls"}
+for prog in list(files):
+    for line in subprocess.run(["ldd", prog], capture_output=True, text=True).stdout.splitlines():
+        for word in line.split():
+            if word.startswith("/") and not word.startswith("/lib64/"):
+                # Under its own name (a soname is often a symlink), in its real directory.
+                files.add(os.path.join(os.path.realpath(os.path.dirname(word)), os.path.basename(word)))
+            if word.startswith("/lib64/"):
+                files.add(os.path.realpath(word))
+base = [d("usr"), d("usr/bin"), d("etc"), d("tmp", 0o1777), d("workspace"), d("opq"),
+        sym("bin", "usr/bin"), sym("lib", "usr/lib"), sym("lib64", "usr/lib64"), d("usr/lib64"),
+        sym("usr/lib64/ld-linux-x86-64.so.2", os.path.realpath("/lib64/ld-linux-x86-64.so.2")),
+        f("etc/greeting", b"hello from the image\n"), f("etc/gone", b"x"),
+        f("opq/old", b"old")]
+dirs = set()
+for path in sorted(files):
+    rel = path.lstrip("/")
+    parts = rel.split("/")[:-1]
+    for n in range(1, len(parts) + 1):
+        p = "/".join(parts[:n])
+        if p not in dirs and p not in ("usr", "usr/bin", "usr/lib64"):
+            dirs.add(p); base.append(d(p))
+    with open(path, "rb") as fh:
+        base.append(f(rel, fh.read(), 0o755))
+top = [f("etc/.wh.gone"), d("opq"), f("opq/.wh..wh..opq"), f("opq/new", b"new"),
+       d("srv"), d("srv/app")]
+layout("good", [tar_of(base), tar_of(top)],
+       {"Env": ["IMAGE_VAR=from-image", "PATH=/usr/bin:/bin"], "WorkingDir": "/srv/app",
+        "Labels": {"test": "yes"}})
+
+layout("hostile-dotdot", [tar_of([f("../../../../../../" + outside.lstrip("/") + "/dotdot", b"x")])], {})
+layout("hostile-absolute", [tar_of([f(outside + "/absolute", b"x")])], {})
+layout("hostile-symlink", [tar_of([sym("link", outside), f("link/through-symlink", b"x")])], {})
+layout("hostile-hardlink", [tar_of([hard("hl", "../../../../../../etc/hostname")])], {})
+# A huge sparse file: 1 TiB apparent size, a few bytes in the archive (GNU sparse).
+sparse_dir = f"{out}/sparse-src"
+os.makedirs(sparse_dir, exist_ok=True)
+with open(f"{sparse_dir}/huge", "wb") as fh:
+    fh.truncate(1 << 40)
+sparse_tar = subprocess.run(["tar", "--sparse", "--format=gnu", "-C", sparse_dir, "-cf", "-", "huge"],
+                            capture_output=True, check=True).stdout
+os.remove(f"{sparse_dir}/huge")
+layout("hostile-sparse", [sparse_tar], {})
