@@ -96,6 +96,9 @@ impl From<StoreError> for EngineError {
                 e,
             )
             .retry_after(BUSY_RETRY),
+            StoreError::Conflict(what) => {
+                EngineError::new(ErrorCode::NameTaken, format!("{what} is already used"))
+            }
             e => EngineError::with_source(ErrorCode::Internal, "the sandbox database failed", e),
         }
     }

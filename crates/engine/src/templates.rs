@@ -70,6 +70,8 @@ impl Template {
             network: self.network,
             egress: None,
             disk_mb: None,
+            aliases: Default::default(),
+            attributes: Default::default(),
         }
     }
 }

@@ -241,18 +241,22 @@ async fn keys_authenticate_by_hash_until_revoked() {
     assert!(p.allows("sandboxes:write") && p.can_use(DEFAULT_WORKSPACE) && !p.can_use("w2"));
     let default = h
         .engine
-        .workspace_by_inngest_env("production")
+        .workspace_by_alias("inngest", "production")
         .unwrap()
         .unwrap();
     assert_eq!(default.id, DEFAULT_WORKSPACE);
     assert_eq!(
-        h.engine.workspace_by_tenant("default").unwrap().unwrap().id,
+        h.engine
+            .workspace_by_alias("runzivo", "default")
+            .unwrap()
+            .unwrap()
+            .id,
         DEFAULT_WORKSPACE
     );
 
     let ws = h
         .engine
-        .create_workspace("Team", Some("staging"), None)
+        .create_workspace("Team", [("inngest".into(), "staging".into())].into())
         .unwrap();
     let key = h
         .engine
@@ -271,7 +275,7 @@ async fn keys_authenticate_by_hash_until_revoked() {
     assert!(!h.engine.accounts().revoke_key(Uuid::new_v4()).unwrap());
     let dup = h
         .engine
-        .create_workspace("Other", Some("staging"), None)
+        .create_workspace("Other", [("inngest".into(), "staging".into())].into())
         .unwrap_err();
     assert_eq!(dup.code, ErrorCode::NameTaken);
 }

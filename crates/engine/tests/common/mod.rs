@@ -202,6 +202,8 @@ pub fn request(name: Option<&str>) -> CreateSandbox {
         network: None,
         egress: None,
         disk_mb: None,
+        aliases: Default::default(),
+        attributes: Default::default(),
     }
 }
 

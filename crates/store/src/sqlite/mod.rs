@@ -1,6 +1,7 @@
 //! The embedded SQLite store: one WAL-mode database file plus a secret key file.
 
 mod accounts;
+mod aliases;
 mod codec;
 mod conns;
 mod egress;
@@ -71,16 +72,17 @@ pub(super) fn unique_violation(e: rusqlite::Error, what: impl FnOnce() -> String
 
 impl Store for SqliteStore {
     fn create_workspace(&self, ws: &WorkspaceRecord) -> StoreResult<()> {
-        accounts::create_workspace(&*self.conns.write()?, ws)
+        accounts::create_workspace(&mut *self.conns.write()?, ws)
     }
     fn get_workspace(&self, id: &str) -> StoreResult<Option<WorkspaceRecord>> {
-        accounts::workspace_by(&*self.conns.read()?, "id", id)
+        accounts::workspace(&*self.conns.read()?, id)
     }
-    fn workspace_by_inngest_env(&self, env: &str) -> StoreResult<Option<WorkspaceRecord>> {
-        accounts::workspace_by(&*self.conns.read()?, "inngest_env", env)
-    }
-    fn workspace_by_tenant(&self, tenant: &str) -> StoreResult<Option<WorkspaceRecord>> {
-        accounts::workspace_by(&*self.conns.read()?, "runzivo_tenant_id", tenant)
+    fn workspace_by_alias(
+        &self,
+        dialect: &str,
+        alias: &str,
+    ) -> StoreResult<Option<WorkspaceRecord>> {
+        accounts::workspace_by_alias(&*self.conns.read()?, dialect, alias)
     }
     fn list_workspaces(&self) -> StoreResult<Vec<WorkspaceRecord>> {
         accounts::list_workspaces(&*self.conns.read()?)
@@ -101,7 +103,7 @@ impl Store for SqliteStore {
         accounts::reinstate_key(&*self.conns.write()?, id)
     }
     fn insert_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()> {
-        sandboxes::insert(&*self.conns.write()?, sb)
+        sandboxes::insert(&mut *self.conns.write()?, sb)
     }
     fn update_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()> {
         sandboxes::update(&*self.conns.write()?, sb)
@@ -109,13 +111,17 @@ impl Store for SqliteStore {
     fn get_sandbox(&self, id: Uuid) -> StoreResult<Option<SandboxRecord>> {
         sandboxes::get(&*self.conns.read()?, id)
     }
+    fn sandbox_by_alias(&self, dialect: &str, alias: &str) -> StoreResult<Option<SandboxRecord>> {
+        sandboxes::by_alias(&*self.conns.read()?, dialect, alias)
+    }
     fn list_sandboxes(
         &self,
         workspace: &str,
+        filter: SandboxFilter<'_>,
         limit: u32,
         after: Option<Keyset>,
     ) -> StoreResult<Vec<SandboxRecord>> {
-        sandboxes::list(&*self.conns.read()?, workspace, limit, after)
+        sandboxes::list(&*self.conns.read()?, workspace, filter, limit, after)
     }
     fn sandboxes_in_status(&self, statuses: &[&str]) -> StoreResult<Vec<SandboxRecord>> {
         sandboxes::in_status(&*self.conns.read()?, statuses)

@@ -61,6 +61,8 @@ impl CreateBody {
             network: None,
             egress: None,
             disk_mb: None,
+            aliases: Default::default(),
+            attributes: Default::default(),
         })
     }
 }

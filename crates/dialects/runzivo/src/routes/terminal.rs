@@ -69,7 +69,7 @@ pub async fn terminal(
     let id = params.get("sandbox_id").cloned().unwrap_or_default();
     let workspace = state
         .engine
-        .workspace_by_tenant(&tenant)
+        .workspace_by_alias(crate::ids::DIALECT, &tenant)
         .map_err(|e| ApiError::engine(Op::Exec, e))?
         .map(|ws| ws.id)
         .unwrap_or_default();
