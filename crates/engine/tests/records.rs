@@ -114,6 +114,34 @@ async fn reopening_readopts_live_sandboxes_and_ends_dead_ones() {
     assert!(h.runtime.state().frozen.contains(&pausing.id));
 }
 
+/// Re-adoption moves each stored status only along the state machine: a record the
+/// server left PENDING after the backend had started the sandbox becomes RUNNING
+/// (through STARTING), and one that never got started ends TERMINATED (through
+/// TERMINATING), never jumping to a status the machine does not reach from there.
+#[tokio::test]
+async fn readoption_follows_the_state_machine() {
+    let h = Harness::new();
+    let ws = h.ws();
+    let (started, _) = h.engine.create(&ws, request(None)).await.unwrap();
+    let (unstarted, _) = h.engine.create(&ws, request(None)).await.unwrap();
+    let mut rec = h.store.get_sandbox(started.id).unwrap().unwrap();
+    rec.status = "PENDING".into();
+    h.store.update_sandbox(&rec).unwrap();
+    let mut rec = h.store.get_sandbox(unstarted.id).unwrap().unwrap();
+    (rec.status, rec.handle) = ("PENDING".into(), None);
+    h.store.update_sandbox(&rec).unwrap();
+
+    let engine = h.reopen();
+    let got = engine.get(&ws, started.id).await.unwrap();
+    assert_eq!(got.status, SandboxStatus::Running, "a live PENDING sandbox");
+    let ended = engine.get(&ws, unstarted.id).await.unwrap();
+    assert_eq!(
+        (ended.status, ended.end_reason),
+        (SandboxStatus::Terminated, Some(EndReason::Crashed))
+    );
+    assert!(ended.ended_at.is_some());
+}
+
 #[tokio::test]
 async fn secrets_are_never_stored_in_plaintext() {
     let h = Harness::new();

@@ -32,7 +32,7 @@ impl From<Resources> for ResourcesView {
 pub struct SandboxView {
     id: Uuid,
     name: String,
-    status: &'static str,
+    pub(crate) status: &'static str,
     vpc_id: Uuid,
     image_ref: String,
     resources: ResourcesView,

@@ -222,7 +222,10 @@ mod tests {
         assert_eq!(p.request.timeout, Some(Duration::from_secs(300)));
         assert_eq!(p.wait, Duration::from_secs(10));
         assert_eq!(p.request.attributes["openrelay"]["cpuRequest"], 0.25);
-        assert!(p.request.metadata.is_empty(), "attributes stay out of metadata");
+        assert!(
+            p.request.metadata.is_empty(),
+            "attributes stay out of metadata"
+        );
         assert_eq!((p.requests.cpu_millis, p.requests.memory_mb), (250, 128));
         let p =
             plan(serde_json::json!({"template": "t", "placement": "pinned", "cpu": 1})).unwrap();
