@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-pub use sandboxd_agent_protocol::{ExecResult, FileMeta, FileWritten, ProcessInfo, ProcessState};
+pub use crate::results::{ExecResult, FileMeta, FileWritten, ProcessInfo, ProcessState};
 
 /// Identifies a workspace (the tenant boundary: one never sees another's resources).
 pub type WorkspaceId = String;
