@@ -3,7 +3,7 @@
 
 use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
-use crate::model::WorkspaceId;
+use crate::model::{Aliases, WorkspaceId};
 use sandboxd_store::{ApiKeyRecord, Store, StoreError, WorkspaceRecord};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
@@ -13,6 +13,10 @@ use uuid::Uuid;
 pub const DEFAULT_WORKSPACE: &str = "default";
 /// The permission that allows everything.
 pub const ALL_PERMISSIONS: &str = "*";
+/// The ids the dialects route to the default workspace: the workspace a master key's
+/// requests land in (Inngest environment `production`, Runzivo tenant `default`).
+pub const DEFAULT_WORKSPACE_ALIASES: [(&str, &str); 2] =
+    [("inngest", "production"), ("runzivo", "default")];
 /// Characters of a key kept for display.
 const PREFIX_LEN: usize = 12;
 
@@ -119,26 +123,21 @@ impl Engine {
         self.accounts().authenticate(key)
     }
 
-    pub fn workspace_by_inngest_env(&self, env: &str) -> Result<Option<Workspace>, EngineError> {
-        self.accounts().workspace_by_inngest_env(env)
-    }
-
-    pub fn workspace_by_tenant(&self, tenant: &str) -> Result<Option<Workspace>, EngineError> {
-        self.accounts().workspace_by_tenant(tenant)
+    /// The workspace `dialect` knows as `alias`.
+    pub fn workspace_by_alias(
+        &self,
+        dialect: &str,
+        alias: &str,
+    ) -> Result<Option<Workspace>, EngineError> {
+        self.accounts().workspace_by_alias(dialect, alias)
     }
 
     pub fn get_workspace(&self, id: &str) -> Result<Option<Workspace>, EngineError> {
         self.accounts().get_workspace(id)
     }
 
-    pub fn create_workspace(
-        &self,
-        name: &str,
-        inngest_env: Option<&str>,
-        runzivo_tenant_id: Option<&str>,
-    ) -> Result<Workspace, EngineError> {
-        self.accounts()
-            .create_workspace(name, inngest_env, runzivo_tenant_id)
+    pub fn create_workspace(&self, name: &str, aliases: Aliases) -> Result<Workspace, EngineError> {
+        self.accounts().create_workspace(name, aliases)
     }
 
     pub fn create_key(
@@ -229,8 +228,10 @@ impl<'s> Accounts<'s> {
             None => self.create_workspace_with_id(
                 DEFAULT_WORKSPACE,
                 "Default",
-                Some("production"),
-                Some("default"),
+                DEFAULT_WORKSPACE_ALIASES
+                    .iter()
+                    .map(|(d, a)| (d.to_string(), a.to_string()))
+                    .collect(),
             ),
         }
     }
@@ -249,12 +250,13 @@ impl<'s> Accounts<'s> {
             }))
     }
 
-    pub fn workspace_by_inngest_env(&self, env: &str) -> Result<Option<Workspace>, EngineError> {
-        Ok(self.store.workspace_by_inngest_env(env)?)
-    }
-
-    pub fn workspace_by_tenant(&self, tenant: &str) -> Result<Option<Workspace>, EngineError> {
-        Ok(self.store.workspace_by_tenant(tenant)?)
+    /// The workspace `dialect` knows as `alias`.
+    pub fn workspace_by_alias(
+        &self,
+        dialect: &str,
+        alias: &str,
+    ) -> Result<Option<Workspace>, EngineError> {
+        Ok(self.store.workspace_by_alias(dialect, alias)?)
     }
 
     pub fn get_workspace(&self, id: &str) -> Result<Option<Workspace>, EngineError> {
@@ -265,34 +267,28 @@ impl<'s> Accounts<'s> {
         Ok(self.store.list_workspaces()?)
     }
 
-    /// Creates a workspace with a fresh id; env and tenant must be unused.
-    pub fn create_workspace(
-        &self,
-        name: &str,
-        inngest_env: Option<&str>,
-        runzivo_tenant_id: Option<&str>,
-    ) -> Result<Workspace, EngineError> {
-        self.create_workspace_with_id(
-            &Uuid::new_v4().to_string(),
-            name,
-            inngest_env,
-            runzivo_tenant_id,
-        )
+    /// Creates a workspace with a fresh id; its aliases (dialect -> id there) must be
+    /// unused.
+    pub fn create_workspace(&self, name: &str, aliases: Aliases) -> Result<Workspace, EngineError> {
+        self.create_workspace_with_id(&Uuid::new_v4().to_string(), name, aliases)
     }
 
-    /// Creates a workspace with a chosen id; id, env and tenant must be unused.
+    /// Creates a workspace with a chosen id; id and aliases must be unused.
     pub fn create_workspace_with_id(
         &self,
         id: &str,
         name: &str,
-        inngest_env: Option<&str>,
-        tenant: Option<&str>,
+        aliases: Aliases,
     ) -> Result<Workspace, EngineError> {
+        if let Some((d, a)) = aliases.iter().find(|(d, a)| d.is_empty() || a.is_empty()) {
+            return Err(EngineError::invalid(format!(
+                "workspace alias {a:?} of dialect {d:?} must not be empty"
+            )));
+        }
         let ws = WorkspaceRecord {
             id: id.into(),
             name: name.into(),
-            inngest_env: inngest_env.map(Into::into),
-            runzivo_tenant_id: tenant.map(Into::into),
+            aliases,
             created_at: OffsetDateTime::now_utc(),
         };
         match self.store.create_workspace(&ws) {

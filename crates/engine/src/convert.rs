@@ -59,6 +59,8 @@ pub(crate) fn entry_to_record(e: &Entry) -> SandboxRecord {
         handle: e.handle.as_ref().and_then(|h| serde_json::to_value(h).ok()),
         id_slot: e.handle.as_ref().map(|h| h.host_id_base / ID_RANGE),
         disk_mb: sb.disk_mb,
+        aliases: sb.aliases.clone(),
+        attributes: sb.attributes.clone(),
     }
 }
 
@@ -95,6 +97,8 @@ pub(crate) fn entry_from_record(r: SandboxRecord) -> Result<Entry, EngineError> 
             secrets: r.secrets,
             metadata: r.metadata,
             disk_mb: r.disk_mb,
+            aliases: r.aliases,
+            attributes: r.attributes,
         },
         handle,
         extra_layers: r.extra_layers,

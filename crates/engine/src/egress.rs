@@ -112,6 +112,8 @@ mod tests {
             network,
             egress,
             disk_mb: None,
+            aliases: Default::default(),
+            attributes: Default::default(),
         }
     }
 

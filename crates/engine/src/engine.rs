@@ -101,6 +101,9 @@ impl From<StoreError> for EngineError {
                 "the data directory's disk is full",
                 e,
             ),
+            StoreError::Conflict(what) => {
+                EngineError::new(ErrorCode::NameTaken, format!("{what} is already used"))
+            }
             e => EngineError::with_source(ErrorCode::Internal, "the sandbox database failed", e),
         }
     }
@@ -121,7 +124,19 @@ impl Engine {
     /// Opens the engine, re-adopts the sandboxes the store says are active, and starts
     /// the expiry task. Must be called inside a Tokio runtime.
     pub fn open(config: EngineConfig) -> Result<Arc<Engine>, EngineError> {
-        let tokio = tokio::runtime::Handle::try_current().map_err(|e| {
+        let engine = Self::open_beside(config)?;
+        engine.readopt()?;
+        let tokio = tokio::runtime::Handle::current();
+        tokio.spawn(crate::lifecycle::expiry::run(Arc::downgrade(&engine)));
+        Ok(engine)
+    }
+
+    /// An engine for a one-shot command (`sandboxd run`) beside a server that may be
+    /// running over the same store and data directory: it neither re-adopts nor
+    /// reconciles nor expires sandboxes (the server owns those), so it only acts on the
+    /// sandboxes it is asked about.
+    pub fn open_beside(config: EngineConfig) -> Result<Arc<Engine>, EngineError> {
+        tokio::runtime::Handle::try_current().map_err(|e| {
             EngineError::with_source(ErrorCode::Internal, "the engine needs a Tokio runtime", e)
         })?;
         std::fs::create_dir_all(&config.data_dir).map_err(|e| {
@@ -139,8 +154,6 @@ impl Engine {
             me: me.clone(),
             shutdown: Default::default(),
         });
-        engine.readopt()?;
-        tokio.spawn(crate::lifecycle::expiry::run(Arc::downgrade(&engine)));
         Ok(engine)
     }
 

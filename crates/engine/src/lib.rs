@@ -17,12 +17,14 @@ pub mod model;
 mod ops;
 pub mod output;
 pub mod quota;
+pub mod results;
 mod secrets;
 mod sessions;
 mod shutdown;
 mod snapshots;
 pub mod state;
 pub mod templates;
+pub mod terminal;
 pub mod validate;
 
 pub use accounts::{ApiKeyInfo, Principal, Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
@@ -37,8 +39,8 @@ pub use ops::{
 };
 pub use output::{OutputChunk, OutputEvent, OutputStream, ProcessExit, StreamKind};
 pub use quota::{CreateRate, Quota};
-pub use sandboxd_agent_protocol::client::ByteStream;
-pub use sandboxd_agent_protocol::pty::{PtyFrame, PtyIo};
+pub use results::ByteStream;
 pub use sandboxd_runtime::{EgressPolicy, EgressRule, NetworkMode, Requests};
 pub use state::SandboxStatus;
 pub use templates::{Template, TemplateBuild, BUILTIN_TEMPLATES};
+pub use terminal::{Terminal, TerminalEvent, TerminalInput, TerminalOutput};

@@ -1,15 +1,24 @@
 //! The engine's typed resources and requests, independent of any HTTP dialect.
 
 use crate::state::SandboxStatus;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-pub use sandboxd_agent_protocol::{ExecResult, FileMeta, FileWritten, ProcessInfo, ProcessState};
+pub use crate::results::{ExecResult, FileMeta, FileWritten, ProcessInfo, ProcessState};
 
 /// Identifies a workspace (the tenant boundary: one never sees another's resources).
 pub type WorkspaceId = String;
+
+/// The ids dialects know a workspace or sandbox by: dialect name -> its id there. Each
+/// is unique within its dialect (and kind), and set once, at create.
+pub type Aliases = BTreeMap<String, String>;
+
+/// Each dialect's own attributes of a sandbox, by dialect name, as the JSON of a type
+/// the dialect owns (see [`Sandbox::attributes_of`]); the engine never interprets them.
+pub type Attributes = BTreeMap<String, serde_json::Value>;
 
 /// Requested resources of a sandbox.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -44,6 +53,20 @@ pub struct CreateSandbox {
     /// (a workspace template's), else the server's default. Past the server's maximum:
     /// `InvalidArgument`.
     pub disk_mb: Option<u32>,
+    /// The ids dialects will know the sandbox by; one already taken: `NameTaken`.
+    pub aliases: Aliases,
+    /// Dialects' own attributes, kept with the sandbox (see [`CreateSandbox::attribute`]).
+    pub attributes: Attributes,
+}
+
+impl CreateSandbox {
+    /// Keeps `value` as `dialect`'s attributes of the new sandbox.
+    pub fn attribute<T: Serialize>(mut self, dialect: &str, value: &T) -> Self {
+        // Serializing a dialect's plain attribute struct cannot fail.
+        let json = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
+        self.attributes.insert(dialect.to_owned(), json);
+        self
+    }
 }
 
 /// Why a sandbox ended.
@@ -83,6 +106,24 @@ pub struct Sandbox {
     /// Size of its writable layer in MiB chosen at create (0: no limit); `None` for
     /// sandboxes recorded before sizes were kept (they got the server's default).
     pub disk_mb: Option<u32>,
+    /// The ids dialects know it by.
+    pub aliases: Aliases,
+    /// Dialects' own attributes.
+    pub attributes: Attributes,
+}
+
+impl Sandbox {
+    /// `dialect`'s attributes of this sandbox; `None` when it has none (another dialect
+    /// made it) or they do not read as a `T`.
+    pub fn attributes_of<T: DeserializeOwned>(&self, dialect: &str) -> Option<T> {
+        let json = self.attributes.get(dialect)?;
+        serde_json::from_value(json.clone()).ok()
+    }
+
+    /// The id `dialect` knows this sandbox by.
+    pub fn alias(&self, dialect: &str) -> Option<&str> {
+        self.aliases.get(dialect).map(String::as_str)
+    }
 }
 
 /// A filesystem snapshot of a sandbox.

@@ -7,7 +7,6 @@ use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
 use crate::model::{CreateSandbox, ExecCommand, PageRequest, Resources, WorkspaceId};
 use crate::validate;
-use base64::Engine as _;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -70,6 +69,8 @@ impl Template {
             network: self.network,
             egress: None,
             disk_mb: None,
+            aliases: Default::default(),
+            attributes: Default::default(),
         }
     }
 }
@@ -251,16 +252,14 @@ impl Engine {
                 max_output_bytes: 16 << 20,
             };
             let out = self.exec(ws, id, cmd).await?;
-            if out.exit_code != Some(0) {
-                let stderr = base64::engine::general_purpose::STANDARD
-                    .decode(&out.stderr)
-                    .unwrap_or_default();
+            let code = out.exit.map(crate::output::ProcessExit::shell_code);
+            if code != Some(0) {
+                let stderr = &out.stderr;
                 let tail = String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(2000)..])
                     .into_owned();
                 return Err(EngineError::invalid(format!(
-                    "build step {} ({step:?}) failed with exit code {:?}: {tail}",
+                    "build step {} ({step:?}) failed with exit code {code:?}: {tail}",
                     i + 1,
-                    out.exit_code
                 )));
             }
         }

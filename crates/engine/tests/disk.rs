@@ -93,7 +93,15 @@ async fn past_the_maximum_is_refused_before_anything_starts() {
         assert!(e.message.contains(says), "{asked}: {e}");
     }
     assert!(h.runtime.state().specs.is_empty(), "nothing started");
-    let found = h.engine.find_named(&ws, "big").await.unwrap();
+    let listed = h
+        .engine
+        .list(&ws, sandboxd_engine::PageRequest::default())
+        .await
+        .unwrap();
+    let found = listed
+        .items
+        .iter()
+        .find(|sb| sb.name.as_deref() == Some("big"));
     assert_eq!(found, None, "nothing recorded");
 
     let unlimited = Limits {

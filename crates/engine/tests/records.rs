@@ -114,6 +114,34 @@ async fn reopening_readopts_live_sandboxes_and_ends_dead_ones() {
     assert!(h.runtime.state().frozen.contains(&pausing.id));
 }
 
+/// Re-adoption moves each stored status only along the state machine: a record the
+/// server left PENDING after the backend had started the sandbox becomes RUNNING
+/// (through STARTING), and one that never got started ends TERMINATED (through
+/// TERMINATING), never jumping to a status the machine does not reach from there.
+#[tokio::test]
+async fn readoption_follows_the_state_machine() {
+    let h = Harness::new();
+    let ws = h.ws();
+    let (started, _) = h.engine.create(&ws, request(None)).await.unwrap();
+    let (unstarted, _) = h.engine.create(&ws, request(None)).await.unwrap();
+    let mut rec = h.store.get_sandbox(started.id).unwrap().unwrap();
+    rec.status = "PENDING".into();
+    h.store.update_sandbox(&rec).unwrap();
+    let mut rec = h.store.get_sandbox(unstarted.id).unwrap().unwrap();
+    (rec.status, rec.handle) = ("PENDING".into(), None);
+    h.store.update_sandbox(&rec).unwrap();
+
+    let engine = h.reopen();
+    let got = engine.get(&ws, started.id).await.unwrap();
+    assert_eq!(got.status, SandboxStatus::Running, "a live PENDING sandbox");
+    let ended = engine.get(&ws, unstarted.id).await.unwrap();
+    assert_eq!(
+        (ended.status, ended.end_reason),
+        (SandboxStatus::Terminated, Some(EndReason::Crashed))
+    );
+    assert!(ended.ended_at.is_some());
+}
+
 #[tokio::test]
 async fn secrets_are_never_stored_in_plaintext() {
     let h = Harness::new();
@@ -241,18 +269,22 @@ async fn keys_authenticate_by_hash_until_revoked() {
     assert!(p.allows("sandboxes:write") && p.can_use(DEFAULT_WORKSPACE) && !p.can_use("w2"));
     let default = h
         .engine
-        .workspace_by_inngest_env("production")
+        .workspace_by_alias("inngest", "production")
         .unwrap()
         .unwrap();
     assert_eq!(default.id, DEFAULT_WORKSPACE);
     assert_eq!(
-        h.engine.workspace_by_tenant("default").unwrap().unwrap().id,
+        h.engine
+            .workspace_by_alias("runzivo", "default")
+            .unwrap()
+            .unwrap()
+            .id,
         DEFAULT_WORKSPACE
     );
 
     let ws = h
         .engine
-        .create_workspace("Team", Some("staging"), None)
+        .create_workspace("Team", [("inngest".into(), "staging".into())].into())
         .unwrap();
     let key = h
         .engine
@@ -271,7 +303,7 @@ async fn keys_authenticate_by_hash_until_revoked() {
     assert!(!h.engine.accounts().revoke_key(Uuid::new_v4()).unwrap());
     let dup = h
         .engine
-        .create_workspace("Other", Some("staging"), None)
+        .create_workspace("Other", [("inngest".into(), "staging".into())].into())
         .unwrap_err();
     assert_eq!(dup.code, ErrorCode::NameTaken);
 }

@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use sandboxd_dialect_inngest::signing_key::{sdk_bearer_for, signing_key_prefix};
 use sandboxd_engine::accounts::{Accounts, ApiKeyInfo};
-use sandboxd_engine::{Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
+use sandboxd_engine::{Aliases, Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
 use sandboxd_store::SqliteStore;
 use std::path::PathBuf;
 use uuid::Uuid;
@@ -164,7 +164,10 @@ fn create(args: CreateArgs) -> Result<()> {
     let key = match &args.prefix {
         Some(prefix) => accounts.create_key_prefixed(prefix, ws_id, permissions, args.scopes)?,
         None => {
-            let env = workspace.as_ref().and_then(|w| w.inngest_env.as_deref());
+            let env = workspace
+                .as_ref()
+                .and_then(|w| w.aliases.get(INNGEST))
+                .map(String::as_str);
             let prefix = signing_key_prefix(env.unwrap_or("account"));
             let sdk_form = |key: &str| sdk_bearer_for(key).into_iter().collect();
             accounts.create_hex_key(&prefix, ws_id, permissions, args.scopes, sdk_form)?
@@ -181,34 +184,32 @@ fn create(args: CreateArgs) -> Result<()> {
     Ok(())
 }
 
+/// The dialect names the `--inngest-env` and `--tenant` flags give a workspace alias in.
+const INNGEST: &str = sandboxd_dialect_inngest::DIALECT;
+const RUNZIVO: &str = "runzivo";
+
 /// The key's workspace: an existing one (whose env and tenant must agree with the
 /// flags) or a new one with id and name `name`.
 fn workspace_for_key(accounts: &Accounts<'_>, name: &str, args: &CreateArgs) -> Result<Workspace> {
+    let flags: Aliases = [(INNGEST, &args.inngest_env), (RUNZIVO, &args.tenant)]
+        .into_iter()
+        .filter_map(|(d, a)| Some((d.to_owned(), a.clone()?)))
+        .collect();
     if let Some(ws) = find_workspace(accounts, name)? {
-        let differs = |flag: &Option<String>, have: &Option<String>| {
-            flag.as_ref().is_some_and(|f| Some(f) != have.as_ref())
-        };
-        if differs(&args.inngest_env, &ws.inngest_env)
-            || differs(&args.tenant, &ws.runzivo_tenant_id)
-        {
+        if flags.iter().any(|(d, a)| ws.aliases.get(d) != Some(a)) {
             bail!(
                 "workspace {} exists with inngest env {:?} and tenant {:?}",
                 ws.id,
-                ws.inngest_env,
-                ws.runzivo_tenant_id
+                ws.aliases.get(INNGEST),
+                ws.aliases.get(RUNZIVO)
             );
         }
         return Ok(ws);
     }
-    if name == DEFAULT_WORKSPACE && args.inngest_env.is_none() && args.tenant.is_none() {
+    if name == DEFAULT_WORKSPACE && flags.is_empty() {
         return Ok(accounts.ensure_default_workspace()?);
     }
-    let ws = accounts.create_workspace_with_id(
-        name,
-        name,
-        args.inngest_env.as_deref(),
-        args.tenant.as_deref(),
-    )?;
+    let ws = accounts.create_workspace_with_id(name, name, flags)?;
     eprintln!("created workspace {}", ws.id);
     Ok(ws)
 }

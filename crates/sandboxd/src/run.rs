@@ -1,17 +1,27 @@
-//! `sandboxd run`: create a sandbox in-process, run one command in it with its output
-//! passed through, exit with its status, and destroy the sandbox.
+//! `sandboxd run`: create a sandbox through the engine (with the server's defaults and
+//! limits, disk size included, recorded in the server's store), run one command in it
+//! with its output passed through, exit with its status, and destroy the sandbox.
 
+use crate::serve::DATABASE_FILE;
 use anyhow::{bail, Context, Result};
-use base64::Engine as _;
 use clap::Args;
 use futures_util::StreamExt;
-use sandboxd_agent_protocol::{AgentClient, Frame, ProcessState, StartProcess, StreamKind};
-use sandboxd_runtime::linux::DEFAULT_MAX_PTYS;
-use sandboxd_runtime::{NetworkSpec, Runtime, SandboxSpec};
+use sandboxd_engine::{
+    CreateSandbox, Engine, EngineConfig, ExecEvent, OnCap, Resources, StreamCommand, StreamKind,
+    DEFAULT_WORKSPACE,
+};
+use sandboxd_runtime::NetworkMode;
+use sandboxd_server::ServerConfig;
+use sandboxd_store::SqliteStore;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// A command run by `sandboxd run` has no timeout of its own: this is "never".
+const NO_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -24,9 +34,12 @@ pub struct RunArgs {
     /// Image to start from.
     #[arg(long, default_value = "default")]
     pub image: String,
-    /// Data directory (layers and sandbox state).
+    /// Data directory (database, layers and sandbox state), shared with the server.
     #[arg(long, env = "SANDBOXD_DATA_DIR", default_value = "./.sandboxd")]
     pub data_dir: PathBuf,
+    /// The server's TOML configuration file, for its defaults and limits.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Working directory inside the sandbox.
     #[arg(long, default_value = "/")]
     pub cwd: String,
@@ -49,43 +62,74 @@ pub enum NetworkArg {
 }
 
 pub fn main(args: RunArgs) -> Result<ExitCode> {
-    let runtime = Arc::new(crate::runtime::open_linux(
-        &args.data_dir,
-        None,
-        DEFAULT_MAX_PTYS,
-    )?);
-    let network = match args.network {
-        NetworkArg::Egress => NetworkSpec::egress(Vec::new()),
-        NetworkArg::None => NetworkSpec::none(),
-    };
-    let spec = SandboxSpec {
-        id: uuid::Uuid::new_v4(),
-        image: args.image.clone(),
-        extra_layers: vec![],
-        hostname: "sandbox".into(),
-        vcpu: args.vcpu,
-        memory_mb: args.memory_mb,
-        pids_max: 1024,
-        disk_mb: 0,
-    };
-    let handle = runtime
-        .start_with_network(&spec, &network)
-        .context("starting the sandbox")?;
-    let outcome = tokio::runtime::Builder::new_current_thread()
+    let mut config = ServerConfig::load(args.config.as_deref())?;
+    config.data_dir = args.data_dir.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
-        .context("building the async runtime")
-        .and_then(|rt| rt.block_on(run_in(&handle.agent_socket, &args)));
-    let destroyed = runtime.destroy(&handle).context("destroying the sandbox");
-    let code = outcome?;
-    destroyed?;
+        .context("building the async runtime")?;
+    let code = rt.block_on(run(config, &args))?;
+    rt.shutdown_timeout(Duration::from_secs(1));
     Ok(ExitCode::from(code))
 }
 
-/// Runs the command through the agent and returns the exit status byte.
-async fn run_in(socket: &std::path::Path, args: &RunArgs) -> Result<u8> {
-    let client = AgentClient::new(socket);
-    let mut env = sandboxd_agent::AgentConfig::default().default_env;
+/// Creates the sandbox, runs the command, destroys the sandbox; the exit status byte.
+async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
+    let runtime = Arc::new(crate::runtime::open_linux(
+        &config.data_dir,
+        config.resolvers.clone(),
+        config.max_ptys_per_sandbox,
+    )?);
+    let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
+        .context("opening the sandbox database")?;
+    let engine = Engine::open_beside(EngineConfig {
+        data_dir: config.data_dir.clone(),
+        runtime,
+        store: Arc::new(store),
+        limits: config.limits(),
+    })
+    .context("opening the engine")?;
+    engine.accounts().ensure_default_workspace()?;
+    let ws = DEFAULT_WORKSPACE.to_owned();
+    let request = CreateSandbox {
+        name: None,
+        resources: Resources {
+            vcpu: args.vcpu,
+            memory_mb: args.memory_mb,
+        },
+        image: Some(args.image.clone()),
+        snapshot_id: None,
+        environment: BTreeMap::new(),
+        secrets: Vec::new(),
+        metadata: BTreeMap::new(),
+        timeout: None,
+        network: Some(match args.network {
+            NetworkArg::Egress => NetworkMode::Egress,
+            NetworkArg::None => NetworkMode::None,
+        }),
+        egress: None,
+        disk_mb: None,
+        aliases: BTreeMap::new(),
+        attributes: BTreeMap::new(),
+    };
+    let (sb, _) = engine
+        .create(&ws, request)
+        .await
+        .context("starting the sandbox")?;
+    let outcome = run_in(&engine, &ws, sb.id, args).await;
+    let destroyed = engine
+        .destroy(&ws, sb.id)
+        .await
+        .context("destroying the sandbox");
+    let code = outcome?;
+    destroyed?;
+    Ok(code)
+}
+
+/// Runs the command through the engine's stream; the exit status byte.
+async fn run_in(engine: &Arc<Engine>, ws: &String, id: uuid::Uuid, args: &RunArgs) -> Result<u8> {
+    let mut env = BTreeMap::new();
     for pair in &args.env {
         let (k, v) = pair
             .split_once('=')
@@ -103,42 +147,35 @@ async fn run_in(socket: &std::path::Path, args: &RunArgs) -> Result<u8> {
         lookup.append(&mut argv);
         argv = lookup;
     }
-    let id = uuid::Uuid::new_v4();
-    client
-        .start_process(&StartProcess {
-            id,
-            argv,
-            env: Some(env),
-            cwd: Some(args.cwd.clone()),
-            // The terminal reads every byte: the command waits for it, nothing drops.
-            hold_output: true,
-        })
+    let cmd = StreamCommand {
+        argv,
+        env,
+        cwd: Some(args.cwd.clone()),
+        timeout: NO_TIMEOUT,
+        kill_grace: Duration::from_secs(1),
+        // The terminal reads every byte: the command waits for it, nothing drops.
+        max_output_bytes: u64::MAX,
+        on_cap: OnCap::Discard,
+        max_sessions: 1,
+    };
+    let mut events = engine
+        .exec_stream(ws, id, cmd)
         .await
         .context("starting the command")?;
-    let mut frames = client
-        .output_from(id, 0, true)
-        .await
-        .context("following output")?;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    while let Some(frame) = frames.next().await {
-        match frame.context("reading output")? {
-            Frame::Log { stream, data, .. } => {
-                let bytes = b64.decode(data).context("agent sent invalid base64")?;
-                match stream {
-                    StreamKind::Stdout => std::io::stdout().write_all(&bytes)?,
-                    StreamKind::Stderr => std::io::stderr().write_all(&bytes)?,
-                }
-            }
-            Frame::Exit { info } => {
+    while let Some(event) = events.next().await {
+        match event {
+            ExecEvent::Output { stream, data } => match stream {
+                StreamKind::Stdout => std::io::stdout().write_all(&data)?,
+                StreamKind::Stderr => std::io::stderr().write_all(&data)?,
+            },
+            ExecEvent::Exit(end) => {
                 std::io::stdout().flush()?;
-                return Ok(match info.state {
-                    ProcessState::Exited => info.exit_code.unwrap_or(1) as u8,
-                    ProcessState::Killed => 128u8.wrapping_add(info.signal.unwrap_or(0) as u8),
-                    _ => 1,
-                });
+                if let Some(ended) = end.sandbox_ended {
+                    bail!("the sandbox ended under the command ({ended:?})");
+                }
+                // The engine's shell convention (128+N for signal N), as a status byte.
+                return Ok(end.exit_code as u8);
             }
-            Frame::Gap { from, to } => bail!("output bytes {from}..{to} were lost"),
-            Frame::Error { code, message } => bail!("agent stream failed: {code}: {message}"),
         }
     }
     bail!("the output stream ended before the command exited")

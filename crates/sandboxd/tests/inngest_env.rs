@@ -82,7 +82,9 @@ async fn workspace_scoped_keys_ignore_the_header() {
 #[tokio::test]
 async fn environment_names_are_unique() {
     Api::run(|api| async move {
-        let again = api.engine.create_workspace("dup", Some("staging"), None);
+        let again = api
+            .engine
+            .create_workspace("dup", [("inngest".into(), "staging".into())].into());
         assert!(
             again.is_err(),
             "a second `staging` environment was accepted"

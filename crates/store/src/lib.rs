@@ -19,10 +19,15 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// its migrations.
 pub trait Store: Send + Sync + 'static {
     // Workspaces.
+    /// Inserts the workspace with its aliases; `Conflict` when the id or an alias is taken.
     fn create_workspace(&self, ws: &WorkspaceRecord) -> StoreResult<()>;
     fn get_workspace(&self, id: &str) -> StoreResult<Option<WorkspaceRecord>>;
-    fn workspace_by_inngest_env(&self, env: &str) -> StoreResult<Option<WorkspaceRecord>>;
-    fn workspace_by_tenant(&self, tenant: &str) -> StoreResult<Option<WorkspaceRecord>>;
+    /// The workspace `dialect` knows as `alias`.
+    fn workspace_by_alias(
+        &self,
+        dialect: &str,
+        alias: &str,
+    ) -> StoreResult<Option<WorkspaceRecord>>;
     fn list_workspaces(&self) -> StoreResult<Vec<WorkspaceRecord>>;
 
     // API keys.
@@ -36,14 +41,19 @@ pub trait Store: Send + Sync + 'static {
     fn reinstate_key(&self, id: Uuid) -> StoreResult<bool>;
 
     // Sandboxes.
+    /// Inserts the sandbox with its aliases; `Conflict` when the id or an alias is taken.
     fn insert_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()>;
-    /// Replaces the whole row; `NotFound` when it does not exist.
+    /// Replaces the whole row but its aliases; `NotFound` when it does not exist.
     fn update_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()>;
     fn get_sandbox(&self, id: Uuid) -> StoreResult<Option<SandboxRecord>>;
-    /// One workspace's sandboxes by (created_at DESC, id DESC), after `after`.
+    /// The sandbox `dialect` knows as `alias`.
+    fn sandbox_by_alias(&self, dialect: &str, alias: &str) -> StoreResult<Option<SandboxRecord>>;
+    /// One workspace's sandboxes that pass `filter`, by (created_at DESC, id DESC),
+    /// after `after`.
     fn list_sandboxes(
         &self,
         workspace: &str,
+        filter: SandboxFilter<'_>,
         limit: u32,
         after: Option<Keyset>,
     ) -> StoreResult<Vec<SandboxRecord>>;

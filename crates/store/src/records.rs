@@ -5,15 +5,34 @@ use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+/// What an alias names: the `kind` column of the alias table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AliasKind {
+    Workspace,
+    Sandbox,
+}
+
+impl AliasKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AliasKind::Workspace => "workspace",
+            AliasKind::Sandbox => "sandbox",
+        }
+    }
+}
+
+/// Names a dialect knows one workspace or sandbox by: dialect name -> alias. An alias
+/// is unique within its (dialect, kind) and set once, when its target is created.
+pub type Aliases = BTreeMap<String, String>;
+
 /// A workspace: the tenant boundary, with the names the dialects know it by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkspaceRecord {
     pub id: String,
     pub name: String,
-    /// Inngest environment name routed to this workspace (unique when set).
-    pub inngest_env: Option<String>,
-    /// Runzivo tenant id routed to this workspace (unique when set).
-    pub runzivo_tenant_id: Option<String>,
+    /// The names dialects route to this workspace (e.g. an environment or tenant id).
+    pub aliases: Aliases,
     pub created_at: OffsetDateTime,
 }
 
@@ -70,6 +89,17 @@ pub struct SandboxRecord {
     /// Size of its writable layer in MiB, chosen at create (0: no limit); `None` on
     /// rows written before sizes were recorded (schema version 5).
     pub disk_mb: Option<u32>,
+    /// The ids dialects know it by (written at insert, never changed by an update).
+    pub aliases: Aliases,
+    /// Each dialect's own typed attributes of the sandbox, as JSON by dialect name.
+    pub attributes: BTreeMap<String, Value>,
+}
+
+/// A sandbox list's filter, applied in the query before paging.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SandboxFilter<'a> {
+    /// Only sandboxes this dialect has an alias for.
+    pub aliased_in: Option<&'a str>,
 }
 
 /// A snapshot row.

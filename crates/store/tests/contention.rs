@@ -9,8 +9,7 @@ fn workspace(id: &str) -> WorkspaceRecord {
     WorkspaceRecord {
         id: id.into(),
         name: id.into(),
-        inngest_env: None,
-        runzivo_tenant_id: None,
+        aliases: Default::default(),
         created_at: OffsetDateTime::UNIX_EPOCH,
     }
 }

@@ -13,8 +13,10 @@ fn workspace(id: &str, env: &str) -> WorkspaceRecord {
     WorkspaceRecord {
         id: id.into(),
         name: format!("{id} name"),
-        inngest_env: Some(env.into()),
-        runzivo_tenant_id: Some(format!("tenant-{id}")),
+        aliases: BTreeMap::from([
+            ("inngest".into(), env.into()),
+            ("runzivo".into(), format!("tenant-{id}")),
+        ]),
         created_at: t(0),
     }
 }
@@ -42,6 +44,8 @@ fn sandbox(ws: &str, name: Option<&str>, at: OffsetDateTime) -> SandboxRecord {
         handle: None,
         id_slot: None,
         disk_mb: Some(1024),
+        aliases: BTreeMap::new(),
+        attributes: BTreeMap::new(),
     }
 }
 
@@ -72,17 +76,32 @@ fn accounts(store: &dyn Store) {
         store.create_workspace(&workspace("w1", "x")),
         Err(StoreError::Conflict(_))
     ));
+    // An alias taken by another workspace refuses the whole workspace.
+    assert!(matches!(
+        store.create_workspace(&workspace("w3", "staging")),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(store.get_workspace("w3").unwrap().is_none());
+    assert!(store.workspace_by_alias("inngest", "x").unwrap().is_none());
+    let w2 = store
+        .workspace_by_alias("inngest", "staging")
+        .unwrap()
+        .unwrap();
+    assert_eq!(w2, workspace("w2", "staging"), "read back with its aliases");
     assert_eq!(
         store
-            .workspace_by_inngest_env("staging")
+            .workspace_by_alias("runzivo", "tenant-w1")
             .unwrap()
             .unwrap()
             .id,
-        "w2"
-    );
-    assert_eq!(
-        store.workspace_by_tenant("tenant-w1").unwrap().unwrap().id,
         "w1"
+    );
+    assert!(
+        store
+            .workspace_by_alias("inngest", "tenant-w1")
+            .unwrap()
+            .is_none(),
+        "an alias belongs to its dialect"
     );
     assert!(store.get_workspace("nope").unwrap().is_none());
     assert_eq!(store.list_workspaces().unwrap().len(), 2);
@@ -155,7 +174,9 @@ fn sandboxes(store: &dyn Store) {
     let mut seen = Vec::new();
     let mut after = None;
     loop {
-        let page = store.list_sandboxes("w1", 2, after).unwrap();
+        let page = store
+            .list_sandboxes("w1", SandboxFilter::default(), 2, after)
+            .unwrap();
         if page.is_empty() {
             break;
         }
@@ -184,10 +205,65 @@ fn sandboxes(store: &dyn Store) {
         1
     );
     ended_history(store, &made);
+    aliased(store);
     assert!(matches!(
         store.update_sandbox(&sandbox("w1", None, t(0))),
         Err(StoreError::NotFound(_))
     ));
+}
+
+/// Sandboxes known to a dialect by its own ids: found by them, listed by them before
+/// paging, and never given an alias twice.
+fn aliased(store: &dyn Store) {
+    let mut mine = Vec::new();
+    for i in 0..5 {
+        let mut sb = sandbox("w2", None, t(200 + i));
+        if i % 2 == 0 {
+            sb.aliases = BTreeMap::from([("runzivo".into(), format!("sbx_{i}"))]);
+            sb.attributes = BTreeMap::from([("runzivo".into(), serde_json::json!({"n": i}))]);
+            mine.push(sb.clone());
+        }
+        store.insert_sandbox(&sb).unwrap();
+    }
+    mine.reverse();
+    let got = store.sandbox_by_alias("runzivo", "sbx_2").unwrap().unwrap();
+    assert_eq!(got, mine[1]);
+    assert!(store.sandbox_by_alias("other", "sbx_2").unwrap().is_none());
+    let mut dup = sandbox("w2", None, t(300));
+    dup.aliases = BTreeMap::from([("runzivo".into(), "sbx_4".into())]);
+    assert!(matches!(
+        store.insert_sandbox(&dup),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(
+        store.get_sandbox(dup.id).unwrap().is_none(),
+        "nothing half-inserted"
+    );
+
+    // A filtered page is full: the filter runs in the query, before the limit.
+    let only = SandboxFilter {
+        aliased_in: Some("runzivo"),
+    };
+    let first = store.list_sandboxes("w2", only, 2, None).unwrap();
+    assert_eq!(first, mine[..2]);
+    let last = first.last().unwrap();
+    let after = Keyset {
+        created_at: last.created_at,
+        id: last.id,
+    };
+    assert_eq!(
+        store.list_sandboxes("w2", only, 2, Some(after)).unwrap(),
+        mine[2..]
+    );
+
+    // An update keeps the aliases and replaces the attributes.
+    let mut changed = mine[0].clone();
+    changed.aliases.clear();
+    changed.attributes = BTreeMap::from([("runzivo".into(), serde_json::json!({"n": 9}))]);
+    store.update_sandbox(&changed).unwrap();
+    let back = store.get_sandbox(changed.id).unwrap().unwrap();
+    assert_eq!(back.aliases, mine[0].aliases);
+    assert_eq!(back.attributes, changed.attributes);
 }
 
 /// Ends three of `made` at different times and pages through the history.

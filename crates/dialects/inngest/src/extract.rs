@@ -69,7 +69,7 @@ fn account_workspace(state: &AppState, headers: &HeaderMap) -> Result<WorkspaceI
     if env.is_empty() {
         return Err(ApiError::invalid_request("X-Inngest-Env must not be empty"));
     }
-    match state.engine.workspace_by_inngest_env(env)? {
+    match state.engine.workspace_by_alias(crate::DIALECT, env)? {
         Some(found) => Ok(found.id),
         None => Err(ApiError::invalid_request(format!(
             "X-Inngest-Env {env:?} does not match an environment"

@@ -1,6 +1,9 @@
 //! The Inngest Sandbox REST v2 dialect: every `/v2/sandboxes…` and `/v2/snapshots…`
 //! route, translated into one engine operation each and rendered in Inngest's shapes.
 
+/// The name this dialect's aliases (environment names) are kept under.
+pub const DIALECT: &str = "inngest";
+
 pub mod duration;
 pub mod error;
 pub mod extract;

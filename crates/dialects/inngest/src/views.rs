@@ -2,8 +2,8 @@
 
 use sandboxd_dialect_common::rfc3339_nanos;
 use sandboxd_engine::{
-    ExecResult, FileWritten, OutputChunk, ProcessInfo, ProcessState, Resources, Sandbox, Snapshot,
-    StreamKind,
+    ExecResult, FileWritten, OutputChunk, ProcessExit, ProcessInfo, ProcessState, Resources,
+    Sandbox, Snapshot, StreamKind,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -32,7 +32,7 @@ impl From<Resources> for ResourcesView {
 pub struct SandboxView {
     id: Uuid,
     name: String,
-    status: &'static str,
+    pub(crate) status: &'static str,
     vpc_id: Uuid,
     image_ref: String,
     resources: ResourcesView,
@@ -76,7 +76,7 @@ pub struct ProcessView {
     pid: Option<u32>,
     /// `RUNNING`, `EXITED` or `KILLED`.
     #[schema(value_type = String, example = "RUNNING")]
-    state: ProcessState,
+    state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -93,17 +93,15 @@ pub fn process(p: &ProcessInfo) -> ProcessView {
         id: p.id,
         command: p.argv.clone(),
         pid: (p.pid > 0).then_some(p.pid),
-        state: p.state,
-        exit_code: if exited {
-            Some(p.exit_code.unwrap_or(0))
-        } else {
-            None
-        },
-        termination_signal: if killed {
-            Some(p.signal.unwrap_or(9))
-        } else {
-            None
-        },
+        state: p.state.as_str(),
+        exit_code: exited.then_some(match p.exit {
+            Some(ProcessExit::Code(c)) => c,
+            _ => 0,
+        }),
+        termination_signal: killed.then_some(match p.exit {
+            Some(ProcessExit::Signal(s)) => s,
+            _ => 9,
+        }),
         started_at: p.started_at.clone(),
         ended_at: p.ended_at.clone(),
     }
@@ -120,11 +118,13 @@ pub struct ExecView {
 }
 
 pub fn exec(r: &ExecResult) -> ExecView {
+    use base64::Engine as _;
     // A command ended by a signal reports the shell convention 128+signal.
-    let exit_code = r.exit_code.or(r.signal.map(|s| 128 + s)).unwrap_or(-1);
+    let exit_code = r.exit.map(ProcessExit::shell_code).unwrap_or(-1);
+    let b64 = base64::engine::general_purpose::STANDARD;
     ExecView {
-        stdout: r.stdout.clone(),
-        stderr: r.stderr.clone(),
+        stdout: b64.encode(&r.stdout),
+        stderr: b64.encode(&r.stderr),
         encoding: "base64",
         exit_code,
     }

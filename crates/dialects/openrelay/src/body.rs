@@ -187,7 +187,8 @@ impl CreateBody {
         request.timeout = Some(Duration::from_secs(timeout));
         request.network = network.or(template.network);
         request.egress = egress;
-        request.metadata = meta::Attributes {
+        request.metadata = user_meta;
+        let request = meta::Attributes {
             template: template.name.clone(),
             ephemeral: self.ephemeral.unwrap_or(false),
             pinned,
@@ -195,7 +196,7 @@ impl CreateBody {
             memory_request_mib: memory_request,
             auto_pause: self.auto_pause.unwrap_or(false),
         }
-        .merge_into(user_meta);
+        .attach(request);
         let requests = Requests {
             cpu_millis: (cpu_request * 1000.0).round() as u32,
             memory_mb: memory_request,
@@ -252,7 +253,11 @@ mod tests {
         );
         assert_eq!(p.request.timeout, Some(Duration::from_secs(300)));
         assert_eq!(p.wait, Duration::from_secs(10));
-        assert_eq!(p.request.metadata["openrelay.cpuRequest"], "0.25");
+        assert_eq!(p.request.attributes["openrelay"]["cpuRequest"], 0.25);
+        assert!(
+            p.request.metadata.is_empty(),
+            "attributes stay out of metadata"
+        );
         assert_eq!((p.requests.cpu_millis, p.requests.memory_mb), (250, 128));
         let p =
             plan(serde_json::json!({"template": "t", "placement": "pinned", "cpu": 1})).unwrap();

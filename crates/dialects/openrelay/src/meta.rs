@@ -1,24 +1,33 @@
-//! What this dialect keeps with a sandbox beyond the engine's fields: stored in the
-//! sandbox's metadata under the reserved `openrelay.` prefix and stripped on the way out.
+//! What this dialect keeps with a sandbox beyond the engine's fields: its typed
+//! attributes, kept by the engine under this dialect's name. User metadata keys with
+//! the `openrelay.` prefix stay reserved (older servers kept the attributes there).
 
 use crate::error::ApiError;
+use sandboxd_engine::{CreateSandbox, Sandbox};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Metadata keys with this prefix belong to the dialect.
+/// The name this dialect's attributes are kept under.
+pub const DIALECT: &str = "openrelay";
+
+/// Metadata keys with this prefix are reserved for the dialect.
 pub const PREFIX: &str = "openrelay.";
 
 /// The dialect's attributes of one sandbox.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attributes {
     pub template: String,
     pub ephemeral: bool,
     pub pinned: bool,
+    #[serde(rename = "cpuRequest")]
     pub cpu_request: f64,
+    #[serde(rename = "memoryRequestMiB")]
     pub memory_request_mib: u32,
+    #[serde(rename = "autoPause")]
     pub auto_pause: bool,
 }
 
-/// Refuses user metadata that would collide with the dialect's keys.
+/// Refuses user metadata that would use the dialect's reserved keys.
 pub fn check_user(meta: &BTreeMap<String, String>) -> Result<(), ApiError> {
     match meta.keys().find(|k| k.starts_with(PREFIX)) {
         Some(k) => Err(ApiError::invalid(format!(
@@ -29,43 +38,14 @@ pub fn check_user(meta: &BTreeMap<String, String>) -> Result<(), ApiError> {
 }
 
 impl Attributes {
-    /// `user` plus the attributes under their reserved keys.
-    pub fn merge_into(self, mut user: BTreeMap<String, String>) -> BTreeMap<String, String> {
-        let mut put = |k: &str, v: String| user.insert(format!("{PREFIX}{k}"), v);
-        put("template", self.template);
-        put("ephemeral", self.ephemeral.to_string());
-        put(
-            "placement",
-            if self.pinned { "pinned" } else { "shared" }.into(),
-        );
-        put("cpuRequest", self.cpu_request.to_string());
-        put("memoryRequestMiB", self.memory_request_mib.to_string());
-        put("autoPause", self.auto_pause.to_string());
-        user
+    /// `request` keeping these attributes with the sandbox.
+    pub fn attach(&self, request: CreateSandbox) -> CreateSandbox {
+        request.attribute(DIALECT, self)
     }
 
-    /// Splits stored metadata into the attributes (`None` for a sandbox another dialect
-    /// made) and the user's own metadata.
-    pub fn split(all: &BTreeMap<String, String>) -> (Option<Attributes>, BTreeMap<String, String>) {
-        let get = |k: &str| all.get(&format!("{PREFIX}{k}"));
-        let attrs = get("template").map(|t| Attributes {
-            template: t.clone(),
-            ephemeral: get("ephemeral").is_some_and(|v| v == "true"),
-            pinned: get("placement").is_some_and(|v| v == "pinned"),
-            cpu_request: get("cpuRequest")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0),
-            memory_request_mib: get("memoryRequestMiB")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-            auto_pause: get("autoPause").is_some_and(|v| v == "true"),
-        });
-        let user = all
-            .iter()
-            .filter(|(k, _)| !k.starts_with(PREFIX))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        (attrs, user)
+    /// The attributes of `sb`; `None` for a sandbox another dialect made.
+    pub fn of(sb: &Sandbox) -> Option<Attributes> {
+        sb.attributes_of(DIALECT)
     }
 }
 
@@ -73,8 +53,9 @@ impl Attributes {
 mod tests {
     use super::*;
 
+    /// The stored JSON names are the ones store migration 7 writes for older sandboxes.
     #[test]
-    fn round_trips_and_keeps_user_metadata_apart() {
+    fn round_trips_under_the_names_the_migration_writes() {
         let a = Attributes {
             template: "python".into(),
             ephemeral: true,
@@ -83,9 +64,13 @@ mod tests {
             memory_request_mib: 256,
             auto_pause: false,
         };
-        let user = BTreeMap::from([("team".to_string(), "x".to_string())]);
-        let all = a.clone().merge_into(user.clone());
-        assert_eq!(Attributes::split(&all), (Some(a), user));
+        let json = serde_json::to_value(&a).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"template": "python", "ephemeral": true, "pinned": false,
+                "cpuRequest": 0.5, "memoryRequestMiB": 256, "autoPause": false})
+        );
+        assert_eq!(serde_json::from_value::<Attributes>(json).unwrap(), a);
         assert!(check_user(&BTreeMap::from([("openrelay.x".into(), String::new())])).is_err());
     }
 }

@@ -82,8 +82,8 @@ pub fn exit_reason(r: EndReason) -> &'static str {
 }
 
 pub fn sandbox(sb: &Sandbox) -> SandboxView {
-    let (attrs, metadata) = Attributes::split(&sb.metadata);
-    let attrs = attrs.unwrap_or(Attributes {
+    let metadata = sb.metadata.clone();
+    let attrs = Attributes::of(sb).unwrap_or(Attributes {
         template: sb.image.clone(),
         ephemeral: false,
         pinned: false,

@@ -65,7 +65,7 @@ pub async fn tenant(
     let tenant_id = params.0.get("tenant_id").cloned().unwrap_or_default();
     let workspace = state
         .engine
-        .workspace_by_tenant(&tenant_id)
+        .workspace_by_alias(crate::ids::DIALECT, &tenant_id)
         .map_err(|e| ApiError::engine(crate::error::Op::Sandboxes, e))?
         .map(|ws| ws.id)
         .filter(|ws| principal.can_use(ws))

@@ -34,7 +34,7 @@ impl AppState {
     /// The workspace's sandbox with Runzivo ID `id`, or 404 `sandbox_not_found`.
     pub async fn sandbox(&self, ws: &WorkspaceId, id: &str, op: Op) -> Result<Sandbox, ApiError> {
         self.engine
-            .find_named(ws, id)
+            .find_by_alias(ws, crate::ids::DIALECT, id)
             .await
             .map_err(|e| ApiError::engine(op, e))?
             .ok_or_else(ApiError::not_found)

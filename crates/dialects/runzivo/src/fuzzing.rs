@@ -10,7 +10,10 @@ use sandboxd_dialect_common::json::parse_strict;
 /// bounds its lifetime to 1 s – 24 h.
 pub fn create(data: &[u8]) {
     if let Ok(Ok(req)) = parse_strict::<CreateBody>(data).map(CreateBody::into_request) {
-        assert!(req.name.as_deref().is_some_and(crate::ids::is_valid));
+        assert!(req
+            .aliases
+            .get(crate::ids::DIALECT)
+            .is_some_and(|id| crate::ids::is_valid(id)));
         assert!(req
             .timeout
             .is_none_or(|t| (1..=86_400).contains(&t.as_secs())));

@@ -1,6 +1,9 @@
 //! Runzivo sandbox IDs: `sbx_` + 24 lowercase hex characters. The engine's IDs are
-//! UUIDs, so a Runzivo ID is kept as the sandbox's engine name (an alias stored with
-//! the sandbox and looked up through the store's name index), never derived by hashing.
+//! UUIDs, so a Runzivo ID is the sandbox's alias in this dialect (given at create, found
+//! through the engine's alias table), never derived by hashing.
+
+/// The name this dialect's aliases (tenant ids, sandbox ids) are kept under.
+pub const DIALECT: &str = "runzivo";
 
 const PREFIX: &str = "sbx_";
 const HEX_LEN: usize = 24;

@@ -59,7 +59,7 @@ pub fn status_word(status: SandboxStatus, end_reason: Option<EndReason>) -> &'st
 impl SandboxView {
     /// `None` for a sandbox without a Runzivo ID (made through another dialect).
     pub fn of(sb: &Sandbox, tenant_id: &str) -> Option<Self> {
-        let id = sb.name.clone().filter(|n| crate::ids::is_valid(n))?;
+        let id = sb.alias(crate::ids::DIALECT)?.to_owned();
         Some(Self {
             id,
             tenant_id: tenant_id.to_owned(),

@@ -1,4 +1,5 @@
-//! Re-adoption at start-up: keep live sandboxes, end the ones that died meanwhile.
+//! Re-adoption at start-up: keep live sandboxes, end the ones that died meanwhile; every
+//! status change goes through the guarded transition.
 
 use crate::convert::{entry_from_record, Entry};
 use crate::engine::Engine;
@@ -9,37 +10,28 @@ use sandboxd_runtime::Runtime;
 use std::collections::HashSet;
 use time::OffsetDateTime;
 
-/// What to do with one stored active sandbox.
-fn settle(rt: &dyn Runtime, e: &mut Entry) -> Option<EndReason> {
+/// What to do with one stored active sandbox: the status to keep it in, or why it ended.
+fn settle(rt: &dyn Runtime, e: &Entry) -> Result<SandboxStatus, EndReason> {
     use SandboxStatus::*;
     let Some(handle) = e.handle.clone() else {
         // Never got a handle: the server stopped while starting it.
-        return Some(EndReason::Crashed);
+        return Err(EndReason::Crashed);
     };
     if e.sb.status == Terminating {
-        return Some(e.sb.end_reason.unwrap_or(EndReason::Destroyed));
+        return Err(e.sb.end_reason.unwrap_or(EndReason::Destroyed));
     }
     if !rt.is_alive(&handle) {
-        return Some(EndReason::Crashed);
+        return Err(EndReason::Crashed);
     }
     // Finish an interrupted transition: freezing and thawing are idempotent, so redoing
     // the step leaves the cgroup freezer in the state the target status says.
     let settled = match e.sb.status {
         Pausing => rt.freeze(&handle).map(|()| Paused),
         Resuming => rt.thaw(&handle).map(|()| Running),
-        Starting => Ok(Running),
+        Pending | Starting => Ok(Running),
         other => Ok(other),
     };
-    match settled {
-        Ok(status) => {
-            e.sb.status = status;
-            if e.sb.started_at.is_none() {
-                e.sb.started_at = Some(OffsetDateTime::now_utc());
-            }
-            None
-        }
-        Err(_) => Some(EndReason::Crashed),
-    }
+    settled.map_err(|_| EndReason::Crashed)
 }
 
 impl Engine {
@@ -50,30 +42,42 @@ impl Engine {
         let (mut kept, mut ended) = (HashSet::new(), HashSet::new());
         for rec in self.store.sandboxes_in_status(&ACTIVE_STATUSES)? {
             let mut e = entry_from_record(rec)?;
-            match settle(self.runtime.as_ref(), &mut e) {
-                None => {
+            match settle(self.runtime.as_ref(), &e) {
+                Ok(status) => {
                     kept.insert(e.sb.id);
-                    self.save(&e)?;
+                    if e.sb.started_at.is_none() {
+                        e.sb.started_at = Some(OffsetDateTime::now_utc());
+                    }
+                    if e.sb.status == SandboxStatus::Pending {
+                        self.transition(&mut e, SandboxStatus::Starting)?;
+                    }
+                    match e.sb.status == status {
+                        true => self.save(&e)?,
+                        false => self.transition(&mut e, status)?,
+                    }
                     if let Some(handle) = &e.handle {
                         self.watch_agent(&e.sb.workspace, e.sb.id, handle);
                     }
                 }
-                Some(reason) => {
+                Err(reason) => {
                     ended.insert(e.sb.id);
+                    e.sb.end_reason = Some(reason);
+                    e.sb.ended_at = Some(OffsetDateTime::now_utc());
+                    if e.sb.status != SandboxStatus::Terminating {
+                        self.transition(&mut e, SandboxStatus::Terminating)?;
+                    }
                     let torn_down = e
                         .handle
                         .as_ref()
                         .map_or(Ok(()), |h| self.runtime.destroy(h));
-                    e.sb.end_reason = Some(reason);
-                    e.sb.ended_at = Some(OffsetDateTime::now_utc());
-                    e.sb.status = match torn_down {
+                    let end = match torn_down {
                         Ok(()) => SandboxStatus::Terminated,
                         Err(err) => {
                             e.sb.error = Some(format!("teardown failed: {err}"));
                             SandboxStatus::Failed
                         }
                     };
-                    self.save(&e)?;
+                    self.transition(&mut e, end)?;
                 }
             }
             tracing::info!(sandbox = %e.sb.id, status = e.sb.status.as_str(), "re-adopted");

@@ -128,6 +128,8 @@ impl Engine {
                 secrets: req.secrets,
                 metadata: req.metadata,
                 disk_mb: Some(plan.disk_mb),
+                aliases: req.aliases,
+                attributes: req.attributes,
             },
             handle: None,
             extra_layers: plan.extra_layers,

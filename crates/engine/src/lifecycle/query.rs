@@ -6,6 +6,7 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::lifecycle::is_due;
 use crate::model::{Page, PageRequest, Sandbox, WorkspaceId};
+use sandboxd_store::SandboxFilter;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -16,21 +17,17 @@ impl Engine {
         Ok(self.load(ws, id)?.sb)
     }
 
-    /// The newest sandbox of `ws` ever created with `name` (ended ones included); a
-    /// dialect whose IDs are not UUIDs keeps its ID as the sandbox's name.
-    pub async fn find_named(
+    /// The sandbox of `ws` that `dialect` knows as `alias` (ended ones included); a
+    /// dialect whose ids are not UUIDs gives its id as an alias at create.
+    pub async fn find_by_alias(
         &self,
         ws: &WorkspaceId,
-        name: &str,
+        dialect: &str,
+        alias: &str,
     ) -> Result<Option<Sandbox>, EngineError> {
-        let newest = self
-            .store
-            .sandboxes_named(ws, name)?
-            .into_iter()
-            .max_by_key(|rec| rec.created_at);
-        match newest {
-            Some(rec) => Ok(Some(self.get(ws, rec.id).await?)),
-            None => Ok(None),
+        match self.store.sandbox_by_alias(dialect, alias)? {
+            Some(rec) if &rec.workspace == ws => Ok(Some(self.get(ws, rec.id).await?)),
+            _ => Ok(None),
         }
     }
 
@@ -41,40 +38,32 @@ impl Engine {
         ws: &WorkspaceId,
         page: PageRequest,
     ) -> Result<Page<Sandbox>, EngineError> {
-        self.list_where(ws, page, |_| true).await
+        self.list_aliased(ws, None, page).await
     }
 
-    /// [`Engine::list`] of the sandboxes `keep` accepts. The filter applies before
-    /// pagination: every page but the last is full, and the last has no cursor.
-    pub async fn list_where(
+    /// [`Engine::list`] of the sandboxes `dialect` has an alias for (all for `None`).
+    /// The store filters before paging: every page but the last is full, and the last
+    /// has no cursor.
+    pub async fn list_aliased(
         &self,
         ws: &WorkspaceId,
+        dialect: Option<&str>,
         page: PageRequest,
-        keep: impl Fn(&Sandbox) -> bool,
     ) -> Result<Page<Sandbox>, EngineError> {
         let limit = cursor::page_size(page.limit);
-        let mut after = cursor::after(&page)?;
-        let mut items = Vec::new();
-        while items.len() <= limit as usize {
-            let rows = self.store.list_sandboxes(ws, limit + 1, after)?;
-            let exhausted = rows.len() <= limit as usize;
-            for rec in rows {
-                let mut sb = entry_from_record(rec)?.sb;
-                after = Some(sandboxd_store::Keyset {
-                    created_at: sb.created_at,
-                    id: sb.id,
-                });
-                if is_due(&sb, OffsetDateTime::now_utc()) {
-                    self.expire_if_due(ws, sb.id).await?;
-                    sb = self.load(ws, sb.id)?.sb;
-                }
-                if keep(&sb) {
-                    items.push(sb);
-                }
+        let after = cursor::after(&page)?;
+        let filter = SandboxFilter {
+            aliased_in: dialect,
+        };
+        let rows = self.store.list_sandboxes(ws, filter, limit + 1, after)?;
+        let mut items = Vec::with_capacity(rows.len());
+        for rec in rows {
+            let mut sb = entry_from_record(rec)?.sb;
+            if is_due(&sb, OffsetDateTime::now_utc()) {
+                self.expire_if_due(ws, sb.id).await?;
+                sb = self.load(ws, sb.id)?.sb;
             }
-            if exhausted {
-                break;
-            }
+            items.push(sb);
         }
         Ok(cursor::keyset_page(items, limit, |s| (s.created_at, s.id)))
     }

@@ -4,7 +4,9 @@ use super::Hold;
 use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
 use crate::model::{ExecCommand, ExecResult, WorkspaceId};
+use crate::output::ProcessExit;
 use crate::validate;
+use bytes::Bytes;
 use sandboxd_agent_protocol::ExecRequest;
 use uuid::Uuid;
 
@@ -49,6 +51,20 @@ impl Engine {
                 format!("the command's output passed {} bytes", cmd.max_output_bytes),
             ));
         }
-        Ok(result)
+        let decode = |b64: &str| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map(Bytes::from)
+                .map_err(|_| {
+                    EngineError::new(ErrorCode::Unavailable, "the sandbox agent answered badly")
+                })
+        };
+        Ok(ExecResult {
+            stdout: decode(&result.stdout)?,
+            stderr: decode(&result.stderr)?,
+            exit: ProcessExit::from_parts(result.exit_code, result.signal),
+            pid: result.pid,
+        })
     }
 }

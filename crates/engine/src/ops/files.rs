@@ -4,9 +4,9 @@ use super::Hold;
 use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
 use crate::model::{FileMeta, FileWritten, WorkspaceId};
+use crate::results::ByteStream;
 use crate::validate;
 use futures_util::stream::StreamExt;
-use sandboxd_agent_protocol::client::ByteStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -36,10 +36,12 @@ impl Engine {
     ) -> Result<(FileMeta, ByteStream), EngineError> {
         validate::abs_path("path", path)?;
         let path = path.to_owned();
-        self.with_agent(ws, id, Hold::Check, |client, _| {
-            Ok(async move { client.read_file(&path).await })
-        })
-        .await
+        let (meta, body) = self
+            .with_agent(ws, id, Hold::Check, |client, _| {
+                Ok(async move { client.read_file(&path).await })
+            })
+            .await?;
+        Ok((meta.into(), body))
     }
 
     /// Atomically replaces `path` with the streamed `body`; past `max_bytes` the upload
@@ -73,7 +75,7 @@ impl Engine {
                 format!("the file is larger than {max_bytes} bytes"),
             ));
         }
-        written
+        written.map(Into::into)
     }
 }
 

@@ -46,6 +46,7 @@ impl Engine {
             Ok(async move { client.start_process(&req).await })
         })
         .await
+        .map(Into::into)
     }
 
     /// The sandbox's managed processes sorted by id; the cursor is the last id seen.
@@ -57,11 +58,14 @@ impl Engine {
     ) -> Result<Page<ProcessInfo>, EngineError> {
         let limit = cursor::page_size(page.limit) as usize;
         let after = page.cursor.as_deref().map(cursor::decode_id).transpose()?;
-        let mut all = self
+        let mut all: Vec<ProcessInfo> = self
             .with_agent(ws, id, Hold::Call, |client, _| {
                 Ok(async move { client.list_processes().await })
             })
-            .await?;
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect();
         all.sort_by_key(|p| p.id);
         let mut items: Vec<ProcessInfo> = all
             .into_iter()
@@ -87,6 +91,7 @@ impl Engine {
             Ok(async move { client.get_process(pid).await })
         })
         .await
+        .map(Into::into)
     }
 
     /// Sends `signal` (1–64) to the process, or to its process group when `group`.
@@ -118,5 +123,6 @@ impl Engine {
             Ok(async move { client.wait(pid, timeout).await })
         })
         .await
+        .map(Into::into)
     }
 }

@@ -203,6 +203,8 @@ pub fn request(name: Option<&str>) -> CreateSandbox {
         network: None,
         egress: None,
         disk_mb: None,
+        aliases: Default::default(),
+        attributes: Default::default(),
     }
 }
 

@@ -83,7 +83,7 @@ impl Api {
         .expect("engine");
         engine.ensure_master_key(MASTER).expect("master key");
         let other = engine
-            .create_workspace("other", Some("staging"), None)
+            .create_workspace("other", [("inngest".into(), "staging".into())].into())
             .expect("workspace");
         let other_key = engine
             .create_key(Some(&other.id), vec![ALL_PERMISSIONS.into()], vec![])

@@ -83,10 +83,10 @@ fn make_keys(dir: &std::path::Path) -> Keys {
     let store = sandboxd_store::SqliteStore::open(dir.join("sandboxd.db")).expect("store");
     let accounts = Accounts::new(&store);
     let acme = accounts
-        .create_workspace("Acme", None, Some(TENANT))
+        .create_workspace("Acme", [("runzivo".into(), TENANT.into())].into())
         .expect("workspace");
     let other = accounts
-        .create_workspace("Other", None, Some(OTHER_TENANT))
+        .create_workspace("Other", [("runzivo".into(), OTHER_TENANT.into())].into())
         .expect("workspace");
     let key = |ws: &str, perms: &[&str], scopes: &[&str]| {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();

@@ -2,13 +2,19 @@
 
 use super::codec::*;
 use super::unique_violation;
-use crate::records::{ApiKeyRecord, WorkspaceRecord};
+use crate::records::{AliasKind, ApiKeyRecord, WorkspaceRecord};
 use crate::StoreResult;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-const WS_COLS: &str = "id, name, inngest_env, runzivo_tenant_id, created_at";
+/// The workspace columns read (its aliases included).
+fn ws_cols() -> String {
+    format!(
+        "id, name, created_at, {}",
+        super::aliases::column(AliasKind::Workspace, "workspaces")
+    )
+}
 const KEY_COLS: &str =
     "id, key_hash, prefix, workspace, permissions, scopes, created_at, revoked_at, master, alias_of";
 
@@ -16,8 +22,7 @@ fn workspace_row(r: &Row) -> rusqlite::Result<WorkspaceRecord> {
     Ok(WorkspaceRecord {
         id: r.get("id")?,
         name: r.get("name")?,
-        inngest_env: r.get("inngest_env")?,
-        runzivo_tenant_id: r.get("runzivo_tenant_id")?,
+        aliases: get_json(r, "aliases")?,
         created_at: get_ts(r, "created_at")?,
     })
 }
@@ -37,34 +42,42 @@ fn key_row(r: &Row) -> rusqlite::Result<ApiKeyRecord> {
     })
 }
 
-pub(super) fn create_workspace(c: &Connection, ws: &WorkspaceRecord) -> StoreResult<()> {
-    c.execute(
-        &format!("INSERT INTO workspaces ({WS_COLS}) VALUES (?1, ?2, ?3, ?4, ?5)"),
-        params![
-            ws.id,
-            ws.name,
-            ws.inngest_env,
-            ws.runzivo_tenant_id,
-            ts(ws.created_at)
-        ],
+pub(super) fn create_workspace(c: &mut Connection, ws: &WorkspaceRecord) -> StoreResult<()> {
+    let tx = c.transaction()?;
+    tx.execute(
+        "INSERT INTO workspaces (id, name, created_at) VALUES (?1, ?2, ?3)",
+        params![ws.id, ws.name, ts(ws.created_at)],
     )
     .map_err(|e| unique_violation(e, || format!("workspace {:?}", ws.id)))?;
+    super::aliases::insert(&tx, AliasKind::Workspace, &ws.id, &ws.aliases)?;
+    tx.commit()?;
     Ok(())
 }
 
-/// Looks a workspace up by one column (`id`, `inngest_env`, `runzivo_tenant_id`).
-pub(super) fn workspace_by(
+pub(super) fn workspace(c: &Connection, id: &str) -> StoreResult<Option<WorkspaceRecord>> {
+    let sql = format!("SELECT {} FROM workspaces WHERE id = ?1", ws_cols());
+    Ok(c.query_row(&sql, [id], workspace_row).optional()?)
+}
+
+pub(super) fn workspace_by_alias(
     c: &Connection,
-    column: &'static str,
-    value: &str,
+    dialect: &str,
+    alias: &str,
 ) -> StoreResult<Option<WorkspaceRecord>> {
-    let sql = format!("SELECT {WS_COLS} FROM workspaces WHERE {column} = ?1");
-    Ok(c.query_row(&sql, [value], workspace_row).optional()?)
+    let sql = format!(
+        "SELECT {} FROM workspaces WHERE id = (SELECT target FROM aliases \
+         WHERE dialect = ?1 AND kind = 'workspace' AND alias = ?2)",
+        ws_cols()
+    );
+    Ok(c.prepare_cached(&sql)?
+        .query_row([dialect, alias], workspace_row)
+        .optional()?)
 }
 
 pub(super) fn list_workspaces(c: &Connection) -> StoreResult<Vec<WorkspaceRecord>> {
     let mut st = c.prepare(&format!(
-        "SELECT {WS_COLS} FROM workspaces ORDER BY created_at, id"
+        "SELECT {} FROM workspaces ORDER BY created_at, id",
+        ws_cols()
     ))?;
     let rows = st.query_map([], workspace_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

@@ -117,6 +117,59 @@ const MIGRATIONS: &[&str] = &[
     UPDATE api_keys SET master = 1
         WHERE workspace = 'default' AND permissions = '[\"*\"]' AND scopes = '[]'
         AND NOT (prefix GLOB 'sbx_*' OR prefix GLOB 'or_*' OR prefix GLOB 'vl_*');",
+    // 7: dialect concepts leave the schema. One alias table, (dialect, kind, alias) ->
+    // id, holds the names the dialects know workspaces and sandboxes by, and each
+    // sandbox keeps its dialects' typed attributes as JSON by dialect. Existing data
+    // moves: the workspace columns `inngest_env` and `runzivo_tenant_id` (the table is
+    // rebuilt without them), Runzivo ids kept as sandbox names (newest first when a name
+    // repeats; the name is cleared once aliased), and OpenRelay's `openrelay.*` metadata.
+    "CREATE TABLE aliases (
+        dialect TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        alias TEXT NOT NULL,
+        target TEXT NOT NULL,
+        PRIMARY KEY (dialect, kind, alias)
+    );
+    CREATE INDEX aliases_target ON aliases (kind, target, dialect);
+    INSERT INTO aliases (dialect, kind, alias, target)
+        SELECT 'inngest', 'workspace', inngest_env, id FROM workspaces
+        WHERE inngest_env IS NOT NULL;
+    INSERT INTO aliases (dialect, kind, alias, target)
+        SELECT 'runzivo', 'workspace', runzivo_tenant_id, id FROM workspaces
+        WHERE runzivo_tenant_id IS NOT NULL;
+    CREATE TABLE workspaces_v7 (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    INSERT INTO workspaces_v7 (id, name, created_at) SELECT id, name, created_at FROM workspaces;
+    DROP TABLE workspaces;
+    ALTER TABLE workspaces_v7 RENAME TO workspaces;
+    INSERT OR IGNORE INTO aliases (dialect, kind, alias, target)
+        SELECT 'runzivo', 'sandbox', name, id FROM sandboxes
+        WHERE name GLOB 'sbx_[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'
+        ORDER BY created_at DESC, id DESC;
+    UPDATE sandboxes SET name = NULL WHERE EXISTS (SELECT 1 FROM aliases a
+        WHERE a.dialect = 'runzivo' AND a.kind = 'sandbox' AND a.target = sandboxes.id);
+    ALTER TABLE sandboxes ADD COLUMN attributes TEXT NOT NULL DEFAULT '{}';
+    UPDATE sandboxes SET
+        attributes = json_object('openrelay', json_object(
+            'template', json_extract(metadata, '$.\"openrelay.template\"'),
+            'ephemeral', json(CASE json_extract(metadata, '$.\"openrelay.ephemeral\"')
+                WHEN 'true' THEN 'true' ELSE 'false' END),
+            'pinned', json(CASE json_extract(metadata, '$.\"openrelay.placement\"')
+                WHEN 'pinned' THEN 'true' ELSE 'false' END),
+            'cpuRequest', CAST(COALESCE(
+                json_extract(metadata, '$.\"openrelay.cpuRequest\"'), 0) AS REAL),
+            'memoryRequestMiB', CAST(COALESCE(
+                json_extract(metadata, '$.\"openrelay.memoryRequestMiB\"'), 0) AS INTEGER),
+            'autoPause', json(CASE json_extract(metadata, '$.\"openrelay.autoPause\"')
+                WHEN 'true' THEN 'true' ELSE 'false' END))),
+        metadata = json_remove(metadata,
+            '$.\"openrelay.template\"', '$.\"openrelay.ephemeral\"',
+            '$.\"openrelay.placement\"', '$.\"openrelay.cpuRequest\"',
+            '$.\"openrelay.memoryRequestMiB\"', '$.\"openrelay.autoPause\"')
+        WHERE json_extract(metadata, '$.\"openrelay.template\"') IS NOT NULL;",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.
@@ -138,10 +191,31 @@ fn migrate_to(conn: &mut Connection, target: usize) -> Result<i64, StoreError> {
             known,
         });
     }
+    // Foreign keys are off while migrating (a migration may rebuild a referenced table,
+    // as SQLite's ALTER TABLE procedure asks) and checked before each commit.
+    let enforced: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?;
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let ran = run_pending(conn, current as usize, target);
+    conn.pragma_update(None, "foreign_keys", if enforced { "ON" } else { "OFF" })?;
+    ran?;
+    Ok(known.min(target as i64).max(current))
+}
+
+/// Runs migrations `current..target`, one transaction each.
+fn run_pending(conn: &mut Connection, current: usize, target: usize) -> Result<(), StoreError> {
     let pending = MIGRATIONS.iter().enumerate().take(target);
-    for (i, sql) in pending.skip(current as usize) {
+    for (i, sql) in pending.skip(current) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
+        let dangling: Option<String> = tx
+            .query_row("PRAGMA foreign_key_check", [], |r| r.get(0))
+            .optional()?;
+        if let Some(table) = dangling {
+            return Err(StoreError::Corrupt(format!(
+                "migration {} left a dangling reference in {table}",
+                i + 1
+            )));
+        }
         tx.execute("DELETE FROM schema_version", [])?;
         tx.execute(
             "INSERT INTO schema_version (version) VALUES (?1)",
@@ -149,7 +223,7 @@ fn migrate_to(conn: &mut Connection, target: usize) -> Result<i64, StoreError> {
         )?;
         tx.commit()?;
     }
-    Ok(known.min(target as i64).max(current))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -245,7 +319,7 @@ mod tests {
         assert_eq!(got.disk_mb, Some(64));
         sb.id = uuid::Uuid::from_u128(3);
         sb.disk_mb = Some(0);
-        super::super::sandboxes::insert(&conn, &sb).unwrap();
+        super::super::sandboxes::insert(&mut conn, &sb).unwrap();
         let got = super::super::sandboxes::get(&conn, sb.id).unwrap().unwrap();
         assert_eq!(got, sb, "0 (no limit) is kept apart from unknown");
 
@@ -262,5 +336,123 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(got, snap);
+    }
+
+    /// A database at version 6 keeps every dialect name through migration 7: workspace
+    /// environments and tenants become workspace aliases, Runzivo ids kept as sandbox
+    /// names become sandbox aliases (the newest sandbox keeps a repeated one), and
+    /// OpenRelay's attributes leave the user's metadata for typed attributes.
+    #[test]
+    fn migration_7_moves_dialect_names_into_aliases_and_attributes() {
+        use crate::records::SandboxFilter;
+        use serde_json::json;
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+        assert_eq!(migrate_to(&mut conn, 6).unwrap(), 6);
+        conn.execute_batch(
+            "INSERT INTO workspaces (id, name, inngest_env, runzivo_tenant_id, created_at)
+                VALUES ('default', 'D', 'production', 'default', 1);
+             INSERT INTO workspaces (id, name, inngest_env, runzivo_tenant_id, created_at)
+                VALUES ('acme', 'A', NULL, 't-acme', 2);
+             INSERT INTO api_keys (id, key_hash, prefix, workspace, permissions, scopes,
+                created_at) VALUES ('k', 'h', 'p', 'acme', '[]', '[]', 1);",
+        )
+        .unwrap();
+        let sandbox = |n: u128, name: Option<&str>, at: i64, meta: &str| {
+            conn.execute(
+                "INSERT INTO sandboxes (id, workspace, name, status, image, vcpu, memory_mb,
+                    created_at, environment, secrets, metadata, extra_layers)
+                 VALUES (?1, 'acme', ?2, 'RUNNING', 'default', 1, 512, ?3, '{}', '[]', ?4,
+                    '[]')",
+                rusqlite::params![uuid::Uuid::from_u128(n).to_string(), name, at, meta],
+            )
+            .unwrap();
+        };
+        let rz = "sbx_0123456789abcdef01234567";
+        sandbox(1, Some(rz), 10, "{}");
+        sandbox(2, Some(rz), 20, "{}"); // the same id again, newer: it wins
+        sandbox(3, Some("sbx_not-a-runzivo-id"), 30, "{}");
+        sandbox(
+            4,
+            Some("web"),
+            40,
+            r#"{"team":"x","openrelay.template":"python","openrelay.ephemeral":"true",
+                "openrelay.placement":"pinned","openrelay.cpuRequest":"0.5",
+                "openrelay.memoryRequestMiB":"256","openrelay.autoPause":"false"}"#,
+        );
+        migrate(&mut conn).unwrap();
+
+        let ws = super::super::accounts::workspace_by_alias(&conn, "inngest", "production")
+            .unwrap()
+            .unwrap();
+        assert_eq!(ws.id, "default");
+        assert_eq!(
+            ws.aliases,
+            [("inngest", "production"), ("runzivo", "default")]
+                .map(|(d, a)| (d.to_string(), a.to_string()))
+                .into()
+        );
+        let acme = super::super::accounts::workspace_by_alias(&conn, "runzivo", "t-acme")
+            .unwrap()
+            .unwrap();
+        assert_eq!((acme.id.as_str(), acme.name.as_str()), ("acme", "A"));
+        assert!(
+            super::super::accounts::workspace_by_alias(&conn, "inngest", "t-acme")
+                .unwrap()
+                .is_none()
+        );
+        let cols: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('workspaces')")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(cols, ["id", "name", "created_at"]);
+        let fk: bool = conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert!(fk, "foreign keys are enforced again after migrating");
+
+        let get = |n: u128| {
+            super::super::sandboxes::get(&conn, uuid::Uuid::from_u128(n))
+                .unwrap()
+                .unwrap()
+        };
+        let by_rz = super::super::sandboxes::by_alias(&conn, "runzivo", rz)
+            .unwrap()
+            .unwrap();
+        assert_eq!(by_rz.id, uuid::Uuid::from_u128(2));
+        assert_eq!(by_rz.name, None, "the alias replaces the name");
+        assert_eq!(
+            by_rz.aliases,
+            [("runzivo".to_string(), rz.to_string())].into()
+        );
+        assert_eq!(get(1).name.as_deref(), Some(rz), "a repeat keeps its name");
+        assert!(get(1).aliases.is_empty());
+        assert_eq!(get(3).name.as_deref(), Some("sbx_not-a-runzivo-id"));
+        assert!(get(3).aliases.is_empty());
+
+        let or = get(4);
+        assert_eq!(or.name.as_deref(), Some("web"));
+        assert_eq!(or.metadata, [("team".to_string(), "x".to_string())].into());
+        assert_eq!(
+            or.attributes["openrelay"],
+            json!({"template": "python", "ephemeral": true, "pinned": true,
+                   "cpuRequest": 0.5, "memoryRequestMiB": 256, "autoPause": false})
+        );
+        assert!(get(1).attributes.is_empty());
+
+        let listed = super::super::sandboxes::list(
+            &conn,
+            "acme",
+            SandboxFilter {
+                aliased_in: Some("runzivo"),
+            },
+            10,
+            None,
+        )
+        .unwrap();
+        assert_eq!(listed, vec![by_rz]);
     }
 }

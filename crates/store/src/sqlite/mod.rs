@@ -1,6 +1,7 @@
 //! The embedded SQLite store: one WAL-mode database file plus a secret key file.
 
 mod accounts;
+mod aliases;
 mod codec;
 mod conns;
 mod egress;
@@ -75,13 +76,14 @@ impl Store for SqliteStore {
         self.conns.write_with(|c| accounts::create_workspace(c, ws))
     }
     fn get_workspace(&self, id: &str) -> StoreResult<Option<WorkspaceRecord>> {
-        accounts::workspace_by(&*self.conns.read()?, "id", id)
+        accounts::workspace(&*self.conns.read()?, id)
     }
-    fn workspace_by_inngest_env(&self, env: &str) -> StoreResult<Option<WorkspaceRecord>> {
-        accounts::workspace_by(&*self.conns.read()?, "inngest_env", env)
-    }
-    fn workspace_by_tenant(&self, tenant: &str) -> StoreResult<Option<WorkspaceRecord>> {
-        accounts::workspace_by(&*self.conns.read()?, "runzivo_tenant_id", tenant)
+    fn workspace_by_alias(
+        &self,
+        dialect: &str,
+        alias: &str,
+    ) -> StoreResult<Option<WorkspaceRecord>> {
+        accounts::workspace_by_alias(&*self.conns.read()?, dialect, alias)
     }
     fn list_workspaces(&self) -> StoreResult<Vec<WorkspaceRecord>> {
         accounts::list_workspaces(&*self.conns.read()?)
@@ -110,13 +112,17 @@ impl Store for SqliteStore {
     fn get_sandbox(&self, id: Uuid) -> StoreResult<Option<SandboxRecord>> {
         sandboxes::get(&*self.conns.read()?, id)
     }
+    fn sandbox_by_alias(&self, dialect: &str, alias: &str) -> StoreResult<Option<SandboxRecord>> {
+        sandboxes::by_alias(&*self.conns.read()?, dialect, alias)
+    }
     fn list_sandboxes(
         &self,
         workspace: &str,
+        filter: SandboxFilter<'_>,
         limit: u32,
         after: Option<Keyset>,
     ) -> StoreResult<Vec<SandboxRecord>> {
-        sandboxes::list(&*self.conns.read()?, workspace, limit, after)
+        sandboxes::list(&*self.conns.read()?, workspace, filter, limit, after)
     }
     fn sandboxes_in_status(&self, statuses: &[&str]) -> StoreResult<Vec<SandboxRecord>> {
         sandboxes::in_status(&*self.conns.read()?, statuses)

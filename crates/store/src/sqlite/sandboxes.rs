@@ -3,15 +3,24 @@
 use super::codec::*;
 use super::unique_violation;
 use crate::error::StoreError;
-use crate::records::{Keyset, SandboxRecord};
+use crate::records::{AliasKind, Keyset, SandboxFilter, SandboxRecord};
 use crate::StoreResult;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+/// The columns written; a read adds the aliases (see [`cols`]).
 const COLS: &str = "id, workspace, name, status, image, vcpu, memory_mb, created_at, \
     started_at, ended_at, expires_at, end_reason, error, snapshot_id, environment, secrets, \
-    metadata, extra_layers, handle, id_slot, disk_mb";
+    metadata, extra_layers, handle, id_slot, disk_mb, attributes";
+
+/// The columns read: every written one plus the sandbox's aliases.
+fn cols() -> String {
+    format!(
+        "{COLS}, {}",
+        super::aliases::column(AliasKind::Sandbox, "sandboxes")
+    )
+}
 
 fn row(r: &Row) -> rusqlite::Result<SandboxRecord> {
     let handle: Option<String> = r.get("handle")?;
@@ -43,6 +52,8 @@ fn row(r: &Row) -> rusqlite::Result<SandboxRecord> {
         handle,
         id_slot: r.get("id_slot")?,
         disk_mb: r.get("disk_mb")?,
+        aliases: get_json(r, "aliases")?,
+        attributes: get_json(r, "attributes")?,
     })
 }
 
@@ -72,17 +83,21 @@ fn write(c: &Connection, sql: &str, s: &SandboxRecord) -> rusqlite::Result<usize
             s.handle.as_ref().map(json),
             s.id_slot,
             s.disk_mb,
+            json(&s.attributes),
         ],
     )
 }
 
-pub(super) fn insert(c: &Connection, s: &SandboxRecord) -> StoreResult<()> {
+pub(super) fn insert(c: &mut Connection, s: &SandboxRecord) -> StoreResult<()> {
     let sql = format!(
         "INSERT INTO sandboxes ({COLS}) VALUES \
          (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21)"
+         ?19, ?20, ?21, ?22)"
     );
-    write(c, &sql, s).map_err(|e| unique_violation(e, || format!("sandbox {}", s.id)))?;
+    let tx = c.transaction()?;
+    write(&tx, &sql, s).map_err(|e| unique_violation(e, || format!("sandbox {}", s.id)))?;
+    super::aliases::insert(&tx, AliasKind::Sandbox, &s.id.to_string(), &s.aliases)?;
+    tx.commit()?;
     Ok(())
 }
 
@@ -91,7 +106,7 @@ pub(super) fn update(c: &Connection, s: &SandboxRecord) -> StoreResult<()> {
         vcpu = ?6, memory_mb = ?7, created_at = ?8, started_at = ?9, ended_at = ?10, \
         expires_at = ?11, end_reason = ?12, error = ?13, snapshot_id = ?14, environment = ?15, \
         secrets = ?16, metadata = ?17, extra_layers = ?18, handle = ?19, id_slot = ?20, \
-        disk_mb = ?21 \
+        disk_mb = ?21, attributes = ?22 \
         WHERE id = ?1";
     match write(c, sql, s)? {
         0 => Err(StoreError::NotFound(format!("sandbox {}", s.id))),
@@ -101,15 +116,31 @@ pub(super) fn update(c: &Connection, s: &SandboxRecord) -> StoreResult<()> {
 
 pub(super) fn get(c: &Connection, id: Uuid) -> StoreResult<Option<SandboxRecord>> {
     // Cached: every operation on a sandbox runs it.
-    let sql = format!("SELECT {COLS} FROM sandboxes WHERE id = ?1");
+    let sql = format!("SELECT {} FROM sandboxes WHERE id = ?1", cols());
     Ok(c.prepare_cached(&sql)?
         .query_row([id.to_string()], row)
+        .optional()?)
+}
+
+pub(super) fn by_alias(
+    c: &Connection,
+    dialect: &str,
+    alias: &str,
+) -> StoreResult<Option<SandboxRecord>> {
+    let sql = format!(
+        "SELECT {} FROM sandboxes WHERE id = (SELECT target FROM aliases \
+         WHERE dialect = ?1 AND kind = 'sandbox' AND alias = ?2)",
+        cols()
+    );
+    Ok(c.prepare_cached(&sql)?
+        .query_row([dialect, alias], row)
         .optional()?)
 }
 
 pub(super) fn list(
     c: &Connection,
     ws: &str,
+    filter: SandboxFilter<'_>,
     limit: u32,
     after: Option<Keyset>,
 ) -> StoreResult<Vec<SandboxRecord>> {
@@ -117,13 +148,17 @@ pub(super) fn list(
         Some(k) => (ts(k.created_at), k.id.to_string()),
         None => (i64::MAX, "g".to_string()), // sorts after every hex uuid
     };
+    // `?5 IS NULL`: no filter; else the sandbox has an alias in that dialect.
     let sql = format!(
-        "SELECT {COLS} FROM sandboxes WHERE workspace = ?1 \
+        "SELECT {} FROM sandboxes WHERE workspace = ?1 \
          AND (created_at < ?2 OR (created_at = ?2 AND id < ?3)) \
-         ORDER BY created_at DESC, id DESC LIMIT ?4"
+         AND (?5 IS NULL OR EXISTS (SELECT 1 FROM aliases f WHERE f.kind = 'sandbox' \
+              AND f.target = sandboxes.id AND f.dialect = ?5)) \
+         ORDER BY created_at DESC, id DESC LIMIT ?4",
+        cols()
     );
     let mut st = c.prepare(&sql)?;
-    let rows = st.query_map(params![ws, at, id, limit], row)?;
+    let rows = st.query_map(params![ws, at, id, limit, filter.aliased_in], row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
@@ -139,9 +174,10 @@ pub(super) fn ended(
         None => (i64::MAX, "g".to_string()),
     };
     let sql = format!(
-        "SELECT {COLS} FROM sandboxes WHERE workspace = ?1 AND ended_at IS NOT NULL \
+        "SELECT {} FROM sandboxes WHERE workspace = ?1 AND ended_at IS NOT NULL \
          AND ended_at >= ?2 AND (ended_at < ?3 OR (ended_at = ?3 AND id < ?4)) \
-         ORDER BY ended_at DESC, id DESC LIMIT ?5"
+         ORDER BY ended_at DESC, id DESC LIMIT ?5",
+        cols()
     );
     let mut st = c.prepare(&sql)?;
     let rows = st.query_map(params![ws, ts(since), at, id, limit], row)?;
@@ -153,7 +189,10 @@ pub(super) fn in_status(c: &Connection, statuses: &[&str]) -> StoreResult<Vec<Sa
         return Ok(Vec::new());
     }
     let marks = vec!["?"; statuses.len()].join(", ");
-    let sql = format!("SELECT {COLS} FROM sandboxes WHERE status IN ({marks}) ORDER BY created_at");
+    let sql = format!(
+        "SELECT {} FROM sandboxes WHERE status IN ({marks}) ORDER BY created_at",
+        cols()
+    );
     let mut st = c.prepare(&sql)?;
     let rows = st.query_map(params_from_iter(statuses), row)?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -161,7 +200,8 @@ pub(super) fn in_status(c: &Connection, statuses: &[&str]) -> StoreResult<Vec<Sa
 
 pub(super) fn named(c: &Connection, ws: &str, name: &str) -> StoreResult<Vec<SandboxRecord>> {
     let sql = format!(
-        "SELECT {COLS} FROM sandboxes WHERE workspace = ?1 AND name = ?2 ORDER BY created_at DESC"
+        "SELECT {} FROM sandboxes WHERE workspace = ?1 AND name = ?2 ORDER BY created_at DESC",
+        cols()
     );
     let mut st = c.prepare(&sql)?;
     let rows = st.query_map(params![ws, name], row)?;

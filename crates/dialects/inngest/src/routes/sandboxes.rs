@@ -67,6 +67,8 @@ impl CreateBody {
             network: None,
             egress: None,
             disk_mb: None,
+            aliases: Default::default(),
+            attributes: Default::default(),
         })
     }
 }
@@ -89,17 +91,19 @@ pub async fn create(
     if let (Some(snapshot), 0) = (request.snapshot_id, request.resources.vcpu) {
         request.resources = state.engine.get_snapshot(&ws, snapshot).await?.resources;
     }
-    let (mut sandbox, created_now) = state.engine.create(&ws, request).await?;
+    let (sandbox, created_now) = state.engine.create(&ws, request).await?;
     let status = match (created_now, sandbox.status) {
         (false, _) => StatusCode::OK,
         (true, SandboxStatus::Running) => StatusCode::CREATED,
         (true, _) => StatusCode::ACCEPTED,
     };
+    let mut view = views::sandbox(&sandbox);
     if status == StatusCode::ACCEPTED && sandbox.status == SandboxStatus::Pending {
-        // Create reports only STARTING or RUNNING; PENDING is the start of STARTING.
-        sandbox.status = SandboxStatus::Starting;
+        // Create reports only STARTING or RUNNING; PENDING is the start of STARTING. Only
+        // the answer says so: the sandbox's state is the engine's.
+        view.status = SandboxStatus::Starting.as_str();
     }
-    Ok(render::data(status, views::sandbox(&sandbox)))
+    Ok(render::data(status, view))
 }
 
 #[utoipa::path(

@@ -34,9 +34,7 @@ pub struct ListView {
 }
 
 fn ephemeral(sb: &Sandbox) -> bool {
-    Attributes::split(&sb.metadata)
-        .0
-        .is_some_and(|a| a.ephemeral)
+    Attributes::of(sb).is_some_and(|a| a.ephemeral)
 }
 
 pub async fn list(

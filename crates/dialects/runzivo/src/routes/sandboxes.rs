@@ -45,7 +45,7 @@ pub struct CreateBody {
 }
 
 impl CreateBody {
-    /// Validates the body into the engine's request, with a fresh `sbx_` id as its name.
+    /// Validates the body into the engine's request, with a fresh `sbx_` id as its alias.
     pub(crate) fn into_request(self) -> Result<CreateSandbox, ApiError> {
         let timeout = match self.timeout_seconds {
             None => None,
@@ -53,7 +53,7 @@ impl CreateBody {
             Some(_) => return Err(ApiError::invalid("timeout_seconds must be 1-86400")),
         };
         Ok(CreateSandbox {
-            name: Some(crate::ids::new_id()),
+            name: None,
             resources: Resources {
                 vcpu: self.vcpu.unwrap_or(1),
                 memory_mb: self.memory_mb.unwrap_or(512),
@@ -67,6 +67,8 @@ impl CreateBody {
             network: None,
             egress: None,
             disk_mb: self.disk_mb,
+            aliases: [(crate::ids::DIALECT.to_owned(), crate::ids::new_id())].into(),
+            attributes: Default::default(),
         })
     }
 }
@@ -139,13 +141,13 @@ pub async fn list(
     }
     let page = state
         .engine
-        .list_where(
+        .list_aliased(
             &tenant.workspace,
+            Some(crate::ids::DIALECT),
             PageRequest {
                 limit: q.limit.unwrap_or(50),
                 cursor: q.cursor,
             },
-            |sb| SandboxView::of(sb, &tenant.tenant_id).is_some(),
         )
         .await
         .map_err(|e| ApiError::engine(Op::Sandboxes, e))?;

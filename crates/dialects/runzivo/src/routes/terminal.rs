@@ -11,12 +11,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use sandboxd_engine::{PtyFrame, PtyIo};
+use sandboxd_engine::{Terminal, TerminalEvent};
 use serde::Deserialize;
 use std::collections::HashMap;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub async fn ticket(
     State(state): State<AppState>,
@@ -69,7 +68,7 @@ pub async fn terminal(
     let id = params.get("sandbox_id").cloned().unwrap_or_default();
     let workspace = state
         .engine
-        .workspace_by_tenant(&tenant)
+        .workspace_by_alias(crate::ids::DIALECT, &tenant)
         .map_err(|e| ApiError::engine(Op::Exec, e))?
         .map(|ws| ws.id)
         .unwrap_or_default();
@@ -91,19 +90,18 @@ pub async fn terminal(
 
 /// Binary messages are keystrokes and screen output; a text message resizes; the
 /// shell's exit sends `{"type":"exit","exit_code":N}` and closes the socket.
-async fn bridge(socket: WebSocket, pty: PtyIo) {
+async fn bridge(socket: WebSocket, pty: Terminal) {
     let (mut ws_tx, mut ws_rx) = socket.split();
-    let (mut pty_rd, mut pty_wr) = tokio::io::split(pty);
+    let (mut pty_rd, mut pty_wr) = pty.split();
     let output = async move {
-        let mut buf = BytesMut::with_capacity(32 * 1024);
         loop {
-            match PtyFrame::decode(&mut buf) {
-                Ok(Some(PtyFrame::Data(d))) => {
+            match pty_rd.next().await {
+                Some(TerminalEvent::Output(d)) => {
                     if ws_tx.send(Message::Binary(d)).await.is_err() {
                         return;
                     }
                 }
-                Ok(Some(PtyFrame::Exit(code))) => {
+                Some(TerminalEvent::Exit(code)) => {
                     let text = serde_json::json!({"type": "exit", "exit_code": code});
                     let _ = ws_tx.send(Message::Text(text.to_string().into())).await;
                     let close = CloseFrame {
@@ -113,29 +111,24 @@ async fn bridge(socket: WebSocket, pty: PtyIo) {
                     let _ = ws_tx.send(Message::Close(Some(close))).await;
                     return;
                 }
-                Ok(Some(PtyFrame::Resize { .. })) => {}
-                Ok(None) => match pty_rd.read_buf(&mut buf).await {
-                    Ok(1..) => {}
-                    _ => return,
-                },
-                Err(_) => return,
+                None => return,
             }
         }
     };
     let input = async move {
         while let Some(Ok(msg)) = ws_rx.next().await {
-            let frame = match msg {
-                Message::Binary(d) => PtyFrame::Data(d),
+            let sent = match msg {
+                Message::Binary(d) => pty_wr.write(d).await,
                 Message::Text(t) => match serde_json::from_str::<Control>(t.as_str()) {
                     Ok(Control::Resize { cols, rows }) if cols > 0 && rows > 0 => {
-                        PtyFrame::Resize { cols, rows }
+                        pty_wr.resize(cols, rows).await
                     }
-                    _ => PtyFrame::Data(Bytes::copy_from_slice(t.as_bytes())),
+                    _ => pty_wr.write(Bytes::copy_from_slice(t.as_bytes())).await,
                 },
                 Message::Close(_) => return,
                 _ => continue,
             };
-            if pty_wr.write_all(&frame.encode()).await.is_err() {
+            if sent.is_err() {
                 return;
             }
         }

@@ -1,0 +1,81 @@
+//! An open terminal: a login shell's screen output and exit, and keystrokes and resizes
+//! to it, in the engine's own types (the agent's PTY framing stays inside the engine).
+
+use bytes::{Bytes, BytesMut};
+use sandboxd_agent_protocol::pty::{PtyFrame, PtyIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+
+/// Size of one read from the agent.
+const READ_CHUNK: usize = 32 * 1024;
+
+/// A shell on a PTY; [`Terminal::split`] it to read and write at once. Dropping both
+/// halves hangs the shell up.
+pub struct Terminal {
+    io: PtyIo,
+}
+
+/// What a terminal shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminalEvent {
+    /// Screen output, exactly as read.
+    Output(Bytes),
+    /// The shell exited with this code (the last event).
+    Exit(i32),
+}
+
+/// The reading half: screen output, then the exit.
+pub struct TerminalOutput {
+    rd: ReadHalf<PtyIo>,
+    buf: BytesMut,
+}
+
+/// The writing half: keystrokes and resizes.
+pub struct TerminalInput {
+    wr: WriteHalf<PtyIo>,
+}
+
+impl Terminal {
+    pub(crate) fn new(io: PtyIo) -> Self {
+        Terminal { io }
+    }
+
+    pub fn split(self) -> (TerminalOutput, TerminalInput) {
+        let (rd, wr) = tokio::io::split(self.io);
+        let out = TerminalOutput {
+            rd,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+        };
+        (out, TerminalInput { wr })
+    }
+}
+
+impl TerminalOutput {
+    /// The next event; `None` when the connection ended without an exit (or broke).
+    pub async fn next(&mut self) -> Option<TerminalEvent> {
+        loop {
+            match PtyFrame::decode(&mut self.buf) {
+                Ok(Some(PtyFrame::Data(d))) => return Some(TerminalEvent::Output(d)),
+                Ok(Some(PtyFrame::Exit(code))) => return Some(TerminalEvent::Exit(code)),
+                Ok(Some(PtyFrame::Resize { .. })) => {}
+                Ok(None) => match self.rd.read_buf(&mut self.buf).await {
+                    Ok(1..) => {}
+                    _ => return None,
+                },
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+impl TerminalInput {
+    /// Sends keystrokes.
+    pub async fn write(&mut self, data: Bytes) -> std::io::Result<()> {
+        self.wr.write_all(&PtyFrame::Data(data).encode()).await
+    }
+
+    /// Resizes the PTY to `cols`×`rows`.
+    pub async fn resize(&mut self, cols: u16, rows: u16) -> std::io::Result<()> {
+        let frame = PtyFrame::Resize { cols, rows };
+        self.wr.write_all(&frame.encode()).await
+    }
+}

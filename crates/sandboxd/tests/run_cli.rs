@@ -1,0 +1,82 @@
+//! `sandboxd run` goes through the engine: the server's defaults apply (its default
+//! disk size is a real limit), the sandbox is recorded and ended in the server's store,
+//! and the exit status is the command's, 128+N for signal N.
+
+mod serve_bin;
+
+use sandboxd_store::{SandboxFilter, SqliteStore, Store};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// Runs `sandboxd run --network none --data-dir DATA -- argv…` with `env` set.
+fn run(data: &Path, env: &[(&str, &str)], argv: &[&str]) -> Output {
+    let mut cmd = Command::new(serve_bin::BIN);
+    cmd.args(["run", "--network", "none", "--data-dir"])
+        .arg(data)
+        .arg("--")
+        .args(argv)
+        .env_remove("SANDBOXD_DATA_DIR")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run sandboxd run")
+}
+
+#[test]
+fn the_servers_default_disk_size_limits_a_run() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let env = [("SANDBOXD_DISK_MB_PER_SANDBOX", "32")];
+    let fill = "dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1; echo dd=$?";
+    let out = run(data.path(), &env, &["/bin/sh", "-c", fill]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("No space left on device") && !stdout.contains("dd=0"),
+        "64 MiB fit a 32 MiB disk: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_run_is_recorded_ended_and_exits_with_the_commands_status() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = run(
+        data.path(),
+        &[],
+        &["/bin/sh", "-c", "echo out; echo err >&2; exit 3"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"out\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("err\n"));
+
+    let killed = run(data.path(), &[], &["/bin/sh", "-c", "kill -9 $$"]);
+    assert_eq!(killed.status.code(), Some(137), "SIGKILL is 128+9");
+    let bare = run(data.path(), &[], &["true"]);
+    assert_eq!(bare.status.code(), Some(0), "a bare name is found in PATH");
+
+    let store = SqliteStore::open(data.path().join("sandboxd.db")).expect("the run's store");
+    let runs = store
+        .list_sandboxes("default", SandboxFilter::default(), 10, None)
+        .expect("list");
+    assert_eq!(
+        runs.len(),
+        3,
+        "each run is a sandbox of the default workspace"
+    );
+    assert!(
+        runs.iter().all(|sb| sb.status == "TERMINATED"),
+        "{:?}",
+        runs.iter().map(|sb| &sb.status).collect::<Vec<_>>()
+    );
+    assert!(
+        runs.iter()
+            .all(|sb| sb.disk_mb == Some(sandboxd_engine::Limits::default().disk_mb_per_sandbox)),
+        "the server's default disk size: {:?}",
+        runs.iter().map(|sb| sb.disk_mb).collect::<Vec<_>>()
+    );
+}
