@@ -38,6 +38,8 @@ pub struct Limits {
     /// Network of sandboxes whose request and template name none. `None` (only
     /// loopback) by default: egress needs a backend configured for it.
     pub default_network: sandboxd_runtime::NetworkMode,
+    /// How long each transitional state may last.
+    pub deadlines: crate::lifecycle::deadline::Deadlines,
 }
 
 impl Default for Limits {
@@ -53,6 +55,7 @@ impl Default for Limits {
             workspace_quota: Default::default(),
             create_rate: Default::default(),
             default_network: sandboxd_runtime::NetworkMode::None,
+            deadlines: Default::default(),
         }
     }
 }
@@ -188,6 +191,8 @@ impl Engine {
     }
 
     pub(crate) fn save(&self, entry: &Entry) -> Result<(), EngineError> {
+        crate::faults::store_write("store.save")?;
+        crate::faults::store_write_to(entry.sb.status)?;
         Ok(self
             .store
             .update_sandbox(&convert::entry_to_record(entry))?)

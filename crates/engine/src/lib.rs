@@ -10,6 +10,7 @@ pub mod disk_admission;
 pub mod egress;
 mod engine;
 pub mod error;
+mod faults;
 pub mod idempotency;
 mod lifecycle;
 mod locks;
@@ -32,6 +33,7 @@ pub use disk_admission::DiskPolicy;
 pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{EngineError, ErrorCode};
 pub use idempotency::{Remembered, IDEMPOTENCY_TTL};
+pub use lifecycle::deadline::Deadlines;
 pub use model::*;
 pub use ops::{
     ExecEnd, ExecEvent, ExecStream, OnCap, SandboxEnd, StreamCommand, AGENT_DEFAULT_ENV,

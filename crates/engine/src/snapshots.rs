@@ -37,9 +37,13 @@ impl Engine {
         let Some(handle) = e.handle.clone() else {
             return Err(wrong_state(&e.sb, "started"));
         };
+        let limit = self.limits.deadlines.snapshot;
         let layer = self
-            .blocking(move |rt| rt.capture_layer(&handle))
+            .bounded(limit, move |rt| rt.capture_layer(&handle), |_, _| {})
             .await?
+            .ok_or_else(|| {
+                crate::lifecycle::deadline::overdue(&format!("the snapshot of sandbox {id}"), limit)
+            })?
             .map_err(|err| runtime_error(&format!("cannot snapshot sandbox {id}"), err))?;
         let mut layers = e.extra_layers.clone();
         layers.push(layer.digest.clone());
@@ -57,7 +61,15 @@ impl Engine {
             expires_at: None,
             disk_mb: e.sb.disk_mb,
         };
-        self.store.insert_snapshot(&snapshot_to_record(&snap))?;
+        let stored = crate::faults::store_write("store.insert_snapshot")
+            .and_then(|()| Ok(self.store.insert_snapshot(&snapshot_to_record(&snap))?));
+        if let Err(err) = stored {
+            // No record names the captured layer: it goes unless something else uses it.
+            let _admission = self.admission.lock().await;
+            self.delete_unused_layers(std::slice::from_ref(&snap.digest))
+                .await?;
+            return Err(err);
+        }
         Ok(snap)
     }
 
@@ -95,8 +107,14 @@ impl Engine {
         let _admission = self.admission.lock().await; // no sandbox starts on it meanwhile
         let snap = self.get_snapshot(ws, id).await?;
         self.store.delete_snapshot(id)?;
+        self.delete_unused_layers(&snap.layers).await?;
+        Ok(snap)
+    }
+
+    /// Deletes each of `layers` that no snapshot and no active sandbox uses.
+    async fn delete_unused_layers(&self, layers: &[String]) -> Result<(), EngineError> {
         let active = self.store.sandboxes_in_status(&ACTIVE_STATUSES)?;
-        for digest in &snap.layers {
+        for digest in layers {
             let in_use = self.store.snapshots_using_layer(digest)? > 0
                 || active.iter().any(|s| s.extra_layers.contains(digest));
             if in_use {
@@ -107,6 +125,6 @@ impl Engine {
                 tracing::warn!(layer = %digest, error = %err, "cannot delete unused layer");
             }
         }
-        Ok(snap)
+        Ok(())
     }
 }

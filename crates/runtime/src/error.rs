@@ -30,4 +30,7 @@ pub enum RuntimeError {
     Network(String),
     #[error("no free host id range for a new sandbox")]
     IdRangesExhausted,
+    /// A test made this step fail (see [`crate::faults`]).
+    #[error("injected fault at {0}")]
+    Injected(&'static str),
 }

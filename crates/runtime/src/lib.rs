@@ -2,6 +2,7 @@
 //! implement it with kernel isolation (Linux-native namespaces + overlayfs + cgroups).
 
 pub mod error;
+pub mod faults;
 pub mod network;
 pub mod spec;
 

@@ -3,6 +3,7 @@
 use crate::convert::Entry;
 use crate::engine::{runtime_error, Engine};
 use crate::error::{EngineError, ErrorCode};
+use crate::lifecycle::TEARDOWN_FAILED;
 use crate::model::{CreateSandbox, EndReason, Sandbox, WorkspaceId};
 use crate::state::SandboxStatus;
 use crate::validate;
@@ -134,10 +135,13 @@ impl Engine {
             handle: None,
             extra_layers: plan.extra_layers,
         };
+        // Held from before the record exists: a PENDING or STARTING record whose lock
+        // is free is one no create works on any more (see `lifecycle::stuck`).
+        let _guard = self.locks.get(entry.sb.id).write_owned().await;
+        crate::faults::store_write("store.insert_sandbox")?;
         self.store
             .insert_sandbox(&crate::convert::entry_to_record(&entry))?;
         tm("inserted");
-        let _guard = self.locks.get(entry.sb.id).write_owned().await;
         // A pinned start claims its CPUs under admission, so that the next pinned create
         // sees them taken.
         let pinning = requests.is_some_and(|r| r.pinned_vcpus.is_some());
@@ -201,6 +205,8 @@ impl Engine {
     async fn active_named(&self, ws: &str, name: &str) -> Result<Option<Sandbox>, EngineError> {
         for rec in self.store.sandboxes_named(ws, name)? {
             let id = rec.id;
+            // One left mid-transition by a failed create is no sandbox to hand back.
+            self.settle_if_stuck(ws, id).await?;
             self.expire_if_due(ws, id).await?;
             let sb = self.load(ws, id)?.sb;
             if sb.status.is_active() {
@@ -281,9 +287,24 @@ impl Engine {
         }
     }
 
-    /// PENDING → STARTING → (runtime start, requests applied) → RUNNING, or FAILED with
-    /// the error.
+    /// PENDING → STARTING → (runtime start, requests applied) → RUNNING. On any
+    /// failure (the backend's, a store write's, the start deadline) nothing of the
+    /// sandbox is left on the host and its record is FAILED (`start_failed`), or, when
+    /// even that write fails, left for `lifecycle::stuck` to settle.
     async fn start(
+        &self,
+        e: &mut Entry,
+        network: NetworkSpec,
+        requests: Option<Requests>,
+    ) -> Result<(), EngineError> {
+        let started = self.start_steps(e, network, requests).await;
+        if let Err(err) = &started {
+            self.abandon_start(e, err).await;
+        }
+        started
+    }
+
+    async fn start_steps(
         &self,
         e: &mut Entry,
         network: NetworkSpec,
@@ -301,47 +322,71 @@ impl Engine {
             pids_max: self.limits.pids_per_sandbox,
             disk_mb: e.sb.disk_mb.unwrap_or(self.limits.disk_mb_per_sandbox),
         };
+        let limit = self.limits.deadlines.start;
         let started = self
-            .blocking(move |rt| {
-                let handle = rt.start_with_network(&spec, &network)?;
-                let Some(req) = requests else {
-                    return Ok(handle);
-                };
-                match rt.apply_requests(&handle, &req) {
-                    Ok(_) => Ok(handle),
-                    Err(err) => {
-                        let _ = rt.destroy(&handle);
-                        Err(err)
+            .bounded(
+                limit,
+                move |rt| {
+                    let handle = rt.start_with_network(&spec, &network)?;
+                    let Some(req) = requests else {
+                        return Ok(handle);
+                    };
+                    match rt.apply_requests(&handle, &req) {
+                        Ok(_) => Ok(handle),
+                        Err(err) => {
+                            let _ = rt.destroy(&handle);
+                            Err(err)
+                        }
                     }
-                }
-            })
-            .await?;
+                },
+                // A start that finished past its deadline: its sandbox is FAILED already.
+                |rt, started| {
+                    if let Ok(handle) = started {
+                        if let Err(err) = rt.destroy(&handle) {
+                            tracing::error!(sandbox = %handle.id, error = %err, "cannot remove a start that missed its deadline");
+                        }
+                    }
+                },
+            )
+            .await?
+            .ok_or_else(|| {
+                super::deadline::overdue(&format!("the start of sandbox {}", e.sb.id), limit)
+            })?;
         tracing::debug!(id = %e.sb.id, "create: runtime returned");
-        match started {
-            Ok(handle) => {
-                e.handle = Some(handle);
-                e.sb.started_at = Some(OffsetDateTime::now_utc());
-                if let Err(err) = self.transition(e, SandboxStatus::Running) {
-                    // Leave nothing behind that the store does not know about.
-                    let h = e.handle.take();
-                    self.blocking(move |rt| h.map(|h| rt.destroy(&h))).await?;
-                    return Err(err);
-                }
-                if let Some(h) = &e.handle {
-                    self.watch_agent(&e.sb.workspace, e.sb.id, h);
-                }
-                Ok(())
+        let handle = started
+            .map_err(|err| runtime_error(&format!("sandbox {} failed to start", e.sb.id), err))?;
+        e.handle = Some(handle);
+        e.sb.started_at = Some(OffsetDateTime::now_utc());
+        self.transition(e, SandboxStatus::Running)?;
+        if let Some(h) = &e.handle {
+            self.watch_agent(&e.sb.workspace, e.sb.id, h);
+        }
+        Ok(())
+    }
+
+    /// After a failed start: removes what the backend made, then FAILED with the error.
+    pub(super) async fn abandon_start(&self, e: &mut Entry, err: &EngineError) {
+        e.sb.error = Some(err.message.clone());
+        match self.tear_down(e).await {
+            Ok(Ok(())) => e.handle = None,
+            Ok(Err(teardown)) => {
+                // Kept with its handle: a later destroy tries the teardown again.
+                tracing::error!(sandbox = %e.sb.id, error = %teardown, "cannot remove a failed start");
+                e.sb.error = Some(format!(
+                    "{TEARDOWN_FAILED}{teardown} (after: {})",
+                    err.message
+                ));
             }
-            Err(err) => {
-                e.sb.error = Some(err.to_string());
-                e.sb.end_reason = Some(EndReason::StartFailed);
-                e.sb.ended_at = Some(OffsetDateTime::now_utc());
-                self.transition(e, SandboxStatus::Failed)?;
-                Err(runtime_error(
-                    &format!("sandbox {} failed to start", e.sb.id),
-                    err,
-                ))
+            Err(teardown) => {
+                tracing::error!(sandbox = %e.sb.id, error = %teardown, "cannot remove a failed start");
             }
+        }
+        e.sb.end_reason = Some(EndReason::StartFailed);
+        e.sb.ended_at = Some(OffsetDateTime::now_utc());
+        // The in-memory status may be one whose write failed: FAILED is reachable from
+        // each status a start passes through.
+        if let Err(save) = self.transition(e, SandboxStatus::Failed) {
+            tracing::warn!(sandbox = %e.sb.id, error = %save, "cannot record a failed start; it is settled later");
         }
     }
 }

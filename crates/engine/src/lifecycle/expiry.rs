@@ -1,4 +1,5 @@
-//! The background task that ends sandboxes whose timeout has passed.
+//! The background task that ends sandboxes whose timeout has passed, and settles
+//! those left mid-transition (`lifecycle::stuck`).
 
 use crate::engine::Engine;
 use crate::state::ACTIVE_STATUSES;
@@ -43,5 +44,6 @@ pub(crate) async fn run(engine: Weak<Engine>) {
             return;
         };
         engine.expire_due().await;
+        engine.settle_stuck().await;
     }
 }

@@ -2,12 +2,14 @@
 
 pub(crate) mod adopt;
 pub(crate) mod create;
+pub mod deadline;
 pub(crate) mod destroy;
 pub(crate) mod expiry;
 pub(crate) mod listing;
 pub(crate) mod pause;
 pub(crate) mod query;
 pub(crate) mod queue;
+mod stuck;
 pub(crate) mod watch;
 
 use crate::convert::Entry;
@@ -17,6 +19,9 @@ use crate::model::{EndReason, Sandbox};
 use crate::state::SandboxStatus;
 use time::OffsetDateTime;
 use uuid::Uuid;
+
+/// How the error of a sandbox whose teardown failed begins.
+pub(crate) const TEARDOWN_FAILED: &str = "teardown failed: ";
 
 /// The error for an operation the sandbox's state does not allow.
 pub(crate) fn wrong_state(sb: &Sandbox, wanted: &str) -> EngineError {
@@ -58,8 +63,9 @@ impl Engine {
     }
 
     /// Ends an active sandbox: TERMINATING (persisted), teardown, TERMINATED with
-    /// `reason`. The caller holds the sandbox's exclusive lock. A teardown failure
-    /// leaves it FAILED with the error recorded.
+    /// `reason`. The caller holds the sandbox's exclusive lock. A teardown that fails
+    /// or misses its deadline leaves it FAILED with the error recorded (a later destroy
+    /// tries the teardown again).
     pub(crate) async fn end(&self, e: &mut Entry, reason: EndReason) -> Result<(), EngineError> {
         if e.sb.status.is_terminal() {
             return Ok(());
@@ -69,18 +75,35 @@ impl Engine {
         }
         e.sb.end_reason = Some(reason);
         e.sb.ended_at = Some(OffsetDateTime::now_utc());
-        let torn_down = match e.handle.clone() {
-            Some(h) => self.blocking(move |rt| rt.destroy(&h)).await?,
-            None => Ok(()),
-        };
-        match torn_down {
+        match self.tear_down(e).await? {
             Ok(()) => self.transition(e, SandboxStatus::Terminated),
             Err(err) => {
                 tracing::warn!(sandbox = %e.sb.id, error = %err, "sandbox teardown failed");
-                e.sb.error = Some(format!("teardown failed: {err}"));
+                e.sb.error = Some(format!("{TEARDOWN_FAILED}{err}"));
                 self.transition(e, SandboxStatus::Failed)
             }
         }
+    }
+
+    /// Removes what the sandbox holds on the host, within the destroy deadline; the
+    /// error as text.
+    pub(crate) async fn tear_down(&self, e: &Entry) -> Result<Result<(), String>, EngineError> {
+        let Some(h) = e.handle.clone() else {
+            return Ok(Ok(()));
+        };
+        let limit = self.limits.deadlines.destroy;
+        Ok(
+            match self
+                .bounded(limit, move |rt| rt.destroy(&h), |_, _| {})
+                .await?
+            {
+                Some(done) => done.map_err(|err| err.to_string()),
+                None => Err(format!(
+                    "it did not finish within {}",
+                    deadline::seconds(limit)
+                )),
+            },
+        )
     }
 
     /// Ends the sandbox with reason `timeout` when its expiry has passed, so that

@@ -2,7 +2,7 @@
 
 use crate::engine::{runtime_error, Engine};
 use crate::error::EngineError;
-use crate::lifecycle::wrong_state;
+use crate::lifecycle::{deadline, wrong_state};
 use crate::model::{Sandbox, WorkspaceId};
 use crate::state::SandboxStatus::{self, *};
 use uuid::Uuid;
@@ -26,11 +26,14 @@ impl Direction {
 
 impl Engine {
     /// RUNNING → PAUSING → (freeze) → PAUSED; a PAUSED sandbox is returned unchanged.
+    /// A freeze that fails leaves it RUNNING; one that misses the pause deadline
+    /// ends it FAILED.
     pub async fn pause(&self, ws: &WorkspaceId, id: Uuid) -> Result<Sandbox, EngineError> {
         self.freeze_or_thaw(ws, id, Direction::Pause).await
     }
 
     /// PAUSED → RESUMING → (thaw) → RUNNING; a RUNNING sandbox is returned unchanged.
+    /// A thaw that fails leaves it PAUSED; one that misses the deadline ends it FAILED.
     pub async fn resume(&self, ws: &WorkspaceId, id: Uuid) -> Result<Sandbox, EngineError> {
         self.freeze_or_thaw(ws, id, Direction::Resume).await
     }
@@ -53,12 +56,18 @@ impl Engine {
             return Err(wrong_state(&e.sb, "started"));
         };
         self.transition(&mut e, via)?;
-        let done = self
-            .blocking(move |rt| match dir {
-                Direction::Pause => rt.freeze(&handle),
-                Direction::Resume => rt.thaw(&handle),
-            })
-            .await?;
+        let limit = self.limits.deadlines.pause;
+        let step = move |rt: &dyn sandboxd_runtime::Runtime| match dir {
+            Direction::Pause => rt.freeze(&handle),
+            Direction::Resume => rt.thaw(&handle),
+        };
+        let Some(done) = self.bounded(limit, step, |_, _| {}).await? else {
+            // Hung in the kernel: the sandbox cannot be trusted to be either.
+            let verb = via.as_str().to_lowercase();
+            let err = deadline::overdue(&format!("{verb} sandbox {id}"), limit);
+            self.fail_sandbox(&mut e, &err).await?;
+            return Err(err);
+        };
         match done {
             Ok(()) => {
                 self.transition(&mut e, to)?;

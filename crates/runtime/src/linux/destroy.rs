@@ -2,7 +2,7 @@
 //! state dir and id slot. Works from the handle alone and is idempotent.
 
 use super::{disk, rootfs, sys, LinuxRuntime};
-use crate::{RuntimeError, SandboxHandle};
+use crate::{faults, RuntimeError, SandboxHandle};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
@@ -61,8 +61,10 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
             }
         }
     }
+    faults::check("destroy.cgroup")?;
     rt.cgroups.remove(id)?;
     super::requests::remove(&rt.cgroups, id)?;
+    faults::check("destroy.unmount")?;
     rootfs::unmount_root(&handle.state_dir)?;
     if rootfs::has_mounts_under(&handle.state_dir) {
         return Err(RuntimeError::Unsupported(format!(
@@ -71,6 +73,7 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
         )));
     }
     disk::release(&handle.state_dir)?;
+    faults::check("destroy.dir")?;
     match std::fs::remove_dir_all(&handle.state_dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

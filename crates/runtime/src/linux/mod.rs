@@ -268,14 +268,17 @@ impl Runtime for LinuxRuntime {
     }
 
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        crate::faults::check("freeze")?;
         self.cgroups.set_frozen(handle.id, true)
     }
 
     fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        crate::faults::check("thaw")?;
         self.cgroups.set_frozen(handle.id, false)
     }
 
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
+        crate::faults::check("capture")?;
         capture::capture(self, handle)
     }
 

@@ -9,7 +9,7 @@ use super::init_process::{
 use super::io;
 use super::warm::Warm;
 use super::{destroy, rootfs, sys, LinuxRuntime};
-use crate::{RuntimeError, SandboxHandle, SandboxSpec};
+use crate::{faults, RuntimeError, SandboxHandle, SandboxSpec};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
@@ -154,7 +154,9 @@ fn launch(
             // Host-only work overlaps the init's exec.
             let disk = Some((rt.config.data_dir.as_path(), spec.disk_mb));
             rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, disk)?;
+            faults::check("start.disk")?;
             rt.cgroups.create(spec.id, limits)?;
+            faults::check("start.cgroup")?;
             (ours, pid, Stage::Fresh)
         }
     };
@@ -190,6 +192,7 @@ fn launch(
         expect(&ours, &log, |_| None::<()>)?;
         return Err(agent_err(e));
     }
+    faults::check("start.handshake")?;
     expect(&ours, &log, |m| matches!(m, Msg::Ready).then_some(()))?;
     handle.agent_pid = pid1;
     handle.agent_start_ticks = sys::proc_stat(handle.agent_pid)
@@ -205,6 +208,7 @@ fn launch(
 
 /// Once the agent is ready: its socket accepts, and the handle is on disk.
 fn finish(handle: &SandboxHandle) -> Result<(), RuntimeError> {
+    faults::check("start.handle")?;
     wait_connectable(&handle.agent_socket)?;
     let path = handle.state_dir.join("handle.json");
     std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())
@@ -249,6 +253,7 @@ fn prepare_and_go(
     };
     let host_usr = spec.image == super::images::DEFAULT_IMAGE;
     rootfs::mount_root(&handle.state_dir, layers, &userns, host_usr)?;
+    faults::check("start.mount_root")?;
     let config = InitConfig {
         rootfs: rootfs::rootfs(&handle.state_dir),
         socket: handle.agent_socket.clone(),

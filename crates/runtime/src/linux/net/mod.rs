@@ -227,6 +227,7 @@ fn prepare(
     };
     let _rules = RulesLock::take(&config.state_dir)?;
     nft::apply(&nft::add_sandbox(&rules))?;
+    crate::faults::check("network.prepare")?;
     Ok(lease)
 }
 
@@ -238,6 +239,7 @@ fn connect(
 ) -> Result<(), RuntimeError> {
     let (ifname, _) = lease_names(handle.id, lease);
     link::create(&ifname, handle.agent_pid, lease)?;
+    crate::faults::check("network.connect")?;
     link::write_resolv_conf(
         &rootfs::rootfs(&handle.state_dir),
         &config.resolvers,

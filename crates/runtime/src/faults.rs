@@ -1,0 +1,43 @@
+//! Fault injection points for tests: with the `failpoints` feature (never in release
+//! builds) a test makes a named step fail (`fail::cfg(name, "return")`) or hang
+//! (`"sleep(ms)"`, `"pause"`) through the `fail` crate; without it every point is
+//! nothing at all.
+//!
+//! The points, in the order a sandbox meets them:
+//! - `start.disk`: the sandbox's state dirs made and its disk mounted (cold start);
+//! - `start.cgroup`: its cgroups made;
+//! - `start.mount_root`: its root mounted through the user namespace;
+//! - `start.handshake`: PID 1 attached, before its `Ready`;
+//! - `start.handle`: the agent ready, before `handle.json` is written;
+//! - `network.prepare`: the host side of an egress network leased and ruled;
+//! - `network.connect`: the sandbox's link made, before its `resolv.conf`;
+//! - `freeze`, `thaw`: pause and resume;
+//! - `capture`: a snapshot's layer captured;
+//! - `destroy.cgroup`, `destroy.unmount`, `destroy.dir`: the steps of a teardown;
+//! - in the engine, the store's writes: `store.insert_sandbox`, `store.save` (every
+//!   sandbox update), `store.save.<STATUS>` (an update to that status) and
+//!   `store.insert_snapshot`.
+
+use crate::RuntimeError;
+
+/// Whether a test asked step `name` to fail now (after any hang it asked for there).
+#[cfg(feature = "failpoints")]
+pub fn hit(name: &str) -> bool {
+    fail::eval(name, |_| ()).is_some()
+}
+
+/// Whether a test asked step `name` to fail now: never, without the `failpoints` feature.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn hit(name: &str) -> bool {
+    let _ = name;
+    false
+}
+
+/// `Err(RuntimeError::Injected)` when a test asked step `name` to fail.
+pub fn check(name: &'static str) -> Result<(), RuntimeError> {
+    match hit(name) {
+        true => Err(RuntimeError::Injected(name)),
+        false => Ok(()),
+    }
+}
