@@ -180,7 +180,7 @@ async fn pause_and_resume_failing_at_any_step_leave_a_settled_sandbox() {
         .exec(&ws, id, exec_true())
         .await
         .expect("exec after resume");
-    assert_eq!(out.exit_code, Some(0));
+    assert_eq!(out.exit.map(|e| e.shell_code()), Some(0));
     f.assert_only(&[id], "pause and resume").await;
     f.finish().await;
     scenario.teardown();

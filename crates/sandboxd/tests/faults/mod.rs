@@ -206,6 +206,8 @@ pub fn request(name: &str) -> CreateSandbox {
         network: None,
         egress: None,
         disk_mb: None,
+        aliases: Default::default(),
+        attributes: Default::default(),
     }
 }
 
