@@ -24,7 +24,9 @@ pub(crate) fn file_io(path: &str, e: &io::Error) -> AgentError {
         ),
         Some(libc::ELOOP) | Some(libc::EISDIR) | Some(libc::ENXIO) => not_regular(path),
         Some(libc::EFBIG) => error(AgentErrorCode::FileTooLarge, format!("{path}: {e}")),
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EIO) => {
+        // EBADMSG and EUCLEAN: ext4's checksum and corruption errors, what a layer whose
+        // backing file could not be written (a full host) reports.
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EIO | libc::EBADMSG | libc::EUCLEAN) => {
             error(AgentErrorCode::InsufficientStorage, format!("{path}: {e}"))
         }
         _ => error(AgentErrorCode::Io, format!("{path}: {e}")),

@@ -159,7 +159,12 @@ async fn fill(dir: &std::fs::File, tmp: &str, mode: u32, body: Incoming) -> io::
     let mut stream = body.into_data_stream().map_err(io::Error::other);
     let mut written = 0u64;
     while let Some(data) = stream.try_next().await? {
-        file.write_all(&data).await?;
+        if let Err(e) = file.write_all(&data).await {
+            // Read the rest before answering: a client still sending would otherwise
+            // meet a closed connection instead of the error (a full disk, say).
+            while let Ok(Some(_)) = stream.try_next().await {}
+            return Err(e);
+        }
         written += data.len() as u64;
     }
     file.flush().await?;
