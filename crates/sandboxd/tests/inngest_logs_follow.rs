@@ -20,16 +20,7 @@ async fn follow_ends_when_the_sandbox_is_destroyed() {
         let reply = api.post(&format!("/v2/sandboxes/{id}/exec"), exec).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.json());
 
-        let req = Request::get(format!("/v2/sandboxes/{id}/logs?follow=true"))
-            .header(header::AUTHORIZATION, format!("Bearer {MASTER}"))
-            .body(Body::empty())
-            .expect("request");
-        let response = sandboxd_server::app(api.engine.clone())
-            .oneshot(req)
-            .await
-            .expect("infallible");
-        assert_eq!(response.status(), StatusCode::OK);
-        let mut body = response.into_body();
+        let mut body = open_stream(&api, &format!("/v2/sandboxes/{id}/logs?follow=true")).await;
 
         // The retained log arrives, and the stream stays open for live output.
         let mut seen = Vec::new();
@@ -45,14 +36,7 @@ async fn follow_ends_when_the_sandbox_is_destroyed() {
             seen.extend(frame.into_data().unwrap_or_default());
         }
 
-        let destroyed = api
-            .send(
-                Some(MASTER),
-                Request::delete(format!("/v2/sandboxes/{id}")),
-                Body::empty(),
-            )
-            .await;
-        assert!(matches!(destroyed.status.as_u16(), 202 | 204));
+        destroy(&api, &id).await;
         let rest = body.collect().await.expect("clean end").to_bytes();
         seen.extend(rest);
         let frames = frames(&seen);
@@ -81,31 +65,14 @@ async fn a_followed_process_output_ends_with_an_error_frame_when_the_sandbox_end
             .as_str()
             .expect("id")
             .to_owned();
-        let req = Request::get(format!(
-            "/v2/sandboxes/{id}/processes/{pid}/output/stream?tailBytes=0"
-        ))
-        .header(header::AUTHORIZATION, format!("Bearer {MASTER}"))
-        .body(Body::empty())
-        .expect("request");
-        let response = sandboxd_server::app(api.engine.clone())
-            .oneshot(req)
-            .await
-            .expect("infallible");
-        assert_eq!(response.status(), StatusCode::OK);
-        let mut body = response.into_body();
+        let uri = format!("/v2/sandboxes/{id}/processes/{pid}/output/stream?tailBytes=0");
+        let mut body = open_stream(&api, &uri).await;
         let mut seen = Vec::new();
         while !decoded(&seen).contains("up\n") {
             let frame = body.frame().await.expect("stream open").expect("frame");
             seen.extend(frame.into_data().unwrap_or_default());
         }
-        let destroyed = api
-            .send(
-                Some(MASTER),
-                Request::delete(format!("/v2/sandboxes/{id}")),
-                Body::empty(),
-            )
-            .await;
-        assert!(matches!(destroyed.status.as_u16(), 202 | 204));
+        destroy(&api, &id).await;
         seen.extend(body.collect().await.expect("end").to_bytes());
         let frames = frames(&seen);
         let last = frames.last().expect("frames");
@@ -113,6 +80,31 @@ async fn a_followed_process_output_ends_with_an_error_frame_when_the_sandbox_end
         assert_eq!(last["errors"][0]["code"], "sandbox_not_running", "{last}");
     })
     .await;
+}
+
+/// A GET of the master workspace answered 200; its streamed body.
+async fn open_stream(api: &Api, uri: &str) -> Body {
+    let req = Request::get(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {MASTER}"))
+        .body(Body::empty())
+        .expect("request");
+    let response = sandboxd_server::app(api.engine.clone())
+        .oneshot(req)
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::OK);
+    response.into_body()
+}
+
+async fn destroy(api: &Api, id: &str) {
+    let destroyed = api
+        .send(
+            Some(MASTER),
+            Request::delete(format!("/v2/sandboxes/{id}")),
+            Body::empty(),
+        )
+        .await;
+    assert!(matches!(destroyed.status.as_u16(), 202 | 204));
 }
 
 fn frames(raw: &[u8]) -> Vec<Value> {
