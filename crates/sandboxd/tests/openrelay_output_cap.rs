@@ -62,8 +62,40 @@ fn a_fast_producer_gets_every_byte_up_to_the_cap() {
 fn a_slow_reader_gets_every_byte_up_to_the_cap() {
     let data = tempfile::tempdir().expect("temp dir");
     let or = Or::start(data.path(), &[]);
+    let pid = or.server.pid();
+    let before = rss_kib(pid);
     let body = json!({"template": "default", "run": {"cmd": seq_cmd(3 * CAP)}});
-    let events = Stream::open(&or, "/v1/sandboxes", &[], &body.to_string())
-        .finish_slowly(64 * 1024, Duration::from_millis(50));
+    // The server's RSS, sampled while it waits for the slow reader.
+    let reading = std::sync::atomic::AtomicBool::new(true);
+    let (events, peak) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut peak = 0;
+            while reading.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(rss_kib(pid));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            peak
+        });
+        let events = Stream::open(&or, "/v1/sandboxes", &[], &body.to_string())
+            .finish_slowly(64 * 1024, Duration::from_millis(50));
+        reading.store(false, std::sync::atomic::Ordering::Relaxed);
+        (events, sampler.join().expect("sampler"))
+    });
     check_run(&events, &seq_prefix(CAP), true, "slow streamed create");
+    eprintln!("server RSS {before} KiB before, peak {peak} KiB while the reader lagged");
+    // Bounded by the cap, not by the 12 MiB the command wrote: the run keeps its result
+    // (up to the 4 MiB cap, returned whole in the last event) and renders it as JSON.
+    assert!(
+        peak < before + 6 * 4 * 1024,
+        "{peak} KiB at peak, {before} KiB before"
+    );
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
 }
