@@ -17,4 +17,17 @@ if [ -f tests/inngest-sdk/package-lock.json ]; then
     (cd tests/inngest-sdk && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+# Schemathesis for scripts/schemathesis.sh, in its own virtualenv (Debian's Python is
+# externally managed); scripts/test.sh finds it there.
+venv=/opt/sandboxd-schemathesis
+if [ ! -x "$venv/bin/schemathesis" ]; then
+    if ! python3 -m venv "$venv" 2>/dev/null; then
+        rm -rf "$venv"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+        python3 -m venv "$venv"
+    fi
+    "$venv/bin/pip" install -q --disable-pip-version-check 'schemathesis>=4.32,<5'
+fi
+
 cargo build --release --locked -p sandboxd
