@@ -21,7 +21,14 @@ export const hashSigningKey = (signingKey) => {
 /** Spawns `sandboxd serve` and resolves once it logs `listening on ADDR`. */
 const spawnServer = async (dataDir, signingKey) => {
   const child = spawn(binary, ["serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir], {
-    env: { ...process.env, SANDBOXD_MASTER_KEY: hashSigningKey(signingKey), NO_COLOR: "1" },
+    // Disk admission is tested on a filesystem of its own (full_disk.rs); a shared test
+    // host's free space must not refuse these creates.
+    env: {
+      ...process.env,
+      SANDBOXD_MASTER_KEY: hashSigningKey(signingKey),
+      SANDBOXD_DISK_OVERCOMMIT: "1000",
+      NO_COLOR: "1",
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let log = "";
