@@ -288,6 +288,7 @@ fn sandboxd_run_passes_no_inherited_descriptor_into_the_sandbox() {
         .args(["--", "/usr/bin/python3", "-c", FD_SCRIPT])
         .arg(data.path())
         .env_remove("SANDBOXD_DATA_DIR")
+        .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
         .stdin(std::process::Stdio::null());
     with_root_on_fd_9(&mut cmd);
     let out = cmd.output().expect("run sandboxd run");

@@ -16,6 +16,8 @@ fn run(data: &Path, env: &[(&str, &str)], argv: &[&str]) -> Output {
         .arg("--")
         .args(argv)
         .env_remove("SANDBOXD_DATA_DIR")
+        // A shared test host's free space must not refuse the default disk.
+        .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
         .stdin(Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
