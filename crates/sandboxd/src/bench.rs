@@ -48,6 +48,17 @@ pub fn main(args: BenchArgs) -> Result<()> {
     let fork_exec = median(n * 4, bench_base::fork_exec)?;
     let unshare = median(n, bench_base::unshare)?;
 
+    let run_egress = bench_base::paired(
+        n,
+        || bench_base::sandboxd_run(&args.data_dir, "egress"),
+        bench_base::bwrap,
+    )?;
+    let run_none = bench_base::paired(
+        n,
+        || bench_base::sandboxd_run(&args.data_dir, "none"),
+        bench_base::bwrap,
+    )?;
+
     let create_bare = create_first_exec(&runtime, &rt, n, None, 0)?;
     let create = create_first_exec(&runtime, &rt, n, None, DISK_MB)?;
     let egress = NetworkSpec::egress(vec![]);
@@ -92,6 +103,16 @@ pub fn main(args: BenchArgs) -> Result<()> {
             name: "baseline: unshare --fork --pid --mount-proc /bin/true",
             median: unshare,
             baseline: None,
+        },
+        Row {
+            name: "sandboxd run -- /bin/true (egress network, default)",
+            median: run_egress.median,
+            baseline: Some(("bwrap*", run_egress.baseline, 3.0)),
+        },
+        Row {
+            name: "sandboxd run --network none -- /bin/true",
+            median: run_none.median,
+            baseline: Some(("bwrap*", run_none.baseline, 3.0)),
         },
         Row {
             name: "create -> first exec answered (loopback, no disk limit)",
@@ -220,7 +241,9 @@ pub fn main(args: BenchArgs) -> Result<()> {
         "",
         "0"
     );
-    let paired: [(&str, Paired); 4] = [
+    let paired: [(&str, Paired); 6] = [
+        ("sandboxd run, egress", run_egress),
+        ("sandboxd run, none", run_none),
         ("exec round trip", exec),
         ("HTTP loopback spaced", http.create_first_exec),
         ("HTTP egress spaced", http_egress.create_first_exec),

@@ -1,8 +1,9 @@
-//! The benchmark's baselines (a plain fork+exec, a bare `unshare`) and medians of
+//! The benchmark's baselines (a plain fork+exec, a bare `unshare`, bubblewrap) and medians of
 //! samples taken in alternation with them: on a shared machine whose load drifts during
 //! a run, a ratio to samples taken side by side says more than one to the run's start.
 
 use anyhow::{Context, Result};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,55 @@ pub fn unshare() -> Result<Duration> {
         .context("running unshare")?;
     anyhow::ensure!(ok.success(), "unshare failed: {ok}");
     Ok(t.elapsed())
+}
+
+/// One `bwrap --unshare-all --dev /dev --ro-bind / / /bin/true` (its own namespaces,
+/// network included: the one-shot tool `sandboxd run` compares with).
+pub fn bwrap() -> Result<Duration> {
+    let t = Instant::now();
+    let ok = Command::new("bwrap")
+        .args([
+            "--unshare-all",
+            "--dev",
+            "/dev",
+            "--ro-bind",
+            "/",
+            "/",
+            "/bin/true",
+        ])
+        .status()
+        .context("running bwrap (install bubblewrap)")?;
+    anyhow::ensure!(ok.success(), "bwrap failed: {ok}");
+    Ok(t.elapsed())
+}
+
+/// One `sandboxd run [--network none] -- /bin/true` on `data_dir`, the whole process.
+pub fn sandboxd_run(data_dir: &Path, network: &str) -> Result<Duration> {
+    let exe = std::env::current_exe().context("locating the sandboxd binary")?;
+    let t = Instant::now();
+    let ok = Command::new(exe)
+        .arg("run")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--network", network, "--", "/bin/true"])
+        .status()
+        .context("running sandboxd run")?;
+    anyhow::ensure!(ok.success(), "sandboxd run failed: {ok}");
+    Ok(t.elapsed())
+}
+
+/// `n` samples of `sample`, each taken in turn with one of `baseline`.
+pub fn paired(
+    n: usize,
+    mut sample: impl FnMut() -> Result<Duration>,
+    mut baseline: impl FnMut() -> Result<Duration>,
+) -> Result<Paired> {
+    let mut all = PairedSamples::default();
+    for _ in 0..n {
+        let base = baseline()?;
+        all.push(sample()?, base);
+    }
+    Ok(all.medians())
 }
 
 /// Medians of samples and of the baseline samples taken between them.

@@ -126,14 +126,19 @@ impl HostLock {
         let _ = std::fs::remove_file(self.lease_path(id));
     }
 
-    /// Makes the shared table if missing, turning `ip_forward` on (and remembering that
-    /// we did, so the table drops unrelated forwarding) when it was off.
-    pub fn ensure_table(&self) -> Result<(), RuntimeError> {
-        // A live lease means the table is there (it is only deleted once none is left),
-        // which spares an `nft` process on most starts.
-        if !self.leases().is_empty() || nft::table_exists() {
-            return Ok(());
-        }
+    /// Whether the shared table must be made: no lease exists (a live lease means the
+    /// table is there: it is only deleted once none is left, which spares a look at
+    /// the ruleset on most starts) and the table is not there.
+    pub fn table_missing(&self) -> bool {
+        self.leases().is_empty() && !nft::table_exists()
+    }
+
+    /// Makes the shared table together with `rules` (the first sandbox's) in one
+    /// transaction, turning `ip_forward` on (and remembering that we did, so the table
+    /// drops unrelated forwarding) when it was off. Only while no lease but the
+    /// caller's exists (see [`HostLock::table_missing`]): no one else changes the
+    /// table meanwhile.
+    pub fn make_table_with(&self, rules: &str) -> Result<(), RuntimeError> {
         let marker = self.dir.join("forward-enabled");
         let on = std::fs::read_to_string(IP_FORWARD)
             .map_err(|e| net_err("reading ip_forward", e))?
@@ -142,7 +147,7 @@ impl HostLock {
         if !on {
             std::fs::write(&marker, "").map_err(|e| net_err("recording ip_forward", e))?;
         }
-        nft::apply(&nft::base_table(marker.exists()))?;
+        nft::apply(&(nft::base_table(marker.exists()) + rules))?;
         if !on {
             std::fs::write(IP_FORWARD, "1").map_err(|e| net_err("enabling ip_forward", e))?;
         }

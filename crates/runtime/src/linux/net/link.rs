@@ -6,7 +6,6 @@ use crate::RuntimeError;
 use std::net::Ipv4Addr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 /// Makes the pair with its inner end as `eth0` in the namespace of `pid`, and
 /// addresses both ends with a default route via the host end (netlink and ioctls, no
@@ -19,11 +18,12 @@ pub fn create(ifname: &str, pid: i32, lease: &Lease) -> Result<(), RuntimeError>
 
 /// Deletes the host end (gone already once the namespace died with the sandbox).
 pub fn delete(ifname: &str) {
-    let _ = Command::new("ip")
-        .args(["link", "del", ifname])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    match super::netlink::delete_link(ifname) {
+        Err(e) if e.raw_os_error() != Some(libc::ENODEV) => {
+            tracing::warn!(ifname, error = %e, "deleting a sandbox's link");
+        }
+        _ => {}
+    }
 }
 
 fn resolv_conf_text(resolvers: &[Ipv4Addr]) -> String {

@@ -5,6 +5,7 @@
 mod dns;
 mod host;
 mod inner;
+mod libnft;
 mod link;
 mod netlink;
 mod nft;
@@ -208,25 +209,31 @@ fn prepare(
     allow: Vec<Vec<Cidr>>,
 ) -> Result<host::Lease, RuntimeError> {
     let (ifname, key) = names(id);
-    // The host lock only for the table and the lease (the table stays while a lease
-    // exists): a start handing a lease over does not wait for this `nft` run, which
-    // only other rule changes wait for.
-    let lease = {
-        let lock = HostLock::take(&config.state_dir)?;
-        lock.ensure_table()?;
-        lock.allocate(id, config.pool, allow.len())?
-    };
-    let rules = nft::SandboxRules {
+    let rules = |lease: &host::Lease| nft::SandboxRules {
         key: &key,
         ifname: &ifname,
         net: lease.net,
         addr: lease.sandbox(),
         resolvers: &config.resolvers,
-        deny,
-        allow,
+        deny: deny.clone(),
+        allow: allow.clone(),
     };
-    let _rules = RulesLock::take(&config.state_dir)?;
-    nft::apply(&nft::add_sandbox(&rules))?;
+    // The host lock only for the table and the lease (the table stays while a lease
+    // exists): a start handing a lease over does not wait for the rules of another.
+    // The first sandbox makes the table and its own rules in one transaction.
+    let (lease, made) = {
+        let lock = HostLock::take(&config.state_dir)?;
+        let missing = lock.table_missing();
+        let lease = lock.allocate(id, config.pool, allow.len())?;
+        if missing {
+            lock.make_table_with(&nft::add_sandbox(&rules(&lease)))?;
+        }
+        (lease, missing)
+    };
+    if !made {
+        let _rules = RulesLock::take(&config.state_dir)?;
+        nft::apply(&nft::add_sandbox(&rules(&lease)))?;
+    }
     crate::faults::check("network.prepare")?;
     Ok(lease)
 }

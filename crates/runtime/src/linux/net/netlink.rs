@@ -1,11 +1,12 @@
-//! The one rtnetlink request a start needs that has no ioctl: a veth pair whose peer
-//! is made directly in the sandbox's network namespace. Sent in-process (an `ip`
-//! process costs a few ms of fork and exec on the start path).
+//! The rtnetlink requests that have no ioctl: a veth pair whose peer is made directly
+//! in the sandbox's network namespace, and deleting a link by name. Sent in-process (an
+//! `ip` process costs a few ms of fork and exec on the start and destroy paths).
 
 use crate::RuntimeError;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 const RTM_NEWLINK: u16 = 16;
+const RTM_DELLINK: u16 = 17;
 const NLMSG_ERROR: u16 = 2;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
@@ -60,6 +61,25 @@ impl Body {
     }
 }
 
+/// A whole message: header (`kind`, `flags` plus request and ack, `seq`) and `body`.
+fn message(kind: u16, flags: u16, seq: u32, body: &Body) -> Vec<u8> {
+    let mut msg = Vec::with_capacity(NLMSGHDR_LEN + body.0.len());
+    msg.extend_from_slice(&((NLMSGHDR_LEN + body.0.len()) as u32).to_ne_bytes());
+    msg.extend_from_slice(&kind.to_ne_bytes());
+    msg.extend_from_slice(&(flags | NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    msg.extend_from_slice(&seq.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    msg.extend_from_slice(&body.0);
+    msg
+}
+
+/// The RTM_DELLINK request for the link named `name`.
+fn delete_request(name: &str, seq: u32) -> Vec<u8> {
+    let mut body = Body(vec![0; IFINFOMSG_LEN]);
+    body.name(IFLA_IFNAME, name);
+    message(RTM_DELLINK, 0, seq, &body)
+}
+
 /// The RTM_NEWLINK request: `host` here, its peer `peer` in the netns of `pid`.
 fn veth_request(host: &str, peer: &str, pid: i32, seq: u32) -> Vec<u8> {
     let mut body = Body(vec![0; IFINFOMSG_LEN]);
@@ -74,15 +94,7 @@ fn veth_request(host: &str, peer: &str, pid: i32, seq: u32) -> Vec<u8> {
             });
         });
     });
-    let mut msg = Vec::with_capacity(NLMSGHDR_LEN + body.0.len());
-    msg.extend_from_slice(&((NLMSGHDR_LEN + body.0.len()) as u32).to_ne_bytes());
-    msg.extend_from_slice(&RTM_NEWLINK.to_ne_bytes());
-    let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
-    msg.extend_from_slice(&flags.to_ne_bytes());
-    msg.extend_from_slice(&seq.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes());
-    msg.extend_from_slice(&body.0);
-    msg
+    message(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, seq, &body)
 }
 
 /// The errno of the ack answering `seq` (0: done).
@@ -107,6 +119,19 @@ fn ack_errno(reply: &[u8], seq: u32) -> Option<i32> {
 
 /// Makes the veth pair `host` (in our netns) / `peer` (in the netns of `pid`).
 pub fn create_veth(host: &str, peer: &str, pid: i32) -> Result<(), RuntimeError> {
+    let seq = 1;
+    send(&veth_request(host, peer, pid, seq), seq)
+        .map_err(|e| err(&format!("creating veth {host}"), e))
+}
+
+/// Deletes link `name` (with a veth, its peer goes too). `ENODEV`: there was none.
+pub fn delete_link(name: &str) -> Result<(), std::io::Error> {
+    let seq = 1;
+    send(&delete_request(name, seq), seq)
+}
+
+/// Sends one request `msg` numbered `seq` and waits for its ack.
+fn send(msg: &[u8], seq: u32) -> Result<(), std::io::Error> {
     // SAFETY: plain socket(2); the fd is owned right away.
     let fd = unsafe {
         libc::socket(
@@ -116,15 +141,10 @@ pub fn create_veth(host: &str, peer: &str, pid: i32) -> Result<(), RuntimeError>
         )
     };
     if fd < 0 {
-        return Err(err(
-            "opening a netlink socket",
-            std::io::Error::last_os_error(),
-        ));
+        return Err(std::io::Error::last_os_error());
     }
     // SAFETY: fd is a fresh descriptor nobody else owns.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    let seq = 1;
-    let msg = veth_request(host, peer, pid, seq);
     // SAFETY: sockaddr_nl is plain old data; all-zero addresses the kernel.
     let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
     kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
@@ -140,10 +160,7 @@ pub fn create_veth(host: &str, peer: &str, pid: i32) -> Result<(), RuntimeError>
         )
     };
     if sent < 0 {
-        return Err(err(
-            "sending the veth request",
-            std::io::Error::last_os_error(),
-        ));
+        return Err(std::io::Error::last_os_error());
     }
     let mut reply = vec![0u8; 8192];
     loop {
@@ -154,16 +171,11 @@ pub fn create_veth(host: &str, peer: &str, pid: i32) -> Result<(), RuntimeError>
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(err("reading the veth answer", e));
+            return Err(e);
         }
         match ack_errno(&reply[..n as usize], seq) {
             Some(0) => return Ok(()),
-            Some(errno) => {
-                return Err(err(
-                    &format!("creating veth {host}"),
-                    std::io::Error::from_raw_os_error(errno),
-                ))
-            }
+            Some(errno) => return Err(std::io::Error::from_raw_os_error(errno)),
             None => continue,
         }
     }
@@ -190,6 +202,19 @@ mod tests {
         let pid_attr = [8u16.to_ne_bytes(), IFLA_NET_NS_PID.to_ne_bytes()].concat();
         let at = find(&pid_attr).expect("netns attribute");
         assert_eq!(&msg[at + 4..at + 8], &42u32.to_ne_bytes());
+    }
+
+    #[test]
+    fn a_delete_names_the_link() {
+        let msg = delete_request("sbxabc", 3);
+        assert_eq!(u16::from_ne_bytes([msg[4], msg[5]]), RTM_DELLINK);
+        assert_eq!(msg.len() % 4, 0);
+        assert!(msg.windows(7).any(|w| w == b"sbxabc\0"));
+        assert_eq!(
+            delete_link("sbxnosuchlink").map_err(|e| e.raw_os_error()),
+            Err(Some(libc::ENODEV)),
+            "a missing link is ENODEV (needs CAP_NET_ADMIN: EPERM otherwise)"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The nftables ruleset: one `inet` table of sandboxd's own with the shared chains, and
-//! a chain plus address sets per sandbox; applied with `nft -f -`.
+//! a chain plus address sets per sandbox; each change applied as one transaction,
+//! in-process through libnftables (see `libnft`; `nft -f -` only on a host without it).
 
 use crate::{Cidr, RuntimeError};
 use std::io::Write;
@@ -114,6 +115,14 @@ pub fn add_sandbox(r: &SandboxRules) -> String {
 
 /// Runs an nft script atomically (all of it or nothing).
 pub fn apply(script: &str) -> Result<(), RuntimeError> {
+    match super::libnft::run(script) {
+        Some(result) => result.map_err(|e| RuntimeError::Network(format!("nft: {e}"))),
+        None => apply_with_binary(script),
+    }
+}
+
+/// [`apply`] through a spawned `nft -f -`.
+fn apply_with_binary(script: &str) -> Result<(), RuntimeError> {
     let mut child = Command::new("nft")
         .args(["-f", "-"])
         .stdin(Stdio::piped())
@@ -141,6 +150,9 @@ pub fn apply(script: &str) -> Result<(), RuntimeError> {
 
 /// Whether the shared table exists.
 pub fn table_exists() -> bool {
+    if let Some(listed) = super::libnft::run(&format!("list table inet {TABLE}")) {
+        return listed.is_ok();
+    }
     Command::new("nft")
         .args(["list", "table", "inet", TABLE])
         .stdout(Stdio::null())
@@ -150,8 +162,25 @@ pub fn table_exists() -> bool {
         .unwrap_or(false)
 }
 
-/// Removes a sandbox's entries one command at a time, ignoring ones already gone.
+/// Removes a sandbox's entries in one transaction; if some are gone already (a crash
+/// mid-way, or a second removal), one command at a time, ignoring the missing ones.
 pub fn remove_sandbox(key: &str, ifname: &str, net: Option<(Cidr, Ipv4Addr)>, allow_layers: usize) {
+    let cmds = remove_commands(key, ifname, net, allow_layers);
+    if apply(&cmds.join("\n")).is_ok() {
+        return;
+    }
+    for cmd in cmds {
+        let _ = apply(&cmd);
+    }
+}
+
+/// The commands removing a sandbox's entries, references before what they reference.
+fn remove_commands(
+    key: &str,
+    ifname: &str,
+    net: Option<(Cidr, Ipv4Addr)>,
+    allow_layers: usize,
+) -> Vec<String> {
     let t = TABLE;
     let mut cmds = vec![format!(
         "delete element inet {t} dispatch {{ \"{ifname}\" }}"
@@ -163,9 +192,7 @@ pub fn remove_sandbox(key: &str, ifname: &str, net: Option<(Cidr, Ipv4Addr)>, al
     cmds.push(format!("delete chain inet {t} sb_{key}"));
     cmds.push(format!("delete set inet {t} sb_{key}_deny"));
     cmds.extend((0..allow_layers).map(|i| format!("delete set inet {t} sb_{key}_allow{i}")));
-    for cmd in cmds {
-        let _ = apply(&cmd);
-    }
+    cmds
 }
 
 #[cfg(test)]
