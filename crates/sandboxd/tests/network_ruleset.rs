@@ -180,6 +180,8 @@ fn start_and_destroy_spawn_no_nft_or_ip() {
     );
     // nextest runs each test in a process of its own: this PATH is this test's alone.
     std::env::set_var("PATH", path);
+    // In-process nftables is the operator's opt-in (libnftables is GPL-2.0).
+    std::env::set_var("SANDBOXD_LIBNFTABLES", "1");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let cleanup = runtime(dir.path());

@@ -4,6 +4,11 @@
 //! spawning `nft` and its start-up.
 //!
 //! One context is kept for the process, behind a mutex (a context is not thread-safe).
+//!
+//! Opt-in (`SANDBOXD_LIBNFTABLES=1`): libnftables is GPL-2.0 and sandboxd Apache-2.0;
+//! whether loading it into our process makes a combined work is for the operator (and
+//! the project's maintainers) to decide, so by default sandboxd spawns `nft`, a separate
+//! program, as podman's netavark does.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Mutex, OnceLock};
@@ -25,12 +30,22 @@ struct Lib {
 // time; libnftables keeps no thread-local state.
 unsafe impl Send for Lib {}
 
-/// The loaded library, or `None` when the host has none (then callers spawn `nft`).
+/// Whether the operator opted in to loading libnftables (`SANDBOXD_LIBNFTABLES=1`).
+pub fn opted_in() -> bool {
+    std::env::var_os(OPT_IN).is_some_and(|v| v == "1")
+}
+
+/// The environment variable that opts in.
+pub const OPT_IN: &str = "SANDBOXD_LIBNFTABLES";
+
+/// The loaded library, or `None` when not opted in or the host has none (then callers
+/// spawn `nft`).
 fn lib() -> Option<&'static Mutex<Lib>> {
     static LIB: OnceLock<Option<Mutex<Lib>>> = OnceLock::new();
-    LIB.get_or_init(|| match load() {
-        Ok(lib) => Some(Mutex::new(lib)),
-        Err(e) => {
+    LIB.get_or_init(|| match opted_in().then(load) {
+        None => None,
+        Some(Ok(lib)) => Some(Mutex::new(lib)),
+        Some(Err(e)) => {
             tracing::info!(error = %e, "libnftables unavailable; nftables through the nft binary");
             None
         }
@@ -125,9 +140,11 @@ mod tests {
     #[test]
     fn a_syntax_error_is_reported_not_applied() {
         // Parsing fails before anything reaches the kernel, so this needs no privilege.
-        if let Some(result) = run("this is not nft") {
-            let e = result.expect_err("a bad script fails");
-            assert!(e.contains("syntax error") || e.contains("Error"), "{e}");
-        }
+        // nextest runs each test in a process of its own: the opt-in is this test's.
+        std::env::set_var(OPT_IN, "1");
+        let result = run("this is not nft")
+            .expect("libnftables loaded (scripts/setup.sh installs libnftables1)");
+        let e = result.expect_err("a bad script fails");
+        assert!(e.contains("syntax error") || e.contains("Error"), "{e}");
     }
 }
