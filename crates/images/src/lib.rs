@@ -8,7 +8,7 @@ pub mod reference;
 pub mod store;
 pub mod unpack;
 
-pub use pull::PullOptions;
+pub use pull::{Credential, PullOptions};
 pub use store::Images;
 pub use unpack::{UnpackError, UnpackLimits};
 
@@ -19,6 +19,11 @@ pub enum ImageError {
     InvalidReference(String, String),
     #[error("registry {registry}: {message}")]
     Registry { registry: String, message: String },
+    #[error(
+        "registry {registry} refused the credentials (or asks for some): {message}; \
+         log in with `sandboxd registry login {registry}`"
+    )]
+    Unauthorized { registry: String, message: String },
     #[error("blob {digest} does not match its digest (got sha256:{actual})")]
     DigestMismatch { digest: String, actual: String },
     #[error("blob {digest} is larger than its descriptor's {size} bytes")]

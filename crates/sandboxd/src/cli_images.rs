@@ -5,20 +5,24 @@
 use crate::keys::DataDirArg;
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use sandboxd_images::{Images, PullOptions};
+use sandboxd_images::Images;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Subcommand)]
 pub enum ImagesCommand {
-    /// Pull REF (`name:tag`, `host:port/team/app:1.4`, `…@sha256:…`) from its registry.
-    /// Registries on loopback are spoken to over plain HTTP, others over HTTPS unless
-    /// listed with --insecure-registry.
+    /// Pull REF (`name:tag`, `host:port/team/app:1.4`, `…@sha256:…`) from its registry,
+    /// with its stored credential (`sandboxd registry login`) if any. Registries on
+    /// loopback are spoken to over plain HTTP, others over HTTPS unless listed in the
+    /// configuration's `insecure_registries` or with --insecure-registry.
     Pull {
         reference: String,
         /// A registry (`host[:port]`) to reach over plain HTTP (repeatable).
         #[arg(long = "insecure-registry")]
         insecure: Vec<String>,
+        /// The server's TOML configuration file (for `insecure_registries`).
+        #[arg(long)]
+        config: Option<PathBuf>,
         #[command(flatten)]
         dir: DataDirArg,
     },
@@ -53,15 +57,14 @@ pub fn main(command: ImagesCommand) -> Result<()> {
         ImagesCommand::Pull {
             reference,
             insecure,
+            config,
             dir,
         } => {
+            let options = crate::cli_registry::pull_options(&dir, config.as_deref(), insecure)?;
             let images = Arc::new(Images::open(&dir.data_dir)?);
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let options = PullOptions {
-                insecure_registries: insecure,
-            };
             let image = rt
                 .block_on(sandboxd_images::pull::pull(images, &reference, &options))
                 .with_context(|| format!("pulling {reference}"))?;
