@@ -3,7 +3,8 @@
 
 good: the host's bash with its libraries, /etc/greeting, a whiteout and an opaque
 directory over a lower layer, Env and WorkingDir. hostile-*: one malicious layer each
-(OUTSIDE is the host directory they aim at)."""
+(OUTSIDE is the host directory they aim at). With a third argument `big`, only
+big: four layers of 16 MiB of random data each (a pull that takes a moment)."""
 import hashlib, io, json, os, subprocess, sys, tarfile
 
 out, outside = sys.argv[1], sys.argv[2]
@@ -68,6 +69,10 @@ def layout(name, layers, config):
     with open(f"{path}/oci-layout", "w") as fh:
         fh.write('{"imageLayoutVersion":"1.0.0"}')
 
+
+if sys.argv[3:] == ["big"]:
+    layout("big", [tar_of([f(f"data/blob{i}", os.urandom(16 << 20))]) for i in range(4)], {})
+    sys.exit(0)
 
 # The good image: bash and its libraries at their real paths, merged-/usr links.
 files = {"/usr/bin/bash", "/usr/bin/cat", "/usr/bin/ls"}

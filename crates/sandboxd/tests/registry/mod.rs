@@ -138,3 +138,43 @@ pub fn layouts(work: &Path, outside: &Path) -> PathBuf {
     run(Command::new("python3").arg(script).arg(&out).arg(outside));
     out
 }
+
+/// The `big` layout (four layers of 16 MiB of random data) in `work`.
+pub fn big_layout(work: &Path) -> PathBuf {
+    let out = work.join("big-layouts");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
+    run(Command::new("python3")
+        .arg(script)
+        .arg(&out)
+        .arg(work)
+        .arg("big"));
+    out.join("big")
+}
+
+/// Entries of `data`'s layer store that are not stored layers or blob locks: scratch,
+/// owner files.
+pub fn layer_store_leftovers(data: &Path) -> Vec<String> {
+    std::fs::read_dir(data.join("layers"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with('.') && !n.starts_with(".lock-"))
+        .collect()
+}
+
+/// The layer digests of `reference`'s manifest in the registry.
+pub fn manifest_layers(reference: &str) -> Vec<String> {
+    let raw = run(Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{reference}"),
+    ]));
+    let manifest: serde_json::Value = serde_json::from_str(&raw).expect("manifest json");
+    manifest["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .map(|l| l["digest"].as_str().expect("digest").to_owned())
+        .collect()
+}
