@@ -3,6 +3,7 @@
 
 pub mod archive;
 pub mod export;
+pub mod gc;
 pub mod pull;
 pub mod reference;
 pub mod store;
@@ -28,6 +29,8 @@ pub enum ImageError {
     DigestMismatch { digest: String, actual: String },
     #[error("blob {digest} is larger than its descriptor's {size} bytes")]
     BlobTooLarge { digest: String, size: u64 },
+    #[error("busy: {0}")]
+    Busy(String),
     #[error("unsupported: {0}")]
     Unsupported(String),
     #[error("malformed image: {0}")]

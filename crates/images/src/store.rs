@@ -32,10 +32,14 @@ pub struct Images {
     /// This store's owner id (in its scratch names) and the lock that proves it alive.
     owner: String,
     _owner_lock: Flock<std::fs::File>,
+    /// Shared while this store is open; a prune takes it exclusively, so no pull or
+    /// import runs in any process while layers are removed.
+    pub(crate) gc_lock: Option<Flock<std::fs::File>>,
 }
 
 const OWNER_PREFIX: &str = ".owner-";
 const SCRATCH_PREFIX: &str = ".tmp-pull-";
+pub(crate) const GC_LOCK: &str = ".lock-gc";
 
 /// A file that is removed when dropped unless kept.
 pub struct TempFile {
@@ -62,6 +66,7 @@ impl Images {
     pub fn open(data_dir: &Path) -> Result<Self, ImageError> {
         let layers = LayerStore::new(data_dir)?;
         let dir = data_dir.join("layers");
+        let gc_lock = gc_lock(&dir)?;
         sweep_dead_owners(&dir);
         let (owner, lock) = take_owner(&dir)?;
         let images = Images {
@@ -70,6 +75,7 @@ impl Images {
             limits: UnpackLimits::default(),
             owner,
             _owner_lock: lock,
+            gc_lock: Some(gc_lock),
         };
         std::fs::create_dir_all(images.index_dir())
             .map_err(io("creating the blob index", &images.index_dir()))?;
@@ -96,11 +102,11 @@ impl Images {
         &self.layers
     }
 
-    fn layers_dir(&self) -> PathBuf {
+    pub(crate) fn layers_dir(&self) -> PathBuf {
         self.data_dir.join("layers")
     }
 
-    fn index_dir(&self) -> PathBuf {
+    pub(crate) fn index_dir(&self) -> PathBuf {
         self.data_dir.join("images").join("blobs")
     }
 
@@ -272,6 +278,22 @@ impl Images {
     }
 }
 
+/// The prune lock of the layer store `dir`, shared (waiting while a prune runs).
+fn gc_lock(dir: &Path) -> Result<Flock<std::fs::File>, ImageError> {
+    let path = dir.join(GC_LOCK);
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io("opening the prune lock", &path))?;
+    Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| ImageError::Io {
+        what: "locking",
+        path,
+        source: e.into(),
+    })
+}
+
 /// Creates this process's owner file, locked before it gets its name (so no sweeper
 /// ever sees it unlocked while its owner lives).
 fn take_owner(dir: &Path) -> Result<(String, Flock<std::fs::File>), ImageError> {
@@ -328,7 +350,7 @@ fn sweep_dead_owners(dir: &Path) {
     }
 }
 
-fn walk_size(dir: &Path) -> u64 {
+pub(crate) fn walk_size(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

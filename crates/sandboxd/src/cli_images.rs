@@ -1,9 +1,9 @@
-//! `sandboxd images pull|list|import|export`: OCI images in the data directory's layer
+//! `sandboxd images pull|list|import|export|rm|prune`: OCI images in the data directory's layer
 //! store, safe beside a running `serve` (layers are stored by rename, under per-blob
 //! locks).
 
 use crate::keys::DataDirArg;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use sandboxd_images::Images;
 use std::path::PathBuf;
@@ -37,6 +37,21 @@ pub enum ImagesCommand {
         /// Name to store it under (default: the name the archive carries).
         #[arg(long)]
         name: Option<String>,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+    /// Remove image NAME (any spelling of its reference); refused while a live sandbox,
+    /// a snapshot or a template uses it. Its layers stay until `images prune`.
+    Rm {
+        name: String,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+    /// Delete every stored layer that no image, snapshot, template or live sandbox uses.
+    Prune {
+        /// Spare layers younger than this (one a snapshot is just committing).
+        #[arg(long, default_value_t = 600)]
+        grace_seconds: u64,
         #[command(flatten)]
         dir: DataDirArg,
     },
@@ -92,6 +107,34 @@ pub fn main(command: ImagesCommand) -> Result<()> {
             let image = sandboxd_images::archive::import(&images, &file, name.as_deref())
                 .with_context(|| format!("importing {}", file.display()))?;
             println!("{}  {} layers", image.name, image.layers.len());
+        }
+        ImagesCommand::Rm { name, dir } => {
+            let images = Images::open(&dir.data_dir)?;
+            let stored = images
+                .get(&name)
+                .with_context(|| format!("no image {name:?}"))?;
+            let users = crate::cli_images_gc::users_of(&images, &dir.open()?, &stored.name)?;
+            if !users.is_empty() {
+                bail!(
+                    "image {} is in use by {}; remove those first",
+                    stored.name,
+                    users.join(", ")
+                );
+            }
+            println!("{}", images.remove(&stored.name)?);
+        }
+        ImagesCommand::Prune { grace_seconds, dir } => {
+            let mut images = Images::open(&dir.data_dir)?;
+            let keep = crate::cli_images_gc::layers_in_use(&images, &dir.open()?)?;
+            let report = images.prune(&keep, std::time::Duration::from_secs(grace_seconds))?;
+            for layer in &report.layers {
+                println!("deleted layer {layer}");
+            }
+            println!(
+                "{} layers deleted, {} bytes freed",
+                report.layers.len(),
+                report.bytes
+            );
         }
         ImagesCommand::Export {
             name,

@@ -5,6 +5,7 @@ mod bench_base;
 mod bench_http;
 mod cli_http;
 mod cli_images;
+mod cli_images_gc;
 mod cli_registry;
 mod cli_sandbox;
 mod cli_templates;

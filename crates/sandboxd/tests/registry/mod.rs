@@ -141,14 +141,20 @@ pub fn layouts(work: &Path, outside: &Path) -> PathBuf {
 
 /// The `big` layout (four layers of 16 MiB of random data) in `work`.
 pub fn big_layout(work: &Path) -> PathBuf {
-    let out = work.join("big-layouts");
+    random_layout(work, "big-layouts", 16)
+}
+
+/// A layout of four layers of `mib` MiB of fresh random data each, in `work/dir`.
+pub fn random_layout(work: &Path, dir: &str, mib: u32) -> PathBuf {
+    let out = work.join(dir);
     std::fs::create_dir_all(&out).expect("mkdir");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
     run(Command::new("python3")
         .arg(script)
         .arg(&out)
         .arg(work)
-        .arg("big"));
+        .arg("big")
+        .arg(mib.to_string()));
     out.join("big")
 }
 
