@@ -87,3 +87,44 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+#[test]
+fn run_pulls_a_missing_image_and_runs_in_it() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let outside = work.path().join("outside");
+    std::fs::create_dir(&outside).expect("mkdir");
+    let layouts = layouts(work.path(), &outside);
+    let registry = Registry::start();
+    registry.push_layout(&layouts.join("good"), "test/run:v1");
+    let reference = registry.reference("test/run:v1");
+    let data = tempfile::tempdir().expect("tempdir");
+    let run = |image: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(["run", "--network", "none", "--image", image, "--data-dir"])
+            .arg(data.path())
+            .args(["--", "/usr/bin/cat", "/etc/greeting"])
+            .output()
+            .expect("sandboxd run")
+    };
+    let out = run(&reference);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello from the image\n"
+    );
+    let listed = sandboxd(data.path(), &["images", "list"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&reference));
+    // Stored now: a second run pulls nothing.
+    let out = run(&reference);
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("pulling"));
+
+    let out = run("127.0.0.1:1/nope:v1");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pulling it failed"), "{err}");
+}
