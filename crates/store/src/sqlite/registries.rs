@@ -66,3 +66,60 @@ pub(super) fn delete(c: &Connection, registry: &str) -> StoreResult<bool> {
     )?;
     Ok(n > 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{RegistryCredential, SqliteStore, Store};
+
+    #[test]
+    fn credentials_round_trip_sealed_and_bound_to_their_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("db.sqlite")).unwrap();
+        let cred = RegistryCredential {
+            registry: "reg.lan:5000".into(),
+            username: Some("alice".into()),
+            secret: b"hunter2-in-clear".to_vec(),
+        };
+        store.set_registry_credential(&cred).unwrap();
+        assert_eq!(
+            store.get_registry_credential("reg.lan:5000").unwrap(),
+            Some(cred.clone())
+        );
+        assert_eq!(store.get_registry_credential("other").unwrap(), None);
+        assert_eq!(
+            store.list_registry_credentials().unwrap(),
+            vec![("reg.lan:5000".to_owned(), Some("alice".to_owned()))]
+        );
+        let sealed: Vec<u8> = store
+            .conns
+            .read()
+            .unwrap()
+            .query_row("SELECT sealed FROM registry_credentials", [], |r| r.get(0))
+            .unwrap();
+        assert!(!sealed
+            .windows(cred.secret.len())
+            .any(|w| w == cred.secret.as_slice()));
+        // Another user name in the row no longer opens the sealed secret.
+        store
+            .conns
+            .write_with(|c| {
+                c.execute("UPDATE registry_credentials SET username = 'mallory'", [])?;
+                Ok(())
+            })
+            .unwrap();
+        assert!(store.get_registry_credential("reg.lan:5000").is_err());
+        // A token (no user) replaces it; delete forgets it.
+        let token = RegistryCredential {
+            registry: "reg.lan:5000".into(),
+            username: None,
+            secret: b"tok".to_vec(),
+        };
+        store.set_registry_credential(&token).unwrap();
+        assert_eq!(
+            store.get_registry_credential("reg.lan:5000").unwrap(),
+            Some(token)
+        );
+        assert!(store.delete_registry_credential("reg.lan:5000").unwrap());
+        assert!(!store.delete_registry_credential("reg.lan:5000").unwrap());
+    }
+}
