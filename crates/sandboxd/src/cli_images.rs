@@ -1,4 +1,4 @@
-//! `sandboxd images pull|list|import|export|rm|prune`: OCI images in the data directory's layer
+//! `sandboxd images pull|list|inspect|import|export|rm|prune`: OCI images in the data directory's layer
 //! store, safe beside a running `serve` (layers are stored by rename, under per-blob
 //! locks).
 
@@ -37,6 +37,12 @@ pub enum ImagesCommand {
         /// Name to store it under (default: the name the archive carries).
         #[arg(long)]
         name: Option<String>,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+    /// Show image NAME as JSON: its configuration, and each layer with its bytes.
+    Inspect {
+        name: String,
         #[command(flatten)]
         dir: DataDirArg,
     },
@@ -107,6 +113,25 @@ pub fn main(command: ImagesCommand) -> Result<()> {
             let image = sandboxd_images::archive::import(&images, &file, name.as_deref())
                 .with_context(|| format!("importing {}", file.display()))?;
             println!("{}  {} layers", image.name, image.layers.len());
+        }
+        ImagesCommand::Inspect { name, dir } => {
+            let images = Images::open(&dir.data_dir)?;
+            let image = images
+                .get(&name)
+                .with_context(|| format!("no image {name:?}"))?;
+            let layers: Vec<serde_json::Value> = image
+                .layers
+                .iter()
+                .map(|l| serde_json::json!({"digest": l, "bytes": images.layer_size(l)}))
+                .collect();
+            let total: u64 = layers.iter().filter_map(|l| l["bytes"].as_u64()).sum();
+            let view = serde_json::json!({
+                "name": image.name,
+                "config": image.config,
+                "layers": layers,
+                "bytes": total,
+            });
+            println!("{}", serde_json::to_string_pretty(&view)?);
         }
         ImagesCommand::Rm { name, dir } => {
             let images = Images::open(&dir.data_dir)?;

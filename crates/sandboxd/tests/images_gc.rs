@@ -57,6 +57,22 @@ fn rm_refuses_images_in_use_and_prune_deletes_only_unused_layers() {
     let unused_layers = stored_layers(data.path(), &unused);
     let app_layers = stored_layers(data.path(), &app);
     assert_eq!(unused_layers.len(), 4);
+    // Inspect reports each layer's bytes: four of 1 MiB of data, and the mount points.
+    let inspected: serde_json::Value =
+        serde_json::from_str(&ok(sandboxd(data.path(), &["images", "inspect", &unused])))
+            .expect("inspect json");
+    let sizes: Vec<u64> = inspected["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .map(|l| l["bytes"].as_u64().expect("bytes"))
+        .collect();
+    assert_eq!(
+        sizes,
+        [1 << 20, 1 << 20, 1 << 20, 1 << 20, 0],
+        "{inspected}"
+    );
+    assert_eq!(inspected["bytes"], 4 << 20);
 
     let server = Server::start(data.path(), Some(MASTER));
     // A live sandbox of app, and a snapshot of another (then destroyed) one.
