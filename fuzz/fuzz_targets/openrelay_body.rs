@@ -14,6 +14,7 @@ fuzz_target!(|data: &[u8]| {
         builtin: true,
         resources: Resources { vcpu: 2, memory_mb: 1024 },
         snapshot_id: None,
+        image: None,
         created_at: None,
         network: None,
         disk_mb: 10 * 1024,

@@ -2,6 +2,8 @@
 //! `python`, both on the built-in image, which carries the host's python3); a workspace
 //! builds its own by running steps in a sandbox and snapshotting it, so a workspace
 //! template is a snapshot named `template:NAME` (its layers are kept as long as it is).
+//! A name that is neither is looked up among the stored OCI images (`sandboxd images
+//! pull`), so a template may name an image.
 
 use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
@@ -45,6 +47,9 @@ pub struct Template {
     pub resources: Resources,
     /// The snapshot holding a workspace template's filesystem.
     pub snapshot_id: Option<Uuid>,
+    /// The stored image a template that names one runs (`None`: `default`, or the
+    /// snapshot's own image).
+    pub image: Option<String>,
     pub created_at: Option<OffsetDateTime>,
     /// Network of its sandboxes; `None` = the server's default.
     pub network: Option<sandboxd_runtime::NetworkMode>,
@@ -60,7 +65,10 @@ impl Template {
         CreateSandbox {
             name: None,
             resources,
-            image: self.snapshot_id.is_none().then(|| "default".to_owned()),
+            image: match self.snapshot_id {
+                Some(_) => None,
+                None => Some(self.image.clone().unwrap_or_else(|| "default".to_owned())),
+            },
             snapshot_id: self.snapshot_id,
             environment: BTreeMap::new(),
             secrets: Vec::new(),
@@ -107,10 +115,27 @@ fn builtin(name: &str, disk_mb: u32) -> Option<Template> {
             builtin: true,
             resources: *r,
             snapshot_id: None,
+            image: None,
             created_at: None,
             network: None,
             disk_mb,
         })
+}
+
+/// The template a stored image stands for: the `default` template's resources, the
+/// server's disk size.
+fn from_image(name: &str, image: &str, disk_mb: u32) -> Template {
+    Template {
+        name: name.to_owned(),
+        description: format!("OCI image {image}"),
+        builtin: false,
+        resources: BUILTIN_TEMPLATES[0].2,
+        snapshot_id: None,
+        image: Some(image.to_owned()),
+        created_at: None,
+        network: None,
+        disk_mb,
+    }
 }
 
 /// The workspace template a snapshot holds, if it is one; `default_disk` stands in for
@@ -123,6 +148,7 @@ fn from_snapshot(s: crate::model::Snapshot, default_disk: u32) -> Option<Templat
         builtin: false,
         resources: s.resources,
         snapshot_id: Some(s.id),
+        image: None,
         created_at: Some(s.created_at),
         network: None,
         disk_mb: s.disk_mb.unwrap_or(default_disk),
@@ -163,7 +189,8 @@ impl Engine {
         Ok(all)
     }
 
-    /// A built-in or one of the workspace's templates; `ImageNotFound` otherwise.
+    /// A built-in or one of the workspace's templates, else a stored image of that name;
+    /// `ImageNotFound` otherwise.
     pub async fn get_template(
         &self,
         ws: &WorkspaceId,
@@ -178,10 +205,18 @@ impl Engine {
             cursor: None,
         };
         let got = self.list_snapshots(ws, Some(&snap_name), page).await?;
-        got.items
-            .into_iter()
-            .find_map(|s| self.template_of(s))
-            .ok_or_else(|| not_found(name))
+        if let Some(t) = got.items.into_iter().find_map(|s| self.template_of(s)) {
+            return Ok(t);
+        }
+        let wanted = name.to_owned();
+        match self.blocking(move |rt| rt.resolve_image(&wanted)).await? {
+            Ok(image) => Ok(from_image(
+                name,
+                &image.name,
+                self.limits.disk_mb_per_sandbox,
+            )),
+            Err(_) => Err(not_found(name)),
+        }
     }
 
     /// Deletes a workspace template (and its layers no one else uses).
@@ -197,8 +232,16 @@ impl Engine {
             ));
         }
         let t = self.get_template(ws, name).await?;
-        if let Some(id) = t.snapshot_id {
-            self.delete_snapshot(ws, id).await?;
+        match t.snapshot_id {
+            Some(id) => {
+                self.delete_snapshot(ws, id).await?;
+            }
+            None => {
+                return Err(EngineError::new(
+                    ErrorCode::WrongState,
+                    format!("template {name:?} is a stored image (sandboxd images rm)"),
+                ))
+            }
         }
         Ok(t)
     }
@@ -316,6 +359,16 @@ mod tests {
         );
         assert!(from_snapshot(snapshot(Some("web")), 1024).is_none());
         assert!(from_snapshot(snapshot(None), 1024).is_none());
+    }
+
+    #[test]
+    fn an_image_template_runs_its_image() {
+        let t = from_image("app:v1", "docker.io/library/app:v1", 512);
+        let req = t.create_request(t.resources);
+        assert_eq!(
+            (req.image.as_deref(), req.snapshot_id, t.builtin),
+            (Some("docker.io/library/app:v1"), None, false)
+        );
     }
 
     #[test]

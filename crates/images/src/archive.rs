@@ -90,7 +90,7 @@ pub fn import(images: &Images, path: &Path, name: Option<&str>) -> Result<ImageL
     if path.is_dir() {
         return import_dir(images, &Root::open(path)?, name);
     }
-    let scratch = images.layer_store().scratch()?;
+    let scratch = images.scratch_dir()?;
     let result = (|| {
         let file = std::fs::File::open(path).map_err(io("opening", path))?;
         let limits = UnpackLimits {

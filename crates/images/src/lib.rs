@@ -3,12 +3,13 @@
 
 pub mod archive;
 pub mod export;
+pub mod gc;
 pub mod pull;
 pub mod reference;
 pub mod store;
 pub mod unpack;
 
-pub use pull::PullOptions;
+pub use pull::{Credential, PullOptions};
 pub use store::Images;
 pub use unpack::{UnpackError, UnpackLimits};
 
@@ -19,10 +20,17 @@ pub enum ImageError {
     InvalidReference(String, String),
     #[error("registry {registry}: {message}")]
     Registry { registry: String, message: String },
+    #[error(
+        "registry {registry} refused the credentials (or asks for some): {message}; \
+         log in with `sandboxd registry login {registry}`"
+    )]
+    Unauthorized { registry: String, message: String },
     #[error("blob {digest} does not match its digest (got sha256:{actual})")]
     DigestMismatch { digest: String, actual: String },
     #[error("blob {digest} is larger than its descriptor's {size} bytes")]
     BlobTooLarge { digest: String, size: u64 },
+    #[error("busy: {0}")]
+    Busy(String),
     #[error("unsupported: {0}")]
     Unsupported(String),
     #[error("malformed image: {0}")]

@@ -1,5 +1,6 @@
 //! Pulls from OCI registries (the distribution spec, Docker Hub's conventions) with
-//! `oci-client`: anonymous or bearer-token access (the client follows the challenge),
+//! `oci-client`: anonymous, basic or bearer-token access (the client follows the
+//! challenge, with the registry's stored credential when there is one),
 //! a multi-platform index resolved to linux/amd64, plain HTTP only to loopback
 //! registries and those listed as insecure. Every blob is hashed while it streams into
 //! a scratch file and refused unless it matches its descriptor's digest and size; only
@@ -36,12 +37,79 @@ const LAYER_TYPES: [&str; 6] = [
 pub struct PullOptions {
     /// Registries (`host[:port]`) spoken to over plain HTTP although not on loopback.
     pub insecure_registries: Vec<String>,
+    /// Credentials by registry (`host[:port]`, as in the reference; Docker Hub's is
+    /// `docker.io`); a registry without one is accessed anonymously.
+    pub credentials: std::collections::BTreeMap<String, Credential>,
 }
 
-fn registry_error(reference: &Reference, e: impl std::fmt::Display) -> ImageError {
+/// A stored registry credential.
+#[derive(Clone)]
+pub enum Credential {
+    /// User name and password (HTTP basic, or exchanged for a bearer token).
+    Basic { username: String, password: String },
+    /// A bearer token sent as it is.
+    Token(String),
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credential::Basic { username, .. } => write!(f, "Basic({username}, <redacted>)"),
+            Credential::Token(_) => write!(f, "Token(<redacted>)"),
+        }
+    }
+}
+
+fn auth_for(reference: &Reference, options: &PullOptions) -> RegistryAuth {
+    let found = options
+        .credentials
+        .get(reference.registry())
+        .or_else(|| options.credentials.get(reference.resolve_registry()));
+    match found {
+        None => RegistryAuth::Anonymous,
+        Some(Credential::Basic { username, password }) => {
+            RegistryAuth::Basic(username.clone(), password.clone())
+        }
+        Some(Credential::Token(token)) => RegistryAuth::Bearer(token.clone()),
+    }
+}
+
+/// A failure while a blob streams.
+fn transfer_error(reference: &Reference, e: impl std::fmt::Display) -> ImageError {
     ImageError::Registry {
         registry: reference.registry().to_owned(),
         message: e.to_string(),
+    }
+}
+
+/// A registry's answer; a refusal of access is [`ImageError::Unauthorized`].
+fn registry_error(
+    reference: &Reference,
+    e: oci_client::errors::OciDistributionError,
+) -> ImageError {
+    use oci_client::errors::OciDistributionError as E;
+    let registry = reference.registry().to_owned();
+    let refused = match &e {
+        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => true,
+        E::RegistryError { envelope, .. } => envelope.errors.iter().any(|x| {
+            matches!(
+                x.code,
+                oci_client::errors::OciErrorCode::Unauthorized
+                    | oci_client::errors::OciErrorCode::Denied
+            )
+        }),
+        E::ServerError { code, .. } => *code == 401,
+        _ => false,
+    };
+    match refused {
+        true => ImageError::Unauthorized {
+            registry,
+            message: e.to_string(),
+        },
+        false => ImageError::Registry {
+            registry,
+            message: e.to_string(),
+        },
     }
 }
 
@@ -74,7 +142,7 @@ pub async fn pull(
     tls_provider();
     let reference = reference::parse(text)?;
     let client = client(&reference, options);
-    let auth = RegistryAuth::Anonymous;
+    let auth = auth_for(&reference, options);
     let (manifest, digest, list_digest) = client
         .pull_image_manifest_and_list_digest(&reference, &auth)
         .await
@@ -125,7 +193,7 @@ async fn fetch_small(
         .map_err(|e| registry_error(reference, e))?;
     let mut out = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| registry_error(reference, e))?;
+        let chunk = chunk.map_err(|e| transfer_error(reference, e))?;
         out.extend_from_slice(&chunk);
         if out.len() as u64 > MAX_CONFIG_BYTES {
             return Err(ImageError::Malformed(
@@ -171,7 +239,7 @@ async fn fetch_layer(
     let mut hasher = Sha256::new();
     let mut got = 0u64;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| registry_error(reference, e))?;
+        let chunk = chunk.map_err(|e| transfer_error(reference, e))?;
         got += chunk.len() as u64;
         if got > size {
             return Err(ImageError::BlobTooLarge {

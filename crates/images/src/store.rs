@@ -6,8 +6,13 @@
 //! processes and tasks that want the same blob; the loser finds the index written and
 //! downloads nothing. A blob is only unpacked after its digest was verified, into a
 //! scratch directory that becomes a layer by one rename; an interruption leaves only
-//! `.tmp-*` scratch, never a stored layer or index entry, and scratch older than a day
-//! is swept when the store is opened.
+//! scratch, never a stored layer or index entry.
+//!
+//! Scratch is owned: every open store holds an `flock` on `layers/.owner-<id>` for its
+//! life and names its scratch `.tmp-pull-<id>-…`. Opening a store removes the scratch
+//! of every owner whose lock is free (a pull that was killed), so the next pull or
+//! import after a crash leaves nothing behind; other `.tmp-*` scratch older than a day
+//! is swept too.
 
 use crate::unpack::{self, UnpackLimits};
 use crate::{io, sha256_hex, ImageError};
@@ -24,7 +29,17 @@ pub struct Images {
     data_dir: PathBuf,
     layers: LayerStore,
     pub limits: UnpackLimits,
+    /// This store's owner id (in its scratch names) and the lock that proves it alive.
+    owner: String,
+    _owner_lock: Flock<std::fs::File>,
+    /// Shared while this store is open; a prune takes it exclusively, so no pull or
+    /// import runs in any process while layers are removed.
+    pub(crate) gc_lock: Option<Flock<std::fs::File>>,
 }
+
+const OWNER_PREFIX: &str = ".owner-";
+const SCRATCH_PREFIX: &str = ".tmp-pull-";
+pub(crate) const GC_LOCK: &str = ".lock-gc";
 
 /// A file that is removed when dropped unless kept.
 pub struct TempFile {
@@ -37,18 +52,46 @@ impl Drop for TempFile {
     }
 }
 
+impl Drop for Images {
+    fn drop(&mut self) {
+        // A clean end leaves no owner file (a killed one is swept by the next open).
+        let _ = std::fs::remove_file(
+            self.layers_dir()
+                .join(format!("{OWNER_PREFIX}{}", self.owner)),
+        );
+    }
+}
+
 impl Images {
     pub fn open(data_dir: &Path) -> Result<Self, ImageError> {
         let layers = LayerStore::new(data_dir)?;
+        let dir = data_dir.join("layers");
+        let gc_lock = gc_lock(&dir)?;
+        sweep_dead_owners(&dir);
+        let (owner, lock) = take_owner(&dir)?;
         let images = Images {
             data_dir: data_dir.to_path_buf(),
             layers,
             limits: UnpackLimits::default(),
+            owner,
+            _owner_lock: lock,
+            gc_lock: Some(gc_lock),
         };
         std::fs::create_dir_all(images.index_dir())
             .map_err(io("creating the blob index", &images.index_dir()))?;
         images.sweep_stale_scratch();
         Ok(images)
+    }
+
+    /// A fresh scratch directory of this owner in the layer store (same filesystem).
+    pub fn scratch_dir(&self) -> Result<PathBuf, ImageError> {
+        let path = self.layers_dir().join(format!(
+            "{SCRATCH_PREFIX}{}-{}",
+            self.owner,
+            uuid::Uuid::new_v4()
+        ));
+        std::fs::create_dir(&path).map_err(io("creating a scratch layer", &path))?;
+        Ok(path)
     }
 
     pub fn data_dir(&self) -> &Path {
@@ -59,11 +102,11 @@ impl Images {
         &self.layers
     }
 
-    fn layers_dir(&self) -> PathBuf {
+    pub(crate) fn layers_dir(&self) -> PathBuf {
         self.data_dir.join("layers")
     }
 
-    fn index_dir(&self) -> PathBuf {
+    pub(crate) fn index_dir(&self) -> PathBuf {
         self.data_dir.join("images").join("blobs")
     }
 
@@ -93,9 +136,11 @@ impl Images {
 
     /// A fresh scratch file in the layer store's directory (same filesystem).
     pub fn temp_file(&self) -> Result<(std::fs::File, TempFile), ImageError> {
-        let path = self
-            .layers_dir()
-            .join(format!(".tmp-blob-{}", uuid::Uuid::new_v4()));
+        let path = self.layers_dir().join(format!(
+            "{SCRATCH_PREFIX}{}-blob-{}",
+            self.owner,
+            uuid::Uuid::new_v4()
+        ));
         let file = std::fs::File::options()
             .read(true)
             .write(true)
@@ -137,7 +182,7 @@ impl Images {
     pub fn ingest_blob(&self, digest: &str, file: &Path) -> Result<String, ImageError> {
         let hex = sha256_hex(digest)?;
         let reader = std::fs::File::open(file).map_err(io("opening a blob", file))?;
-        let scratch = self.layers.scratch()?;
+        let scratch = self.scratch_dir()?;
         let unpacked = unpack::decompressed(std::io::BufReader::new(reader))
             .map_err(|source| ImageError::Layer {
                 digest: digest.to_owned(),
@@ -184,7 +229,7 @@ impl Images {
     /// sandbox's init mounts on (`/proc`, `/sys`, `/dev`), whatever the image has there
     /// (an overlay directory above a lower symlink hides it).
     pub fn mount_point_layer(&self) -> Result<String, ImageError> {
-        let scratch = self.layers.scratch()?;
+        let scratch = self.scratch_dir()?;
         for (name, mode) in [("proc", 0o555), ("sys", 0o555), ("dev", 0o755)] {
             let path = scratch.join(name);
             std::fs::create_dir(&path)
@@ -233,7 +278,79 @@ impl Images {
     }
 }
 
-fn walk_size(dir: &Path) -> u64 {
+/// The prune lock of the layer store `dir`, shared (waiting while a prune runs).
+fn gc_lock(dir: &Path) -> Result<Flock<std::fs::File>, ImageError> {
+    let path = dir.join(GC_LOCK);
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io("opening the prune lock", &path))?;
+    Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| ImageError::Io {
+        what: "locking",
+        path,
+        source: e.into(),
+    })
+}
+
+/// Creates this process's owner file, locked before it gets its name (so no sweeper
+/// ever sees it unlocked while its owner lives).
+fn take_owner(dir: &Path) -> Result<(String, Flock<std::fs::File>), ImageError> {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let temp = dir.join(format!(".tmp-owner-{id}"));
+    let file = std::fs::File::options()
+        .create_new(true)
+        .write(true)
+        .open(&temp)
+        .map_err(io("creating an owner lock", &temp))?;
+    let lock =
+        Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| ImageError::Io {
+            what: "locking an owner file",
+            path: temp.clone(),
+            source: e.into(),
+        })?;
+    let path = dir.join(format!("{OWNER_PREFIX}{id}"));
+    std::fs::rename(&temp, &path).map_err(io("naming an owner lock", &path))?;
+    Ok((id, lock))
+}
+
+/// Removes the scratch of every owner whose lock is free (its process is gone), then
+/// its owner file.
+fn sweep_dead_owners(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    for name in &names {
+        let Some(id) = name.strip_prefix(OWNER_PREFIX) else {
+            continue;
+        };
+        let path = dir.join(name);
+        let Ok(file) = std::fs::File::open(&path) else {
+            continue;
+        };
+        let Ok(_lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
+            continue; // alive
+        };
+        let prefix = format!("{SCRATCH_PREFIX}{id}-");
+        for scratch in names.iter().filter(|n| n.starts_with(&prefix)) {
+            let p = dir.join(scratch);
+            match p.is_dir() {
+                true => remove_tree(&p),
+                false => {
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+pub(crate) fn walk_size(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

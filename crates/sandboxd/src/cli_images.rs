@@ -1,24 +1,28 @@
-//! `sandboxd images pull|list|import|export`: OCI images in the data directory's layer
+//! `sandboxd images pull|list|inspect|import|export|rm|prune`: OCI images in the data directory's layer
 //! store, safe beside a running `serve` (layers are stored by rename, under per-blob
 //! locks).
 
 use crate::keys::DataDirArg;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Subcommand;
-use sandboxd_images::{Images, PullOptions};
+use sandboxd_images::Images;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Subcommand)]
 pub enum ImagesCommand {
-    /// Pull REF (`name:tag`, `host:port/team/app:1.4`, `…@sha256:…`) from its registry.
-    /// Registries on loopback are spoken to over plain HTTP, others over HTTPS unless
-    /// listed with --insecure-registry.
+    /// Pull REF (`name:tag`, `host:port/team/app:1.4`, `…@sha256:…`) from its registry,
+    /// with its stored credential (`sandboxd registry login`) if any. Registries on
+    /// loopback are spoken to over plain HTTP, others over HTTPS unless listed in the
+    /// configuration's `insecure_registries` or with --insecure-registry.
     Pull {
         reference: String,
         /// A registry (`host[:port]`) to reach over plain HTTP (repeatable).
         #[arg(long = "insecure-registry")]
         insecure: Vec<String>,
+        /// The server's TOML configuration file (for `insecure_registries`).
+        #[arg(long)]
+        config: Option<PathBuf>,
         #[command(flatten)]
         dir: DataDirArg,
     },
@@ -33,6 +37,27 @@ pub enum ImagesCommand {
         /// Name to store it under (default: the name the archive carries).
         #[arg(long)]
         name: Option<String>,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+    /// Show image NAME as JSON: its configuration, and each layer with its bytes.
+    Inspect {
+        name: String,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+    /// Remove image NAME (any spelling of its reference); refused while a live sandbox,
+    /// a snapshot or a template uses it. Its layers stay until `images prune`.
+    Rm {
+        name: String,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+    /// Delete every stored layer that no image, snapshot, template or live sandbox uses.
+    Prune {
+        /// Spare layers younger than this (one a snapshot is just committing).
+        #[arg(long, default_value_t = 600)]
+        grace_seconds: u64,
         #[command(flatten)]
         dir: DataDirArg,
     },
@@ -53,15 +78,14 @@ pub fn main(command: ImagesCommand) -> Result<()> {
         ImagesCommand::Pull {
             reference,
             insecure,
+            config,
             dir,
         } => {
+            let options = crate::cli_registry::pull_options(&dir, config.as_deref(), insecure)?;
             let images = Arc::new(Images::open(&dir.data_dir)?);
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let options = PullOptions {
-                insecure_registries: insecure,
-            };
             let image = rt
                 .block_on(sandboxd_images::pull::pull(images, &reference, &options))
                 .with_context(|| format!("pulling {reference}"))?;
@@ -89,6 +113,53 @@ pub fn main(command: ImagesCommand) -> Result<()> {
             let image = sandboxd_images::archive::import(&images, &file, name.as_deref())
                 .with_context(|| format!("importing {}", file.display()))?;
             println!("{}  {} layers", image.name, image.layers.len());
+        }
+        ImagesCommand::Inspect { name, dir } => {
+            let images = Images::open(&dir.data_dir)?;
+            let image = images
+                .get(&name)
+                .with_context(|| format!("no image {name:?}"))?;
+            let layers: Vec<serde_json::Value> = image
+                .layers
+                .iter()
+                .map(|l| serde_json::json!({"digest": l, "bytes": images.layer_size(l)}))
+                .collect();
+            let total: u64 = layers.iter().filter_map(|l| l["bytes"].as_u64()).sum();
+            let view = serde_json::json!({
+                "name": image.name,
+                "config": image.config,
+                "layers": layers,
+                "bytes": total,
+            });
+            println!("{}", serde_json::to_string_pretty(&view)?);
+        }
+        ImagesCommand::Rm { name, dir } => {
+            let images = Images::open(&dir.data_dir)?;
+            let stored = images
+                .get(&name)
+                .with_context(|| format!("no image {name:?}"))?;
+            let users = crate::cli_images_gc::users_of(&images, &dir.open()?, &stored.name)?;
+            if !users.is_empty() {
+                bail!(
+                    "image {} is in use by {}; remove those first",
+                    stored.name,
+                    users.join(", ")
+                );
+            }
+            println!("{}", images.remove(&stored.name)?);
+        }
+        ImagesCommand::Prune { grace_seconds, dir } => {
+            let mut images = Images::open(&dir.data_dir)?;
+            let keep = crate::cli_images_gc::layers_in_use(&images, &dir.open()?)?;
+            let report = images.prune(&keep, std::time::Duration::from_secs(grace_seconds))?;
+            for layer in &report.layers {
+                println!("deleted layer {layer}");
+            }
+            println!(
+                "{} layers deleted, {} bytes freed",
+                report.layers.len(),
+                report.bytes
+            );
         }
         ImagesCommand::Export {
             name,

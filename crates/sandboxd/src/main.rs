@@ -5,6 +5,8 @@ mod bench_base;
 mod bench_http;
 mod cli_http;
 mod cli_images;
+mod cli_images_gc;
+mod cli_registry;
 mod cli_sandbox;
 mod cli_templates;
 mod init;
@@ -59,6 +61,9 @@ enum Command {
     /// OCI images in the data directory: pull, list, import, export.
     #[command(subcommand)]
     Images(cli_images::ImagesCommand),
+    /// Credentials per OCI registry, used by `images pull`.
+    #[command(subcommand)]
+    Registry(cli_registry::RegistryCommand),
     /// Templates through a server's OpenRelay API: build, list, delete.
     #[command(subcommand)]
     Templates(cli_templates::TemplatesCommand),
@@ -123,6 +128,7 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }),
         Command::Images(command) => report("images", cli_images::main(command)),
+        Command::Registry(command) => report("registry", cli_registry::main(command)),
         Command::Templates(command) => report("templates", cli_templates::main(command)),
         Command::Bench(args) => match bench::main(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! `sandboxd run`: create a sandbox through the engine (with the server's defaults and
 //! limits, disk size included, recorded in the server's store), run one command in it
-//! with its output passed through, exit with its status, and destroy the sandbox.
+//! with its output passed through, exit with its status, and destroy the sandbox. An
+//! `--image` that is not stored is pulled first.
 
 use crate::serve::DATABASE_FILE;
 use anyhow::{bail, Context, Result};
@@ -31,7 +32,9 @@ pub struct RunArgs {
     /// Memory limit in MiB.
     #[arg(long = "memory-mb", default_value_t = 512)]
     pub memory_mb: u32,
-    /// Image to start from.
+    /// Image to start from: `default`, or a stored image; a registry reference that is
+    /// not stored yet is pulled first (with the configuration's `insecure_registries`
+    /// and the stored registry credentials).
     #[arg(long, default_value = "default")]
     pub image: String,
     /// Data directory (database, layers and sandbox state), shared with the server.
@@ -83,6 +86,9 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
     )?);
     let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
         .context("opening the sandbox database")?;
+    if args.image != "default" {
+        ensure_image(&config, &store, &args.image).await?;
+    }
     let engine = Engine::open_beside(EngineConfig {
         data_dir: config.data_dir.clone(),
         runtime,
@@ -125,6 +131,23 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
     let code = outcome?;
     destroyed?;
     Ok(code)
+}
+
+/// Pulls `image` unless it is stored already.
+async fn ensure_image(config: &ServerConfig, store: &SqliteStore, image: &str) -> Result<()> {
+    let images = Arc::new(sandboxd_images::Images::open(&config.data_dir)?);
+    if images.get(image).is_ok() {
+        return Ok(());
+    }
+    let options = sandboxd_images::PullOptions {
+        insecure_registries: config.insecure_registries.clone(),
+        credentials: crate::cli_registry::pull_credentials(store)?,
+    };
+    eprintln!("pulling {image}");
+    sandboxd_images::pull::pull(images, image, &options)
+        .await
+        .with_context(|| format!("image {image:?} is not stored, and pulling it failed"))?;
+    Ok(())
 }
 
 /// Runs the command through the engine's stream; the exit status byte.

@@ -4,108 +4,14 @@
 //! hostile layers refused with nothing written outside; a corrupted blob refused;
 //! `skopeo`'s oci-archive imported and our export read back by skopeo.
 
+mod registry;
 mod runzivo_api;
 
+use registry::{layouts, run, sandboxd, Registry};
 use runzivo_api::Server;
 use serde_json::json;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-
-/// A registry the test started; killed (by its PID) when dropped.
-struct Registry {
-    child: Child,
-    port: u16,
-    root: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Registry {
-    fn start() -> Registry {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let root = dir.path().join("storage");
-        let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-                root.display()
-            ),
-        )
-        .expect("config");
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker-registry (apt-get install docker-registry)");
-        let registry = Registry {
-            child,
-            port,
-            root,
-            _dir: dir,
-        };
-        for _ in 0..600 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return registry;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        panic!("the registry did not start listening");
-    }
-
-    fn reference(&self, name: &str) -> String {
-        format!("127.0.0.1:{}/{name}", self.port)
-    }
-
-    fn push_layout(&self, layout: &Path, name: &str) {
-        run(Command::new("skopeo").args([
-            "copy",
-            "--dest-tls-verify=false",
-            &format!("oci:{}:v1", layout.display()),
-            &format!("docker://{}", self.reference(name)),
-        ]));
-    }
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("spawn");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn sandboxd(data_dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-        .args(args)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .output()
-        .expect("sandboxd")
-}
-
-/// Layouts made by the script in `work`; `outside` is the host dir hostile layers aim at.
-fn layouts(work: &Path, outside: &Path) -> PathBuf {
-    let out = work.join("layouts");
-    std::fs::create_dir_all(&out).expect("mkdir");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
-    run(Command::new("python3").arg(script).arg(&out).arg(outside));
-    out
-}
+use std::path::Path;
+use std::process::Command;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pulled_image_runs_with_its_files_env_and_whiteouts() {

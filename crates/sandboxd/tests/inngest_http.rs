@@ -70,9 +70,13 @@ async fn create_body_validation() {
         bad(r#"{"name":"a","vcpu":1,"memoryMb":1} {}"#)
             .await
             .expect(400, "invalid_request");
-        bad(r#"{"name":"a","vcpu":1,"memoryMb":1,"image":"x"}"#)
+        bad(r#"{"name":"a","vcpu":1,"memoryMb":1,"template":"x"}"#)
             .await
             .expect(400, "invalid_request");
+        // `image` is sandboxd's extension: an image that is not stored is a bad field.
+        bad(r#"{"name":"a","vcpu":1,"memoryMb":1,"image":"x"}"#)
+            .await
+            .expect(400, "invalid_field_format");
         bad(r#"{"name":"a","vcpu":1}"#)
             .await
             .expect(400, "invalid_request");

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 mod abuse;
 mod connections;
 mod disk;
+mod registries;
 
 pub use connections::ConnectionLimits;
 
@@ -59,6 +60,9 @@ pub struct ServerConfig {
     /// Seconds SIGTERM (or SIGINT) waits for open requests and streams to finish
     /// before the server exits anyway (30 by default; a second signal exits at once).
     pub shutdown_grace_seconds: u64,
+    /// Registries (`host[:port]`) image pulls reach over plain HTTP although they are
+    /// not on loopback (none by default).
+    pub insecure_registries: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +87,7 @@ impl Default for ServerConfig {
             connections: ConnectionLimits::default(),
             max_ptys_per_sandbox: 64,
             shutdown_grace_seconds: 30,
+            insecure_registries: Vec::new(),
         }
     }
 }
@@ -112,6 +117,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("connections", &self.connections)
             .field("max_ptys_per_sandbox", &self.max_ptys_per_sandbox)
             .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
+            .field("insecure_registries", &self.insecure_registries)
             .finish()
     }
 }
@@ -161,6 +167,7 @@ struct FileLayer {
     connections: Option<connections::ConnectionsLayer>,
     max_ptys_per_sandbox: Option<u32>,
     shutdown_grace_seconds: Option<u64>,
+    insecure_registries: Option<Vec<String>>,
 }
 
 impl ServerConfig {
@@ -232,7 +239,9 @@ impl ServerConfig {
             connections: connections::ConnectionsLayer::from_env(&env)?,
             max_ptys_per_sandbox: env_number(&env, "SANDBOXD_MAX_PTYS_PER_SANDBOX")?,
             shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
+            insecure_registries: registries::from_env(&env)?,
         });
+        registries::check(&config.insecure_registries).map_err(ConfigError::Inconsistent)?;
         config.check_disk()?;
         Ok(config)
     }
@@ -310,6 +319,9 @@ impl ServerConfig {
         }
         if let Some(n) = layer.shutdown_grace_seconds {
             self.shutdown_grace_seconds = n;
+        }
+        if let Some(list) = layer.insecure_registries {
+            self.insecure_registries = list;
         }
     }
 
@@ -401,6 +413,20 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         ServerConfig::load_with(file.map(|_| path.as_path()), |k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn insecure_registries_from_file_then_env() {
+        let file = "insecure_registries = [\"reg.lan:5000\"]\n";
+        let c = load(Some(file), &[]).unwrap();
+        assert_eq!(c.insecure_registries, ["reg.lan:5000"]);
+        let c = load(Some(file), &[("SANDBOXD_INSECURE_REGISTRIES", "a:1,b")]).unwrap();
+        assert_eq!(c.insecure_registries, ["a:1", "b"]);
+        assert!(matches!(
+            load(Some("insecure_registries = [\"https://reg.lan\"]\n"), &[]),
+            Err(ConfigError::Inconsistent(_))
+        ));
+        assert!(load(None, &[]).unwrap().insecure_registries.is_empty());
     }
 
     #[test]

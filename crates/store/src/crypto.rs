@@ -24,35 +24,42 @@ impl SecretBox {
             path: path.to_owned(),
             source,
         };
-        let created = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path);
-        let key = match created {
-            Ok(mut file) => {
-                let key = XChaCha20Poly1305::generate_key(&mut OsRng);
-                file.write_all(&key)
-                    .map_err(|e| io("write the secret key", e))?;
-                file.sync_all().map_err(|e| io("sync the secret key", e))?;
-                key
+        // A new key is written in full under a temporary name and then linked into
+        // place, so a process opening the store at the same moment never reads a key
+        // file still being written: it finds none (and races to link its own, losing
+        // cleanly) or a whole one.
+        if !path.exists() {
+            let key = XChaCha20Poly1305::generate_key(&mut OsRng);
+            let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(|e| io("create the secret key", e))?;
+            file.write_all(&key)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| io("write the secret key", e))?;
+            let linked = std::fs::hard_link(&tmp, path);
+            let _ = std::fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io("store the secret key", e)),
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let mut bytes = Vec::new();
-                std::fs::File::open(path)
-                    .and_then(|mut f| f.read_to_end(&mut bytes))
-                    .map_err(|e| io("read the secret key", e))?;
-                if bytes.len() != KEY_LEN {
-                    return Err(StoreError::Corrupt(format!(
-                        "secret key file {} holds {} bytes, expected {KEY_LEN}",
-                        path.display(),
-                        bytes.len()
-                    )));
-                }
-                *Key::from_slice(&bytes)
-            }
-            Err(e) => return Err(io("create the secret key", e)),
-        };
+        }
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_to_end(&mut bytes))
+            .map_err(|e| io("read the secret key", e))?;
+        if bytes.len() != KEY_LEN {
+            return Err(StoreError::Corrupt(format!(
+                "secret key file {} holds {} bytes, expected {KEY_LEN}",
+                path.display(),
+                bytes.len()
+            )));
+        }
+        let key = *Key::from_slice(&bytes);
         Ok(Self {
             cipher: XChaCha20Poly1305::new(&key),
         })

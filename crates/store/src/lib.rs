@@ -92,6 +92,14 @@ pub trait Store: Send + Sync + 'static {
     fn list_secret_names(&self, workspace: &str) -> StoreResult<Vec<String>>;
     fn delete_secret(&self, workspace: &str, name: &str) -> StoreResult<bool>;
 
+    // Registry credentials (server-wide; the secret encrypted at rest like secrets).
+    /// Sets (replacing) the credential of `cred.registry`.
+    fn set_registry_credential(&self, cred: &RegistryCredential) -> StoreResult<()>;
+    fn get_registry_credential(&self, registry: &str) -> StoreResult<Option<RegistryCredential>>;
+    /// Registries with a credential and their user names (never secrets).
+    fn list_registry_credentials(&self) -> StoreResult<Vec<(String, Option<String>)>>;
+    fn delete_registry_credential(&self, registry: &str) -> StoreResult<bool>;
+
     // Egress policy (one layer per workspace).
     /// Sets (replacing) the workspace's policy.
     fn set_egress_policy(&self, policy: &EgressPolicyRecord) -> StoreResult<()>;

@@ -162,3 +162,22 @@ pub struct QuotaOverrideRecord {
     pub max_memory_mb: Option<u64>,
     pub updated_at: OffsetDateTime,
 }
+
+/// A credential for one OCI registry (`host[:port]`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RegistryCredential {
+    pub registry: String,
+    /// `None`: `secret` is a bearer token; else the password of this user.
+    pub username: Option<String>,
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for RegistryCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryCredential")
+            .field("registry", &self.registry)
+            .field("username", &self.username)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}

@@ -59,7 +59,8 @@ pub enum Placement {
 #[schema(as = CreateSandboxRequest)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CreateBody {
-    /// A built-in template (`default`, `python`) or one of the workspace's.
+    /// A built-in template (`default`, `python`), one of the workspace's, or (sandboxd's
+    /// extension) a stored OCI image by reference (`sandboxd images pull`).
     #[schema(example = "default")]
     pub template: String,
     /// A first command to run.
@@ -225,6 +226,7 @@ mod tests {
                 memory_mb: 1024,
             },
             snapshot_id: None,
+            image: None,
             created_at: None,
             network: None,
             disk_mb: 1024,

@@ -148,6 +148,22 @@ fn reference_spellings(name: &str) -> Vec<String> {
     out
 }
 
+/// Removes the record of stored image `name` (any spelling of its reference); returns
+/// the name it was stored under. Its layers stay until a prune finds them unused.
+pub fn remove_image(
+    data_dir: &Path,
+    store: &LayerStore,
+    name: &str,
+) -> Result<String, RuntimeError> {
+    if name == DEFAULT_IMAGE {
+        return Err(RuntimeError::UnknownImage(name.to_string()));
+    }
+    let image = resolve(data_dir, store, name)?;
+    let record = record_path(data_dir, &image.name);
+    std::fs::remove_file(&record).map_err(io("removing an image record", &record))?;
+    Ok(image.name)
+}
+
 /// Resolves `name` to its layers, building the built-in image on first use.
 pub fn resolve(
     data_dir: &Path,

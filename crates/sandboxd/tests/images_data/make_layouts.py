@@ -3,7 +3,8 @@
 
 good: the host's bash with its libraries, /etc/greeting, a whiteout and an opaque
 directory over a lower layer, Env and WorkingDir. hostile-*: one malicious layer each
-(OUTSIDE is the host directory they aim at)."""
+(OUTSIDE is the host directory they aim at). With a third argument `big`, only
+big: four layers of random data (16 MiB each, or the fourth argument's MiB) (a pull that takes a moment)."""
 import hashlib, io, json, os, subprocess, sys, tarfile
 
 out, outside = sys.argv[1], sys.argv[2]
@@ -68,6 +69,11 @@ def layout(name, layers, config):
     with open(f"{path}/oci-layout", "w") as fh:
         fh.write('{"imageLayoutVersion":"1.0.0"}')
 
+
+if sys.argv[3:4] == ["big"]:
+    mib = int(sys.argv[4]) if len(sys.argv) > 4 else 16
+    layout("big", [tar_of([f(f"data/blob{i}", os.urandom(mib << 20))]) for i in range(4)], {})
+    sys.exit(0)
 
 # The good image: bash and its libraries at their real paths, merged-/usr links.
 files = {"/usr/bin/bash", "/usr/bin/cat", "/usr/bin/ls"}

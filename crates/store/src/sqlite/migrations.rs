@@ -170,6 +170,14 @@ const MIGRATIONS: &[&str] = &[
             '$.\"openrelay.placement\"', '$.\"openrelay.cpuRequest\"',
             '$.\"openrelay.memoryRequestMiB\"', '$.\"openrelay.autoPause\"')
         WHERE json_extract(metadata, '$.\"openrelay.template\"') IS NOT NULL;",
+    // 8: credentials per OCI registry (`sandboxd registry login`): the password or
+    // token sealed like secrets; no username means a bearer token.
+    "CREATE TABLE registry_credentials (
+        registry TEXT PRIMARY KEY,
+        username TEXT,
+        sealed BLOB NOT NULL,
+        updated_at INTEGER NOT NULL
+    );",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.

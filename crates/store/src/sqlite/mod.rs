@@ -8,6 +8,7 @@ mod egress;
 mod idempotency;
 mod migrations;
 mod quotas;
+mod registries;
 mod reserve;
 mod sandboxes;
 mod secrets;
@@ -173,6 +174,19 @@ impl Store for SqliteStore {
     fn delete_secret(&self, workspace: &str, name: &str) -> StoreResult<bool> {
         self.conns
             .write_with(|c| secrets::delete(c, workspace, name))
+    }
+    fn set_registry_credential(&self, cred: &RegistryCredential) -> StoreResult<()> {
+        self.conns
+            .write_with(|c| registries::set(c, &self.secrets, cred))
+    }
+    fn get_registry_credential(&self, registry: &str) -> StoreResult<Option<RegistryCredential>> {
+        registries::get(&*self.conns.read()?, &self.secrets, registry)
+    }
+    fn list_registry_credentials(&self) -> StoreResult<Vec<(String, Option<String>)>> {
+        registries::list(&*self.conns.read()?)
+    }
+    fn delete_registry_credential(&self, registry: &str) -> StoreResult<bool> {
+        self.conns.write_with(|c| registries::delete(c, registry))
     }
     fn set_egress_policy(&self, policy: &EgressPolicyRecord) -> StoreResult<()> {
         self.conns.write_with(|c| egress::set(c, policy))

@@ -14,7 +14,8 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// `POST /v2/sandboxes`: the spec's fields plus the SDK's `environment`, `secrets` and
-/// `snapshotId` (a clone takes its resources from the snapshot when none are given).
+/// `snapshotId` (a clone takes its resources from the snapshot when none are given), and
+/// the extension `image`.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[schema(as = CreateSandboxRequest)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -31,6 +32,10 @@ pub struct CreateBody {
     environment: Option<BTreeMap<String, String>>,
     secrets: Option<Vec<String>>,
     snapshot_id: Option<String>,
+    /// Extension (not in the spec, which names no image on create): a stored image
+    /// (`sandboxd images pull`) to start from; absent = `default`. Reported back as
+    /// `imageRef`.
+    image: Option<String>,
 }
 
 impl CreateBody {
@@ -55,10 +60,13 @@ impl CreateBody {
             },
             _ => return Err(ApiError::invalid_request("vcpu and memoryMb are required")),
         };
+        if self.image.as_ref().is_some_and(|i| i.is_empty()) {
+            return Err(ApiError::invalid_field("image must not be empty"));
+        }
         Ok(CreateSandbox {
             name: Some(self.name),
             resources,
-            image: None,
+            image: self.image,
             snapshot_id,
             environment,
             secrets: self.secrets.unwrap_or_default(),

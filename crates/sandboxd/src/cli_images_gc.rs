@@ -1,0 +1,78 @@
+//! What uses images and layers, from the store: snapshots (templates are snapshots)
+//! of every workspace and every live sandbox, for `images rm` and `images prune`.
+
+use anyhow::Result;
+use sandboxd_engine::state::ACTIVE_STATUSES;
+use sandboxd_images::Images;
+use sandboxd_store::{Keyset, SnapshotRecord, SqliteStore, Store};
+use std::collections::HashSet;
+
+/// Every snapshot of every workspace.
+fn all_snapshots(store: &SqliteStore) -> Result<Vec<SnapshotRecord>> {
+    let mut out = Vec::new();
+    for ws in store.list_workspaces()? {
+        let mut after = None;
+        loop {
+            let page = store.list_snapshots(&ws.id, None, 500, after)?;
+            after = page.last().map(|s| Keyset {
+                created_at: s.created_at,
+                id: s.id,
+            });
+            let done = page.len() < 500;
+            out.extend(page);
+            if done {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The stored name `image` resolves to (it may be another spelling), if any.
+fn stored_name(images: &Images, image: &str) -> Option<String> {
+    images.get(image).ok().map(|i| i.name)
+}
+
+/// Live sandboxes and snapshots (templates) that run stored image `name`.
+pub fn users_of(images: &Images, store: &SqliteStore, name: &str) -> Result<Vec<String>> {
+    let mut users = Vec::new();
+    for sb in store.sandboxes_in_status(&ACTIVE_STATUSES)? {
+        if stored_name(images, &sb.image).as_deref() == Some(name) {
+            users.push(format!("sandbox {}", sb.id));
+        }
+    }
+    for snap in all_snapshots(store)? {
+        if stored_name(images, &snap.image).as_deref() == Some(name) {
+            let what = match snap
+                .name
+                .as_deref()
+                .and_then(|n| n.strip_prefix("template:"))
+            {
+                Some(t) => format!("template {t} of workspace {}", snap.workspace),
+                None => format!("snapshot {}", snap.id),
+            };
+            users.push(what);
+        }
+    }
+    Ok(users)
+}
+
+/// Layers that snapshots, templates and live sandboxes use, with their images' layers.
+pub fn layers_in_use(images: &Images, store: &SqliteStore) -> Result<HashSet<String>> {
+    let mut keep = HashSet::new();
+    let mut image_names = HashSet::new();
+    for sb in store.sandboxes_in_status(&ACTIVE_STATUSES)? {
+        keep.extend(sb.extra_layers);
+        image_names.insert(sb.image);
+    }
+    for snap in all_snapshots(store)? {
+        keep.extend(snap.layers);
+        image_names.insert(snap.image);
+    }
+    for name in image_names {
+        if let Ok(image) = images.get(&name) {
+            keep.extend(image.layers);
+        }
+    }
+    Ok(keep)
+}

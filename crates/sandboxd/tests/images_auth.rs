@@ -1,0 +1,104 @@
+//! Pulls from a registry behind htpasswd auth: anonymous and wrong credentials are
+//! refused with an error naming `sandboxd registry login`; after a login the pull
+//! works; the stored password is nowhere in clear in the database files.
+
+mod registry;
+
+use registry::{layouts, sandboxd, Registry};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const USER: &str = "tester";
+const PASSWORD: &str = "pw-Zq8vX3-in-clear-never";
+
+fn login(data: &Path, host: &str, stdin: &str) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        .args(["registry", "login", host, "--data-dir"])
+        .arg(data)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sandboxd registry login");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("wait")
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn pulls_from_an_htpasswd_registry_need_a_login_whose_password_is_sealed() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let outside = work.path().join("outside");
+    std::fs::create_dir(&outside).expect("mkdir");
+    let layouts = layouts(work.path(), &outside);
+    let registry = Registry::start_with_auth(USER, PASSWORD);
+    registry.push_layout_as(
+        &layouts.join("good"),
+        "test/private:v1",
+        Some(&format!("{USER}:{PASSWORD}")),
+    );
+    let host = format!("127.0.0.1:{}", registry.port);
+    let reference = registry.reference("test/private:v1");
+    let data = tempfile::tempdir().expect("tempdir");
+
+    let out = sandboxd(data.path(), &["images", "pull", &reference]);
+    assert!(!out.status.success(), "an anonymous pull worked");
+    assert!(
+        text(&out).contains(&format!("sandboxd registry login {host}")),
+        "{}",
+        text(&out)
+    );
+
+    let out = login(data.path(), &host, &format!("{USER}\nwrong-password\n"));
+    assert!(out.status.success(), "{}", text(&out));
+    let out = sandboxd(data.path(), &["images", "pull", &reference]);
+    assert!(!out.status.success(), "a wrong password worked");
+    assert!(
+        text(&out).contains("refused the credentials"),
+        "{}",
+        text(&out)
+    );
+
+    let out = login(data.path(), &host, &format!("{USER}\n{PASSWORD}\n"));
+    assert!(out.status.success(), "{}", text(&out));
+    let out = sandboxd(data.path(), &["images", "pull", &reference]);
+    assert!(out.status.success(), "{}", text(&out));
+    let listed = sandboxd(data.path(), &["registry", "list"]);
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout),
+        format!("{host}  {USER}\n")
+    );
+
+    // The password is in no file of the data directory's store, in clear.
+    let mut checked = 0;
+    for entry in std::fs::read_dir(data.path()).expect("data dir").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("sandboxd.db") {
+            let bytes = std::fs::read(entry.path()).expect("db file");
+            let found = bytes
+                .windows(PASSWORD.len())
+                .any(|w| w == PASSWORD.as_bytes());
+            assert!(!found, "{name} holds the password in clear");
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "no database file found");
+
+    let out = sandboxd(data.path(), &["registry", "logout", &host]);
+    assert!(out.status.success(), "{}", text(&out));
+    let listed = sandboxd(data.path(), &["registry", "list"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "");
+}
