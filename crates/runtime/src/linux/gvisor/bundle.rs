@@ -75,7 +75,13 @@ pub fn spec(bundle: &Bundle) -> Result<Spec, RuntimeError> {
     spec.set_hostname(Some(bundle.hostname.to_string()));
     let process = ProcessBuilder::default()
         .terminal(false)
-        .user(UserBuilder::default().uid(0u32).gid(0u32).build().map_err(spec_err)?)
+        .user(
+            UserBuilder::default()
+                .uid(0u32)
+                .gid(0u32)
+                .build()
+                .map_err(spec_err)?,
+        )
         .args(agent_args())
         .env(vec![
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
@@ -90,9 +96,21 @@ pub fn spec(bundle: &Bundle) -> Result<Spec, RuntimeError> {
     if bundle.host_usr {
         mounts.push(bind(Path::new("/usr"), "/usr", false)?);
     }
-    mounts.push(bind(bundle.agent_exe, &format!("{AGENT_DIR}/sandboxd"), false)?);
-    mounts.push(bind(Path::new(HOST_LOADER), &format!("{AGENT_DIR}/ld.so"), false)?);
-    mounts.push(bind(Path::new(HOST_LIBS), &format!("{AGENT_DIR}/lib"), false)?);
+    mounts.push(bind(
+        bundle.agent_exe,
+        &format!("{AGENT_DIR}/sandboxd"),
+        false,
+    )?);
+    mounts.push(bind(
+        Path::new(HOST_LOADER),
+        &format!("{AGENT_DIR}/ld.so"),
+        false,
+    )?);
+    mounts.push(bind(
+        Path::new(HOST_LIBS),
+        &format!("{AGENT_DIR}/lib"),
+        false,
+    )?);
     mounts.push(bind(bundle.socket_dir, SOCKET_DIR, true)?);
     spec.set_mounts(Some(mounts));
     if let Some(linux) = spec.linux_mut() {
@@ -137,7 +155,10 @@ mod tests {
             .find(|m| m["destination"] == SOCKET_DIR)
             .expect("socket dir bound");
         assert_eq!(run["source"], "/state/agent");
-        assert!(run["options"].as_array().expect("options").contains(&"rw".into()));
+        assert!(run["options"]
+            .as_array()
+            .expect("options")
+            .contains(&"rw".into()));
         assert!(!mounts.iter().any(|m| m["destination"] == "/usr"));
         assert!(!mounts.iter().any(|m| m["type"] == "cgroup"));
     }

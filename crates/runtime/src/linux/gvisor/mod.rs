@@ -66,6 +66,11 @@ impl GvisorRuntime {
         self.linux.stored_handles()
     }
 
+    /// The cgroup hierarchy its sandboxes' cgroups are made in.
+    pub fn cgroups(&self) -> &super::Cgroups {
+        self.linux.cgroups()
+    }
+
     /// The runsc state root (`--root`).
     pub fn runsc_root(&self) -> &std::path::Path {
         &self.runsc.root

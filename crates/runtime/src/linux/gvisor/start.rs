@@ -21,10 +21,7 @@ pub const PIDS_OVERHEAD: u32 = 256;
 /// Host memory the sentry and gofer need beyond the sandbox's own, in MiB.
 pub const MEMORY_OVERHEAD_MB: u32 = 128;
 
-pub(super) fn start(
-    rt: &GvisorRuntime,
-    spec: &SandboxSpec,
-) -> Result<SandboxHandle, RuntimeError> {
+pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
     let layers = rt.linux.layer_stack(spec)?;
     let state_dir = rt.linux.sandboxes_dir().join(spec.id.to_string());
     std::fs::DirBuilder::new()
@@ -84,7 +81,8 @@ fn launch(
     rt.linux.cgroups.create(spec.id, limits)?;
     create_container(rt, spec, &state_dir)?;
     let id = spec.id.to_string();
-    rt.runsc.run(Some(&state_dir.join("runsc.log")), &["start", &id])?;
+    rt.runsc
+        .run(Some(&state_dir.join("runsc.log")), &["start", &id])?;
     let pid_file = state_dir.join("sandbox.pid");
     let pid: i32 = std::fs::read_to_string(&pid_file)
         .map_err(io("reading the sandbox pid", &pid_file))?
@@ -146,7 +144,9 @@ fn create_container(
         .collect();
     let out_path = state_dir.join("agent.log");
     let out = std::fs::File::create(&out_path).map_err(io("creating the agent log", &out_path))?;
-    let err = out.try_clone().map_err(io("creating the agent log", &out_path))?;
+    let err = out
+        .try_clone()
+        .map_err(io("creating the agent log", &out_path))?;
     let state = state_dir.display().to_string();
     let pid_file = state_dir.join("sandbox.pid").display().to_string();
     let id = spec.id.to_string();
