@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in util-linux iproute2 nftables e2fsprogs python3 bash coreutils procps docker-registry skopeo umoci; do
+for pkg in util-linux iproute2 nftables e2fsprogs python3 bash coreutils procps docker-registry skopeo umoci runsc; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

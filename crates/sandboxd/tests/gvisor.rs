@@ -3,6 +3,7 @@
 //! captures see its writes, and destroy leaves nothing. Skipped where runsc is missing.
 
 mod common;
+mod serve_bin;
 
 use futures_util::{StreamExt, TryStreamExt};
 use sandboxd_agent_protocol::AgentClient;
@@ -208,4 +209,133 @@ fn pause_stops_the_sandbox_and_resume_continues_it() {
     rt.destroy(&handle).expect("destroy paused");
     assert_gone(&rt, &handle);
     rt.delete_layer(&layer.digest).expect("delete layer");
+}
+
+const MASTER: &str = "gvisor-test-master-key";
+const RUNZIVO: &str = "/v1/customer/tenants/default/sandboxes";
+
+/// runsc processes (sentries, gofers) whose command line mentions `dir`, a server's
+/// data dir (the server's own command line does too, but it is no runsc).
+fn processes_under(dir: &Path) -> Vec<i32> {
+    processes_naming(&dir.display().to_string())
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"runsc"))
+        })
+        .collect()
+}
+
+/// Destroys, when dropped, the sandboxes a server left in `data` (a server keeps its
+/// sandboxes running when it stops, and a failed test stops it early).
+struct ServerLeftovers(std::path::PathBuf);
+
+impl Drop for ServerLeftovers {
+    fn drop(&mut self) {
+        let config = LinuxConfig {
+            data_dir: self.0.clone(),
+            init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
+            init_args: vec!["__sandbox-init".into()],
+            cgroup_parent: "sandboxd".into(),
+            max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
+        };
+        if let Ok(rt) = GvisorRuntime::new(config) {
+            for handle in rt.stored_handles() {
+                let _ = rt.destroy(&handle);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_gvisor_server_creates_gvisor_sandboxes_in_every_dialect() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let env = [("SANDBOXD_ISOLATION", "gvisor")];
+    let _leftovers = ServerLeftovers(data.clone());
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+
+    // Inngest.
+    let body = serde_json::json!({"name": "gv", "vcpu": 1, "memoryMb": 256});
+    let inngest = server.create_sandbox(MASTER, &body);
+    let (code, out) = server.exec(MASTER, &inngest, &["/bin/dmesg"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("gVisor"),
+        "Inngest sandbox not under gVisor: {out}"
+    );
+
+    // OpenRelay.
+    let body = serde_json::json!({"template": "default"});
+    let created = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
+    assert_eq!(created.status / 100, 2, "{}", created.text());
+    let openrelay = created.json()["id"].as_str().expect("id").to_owned();
+    let exec = format!("/v1/sandboxes/{openrelay}/exec");
+    let r = server.request(
+        "POST",
+        &exec,
+        MASTER,
+        Some(&serde_json::json!({"cmd": "dmesg"})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let stdout = r.json()["stdout"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        stdout.contains("gVisor"),
+        "OpenRelay sandbox not under gVisor: {stdout}"
+    );
+
+    // Runzivo.
+    let created = server.request("POST", RUNZIVO, MASTER, Some(&serde_json::json!({})));
+    assert_eq!(created.status, 201, "{}", created.text());
+    let runzivo = created.json()["id"].as_str().expect("id").to_owned();
+    let exec = format!("{RUNZIVO}/{runzivo}/exec");
+    let r = server.request(
+        "POST",
+        &exec,
+        MASTER,
+        Some(&serde_json::json!({"cmd": "dmesg"})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut stdout = Vec::new();
+    for line in r.text().lines().filter(|l| !l.is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).expect("ndjson");
+        if v["type"] == "stdout" {
+            let data = v["data"].as_str().expect("data");
+            stdout.extend(
+                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data)
+                    .expect("base64"),
+            );
+        }
+    }
+    let stdout = String::from_utf8_lossy(&stdout);
+    assert!(
+        stdout.contains("gVisor"),
+        "Runzivo sandbox not under gVisor: {stdout}"
+    );
+
+    assert!(
+        !processes_under(&data).is_empty(),
+        "no runsc process for the sandboxes"
+    );
+    server.destroy(MASTER, &inngest);
+    let del = server.request(
+        "DELETE",
+        &format!("/v1/sandboxes/{openrelay}"),
+        MASTER,
+        None,
+    );
+    assert_eq!(del.status / 100, 2, "{}", del.text());
+    let del = server.request("DELETE", &format!("{RUNZIVO}/{runzivo}"), MASTER, None);
+    assert_eq!(del.status / 100, 2, "{}", del.text());
+    common::wait_for("every gVisor sandbox gone", || {
+        processes_under(&data).is_empty()
+    });
+    common::wait_for("every state dir gone", || {
+        std::fs::read_dir(data.join("sandboxes")).map_or(true, |d| d.count() == 0)
+    });
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }

@@ -9,8 +9,10 @@ use std::path::{Path, PathBuf};
 mod abuse;
 mod connections;
 mod disk;
+mod isolation;
 
 pub use connections::ConnectionLimits;
+pub use isolation::Isolation;
 
 /// Where and how the server runs.
 #[derive(Clone, PartialEq, Eq)]
@@ -59,6 +61,8 @@ pub struct ServerConfig {
     /// Seconds SIGTERM (or SIGINT) waits for open requests and streams to finish
     /// before the server exits anyway (30 by default; a second signal exits at once).
     pub shutdown_grace_seconds: u64,
+    /// The tier sandboxes run on: `container` (default) or `gvisor` (needs `runsc`).
+    pub isolation: Isolation,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +87,7 @@ impl Default for ServerConfig {
             connections: ConnectionLimits::default(),
             max_ptys_per_sandbox: 64,
             shutdown_grace_seconds: 30,
+            isolation: Isolation::Container,
         }
     }
 }
@@ -112,6 +117,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("connections", &self.connections)
             .field("max_ptys_per_sandbox", &self.max_ptys_per_sandbox)
             .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
+            .field("isolation", &self.isolation)
             .finish()
     }
 }
@@ -161,6 +167,7 @@ struct FileLayer {
     connections: Option<connections::ConnectionsLayer>,
     max_ptys_per_sandbox: Option<u32>,
     shutdown_grace_seconds: Option<u64>,
+    isolation: Option<Isolation>,
 }
 
 impl ServerConfig {
@@ -232,6 +239,7 @@ impl ServerConfig {
             connections: connections::ConnectionsLayer::from_env(&env)?,
             max_ptys_per_sandbox: env_number(&env, "SANDBOXD_MAX_PTYS_PER_SANDBOX")?,
             shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
+            isolation: isolation::from_env(&env)?,
         });
         config.check_disk()?;
         Ok(config)
@@ -289,6 +297,9 @@ impl ServerConfig {
         }
         if let Some(rate) = layer.create_rate {
             rate.apply(&mut self.create_rate);
+        }
+        if let Some(isolation) = layer.isolation {
+            self.isolation = isolation;
         }
         if let Some(mode) = layer.network {
             self.network = mode;
