@@ -204,6 +204,15 @@ fn pause_stops_the_sandbox_and_resume_continues_it() {
     let (code, _) = common::agent_sh(&handle, "true");
     assert_eq!(code, Some(0), "running after the capture");
 
+    // A sandbox started from the captured layer has the file.
+    let mut from_snapshot = common::spec("default");
+    from_snapshot.extra_layers = vec![layer.digest.clone()];
+    let clone = rt.start(&from_snapshot).expect("start from the snapshot");
+    let (code, out) = common::agent_sh(&clone, "cat /srv/app/f");
+    assert_eq!((code, out.as_str()), (Some(0), "kept\n"));
+    rt.destroy(&clone).expect("destroy the clone");
+    assert_gone(&rt, &clone);
+
     // Destroy works on a paused sandbox too.
     rt.freeze(&handle).expect("pause");
     rt.destroy(&handle).expect("destroy paused");
@@ -338,4 +347,69 @@ fn a_gvisor_server_creates_gvisor_sandboxes_in_every_dialect() {
     });
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
+#[test]
+fn a_gvisor_server_without_runsc_refuses_to_start_and_says_why() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = std::process::Command::new(serve_bin::BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("SANDBOXD_ISOLATION", "gvisor")
+        .env("PATH", dir.path().join("no-such-bin"))
+        .env("NO_COLOR", "1")
+        .env_remove("SANDBOXD_MASTER_KEY")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut log = String::new();
+    for line in std::io::BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+    {
+        if line.contains("listening on") {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("served without runsc: {log}{line}");
+        }
+        log.push_str(&line);
+        log.push('\n');
+    }
+    let status = child.wait().expect("wait");
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("needs runsc"), "{log}");
+}
+
+#[test]
+fn a_restarted_gvisor_server_adopts_its_running_sandboxes() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let env = [("SANDBOXD_ISOLATION", "gvisor")];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let body = serde_json::json!({"name": "kept", "vcpu": 1, "memoryMb": 256});
+    let id = server.create_sandbox(MASTER, &body);
+    let (code, _) = server.exec(MASTER, &id, &["/bin/sh", "-c", "echo before > /root/f"]);
+    assert_eq!(code, 0);
+    let sentries = processes_under(&data);
+    drop(server); // SIGTERM: sandboxes keep running for the next start
+
+    assert_eq!(
+        processes_under(&data),
+        sentries,
+        "the sandbox did not outlive its server"
+    );
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let (code, out) = server.exec(MASTER, &id, &["/bin/cat", "/root/f"]);
+    assert_eq!((code, out.as_str()), (0, "before\n"));
+    server.destroy(MASTER, &id);
+    common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
 }
