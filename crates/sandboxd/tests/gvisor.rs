@@ -413,3 +413,36 @@ fn a_restarted_gvisor_server_adopts_its_running_sandboxes() {
     server.destroy(MASTER, &id);
     common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
 }
+
+#[test]
+fn a_sandbox_past_its_memory_limit_ends_whole_and_destroy_still_cleans_it() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let handle = rt.start(&common::spec("default")).expect("start"); // 256 MiB
+    let usage = rt.usage(&handle).expect("usage");
+    assert!(usage.pids > 0 && usage.memory_bytes > 0, "{usage:?}");
+    // The host's memory cgroup holds the sentry: past the limit the host OOM-kills it,
+    // and the sandbox ends (gVisor has no OOM killer of its own per process).
+    let client = AgentClient::new(handle.agent_socket.clone());
+    let req = sandboxd_agent_protocol::ExecRequest {
+        argv: vec![
+            "/usr/bin/python3".into(),
+            "-c".into(),
+            "b = bytearray(700 << 20)".into(),
+        ],
+        env: None,
+        cwd: None,
+        timeout_ms: 60_000,
+        max_output_bytes: 1 << 16,
+    };
+    let result = block_on(client.exec(&req));
+    assert!(
+        result.as_ref().map_or(true, |r| r.exit_code != Some(0)),
+        "allocated past the limit: {result:?}"
+    );
+    common::wait_for("the sandbox ended", || !rt.is_alive(&handle));
+    rt.destroy(&handle).expect("destroy");
+    assert_gone(&rt, &handle);
+}
