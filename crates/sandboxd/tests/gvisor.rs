@@ -446,3 +446,39 @@ fn a_sandbox_past_its_memory_limit_ends_whole_and_destroy_still_cleans_it() {
     rt.destroy(&handle).expect("destroy");
     assert_gone(&rt, &handle);
 }
+
+#[test]
+fn sandboxd_run_isolation_gvisor_runs_under_gvisor_within_its_disk_limit() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let script = "dmesg | head -1; \
+        dd if=/dev/zero of=/root/fill bs=1M count=64 2>&1; exit 5";
+    let out = std::process::Command::new(serve_bin::BIN)
+        .args(["run", "--isolation", "gvisor", "--data-dir"])
+        .arg(&data)
+        .args(["--", "/bin/sh", "-c", script])
+        .env("SANDBOXD_DISK_MB_PER_SANDBOX", "32")
+        .env_remove("SANDBOXD_DATA_DIR")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("sandboxd run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stdout}{stderr}");
+    assert!(stdout.contains("gVisor"), "not under gVisor: {stdout}");
+    assert!(
+        stdout.contains("No space left on device"),
+        "64 MiB fit a 32 MiB disk: {stdout}"
+    );
+    assert_eq!(
+        processes_under(&data),
+        Vec::<i32>::new(),
+        "runsc left running"
+    );
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
