@@ -37,7 +37,12 @@ fn gvisor(data_dir: &Path) -> Option<Gvisor> {
         eprintln!("runsc is not installed: skipping");
         return None;
     }
-    let rt = GvisorRuntime::new(LinuxConfig {
+    Some(Gvisor(raw_gvisor(data_dir)))
+}
+
+/// [`gvisor`] without clean-up on drop (to play a server that stops).
+fn raw_gvisor(data_dir: &Path) -> GvisorRuntime {
+    GvisorRuntime::new(LinuxConfig {
         data_dir: data_dir.to_path_buf(),
         init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
         init_args: vec!["__sandbox-init".into()],
@@ -51,8 +56,7 @@ fn gvisor(data_dir: &Path) -> Option<Gvisor> {
         ),
         max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
     })
-    .expect("gvisor runtime");
-    Some(Gvisor(rt))
+    .expect("gvisor runtime")
 }
 
 fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
@@ -481,4 +485,82 @@ fn sandboxd_run_isolation_gvisor_runs_under_gvisor_within_its_disk_limit() {
         "runsc left running"
     );
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
+/// Everything the agent retained of process `id`'s output (stdout and stderr).
+fn retained_output(client: &AgentClient, id: uuid::Uuid) -> String {
+    use base64::Engine;
+    let frames: Vec<sandboxd_agent_protocol::Frame> = block_on(async {
+        let stream = client.output(id, 0, false).await.expect("output");
+        stream.try_collect().await.expect("frames")
+    });
+    let mut out = Vec::new();
+    for frame in frames {
+        if let sandboxd_agent_protocol::Frame::Log { data, .. } = frame {
+            out.extend(
+                base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .expect("base64"),
+            );
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn processes_get_signals_and_keep_their_output_under_gvisor() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let handle = rt.start(&common::spec("default")).expect("start");
+    let client = AgentClient::new(handle.agent_socket.clone());
+    let id = uuid::Uuid::new_v4();
+    let script = "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.1; done";
+    let start = sandboxd_agent_protocol::StartProcess {
+        id,
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: None,
+        cwd: None,
+        hold_output: false,
+    };
+    block_on(client.start_process(&start)).expect("start process");
+    common::wait_for("the process is ready", || {
+        retained_output(&client, id).contains("ready")
+    });
+    let signal = sandboxd_agent_protocol::SignalRequest {
+        signal: libc::SIGTERM,
+        group: false,
+    };
+    block_on(client.signal(id, &signal)).expect("signal");
+    let info = block_on(client.wait(id, std::time::Duration::from_secs(60))).expect("wait");
+    assert_eq!(info.exit_code, Some(7), "{info:?}");
+    assert_eq!(retained_output(&client, id), "ready\ngot-term\n");
+    rt.destroy(&handle).expect("destroy");
+    assert_gone(&rt, &handle);
+}
+
+#[test]
+fn reconcile_removes_a_gvisor_sandbox_no_record_keeps() {
+    let data = tempfile::tempdir().expect("tempdir");
+    if !GvisorRuntime::available() {
+        return;
+    }
+    let first = raw_gvisor(data.path());
+    let kept = first.start(&common::spec("default")).expect("start kept");
+    let stray = first.start(&common::spec("default")).expect("start stray");
+    drop(first); // a server that stops (its sandboxes run on)
+
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let keep = std::collections::HashSet::from([kept.id]);
+    let removed = rt.reconcile(&keep, &Default::default());
+    assert_eq!(removed, vec![stray.id]);
+    assert_gone(&rt, &stray);
+    assert!(rt.is_alive(&kept), "reconcile ended a kept sandbox");
+    let (code, _) = common::agent_sh(&kept, "true");
+    assert_eq!(code, Some(0));
+    rt.destroy(&kept).expect("destroy");
+    assert_gone(&rt, &kept);
 }
