@@ -564,3 +564,44 @@ fn reconcile_removes_a_gvisor_sandbox_no_record_keeps() {
     rt.destroy(&kept).expect("destroy");
     assert_gone(&rt, &kept);
 }
+
+/// The terminal works (size, tty, input and output); its end is not tested: under this
+/// runsc release the agent's read of the master does not end once the shell exits, and
+/// the agent waits for that before its `Exit` frame (see the README's gVisor tier).
+#[test]
+fn a_pty_terminal_works_under_gvisor() {
+    use sandboxd_agent_protocol::pty::PtyFrame;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let handle = rt.start(&common::spec("default")).expect("start");
+    let client = AgentClient::new(handle.agent_socket.clone());
+    let seen = block_on(async {
+        let mut io = client.open_pty(100, 30, "/").await.expect("open pty");
+        let line = "stty size; tty; echo the-$((6*7))-end\n";
+        io.write_all(&PtyFrame::Data(bytes::Bytes::from(line)).encode())
+            .await
+            .expect("write");
+        let mut buf = bytes::BytesMut::new();
+        let mut seen = Vec::new();
+        while !String::from_utf8_lossy(&seen).contains("the-42-end") {
+            while let Some(frame) = PtyFrame::decode(&mut buf).expect("frame") {
+                if let PtyFrame::Data(d) = frame {
+                    seen.extend_from_slice(&d);
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n = io.read(&mut chunk).await.expect("read");
+            let text = String::from_utf8_lossy(&seen).into_owned();
+            assert!(n > 0, "the PTY closed early: {text}");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        String::from_utf8_lossy(&seen).into_owned()
+    });
+    assert!(seen.contains("30 100"), "{seen}");
+    assert!(seen.contains("/dev/pts/"), "{seen}");
+    rt.destroy(&handle).expect("destroy");
+    assert_gone(&rt, &handle);
+}
