@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in util-linux iproute2 nftables libnftables1 bubblewrap e2fsprogs python3 bash coreutils procps docker-registry skopeo umoci apache2-utils; do
+for pkg in util-linux iproute2 nftables libnftables1 bubblewrap e2fsprogs python3 bash coreutils procps docker-registry skopeo umoci apache2-utils runsc; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

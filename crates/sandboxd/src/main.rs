@@ -9,6 +9,7 @@ mod cli_images_gc;
 mod cli_registry;
 mod cli_sandbox;
 mod cli_templates;
+mod gvisor_agent;
 mod init;
 mod keys;
 mod network_policy;
@@ -33,6 +34,9 @@ enum Command {
     /// Internal: the first process of a new sandbox (started by the Linux backend).
     #[command(name = "__sandbox-init", hide = true)]
     SandboxInit(init::InitArgs),
+    /// Internal: the agent of a gVisor sandbox (started by runsc as its PID 1).
+    #[command(name = "__gvisor-agent", hide = true)]
+    GvisorAgent(gvisor_agent::GvisorAgentArgs),
     /// Serve the HTTP APIs (Inngest REST v2, …) until SIGTERM or SIGINT.
     Serve(serve::ServeArgs),
     /// Run one command in a fresh sandbox (no server needed), then destroy it.
@@ -107,6 +111,7 @@ fn main() -> std::process::ExitCode {
     }
     match cli.command {
         Command::SandboxInit(args) => init::main(args),
+        Command::GvisorAgent(args) => gvisor_agent::main(args),
         Command::Serve(args) => serve::main(args).unwrap_or_else(|err| {
             eprintln!("sandboxd serve: {err:#}");
             std::process::ExitCode::FAILURE

@@ -11,8 +11,8 @@ use sandboxd_engine::{
     CreateSandbox, Engine, EngineConfig, ExecEvent, OnCap, Resources, StreamCommand, StreamKind,
     DEFAULT_WORKSPACE,
 };
-use sandboxd_runtime::NetworkMode;
-use sandboxd_server::ServerConfig;
+use sandboxd_runtime::{NetworkMode, Runtime};
+use sandboxd_server::{Isolation, ServerConfig};
 use sandboxd_store::SqliteStore;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -49,12 +49,24 @@ pub struct RunArgs {
     /// Extra environment variables, KEY=VALUE.
     #[arg(long = "env", short = 'e')]
     pub env: Vec<String>,
-    /// Network: `egress` (outbound only, under no policy) or `none` (only loopback).
-    #[arg(long, value_enum, default_value_t = NetworkArg::Egress)]
-    pub network: NetworkArg,
+    /// Network: `egress` (outbound only, under no policy) or `none` (only loopback)
+    /// [default: egress; none on the gVisor tier, which has no egress yet].
+    #[arg(long, value_enum)]
+    pub network: Option<NetworkArg>,
+    /// Isolation tier: `container` or `gvisor` (needs runsc) [default: the server
+    /// configuration's `isolation`, or SANDBOXD_ISOLATION].
+    #[arg(long, value_enum)]
+    pub isolation: Option<IsolationArg>,
     /// The command and its arguments; a bare name is looked up in the sandbox's PATH.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+/// `--isolation`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum IsolationArg {
+    Container,
+    Gvisor,
 }
 
 /// `--network`.
@@ -67,6 +79,11 @@ pub enum NetworkArg {
 pub fn main(args: RunArgs) -> Result<ExitCode> {
     let mut config = ServerConfig::load(args.config.as_deref())?;
     config.data_dir = args.data_dir.clone();
+    match args.isolation {
+        Some(IsolationArg::Container) => config.isolation = Isolation::Container,
+        Some(IsolationArg::Gvisor) => config.isolation = Isolation::Gvisor,
+        None => {}
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -79,11 +96,22 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
 
 /// Creates the sandbox, runs the command, destroys the sandbox; the exit status byte.
 async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
-    let runtime = Arc::new(crate::runtime::open_linux(
-        &config.data_dir,
-        config.resolvers.clone(),
-        config.max_ptys_per_sandbox,
-    )?);
+    let runtime: Arc<dyn Runtime> = match config.isolation {
+        Isolation::Container => Arc::new(crate::runtime::open_linux(
+            &config.data_dir,
+            config.resolvers.clone(),
+            config.max_ptys_per_sandbox,
+        )?),
+        Isolation::Gvisor => Arc::new(crate::runtime::open_gvisor(
+            &config.data_dir,
+            config.max_ptys_per_sandbox,
+        )?),
+    };
+    let network = match (args.network, config.isolation) {
+        (Some(NetworkArg::Egress), _) => NetworkMode::Egress,
+        (Some(NetworkArg::None), _) | (None, Isolation::Gvisor) => NetworkMode::None,
+        (None, Isolation::Container) => NetworkMode::Egress,
+    };
     let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
         .context("opening the sandbox database")?;
     if args.image != "default" {
@@ -110,10 +138,7 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
         secrets: Vec::new(),
         metadata: BTreeMap::new(),
         timeout: None,
-        network: Some(match args.network {
-            NetworkArg::Egress => NetworkMode::Egress,
-            NetworkArg::None => NetworkMode::None,
-        }),
+        network: Some(network),
         egress: None,
         disk_mb: None,
         aliases: BTreeMap::new(),

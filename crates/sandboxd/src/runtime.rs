@@ -1,7 +1,8 @@
-//! Opens the default (Linux-native) runtime backend for this binary, with egress
-//! networking available to the sandboxes that ask for it.
+//! Opens the runtime backends for this binary: the default (Linux-native) one, with
+//! egress networking available to the sandboxes that ask for it, or the gVisor tier.
 
 use anyhow::{Context, Result};
+use sandboxd_runtime::linux::gvisor::GvisorRuntime;
 use sandboxd_runtime::linux::{LinuxConfig, LinuxRuntime, NetConfig};
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -19,18 +20,34 @@ pub fn open_linux(
     let data_dir = data_dir
         .canonicalize()
         .with_context(|| format!("resolving data directory {}", data_dir.display()))?;
-    let init_exe = std::env::current_exe().context("locating the sandboxd binary")?;
-    let runtime = LinuxRuntime::new(LinuxConfig {
-        data_dir,
-        init_exe,
-        init_args: vec!["__sandbox-init".into()],
-        cgroup_parent: "sandboxd".into(),
-        max_ptys_per_sandbox: max_ptys,
-    })
-    .context("opening the Linux sandbox backend")?;
+    let runtime = LinuxRuntime::new(linux_config(data_dir, max_ptys)?)
+        .context("opening the Linux sandbox backend")?;
     let mut net = NetConfig::from_host();
     if let Some(resolvers) = resolvers {
         net.resolvers = resolvers;
     }
     Ok(runtime.with_network(net))
+}
+
+/// Opens the gVisor tier with its state under `data_dir` (the same layout as the Linux
+/// backend's: a data dir holds sandboxes of one tier); fails when `runsc` is missing.
+pub fn open_gvisor(data_dir: &Path, max_ptys: u32) -> Result<GvisorRuntime> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating data directory {}", data_dir.display()))?;
+    let data_dir = data_dir
+        .canonicalize()
+        .with_context(|| format!("resolving data directory {}", data_dir.display()))?;
+    GvisorRuntime::new(linux_config(data_dir, max_ptys)?)
+        .context("opening the gVisor sandbox backend")
+}
+
+/// The backend configuration with this very binary as the sandbox init (and agent).
+fn linux_config(data_dir: std::path::PathBuf, max_ptys: u32) -> Result<LinuxConfig> {
+    Ok(LinuxConfig {
+        data_dir,
+        init_exe: std::env::current_exe().context("locating the sandboxd binary")?,
+        init_args: vec!["__sandbox-init".into()],
+        cgroup_parent: "sandboxd".into(),
+        max_ptys_per_sandbox: max_ptys,
+    })
 }

@@ -1,10 +1,13 @@
-//! `sandboxd serve`: opens the store, the Linux backend and the engine (re-adopting
+//! `sandboxd serve`: opens the store, the backend of the configured isolation tier
+//! (Linux containers or gVisor) and the engine (re-adopting
 //! running sandboxes), then serves every API dialect until SIGTERM or SIGINT.
 
 use anyhow::{Context, Result};
 use clap::Args;
 use sandboxd_engine::{Engine, EngineConfig};
-use sandboxd_server::ServerConfig;
+use sandboxd_runtime::linux::LinuxRuntime;
+use sandboxd_runtime::Runtime;
+use sandboxd_server::{Isolation, ServerConfig};
 use sandboxd_store::SqliteStore;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,20 +50,37 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run(config: ServerConfig) -> Result<()> {
-    let runtime = Arc::new(
-        crate::runtime::open_linux(
-            &config.data_dir,
-            config.resolvers.clone(),
-            config.max_ptys_per_sandbox,
-        )?
-        .with_growing_warm_inits(config.warm_inits as usize, config.warm_inits_max as usize),
-    );
-    let limits = config.limits();
-    // Warm inits are made for what most creates ask: the default disk and network.
-    let egress = limits.default_network == sandboxd_runtime::NetworkMode::Egress;
-    runtime.fill_warm_inits(limits.disk_mb_per_sandbox, egress);
-    let linux = runtime.clone();
+async fn run(mut config: ServerConfig) -> Result<()> {
+    let (runtime, linux): (Arc<dyn Runtime>, Option<Arc<LinuxRuntime>>) = match config.isolation {
+        Isolation::Container => {
+            let linux = Arc::new(
+                crate::runtime::open_linux(
+                    &config.data_dir,
+                    config.resolvers.clone(),
+                    config.max_ptys_per_sandbox,
+                )?
+                .with_growing_warm_inits(
+                    config.warm_inits as usize,
+                    config.warm_inits_max as usize,
+                ),
+            );
+            let limits = config.limits();
+            // Warm inits are made for what most creates ask: the default disk and network.
+            let egress = limits.default_network == sandboxd_runtime::NetworkMode::Egress;
+            linux.fill_warm_inits(limits.disk_mb_per_sandbox, egress);
+            (linux.clone(), Some(linux))
+        }
+        Isolation::Gvisor => {
+            // gVisor sandboxes have no egress yet: the default network is none.
+            if config.network == sandboxd_engine::NetworkMode::Egress {
+                tracing::info!("gVisor tier: sandboxes default to network none");
+                config.network = sandboxd_engine::NetworkMode::None;
+            }
+            let gvisor =
+                crate::runtime::open_gvisor(&config.data_dir, config.max_ptys_per_sandbox)?;
+            (Arc::new(gvisor), None)
+        }
+    };
     let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
         .context("opening the sandbox database")?;
     let engine: Arc<Engine> = Engine::open(EngineConfig {
@@ -72,7 +92,9 @@ async fn run(config: ServerConfig) -> Result<()> {
     .context("opening the engine")?;
     let served = sandboxd_server::serve(config, engine, sandboxd_server::shutdown_signal()).await;
     // Sandboxes keep running for the next start; the warm inits are ours alone.
-    tokio::task::spawn_blocking(move || linux.drain_warm_inits()).await?;
+    if let Some(linux) = linux {
+        tokio::task::spawn_blocking(move || linux.drain_warm_inits()).await?;
+    }
     served
 }
 

@@ -10,8 +10,10 @@ mod abuse;
 mod connections;
 mod disk;
 mod registries;
+mod isolation;
 
 pub use connections::ConnectionLimits;
+pub use isolation::Isolation;
 
 /// Where and how the server runs.
 #[derive(Clone, PartialEq, Eq)]
@@ -63,6 +65,8 @@ pub struct ServerConfig {
     /// Registries (`host[:port]`) image pulls reach over plain HTTP although they are
     /// not on loopback (none by default).
     pub insecure_registries: Vec<String>,
+    /// The tier sandboxes run on: `container` (default) or `gvisor` (needs `runsc`).
+    pub isolation: Isolation,
 }
 
 impl Default for ServerConfig {
@@ -88,6 +92,7 @@ impl Default for ServerConfig {
             max_ptys_per_sandbox: 64,
             shutdown_grace_seconds: 30,
             insecure_registries: Vec::new(),
+            isolation: Isolation::Container,
         }
     }
 }
@@ -118,6 +123,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_ptys_per_sandbox", &self.max_ptys_per_sandbox)
             .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
             .field("insecure_registries", &self.insecure_registries)
+            .field("isolation", &self.isolation)
             .finish()
     }
 }
@@ -168,6 +174,7 @@ struct FileLayer {
     max_ptys_per_sandbox: Option<u32>,
     shutdown_grace_seconds: Option<u64>,
     insecure_registries: Option<Vec<String>>,
+    isolation: Option<Isolation>,
 }
 
 impl ServerConfig {
@@ -240,6 +247,7 @@ impl ServerConfig {
             max_ptys_per_sandbox: env_number(&env, "SANDBOXD_MAX_PTYS_PER_SANDBOX")?,
             shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
             insecure_registries: registries::from_env(&env)?,
+            isolation: isolation::from_env(&env)?,
         });
         registries::check(&config.insecure_registries).map_err(ConfigError::Inconsistent)?;
         config.check_disk()?;
@@ -298,6 +306,9 @@ impl ServerConfig {
         }
         if let Some(rate) = layer.create_rate {
             rate.apply(&mut self.create_rate);
+        }
+        if let Some(isolation) = layer.isolation {
+            self.isolation = isolation;
         }
         if let Some(mode) = layer.network {
             self.network = mode;

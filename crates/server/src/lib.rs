@@ -7,5 +7,5 @@ mod overload;
 mod serve;
 mod trim;
 
-pub use config::{ConfigError, ServerConfig};
+pub use config::{ConfigError, Isolation, ServerConfig};
 pub use serve::{app, app_with, serve, shutdown_signal};

@@ -38,6 +38,13 @@ pub(super) fn capture(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<Layer
     result
 }
 
+/// Syncs the sandbox's root and copies its upper dir into `scratch` as it is on the host
+/// (the caller keeps the sandbox still meanwhile).
+pub(super) fn copy_upper(handle: &SandboxHandle, scratch: &Path) -> Result<(), RuntimeError> {
+    let upper = rootfs::upper(&handle.state_dir);
+    sync_fs(&rootfs::rootfs(&handle.state_dir)).and_then(|()| copy_tree(&upper, scratch))
+}
+
 fn sync_fs(dir: &Path) -> Result<(), RuntimeError> {
     let file = std::fs::File::open(dir).map_err(|source| RuntimeError::Io {
         what: "opening the root to sync",

@@ -8,6 +8,7 @@ mod destroy;
 mod disk;
 mod disk_space;
 mod disk_spares;
+pub mod gvisor;
 pub mod handshake;
 pub mod images;
 pub mod init;

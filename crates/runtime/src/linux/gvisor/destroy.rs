@@ -1,0 +1,72 @@
+//! `destroy` on gVisor: kill the sentry and gofer through the sandbox's cgroup, reap
+//! them, drop runsc's state, unmount the root and remove the state dir. Works from the
+//! handle alone and is idempotent.
+
+use super::GvisorRuntime;
+use crate::linux::{disk, rootfs};
+use crate::{RuntimeError, SandboxHandle};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::time::{Duration, Instant};
+
+/// How long destroy waits, in all, for the processes it killed to become reapable.
+const REAP_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+    let id = handle.id;
+    let cgroups = &rt.linux.cgroups;
+    if cgroups.is_frozen(id) {
+        cgroups.set_frozen(id, false)?;
+    }
+    let mut killed = cgroups.procs(id);
+    if handle.agent_pid > 0 {
+        killed.push(handle.agent_pid);
+    }
+    // SIGKILL ends even a paused (ptrace-stopped) sentry; runsc's own state goes next.
+    cgroups.kill_and_remove(id)?;
+    reap(&killed);
+    let name = id.to_string();
+    rt.runsc.delete(&name);
+    for file in rt.runsc.state_files(&name) {
+        let _ = match file.is_dir() {
+            true => std::fs::remove_dir_all(&file),
+            false => std::fs::remove_file(&file),
+        };
+    }
+    rootfs::unmount_root(&handle.state_dir)?;
+    if rootfs::has_mounts_under(&handle.state_dir) {
+        return Err(RuntimeError::Unsupported(format!(
+            "mounts remain under {}",
+            handle.state_dir.display()
+        )));
+    }
+    disk::release(&handle.state_dir)?;
+    match std::fs::remove_dir_all(&handle.state_dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(RuntimeError::Io {
+            what: "removing the sandbox state dir",
+            path: handle.state_dir.clone(),
+            source,
+        }),
+    }
+}
+
+/// Reaps those of `pids` that are our children (the sentry and gofer are: runsc create
+/// exits and we are the subreaper), each waited for a bounded while.
+fn reap(pids: &[i32]) {
+    let deadline = Instant::now() + REAP_TIMEOUT;
+    for &pid in pids {
+        loop {
+            match waitpid(
+                Pid::from_raw(pid),
+                Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+            ) {
+                Ok(WaitStatus::StillAlive) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                _ => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The gVisor tier: each sandbox runs under `runsc` (ptrace platform), so its processes
+//! talk to gVisor's user-space kernel (the sentry) instead of the host's.
+//!
+//! What it shares with the container tier ([`LinuxRuntime`], which it wraps): the layer
+//! store and images, the overlay root of image layers under a writable layer (mounted
+//! by the host, so disk limits and captures work the same; runsc's gofer serves it to
+//! the sentry), and the per-sandbox cgroup with the same limits (plus the sentry's own
+//! overhead), which `runsc create` joins before it forks the sentry and the gofer.
+//!
+//! The agent is the host's `sandboxd` binary, bound read-only into the sandbox with the
+//! host's loader and libraries (so it runs in any image) and started as the container's
+//! PID 1 (`__gvisor-agent`). It listens on a Unix socket in a host directory bound into
+//! the sandbox: runsc's `--host-uds=create` makes the gofer create a real host socket
+//! for it, which the host connects to as it does to a container's agent. That keeps
+//! the agent protocol and the engine's client unchanged, needs no network inside, and
+//! the socket lives in the 0700 state dir like a container's.
+//!
+//! Networking: sandboxes get only loopback (runsc `--network=none`); egress is refused.
+
+mod bundle;
+mod destroy;
+pub mod runsc;
+mod start;
+
+use super::{capture, layers::remove_tree, LinuxConfig, LinuxRuntime};
+use crate::{
+    DiskSpace, ExitWatch, ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle,
+    SandboxSpec,
+};
+use runsc::Runsc;
+use std::collections::HashSet;
+use uuid::Uuid;
+
+pub use start::{MEMORY_OVERHEAD_MB, PIDS_OVERHEAD};
+
+/// The gVisor [`Runtime`].
+pub struct GvisorRuntime {
+    linux: LinuxRuntime,
+    runsc: Runsc,
+}
+
+impl GvisorRuntime {
+    /// Opens the tier over the same data dir layout as the container tier; fails with a
+    /// clear error when `runsc` is not installed.
+    pub fn new(config: LinuxConfig) -> Result<Self, RuntimeError> {
+        let exe = runsc::find().ok_or_else(|| {
+            RuntimeError::Unsupported(
+                "the gVisor tier needs runsc on PATH (apt-get install runsc)".into(),
+            )
+        })?;
+        let root = config.data_dir.join("runsc");
+        std::fs::create_dir_all(&root).map_err(super::io("creating the runsc root", &root))?;
+        Ok(GvisorRuntime {
+            linux: LinuxRuntime::new(config)?,
+            runsc: Runsc { exe, root },
+        })
+    }
+
+    /// Whether `runsc` is installed (on `PATH`).
+    pub fn available() -> bool {
+        runsc::find().is_some()
+    }
+
+    /// Handles of every started sandbox whose state dir is still on disk.
+    pub fn stored_handles(&self) -> Vec<SandboxHandle> {
+        self.linux.stored_handles()
+    }
+
+    /// The cgroup hierarchy its sandboxes' cgroups are made in.
+    pub fn cgroups(&self) -> &super::Cgroups {
+        self.linux.cgroups()
+    }
+
+    /// The runsc state root (`--root`).
+    pub fn runsc_root(&self) -> &std::path::Path {
+        &self.runsc.root
+    }
+
+    fn is_paused(&self, handle: &SandboxHandle) -> bool {
+        self.runsc.status(&handle.id.to_string()).as_deref() == Some("paused")
+    }
+}
+
+impl Runtime for GvisorRuntime {
+    fn name(&self) -> &'static str {
+        "gvisor"
+    }
+
+    fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+        crate::faults::check("start.gvisor")?;
+        start::start(self, spec)
+    }
+
+    fn is_alive(&self, handle: &SandboxHandle) -> bool {
+        super::sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
+    }
+
+    fn watch_exit(&self, handle: &SandboxHandle) -> ExitWatch {
+        super::watch::watch_exit(handle)
+    }
+
+    fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        crate::faults::check("freeze")?;
+        if self.is_paused(handle) {
+            return Ok(());
+        }
+        self.runsc.run(None, &["pause", &handle.id.to_string()])?;
+        Ok(())
+    }
+
+    fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        crate::faults::check("thaw")?;
+        if !self.is_paused(handle) {
+            return Ok(());
+        }
+        self.runsc.run(None, &["resume", &handle.id.to_string()])?;
+        Ok(())
+    }
+
+    fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
+        crate::faults::check("capture")?;
+        let was_paused = self.is_paused(handle);
+        if !was_paused {
+            self.freeze(handle)?;
+        }
+        let scratch = self.linux.layers.scratch()?;
+        let mut copied = capture::copy_upper(handle, &scratch);
+        if !was_paused {
+            copied = copied.and(self.thaw(handle));
+        }
+        // The agent's mount points are the backend's, not the sandbox's files.
+        let agent_dir = scratch.join(bundle::AGENT_DIR.trim_start_matches('/'));
+        if agent_dir.is_dir() {
+            remove_tree(&agent_dir);
+        }
+        let result = copied.and_then(|()| self.linux.layers.commit(&scratch));
+        if result.is_err() {
+            remove_tree(&scratch);
+        }
+        result
+    }
+
+    fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        destroy::destroy(self, handle)
+    }
+
+    fn reconcile(&self, keep: &HashSet<Uuid>, ended: &HashSet<Uuid>) -> Vec<Uuid> {
+        // runsc's state of containers no live record keeps goes first (their sentries
+        // are killed with their cgroups by the container tier's reconcile).
+        if let Ok(entries) = std::fs::read_dir(&self.runsc.root) {
+            for entry in entries.filter_map(|e| e.ok()) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(id) = name.get(..36).and_then(|s| Uuid::parse_str(s).ok()) else {
+                    continue;
+                };
+                if !keep.contains(&id) {
+                    self.runsc.delete(&id.to_string());
+                    for file in self.runsc.state_files(&id.to_string()) {
+                        let _ = std::fs::remove_file(&file);
+                    }
+                }
+            }
+        }
+        self.linux.reconcile(keep, ended)
+    }
+
+    fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {
+        self.linux.usage(handle)
+    }
+
+    fn resolve_image(&self, name: &str) -> Result<ImageLayers, RuntimeError> {
+        self.linux.resolve_image(name)
+    }
+
+    fn delete_layer(&self, digest: &str) -> Result<(), RuntimeError> {
+        self.linux.delete_layer(digest)
+    }
+
+    fn disk_space(&self) -> Result<Option<DiskSpace>, RuntimeError> {
+        self.linux.disk_space()
+    }
+}

@@ -1,0 +1,93 @@
+//! Running `runsc` with the backend's global flags: the ptrace platform, no network,
+//! host Unix sockets the sandbox creates (the agent's), no cgroups of its own, no overlay
+//! of its own (writes reach the host overlay's upper dir, which captures copy).
+
+use crate::RuntimeError;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// How to run `runsc` and where it keeps its state.
+#[derive(Debug, Clone)]
+pub struct Runsc {
+    /// The `runsc` binary.
+    pub exe: PathBuf,
+    /// Its `--root` (container state files).
+    pub root: PathBuf,
+}
+
+/// Finds `runsc` on `PATH` (the Debian package puts it in /usr/bin).
+pub fn find() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("runsc"))
+        .find(|p| p.is_file())
+}
+
+impl Runsc {
+    /// A `runsc` command with the global flags, `args` after them.
+    pub fn command(&self, log: Option<&Path>, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg(format!("--root={}", self.root.display()))
+            .args([
+                "--platform=ptrace",
+                "--network=none",
+                "--host-uds=create",
+                "--ignore-cgroups",
+                "--overlay2=none",
+                // Writes go through to the host file at once, so a capture of the
+                // upper dir sees them (the default caches them in the sentry).
+                "--file-access=shared",
+            ])
+            .stdin(Stdio::null());
+        if let Some(log) = log {
+            cmd.arg(format!("--log={}", log.display()));
+        }
+        cmd.args(args);
+        cmd
+    }
+
+    /// Runs `args` to completion; an error carries runsc's stderr.
+    pub fn run(&self, log: Option<&Path>, args: &[&str]) -> Result<Output, RuntimeError> {
+        let output = self
+            .command(log, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| RuntimeError::AgentStart(format!("running runsc: {e}")))?;
+        if !output.status.success() {
+            return Err(RuntimeError::AgentStart(format!(
+                "runsc {} failed ({}): {}",
+                args.first().copied().unwrap_or_default(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        Ok(output)
+    }
+
+    /// The container's status as runsc reports it (`created`, `running`, `paused`,
+    /// `stopped`), or `None` when runsc does not know it.
+    pub fn status(&self, id: &str) -> Option<String> {
+        let output = self.run(None, &["state", id]).ok()?;
+        let state: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        state["status"].as_str().map(str::to_string)
+    }
+
+    /// Removes runsc's state of container `id` (killing what is left of it); unknown
+    /// ids are fine.
+    pub fn delete(&self, id: &str) {
+        let _ = self.run(None, &["delete", "--force", id]);
+    }
+
+    /// Every file runsc keeps under its root for container `id`.
+    pub fn state_files(&self, id: &str) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(id))
+            .map(|e| e.path())
+            .collect()
+    }
+}

@@ -1,0 +1,186 @@
+//! `start` on gVisor: the overlay root mounted by the host (so captures and disk limits
+//! work as on the container tier), the sandbox's cgroup joined by `runsc create` before
+//! it forks the sentry and the gofer, then `runsc start` and the agent's socket.
+
+use super::bundle::{self, Bundle};
+use super::GvisorRuntime;
+use crate::linux::cgroup::Limits;
+use crate::linux::{io, rootfs, sys, DEFAULT_IMAGE};
+use crate::{RuntimeError, SandboxHandle, SandboxSpec};
+use nix::mount::{mount, MsFlags};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// Host tasks the sentry and the gofer need beyond the sandbox's own (Go runtime
+/// threads, ptrace stubs): the host pids limit is the sandbox's plus this.
+pub const PIDS_OVERHEAD: u32 = 256;
+/// Host memory the sentry and gofer need beyond the sandbox's own, in MiB.
+pub const MEMORY_OVERHEAD_MB: u32 = 128;
+
+pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+    let layers = rt.linux.layer_stack(spec)?;
+    let state_dir = rt.linux.sandboxes_dir().join(spec.id.to_string());
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&state_dir)
+        .map_err(io("creating the sandbox state dir", &state_dir))?;
+    let mut handle = SandboxHandle {
+        id: spec.id,
+        agent_pid: 0,
+        agent_start_ticks: 0,
+        agent_socket: state_dir.join("agent").join("agent.sock"),
+        state_dir,
+        host_id_base: 0,
+    };
+    match launch(rt, spec, &layers, &mut handle) {
+        Ok(()) => Ok(handle),
+        Err(e) => {
+            if let Err(cleanup) = super::destroy::destroy(rt, &handle) {
+                tracing::error!(id = %spec.id, error = %cleanup, "cleaning up a failed gVisor start");
+            }
+            Err(e)
+        }
+    }
+}
+
+fn launch(
+    rt: &GvisorRuntime,
+    spec: &SandboxSpec,
+    layers: &[PathBuf],
+    handle: &mut SandboxHandle,
+) -> Result<(), RuntimeError> {
+    let state_dir = handle.state_dir.clone();
+    let disk = Some((rt.linux.config.data_dir.as_path(), spec.disk_mb));
+    rootfs::prepare_dirs(&state_dir, 0, 0, disk)?;
+    mount_root(&state_dir, layers)?;
+    let socket_dir = state_dir.join("agent");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&socket_dir)
+        .map_err(io("creating the agent socket dir", &socket_dir))?;
+    let root = rootfs::rootfs(&state_dir);
+    bundle::write(
+        &state_dir,
+        &Bundle {
+            rootfs: &root,
+            socket_dir: &socket_dir,
+            agent_exe: &rt.linux.config.init_exe,
+            hostname: &spec.hostname,
+            host_usr: spec.image == DEFAULT_IMAGE,
+        },
+    )?;
+    let limits = Limits {
+        vcpu: spec.vcpu,
+        memory_mb: spec.memory_mb.saturating_add(MEMORY_OVERHEAD_MB),
+        pids_max: spec.pids_max.saturating_add(PIDS_OVERHEAD),
+    };
+    rt.linux.cgroups.create(spec.id, limits)?;
+    create_container(rt, spec, &state_dir)?;
+    let id = spec.id.to_string();
+    rt.runsc
+        .run(Some(&state_dir.join("runsc.log")), &["start", &id])?;
+    let pid_file = state_dir.join("sandbox.pid");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .map_err(io("reading the sandbox pid", &pid_file))?
+        .trim()
+        .parse()
+        .map_err(|_| RuntimeError::AgentStart("runsc wrote no pid".into()))?;
+    handle.agent_pid = pid;
+    handle.agent_start_ticks = sys::proc_stat(pid)
+        .map(|(_, t)| t)
+        .ok_or_else(|| RuntimeError::AgentStart("the gVisor sandbox exited at once".into()))?;
+    crate::linux::init_process::wait_connectable(&handle.agent_socket).map_err(|e| {
+        let log = std::fs::read_to_string(state_dir.join("agent.log")).unwrap_or_default();
+        RuntimeError::AgentStart(format!("{e}; agent output: {}", log.trim()))
+    })?;
+    let path = state_dir.join("handle.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())
+        .map_err(io("writing the sandbox handle", &path))
+}
+
+/// The overlay of `layers` (top first, used in place: overlayfs never writes a lower
+/// dir) under the writable upper dir, at `rootfs/`. Ownership stays as stored (0-based):
+/// the sentry is the sandbox's kernel, and the gofer writes as host root.
+fn mount_root(state_dir: &Path, layers: &[PathBuf]) -> Result<(), RuntimeError> {
+    let upper = rootfs::upper(state_dir);
+    let work = upper.with_file_name("work");
+    let lowers: Vec<String> = layers.iter().map(|l| l.display().to_string()).collect();
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},index=off,xino=off",
+        lowers.join(":"),
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some("overlay"),
+        &rootfs::rootfs(state_dir),
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(options.as_str()),
+    )
+    .map_err(|source| RuntimeError::Sys {
+        what: "mounting the gVisor overlay root",
+        source,
+    })
+}
+
+/// `runsc create`, run inside the sandbox's cgroups (joined between fork and exec) so
+/// that the sentry and gofer it forks are limited and killed with them.
+fn create_container(
+    rt: &GvisorRuntime,
+    spec: &SandboxSpec,
+    state_dir: &Path,
+) -> Result<(), RuntimeError> {
+    let procs: Vec<CString> = rt
+        .linux
+        .cgroups
+        .dirs(spec.id)
+        .iter()
+        .filter_map(|d| CString::new(d.join("cgroup.procs").as_os_str().as_bytes()).ok())
+        .collect();
+    let out_path = state_dir.join("agent.log");
+    let out = std::fs::File::create(&out_path).map_err(io("creating the agent log", &out_path))?;
+    let err = out
+        .try_clone()
+        .map_err(io("creating the agent log", &out_path))?;
+    let state = state_dir.display().to_string();
+    let pid_file = state_dir.join("sandbox.pid").display().to_string();
+    let id = spec.id.to_string();
+    let mut cmd = rt.runsc.command(
+        Some(&state_dir.join("runsc.log")),
+        &["create", "--bundle", &state, "--pid-file", &pid_file, &id],
+    );
+    cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+    // SAFETY: the hook only calls open/write/close (async-signal-safe) on prepared paths.
+    unsafe {
+        cmd.pre_exec(move || {
+            for path in &procs {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if written != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| RuntimeError::AgentStart(format!("running runsc create: {e}")))?;
+    if !status.success() {
+        let log = std::fs::read_to_string(&out_path).unwrap_or_default();
+        return Err(RuntimeError::AgentStart(format!(
+            "runsc create failed ({status}): {}",
+            log.trim()
+        )));
+    }
+    Ok(())
+}

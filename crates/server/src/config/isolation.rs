@@ -1,0 +1,69 @@
+//! `isolation`: which tier the server's sandboxes run on (`container`, the default, or
+//! `gvisor`), from the config file or `SANDBOXD_ISOLATION`.
+
+use super::ConfigError;
+use serde::Deserialize;
+
+/// The isolation tier of a server's sandboxes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Linux namespaces, overlayfs and cgroups on the host kernel.
+    #[default]
+    Container,
+    /// gVisor (`runsc`, ptrace platform): the sandbox's syscalls meet gVisor's kernel.
+    Gvisor,
+}
+
+impl Isolation {
+    /// Its name in the config file and the environment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Container => "container",
+            Isolation::Gvisor => "gvisor",
+        }
+    }
+}
+
+/// `SANDBOXD_ISOLATION` (`container` or `gvisor`), if set.
+pub(super) fn from_env(
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<Isolation>, ConfigError> {
+    let var = "SANDBOXD_ISOLATION";
+    match env(var).as_deref().map(str::trim) {
+        None => Ok(None),
+        Some("container") => Ok(Some(Isolation::Container)),
+        Some("gvisor") => Ok(Some(Isolation::Gvisor)),
+        Some(other) => Err(ConfigError::Env {
+            var,
+            message: format!("{other:?} is neither container nor gvisor"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ServerConfig;
+
+    #[test]
+    fn isolation_comes_from_the_file_then_the_environment_and_rejects_unknown_tiers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "isolation = \"gvisor\"\n").expect("write");
+        let none = |_: &str| None;
+        let config = ServerConfig::load_with(Some(&file), none).expect("load");
+        assert_eq!(config.isolation, super::Isolation::Gvisor);
+        let env = |k: &str| (k == "SANDBOXD_ISOLATION").then(|| "container".to_string());
+        let config = ServerConfig::load_with(Some(&file), env).expect("load");
+        assert_eq!(config.isolation, super::Isolation::Container);
+        assert_eq!(
+            ServerConfig::load_with(None, none).expect("load").isolation,
+            super::Isolation::Container
+        );
+        let bad = |k: &str| (k == "SANDBOXD_ISOLATION").then(|| "vm".to_string());
+        let err = ServerConfig::load_with(None, bad).expect_err("vm is no tier");
+        assert!(err.to_string().contains("SANDBOXD_ISOLATION"), "{err}");
+        std::fs::write(&file, "isolation = \"vm\"\n").expect("write");
+        assert!(ServerConfig::load_with(Some(&file), none).is_err());
+    }
+}
