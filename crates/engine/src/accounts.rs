@@ -205,10 +205,16 @@ impl<'s> Accounts<'s> {
                 }
                 Ok(k.id)
             }
-            Some(_) => Err(EngineError::new(
-                ErrorCode::NameTaken,
-                "the master key (or its Inngest SDK form) is already registered as an ordinary key",
-            )),
+            // A key the operator made (e.g. with `keys create`) and then configured as the
+            // master key: it stays an ordinary key of theirs, which authenticates as it did
+            // (never a reason not to start), and is not revoked with master keys.
+            Some(k) => {
+                tracing::warn!(
+                    prefix = %k.prefix,
+                    "the master key is also an ordinary key in the store; it keeps that key's scope and revocation"
+                );
+                Ok(k.id)
+            }
             None => self.insert_key(KeyRow {
                 key,
                 workspace: Some(DEFAULT_WORKSPACE),
