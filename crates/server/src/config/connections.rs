@@ -6,6 +6,10 @@ use super::{env_number, ConfigError};
 use serde::Deserialize;
 use std::time::Duration;
 
+/// The most connections a server may be configured to serve at once (far past any
+/// descriptor limit; keeps the count a `u32` for the drain at shutdown).
+pub const MAX_CONNECTIONS: usize = 1 << 20;
+
 /// Bounds on the API's client connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
@@ -46,7 +50,7 @@ impl ConnectionsLayer {
     }
 
     pub(super) fn apply(self, limits: &mut ConnectionLimits) {
-        limits.max = self.max.unwrap_or(limits.max).max(1);
+        limits.max = self.max.unwrap_or(limits.max).clamp(1, MAX_CONNECTIONS);
         if let Some(secs) = self.header_read_timeout_seconds {
             limits.header_read_timeout = Duration::from_secs(secs.max(1));
         }
