@@ -49,11 +49,12 @@ async fn a_hung_start_fails_at_its_deadline_and_is_removed_once_it_returns() {
     assert!(created && sb.status == SandboxStatus::Running);
 
     fail::remove("start.handshake"); // the hung start goes on, and is then removed
+                                     // Its directory goes first, its id slot last: wait for both.
     eventually("the late start is removed", || async {
         let dirs = std::fs::read_dir(f.data.join("sandboxes"))
             .map(|rd| rd.count())
             .unwrap_or(0);
-        (dirs == 1).then_some(())
+        (dirs == 1 && faults::slot_leases(&f.data).len() == 1).then_some(())
     })
     .await;
     f.assert_only(&[sb.id], "late start removed").await;

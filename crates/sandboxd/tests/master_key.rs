@@ -76,7 +76,10 @@ fn a_changed_master_key_revokes_the_old_one_and_its_sdk_form() {
 fn a_key_made_with_keys_create_can_be_configured_as_the_master_key() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().to_str().expect("utf-8 path");
-    let out = serve_bin::cli(&["keys", "create", "--prefix", "or_", "--data-dir", data], "");
+    let out = serve_bin::cli(
+        &["keys", "create", "--prefix", "or_", "--data-dir", data],
+        "",
+    );
     let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     // Once refused with "already registered as an ordinary key": the server did not start.
     let server = Server::start(dir.path(), Some(&key));

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 mod abuse;
 mod connections;
 mod disk;
-mod registries;
 mod isolation;
+mod registries;
 
 pub use connections::ConnectionLimits;
 pub use isolation::Isolation;

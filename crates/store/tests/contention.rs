@@ -39,3 +39,22 @@ fn a_held_write_lock_blocks_no_read_and_makes_writes_busy() {
         .expect("write after");
     assert_eq!(store.list_workspaces().expect("list").len(), 2);
 }
+
+/// Two processes opening one new database at once (a server and a CLI command, or two
+/// CLI commands): both get a migrated store; once, the second failed with "table …
+/// already exists" as both ran the first migration.
+#[test]
+fn two_opens_of_a_new_database_at_once_both_succeed() {
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sandboxd.db");
+        let opened: Vec<_> = std::thread::scope(|s| {
+            let a = s.spawn(|| sandboxd_store::SqliteStore::open(&path).map(drop));
+            let b = s.spawn(|| sandboxd_store::SqliteStore::open(&path).map(drop));
+            vec![a.join().unwrap(), b.join().unwrap()]
+        });
+        for result in opened {
+            result.expect("both opens succeed");
+        }
+    }
+}

@@ -269,7 +269,7 @@ fn loops_under(dir: &Path) -> Vec<String> {
 }
 
 /// Ids holding a host id slot leased for `data`.
-fn slot_leases(data: &Path) -> Vec<String> {
+pub fn slot_leases(data: &Path) -> Vec<String> {
     let data = data.display().to_string();
     let Ok(entries) = std::fs::read_dir("/run/sandboxd/ids/leases") else {
         return Vec::new();

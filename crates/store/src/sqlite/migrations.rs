@@ -213,7 +213,17 @@ fn migrate_to(conn: &mut Connection, target: usize) -> Result<i64, StoreError> {
 fn run_pending(conn: &mut Connection, current: usize, target: usize) -> Result<(), StoreError> {
     let pending = MIGRATIONS.iter().enumerate().take(target);
     for (i, sql) in pending.skip(current) {
-        let tx = conn.transaction()?;
+        // IMMEDIATE: the write lock from the start, so that of two processes opening a
+        // new database at once, one migrates and the other, once it has the lock, sees
+        // the version moved and skips (both once ran the same CREATE TABLE).
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let now: i64 = tx
+            .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
+            .optional()?
+            .unwrap_or(0);
+        if now > i as i64 {
+            continue;
+        }
         tx.execute_batch(sql)?;
         let dangling: Option<String> = tx
             .query_row("PRAGMA foreign_key_check", [], |r| r.get(0))

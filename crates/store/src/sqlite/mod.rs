@@ -47,14 +47,33 @@ impl SqliteStore {
             source,
         })?;
         let secrets = SecretBox::load_or_create(&dir.join(SECRET_KEY_FILE))?;
-        let mut conn = conns::open(path)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.busy_timeout(conns::WRITE_BOUND)?;
-        migrations::migrate(&mut conn)?;
+        // Two processes setting up one new database at once: switching it to WAL does not
+        // wait for the other's lock (SQLite answers busy at once), so retry, bounded.
+        let mut tries = 0;
+        let conn = loop {
+            match Self::set_up(path) {
+                Err(StoreError::Busy) if tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        };
         Ok(Self {
             conns: conns::Conns::new(path, conn, reserve::Reserve::keep(dir)),
             secrets,
         })
+    }
+}
+
+impl SqliteStore {
+    /// A connection to `path` in WAL mode with every migration run.
+    fn set_up(path: &Path) -> StoreResult<rusqlite::Connection> {
+        let mut conn = conns::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.busy_timeout(conns::WRITE_BOUND)?;
+        migrations::migrate(&mut conn)?;
+        Ok(conn)
     }
 }
 
