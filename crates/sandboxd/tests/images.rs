@@ -7,7 +7,7 @@
 mod registry;
 mod runzivo_api;
 
-use registry::{layouts, run, sandboxd, Registry};
+use registry::{run, sandboxd, Registry};
 use runzivo_api::Server;
 use serde_json::json;
 use std::path::Path;
@@ -15,10 +15,7 @@ use std::process::Command;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pulled_image_runs_with_its_files_env_and_whiteouts() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let outside = work.path().join("outside");
-    std::fs::create_dir(&outside).expect("mkdir");
-    let layouts = layouts(work.path(), &outside);
+    let (_work, outside, layouts) = registry::test_layouts();
     let registry = Registry::start();
     registry.push_layout(&layouts.join("good"), "test/app:v1");
     let s = Server::start(30);
@@ -86,10 +83,7 @@ async fn pulled_image_runs_with_its_files_env_and_whiteouts() {
 
 #[test]
 fn hostile_layers_are_refused_and_write_nothing_outside() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let outside = work.path().join("outside");
-    std::fs::create_dir(&outside).expect("mkdir");
-    let layouts = layouts(work.path(), &outside);
+    let (_work, outside, layouts) = registry::test_layouts();
     let registry = Registry::start();
     let data = tempfile::tempdir().expect("tempdir");
     let hostname = std::fs::read("/etc/hostname").ok();
@@ -134,10 +128,7 @@ fn hostile_layers_are_refused_and_write_nothing_outside() {
 
 #[test]
 fn a_blob_that_does_not_match_its_digest_is_refused() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let outside = work.path().join("outside");
-    std::fs::create_dir(&outside).expect("mkdir");
-    let layouts = layouts(work.path(), &outside);
+    let (_work, _outside, layouts) = registry::test_layouts();
     let registry = Registry::start();
     registry.push_layout(&layouts.join("good"), "test/corrupt:v1");
     // Corrupt the big blob (the base layer, as skopeo compressed it) in the registry's
@@ -178,10 +169,7 @@ fn a_blob_that_does_not_match_its_digest_is_refused() {
 
 #[test]
 fn skopeo_archives_import_and_exports_read_back() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let outside = work.path().join("outside");
-    std::fs::create_dir(&outside).expect("mkdir");
-    let layouts = layouts(work.path(), &outside);
+    let (work, _outside, layouts) = registry::test_layouts();
     let archive = work.path().join("app.tar");
     run(Command::new("skopeo").args([
         "copy",

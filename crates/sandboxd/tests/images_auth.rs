@@ -4,7 +4,7 @@
 
 mod registry;
 
-use registry::{layouts, sandboxd, Registry};
+use registry::{sandboxd, Registry};
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -40,10 +40,7 @@ fn text(out: &std::process::Output) -> String {
 
 #[test]
 fn pulls_from_an_htpasswd_registry_need_a_login_whose_password_is_sealed() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let outside = work.path().join("outside");
-    std::fs::create_dir(&outside).expect("mkdir");
-    let layouts = layouts(work.path(), &outside);
+    let (_work, _outside, layouts) = registry::test_layouts();
     let registry = Registry::start_with_auth(USER, PASSWORD);
     registry.push_layout_as(
         &layouts.join("good"),

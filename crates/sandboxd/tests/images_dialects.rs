@@ -7,15 +7,12 @@ mod registry;
 mod serve_bin;
 
 use openrelay::{code, Or};
-use registry::{layouts, sandboxd, Registry};
+use registry::{sandboxd, Registry};
 use serde_json::json;
 
 #[test]
 fn openrelay_templates_and_inngest_creates_name_a_stored_image() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let outside = work.path().join("outside");
-    std::fs::create_dir(&outside).expect("mkdir");
-    let layouts = layouts(work.path(), &outside);
+    let (_work, _outside, layouts) = registry::test_layouts();
     let registry = Registry::start();
     registry.push_layout(&layouts.join("good"), "test/app:v1");
     let reference = registry.reference("test/app:v1");
@@ -90,10 +87,7 @@ fn urlencode(s: &str) -> String {
 
 #[test]
 fn run_pulls_a_missing_image_and_runs_in_it() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let outside = work.path().join("outside");
-    std::fs::create_dir(&outside).expect("mkdir");
-    let layouts = layouts(work.path(), &outside);
+    let (_work, _outside, layouts) = registry::test_layouts();
     let registry = Registry::start();
     registry.push_layout(&layouts.join("good"), "test/run:v1");
     let reference = registry.reference("test/run:v1");

@@ -6,7 +6,7 @@
 mod registry;
 mod serve_bin;
 
-use registry::{layouts, manifest_layers, random_layout, sandboxd, Registry};
+use registry::{manifest_layers, random_layout, sandboxd, Registry};
 use serde_json::json;
 use serve_bin::Server;
 use std::collections::BTreeSet;
@@ -39,10 +39,7 @@ fn stored_layers(data: &Path, reference: &str) -> BTreeSet<String> {
 
 #[test]
 fn rm_refuses_images_in_use_and_prune_deletes_only_unused_layers() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let outside = work.path().join("outside");
-    std::fs::create_dir(&outside).expect("mkdir");
-    let layouts = layouts(work.path(), &outside);
+    let (work, _outside, layouts) = registry::test_layouts();
     let registry = Registry::start();
     registry.push_layout(&layouts.join("good"), "test/app:v1");
     registry.push_layout(&random_layout(work.path(), "unused", 1), "test/unused:v1");

@@ -73,6 +73,16 @@ pub fn document_json(
     json
 }
 
+/// Fails (a test) when `committed`, the document in `docs/openapi/<dialect>.json`, is not
+/// what the code generates, saying how to regenerate it.
+pub fn assert_current(dialect: &str, committed: &str, generated: &str) {
+    assert!(
+        committed == generated,
+        "docs/openapi/{dialect}.json is stale: run \
+         `sandboxd openapi --dialect {dialect} > docs/openapi/{dialect}.json`"
+    );
+}
+
 /// Operation ids of `api` that `errors` does not list (a table that forgot a route).
 pub fn unlisted(api: &OpenApi, errors: Errors) -> Vec<String> {
     let mut api = api.clone();

@@ -125,10 +125,7 @@ mod tests {
     #[test]
     fn committed_document_is_current() {
         let committed = include_str!("../../../../docs/openapi/inngest.json");
-        assert!(
-            committed == super::document(),
-            "docs/openapi/inngest.json is stale: run `sandboxd openapi > docs/openapi/inngest.json`"
-        );
+        sandboxd_dialect_common::openapi::assert_current("inngest", committed, &super::document());
     }
 
     #[test]

@@ -253,10 +253,10 @@ mod tests {
     #[test]
     fn committed_document_is_current() {
         let committed = include_str!("../../../../docs/openapi/openrelay.json");
-        assert!(
-            committed == super::document(),
-            "docs/openapi/openrelay.json is stale: run \
-             `sandboxd openapi --dialect openrelay > docs/openapi/openrelay.json`"
+        sandboxd_dialect_common::openapi::assert_current(
+            "openrelay",
+            committed,
+            &super::document(),
         );
     }
 

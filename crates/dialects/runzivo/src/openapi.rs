@@ -278,11 +278,7 @@ mod tests {
     #[test]
     fn committed_document_is_current() {
         let committed = include_str!("../../../../docs/openapi/runzivo.json");
-        assert!(
-            committed == super::document(),
-            "docs/openapi/runzivo.json is stale: run \
-             `sandboxd openapi --dialect runzivo > docs/openapi/runzivo.json`"
-        );
+        sandboxd_dialect_common::openapi::assert_current("runzivo", committed, &super::document());
     }
 
     #[test]

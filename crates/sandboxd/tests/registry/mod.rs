@@ -139,6 +139,16 @@ pub fn layouts(work: &Path, outside: &Path) -> PathBuf {
     out
 }
 
+/// A temporary work directory with an `outside` directory that hostile layers aim at,
+/// and the test layouts built into it.
+pub fn test_layouts() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let work = tempfile::tempdir().expect("tempdir");
+    let outside = work.path().join("outside");
+    std::fs::create_dir(&outside).expect("mkdir");
+    let layouts = layouts(work.path(), &outside);
+    (work, outside, layouts)
+}
+
 /// The `big` layout (four layers of 16 MiB of random data) in `work`.
 pub fn big_layout(work: &Path) -> PathBuf {
     random_layout(work, "big-layouts", 16)
