@@ -2,6 +2,9 @@
 //! safe unpacking of untrusted layers into the runtime's content-addressed layer store.
 
 pub mod archive;
+pub mod build_cache;
+pub mod build_context;
+pub mod dockerfile;
 pub mod export;
 pub mod gc;
 pub mod pull;

@@ -254,6 +254,7 @@ impl Images {
             name: name.to_owned(),
             layers,
             config,
+            host_usr: false,
         };
         rt_images::store_image(&self.data_dir, &self.layers, &image)?;
         Ok(image)

@@ -23,6 +23,10 @@ pub struct ImageLayers {
     /// The image's own configuration (OCI `config`); empty for the built-in image.
     #[serde(default)]
     pub config: ImageConfig,
+    /// The host's /usr is bound read-only on its /usr, as on the built-in image (an image
+    /// built from `default` with a Dockerfile keeps needing it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub host_usr: bool,
 }
 
 /// What an OCI image's configuration says about the commands run from it.

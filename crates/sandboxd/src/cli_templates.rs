@@ -2,25 +2,43 @@
 //! (a build runs its steps in a sandbox there and snapshots it).
 
 use crate::cli_http::Target;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Subcommand;
 use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
 
 #[derive(Subcommand)]
 pub enum TemplatesCommand {
     /// Build template NAME: start a sandbox of BASE, run each `--run` step with
     /// `/bin/sh -c` (the first failure stops the build), and save its filesystem.
+    /// With `--file`, build it from a Dockerfile instead, here (over `--data-dir`, with
+    /// the server's `--config`): RUN steps run in sandboxes, COPY/ADD read the build
+    /// context, every step is cached; the template is a stored image.
     Build {
         name: String,
-        #[arg(long, default_value = "default")]
+        #[arg(long, default_value = "default", conflicts_with_all = ["from_image", "file"])]
         from: String,
+        /// Start from OCI image REF, pulled into `--data-dir` first when not stored.
+        #[arg(long = "from-image", value_name = "REF", conflicts_with = "file")]
+        from_image: Option<String>,
         /// A build step (repeatable, run in order).
-        #[arg(long = "run")]
+        #[arg(long = "run", conflicts_with = "file")]
         steps: Vec<String>,
-        /// The template's vCPUs (default: the base's).
+        /// A Dockerfile to build (FROM, RUN, COPY, ADD, ENV, WORKDIR, USER, ARG, LABEL,
+        /// CMD, ENTRYPOINT).
+        #[arg(long, short = 'f')]
+        file: Option<PathBuf>,
+        /// The build context COPY and ADD read from (default: the Dockerfile's directory).
+        #[arg(long, requires = "file")]
+        context: Option<PathBuf>,
+        /// A value for an ARG, KEY=VALUE (repeatable).
+        #[arg(long = "build-arg", requires = "file")]
+        build_args: Vec<String>,
+        /// The template's vCPUs (default: the base's; a Dockerfile's RUN steps: 1).
         #[arg(long)]
         cpu: Option<u32>,
-        /// The template's memory in MiB (default: the base's).
+        /// The template's memory in MiB (default: the base's; a Dockerfile's RUN steps:
+        /// 1024).
         #[arg(long = "memory-mib")]
         memory_mib: Option<u32>,
         /// The disk (writable layer) of its sandboxes in MiB, 0 = no limit (default:
@@ -28,8 +46,25 @@ pub enum TemplatesCommand {
         /// maximum.
         #[arg(long = "disk-mb", visible_alias = "disk-mib")]
         disk_mb: Option<u32>,
-        #[command(flatten)]
-        target: Target,
+        /// The server's data directory (`--file` and `--from-image`).
+        #[arg(
+            long = "data-dir",
+            env = "SANDBOXD_DATA_DIR",
+            default_value = "./.sandboxd"
+        )]
+        data_dir: PathBuf,
+        /// The server's TOML configuration (`--file` and `--from-image`).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Server base URL (http only).
+        #[arg(long, env = "SANDBOXD_URL", default_value = "http://127.0.0.1:7420")]
+        url: String,
+        /// API key (not needed with `--file`).
+        #[arg(long, env = "SANDBOXD_KEY", hide_env_values = true)]
+        key: Option<String>,
+        /// Print the server's JSON instead of the human summary.
+        #[arg(long)]
+        json: bool,
     },
     /// List built-in and workspace templates.
     List {
@@ -60,6 +95,33 @@ fn summary(t: &Value) -> String {
 }
 
 pub fn main(command: TemplatesCommand) -> Result<()> {
+    let command = match command {
+        TemplatesCommand::Build {
+            name,
+            file: Some(file),
+            context,
+            build_args,
+            cpu,
+            memory_mib,
+            disk_mb,
+            data_dir,
+            config,
+            ..
+        } => {
+            return crate::build::main(crate::build::DockerfileBuild {
+                name,
+                file,
+                context,
+                build_args,
+                cpu,
+                memory_mib,
+                disk_mb,
+                data_dir,
+                config,
+            })
+        }
+        other => other,
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -71,12 +133,30 @@ async fn run(command: TemplatesCommand) -> Result<()> {
         TemplatesCommand::Build {
             name,
             from,
+            from_image,
             steps,
             cpu,
             memory_mib,
             disk_mb,
-            target,
+            data_dir,
+            config,
+            url,
+            key,
+            json,
+            ..
         } => {
+            let target = Target {
+                url,
+                key: key.context("--key (or SANDBOXD_KEY) is needed")?,
+                json,
+            };
+            let from = match from_image {
+                Some(reference) => {
+                    pull_if_missing(&reference, data_dir, config.as_deref()).await?;
+                    reference
+                }
+                None => from,
+            };
             let mut body = json!({ "name": name, "from": from, "run": steps });
             if let Some(cpu) = cpu {
                 body["cpu"] = json!(cpu);
@@ -116,4 +196,14 @@ async fn run(command: TemplatesCommand) -> Result<()> {
         false => println!("{}", summary(&v)),
     }
     Ok(())
+}
+
+/// `--from-image`: pulls `reference` into the data directory unless it is stored.
+async fn pull_if_missing(reference: &str, data_dir: PathBuf, config: Option<&Path>) -> Result<()> {
+    let mut config = sandboxd_server::ServerConfig::load(config)?;
+    config.data_dir = data_dir;
+    let store =
+        sandboxd_store::SqliteStore::open(config.data_dir.join(crate::serve::DATABASE_FILE))
+            .context("opening the sandbox database")?;
+    crate::run::ensure_image(&config, &store, reference).await
 }

@@ -3,6 +3,8 @@
 mod bench;
 mod bench_base;
 mod bench_http;
+mod build;
+mod build_run;
 mod cli_http;
 mod cli_images;
 mod cli_images_gc;

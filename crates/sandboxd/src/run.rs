@@ -43,9 +43,9 @@ pub struct RunArgs {
     /// The server's TOML configuration file, for its defaults and limits.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Working directory inside the sandbox.
-    #[arg(long, default_value = "/")]
-    pub cwd: String,
+    /// Working directory inside the sandbox [default: the image's WorkingDir, else /].
+    #[arg(long)]
+    pub cwd: Option<String>,
     /// Extra environment variables, KEY=VALUE.
     #[arg(long = "env", short = 'e')]
     pub env: Vec<String>,
@@ -94,8 +94,9 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-/// Creates the sandbox, runs the command, destroys the sandbox; the exit status byte.
-async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
+/// The engine over the data directory, beside a running server: its store and the
+/// runtime of the configuration's isolation tier.
+pub(crate) fn open_engine(config: &ServerConfig) -> Result<(Arc<Engine>, Arc<SqliteStore>)> {
     let runtime: Arc<dyn Runtime> = match config.isolation {
         Isolation::Container => Arc::new(crate::runtime::open_linux(
             &config.data_dir,
@@ -107,23 +108,33 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
             config.max_ptys_per_sandbox,
         )?),
     };
+    let store = Arc::new(
+        SqliteStore::open(config.data_dir.join(DATABASE_FILE))
+            .context("opening the sandbox database")?,
+    );
+    let engine = Engine::open_beside(EngineConfig {
+        data_dir: config.data_dir.clone(),
+        runtime,
+        store: store.clone(),
+        limits: config.limits(),
+    })
+    .context("opening the engine")?;
+    Ok((engine, store))
+}
+
+/// Creates the sandbox, runs the command, destroys the sandbox; the exit status byte.
+async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
     let network = match (args.network, config.isolation) {
         (Some(NetworkArg::Egress), _) => NetworkMode::Egress,
         (Some(NetworkArg::None), _) | (None, Isolation::Gvisor) => NetworkMode::None,
         (None, Isolation::Container) => NetworkMode::Egress,
     };
-    let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
-        .context("opening the sandbox database")?;
     if args.image != "default" {
+        let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
+            .context("opening the sandbox database")?;
         ensure_image(&config, &store, &args.image).await?;
     }
-    let engine = Engine::open_beside(EngineConfig {
-        data_dir: config.data_dir.clone(),
-        runtime,
-        store: Arc::new(store),
-        limits: config.limits(),
-    })
-    .context("opening the engine")?;
+    let (engine, _store) = open_engine(&config)?;
     engine.accounts().ensure_default_workspace()?;
     let ws = DEFAULT_WORKSPACE.to_owned();
     let request = CreateSandbox {
@@ -159,7 +170,11 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
 }
 
 /// Pulls `image` unless it is stored already.
-async fn ensure_image(config: &ServerConfig, store: &SqliteStore, image: &str) -> Result<()> {
+pub(crate) async fn ensure_image(
+    config: &ServerConfig,
+    store: &SqliteStore,
+    image: &str,
+) -> Result<()> {
     let images = Arc::new(sandboxd_images::Images::open(&config.data_dir)?);
     if images.get(image).is_ok() {
         return Ok(());
@@ -198,7 +213,7 @@ async fn run_in(engine: &Arc<Engine>, ws: &String, id: uuid::Uuid, args: &RunArg
     let cmd = StreamCommand {
         argv,
         env,
-        cwd: Some(args.cwd.clone()),
+        cwd: args.cwd.clone(),
         timeout: NO_TIMEOUT,
         kill_grace: Duration::from_secs(1),
         // The terminal reads every byte: the command waits for it, nothing drops.

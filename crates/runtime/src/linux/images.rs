@@ -189,6 +189,7 @@ pub fn resolve(
     let image = ImageLayers {
         name: name.to_string(),
         layers: vec![layer.digest],
+        host_usr: true,
         ..Default::default()
     };
     save(&record, &image)?;

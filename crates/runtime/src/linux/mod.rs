@@ -231,6 +231,12 @@ impl LinuxRuntime {
         digests.map(|d| self.layers.path(d)).collect()
     }
 
+    /// Whether image `name`'s root gets the host's /usr (the built-in image, and images
+    /// built from it).
+    pub(crate) fn wants_host_usr(&self, name: &str) -> bool {
+        name == DEFAULT_IMAGE || self.resolve_image(name).is_ok_and(|i| i.host_usr)
+    }
+
     /// Host directories of image `name`'s layers, top first.
     fn image_dirs(&self, name: &str) -> Result<Vec<PathBuf>, RuntimeError> {
         let image = self.resolve_image(name)?;

@@ -251,7 +251,7 @@ fn prepare_and_go(
             OwnedFd::from(file)
         }
     };
-    let host_usr = spec.image == super::images::DEFAULT_IMAGE;
+    let host_usr = rt.wants_host_usr(&spec.image);
     rootfs::mount_root(&handle.state_dir, layers, &userns, host_usr)?;
     faults::check("start.mount_root")?;
     let config = InitConfig {

@@ -5,7 +5,7 @@
 use super::bundle::{self, Bundle};
 use super::GvisorRuntime;
 use crate::linux::cgroup::Limits;
-use crate::linux::{io, rootfs, sys, DEFAULT_IMAGE};
+use crate::linux::{io, rootfs, sys};
 use crate::{RuntimeError, SandboxHandle, SandboxSpec};
 use nix::mount::{mount, MsFlags};
 use std::ffi::CString;
@@ -70,7 +70,7 @@ fn launch(
             socket_dir: &socket_dir,
             agent_exe: &rt.linux.config.init_exe,
             hostname: &spec.hostname,
-            host_usr: spec.image == DEFAULT_IMAGE,
+            host_usr: rt.linux.wants_host_usr(&spec.image),
         },
     )?;
     let limits = Limits {
