@@ -7,6 +7,8 @@ use clap::Subcommand;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
+// Parsed once per process: the size of the Build variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum TemplatesCommand {
     /// Build template NAME: start a sandbox of BASE, run each `--run` step with

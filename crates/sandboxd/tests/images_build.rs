@@ -5,9 +5,13 @@
 //! COPY rebuilds from there); refusals with nothing stored and nothing left running;
 //! the export read back by skopeo.
 
+mod openrelay;
 mod registry;
+mod serve_bin;
 
+use openrelay::{Or, MASTER};
 use registry::{run, Registry};
+use serde_json::json;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -302,4 +306,57 @@ fn bad_dockerfiles_fail_clearly_and_store_nothing() {
     std::fs::write(ctx.join("Dockerfile"), "FROM default\n").unwrap();
     let out = build(data.path(), "python", &ctx, &[]);
     assert!(text(&out).contains("built in"), "{}", text(&out));
+}
+
+#[test]
+fn built_beside_a_running_server_and_used_by_the_dialects() {
+    let data = tempfile::tempdir().unwrap();
+    let or = Or::start(data.path(), &[]);
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::write(ctx.path().join("hello.txt"), "hello\n").unwrap();
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        "FROM default\nWORKDIR /opt/w\nCOPY hello.txt .\nENV HELLO=world\nRUN echo ran > r.txt\n",
+    )
+    .unwrap();
+    build_ok(data.path(), "beside", ctx.path(), &[]);
+
+    // Inngest (its `image` extension): files, env and the image's cwd.
+    let id = or.server.create_sandbox(
+        MASTER,
+        &json!({"name": "b", "vcpu": 1, "memoryMb": 256, "image": "beside"}),
+    );
+    let (code, out) = or.server.exec(
+        MASTER,
+        &id,
+        &["/bin/sh", "-c", "pwd; cat hello.txt r.txt; echo $HELLO"],
+    );
+    assert_eq!((code, out.as_str()), (0, "/opt/w\nhello\nran\nworld\n"));
+    or.server.destroy(MASTER, &id);
+    // OpenRelay: a template like any image.
+    let view = or.create(&json!({"template": "beside"}));
+    or.delete(view["id"].as_str().expect("id"));
+
+    // `templates build --from-image`: pulled into the data dir, then an OpenRelay build.
+    let (_work, _outside, layouts) = registry::test_layouts();
+    let registry = Registry::start();
+    registry.push_layout(&layouts.join("good"), "test/base:v1");
+    let url = format!("http://{}", or.server.addr);
+    let out = tool(
+        data.path(),
+        &[
+            "templates",
+            "build",
+            "fromimage",
+            "--from-image",
+            &registry.reference("test/base:v1"),
+            "--url",
+            &url,
+            "--key",
+            MASTER,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let listed = or.get("/v1/sandbox-templates").text();
+    assert!(listed.contains("\"fromimage\""), "{listed}");
 }
