@@ -79,6 +79,8 @@ struct Builder {
     context: BuildContext,
     resources: Resources,
     disk_mb: Option<u32>,
+    /// True once SIGINT came: the build stops at the next step or inside a RUN.
+    interrupted: tokio::sync::watch::Receiver<bool>,
 }
 
 async fn build(config: ServerConfig, args: DockerfileBuild) -> Result<()> {
@@ -103,7 +105,15 @@ async fn build(config: ServerConfig, args: DockerfileBuild) -> Result<()> {
     let (engine, store) = crate::run::open_engine(&config)?;
     engine.accounts().ensure_default_workspace()?;
     let images = Images::open(&config.data_dir)?;
+    let (tx, interrupted) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("sandboxd: interrupted; cleaning up");
+            let _ = tx.send(true);
+        }
+    });
     let b = Builder {
+        interrupted,
         engine,
         store,
         cache: BuildCache::new(&config.data_dir),
@@ -159,6 +169,9 @@ impl Builder {
         let mut state = BuildState::default();
         let mut stdout = std::io::stdout();
         for (n, step) in steps.iter().enumerate() {
+            if *self.interrupted.borrow() {
+                bail!("interrupted");
+            }
             writeln!(
                 stdout,
                 "Step {}/{total} (line {}) : {}",
@@ -298,6 +311,7 @@ impl Builder {
                     resources: self.resources,
                     disk_mb: self.disk_mb,
                     timeout: STEP_TIMEOUT,
+                    interrupted: self.interrupted.clone(),
                 };
                 if let Some(layer) = run.run(&state, argv, &extra).await? {
                     state.push_layer(&layer);

@@ -27,7 +27,13 @@ pub struct RunStep<'a> {
     pub resources: Resources,
     pub disk_mb: Option<u32>,
     pub timeout: Duration,
+    /// Turns true at SIGINT: the step ends, its sandbox is destroyed.
+    pub interrupted: tokio::sync::watch::Receiver<bool>,
 }
+
+/// How much longer than a step its sandbox may live: if the build dies, the server's
+/// expiry ends the sandbox by then.
+const SANDBOX_MARGIN: Duration = Duration::from_secs(300);
 
 impl RunStep<'_> {
     /// Runs `argv` (with `extra` variables over the image's environment) on `state`;
@@ -69,7 +75,7 @@ impl RunStep<'_> {
             environment: BTreeMap::new(),
             secrets: Vec::new(),
             metadata: BTreeMap::new(),
-            timeout: None,
+            timeout: Some(self.timeout + SANDBOX_MARGIN),
             network: None,
             egress: None,
             disk_mb: self.disk_mb,
@@ -112,7 +118,13 @@ impl RunStep<'_> {
             .await
             .context("starting the step's command")?;
         let mut code = None;
-        while let Some(event) = events.next().await {
+        let mut interrupted = self.interrupted.clone();
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                _ = interrupted.wait_for(|v| *v) => bail!("interrupted"),
+            };
+            let Some(event) = event else { break };
             match event {
                 ExecEvent::Output { stream, data } => match stream {
                     StreamKind::Stdout => {

@@ -360,3 +360,43 @@ fn built_beside_a_running_server_and_used_by_the_dialects() {
     let listed = or.get("/v1/sandbox-templates").text();
     assert!(listed.contains("\"fromimage\""), "{listed}");
 }
+
+#[test]
+fn an_interrupted_build_destroys_its_step_sandbox_and_stores_nothing() {
+    use std::io::BufRead;
+    let data = tempfile::tempdir().unwrap();
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        "FROM default\nRUN echo step-is-running && sleep 600\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        .args(["templates", "build", "cut", "--file"])
+        .arg(ctx.path().join("Dockerfile"))
+        .env("SANDBOXD_DATA_DIR", data.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sandboxd");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    // Wait until the step runs inside its sandbox.
+    loop {
+        let line = lines.next().expect("output ended early").unwrap();
+        if line == "step-is-running" {
+            break;
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(!text(&tool(data.path(), &["images", "list"])).contains("cut "));
+    assert_nothing_left(data.path());
+}
