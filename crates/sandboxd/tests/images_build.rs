@@ -359,6 +359,21 @@ fn built_beside_a_running_server_and_used_by_the_dialects() {
     assert!(out.status.success(), "{}", text(&out));
     let listed = or.get("/v1/sandbox-templates").text();
     assert!(listed.contains("\"fromimage\""), "{listed}");
+
+    // That workspace template (a snapshot over the image) as a Dockerfile's FROM.
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        "FROM fromimage\nRUN [\"/usr/bin/bash\", \"-c\", \"echo on-snapshot > /x.txt\"]\n",
+    )
+    .unwrap();
+    build_ok(data.path(), "onsnapshot", ctx.path(), &[]);
+    let got = inside(
+        data.path(),
+        "onsnapshot",
+        "/usr/bin/bash",
+        "cat /x.txt /etc/greeting; echo $IMAGE_VAR",
+    );
+    assert_eq!(got, "on-snapshot\nhello from the image\nfrom-image\n");
 }
 
 #[test]
