@@ -43,7 +43,7 @@ pub struct RunArgs {
     /// The server's TOML configuration file, for its defaults and limits.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Working directory inside the sandbox [default: the image's WorkingDir, else /].
+    /// Working directory inside the sandbox (default: the image's `WorkingDir`, else /).
     #[arg(long)]
     pub cwd: Option<String>,
     /// Extra environment variables, KEY=VALUE.
