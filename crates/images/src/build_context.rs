@@ -115,6 +115,35 @@ impl Context {
     }
 }
 
+impl Context {
+    /// Opens regular file `path` (inside the context) for reading, resolved beneath the
+    /// context's descriptor without following a final symlink.
+    fn open_file(&self, path: &Path) -> Result<std::fs::File, ContextError> {
+        let rel = path.strip_prefix(&self.root).map_err(|_| {
+            ContextError::Refused(format!("{} is outside the build context", path.display()))
+        })?;
+        let fd = rustix::fs::openat2(
+            self.fd.as_fd(),
+            rel,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::XDEV => ContextError::Refused(format!(
+                "{} leads outside the build context",
+                path.display()
+            )),
+            e => ContextError::Io {
+                what: "reading a source",
+                path: path.to_path_buf(),
+                source: e.into(),
+            },
+        })?;
+        Ok(std::fs::File::from(fd))
+    }
+}
+
 fn rustix_fd(fd: &OwnedFd) -> i32 {
     use std::os::fd::AsRawFd;
     fd.as_raw_fd()
@@ -330,14 +359,16 @@ pub fn copy_layer(
             ),
         };
         ensure_dirs(chain, scratch, &target_dir)?;
-        copy_tree(&src.path, &scratch.join(&target), owner, spec.chmod)?;
+        copy_tree(ctx, &src.path, &scratch.join(&target), owner, spec.chmod)?;
     }
     Ok(())
 }
 
 /// Copies `from` (a file, symlink or directory tree, symlinks inside kept as symlinks)
-/// to `to`, owned by `owner`.
+/// to `to`, owned by `owner`. File contents are opened beneath the context again, so a
+/// directory swapped for a symlink meanwhile cannot bring in a file from outside.
 fn copy_tree(
+    ctx: &Context,
     from: &Path,
     to: &Path,
     owner: (u32, u32),
@@ -393,11 +424,7 @@ fn copy_tree(
             std::os::unix::fs::symlink(&target, &dst).map_err(io("copying a link", &dst))?;
             set_owner_mode(&dst, owner.0, owner.1, None)?;
         } else if ft.is_file() {
-            let mut input = std::fs::File::options()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(entry.path())
-                .map_err(io("reading a source", entry.path()))?;
+            let mut input = ctx.open_file(entry.path())?;
             let mut output = std::fs::File::options()
                 .write(true)
                 .create_new(true)
@@ -476,6 +503,10 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("URL"), "{e}");
         assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+        // A directory swapped for a symlink after the walk saw it: contents are opened
+        // beneath the context again.
+        let swapped = ctx.open_file(&ctx.root.join("out/secret")).unwrap_err();
+        assert!(swapped.to_string().contains("outside"), "{swapped}");
         copy_layer(
             &ctx,
             &chain,
