@@ -403,7 +403,7 @@ impl Builder {
         )?;
         crate::run::ensure_image(&self.config, &store, name)
             .await
-            .with_context(|| format!("FROM {name}: not a template or a stored image"))?;
+            .context("not a template or a stored image")?;
         Ok(state_of(self.images.get(name)?))
     }
 
