@@ -59,6 +59,7 @@ pub(crate) fn open(
         argv: &argv,
         env: None,
         cwd: Some(cwd),
+        user: None,
     })?;
     let pty = nix::pty::openpty(None, None)
         .map_err(|e| error(AgentErrorCode::Io, format!("openpty: {e}")))?;

@@ -43,9 +43,9 @@ pub struct RunArgs {
     /// The server's TOML configuration file, for its defaults and limits.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Working directory inside the sandbox.
-    #[arg(long, default_value = "/")]
-    pub cwd: String,
+    /// Working directory inside the sandbox (default: the image's `WorkingDir`, else /).
+    #[arg(long)]
+    pub cwd: Option<String>,
     /// Extra environment variables, KEY=VALUE.
     #[arg(long = "env", short = 'e')]
     pub env: Vec<String>,
@@ -198,7 +198,7 @@ async fn run_in(engine: &Arc<Engine>, ws: &String, id: uuid::Uuid, args: &RunArg
     let cmd = StreamCommand {
         argv,
         env,
-        cwd: Some(args.cwd.clone()),
+        cwd: args.cwd.clone(),
         timeout: NO_TIMEOUT,
         kill_grace: Duration::from_secs(1),
         // The terminal reads every byte: the command waits for it, nothing drops.

@@ -5,6 +5,7 @@ mod exec;
 mod exec_stream;
 mod files;
 mod processes;
+mod shell;
 mod streams;
 mod terminal;
 
@@ -23,6 +24,31 @@ use uuid::Uuid;
 pub use exec_stream::{
     ExecEnd, ExecEvent, ExecStream, OnCap, SandboxEnd, StreamCommand, KILLED_EXIT, TIMED_OUT_EXIT,
 };
+pub use shell::missing_shell;
+
+/// Resolves the image user `spec` through the passwd and group files of `layers`.
+pub(crate) fn user_in_layers(
+    runtime: &dyn sandboxd_runtime::Runtime,
+    layers: &[String],
+    spec: &str,
+) -> Result<sandboxd_agent_protocol::UserIds, EngineError> {
+    use sandboxd_runtime::ImageFile;
+    let read = |path: &str| match runtime.read_image_file(layers, path, 4 << 20) {
+        Ok(ImageFile::Content(bytes)) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+        Ok(ImageFile::Absent) => Ok(None),
+        Ok(ImageFile::Unreadable(why)) => Err(EngineError::invalid(format!(
+            "cannot resolve the image's user {spec:?}: {why}"
+        ))),
+        Err(e) => Err(EngineError::new(
+            ErrorCode::Internal,
+            format!("reading the image's {path}: {e}"),
+        )),
+    };
+    let passwd = read("/etc/passwd")?;
+    let group = read("/etc/group")?;
+    crate::image_user::resolve(spec, passwd.as_deref(), group.as_deref())
+        .map_err(EngineError::invalid)
+}
 
 /// The environment the agent gives a command when none is sent; the engine sends it
 /// itself whenever the sandbox has create-time variables or secrets to add.
@@ -138,6 +164,27 @@ impl Engine {
             .resolve_image(&e.sb.image)
             .ok()
             .map(|i| i.config)
+    }
+
+    /// The ids a command in sandbox `e` runs as: its image's `User`, resolved through
+    /// the image's `/etc/passwd` and `/etc/group` (with the sandbox's snapshot layers
+    /// on top); `None` (root) when the image names none.
+    pub(crate) fn image_user(
+        &self,
+        e: &Entry,
+    ) -> Result<Option<sandboxd_agent_protocol::UserIds>, EngineError> {
+        if e.sb.image == "default" {
+            return Ok(None);
+        }
+        let Ok(image) = self.runtime.resolve_image(&e.sb.image) else {
+            return Ok(None);
+        };
+        let Some(spec) = image.config.user.as_deref() else {
+            return Ok(None);
+        };
+        let mut layers = image.layers.clone();
+        layers.extend(e.extra_layers.iter().cloned());
+        user_in_layers(&*self.runtime, &layers, spec).map(Some)
     }
 
     /// The working directory a command in sandbox `e` gets when it names none: its
