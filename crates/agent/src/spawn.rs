@@ -87,9 +87,8 @@ pub(crate) fn spawn(
     // confinement, which is prepared beforehand.
     let setup = || {
         command_defaults()?;
-        match confine {
-            Some(f) => f()?,
-            None => (),
+        if let Some(f) = confine {
+            f()?;
         }
         match l.user {
             Some(user) => switch_user(user),

@@ -110,6 +110,12 @@ fn in_layer(root: &OwnedFd, dir: &std::path::Path, parts: &[&str], path: &str) -
                 _ => InLayer::Unreadable(format!("{path} is not a regular file")),
             };
         }
+        if kind == fs::FileType::Symlink {
+            // O_PATH | O_NOFOLLOW opened the link itself: not followed, and said so.
+            return InLayer::Unreadable(format!(
+                "/{rel} is a symlink in the image, which sandboxd does not follow to read {path}"
+            ));
+        }
         if kind != fs::FileType::Directory {
             return InLayer::Hidden;
         }
