@@ -183,6 +183,16 @@ async fn runzivo_honours_the_image_user_and_names_a_missing_bash() {
         "uid=1234 gid=2345 cwd=/workspace groups=2345,3456\nIMAGE_VAR=from-image\nbash uid 1234\n"
     );
 
+    // Leaving uid 0 left every capability behind.
+    assert_eq!(
+        s.sh(
+            id,
+            "while read -r k v; do [ \"$k\" = CapEff: ] && echo \"$v\"; done < /proc/self/status; true"
+        )
+        .await,
+        "0000000000000000\n"
+    );
+
     let reply = s
         .json("POST", &s.path(""), &json!({ "image": refs[1] }))
         .await;
