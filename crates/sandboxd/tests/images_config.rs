@@ -193,6 +193,39 @@ async fn runzivo_honours_the_image_user_and_names_a_missing_bash() {
         "0000000000000000\n"
     );
 
+    // The terminal's shell runs as the image's user too.
+    let tickets = s.path(&format!("/{id}/terminal/tickets"));
+    let issued = s
+        .call("POST", &tickets, Some(&s.keys.writer), None, "")
+        .await;
+    assert_eq!(issued.status, 201);
+    let ticket = issued.json()["ticket"].as_str().expect("ticket").to_owned();
+    let url = format!(
+        "ws://{}{}?ticket={ticket}",
+        s.addr,
+        s.path(&format!("/{id}/terminal"))
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("terminal");
+    use futures_util::{SinkExt, StreamExt};
+    ws.send(tokio_tungstenite::tungstenite::Message::Binary(
+        "echo uid-$UID-gid-$(/probe)\n".into(),
+    ))
+    .await
+    .expect("send");
+    let mut seen = String::new();
+    while !seen.contains("uid-1234-gid-uid=1234 gid=2345") {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(30), ws.next()).await;
+        match next.expect("terminal output within 30 s") {
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Binary(d))) => {
+                seen.push_str(&String::from_utf8_lossy(&d))
+            }
+            other => panic!("unexpected {other:?} after {seen:?}"),
+        }
+    }
+    drop(ws);
+
     let reply = s
         .json("POST", &s.path(""), &json!({ "image": refs[1] }))
         .await;
