@@ -12,6 +12,7 @@ struct Passwd<'a> {
     name: &'a str,
     uid: u32,
     gid: u32,
+    home: &'a str,
 }
 
 fn passwd_entries(text: &str) -> impl Iterator<Item = Passwd<'_>> {
@@ -22,6 +23,7 @@ fn passwd_entries(text: &str) -> impl Iterator<Item = Passwd<'_>> {
             name: f[0],
             uid: f[2].parse().ok()?,
             gid: f[3].parse().ok()?,
+            home: f.get(5).copied().unwrap_or(""),
         })
     })
 }
@@ -47,6 +49,15 @@ fn numeric(s: &str) -> Option<u32> {
 
 /// Resolves `spec` with the image's passwd and group files (`None` when absent).
 pub fn resolve(spec: &str, passwd: Option<&str>, group: Option<&str>) -> Result<UserIds, String> {
+    resolve_with_home(spec, passwd, group).map(|(ids, _)| ids)
+}
+
+/// [`resolve`], with the user's home directory when its passwd entry names one.
+pub fn resolve_with_home(
+    spec: &str,
+    passwd: Option<&str>,
+    group: Option<&str>,
+) -> Result<(UserIds, Option<String>), String> {
     let (user, grp) = match spec.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (spec, None),
@@ -93,7 +104,12 @@ pub fn resolve(spec: &str, passwd: Option<&str>, group: Option<&str>) -> Result<
             ));
         }
     }
-    Ok(UserIds { uid, gid, groups })
+    let home = entry
+        .as_ref()
+        .map(|p| p.home)
+        .filter(|h| h.starts_with('/'))
+        .map(str::to_owned);
+    Ok((UserIds { uid, gid, groups }, home))
 }
 
 #[cfg(test)]
@@ -132,5 +148,9 @@ mod tests {
             .unwrap_err()
             .contains("outside the sandbox's ids"));
         assert!(r("1:70000").is_err());
+        let home = |s| resolve_with_home(s, Some(PASSWD), Some(GROUP)).map(|(_, h)| h);
+        assert_eq!(home("app"), Ok(Some("/home/app".into())));
+        assert_eq!(home("1234:1"), Ok(Some("/home/app".into())));
+        assert_eq!(home("4321"), Ok(None));
     }
 }

@@ -80,6 +80,19 @@ fn openrelay_inngest_and_run_honour_user_env_and_workdir() {
         .expect("id")
         .to_owned();
     assert_eq!(probe(&id), APP_USER);
+    // HOME is the user's, from the image's passwd.
+    let r = or.post(
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({"argv": ["/probe", "HOME"]}),
+    );
+    assert!(
+        r.json()["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("\nHOME=/home/app\n"),
+        "{}",
+        r.text()
+    );
     // A command that names its cwd keeps it; the user stays.
     let r = or.post(
         &format!("/v1/sandboxes/{id}/exec"),

@@ -31,7 +31,7 @@ pub(crate) fn user_in_layers(
     runtime: &dyn sandboxd_runtime::Runtime,
     layers: &[String],
     spec: &str,
-) -> Result<sandboxd_agent_protocol::UserIds, EngineError> {
+) -> Result<(sandboxd_agent_protocol::UserIds, Option<String>), EngineError> {
     use sandboxd_runtime::ImageFile;
     let read = |path: &str| match runtime.read_image_file(layers, path, 4 << 20) {
         Ok(ImageFile::Content(bytes)) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
@@ -46,7 +46,7 @@ pub(crate) fn user_in_layers(
     };
     let passwd = read("/etc/passwd")?;
     let group = read("/etc/group")?;
-    crate::image_user::resolve(spec, passwd.as_deref(), group.as_deref())
+    crate::image_user::resolve_with_home(spec, passwd.as_deref(), group.as_deref())
         .map_err(EngineError::invalid)
 }
 
@@ -173,6 +173,14 @@ impl Engine {
         &self,
         e: &Entry,
     ) -> Result<Option<sandboxd_agent_protocol::UserIds>, EngineError> {
+        Ok(self.image_user_and_home(e)?.map(|(ids, _)| ids))
+    }
+
+    /// [`Engine::image_user`] with the user's home directory from the image's passwd.
+    fn image_user_and_home(
+        &self,
+        e: &Entry,
+    ) -> Result<Option<(sandboxd_agent_protocol::UserIds, Option<String>)>, EngineError> {
         if e.sb.image == "default" {
             return Ok(None);
         }
@@ -198,13 +206,19 @@ impl Engine {
         e: &Entry,
     ) -> Result<Option<BTreeMap<String, String>>, EngineError> {
         let image = self.image_config(e).filter(|c| !c.env.is_empty());
-        if e.sb.environment.is_empty() && e.sb.secrets.is_empty() && image.is_none() {
+        // The image user's home (from its passwd), under the image's own `Env`.
+        let home = self.image_user_and_home(e)?.and_then(|(_, home)| home);
+        let nothing_to_add = e.sb.environment.is_empty() && e.sb.secrets.is_empty();
+        if nothing_to_add && image.is_none() && home.is_none() {
             return Ok(None);
         }
         let mut env: BTreeMap<String, String> = AGENT_DEFAULT_ENV
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        if let Some(home) = home {
+            env.insert("HOME".into(), home);
+        }
         // The image's environment, under the sandbox's own.
         if let Some(image) = &image {
             env.extend(image.env_pairs().map(|(k, v)| (k.to_owned(), v.to_owned())));
