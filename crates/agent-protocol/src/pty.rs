@@ -1,4 +1,5 @@
-//! The PTY route: `GET /v1/pty?cols=C&rows=R&cwd=P` with `Upgrade: sandboxd-pty` answers
+//! The PTY route: `GET /v1/pty?cols=C&rows=R&cwd=P` (and optionally `&uid=U&gid=G&groups=…`,
+//! the ids the shell runs as) with `Upgrade: sandboxd-pty` answers
 //! 101 and turns the connection into frames `[kind u8][length u32 BE][payload]`:
 //! `0` data (either way), `1` resize (to the agent: cols u16 BE, rows u16 BE), `2` exit
 //! (from the agent, last: exit code i32 BE, 128+N for signal N).
