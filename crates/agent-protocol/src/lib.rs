@@ -16,8 +16,9 @@
 //! - `GET  /v1/files?path=P` → raw bytes; headers `Content-Length`, `X-File-Mode` (octal),
 //!   `X-File-Mtime` (unix seconds)
 //! - `PUT  /v1/files?path=P&mode=OCTAL` raw body → [`FileWritten`] (atomic replacement)
-//! - `GET  /v1/pty?cols=C&rows=R&cwd=P` with `Upgrade: sandboxd-pty` → 101, then PTY
-//!   frames (see [`pty`]): an interactive login shell on a new terminal
+//! - `GET  /v1/pty?cols=C&rows=R&cwd=P[&uid=U&gid=G&groups=G1,G2]` with
+//!   `Upgrade: sandboxd-pty` → 101, then PTY frames (see [`pty`]): an interactive login
+//!   shell on a new terminal (as that user when given; exec and processes take `user`)
 //!
 //! Every error is a JSON [`AgentError`] body with a stable `code`.
 //!

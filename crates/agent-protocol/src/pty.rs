@@ -1,4 +1,5 @@
-//! The PTY route: `GET /v1/pty?cols=C&rows=R&cwd=P` with `Upgrade: sandboxd-pty` answers
+//! The PTY route: `GET /v1/pty?cols=C&rows=R&cwd=P` (and optionally `&uid=U&gid=G&groups=…`,
+//! the ids the shell runs as) with `Upgrade: sandboxd-pty` answers
 //! 101 and turns the connection into frames `[kind u8][length u32 BE][payload]`:
 //! `0` data (either way), `1` resize (to the agent: cols u16 BE, rows u16 BE), `2` exit
 //! (from the agent, last: exit code i32 BE, 128+N for signal N).
@@ -74,6 +75,17 @@ impl AgentClient {
     /// Starts an interactive login shell on a new PTY of `cols`×`rows` in `cwd` and
     /// returns the upgraded connection carrying its frames.
     pub async fn open_pty(&self, cols: u16, rows: u16, cwd: &str) -> Result<PtyIo, ClientError> {
+        self.open_pty_as(cols, rows, cwd, None).await
+    }
+
+    /// [`AgentClient::open_pty`], the shell running as `user` when given.
+    pub async fn open_pty_as(
+        &self,
+        cols: u16,
+        rows: u16,
+        cwd: &str,
+        user: Option<&crate::UserIds>,
+    ) -> Result<PtyIo, ClientError> {
         let socket = self.socket();
         let stream = tokio::net::UnixStream::connect(socket)
             .await
@@ -86,12 +98,21 @@ impl AgentClient {
             .map_err(|e| ClientError::Protocol(format!("handshake failed: {e}")))?;
         tokio::spawn(conn.with_upgrades());
         let cwd = crate::query::encode_component(cwd);
-        let req = hyper::Request::get(format!("/v1/pty?cols={cols}&rows={rows}&cwd={cwd}"))
-            .header("host", "agent")
-            .header("connection", "upgrade")
-            .header("upgrade", UPGRADE)
-            .body(crate::transport::empty())
-            .map_err(|e| ClientError::Protocol(format!("bad request: {e}")))?;
+        let as_user = match user {
+            Some(u) => {
+                let groups: Vec<String> = u.groups.iter().map(u32::to_string).collect();
+                format!("&uid={}&gid={}&groups={}", u.uid, u.gid, groups.join(","))
+            }
+            None => String::new(),
+        };
+        let req = hyper::Request::get(format!(
+            "/v1/pty?cols={cols}&rows={rows}&cwd={cwd}{as_user}"
+        ))
+        .header("host", "agent")
+        .header("connection", "upgrade")
+        .header("upgrade", UPGRADE)
+        .body(crate::transport::empty())
+        .map_err(|e| ClientError::Protocol(format!("bad request: {e}")))?;
         let mut resp = sender
             .send_request(req)
             .await

@@ -57,6 +57,9 @@ pub struct StartProcess {
     /// when that reader goes away. Until a holder comes, the first ring-full is kept.
     #[serde(default)]
     pub hold_output: bool,
+    /// Run as this user instead of root (the image's `User`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<UserIds>,
 }
 
 /// One process as the agent knows it.
@@ -103,6 +106,19 @@ pub struct ExecRequest {
     pub timeout_ms: u64,
     /// Kill the command's process group once stdout+stderr exceed this many bytes.
     pub max_output_bytes: u64,
+    /// Run as this user instead of root (the image's `User`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<UserIds>,
+}
+
+/// The ids a command runs as: uid, primary gid and supplementary groups (sandbox ids).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct UserIds {
+    pub uid: u32,
+    pub gid: u32,
+    #[serde(default)]
+    pub groups: Vec<u32>,
 }
 
 /// Answer of `POST /v1/exec`.

@@ -35,6 +35,7 @@ pub(crate) async fn exec(shared: &Arc<Shared>, req: ExecRequest) -> Result<ExecR
         argv: &req.argv,
         env: req.env.as_ref(),
         cwd: req.cwd.as_deref(),
+        user: req.user.as_ref(),
     };
     let s = spawn(
         &launch,

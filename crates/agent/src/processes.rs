@@ -23,6 +23,7 @@ pub(crate) fn start(shared: &Arc<Shared>, req: StartProcess) -> Result<ProcessIn
         argv: &req.argv,
         env: req.env.as_ref(),
         cwd: req.cwd.as_deref(),
+        user: req.user.as_ref(),
     };
     let spawned = spawn(
         &launch,

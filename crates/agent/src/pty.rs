@@ -12,7 +12,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use sandboxd_agent_protocol::pty::{PtyFrame, UPGRADE};
-use sandboxd_agent_protocol::{AgentError, AgentErrorCode};
+use sandboxd_agent_protocol::{AgentError, AgentErrorCode, UserIds};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -49,6 +49,7 @@ pub(crate) fn open(
     cols: u16,
     rows: u16,
     cwd: &str,
+    user: Option<UserIds>,
 ) -> Result<Response<Body>, AgentError> {
     let upgrade = req.headers().get(http::header::UPGRADE);
     if !upgrade.is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(UPGRADE.as_bytes())) {
@@ -59,13 +60,14 @@ pub(crate) fn open(
         argv: &argv,
         env: None,
         cwd: Some(cwd),
+        user: None,
     })?;
     let pty = nix::pty::openpty(None, None)
         .map_err(|e| error(AgentErrorCode::Io, format!("openpty: {e}")))?;
     cloexec(pty.master.as_raw_fd());
     cloexec(pty.slave.as_raw_fd());
     set_size(pty.master.as_raw_fd(), cols, rows);
-    let (pid, exit) = start_shell(shared, &argv, cwd, pty.slave)?;
+    let (pid, exit) = start_shell(shared, &argv, cwd, pty.slave, user)?;
     tokio::spawn(async move {
         match hyper::upgrade::on(req).await {
             Ok(upgraded) => bridge(TokioIo::new(upgraded), pty.master, pid, exit).await,
@@ -86,6 +88,7 @@ fn start_shell(
     argv: &[String],
     cwd: &str,
     slave: OwnedFd,
+    user: Option<UserIds>,
 ) -> Result<(u32, oneshot::Receiver<Exit>), AgentError> {
     let stdio = |fd: &OwnedFd| fd.try_clone().map(Stdio::from).map_err(io_error("pty"));
     let mut cmd = Command::new(&argv[0]);
@@ -105,8 +108,11 @@ fn start_shell(
                 return Err(std::io::Error::last_os_error());
             }
             spawn::command_defaults()?;
-            match &confine {
-                Some(f) => f(),
+            if let Some(f) = &confine {
+                f()?;
+            }
+            match &user {
+                Some(user) => spawn::switch_user(user),
                 None => Ok(()),
             }
         });

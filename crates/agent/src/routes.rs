@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use sandboxd_agent_protocol::query::parse_query;
 use sandboxd_agent_protocol::{
-    AgentError, AgentErrorCode, Health, SignalRequest, PROTOCOL_VERSION,
+    AgentError, AgentErrorCode, Health, SignalRequest, UserIds, PROTOCOL_VERSION,
 };
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -134,7 +134,27 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             };
             let (cols, rows) = (size("cols", 80)?, size("rows", 24)?);
             let cwd = query.get("cwd").unwrap_or("/").to_owned();
-            crate::pty::open(shared, req, cols, rows, &cwd)
+            let id = |k: &str| -> Result<Option<u32>, AgentError> {
+                query
+                    .number(k)?
+                    .map(|n| u32::try_from(n).map_err(|_| invalid(format!("{k} is out of range"))))
+                    .transpose()
+            };
+            let user = match (id("uid")?, id("gid")?) {
+                (Some(uid), Some(gid)) => {
+                    let groups = query
+                        .get("groups")
+                        .unwrap_or("")
+                        .split(',')
+                        .filter(|g| !g.is_empty())
+                        .map(|g| g.parse().map_err(|_| invalid("groups must be numbers")))
+                        .collect::<Result<Vec<u32>, AgentError>>()?;
+                    Some(UserIds { uid, gid, groups })
+                }
+                (None, None) => None,
+                _ => return Err(invalid("uid and gid come together")),
+            };
+            crate::pty::open(shared, req, cols, rows, &cwd, user)
         }
         (&Method::GET, ["logs"]) => {
             let start = Start {

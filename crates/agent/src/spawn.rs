@@ -8,7 +8,7 @@ use crate::vfork::{self, Program};
 use crate::ConfineFn;
 use nix::fcntl::OFlag;
 use nix::unistd::pipe2;
-use sandboxd_agent_protocol::{AgentError, AgentErrorCode};
+use sandboxd_agent_protocol::{AgentError, AgentErrorCode, UserIds};
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -20,6 +20,8 @@ pub(crate) struct Launch<'a> {
     pub argv: &'a [String],
     pub env: Option<&'a BTreeMap<String, String>>,
     pub cwd: Option<&'a str>,
+    /// Switch to these ids (after the confinement) instead of running as root.
+    pub user: Option<&'a UserIds>,
 }
 
 /// A started child: its PID (also its process group), output pipes and exit status.
@@ -85,8 +87,11 @@ pub(crate) fn spawn(
     // confinement, which is prepared beforehand.
     let setup = || {
         command_defaults()?;
-        match confine {
-            Some(f) => f(),
+        if let Some(f) = confine {
+            f()?;
+        }
+        match l.user {
+            Some(user) => switch_user(user),
             None => Ok(()),
         }
     };
@@ -113,6 +118,38 @@ pub(crate) fn command_defaults() -> std::io::Result<()> {
     sandboxd_confine::descriptors::close_on_exec_from(3)?;
     neutral_oom_score();
     command_open_files()
+}
+
+/// Becomes `user`: supplementary groups, gid, then uid, by raw syscalls (glibc's
+/// wrappers signal every thread of the process, which a vfork child shares with the
+/// agent). Leaving uid 0 drops every capability. Runs after the confinement, which
+/// keeps CAP_SETUID and CAP_SETGID for this.
+pub(crate) fn switch_user(user: &UserIds) -> std::io::Result<()> {
+    let check = |rc: libc::c_long| match rc {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    };
+    let groups: &[libc::gid_t] = &user.groups;
+    // SAFETY: raw id syscalls with plain integers and a slice that outlives the call.
+    unsafe {
+        check(libc::syscall(
+            libc::SYS_setgroups,
+            groups.len(),
+            groups.as_ptr(),
+        ))?;
+        check(libc::syscall(
+            libc::SYS_setresgid,
+            user.gid,
+            user.gid,
+            user.gid,
+        ))?;
+        check(libc::syscall(
+            libc::SYS_setresuid,
+            user.uid,
+            user.uid,
+            user.uid,
+        ))
+    }
 }
 
 /// Lowers the soft `RLIMIT_NOFILE` to [`COMMAND_OPEN_FILES`] (a command may raise it
@@ -172,6 +209,7 @@ mod tests {
             argv: &argv,
             env: env.as_ref(),
             cwd,
+            user: None,
         })
         .is_ok()
     }

@@ -15,6 +15,7 @@ fn exec_req(script: &str, timeout_ms: u64, max_output_bytes: u64) -> ExecRequest
         cwd: None,
         timeout_ms,
         max_output_bytes,
+        user: None,
     }
 }
 

@@ -58,6 +58,7 @@ async fn bad_commands_are_invalid_arguments() {
             cwd: req.cwd.clone(),
             timeout_ms: 0,
             max_output_bytes: 0,
+            user: None,
         };
         assert_eq!(
             code(c.exec(&exec).await),

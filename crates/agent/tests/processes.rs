@@ -288,6 +288,7 @@ async fn a_held_process_waits_for_its_slow_holder_and_loses_nothing() {
     let c = &agent.client;
     let req = StartProcess {
         hold_output: true,
+        user: None,
         ..sh("seq 1 300000")
     };
     let p = c.start_process(&req).await.unwrap();

@@ -98,6 +98,7 @@ async fn standalone_agent_is_small_and_reaps_orphans() {
         cwd: None,
         timeout_ms: 0,
         max_output_bytes: 0,
+        user: None,
     };
     assert_eq!(client.exec(&req).await.unwrap().exit_code, Some(0));
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -12,6 +12,7 @@ mod engine;
 pub mod error;
 mod faults;
 pub mod idempotency;
+pub mod image_user;
 mod lifecycle;
 mod locks;
 pub mod model;
@@ -27,6 +28,7 @@ pub mod state;
 pub mod templates;
 pub mod terminal;
 pub mod validate;
+mod workspace_image;
 
 pub use accounts::{ApiKeyInfo, Principal, Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
 pub use disk_admission::DiskPolicy;
@@ -36,8 +38,8 @@ pub use idempotency::{Remembered, IDEMPOTENCY_TTL};
 pub use lifecycle::deadline::Deadlines;
 pub use model::*;
 pub use ops::{
-    ExecEnd, ExecEvent, ExecStream, OnCap, SandboxEnd, StreamCommand, AGENT_DEFAULT_ENV,
-    KILLED_EXIT, TIMED_OUT_EXIT,
+    missing_shell, ExecEnd, ExecEvent, ExecStream, OnCap, SandboxEnd, StreamCommand,
+    AGENT_DEFAULT_ENV, KILLED_EXIT, TIMED_OUT_EXIT,
 };
 pub use output::{OutputChunk, OutputEvent, OutputStream, ProcessExit, StreamKind};
 pub use quota::{CreateRate, Quota};

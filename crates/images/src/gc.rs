@@ -82,7 +82,7 @@ impl Images {
     fn exclusive_gc_lock(&mut self) -> Result<Flock<std::fs::File>, ImageError> {
         let busy = || {
             ImageError::Busy(
-                "a pull or import is running (or another prune); try again when it is done".into(),
+                "a pull, an import or a sandbox start is running (or another prune); try again when it is done".into(),
             )
         };
         let shared = self.gc_lock.take().ok_or_else(busy)?;

@@ -39,7 +39,8 @@ pub struct Images {
 
 const OWNER_PREFIX: &str = ".owner-";
 const SCRATCH_PREFIX: &str = ".tmp-pull-";
-pub(crate) const GC_LOCK: &str = ".lock-gc";
+/// The collector lock, shared with the runtime's starts (they hold it while they pin).
+pub(crate) const GC_LOCK: &str = sandboxd_runtime::linux::layer_pins::GC_LOCK;
 
 /// A file that is removed when dropped unless kept.
 pub struct TempFile {

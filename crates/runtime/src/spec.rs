@@ -52,6 +52,15 @@ pub struct ImageConfig {
     pub manifest_digest: Option<String>,
 }
 
+/// A file read from an image's layers on the host ([`crate::Runtime::read_image_file`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageFile {
+    Absent,
+    Content(Vec<u8>),
+    /// There, but not read: why (a symlink on the way, too large, not a regular file).
+    Unreadable(String),
+}
+
 impl ImageConfig {
     /// The image's environment as pairs (entries without `=` are left out).
     pub fn env_pairs(&self) -> impl Iterator<Item = (&str, &str)> {

@@ -318,6 +318,7 @@ async fn exec_true(handle: &SandboxHandle) -> Result<()> {
             cwd: None,
             timeout_ms: 10_000,
             max_output_bytes: 1 << 20,
+            user: None,
         })
         .await?;
     anyhow::ensure!(

@@ -295,14 +295,6 @@ impl Builder {
                     println!(" ---> cached");
                     return Ok(hit);
                 }
-                if let Some(user) = state.config.user.as_deref() {
-                    if !matches!(user, "root" | "0" | "0:0" | "root:root") {
-                        bail!(
-                            "RUN after USER {user} is not supported yet (steps run as root): \
-                             put USER after the RUN steps"
-                        );
-                    }
-                }
                 let run = RunStep {
                     engine: &self.engine,
                     store: &self.store,

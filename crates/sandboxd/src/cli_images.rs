@@ -47,9 +47,12 @@ pub enum ImagesCommand {
         dir: DataDirArg,
     },
     /// Remove image NAME (any spelling of its reference); refused while a live sandbox,
-    /// a snapshot or a template uses it. Its layers stay until `images prune`.
+    /// a snapshot or a template uses it. Then collects the layers nothing uses any more.
     Rm {
         name: String,
+        /// Spare unused layers younger than this.
+        #[arg(long, default_value_t = 600)]
+        grace_seconds: u64,
         #[command(flatten)]
         dir: DataDirArg,
     },
@@ -133,7 +136,11 @@ pub fn main(command: ImagesCommand) -> Result<()> {
             });
             println!("{}", serde_json::to_string_pretty(&view)?);
         }
-        ImagesCommand::Rm { name, dir } => {
+        ImagesCommand::Rm {
+            name,
+            grace_seconds,
+            dir,
+        } => {
             let images = Images::open(&dir.data_dir)?;
             let stored = images
                 .get(&name)
@@ -147,11 +154,21 @@ pub fn main(command: ImagesCommand) -> Result<()> {
                 );
             }
             println!("{}", images.remove(&stored.name)?);
+            drop(images);
+            // Its layers go now unless something else uses them (or they are young).
+            let grace = std::time::Duration::from_secs(grace_seconds);
+            match crate::cli_images_gc::collect(&dir.data_dir, grace) {
+                Ok(report) => eprintln!(
+                    "{} layers deleted, {} bytes freed",
+                    report.layers.len(),
+                    report.bytes
+                ),
+                Err(e) => eprintln!("layers not collected now: {e:#}"),
+            }
         }
         ImagesCommand::Prune { grace_seconds, dir } => {
-            let mut images = Images::open(&dir.data_dir)?;
-            let keep = crate::cli_images_gc::layers_in_use(&images, &dir.open()?)?;
-            let report = images.prune(&keep, std::time::Duration::from_secs(grace_seconds))?;
+            let grace = std::time::Duration::from_secs(grace_seconds);
+            let report = crate::cli_images_gc::collect(&dir.data_dir, grace)?;
             for layer in &report.layers {
                 println!("deleted layer {layer}");
             }

@@ -57,9 +57,11 @@ pub fn users_of(images: &Images, store: &SqliteStore, name: &str) -> Result<Vec<
     Ok(users)
 }
 
-/// Layers that snapshots, templates and live sandboxes use, with their images' layers.
+/// Layers that snapshots, templates and live sandboxes use, with their images' layers
+/// (also those every live sandbox's state dir lists: its image record may be gone).
 pub fn layers_in_use(images: &Images, store: &SqliteStore) -> Result<HashSet<String>> {
-    let mut keep = HashSet::new();
+    let mut keep =
+        sandboxd_runtime::linux::layer_pins::pinned_layers(&images.data_dir().join("sandboxes"));
     let mut image_names = HashSet::new();
     for sb in store.sandboxes_in_status(&ACTIVE_STATUSES)? {
         keep.extend(sb.extra_layers);
@@ -75,4 +77,16 @@ pub fn layers_in_use(images: &Images, store: &SqliteStore) -> Result<HashSet<Str
         }
     }
     Ok(keep)
+}
+
+/// One collection over `data_dir`: every stored layer nothing uses and older than
+/// `grace` is deleted (`images prune`, `images rm` and the server's collector).
+pub fn collect(
+    data_dir: &std::path::Path,
+    grace: std::time::Duration,
+) -> Result<sandboxd_images::gc::PruneReport> {
+    let mut images = Images::open(data_dir)?;
+    let store = SqliteStore::open(data_dir.join(crate::serve::DATABASE_FILE))?;
+    let keep = layers_in_use(&images, &store)?;
+    Ok(images.prune(&keep, grace)?)
 }

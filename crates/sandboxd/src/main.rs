@@ -11,9 +11,11 @@ mod cli_images_gc;
 mod cli_registry;
 mod cli_sandbox;
 mod cli_templates;
+mod cli_workspace;
 mod gvisor_agent;
 mod init;
 mod keys;
+mod layer_collector;
 mod network_policy;
 mod quota;
 mod run;
@@ -70,6 +72,9 @@ enum Command {
     /// Credentials per OCI registry, used by `images pull`.
     #[command(subcommand)]
     Registry(cli_registry::RegistryCommand),
+    /// A workspace's settings in the data directory: its default image.
+    #[command(subcommand)]
+    Workspace(cli_workspace::WorkspaceCommand),
     /// Templates through a server's OpenRelay API: build, list, delete.
     #[command(subcommand)]
     Templates(cli_templates::TemplatesCommand),
@@ -137,6 +142,7 @@ fn main() -> std::process::ExitCode {
         Command::Images(command) => report("images", cli_images::main(command)),
         Command::Registry(command) => report("registry", cli_registry::main(command)),
         Command::Templates(command) => report("templates", cli_templates::main(command)),
+        Command::Workspace(command) => report("workspace", cli_workspace::main(command)),
         Command::Bench(args) => match bench::main(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(err) => {

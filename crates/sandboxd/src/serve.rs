@@ -90,6 +90,7 @@ async fn run(mut config: ServerConfig) -> Result<()> {
         limits: config.limits(),
     })
     .context("opening the engine")?;
+    crate::layer_collector::spawn(config.data_dir.clone(), config.layer_gc);
     let served = sandboxd_server::serve(config, engine, sandboxd_server::shutdown_signal()).await;
     // Sandboxes keep running for the next start; the warm inits are ours alone.
     if let Some(linux) = linux {

@@ -50,6 +50,7 @@ fn run_probe(handle: &SandboxHandle, probe: &Path, args: Vec<String>) -> String 
         cwd: None,
         timeout_ms: 120_000,
         max_output_bytes: 1 << 20,
+        user: None,
     };
     let result = rt.block_on(client.exec(&req)).expect("exec probe");
     let decode = |s: &str| {

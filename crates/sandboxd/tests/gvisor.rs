@@ -440,6 +440,7 @@ fn a_sandbox_past_its_memory_limit_ends_whole_and_destroy_still_cleans_it() {
         cwd: None,
         timeout_ms: 60_000,
         max_output_bytes: 1 << 16,
+        user: None,
     };
     let result = block_on(client.exec(&req));
     assert!(
@@ -523,6 +524,7 @@ fn processes_get_signals_and_keep_their_output_under_gvisor() {
         env: None,
         cwd: None,
         hold_output: false,
+        user: None,
     };
     block_on(client.start_process(&start)).expect("start process");
     common::wait_for("the process is ready", || {

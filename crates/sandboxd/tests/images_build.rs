@@ -415,3 +415,28 @@ fn an_interrupted_build_destroys_its_step_sandbox_and_stores_nothing() {
     assert!(!text(&tool(data.path(), &["images", "list"])).contains("cut "));
     assert_nothing_left(data.path());
 }
+
+#[test]
+fn run_after_user_runs_as_that_user() {
+    let data = tempfile::tempdir().unwrap();
+    let ctx = tempfile::tempdir().unwrap();
+    let c = ctx.path();
+    std::fs::write(
+        c.join("Dockerfile"),
+        "FROM default\n\
+         RUN id -u > /tmp/root-uid\n\
+         USER 4321:4321\n\
+         RUN echo \"step-uid-$(id -u)-gid-$(id -g)\" && cp /tmp/root-uid /tmp/copied\n",
+    )
+    .unwrap();
+    let out = build_ok(data.path(), "asuser", c, &[]);
+    assert!(out.contains("step-uid-4321-gid-4321"), "{out}");
+    let got = inside(
+        data.path(),
+        "asuser",
+        "/bin/sh",
+        "id -u; cat /tmp/root-uid; stat -c %u /tmp/copied",
+    );
+    assert_eq!(got, "4321\n0\n4321\n");
+    assert_nothing_left(data.path());
+}

@@ -40,6 +40,7 @@ fn start(handle: &SandboxHandle, script: &str) -> Uuid {
         env: None,
         cwd: None,
         hold_output: false,
+        user: None,
     }))
     .expect("start");
     id

@@ -10,10 +10,12 @@ mod abuse;
 mod connections;
 mod disk;
 mod isolation;
+mod layer_gc;
 mod registries;
 
 pub use connections::ConnectionLimits;
 pub use isolation::Isolation;
+pub use layer_gc::LayerGc;
 
 /// Where and how the server runs.
 #[derive(Clone, PartialEq, Eq)]
@@ -67,6 +69,8 @@ pub struct ServerConfig {
     pub insecure_registries: Vec<String>,
     /// The tier sandboxes run on: `container` (default) or `gvisor` (needs `runsc`).
     pub isolation: Isolation,
+    /// The background layer collector's schedule.
+    pub layer_gc: LayerGc,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +97,7 @@ impl Default for ServerConfig {
             shutdown_grace_seconds: 30,
             insecure_registries: Vec::new(),
             isolation: Isolation::Container,
+            layer_gc: Default::default(),
         }
     }
 }
@@ -124,6 +129,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
             .field("insecure_registries", &self.insecure_registries)
             .field("isolation", &self.isolation)
+            .field("layer_gc", &self.layer_gc)
             .finish()
     }
 }
@@ -175,6 +181,7 @@ struct FileLayer {
     shutdown_grace_seconds: Option<u64>,
     insecure_registries: Option<Vec<String>>,
     isolation: Option<Isolation>,
+    layer_gc: Option<layer_gc::LayerGcLayer>,
 }
 
 impl ServerConfig {
@@ -248,6 +255,7 @@ impl ServerConfig {
             shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
             insecure_registries: registries::from_env(&env)?,
             isolation: isolation::from_env(&env)?,
+            layer_gc: layer_gc::LayerGcLayer::from_env(&env)?,
         });
         registries::check(&config.insecure_registries).map_err(ConfigError::Inconsistent)?;
         config.check_disk()?;
@@ -333,6 +341,9 @@ impl ServerConfig {
         }
         if let Some(list) = layer.insecure_registries {
             self.insecure_registries = list;
+        }
+        if let Some(gc) = layer.layer_gc {
+            gc.apply(&mut self.layer_gc);
         }
     }
 

@@ -112,6 +112,11 @@ pub trait Store: Send + Sync + 'static {
     fn set_quota_override(&self, quota: &QuotaOverrideRecord) -> StoreResult<()>;
     fn get_quota_override(&self, workspace: &str) -> StoreResult<Option<QuotaOverrideRecord>>;
 
+    // Default images (one per workspace, optional).
+    /// Sets (`None`: clears) the image creates of `workspace` that name none start from.
+    fn set_workspace_image(&self, workspace: &str, image: Option<&str>) -> StoreResult<()>;
+    fn get_workspace_image(&self, workspace: &str) -> StoreResult<Option<String>>;
+
     // Idempotency.
     /// Inserts the record; false (and nothing changed) when the key is already taken.
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool>;

@@ -38,6 +38,7 @@ pub fn process(argv: &[&str]) -> StartProcess {
         env: None,
         cwd: None,
         hold_output: false,
+        user: None,
     }
 }
 

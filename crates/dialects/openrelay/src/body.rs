@@ -16,6 +16,10 @@ pub const MAX_WAIT_SECONDS: u64 = 120;
 pub const MIN_CPU_REQUEST: f64 = 0.25;
 pub const MIN_MEMORY_REQUEST_MIB: u32 = 128;
 
+/// The shell that runs a run's `cmd` (as `sh -c`), and what it does, for errors.
+pub const SHELL: &str = "/bin/sh";
+pub const SHELL_PURPOSE: &str = "runs a command's cmd (sh -c)";
+
 /// A command: `cmd` run by `/bin/sh -c`, or an `argv` run as is (exactly one of them).
 #[derive(Debug, Clone, Deserialize, PartialEq, utoipa::ToSchema)]
 #[schema(as = Run)]
@@ -38,7 +42,7 @@ impl RunSpec {
     pub fn argv(&self) -> Result<Vec<String>, ApiError> {
         match (&self.cmd, &self.argv) {
             (Some(cmd), None) if !cmd.trim().is_empty() => {
-                Ok(vec!["/bin/sh".into(), "-c".into(), cmd.clone()])
+                Ok(vec![SHELL.into(), "-c".into(), cmd.clone()])
             }
             (None, Some(argv)) if !argv.is_empty() => Ok(argv.clone()),
             (Some(_), Some(_)) => Err(ApiError::invalid("run takes cmd or argv, not both")),

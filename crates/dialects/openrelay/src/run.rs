@@ -1,7 +1,7 @@
 //! Running a command in a sandbox for a create's `run` or an exec: a managed process
 //! whose live output becomes events and, folded, the `result`.
 
-use crate::body::RunSpec;
+use crate::body::{RunSpec, SHELL, SHELL_PURPOSE};
 use crate::error::ApiError;
 use crate::events::{Emitter, Event};
 use crate::views::ResultView;
@@ -79,7 +79,16 @@ async fn drive(
         on_cap: OnCap::Discard,
         max_sessions: usize::MAX,
     };
-    let (exec_id, mut events) = engine.exec_stream_with_id(ws, id, cmd).await?;
+    let (exec_id, mut events) = match engine.exec_stream_with_id(ws, id, cmd).await {
+        Ok(started) => started,
+        Err(e) if spec.cmd.is_some() => {
+            return Err(engine
+                .explain_missing_shell(ws, id, SHELL, SHELL_PURPOSE, e)
+                .await
+                .into())
+        }
+        Err(e) => return Err(e.into()),
+    };
     result.exec_id = exec_id.to_string();
     out.emit(Event::Started {
         exec_id: result.exec_id.clone(),

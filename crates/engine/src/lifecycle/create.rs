@@ -181,9 +181,17 @@ impl Engine {
         };
         let disk_mb = crate::disk::choose(req.disk_mb, inherited_disk, &self.limits)?;
         let name = image.clone();
-        self.blocking(move |rt| rt.resolve_image(&name))
+        let resolved = self
+            .blocking(move |rt| rt.resolve_image(&name))
             .await?
             .map_err(|e| runtime_error("cannot resolve the image", e))?;
+        // An image user that does not resolve is refused now, not at the first command.
+        if let Some(spec) = resolved.config.user.clone() {
+            let mut layers = resolved.layers;
+            layers.extend(extra_layers.iter().cloned());
+            self.blocking(move |rt| crate::ops::user_in_layers(rt, &layers, &spec))
+                .await??;
+        }
         let expires_at = match req.timeout {
             None => None,
             Some(t) => Some(

@@ -35,6 +35,7 @@ impl Engine {
                     cwd: cmd.cwd.or_else(|| self.image_cwd(e)),
                     timeout_ms,
                     max_output_bytes: cmd.max_output_bytes,
+                    user: self.image_user(e)?,
                 };
                 Ok(async move { client.exec(&req).await })
             })

@@ -5,6 +5,7 @@ mod exec;
 mod exec_stream;
 mod files;
 mod processes;
+mod shell;
 mod streams;
 mod terminal;
 
@@ -23,6 +24,31 @@ use uuid::Uuid;
 pub use exec_stream::{
     ExecEnd, ExecEvent, ExecStream, OnCap, SandboxEnd, StreamCommand, KILLED_EXIT, TIMED_OUT_EXIT,
 };
+pub use shell::missing_shell;
+
+/// Resolves the image user `spec` through the passwd and group files of `layers`.
+pub(crate) fn user_in_layers(
+    runtime: &dyn sandboxd_runtime::Runtime,
+    layers: &[String],
+    spec: &str,
+) -> Result<(sandboxd_agent_protocol::UserIds, Option<String>), EngineError> {
+    use sandboxd_runtime::ImageFile;
+    let read = |path: &str| match runtime.read_image_file(layers, path, 4 << 20) {
+        Ok(ImageFile::Content(bytes)) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+        Ok(ImageFile::Absent) => Ok(None),
+        Ok(ImageFile::Unreadable(why)) => Err(EngineError::invalid(format!(
+            "cannot resolve the image's user {spec:?}: {why}"
+        ))),
+        Err(e) => Err(EngineError::new(
+            ErrorCode::Internal,
+            format!("reading the image's {path}: {e}"),
+        )),
+    };
+    let passwd = read("/etc/passwd")?;
+    let group = read("/etc/group")?;
+    crate::image_user::resolve_with_home(spec, passwd.as_deref(), group.as_deref())
+        .map_err(EngineError::invalid)
+}
 
 /// The environment the agent gives a command when none is sent; the engine sends it
 /// itself whenever the sandbox has create-time variables or secrets to add.
@@ -140,6 +166,35 @@ impl Engine {
             .map(|i| i.config)
     }
 
+    /// The ids a command in sandbox `e` runs as: its image's `User`, resolved through
+    /// the image's `/etc/passwd` and `/etc/group` (with the sandbox's snapshot layers
+    /// on top); `None` (root) when the image names none.
+    pub(crate) fn image_user(
+        &self,
+        e: &Entry,
+    ) -> Result<Option<sandboxd_agent_protocol::UserIds>, EngineError> {
+        Ok(self.image_user_and_home(e)?.map(|(ids, _)| ids))
+    }
+
+    /// [`Engine::image_user`] with the user's home directory from the image's passwd.
+    fn image_user_and_home(
+        &self,
+        e: &Entry,
+    ) -> Result<Option<(sandboxd_agent_protocol::UserIds, Option<String>)>, EngineError> {
+        if e.sb.image == "default" {
+            return Ok(None);
+        }
+        let Ok(image) = self.runtime.resolve_image(&e.sb.image) else {
+            return Ok(None);
+        };
+        let Some(spec) = image.config.user.as_deref() else {
+            return Ok(None);
+        };
+        let mut layers = image.layers.clone();
+        layers.extend(e.extra_layers.iter().cloned());
+        user_in_layers(&*self.runtime, &layers, spec).map(Some)
+    }
+
     /// The working directory a command in sandbox `e` gets when it names none: its
     /// image's `WorkingDir`.
     pub(crate) fn image_cwd(&self, e: &Entry) -> Option<String> {
@@ -151,13 +206,19 @@ impl Engine {
         e: &Entry,
     ) -> Result<Option<BTreeMap<String, String>>, EngineError> {
         let image = self.image_config(e).filter(|c| !c.env.is_empty());
-        if e.sb.environment.is_empty() && e.sb.secrets.is_empty() && image.is_none() {
+        // The image user's home (from its passwd), under the image's own `Env`.
+        let home = self.image_user_and_home(e)?.and_then(|(_, home)| home);
+        let nothing_to_add = e.sb.environment.is_empty() && e.sb.secrets.is_empty();
+        if nothing_to_add && image.is_none() && home.is_none() {
             return Ok(None);
         }
         let mut env: BTreeMap<String, String> = AGENT_DEFAULT_ENV
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        if let Some(home) = home {
+            env.insert("HOME".into(), home);
+        }
         // The image's environment, under the sandbox's own.
         if let Some(image) = &image {
             env.extend(image.env_pairs().map(|(k, v)| (k.to_owned(), v.to_owned())));

@@ -42,6 +42,7 @@ impl Engine {
                 env,
                 cwd: cmd.cwd.or_else(|| self.image_cwd(e)),
                 hold_output: held,
+                user: self.image_user(e)?,
             };
             Ok(async move { client.start_process(&req).await })
         })

@@ -21,8 +21,13 @@ impl Engine {
         rows: u16,
     ) -> Result<Terminal, EngineError> {
         let io = self
-            .with_agent(ws, id, Hold::Check, |client, _| {
-                Ok(async move { client.open_pty(cols, rows, TERMINAL_CWD).await })
+            .with_agent(ws, id, Hold::Check, |client, e| {
+                let user = self.image_user(e)?;
+                Ok(async move {
+                    client
+                        .open_pty_as(cols, rows, TERMINAL_CWD, user.as_ref())
+                        .await
+                })
             })
             .await?;
         Ok(Terminal::new(io))

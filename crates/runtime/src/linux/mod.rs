@@ -10,9 +10,11 @@ mod disk_space;
 mod disk_spares;
 pub mod gvisor;
 pub mod handshake;
+pub mod image_files;
 pub mod images;
 pub mod init;
 mod init_process;
+pub mod layer_pins;
 pub mod layers;
 mod net;
 mod reconcile;
@@ -221,14 +223,31 @@ impl LinuxRuntime {
     }
 
     /// Host directories of a spec's layers, top first: snapshots over the image.
-    fn layer_stack(&self, spec: &SandboxSpec) -> Result<Vec<PathBuf>, RuntimeError> {
+    /// Host directories of `spec`'s layers, top first, and their pin (to be written
+    /// into the sandbox's state dir: until then no collection runs).
+    fn layer_stack(
+        &self,
+        spec: &SandboxSpec,
+    ) -> Result<(Vec<PathBuf>, layer_pins::LayerPin), RuntimeError> {
+        let lock = layer_pins::share_gc_lock(&self.config.data_dir.join("layers"))?;
         let image = self.resolve_image(&spec.image)?;
-        let digests = spec
+        let digests: Vec<String> = spec
             .extra_layers
             .iter()
             .rev()
-            .chain(image.layers.iter().rev());
-        digests.map(|d| self.layers.path(d)).collect()
+            .chain(image.layers.iter().rev())
+            .cloned()
+            .collect();
+        let dirs = digests
+            .iter()
+            .map(|d| self.layers.path(d))
+            .collect::<Result<_, _>>()?;
+        Ok((dirs, layer_pins::LayerPin::new(digests, lock)))
+    }
+
+    /// Layers that live sandboxes (their state dirs) use.
+    pub fn pinned_layers(&self) -> std::collections::HashSet<String> {
+        layer_pins::pinned_layers(&self.sandboxes_dir())
     }
 
     /// Whether image `name`'s root gets the host's /usr (the built-in image, and images
@@ -305,6 +324,15 @@ impl Runtime for LinuxRuntime {
     fn resolve_image(&self, name: &str) -> Result<ImageLayers, RuntimeError> {
         let _guard = self.image_lock.lock().unwrap_or_else(|p| p.into_inner());
         images::resolve(&self.config.data_dir, &self.layers, name)
+    }
+
+    fn read_image_file(
+        &self,
+        layers: &[String],
+        path: &str,
+        max: u64,
+    ) -> Result<crate::ImageFile, RuntimeError> {
+        image_files::read_file(&self.layers, layers, path, max)
     }
 
     fn delete_layer(&self, digest: &str) -> Result<(), RuntimeError> {

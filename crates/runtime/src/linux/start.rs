@@ -7,6 +7,7 @@ use super::init_process::{
     agent_err, expect, map_ids, protect_from_oom, spawn_init, wait_connectable,
 };
 use super::io;
+use super::layer_pins::LayerPin;
 use super::warm::Warm;
 use super::{destroy, rootfs, sys, LinuxRuntime};
 use crate::{faults, RuntimeError, SandboxHandle, SandboxSpec};
@@ -18,20 +19,21 @@ use std::time::Instant;
 
 /// Starts a sandbox with only `lo` (from an unwired warm init if there is one).
 pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
-    let layers = rt.layer_stack(spec)?;
+    let (layers, pin) = rt.layer_stack(spec)?;
     let warm = rt
         .warm
         .as_ref()
         .and_then(|pool| pool.take(spec.disk_mb, false, &spec.image, &layers));
-    start_with(rt, spec, layers, warm)
+    start_with(rt, spec, layers, pin, warm)
 }
 
 /// Starts a sandbox over `layers` (its [`LinuxRuntime::layer_stack`]) from `warm` if
-/// given (taken from the pool for them), else cold.
+/// given (taken from the pool for them), else cold; `pin` goes into its state dir.
 pub(super) fn start_with(
     rt: &LinuxRuntime,
     spec: &SandboxSpec,
     layers: Vec<PathBuf>,
+    pin: LayerPin,
     warm: Option<Warm>,
 ) -> Result<SandboxHandle, RuntimeError> {
     // A warm entry's id slot (its maps are written) becomes the sandbox's.
@@ -49,7 +51,7 @@ pub(super) fn start_with(
         }
     };
     let state_dir = rt.sandboxes_dir().join(spec.id.to_string());
-    let started = start_in(rt, spec, &layers, state_dir, host_id_base, warm);
+    let started = start_in(rt, spec, &layers, pin, state_dir, host_id_base, warm);
     // Refilled once this start is done, so the refill does not compete with it.
     if let Some(pool) = &rt.warm {
         pool.refill_after(spec.disk_mb);
@@ -63,6 +65,7 @@ fn start_in(
     rt: &LinuxRuntime,
     spec: &SandboxSpec,
     layers: &[PathBuf],
+    pin: LayerPin,
     state_dir: PathBuf,
     host_id_base: u32,
     warm: Option<Warm>,
@@ -89,7 +92,10 @@ fn start_in(
         host_id_base,
     };
     let mut init: Option<Child> = None;
-    match launch(rt, spec, layers, &mut handle, &mut init, warm) {
+    let launched = pin
+        .write(&handle.state_dir)
+        .and_then(|()| launch(rt, spec, layers, &mut handle, &mut init, warm));
+    match launched {
         Ok(()) => Ok(handle),
         Err(e) => {
             if let Some(mut child) = init {

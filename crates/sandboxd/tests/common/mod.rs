@@ -71,6 +71,14 @@ impl Runtime for TestRuntime {
     fn resolve_image(&self, name: &str) -> Result<ImageLayers, RuntimeError> {
         self.0.resolve_image(name)
     }
+    fn read_image_file(
+        &self,
+        layers: &[String],
+        path: &str,
+        max: u64,
+    ) -> Result<sandboxd_runtime::ImageFile, RuntimeError> {
+        self.0.read_image_file(layers, path, max)
+    }
     fn delete_layer(&self, digest: &str) -> Result<(), RuntimeError> {
         self.0.delete_layer(digest)
     }
@@ -260,6 +268,7 @@ pub fn agent_sh(handle: &SandboxHandle, script: &str) -> (Option<i32>, String) {
         cwd: None,
         timeout_ms: 60_000,
         max_output_bytes: 1 << 20,
+        user: None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -119,3 +119,41 @@ sparse_tar = subprocess.run(["tar", "--sparse", "--format=gnu", "-C", sparse_dir
                             capture_output=True, check=True).stdout
 os.remove(f"{sparse_dir}/huge")
 layout("hostile-sparse", [sparse_tar], {})
+
+# A static probe (no libc needed at run time): prints its ids, groups and working
+# directory, then NAME=value for each argument. The images of the User tests carry it.
+probe_src = f"{out}/probe.c"
+with open(probe_src, "w") as fh:
+    fh.write(r'''#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char cwd[4096]; gid_t g[64]; int n = getgroups(64, g);
+    printf("uid=%d gid=%d cwd=%s groups=", (int)getuid(), (int)getgid(),
+           getcwd(cwd, sizeof cwd) ? cwd : "?");
+    for (int i = 0; i < n; i++) printf(i ? ",%d" : "%d", (int)g[i]);
+    printf("\n");
+    for (int i = 1; i < argc; i++) {
+        const char *v = getenv(argv[i]);
+        printf("%s=%s\n", argv[i], v ? v : "(unset)");
+    }
+    return 0;
+}
+''')
+subprocess.run(["gcc", "-static", "-O1", "-o", f"{out}/probe", probe_src], check=True)
+with open(f"{out}/probe", "rb") as fh:
+    probe = fh.read()
+os.remove(f"{out}/probe"); os.remove(probe_src)
+
+# user: the good image with a passwd and group file naming `app`, and User "app".
+accounts = [f("probe", probe, 0o755), d("home"), d("home/app"), d("etc"),
+            f("etc/passwd", b"root:x:0:0:root:/root:/bin/bash\napp:x:1234:2345::/home/app:/bin/bash\n"),
+            f("etc/group", b"root:x:0:\napp:x:2345:\nextra:x:3456:app,other\n")]
+env = {"Env": ["IMAGE_VAR=from-image", "PATH=/usr/bin:/bin"], "WorkingDir": "/srv/app"}
+layout("user", [tar_of(base), tar_of(top), tar_of(accounts)], dict(env, User="app"))
+layout("ghost", [tar_of(base), tar_of(top), tar_of(accounts)], dict(env, User="ghost"))
+# noshell: only the static probe and a few directories; numeric: the same with a
+# numeric User and no /etc at all.
+alone = [f("probe", probe, 0o755), d("tmp", 0o1777), d("srv"), d("srv/app")]
+layout("noshell", [tar_of(alone)], env)
+layout("numeric", [tar_of(alone)], dict(env, User="4321:8765"))

@@ -178,6 +178,12 @@ const MIGRATIONS: &[&str] = &[
         sealed BLOB NOT NULL,
         updated_at INTEGER NOT NULL
     );",
+    // 9: a workspace's default image (`sandboxd workspace set-image`), for creates
+    // that name none (Inngest's).
+    "CREATE TABLE workspace_images (
+        workspace TEXT PRIMARY KEY REFERENCES workspaces(id) ON DELETE CASCADE,
+        image TEXT NOT NULL
+    );",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.

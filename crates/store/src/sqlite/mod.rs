@@ -13,6 +13,7 @@ mod reserve;
 mod sandboxes;
 mod secrets;
 mod snapshots;
+mod workspace_images;
 
 use crate::crypto::SecretBox;
 use crate::error::StoreError;
@@ -221,6 +222,13 @@ impl Store for SqliteStore {
     }
     fn get_quota_override(&self, workspace: &str) -> StoreResult<Option<QuotaOverrideRecord>> {
         quotas::get(&*self.conns.read()?, workspace)
+    }
+    fn set_workspace_image(&self, workspace: &str, image: Option<&str>) -> StoreResult<()> {
+        self.conns
+            .write_with(|c| workspace_images::set(c, workspace, image))
+    }
+    fn get_workspace_image(&self, workspace: &str) -> StoreResult<Option<String>> {
+        workspace_images::get(&*self.conns.read()?, workspace)
     }
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool> {
         self.conns.write_with(|c| idempotency::put(c, rec))

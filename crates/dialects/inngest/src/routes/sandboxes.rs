@@ -33,8 +33,8 @@ pub struct CreateBody {
     secrets: Option<Vec<String>>,
     snapshot_id: Option<String>,
     /// Extension (not in the spec, which names no image on create): a stored image
-    /// (`sandboxd images pull`) to start from; absent = `default`. Reported back as
-    /// `imageRef`.
+    /// (`sandboxd images pull`) to start from; absent = the workspace's default image
+    /// (`sandboxd workspace set-image`, else `default`). Reported back as `imageRef`.
     image: Option<String>,
 }
 
@@ -96,6 +96,10 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<Response, ApiError> {
     let mut request = body.into_request()?;
+    // Creates name no image: the workspace's default (`sandboxd workspace set-image`).
+    if request.image.is_none() && request.snapshot_id.is_none() {
+        request.image = state.engine.workspace_image(&ws)?;
+    }
     if let (Some(snapshot), 0) = (request.snapshot_id, request.resources.vcpu) {
         request.resources = state.engine.get_snapshot(&ws, snapshot).await?.resources;
     }

@@ -4,7 +4,7 @@
 use super::deliver::{Answer, Delivery};
 use super::{sandbox_id, Mode};
 use crate::auth::{perm, Caller};
-use crate::body::RunSpec;
+use crate::body::{RunSpec, SHELL, SHELL_PURPOSE};
 use crate::error::{ApiError, JSON_BODY_LIMIT};
 use crate::AppState;
 use axum::body::Body;
@@ -12,7 +12,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use sandboxd_dialect_common::read_json;
-use sandboxd_engine::SandboxStatus;
+use sandboxd_engine::{missing_shell, SandboxStatus};
 use tokio::sync::oneshot;
 
 pub async fn exec(
@@ -36,6 +36,13 @@ pub async fn exec(
                 crate::views::state(sb.status)
             ),
         ));
+    }
+    // A shell line needs the image's /bin/sh (the built-in image always has it).
+    if spec.cmd.is_some()
+        && sb.image != "default"
+        && !state.engine.has_file(&caller.ws, id, SHELL).await?
+    {
+        return Err(missing_shell(SHELL, SHELL_PURPOSE).into());
     }
     let (reply, answer) = oneshot::channel();
     let delivery = Delivery {

@@ -60,6 +60,10 @@ fn line(event: ExecEvent) -> Line {
     }
 }
 
+/// The shell that runs exec's `cmd` (as `bash -lc`).
+const SHELL: &str = "/bin/bash";
+const SHELL_PURPOSE: &str = "runs exec's cmd (bash -lc)";
+
 pub async fn exec(
     State(state): State<AppState>,
     Writer(tenant): Writer,
@@ -69,7 +73,7 @@ pub async fn exec(
     let req = body.validate()?;
     let sb = state.sandbox(&tenant.workspace, &id, Op::Exec).await?;
     let cmd = StreamCommand {
-        argv: vec!["/bin/bash".into(), "-lc".into(), req.cmd],
+        argv: vec![SHELL.into(), "-lc".into(), req.cmd],
         env: req.env,
         cwd: Some(req.cwd),
         timeout: Duration::from_secs(req.timeout_seconds),
@@ -78,10 +82,19 @@ pub async fn exec(
         on_cap: OnCap::Kill,
         max_sessions: MAX_SESSIONS,
     };
-    let events = state
+    let events = match state
         .engine
         .exec_stream(&tenant.workspace, sb.id, cmd)
         .await
-        .map_err(|e| ApiError::engine(Op::Exec, e))?;
+    {
+        Ok(events) => events,
+        Err(e) => {
+            let e = state
+                .engine
+                .explain_missing_shell(&tenant.workspace, sb.id, SHELL, SHELL_PURPOSE, e)
+                .await;
+            return Err(ApiError::engine(Op::Exec, e));
+        }
+    };
     Ok(ndjson_body(events.map(line)))
 }

@@ -172,6 +172,15 @@ impl Runtime for GvisorRuntime {
         self.linux.resolve_image(name)
     }
 
+    fn read_image_file(
+        &self,
+        layers: &[String],
+        path: &str,
+        max: u64,
+    ) -> Result<crate::ImageFile, RuntimeError> {
+        self.linux.read_image_file(layers, path, max)
+    }
+
     fn delete_layer(&self, digest: &str) -> Result<(), RuntimeError> {
         self.linux.delete_layer(digest)
     }

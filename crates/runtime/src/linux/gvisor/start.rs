@@ -22,12 +22,16 @@ pub const PIDS_OVERHEAD: u32 = 256;
 pub const MEMORY_OVERHEAD_MB: u32 = 128;
 
 pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
-    let layers = rt.linux.layer_stack(spec)?;
+    let (layers, pin) = rt.linux.layer_stack(spec)?;
     let state_dir = rt.linux.sandboxes_dir().join(spec.id.to_string());
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&state_dir)
         .map_err(io("creating the sandbox state dir", &state_dir))?;
+    if let Err(e) = pin.write(&state_dir) {
+        let _ = std::fs::remove_dir_all(&state_dir);
+        return Err(e);
+    }
     let mut handle = SandboxHandle {
         id: spec.id,
         agent_pid: 0,

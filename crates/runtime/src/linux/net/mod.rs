@@ -110,9 +110,9 @@ pub(super) fn start(
         .iter()
         .all(|l| l.allow.is_empty() && l.deny.is_empty());
     if no_rules && rt.warm.is_some() {
-        let layers = rt.layer_stack(spec)?;
+        let (layers, pin) = rt.layer_stack(spec)?;
         if let Some(warm) = wired::take(rt, spec, &layers) {
-            let started = super::start::start_with(rt, spec, layers, Some(warm));
+            let started = super::start::start_with(rt, spec, layers, pin, Some(warm));
             if started.is_err() {
                 teardown(config, spec.id);
             }

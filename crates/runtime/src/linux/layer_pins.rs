@@ -1,0 +1,72 @@
+//! Which layers live sandboxes use, for the layer collector. A start resolves its
+//! layers while holding the layer store's collector lock (`layers/.lock-gc`) shared,
+//! and writes their digests into its state dir (`layers`) before it lets go; a
+//! collection holds the lock exclusively while it reads every state dir's list and
+//! deletes. So no layer goes between a start's resolving it and its mount, and none
+//! while a sandbox whose state dir lists it lives (its image record may go meanwhile).
+
+use super::io;
+use crate::RuntimeError;
+use nix::fcntl::{Flock, FlockArg};
+use std::collections::HashSet;
+use std::path::Path;
+
+/// The collector lock's file in the layer store (pulls and imports share it too).
+pub const GC_LOCK: &str = ".lock-gc";
+/// The list of a sandbox's layer digests in its state dir.
+const PIN_FILE: &str = "layers";
+
+/// A start's layers, held against collection until written into its state dir.
+pub struct LayerPin {
+    digests: Vec<String>,
+    _lock: Flock<std::fs::File>,
+}
+
+/// Takes the collector lock of the layer store `layers_root` shared (waiting while a
+/// collection runs).
+pub fn share_gc_lock(layers_root: &Path) -> Result<Flock<std::fs::File>, RuntimeError> {
+    let path = layers_root.join(GC_LOCK);
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io("opening the layer collector lock", &path))?;
+    Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| RuntimeError::Io {
+        what: "locking the layer collector lock",
+        path,
+        source: e.into(),
+    })
+}
+
+impl LayerPin {
+    /// Pins `digests`; `lock` is the collector lock, held shared.
+    pub fn new(digests: Vec<String>, lock: Flock<std::fs::File>) -> Self {
+        LayerPin {
+            digests,
+            _lock: lock,
+        }
+    }
+
+    /// Records the layers in `state_dir` (removed with it), then releases the lock.
+    pub fn write(self, state_dir: &Path) -> Result<(), RuntimeError> {
+        let path = state_dir.join(PIN_FILE);
+        let mut text = self.digests.join("\n");
+        text.push('\n');
+        std::fs::write(&path, text).map_err(io("writing the sandbox's layer list", &path))
+    }
+}
+
+/// Every layer digest listed by a sandbox state dir under `sandboxes_dir`.
+pub fn pinned_layers(sandboxes_dir: &Path) -> HashSet<String> {
+    let mut out = HashSet::new();
+    let Ok(entries) = std::fs::read_dir(sandboxes_dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        if let Ok(text) = std::fs::read_to_string(entry.path().join(PIN_FILE)) {
+            out.extend(text.lines().filter(|l| !l.is_empty()).map(str::to_owned));
+        }
+    }
+    out
+}
