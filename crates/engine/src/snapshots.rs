@@ -27,6 +27,19 @@ impl Engine {
         id: Uuid,
         name: Option<String>,
     ) -> Result<Snapshot, EngineError> {
+        let taken = self.snapshot_steps(ws, id, name).await;
+        self.metrics
+            .operation(crate::metrics::Operation::Snapshot, &taken);
+        self.audit(ws, "sandbox.snapshot", Some(id.to_string()), &taken);
+        taken
+    }
+
+    async fn snapshot_steps(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        name: Option<String>,
+    ) -> Result<Snapshot, EngineError> {
         if let Some(name) = &name {
             validate::snapshot_name(name)?;
         }

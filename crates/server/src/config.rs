@@ -10,10 +10,12 @@ mod abuse;
 mod connections;
 mod disk;
 mod isolation;
+mod observability;
 mod registries;
 
 pub use connections::ConnectionLimits;
 pub use isolation::Isolation;
+pub use observability::{MetricsListen, DEFAULT_METRICS_LISTEN};
 
 /// Where and how the server runs.
 #[derive(Clone, PartialEq, Eq)]
@@ -67,6 +69,10 @@ pub struct ServerConfig {
     pub insecure_registries: Vec<String>,
     /// The tier sandboxes run on: `container` (default) or `gvisor` (needs `runsc`).
     pub isolation: Isolation,
+    /// Where Prometheus metrics are served (`GET /metrics`); `None`: nowhere.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Days the audit trail keeps its entries (90 by default; 0 keeps them forever).
+    pub audit_retention_days: u32,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +99,8 @@ impl Default for ServerConfig {
             shutdown_grace_seconds: 30,
             insecure_registries: Vec::new(),
             isolation: Isolation::Container,
+            metrics_listen: Some(DEFAULT_METRICS_LISTEN),
+            audit_retention_days: 90,
         }
     }
 }
@@ -124,6 +132,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
             .field("insecure_registries", &self.insecure_registries)
             .field("isolation", &self.isolation)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("audit_retention_days", &self.audit_retention_days)
             .finish()
     }
 }
@@ -175,6 +185,8 @@ struct FileLayer {
     shutdown_grace_seconds: Option<u64>,
     insecure_registries: Option<Vec<String>>,
     isolation: Option<Isolation>,
+    metrics_listen: Option<MetricsListen>,
+    audit_retention_days: Option<u32>,
 }
 
 impl ServerConfig {
@@ -248,6 +260,8 @@ impl ServerConfig {
             shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
             insecure_registries: registries::from_env(&env)?,
             isolation: isolation::from_env(&env)?,
+            metrics_listen: observability::from_env(&env)?,
+            audit_retention_days: observability::retention_from_env(&env)?,
         });
         registries::check(&config.insecure_registries).map_err(ConfigError::Inconsistent)?;
         config.check_disk()?;
@@ -333,6 +347,12 @@ impl ServerConfig {
         }
         if let Some(list) = layer.insecure_registries {
             self.insecure_registries = list;
+        }
+        if let Some(MetricsListen(addr)) = layer.metrics_listen {
+            self.metrics_listen = addr;
+        }
+        if let Some(days) = layer.audit_retention_days {
+            self.audit_retention_days = days;
         }
     }
 

@@ -24,6 +24,8 @@ mod start;
 mod sys;
 mod unpark;
 mod warm;
+mod usage;
+mod warm_counts;
 mod watch;
 
 use crate::{
@@ -71,6 +73,8 @@ pub struct LinuxRuntime {
     warm: Option<warm::WarmPool>,
     /// Host sides of egress networks made ahead of time (with warm inits).
     spare_nets: Option<net::spares::SpareNets>,
+    /// Starts that took a warm init, and those that found none.
+    warm_counts: warm_counts::WarmCounts,
 }
 
 impl LinuxRuntime {
@@ -102,6 +106,7 @@ impl LinuxRuntime {
             network: None,
             warm: None,
             spare_nets: None,
+            warm_counts: Default::default(),
         })
     }
 
@@ -293,7 +298,17 @@ impl Runtime for LinuxRuntime {
     }
 
     fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {
-        self.cgroups.usage(handle.id)
+        usage::measure(&self.cgroups, handle)
+    }
+
+    fn warm_pool(&self) -> Option<crate::WarmPoolStats> {
+        let pool = self.warm.as_ref()?;
+        let (hits, misses) = self.warm_counts.get();
+        Some(crate::WarmPoolStats {
+            ready: pool.ready() as u64,
+            hits,
+            misses,
+        })
     }
 
     fn resolve_image(&self, name: &str) -> Result<ImageLayers, RuntimeError> {

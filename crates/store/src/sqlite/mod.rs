@@ -5,6 +5,7 @@ mod aliases;
 mod codec;
 mod conns;
 mod egress;
+mod audit;
 mod idempotency;
 mod migrations;
 mod quotas;
@@ -234,5 +235,19 @@ impl Store for SqliteStore {
     }
     fn prune_idempotency(&self, before: OffsetDateTime) -> StoreResult<u64> {
         self.conns.write_with(|c| idempotency::prune(c, before))
+    }
+    fn insert_audit(&self, rec: &AuditRecord) -> StoreResult<()> {
+        self.conns.write_with(|c| audit::insert(c, rec))
+    }
+    fn list_audit(
+        &self,
+        workspace: &str,
+        since: OffsetDateTime,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditRecord>> {
+        audit::list(&*self.conns.read()?, workspace, since, limit)
+    }
+    fn prune_audit(&self, before: OffsetDateTime) -> StoreResult<u64> {
+        self.conns.write_with(|c| audit::prune(c, before))
     }
 }
