@@ -3,6 +3,7 @@
 
 pub mod accounts;
 mod agent_error;
+pub mod audit;
 mod convert;
 pub mod cursor;
 pub mod disk;
@@ -14,14 +15,12 @@ mod faults;
 pub mod idempotency;
 mod lifecycle;
 mod locks;
-pub mod usage;
-pub mod audit;
-pub mod request;
 pub mod metrics;
 pub mod model;
 mod ops;
 pub mod output;
 pub mod quota;
+pub mod request;
 pub mod results;
 mod secrets;
 mod sessions;
@@ -30,6 +29,7 @@ mod snapshots;
 pub mod state;
 pub mod templates;
 pub mod terminal;
+pub mod usage;
 pub mod validate;
 
 pub use accounts::{ApiKeyInfo, Principal, Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
@@ -49,5 +49,5 @@ pub use results::ByteStream;
 pub use sandboxd_runtime::{EgressPolicy, EgressRule, NetworkMode, Requests};
 pub use state::SandboxStatus;
 pub use templates::{Template, TemplateBuild, BUILTIN_TEMPLATES};
-pub use usage::SandboxUsage;
 pub use terminal::{Terminal, TerminalEvent, TerminalInput, TerminalOutput};
+pub use usage::SandboxUsage;

@@ -34,7 +34,10 @@ impl RequestContext {
 
     /// The caller, once a dialect authenticated the request.
     pub fn caller(&self) -> Option<Caller> {
-        self.caller.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.caller
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Runs `fut` with this context as the current one.

@@ -68,7 +68,12 @@ async fn read(target: &Target) -> Result<Vec<Row>> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|s| Some((s["id"].as_str()?.to_owned(), s["state"].as_str()?.to_owned())))
+        .filter_map(|s| {
+            Some((
+                s["id"].as_str()?.to_owned(),
+                s["state"].as_str()?.to_owned(),
+            ))
+        })
         .collect();
     let reads = sandboxes.into_iter().map(|(id, state)| async move {
         let path = format!("/v1/sandboxes/{id}/metrics");
@@ -99,7 +104,17 @@ fn render(mut rows: Vec<Row>, sort: SortKey) -> String {
     rows.sort_by(|a, b| key(b).total_cmp(&key(a)));
     let mut out = format!(
         "{:<36} {:<8} {:>7} {:>9} {:>9} {:>9} {:>5} {:>9} {:>9} {:>9} {:>9}\n",
-        "ID", "STATE", "CPU%", "CPU-S", "MEM", "PEAK", "PIDS", "DISK", "DISK-MAX", "NET-RX", "NET-TX"
+        "ID",
+        "STATE",
+        "CPU%",
+        "CPU-S",
+        "MEM",
+        "PEAK",
+        "PIDS",
+        "DISK",
+        "DISK-MAX",
+        "NET-RX",
+        "NET-TX"
     );
     for r in rows {
         let u = &r.usage;
@@ -153,9 +168,8 @@ mod tests {
     #[test]
     fn sorts_by_cpu_or_memory_highest_first() {
         let rows = || vec![row("a", 5.0, 900), row("b", 90.0, 10), row("c", 50.0, 5000)];
-        let order = |t: String| -> Vec<String> {
-            t.lines().skip(1).map(|l| l[..1].to_owned()).collect()
-        };
+        let order =
+            |t: String| -> Vec<String> { t.lines().skip(1).map(|l| l[..1].to_owned()).collect() };
         assert_eq!(order(render(rows(), SortKey::Cpu)), ["b", "c", "a"]);
         assert_eq!(order(render(rows(), SortKey::Memory)), ["c", "a", "b"]);
     }

@@ -30,7 +30,12 @@ pub struct ServeArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Log lines as human-readable `text` or one JSON object per line (`json`).
-    #[arg(long = "log-format", value_enum, env = "SANDBOXD_LOG_FORMAT", default_value = "text")]
+    #[arg(
+        long = "log-format",
+        value_enum,
+        env = "SANDBOXD_LOG_FORMAT",
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
 }
 

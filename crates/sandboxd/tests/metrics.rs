@@ -16,8 +16,9 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn small() -> Value {
-    json!({"vcpu": 1, "memoryMb": 256})
+/// A small sandbox's create body, named `name`.
+fn small(name: &str) -> Value {
+    json!({"name": name, "vcpu": 1, "memoryMb": 256})
 }
 
 /// `promtool check metrics` on `text`: (success, its output).
@@ -48,42 +49,80 @@ fn promtool_check(text: &str) -> (bool, String) {
 fn exposition_passes_promtool_and_counters_move() {
     let dir = tempfile::tempdir().unwrap();
     let (server, metrics) = exposition::start(dir.path(), &[]);
+    let reaper = exposition::Reaper::new(&server);
     let (kind, before) = scrape(metrics);
-    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
     let (ok, said) = promtool_check(&before);
     assert!(ok, "promtool check metrics failed:\n{said}\n{before}");
 
-    let created = || value(&scrape(metrics).1, "sandboxd_operations_total", &[("operation", "create"), ("outcome", "ok")]);
+    let created = || {
+        value(
+            &scrape(metrics).1,
+            "sandboxd_operations_total",
+            &[("operation", "create"), ("outcome", "ok")],
+        )
+    };
     assert_eq!(created(), 0.0);
-    let a = server.create_sandbox(MASTER, &small());
+    let a = reaper.keep(server.create_sandbox(MASTER, &small("a")));
     assert_eq!(created(), 1.0);
-    let b = server.create_sandbox(MASTER, &small());
+    let b = reaper.keep(server.create_sandbox(MASTER, &small("b")));
     assert_eq!(created(), 2.0);
 
     let text = scrape(metrics).1;
-    assert_eq!(value(&text, "sandboxd_sandboxes", &[("state", "running"), ("tier", "container")]), 2.0);
-    assert_eq!(value(&text, "sandboxd_sandboxes", &[("tier", "gvisor")]), 0.0);
-    assert_eq!(value(&text, "sandboxd_create_duration_seconds_count", &[]), 2.0);
+    assert_eq!(
+        value(
+            &text,
+            "sandboxd_sandboxes",
+            &[("state", "running"), ("tier", "container")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        value(&text, "sandboxd_sandboxes", &[("tier", "gvisor")]),
+        0.0
+    );
+    assert_eq!(
+        value(&text, "sandboxd_create_duration_seconds_count", &[]),
+        2.0
+    );
     let http_creates = value(
         &text,
         "sandboxd_http_requests_total",
-        &[("dialect", "inngest"), ("route", "/v2/sandboxes"), ("method", "POST"), ("status", "201")],
+        &[
+            ("dialect", "inngest"),
+            ("route", "/v2/sandboxes"),
+            ("method", "POST"),
+            ("status", "201"),
+        ],
     );
     assert_eq!(http_creates, 2.0);
 
     // exec, pause, resume, snapshot, destroy and a failed create all count.
-    let (code, out) = server.exec(MASTER, &a, &["echo", "hi"]);
+    let (code, out) = server.exec(MASTER, &a, &["/bin/echo", "hi"]);
     assert_eq!((code, out.trim()), (0, "hi"));
     let text = scrape(metrics).1;
-    assert_eq!(value(&text, "sandboxd_exec_duration_seconds_count", &[]), 1.0);
+    assert_eq!(
+        value(&text, "sandboxd_exec_duration_seconds_count", &[]),
+        1.0
+    );
     let reply = server.request("POST", &format!("/v2/sandboxes/{a}/pause"), MASTER, None);
     assert_eq!(reply.status, 200, "{}", reply.text());
     let reply = server.request("POST", &format!("/v2/sandboxes/{a}/resume"), MASTER, None);
     assert_eq!(reply.status, 200, "{}", reply.text());
-    let reply = server.request("POST", &format!("/v2/sandboxes/{b}/snapshots"), MASTER, Some(&json!({})));
+    let reply = server.request(
+        "POST",
+        &format!("/v2/sandboxes/{b}/snapshots"),
+        MASTER,
+        Some(&json!({})),
+    );
     assert!(reply.status < 300, "{}", reply.text());
-    let reply = server.request("POST", "/v2/sandboxes", MASTER, Some(&json!({"vcpu": 0})));
-    assert_eq!(reply.status, 400, "{}", reply.text());
+    let reply = server.request(
+        "POST",
+        "/v2/sandboxes",
+        MASTER,
+        Some(&json!({"name": "a", "vcpu": 1, "memoryMb": 512})),
+    );
+    assert_eq!(reply.status, 409, "{}", reply.text());
     server.destroy(MASTER, &a);
     let text = scrape(metrics).1;
     for (op, outcome, n) in [
@@ -93,11 +132,24 @@ fn exposition_passes_promtool_and_counters_move() {
         ("destroy", "ok", 1.0),
         ("create", "error", 1.0),
     ] {
-        let got = value(&text, "sandboxd_operations_total", &[("operation", op), ("outcome", outcome)]);
+        let got = value(
+            &text,
+            "sandboxd_operations_total",
+            &[("operation", op), ("outcome", outcome)],
+        );
         assert_eq!(got, n, "{op} {outcome}\n{text}");
     }
-    assert_eq!(value(&text, "sandboxd_sandboxes", &[("state", "running")]), 1.0);
-    assert!(value(&text, "sandboxd_store_operation_duration_seconds_count", &[("operation", "update_sandbox")]) > 0.0);
+    assert_eq!(
+        value(&text, "sandboxd_sandboxes", &[("state", "running")]),
+        1.0
+    );
+    assert!(
+        value(
+            &text,
+            "sandboxd_store_operation_duration_seconds_count",
+            &[("operation", "update_sandbox")]
+        ) > 0.0
+    );
     assert!(value(&text, "sandboxd_process_resident_memory_bytes", &[]) > 1e6);
     assert!(value(&text, "sandboxd_process_cpu_seconds_total", &[]) > 0.0);
     assert!(value(&text, "sandboxd_disk_usage_bytes", &[("area", "data_dir")]) > 0.0);
@@ -122,20 +174,34 @@ fn assert_bounded_labels(text: &str, never: &[&str]) {
     for word in never {
         assert!(!text.contains(word), "{word:?} in the exposition:\n{text}");
     }
-    let routes_known = |r: &str| r == "unmatched" || (r.starts_with('/') && !r.contains("..")) ;
+    let routes_known = |r: &str| r == "unmatched" || (r.starts_with('/') && !r.contains(".."));
     for (series, _) in samples(text) {
         for (label, v) in &series.labels {
             let ok = match label.as_str() {
-                "state" => ["pending", "starting", "running", "pausing", "paused", "resuming", "terminating"].contains(&v.as_str()),
+                "state" => [
+                    "pending",
+                    "starting",
+                    "running",
+                    "pausing",
+                    "paused",
+                    "resuming",
+                    "terminating",
+                ]
+                .contains(&v.as_str()),
                 "tier" => ["container", "gvisor"].contains(&v.as_str()),
                 "operation" => match series.name.starts_with("sandboxd_operations") {
-                    true => ["create", "destroy", "pause", "resume", "snapshot"].contains(&v.as_str()),
+                    true => {
+                        ["create", "destroy", "pause", "resume", "snapshot"].contains(&v.as_str())
+                    }
                     false => v.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
                 },
                 "outcome" => ["ok", "error"].contains(&v.as_str()),
                 "start" => ["warm", "cold"].contains(&v.as_str()),
                 "dialect" => ["inngest", "openrelay", "runzivo", "none"].contains(&v.as_str()),
-                "method" => ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "OTHER"].contains(&v.as_str()),
+                "method" => [
+                    "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "OTHER",
+                ]
+                .contains(&v.as_str()),
                 "status" => v.len() == 3 && v.bytes().all(|b| b.is_ascii_digit()),
                 "area" => ["data_dir", "layers"].contains(&v.as_str()),
                 "route" => routes_known(v) && !has_uuid(v),
@@ -160,7 +226,12 @@ fn has_uuid(s: &str) -> bool {
 #[test]
 fn the_grafana_dashboard_queries_only_metrics_that_exist() {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, metrics) = exposition::start(dir.path(), &[]);
+    let (server, metrics) = exposition::start(dir.path(), &[]);
+    // One request, so that the HTTP families have a series.
+    assert_eq!(
+        server.request("GET", "/v2/sandboxes", MASTER, None).status,
+        200
+    );
     let names = queryable_names(&scrape(metrics).1);
     let path = repo_root().join("deploy/grafana/sandboxd-dashboard.json");
     let dashboard: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
@@ -178,9 +249,19 @@ fn the_grafana_dashboard_queries_only_metrics_that_exist() {
         }
     }
     let missing: Vec<_> = used.iter().filter(|n| !names.contains(*n)).collect();
-    assert!(missing.is_empty(), "the dashboard queries unknown metrics {missing:?}; known: {names:?}");
-    for wanted in ["sandboxd_sandboxes", "sandboxd_create_duration_seconds_bucket", "sandboxd_http_requests_total"] {
-        assert!(used.contains(wanted), "the dashboard does not show {wanted}");
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries unknown metrics {missing:?}; known: {names:?}"
+    );
+    for wanted in [
+        "sandboxd_sandboxes",
+        "sandboxd_create_duration_seconds_bucket",
+        "sandboxd_http_requests_total",
+    ] {
+        assert!(
+            used.contains(wanted),
+            "the dashboard does not show {wanted}"
+        );
     }
 }
 
@@ -205,7 +286,10 @@ fn metric_names(expr: &str) -> Vec<String> {
 fn a_grafana_check_catches_an_unknown_metric() {
     let names = queryable_names("# TYPE sandboxd_x counter\nsandboxd_x_total 1\n");
     assert!(names.contains("sandboxd_x_total"));
-    assert_eq!(metric_names("rate(sandboxd_nope_total[5m]) / sandboxd_x_total"), ["sandboxd_nope_total", "sandboxd_x_total"]);
+    assert_eq!(
+        metric_names("rate(sandboxd_nope_total[5m]) / sandboxd_x_total"),
+        ["sandboxd_nope_total", "sandboxd_x_total"]
+    );
     assert!(!names.contains("sandboxd_nope_total"));
 }
 
@@ -236,20 +320,38 @@ impl Prometheus {
         let path = dir.path().join("prometheus.yml");
         std::fs::write(&path, config).unwrap();
         for file in [repo_root().join("deploy/prometheus.yml"), path.clone()] {
-            let out = Command::new("promtool").args(["check", "config"]).arg(&file).output().unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+            let out = Command::new("promtool")
+                .args(["check", "config"])
+                .arg(&file)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", path.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address={port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("prometheus (Debian package prometheus)");
-        Prometheus { child, addr: port, _dir: dir }
+        Prometheus {
+            child,
+            addr: port,
+            _dir: dir,
+        }
     }
 
     /// An instant query's result vector.
@@ -257,7 +359,9 @@ impl Prometheus {
         let q: String = promql
             .bytes()
             .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
+                    (b as char).to_string()
+                }
                 _ => format!("%{b:02X}"),
             })
             .collect();
@@ -265,7 +369,13 @@ impl Prometheus {
         if std::net::TcpStream::connect(self.addr).is_err() {
             return Vec::new();
         }
-        let reply = serve_bin::http(self.addr, "GET", &format!("/api/v1/query?query={q}"), &[], "");
+        let reply = serve_bin::http(
+            self.addr,
+            "GET",
+            &format!("/api/v1/query?query={q}"),
+            &[],
+            "",
+        );
         let v = reply.json();
         v["data"]["result"].as_array().cloned().unwrap_or_default()
     }
@@ -286,20 +396,27 @@ impl Prometheus {
 }
 
 fn number(v: &Value) -> f64 {
-    v["value"][1].as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN)
+    v["value"][1]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 #[test]
 fn a_real_prometheus_scrapes_sandbox_counts_and_create_latency() {
     let dir = tempfile::tempdir().unwrap();
     let (server, metrics) = exposition::start(dir.path(), &[]);
+    let reaper = exposition::Reaper::new(&server);
     let prometheus = Prometheus::start(metrics);
-    prometheus.wait_for("up{job=\"sandboxd\"}", |r| r.first().is_some_and(|v| number(v) == 1.0));
-    let ids: Vec<String> = (0..3).map(|_| server.create_sandbox(MASTER, &small())).collect();
-    let running = prometheus.wait_for(
-        "sum(sandboxd_sandboxes{state=\"running\"})",
-        |r| r.first().is_some_and(|v| number(v) == 3.0),
-    );
+    prometheus.wait_for("up{job=\"sandboxd\"}", |r| {
+        r.first().is_some_and(|v| number(v) == 1.0)
+    });
+    let ids: Vec<String> = (0..3)
+        .map(|n| reaper.keep(server.create_sandbox(MASTER, &small(&format!("p{n}")))))
+        .collect();
+    let running = prometheus.wait_for("sum(sandboxd_sandboxes{state=\"running\"})", |r| {
+        r.first().is_some_and(|v| number(v) == 3.0)
+    });
     assert_eq!(number(&running[0]), 3.0);
     let count = prometheus.wait_for("sum(sandboxd_create_duration_seconds_count)", |r| {
         r.first().is_some_and(|v| number(v) == 3.0)
@@ -307,8 +424,14 @@ fn a_real_prometheus_scrapes_sandbox_counts_and_create_latency() {
     assert_eq!(number(&count[0]), 3.0);
     let buckets = prometheus.query("sandboxd_create_duration_seconds_bucket{le=\"+Inf\"}");
     assert!(!buckets.is_empty(), "no create-latency buckets");
-    let starts: Vec<&str> = buckets.iter().filter_map(|b| b["metric"]["start"].as_str()).collect();
-    assert!(starts.iter().all(|s| *s == "warm" || *s == "cold"), "{starts:?}");
+    let starts: Vec<&str> = buckets
+        .iter()
+        .filter_map(|b| b["metric"]["start"].as_str())
+        .collect();
+    assert!(
+        starts.iter().all(|s| *s == "warm" || *s == "cold"),
+        "{starts:?}"
+    );
     let p50 = prometheus.wait_for(
         "histogram_quantile(0.5, sum by (le) (sandboxd_create_duration_seconds_bucket))",
         |r| r.first().is_some_and(|v| number(v) > 0.0),
@@ -317,10 +440,9 @@ fn a_real_prometheus_scrapes_sandbox_counts_and_create_latency() {
     for id in &ids {
         server.destroy(MASTER, id);
     }
-    prometheus.wait_for(
-        "sum(sandboxd_sandboxes{state=\"running\"})",
-        |r| r.first().is_some_and(|v| number(v) == 0.0),
-    );
+    prometheus.wait_for("sum(sandboxd_sandboxes{state=\"running\"})", |r| {
+        r.first().is_some_and(|v| number(v) == 0.0)
+    });
     let destroyed = prometheus.wait_for(
         "sandboxd_operations_total{operation=\"destroy\",outcome=\"ok\"}",
         |r| r.first().is_some_and(|v| number(v) == 3.0),
@@ -332,7 +454,10 @@ fn a_real_prometheus_scrapes_sandbox_counts_and_create_latency() {
 fn metrics_listener_none_serves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let server = serve_bin::Server::start(dir.path(), Some(MASTER));
-    assert!(server.log_lines().iter().all(|l| !l.contains("metrics at http://")));
+    assert!(server
+        .log_lines()
+        .iter()
+        .all(|l| !l.contains("metrics at http://")));
     // The API does not serve /metrics.
     let reply = server.request("GET", "/metrics", MASTER, None);
     assert_eq!(reply.status, 404, "{}", reply.text());

@@ -1,10 +1,12 @@
 //! The Prometheus listener: `GET /metrics` on its own address (`metrics_listen`), apart
-//! from the API so that it can stay on loopback or a private network.
+//! from the API so that it can stay on loopback or a private network. The Prometheus
+//! text format 0.0.4 by default, OpenMetrics text when the scraper's `Accept` asks.
 
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use sandboxd_engine::metrics::Format;
 use sandboxd_engine::Engine;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,15 +25,13 @@ pub async fn spawn(addr: SocketAddr, engine: Arc<Engine>) {
     tracing::info!("metrics at http://{bound}/metrics");
     let app = Router::new().route(
         "/metrics",
-        get(move || {
+        get(move |headers: axum::http::HeaderMap| {
             let engine = engine.clone();
             async move {
-                let text = engine.render_metrics().await;
-                (
-                    [(CONTENT_TYPE, sandboxd_engine::metrics::CONTENT_TYPE)],
-                    text,
-                )
-                    .into_response()
+                let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
+                let format = Format::from_accept(accept);
+                let (text, kind) = engine.render_metrics(format).await;
+                ([(CONTENT_TYPE, kind)], text).into_response()
             }
         }),
     );

@@ -71,8 +71,7 @@ pub async fn observe(State(engine): State<Arc<Engine>>, req: Request, next: Next
 fn request_id(headers: &HeaderMap) -> String {
     let sane = |v: &str| {
         (1..=MAX_ID_LEN).contains(&v.len())
-            && v
-                .bytes()
+            && v.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
     };
     headers

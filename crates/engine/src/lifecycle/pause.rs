@@ -3,9 +3,9 @@
 use crate::engine::{runtime_error, Engine};
 use crate::error::EngineError;
 use crate::lifecycle::{deadline, wrong_state};
+use crate::metrics::Operation;
 use crate::model::{Sandbox, WorkspaceId};
 use crate::state::SandboxStatus::{self, *};
-use crate::metrics::Operation;
 use uuid::Uuid;
 
 /// Which way a freeze/thaw goes.

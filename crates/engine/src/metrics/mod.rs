@@ -35,6 +35,14 @@ pub enum Operation {
 }
 
 impl Operation {
+    const ALL: [Operation; 5] = [
+        Operation::Create,
+        Operation::Destroy,
+        Operation::Pause,
+        Operation::Resume,
+        Operation::Snapshot,
+    ];
+
     fn as_str(self) -> &'static str {
         match self {
             Operation::Create => "create",
@@ -225,6 +233,19 @@ impl Metrics {
             Unit::Bytes,
             m.resident_bytes.clone(),
         );
+        // Every operation and outcome, and both starts, from zero: a rate over them is
+        // defined before the first create.
+        for op in Operation::ALL {
+            for outcome in ["ok", "error"] {
+                m.operations.get_or_create(&OperationLabels {
+                    operation: op.as_str(),
+                    outcome,
+                });
+            }
+        }
+        for start in ["warm", "cold"] {
+            m.create_seconds.get_or_create(&StartLabels { start });
+        }
         Metrics { registry, ..m }
     }
 
@@ -270,14 +291,41 @@ impl Metrics {
         self.http_requests.get_or_create(&labels).inc();
     }
 
-    /// The registry in the text exposition format (OpenMetrics 1.0).
-    pub fn encode(&self) -> String {
+    /// The registry in `format`, with that format's content type.
+    pub fn encode(&self, format: Format) -> (String, &'static str) {
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        let _ = match format {
+            Format::Prometheus => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            }
+            Format::OpenMetrics => {
+                prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            }
+        };
+        let kind = match format {
+            Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        };
+        (out, kind)
     }
 }
 
-/// The content type of [`Metrics::encode`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The exposition formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The Prometheus text format 0.0.4 (`promtool check metrics` reads it).
+    Prometheus,
+    /// OpenMetrics 1.0 text, for scrapers that ask for it.
+    OpenMetrics,
+}
+
+impl Format {
+    /// OpenMetrics when an `Accept` header asks for it, else the Prometheus text format.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept.is_some_and(|a| a.contains("application/openmetrics-text")) {
+            true => Format::OpenMetrics,
+            false => Format::Prometheus,
+        }
+    }
+}

@@ -55,20 +55,23 @@ impl Engine {
         &self.metrics
     }
 
-    /// Refreshes the gauges, then encodes every metric in the text exposition format.
-    pub async fn render_metrics(&self) -> String {
+    /// Refreshes the gauges, then encodes every metric in `format`; returns the text
+    /// and its content type.
+    pub async fn render_metrics(&self, format: super::Format) -> (String, &'static str) {
         let me = self.me.upgrade();
         if let Some(engine) = me {
             let _ = tokio::task::spawn_blocking(move || engine.refresh_metrics()).await;
         }
-        self.metrics.encode()
+        self.metrics.encode(format)
     }
 
     fn refresh_metrics(&self) {
         let m = &self.metrics;
         let tier = tier_of(self.runtime.name());
         let t0 = Instant::now();
-        let active = self.store.sandboxes_in_status(&crate::state::ACTIVE_STATUSES);
+        let active = self
+            .store
+            .sandboxes_in_status(&crate::state::ACTIVE_STATUSES);
         m.store("sandboxes_in_status", t0.elapsed());
         if let Ok(active) = active {
             for state in STATES {
@@ -89,15 +92,15 @@ impl Engine {
         let mut seen = m.seen.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(pool) = self.runtime.warm_pool() {
             m.warm_ready.set(pool.ready as i64);
-            m.warm_hits
-                .inc_by(pool.hits.saturating_sub(seen.warm_hits));
+            m.warm_hits.inc_by(pool.hits.saturating_sub(seen.warm_hits));
             m.warm_misses
                 .inc_by(pool.misses.saturating_sub(seen.warm_misses));
             seen.warm_hits = seen.warm_hits.max(pool.hits);
             seen.warm_misses = seen.warm_misses.max(pool.misses);
         }
         let errors = AGENT_CONNECTION_ERRORS.load(Ordering::Relaxed);
-        m.agent_errors.inc_by(errors.saturating_sub(seen.agent_errors));
+        m.agent_errors
+            .inc_by(errors.saturating_sub(seen.agent_errors));
         seen.agent_errors = seen.agent_errors.max(errors);
         if let Some(p) = super::process::measure() {
             if p.cpu_seconds > seen.cpu_seconds {

@@ -23,8 +23,8 @@ mod slots;
 mod start;
 mod sys;
 mod unpark;
-mod warm;
 mod usage;
+mod warm;
 mod warm_counts;
 mod watch;
 

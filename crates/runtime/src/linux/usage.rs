@@ -22,7 +22,10 @@ pub(super) fn measure(
 /// Used bytes of the writable layer: of its filesystem when it is a mount of its own
 /// (a size-limited layer), else the allocated blocks of the files under it.
 fn layer_used(layer: &Path) -> u64 {
-    let own_mount = match (std::fs::metadata(layer), layer.parent().map(std::fs::metadata)) {
+    let own_mount = match (
+        std::fs::metadata(layer),
+        layer.parent().map(std::fs::metadata),
+    ) {
         (Ok(l), Some(Ok(p))) => l.dev() != p.dev(),
         _ => return 0,
     };

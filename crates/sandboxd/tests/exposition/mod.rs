@@ -103,7 +103,10 @@ pub fn queryable_names(text: &str) -> std::collections::BTreeSet<String> {
         };
         match kind {
             "counter" => {
-                names.insert(format!("{name}_total"));
+                names.insert(match name.ends_with("_total") {
+                    true => name.to_owned(),
+                    false => format!("{name}_total"),
+                });
             }
             "histogram" => {
                 for suffix in ["_bucket", "_sum", "_count"] {
@@ -116,4 +119,57 @@ pub fn queryable_names(text: &str) -> std::collections::BTreeSet<String> {
         }
     }
     names
+}
+
+/// Deletes the sandboxes it was told of when dropped, even when a test fails midway
+/// (a stopped server leaves its sandboxes running). Declare it after the server.
+pub struct Reaper {
+    addr: SocketAddr,
+    ids: std::cell::RefCell<Vec<String>>,
+}
+
+impl Reaper {
+    pub fn new(server: &Server) -> Reaper {
+        Reaper {
+            addr: server.addr,
+            ids: Default::default(),
+        }
+    }
+
+    /// Remembers `id` and hands it back.
+    pub fn keep(&self, id: String) -> String {
+        self.ids.borrow_mut().push(id.clone());
+        id
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let auth = [("authorization", format!("Bearer {MASTER}"))];
+        for id in self.ids.borrow().iter() {
+            if std::net::TcpStream::connect(self.addr).is_ok() {
+                http(
+                    self.addr,
+                    "DELETE",
+                    &format!("/v2/sandboxes/{id}"),
+                    &auth,
+                    "",
+                );
+            }
+        }
+        // DELETE answers once the sandbox is TERMINATING: wait for each to end.
+        for id in self.ids.borrow().iter() {
+            for _ in 0..600 {
+                if std::net::TcpStream::connect(self.addr).is_err() {
+                    break;
+                }
+                let got = http(self.addr, "GET", &format!("/v2/sandboxes/{id}"), &auth, "");
+                let status = got.json()["data"]["status"].clone();
+                if status != "TERMINATING" && status != "RUNNING" {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    }
 }

@@ -180,8 +180,11 @@ impl Drop for Server {
 /// The address of a `listening on ADDR` log line (text or JSON).
 fn listening_addr(line: &str) -> Option<SocketAddr> {
     let rest = line.split("listening on ").nth(1)?;
-    let word = rest.split_whitespace().next()?;
-    word.trim_end_matches(['"', ',', '}']).parse().ok()
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || ".:[]".contains(*c))
+        .collect();
+    addr.parse().ok()
 }
 
 /// An HTTP answer with the body decoded (chunked or not).

@@ -33,7 +33,9 @@ pub(super) fn from_env(
 ) -> Result<Option<MetricsListen>, ConfigError> {
     let var = "SANDBOXD_METRICS_LISTEN";
     env(var)
-        .map(|raw| MetricsListen::try_from(raw).map_err(|message| ConfigError::Env { var, message }))
+        .map(|raw| {
+            MetricsListen::try_from(raw).map_err(|message| ConfigError::Env { var, message })
+        })
         .transpose()
 }
 
@@ -50,7 +52,10 @@ mod tests {
 
     #[test]
     fn none_an_address_or_an_error() {
-        assert_eq!(MetricsListen::try_from("none".to_owned()), Ok(MetricsListen(None)));
+        assert_eq!(
+            MetricsListen::try_from("none".to_owned()),
+            Ok(MetricsListen(None))
+        );
         assert_eq!(
             MetricsListen::try_from("127.0.0.1:0".to_owned()),
             Ok(MetricsListen(Some("127.0.0.1:0".parse().unwrap())))

@@ -2,10 +2,10 @@
 
 mod accounts;
 mod aliases;
+mod audit;
 mod codec;
 mod conns;
 mod egress;
-mod audit;
 mod idempotency;
 mod migrations;
 mod quotas;
