@@ -66,9 +66,10 @@ pub async fn observe(State(engine): State<Arc<Engine>>, req: Request, next: Next
     response
 }
 
-/// The client's `X-Request-Id` when it is 1 to 128 characters of `[A-Za-z0-9._:-]`,
-/// else a new UUID.
+/// The client's `X-Request-Id` when it is 1 to 128 characters of `[A-Za-z0-9._:-]`
+/// and not the request's own API key (which would then be logged), else a new UUID.
 fn request_id(headers: &HeaderMap) -> String {
+    let key = sandboxd_dialect_common::bearer_token(headers);
     let sane = |v: &str| {
         (1..=MAX_ID_LEN).contains(&v.len())
             && v.bytes()
@@ -77,7 +78,7 @@ fn request_id(headers: &HeaderMap) -> String {
     headers
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
-        .filter(|v| sane(v))
+        .filter(|v| sane(v) && Some(*v) != key)
         .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned)
 }
 
@@ -127,6 +128,12 @@ mod tests {
             assert!(uuid::Uuid::parse_str(&got).is_ok(), "{got}");
         }
         assert!(uuid::Uuid::parse_str(&request_id(&HeaderMap::new())).is_ok());
+        let mut h = with_id("sk_secret_123456");
+        h.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer sk_secret_123456"),
+        );
+        assert_ne!(request_id(&h), "sk_secret_123456");
     }
 
     #[test]

@@ -50,3 +50,55 @@ pub(super) fn list(
 pub(super) fn prune(c: &Connection, before: OffsetDateTime) -> StoreResult<u64> {
     Ok(c.execute("DELETE FROM audit WHERE at < ?1", [ts(before)])? as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{AuditRecord, SqliteStore, Store};
+    use time::{Duration, OffsetDateTime};
+
+    fn entry(ws: &str, action: &str, at: OffsetDateTime) -> AuditRecord {
+        AuditRecord {
+            at,
+            workspace: ws.into(),
+            key_id: Some(uuid::Uuid::new_v4()),
+            request_id: Some("req-1".into()),
+            action: action.into(),
+            target: Some("t".into()),
+            outcome: "ok".into(),
+        }
+    }
+
+    #[test]
+    fn read_per_workspace_since_oldest_first_and_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("db")).unwrap();
+        let now = OffsetDateTime::now_utc();
+        let old = entry("a", "sandbox.create", now - Duration::days(100));
+        let new = entry("a", "sandbox.destroy", now);
+        store.insert_audit(&new).unwrap();
+        store.insert_audit(&old).unwrap();
+        store
+            .insert_audit(&entry("b", "sandbox.pause", now))
+            .unwrap();
+        let all = store
+            .list_audit("a", OffsetDateTime::UNIX_EPOCH, 100)
+            .unwrap();
+        assert_eq!(all, [old.clone(), new.clone()]);
+        let recent = store.list_audit("a", now - Duration::days(1), 100).unwrap();
+        assert_eq!(recent, [new.clone()]);
+        assert_eq!(store.prune_audit(now - Duration::days(90)).unwrap(), 1);
+        assert_eq!(
+            store
+                .list_audit("a", OffsetDateTime::UNIX_EPOCH, 100)
+                .unwrap(),
+            [new]
+        );
+        assert_eq!(
+            store
+                .list_audit("b", OffsetDateTime::UNIX_EPOCH, 100)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
