@@ -85,7 +85,7 @@ mod tests {
             .unwrap();
         assert_eq!(all, [old.clone(), new.clone()]);
         let recent = store.list_audit("a", now - Duration::days(1), 100).unwrap();
-        assert_eq!(recent, [new.clone()]);
+        assert_eq!(recent, std::slice::from_ref(&new));
         assert_eq!(store.prune_audit(now - Duration::days(90)).unwrap(), 1);
         assert_eq!(
             store
