@@ -85,6 +85,18 @@ fn exposition_passes_promtool_and_counters_move() {
         value(&text, "sandboxd_create_duration_seconds_count", &[]),
         2.0
     );
+    // Each start took a warm init or found none (the server keeps two by default).
+    let hits = value(&text, "sandboxd_warm_pool_hits_total", &[]);
+    let misses = value(&text, "sandboxd_warm_pool_misses_total", &[]);
+    assert_eq!(hits + misses, 2.0, "{text}");
+    let starts = |start| {
+        value(
+            &text,
+            "sandboxd_create_duration_seconds_count",
+            &[("start", start)],
+        )
+    };
+    assert_eq!((starts("warm"), starts("cold")), (hits, misses));
     let http_creates = value(
         &text,
         "sandboxd_http_requests_total",
