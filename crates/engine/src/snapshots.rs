@@ -117,6 +117,16 @@ impl Engine {
         ws: &WorkspaceId,
         id: Uuid,
     ) -> Result<Snapshot, EngineError> {
+        let deleted = self.delete_snapshot_steps(ws, id).await;
+        self.audit(ws, "snapshot.delete", Some(id.to_string()), &deleted);
+        deleted
+    }
+
+    async fn delete_snapshot_steps(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+    ) -> Result<Snapshot, EngineError> {
         let _admission = self.admission.lock().await; // no sandbox starts on it meanwhile
         let snap = self.get_snapshot(ws, id).await?;
         self.store.delete_snapshot(id)?;

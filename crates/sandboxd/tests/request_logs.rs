@@ -213,6 +213,7 @@ fn the_audit_trail_lists_who_did_what() {
         Some(&json!({})),
     );
     assert!(reply.status < 300, "{}", reply.text());
+    let snapshot = reply.json()["data"]["id"].as_str().unwrap().to_owned();
     // A refused pause of a missing sandbox is audited with its outcome.
     let missing = "00000000-0000-4000-8000-000000000000";
     assert_eq!(
@@ -319,4 +320,25 @@ fn the_audit_trail_lists_who_did_what() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--since"));
     let other = cli_status(&["audit", "--workspace", "nobody", "--data-dir", data], "");
     assert!(!other.status.success());
+
+    // Deleting the snapshot is audited too.
+    let path = format!("/v2/snapshots/{snapshot}");
+    let reply = server.request("DELETE", &path, MASTER, None);
+    assert!(reply.status < 300, "{}", reply.text());
+    let out = cli(
+        &[
+            "audit",
+            "--workspace",
+            "default",
+            "--data-dir",
+            data,
+            "--json",
+        ],
+        "",
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["action"], "snapshot.delete", "{text}");
+    assert_eq!(last["target"], snapshot.as_str());
+    assert_eq!(last["outcome"], "ok");
 }
