@@ -20,7 +20,7 @@ pub const FIRST_INTERVAL: Duration = Duration::from_millis(500);
 /// A previous reading older than this is not used as the interval's start.
 const STALE: Duration = Duration::from_secs(60);
 
-/// A reading shorter than this after the previous one reuses the previous one's start.
+/// The shortest interval a percentage is measured over.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// One sandbox's usage now.
@@ -48,27 +48,45 @@ pub struct SandboxUsage {
     pub net_tx_bytes: u64,
 }
 
-/// The last CPU reading of each sandbox read lately.
+/// One CPU reading: when, and the CPU time used by then.
+type Reading = (Instant, u64);
+
+/// The last CPU reading of each sandbox read lately, and the one before it that is at
+/// least [`MIN_INTERVAL`] older (the start of an interval ending soon after the last).
 #[derive(Default)]
-pub(crate) struct CpuReadings(Mutex<HashMap<Uuid, (Instant, u64)>>);
+pub(crate) struct CpuReadings(Mutex<HashMap<Uuid, (Option<Reading>, Reading)>>);
 
 impl CpuReadings {
-    /// The reading an interval ending now starts at, if a recent one exists.
-    fn start_of(&self, id: Uuid) -> Option<(Instant, u64)> {
+    /// The reading an interval ending now starts at: the last one if it is at least
+    /// [`MIN_INTERVAL`] old, else the one before it; `None` when there is neither (or
+    /// they are stale), and how long to wait first when only a too recent one exists.
+    fn start_of(&self, id: Uuid) -> (Option<Reading>, Duration) {
         let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(&id).copied().filter(|(at, _)| at.elapsed() < STALE)
+        let Some((before, last)) = map.get(&id).copied() else {
+            return (None, Duration::ZERO);
+        };
+        if last.0.elapsed() >= STALE {
+            return (None, Duration::ZERO);
+        }
+        match (last.0.elapsed() >= MIN_INTERVAL, before) {
+            (true, _) => (Some(last), Duration::ZERO),
+            (false, Some(b)) if b.0.elapsed() < STALE => (Some(b), Duration::ZERO),
+            (false, _) => (Some(last), MIN_INTERVAL.saturating_sub(last.0.elapsed())),
+        }
     }
 
     fn record(&self, id: Uuid, at: Instant, cpu_ns: u64) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, (t, _)| t.elapsed() < STALE);
-        match map.get(&id) {
-            // Keep the older start while readings come faster than MIN_INTERVAL.
-            Some((t, _)) if at.duration_since(*t) < MIN_INTERVAL => {}
-            _ => {
-                map.insert(id, (at, cpu_ns));
+        map.retain(|_, (_, last)| last.0.elapsed() < STALE);
+        let next = match map.get(&id) {
+            // A reading soon after the last keeps the older start for the next one.
+            Some((before, last)) if at.duration_since(last.0) < MIN_INTERVAL => {
+                (*before, (at, cpu_ns))
             }
-        }
+            Some((_, last)) => (Some(*last), (at, cpu_ns)),
+            None => (None, (at, cpu_ns)),
+        };
+        map.insert(id, next);
     }
 }
 
@@ -87,7 +105,9 @@ impl Engine {
                 .map(|u| (now, u))
                 .map_err(|err| runtime_error(&format!("reading the usage of sandbox {id}"), err))
         };
-        let start = match self.cpu_readings.start_of(id) {
+        let (known, wait) = self.cpu_readings.start_of(id);
+        tokio::time::sleep(wait).await;
+        let start = match known {
             Some(start) => start,
             None => {
                 let (at, first) = read(handle.clone()).await?;
@@ -123,5 +143,33 @@ impl Engine {
             net_rx_bytes: u.net_rx_bytes,
             net_tx_bytes: u.net_tx_bytes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interval_is_never_shorter_than_the_minimum() {
+        let r = CpuReadings::default();
+        let id = Uuid::new_v4();
+        assert_eq!(r.start_of(id), (None, Duration::ZERO));
+        let t0 = Instant::now() - Duration::from_secs(2);
+        r.record(id, t0, 1_000);
+        // The last reading is old enough: it starts the interval.
+        assert_eq!(r.start_of(id), (Some((t0, 1_000)), Duration::ZERO));
+        let t1 = Instant::now();
+        r.record(id, t1, 5_000);
+        // Right after a reading, the one before it starts the interval.
+        assert_eq!(r.start_of(id), (Some((t0, 1_000)), Duration::ZERO));
+        // Readings in quick succession keep that start.
+        r.record(id, t1 + Duration::from_millis(1), 5_100);
+        assert_eq!(r.start_of(id).0, Some((t0, 1_000)));
+        // With only a fresh reading, the caller waits out the minimum.
+        let other = Uuid::new_v4();
+        r.record(other, Instant::now(), 0);
+        let (start, wait) = r.start_of(other);
+        assert!(start.is_some() && wait > Duration::ZERO && wait <= MIN_INTERVAL);
     }
 }
