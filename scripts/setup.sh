@@ -8,6 +8,8 @@ need_apt=()
 for pkg in util-linux iproute2 nftables libnftables1 bubblewrap e2fsprogs python3 bash coreutils procps docker-registry skopeo umoci apache2-utils runsc; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+# promtool and a real Prometheus for the monitoring tests (crates/sandboxd/tests/metrics*.rs).
+dpkg -s prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 if ((${#need_apt[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

@@ -27,6 +27,7 @@ const spawnServer = async (dataDir, signingKey) => {
       ...process.env,
       SANDBOXD_MASTER_KEY: hashSigningKey(signingKey),
       SANDBOXD_DISK_OVERCOMMIT: "1000",
+      SANDBOXD_METRICS_LISTEN: "none",
       NO_COLOR: "1",
     },
     stdio: ["ignore", "pipe", "pipe"],

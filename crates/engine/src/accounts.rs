@@ -120,7 +120,14 @@ impl Engine {
     }
 
     pub fn authenticate(&self, key: &str) -> Result<Option<Principal>, EngineError> {
-        self.accounts().authenticate(key)
+        let principal = self.accounts().authenticate(key)?;
+        if let Some(p) = &principal {
+            crate::request::set_caller(crate::request::Caller {
+                workspace: p.workspace.clone(),
+                key_id: p.key_id,
+            });
+        }
+        Ok(principal)
     }
 
     /// The workspace `dialect` knows as `alias`.

@@ -12,6 +12,9 @@ pub(crate) fn is_unreachable(e: &ClientError) -> bool {
 
 /// Maps every agent client error to an engine error.
 pub(crate) fn map(e: ClientError) -> EngineError {
+    if is_unreachable(&e) {
+        crate::metrics::agent_connection_error();
+    }
     let (code, message) = match &e {
         ClientError::Agent(a) => (
             match a.code {

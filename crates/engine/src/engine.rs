@@ -85,6 +85,10 @@ pub struct Engine {
     pub(crate) me: std::sync::Weak<Engine>,
     /// Cancelled when the server begins to shut down: open streams end then.
     pub(crate) shutdown: tokio_util::sync::CancellationToken,
+    /// Prometheus metrics of this engine and of the server in front of it.
+    pub(crate) metrics: crate::metrics::Metrics,
+    /// The last CPU reading of each sandbox whose usage was read lately.
+    pub(crate) cpu_readings: crate::usage::CpuReadings,
 }
 
 /// How soon a request refused for a busy database may be retried.
@@ -156,6 +160,8 @@ impl Engine {
             create_rate: Default::default(),
             me: me.clone(),
             shutdown: Default::default(),
+            metrics: Default::default(),
+            cpu_readings: Default::default(),
         });
         Ok(engine)
     }
@@ -184,7 +190,10 @@ impl Engine {
 
     /// Loads a sandbox of `ws` (another workspace's is not found).
     pub(crate) fn load(&self, ws: &str, id: Uuid) -> Result<Entry, EngineError> {
-        match self.store.get_sandbox(id)? {
+        let t0 = std::time::Instant::now();
+        let found = self.store.get_sandbox(id);
+        self.metrics.store("get_sandbox", t0.elapsed());
+        match found? {
             Some(rec) if rec.workspace == ws => convert::entry_from_record(rec),
             _ => Err(not_found(id)),
         }
@@ -193,9 +202,10 @@ impl Engine {
     pub(crate) fn save(&self, entry: &Entry) -> Result<(), EngineError> {
         crate::faults::store_write("store.save")?;
         crate::faults::store_write_to(entry.sb.status)?;
-        Ok(self
-            .store
-            .update_sandbox(&convert::entry_to_record(entry))?)
+        let t0 = std::time::Instant::now();
+        let saved = self.store.update_sandbox(&convert::entry_to_record(entry));
+        self.metrics.store("update_sandbox", t0.elapsed());
+        Ok(saved?)
     }
 
     /// Takes the sandbox's lock shared (runtime operations), after ending it first

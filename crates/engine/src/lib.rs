@@ -3,6 +3,7 @@
 
 pub mod accounts;
 mod agent_error;
+pub mod audit;
 mod convert;
 pub mod cursor;
 pub mod disk;
@@ -15,10 +16,12 @@ pub mod idempotency;
 pub mod image_user;
 mod lifecycle;
 mod locks;
+pub mod metrics;
 pub mod model;
 mod ops;
 pub mod output;
 pub mod quota;
+pub mod request;
 pub mod results;
 mod secrets;
 mod sessions;
@@ -27,6 +30,7 @@ mod snapshots;
 pub mod state;
 pub mod templates;
 pub mod terminal;
+pub mod usage;
 pub mod validate;
 mod workspace_image;
 
@@ -48,3 +52,4 @@ pub use sandboxd_runtime::{EgressPolicy, EgressRule, NetworkMode, Requests};
 pub use state::SandboxStatus;
 pub use templates::{Template, TemplateBuild, BUILTIN_TEMPLATES};
 pub use terminal::{Terminal, TerminalEvent, TerminalInput, TerminalOutput};
+pub use usage::SandboxUsage;

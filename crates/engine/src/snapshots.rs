@@ -27,6 +27,19 @@ impl Engine {
         id: Uuid,
         name: Option<String>,
     ) -> Result<Snapshot, EngineError> {
+        let taken = self.snapshot_steps(ws, id, name).await;
+        self.metrics
+            .operation(crate::metrics::Operation::Snapshot, &taken);
+        self.audit(ws, "sandbox.snapshot", Some(id.to_string()), &taken);
+        taken
+    }
+
+    async fn snapshot_steps(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        name: Option<String>,
+    ) -> Result<Snapshot, EngineError> {
         if let Some(name) = &name {
             validate::snapshot_name(name)?;
         }
@@ -100,6 +113,16 @@ impl Engine {
     /// Deletes the snapshot, and each of its layers that no other snapshot and no
     /// active sandbox still uses.
     pub async fn delete_snapshot(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+    ) -> Result<Snapshot, EngineError> {
+        let deleted = self.delete_snapshot_steps(ws, id).await;
+        self.audit(ws, "snapshot.delete", Some(id.to_string()), &deleted);
+        deleted
+    }
+
+    async fn delete_snapshot_steps(
         &self,
         ws: &WorkspaceId,
         id: Uuid,

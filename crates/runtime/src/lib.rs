@@ -130,6 +130,11 @@ pub trait Runtime: Send + Sync + 'static {
         }
     }
 
+    /// The warm-init pool's size and hit counts; `None` when the backend keeps none.
+    fn warm_pool(&self) -> Option<WarmPoolStats> {
+        None
+    }
+
     /// Host CPUs no pinned sandbox holds; `None` when the backend cannot pin.
     fn free_cpus(&self) -> Option<Vec<u32>> {
         None

@@ -114,6 +114,9 @@ pub struct SandboxHandle {
     pub state_dir: PathBuf,
     /// First host uid/gid of the sandbox's 65536-wide id range (root inside).
     pub host_id_base: u32,
+    /// Whether this start took a warm init (for metrics; not persisted).
+    #[serde(default, skip_serializing)]
+    pub warm: bool,
 }
 
 /// Room for writable layers on the filesystem that holds them, as the backend measures
@@ -133,5 +136,29 @@ pub struct DiskSpace {
 pub struct ResourceUsage {
     pub cpu_usage_ns: u64,
     pub memory_bytes: u64,
+    /// Highest memory use since the sandbox started (0 when the backend cannot tell).
+    #[serde(default)]
+    pub memory_peak_bytes: u64,
     pub pids: u64,
+    /// Bytes written to the writable layer (allocated blocks of its image, or of its
+    /// directory when it has no size limit).
+    #[serde(default)]
+    pub disk_used_bytes: u64,
+    /// Bytes the sandbox's network interfaces received (loopback excluded).
+    #[serde(default)]
+    pub net_rx_bytes: u64,
+    /// Bytes the sandbox's network interfaces sent (loopback excluded).
+    #[serde(default)]
+    pub net_tx_bytes: u64,
+}
+
+/// The warm-init pool as metrics see it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WarmPoolStats {
+    /// Inits ready to be taken now.
+    pub ready: u64,
+    /// Starts that took a warm init.
+    pub hits: u64,
+    /// Starts that found none fitting and started cold.
+    pub misses: u64,
 }

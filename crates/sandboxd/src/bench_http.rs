@@ -167,6 +167,7 @@ impl Serve {
             // Hundreds of idle sandboxes with the default 10 GiB disk: promise far more
             // disk than the host has (they write next to nothing).
             .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+            .env("SANDBOXD_METRICS_LISTEN", "none")
             .env("RUST_LOG", "warn,sandboxd_server=info")
             .env("NO_COLOR", "1")
             .envs(env.iter().copied())

@@ -69,6 +69,8 @@ pub enum SandboxCommand {
     },
     /// Attach this terminal to a shell in the sandbox (Runzivo terminal WebSocket).
     Shell(crate::shell::ShellArgs),
+    /// A live table of the sandboxes' CPU, memory, tasks, disk and network, like `top`.
+    Top(crate::cli_top::TopArgs),
 }
 
 /// One line about a sandbox.
@@ -158,6 +160,7 @@ async fn run(command: SandboxCommand) -> Result<ExitCode> {
         Resume { id, target } => one(&target, "POST", &format!("/v1/sandboxes/{id}/resume")).await,
         Delete { id, target } => one(&target, "DELETE", &format!("/v1/sandboxes/{id}")).await,
         Shell(args) => crate::shell::run(args).await,
+        Top(args) => crate::cli_top::run(args).await,
         Exec { id, cmd, target } => {
             let path = format!("/v1/sandboxes/{id}/exec");
             streamed(&target, &path, &json!({ "cmd": cmd }), &[]).await

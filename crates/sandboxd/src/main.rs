@@ -1,5 +1,6 @@
 //! The `sandboxd` binary: server, in-process runner, agent entry point and tools.
 
+mod audit;
 mod bench;
 mod bench_base;
 mod bench_http;
@@ -12,6 +13,7 @@ mod cli_registry;
 mod cli_sandbox;
 mod cli_templates;
 mod cli_workspace;
+mod cli_top;
 mod gvisor_agent;
 mod init;
 mod keys;
@@ -78,6 +80,8 @@ enum Command {
     /// Templates through a server's OpenRelay API: build, list, delete.
     #[command(subcommand)]
     Templates(cli_templates::TemplatesCommand),
+    /// A workspace's audit trail of mutating operations, from the data directory.
+    Audit(audit::AuditArgs),
 }
 
 #[derive(clap::Args)]
@@ -143,6 +147,7 @@ fn main() -> std::process::ExitCode {
         Command::Registry(command) => report("registry", cli_registry::main(command)),
         Command::Templates(command) => report("templates", cli_templates::main(command)),
         Command::Workspace(command) => report("workspace", cli_workspace::main(command)),
+        Command::Audit(args) => report("audit", audit::main(args)),
         Command::Bench(args) => match bench::main(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(err) => {

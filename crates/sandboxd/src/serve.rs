@@ -29,10 +29,25 @@ pub struct ServeArgs {
     /// TOML configuration file (`listen`, `data_dir`, `master_key`).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Log lines as human-readable `text` or one JSON object per line (`json`).
+    #[arg(
+        long = "log-format",
+        value_enum,
+        env = "SANDBOXD_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written to stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 pub fn main(args: ServeArgs) -> Result<ExitCode> {
-    init_logging();
+    init_logging_as(args.log_format);
     let mut config = ServerConfig::load(args.config.as_deref())?;
     if let Some(listen) = args.listen {
         config.listen = listen;
@@ -99,12 +114,20 @@ async fn run(mut config: ServerConfig) -> Result<()> {
     served
 }
 
-/// Logs to stderr, `info` unless `RUST_LOG` says otherwise.
+/// Logs text to stderr, `info` unless `RUST_LOG` says otherwise.
 pub fn init_logging() {
+    init_logging_as(LogFormat::Text);
+}
+
+/// Logs to stderr in `format`, `info` unless `RUST_LOG` says otherwise.
+pub fn init_logging_as(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
 }

@@ -361,6 +361,7 @@ fn a_gvisor_server_without_runsc_refuses_to_start_and_says_why() {
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .env("SANDBOXD_ISOLATION", "gvisor")
+        .env("SANDBOXD_METRICS_LISTEN", "none")
         .env("PATH", dir.path().join("no-such-bin"))
         .env("NO_COLOR", "1")
         .env_remove("SANDBOXD_MASTER_KEY")

@@ -11,11 +11,13 @@ mod connections;
 mod disk;
 mod isolation;
 mod layer_gc;
+mod observability;
 mod registries;
 
 pub use connections::ConnectionLimits;
 pub use isolation::Isolation;
 pub use layer_gc::LayerGc;
+pub use observability::{MetricsListen, DEFAULT_METRICS_LISTEN};
 
 /// Where and how the server runs.
 #[derive(Clone, PartialEq, Eq)]
@@ -71,6 +73,10 @@ pub struct ServerConfig {
     pub isolation: Isolation,
     /// The background layer collector's schedule.
     pub layer_gc: LayerGc,
+    /// Where Prometheus metrics are served (`GET /metrics`); `None`: nowhere.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Days the audit trail keeps its entries (90 by default; 0 keeps them forever).
+    pub audit_retention_days: u32,
 }
 
 impl Default for ServerConfig {
@@ -98,6 +104,8 @@ impl Default for ServerConfig {
             insecure_registries: Vec::new(),
             isolation: Isolation::Container,
             layer_gc: Default::default(),
+            metrics_listen: Some(DEFAULT_METRICS_LISTEN),
+            audit_retention_days: 90,
         }
     }
 }
@@ -130,6 +138,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("insecure_registries", &self.insecure_registries)
             .field("isolation", &self.isolation)
             .field("layer_gc", &self.layer_gc)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("audit_retention_days", &self.audit_retention_days)
             .finish()
     }
 }
@@ -182,6 +192,8 @@ struct FileLayer {
     insecure_registries: Option<Vec<String>>,
     isolation: Option<Isolation>,
     layer_gc: Option<layer_gc::LayerGcLayer>,
+    metrics_listen: Option<MetricsListen>,
+    audit_retention_days: Option<u32>,
 }
 
 impl ServerConfig {
@@ -256,6 +268,8 @@ impl ServerConfig {
             insecure_registries: registries::from_env(&env)?,
             isolation: isolation::from_env(&env)?,
             layer_gc: layer_gc::LayerGcLayer::from_env(&env)?,
+            metrics_listen: observability::from_env(&env)?,
+            audit_retention_days: observability::retention_from_env(&env)?,
         });
         registries::check(&config.insecure_registries).map_err(ConfigError::Inconsistent)?;
         config.check_disk()?;
@@ -344,6 +358,12 @@ impl ServerConfig {
         }
         if let Some(gc) = layer.layer_gc {
             gc.apply(&mut self.layer_gc);
+        }
+        if let Some(MetricsListen(addr)) = layer.metrics_listen {
+            self.metrics_listen = addr;
+        }
+        if let Some(days) = layer.audit_retention_days {
+            self.audit_retention_days = days;
         }
     }
 

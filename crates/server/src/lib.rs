@@ -3,6 +3,8 @@
 
 pub mod config;
 mod listener;
+mod metrics_listener;
+pub mod observe;
 mod overload;
 mod serve;
 mod trim;

@@ -22,7 +22,11 @@ pub fn app_with(engine: Arc<Engine>, config: &ServerConfig) -> Router {
     Router::new()
         .merge(sandboxd_dialect_inngest::router(engine.clone()))
         .merge(sandboxd_dialect_openrelay::router(engine.clone()))
-        .merge(sandboxd_dialect_runzivo::router(engine, runzivo))
+        .merge(sandboxd_dialect_runzivo::router(engine.clone(), runzivo))
+        .layer(axum::middleware::from_fn_with_state(
+            engine,
+            crate::observe::observe,
+        ))
 }
 
 /// Serves the API on `config.listen` until `shutdown` completes, then lets in-flight
@@ -40,6 +44,10 @@ pub async fn serve(
         .local_addr()
         .context("cannot read the bound address")?;
     raise_descriptor_limit();
+    if let Some(metrics) = config.metrics_listen {
+        crate::metrics_listener::spawn(metrics, engine.clone()).await;
+    }
+    spawn_audit_pruning(&engine, config.audit_retention_days);
     tracing::info!("listening on {addr}");
     // Shutdown: new connections stop, open streams end with their terminal frame, and
     // what is still open after the grace period (or a second signal) is cut off.
@@ -78,6 +86,30 @@ fn register_master_key(engine: &Engine, key: Option<&str>) -> anyhow::Result<()>
     engine
         .set_master_key(key, &aliases)
         .context("cannot register the master key")
+}
+
+/// Prunes the audit trail of entries older than `days` now and every hour (0: never).
+fn spawn_audit_pruning(engine: &Arc<Engine>, days: u32) {
+    if days == 0 {
+        return;
+    }
+    let engine = Arc::downgrade(engine);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
+        loop {
+            every.tick().await;
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
+            let pruned = tokio::task::spawn_blocking(move || engine.prune_audit(days)).await;
+            match pruned {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => tracing::info!("pruned {n} audit entries older than {days} days"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot prune the audit trail"),
+                Err(e) => tracing::warn!(error = %e, "audit pruning panicked"),
+            }
+        }
+    });
 }
 
 /// Raises the soft limit on open descriptors to the hard one: each client connection and

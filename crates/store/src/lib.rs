@@ -124,4 +124,16 @@ pub trait Store: Send + Sync + 'static {
         -> StoreResult<Option<IdempotencyRecord>>;
     /// Removes records created before `before`; returns how many.
     fn prune_idempotency(&self, before: OffsetDateTime) -> StoreResult<u64>;
+
+    // Audit trail.
+    fn insert_audit(&self, rec: &AuditRecord) -> StoreResult<()>;
+    /// A workspace's entries at or after `since`, oldest first, at most `limit`.
+    fn list_audit(
+        &self,
+        workspace: &str,
+        since: OffsetDateTime,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditRecord>>;
+    /// Removes entries before `before`; returns how many.
+    fn prune_audit(&self, before: OffsetDateTime) -> StoreResult<u64>;
 }

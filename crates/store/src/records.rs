@@ -136,6 +136,23 @@ pub struct IdempotencyRecord {
     pub created_at: OffsetDateTime,
 }
 
+/// One entry of the audit trail: a mutating operation in a workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    pub at: OffsetDateTime,
+    pub workspace: String,
+    /// The API key that asked (`None`: the server itself, e.g. an expiry).
+    pub key_id: Option<Uuid>,
+    /// The HTTP request it was part of.
+    pub request_id: Option<String>,
+    /// What was done: `sandbox.create`, `sandbox.destroy`, …
+    pub action: String,
+    /// What it was done to (a sandbox or snapshot id).
+    pub target: Option<String>,
+    /// `ok`, or the engine's error code.
+    pub outcome: String,
+}
+
 /// Position after which a keyset page starts: the last item of the previous page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Keyset {

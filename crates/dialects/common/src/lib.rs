@@ -7,6 +7,7 @@ pub mod ndjson;
 pub mod no_store;
 pub mod openapi;
 pub mod time_fmt;
+pub mod usage;
 
 pub use auth::bearer_token;
 pub use json::{read_json, JsonBodyError};

@@ -42,6 +42,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route(&format!("{sandbox}/pause"), post(lifecycle::pause))
         .route(&format!("{sandbox}/resume"), post(lifecycle::resume))
         .route(&format!("{sandbox}/exec"), post(exec::exec))
+        .route(&format!("{sandbox}/metrics"), get(usage::usage))
         .route(&format!("{sandbox}/logs"), get(output::logs))
         .route(
             &format!("{sandbox}/files"),

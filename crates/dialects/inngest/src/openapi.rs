@@ -85,6 +85,7 @@ tagged `sandboxd extensions` are not on the REST page: they are what the inngest
         routes::snapshots::list,
         routes::snapshots::get,
         routes::snapshots::delete,
+        routes::usage::usage,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -134,7 +135,7 @@ mod tests {
         assert_eq!(doc["openapi"], "3.1.0");
         let paths = doc["paths"].as_object().unwrap();
         let operations: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!(operations, 21);
+        assert_eq!(operations, 22);
         assert!(paths.contains_key("/v2/sandboxes/{sandbox_id}/pause"));
     }
 }

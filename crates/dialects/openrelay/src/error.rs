@@ -44,7 +44,10 @@ impl ApiError {
                 error: message.into(),
                 code,
                 permission: None,
-                request_id: uuid::Uuid::new_v4().to_string(),
+                // The request's own id (also its `X-Request-Id`) when served by the
+                // server; a fresh one otherwise.
+                request_id: sandboxd_engine::request::current_id()
+                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
             },
             retry_after: None,
         }

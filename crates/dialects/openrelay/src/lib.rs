@@ -39,6 +39,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route(&format!("{sandbox}/pause"), post(sandboxes::pause))
         .route(&format!("{sandbox}/resume"), post(sandboxes::resume))
         .route(&format!("{sandbox}/exec"), post(exec::exec))
+        .route(&format!("{sandbox}/metrics"), get(sandboxes::usage))
         .route(
             "/v1/sandbox-templates",
             get(templates::list).post(templates::build),

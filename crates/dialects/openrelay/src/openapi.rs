@@ -168,6 +168,12 @@ mod paths {
             content((ResultView = "application/json"), (SandboxEvent = "application/x-ndjson")))))]
     fn exec() {}
 
+    #[utoipa::path(get, path = "/v1/sandboxes/{sandbox_id}/metrics", operation_id = "getSandboxMetrics", tag = "sandboxd extensions",
+        summary = "Live resource usage of a running or paused sandbox: CPU seconds and percent over the last interval, memory current and peak, tasks, writable-layer disk use and limit, network bytes",
+        params(("sandbox_id" = String, Path, description = SANDBOX_ID)),
+        responses((status = 200, description = "Its usage now", body = sandboxd_dialect_common::usage::UsageView)))]
+    fn usage() {}
+
     #[utoipa::path(get, path = "/v1/sandbox-templates", operation_id = "listTemplates", tag = "templates",
         summary = "The built-in templates and the workspace's own",
         responses((status = 200, description = "Every template", body = Templates)))]
@@ -204,6 +210,7 @@ key in the default one. Every answer carries `Cache-Control: no-store`; JSON bod
         paths::pause,
         paths::resume,
         paths::exec,
+        paths::usage,
         paths::list_templates,
         paths::build_template,
         paths::delete_template,
@@ -222,6 +229,7 @@ const ERRORS: Errors = &[
     ("pauseSandbox", &[(404, "NOT_FOUND"), (409, "INVALID_STATE")]),
     ("resumeSandbox", &[(404, "NOT_FOUND"), (409, "INVALID_STATE")]),
     ("execInSandbox", &[(400, "INVALID_REQUEST"), (404, "NOT_FOUND"), (409, "INVALID_STATE (not running)"), (413, "TOO_LARGE"), (415, "UNSUPPORTED_MEDIA_TYPE")]),
+    ("getSandboxMetrics", &[(404, "NOT_FOUND"), (409, "INVALID_STATE (neither running nor paused)")]),
     ("listTemplates", &[]),
     ("buildTemplate", &[(400, "INVALID_REQUEST (a failing step carries its exit code and stderr tail) or TEMPLATE_NOT_FOUND"), (409, "ALREADY_EXISTS"), (413, "TOO_LARGE"), (415, "UNSUPPORTED_MEDIA_TYPE"), (429, "QUOTA_EXCEEDED or RATE_LIMITED"), (503, "CAPACITY_EXHAUSTED or UNAVAILABLE")]),
     ("deleteTemplate", &[(404, "NOT_FOUND"), (409, "INVALID_STATE (a built-in)")]),
@@ -269,7 +277,7 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_str(&super::document()).unwrap();
         let paths = doc["paths"].as_object().unwrap();
         let operations: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!(operations, 10);
+        assert_eq!(operations, 11);
         let create = &doc["paths"]["/v1/sandboxes"]["post"]["responses"];
         for status in [
             "201", "400", "401", "403", "409", "413", "415", "422", "429", "503",

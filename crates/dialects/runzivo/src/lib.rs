@@ -53,6 +53,7 @@ pub fn router(engine: Arc<Engine>, options: Options) -> Router {
         .route(sandboxes, post(sandboxes::create).get(sandboxes::list))
         .route(&sandbox, get(sandboxes::get).delete(sandboxes::delete))
         .route(&format!("{sandbox}/exec"), post(exec::exec))
+        .route(&format!("{sandbox}/metrics"), get(usage::usage))
         .route(&format!("{sandbox}/terminal"), get(terminal::terminal))
         .route(
             &format!("{sandbox}/terminal/tickets"),

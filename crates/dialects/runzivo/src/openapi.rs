@@ -200,6 +200,15 @@ mod paths {
         security(()),
         responses((status = 101, description = "Switching to the WebSocket protocol")))]
     fn terminal() {}
+
+    #[utoipa::path(get, path = "/v1/customer/tenants/{tenantId}/sandboxes/{sandboxId}/metrics", operation_id = "getSandboxMetrics", tag = "sandboxd extensions",
+        summary = "Live resource usage of a running or paused sandbox: CPU seconds and percent over the last interval, memory current and peak, tasks, writable-layer disk use and limit, network bytes",
+        params(
+            ("tenantId" = String, Path, description = "Your workspace's tenant ID"),
+            ("sandboxId" = String, Path, pattern = "^sbx_[0-9a-f]{24}$", description = "sbx_ followed by 24 lowercase hexadecimal characters (anything else: 400)"),
+        ),
+        responses((status = 200, description = "Its usage now", body = crate::routes::usage::UsageView)))]
+    fn usage() {}
 }
 
 #[derive(OpenApi)]
@@ -223,6 +232,7 @@ carry `Retry-After`."
         paths::exec,
         paths::ticket,
         paths::terminal,
+        paths::usage,
     ),
     components(schemas(ErrorDoc, ErrorItem, Status, Env, LineType, EndReason)),
     security(("bearer" = []))
@@ -242,6 +252,7 @@ const ERRORS: Errors = &[
     ("deleteSandbox", &[(400, "invalid_request: a malformed sandboxId"), (404, "sandbox_not_found"), (409, "sandbox_wrong_state")]),
     ("execInSandbox", &[(400, "invalid_request: a malformed sandboxId or body"), (404, "sandbox_not_found"), (409, "sandbox_wrong_state (not running) or session_limit_reached (four commands run)"), (503, "sandbox_exec_unavailable")]),
     ("createTerminalTicket", SANDBOX),
+    ("getSandboxMetrics", &[(400, "invalid_request: a malformed sandboxId"), (404, "sandbox_not_found"), (409, "sandbox_wrong_state (neither running nor paused)")]),
     ("openTerminal", &[(400, "invalid_request: a malformed query, sandboxId or WebSocket handshake"), (401, "unauthorized (no ticket) or ticket_invalid"), (404, "sandbox_not_found"), (409, "sandbox_wrong_state"), (503, "sandbox_exec_unavailable")]),
 ];
 
@@ -289,7 +300,7 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_str(&super::document()).unwrap();
         let paths = doc["paths"].as_object().unwrap();
         let operations: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!(operations, 7);
+        assert_eq!(operations, 8);
         let exec = &doc["components"]["schemas"]["ExecRequest"]["properties"];
         assert_eq!(exec["timeout_seconds"]["maximum"], 3600);
         assert_eq!(exec["cmd"]["maxLength"], 65536);

@@ -70,6 +70,28 @@ impl Engine {
         requests: Option<Requests>,
     ) -> Result<(Sandbox, bool), EngineError> {
         let t0 = std::time::Instant::now();
+        let mut warm = None;
+        let created = self.create_steps(ws, req, requests, &mut warm).await;
+        self.metrics
+            .operation(crate::metrics::Operation::Create, &created);
+        let target = created.as_ref().ok().map(|(sb, _)| sb.id.to_string());
+        self.audit(ws, "sandbox.create", target, &created);
+        if let (Ok(_), Some(warm)) = (&created, warm) {
+            self.metrics.create_started(warm, t0.elapsed());
+        }
+        created
+    }
+
+    /// [`Engine::create_with`]'s steps; sets `warm` when it started a sandbox (to
+    /// whether the start took a warm init).
+    async fn create_steps(
+        &self,
+        ws: &WorkspaceId,
+        req: CreateSandbox,
+        requests: Option<Requests>,
+        warm: &mut Option<bool>,
+    ) -> Result<(Sandbox, bool), EngineError> {
+        let t0 = std::time::Instant::now();
         let tm =
             |phase: &str| tracing::debug!(phase, ms = t0.elapsed().as_secs_f64() * 1e3, "create");
         check_request(&req)?;
@@ -147,6 +169,7 @@ impl Engine {
         let pinning = requests.is_some_and(|r| r.pinned_vcpus.is_some());
         let admission = pinning.then_some(admission);
         self.start(&mut entry, network, requests).await?;
+        *warm = entry.handle.as_ref().map(|h| h.warm);
         tm("running");
         drop(admission);
         Ok((entry.sb, true))

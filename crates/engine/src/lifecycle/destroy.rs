@@ -12,6 +12,14 @@ impl Engine {
     /// `destroyed`. A terminal sandbox is returned unchanged, except that one left
     /// FAILED by a teardown that failed has its teardown tried again.
     pub async fn destroy(&self, ws: &WorkspaceId, id: Uuid) -> Result<Sandbox, EngineError> {
+        let destroyed = self.destroy_steps(ws, id).await;
+        self.metrics
+            .operation(crate::metrics::Operation::Destroy, &destroyed);
+        self.audit(ws, "sandbox.destroy", Some(id.to_string()), &destroyed);
+        destroyed
+    }
+
+    async fn destroy_steps(&self, ws: &WorkspaceId, id: Uuid) -> Result<Sandbox, EngineError> {
         let (_guard, mut e) = self.exclusive(ws, id).await?;
         let failed_teardown = e.sb.status == SandboxStatus::Failed
             && e.sb

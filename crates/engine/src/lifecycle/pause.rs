@@ -3,6 +3,7 @@
 use crate::engine::{runtime_error, Engine};
 use crate::error::EngineError;
 use crate::lifecycle::{deadline, wrong_state};
+use crate::metrics::Operation;
 use crate::model::{Sandbox, WorkspaceId};
 use crate::state::SandboxStatus::{self, *};
 use uuid::Uuid;
@@ -29,13 +30,19 @@ impl Engine {
     /// A freeze that fails leaves it RUNNING; one that misses the pause deadline
     /// ends it FAILED.
     pub async fn pause(&self, ws: &WorkspaceId, id: Uuid) -> Result<Sandbox, EngineError> {
-        self.freeze_or_thaw(ws, id, Direction::Pause).await
+        let paused = self.freeze_or_thaw(ws, id, Direction::Pause).await;
+        self.metrics.operation(Operation::Pause, &paused);
+        self.audit(ws, "sandbox.pause", Some(id.to_string()), &paused);
+        paused
     }
 
     /// PAUSED → RESUMING → (thaw) → RUNNING; a RUNNING sandbox is returned unchanged.
     /// A thaw that fails leaves it PAUSED; one that misses the deadline ends it FAILED.
     pub async fn resume(&self, ws: &WorkspaceId, id: Uuid) -> Result<Sandbox, EngineError> {
-        self.freeze_or_thaw(ws, id, Direction::Resume).await
+        let resumed = self.freeze_or_thaw(ws, id, Direction::Resume).await;
+        self.metrics.operation(Operation::Resume, &resumed);
+        self.audit(ws, "sandbox.resume", Some(id.to_string()), &resumed);
+        resumed
     }
 
     async fn freeze_or_thaw(

@@ -19,6 +19,18 @@ impl Engine {
         id: Uuid,
         cmd: ExecCommand,
     ) -> Result<ExecResult, EngineError> {
+        let t0 = std::time::Instant::now();
+        let ran = self.exec_steps(ws, id, cmd).await;
+        self.metrics.exec(t0.elapsed());
+        ran
+    }
+
+    async fn exec_steps(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        cmd: ExecCommand,
+    ) -> Result<ExecResult, EngineError> {
         validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
         let timeout_ms = u64::try_from(cmd.timeout.as_millis()).unwrap_or(u64::MAX);
         let result = self

@@ -59,6 +59,7 @@ impl Runtime for FakeRuntime {
             agent_socket: self.socket_dir.join(format!("{}.sock", spec.id)),
             state_dir: self.socket_dir.join(spec.id.to_string()),
             host_id_base: 65536 * 3,
+            warm: false,
         })
     }
     fn is_alive(&self, handle: &SandboxHandle) -> bool {

@@ -345,7 +345,10 @@ impl Cgroups {
                 cpu_usage_ns: read_u64(&self.file("cpuacct", id, "cpuacct.usage")).unwrap_or(0),
                 memory_bytes: read_u64(&self.file("memory", id, "memory.usage_in_bytes"))
                     .unwrap_or(0),
+                memory_peak_bytes: read_u64(&self.file("memory", id, "memory.max_usage_in_bytes"))
+                    .unwrap_or(0),
                 pids: read_u64(&self.file("pids", id, "pids.current")).unwrap_or(0),
+                ..Default::default()
             },
             Cgroups::V2 { .. } => {
                 let stat =
@@ -358,7 +361,10 @@ impl Cgroups {
                 ResourceUsage {
                     cpu_usage_ns: usec * 1000,
                     memory_bytes: read_u64(&self.file("memory", id, "memory.current")).unwrap_or(0),
+                    memory_peak_bytes: read_u64(&self.file("memory", id, "memory.peak"))
+                        .unwrap_or(0),
                     pids: read_u64(&self.file("pids", id, "pids.current")).unwrap_or(0),
+                    ..Default::default()
                 }
             }
         })

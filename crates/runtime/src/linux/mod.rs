@@ -25,7 +25,9 @@ mod slots;
 mod start;
 mod sys;
 mod unpark;
+mod usage;
 mod warm;
+mod warm_counts;
 mod watch;
 
 use crate::{
@@ -73,6 +75,8 @@ pub struct LinuxRuntime {
     warm: Option<warm::WarmPool>,
     /// Host sides of egress networks made ahead of time (with warm inits).
     spare_nets: Option<net::spares::SpareNets>,
+    /// Starts that took a warm init, and those that found none.
+    warm_counts: warm_counts::WarmCounts,
 }
 
 impl LinuxRuntime {
@@ -104,6 +108,7 @@ impl LinuxRuntime {
             network: None,
             warm: None,
             spare_nets: None,
+            warm_counts: Default::default(),
         })
     }
 
@@ -318,7 +323,17 @@ impl Runtime for LinuxRuntime {
     }
 
     fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {
-        self.cgroups.usage(handle.id)
+        usage::measure(&self.cgroups, handle)
+    }
+
+    fn warm_pool(&self) -> Option<crate::WarmPoolStats> {
+        let pool = self.warm.as_ref()?;
+        let (hits, misses) = self.warm_counts.get();
+        Some(crate::WarmPoolStats {
+            ready: pool.ready() as u64,
+            hits,
+            misses,
+        })
     }
 
     fn resolve_image(&self, name: &str) -> Result<ImageLayers, RuntimeError> {

@@ -395,6 +395,7 @@ mod tests {
             agent_socket: state.join("agent.sock"),
             state_dir: state.clone(),
             host_id_base: base,
+            warm: false,
         };
         std::fs::write(
             state.join("handle.json"),

@@ -51,7 +51,14 @@ pub(super) fn start_with(
         }
     };
     let state_dir = rt.sandboxes_dir().join(spec.id.to_string());
-    let started = start_in(rt, spec, &layers, pin, state_dir, host_id_base, warm);
+    let was_warm = warm.is_some();
+    if rt.warm.is_some() {
+        rt.warm_counts.count(was_warm);
+    }
+    let started = start_in(rt, spec, &layers, pin, state_dir, host_id_base, warm).map(|mut h| {
+        h.warm = was_warm;
+        h
+    });
     // Refilled once this start is done, so the refill does not compete with it.
     if let Some(pool) = &rt.warm {
         pool.refill_after(spec.disk_mb);
@@ -90,6 +97,7 @@ fn start_in(
         agent_socket: state_dir.join("agent.sock"),
         state_dir,
         host_id_base,
+        warm: false,
     };
     let mut init: Option<Child> = None;
     let launched = pin

@@ -39,6 +39,7 @@ mod tests {
             agent_socket: PathBuf::new(),
             state_dir: PathBuf::new(),
             host_id_base: 0,
+            warm: false,
         }
     }
 

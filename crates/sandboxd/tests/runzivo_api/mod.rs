@@ -126,6 +126,7 @@ impl Server {
             .env("NO_COLOR", "1")
             // Tests share the host's disk and write little (see full_disk.rs).
             .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+            .env("SANDBOXD_METRICS_LISTEN", "none")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -15,6 +15,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// Every line the server logged so far.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -41,6 +43,9 @@ impl Server {
         // Tests share the host's disk and write little: disk admission (tested on a
         // small filesystem of its own in full_disk.rs) must not refuse their sandboxes.
         cmd.env("SANDBOXD_DISK_OVERCOMMIT", "1000");
+        // No metrics listener unless a test asks for one (on a port of its own): the
+        // default 127.0.0.1:9464 is one port for every server of the host.
+        cmd.env("SANDBOXD_METRICS_LISTEN", "none");
         cmd.envs(env.iter().copied());
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
@@ -57,16 +62,19 @@ impl Server {
         let mut child = cmd.spawn().expect("spawn sandboxd serve");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("[serve] {line}");
                 if let Some(addr) = listening_addr(&line) {
                     let _ = tx.send(addr);
                 }
+                lines.lock().unwrap().push(line);
             }
         });
         match rx.recv() {
-            Ok(addr) => Server { child, addr },
+            Ok(addr) => Server { child, addr, log },
             Err(_) => {
                 let status = child.wait().expect("wait for serve");
                 panic!("sandboxd serve exited before listening: {status}");
@@ -76,6 +84,23 @@ impl Server {
 
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
+    }
+
+    /// The lines the server logged so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until a logged line satisfies `found` (for lines logged after an answer,
+    /// such as a request's own log line); gives up after a minute.
+    pub fn wait_for_line(&self, found: impl Fn(&str) -> bool) -> String {
+        for _ in 0..6000 {
+            if let Some(line) = self.log_lines().into_iter().find(|l| found(l)) {
+                return line;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("no such line in the server's log");
     }
 
     /// SIGKILL: no graceful shutdown at all.
@@ -152,10 +177,14 @@ impl Drop for Server {
     }
 }
 
-/// The address of a `listening on ADDR` log line.
+/// The address of a `listening on ADDR` log line (text or JSON).
 fn listening_addr(line: &str) -> Option<SocketAddr> {
     let rest = line.split("listening on ").nth(1)?;
-    rest.split_whitespace().next()?.parse().ok()
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || ".:[]".contains(*c))
+        .collect();
+    addr.parse().ok()
 }
 
 /// An HTTP answer with the body decoded (chunked or not).
@@ -288,6 +317,11 @@ mod tests {
         let line = "2026-11-30T15:00:00Z  INFO sandboxd_server::serve: listening on 127.0.0.1:4321";
         assert_eq!(
             super::listening_addr(line),
+            Some("127.0.0.1:4321".parse().unwrap())
+        );
+        let json = r#"{"timestamp":"…","level":"INFO","message":"listening on 127.0.0.1:4321","target":"sandboxd_server::serve"}"#;
+        assert_eq!(
+            super::listening_addr(json),
             Some("127.0.0.1:4321".parse().unwrap())
         );
     }

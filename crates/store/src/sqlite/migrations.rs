@@ -184,6 +184,20 @@ const MIGRATIONS: &[&str] = &[
         workspace TEXT PRIMARY KEY REFERENCES workspaces(id) ON DELETE CASCADE,
         image TEXT NOT NULL
     );",
+    // 10: the audit trail of mutating operations per workspace: who (key id) did what
+    // to which target, when, and how it ended; pruned after the configured retention.
+    "CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at INTEGER NOT NULL,
+        workspace TEXT NOT NULL,
+        key_id TEXT,
+        request_id TEXT,
+        action TEXT NOT NULL,
+        target TEXT,
+        outcome TEXT NOT NULL
+    );
+    CREATE INDEX audit_workspace_at ON audit (workspace, at);
+    CREATE INDEX audit_at ON audit (at);",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.

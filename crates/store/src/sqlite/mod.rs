@@ -2,6 +2,7 @@
 
 mod accounts;
 mod aliases;
+mod audit;
 mod codec;
 mod conns;
 mod egress;
@@ -242,5 +243,19 @@ impl Store for SqliteStore {
     }
     fn prune_idempotency(&self, before: OffsetDateTime) -> StoreResult<u64> {
         self.conns.write_with(|c| idempotency::prune(c, before))
+    }
+    fn insert_audit(&self, rec: &AuditRecord) -> StoreResult<()> {
+        self.conns.write_with(|c| audit::insert(c, rec))
+    }
+    fn list_audit(
+        &self,
+        workspace: &str,
+        since: OffsetDateTime,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditRecord>> {
+        audit::list(&*self.conns.read()?, workspace, since, limit)
+    }
+    fn prune_audit(&self, before: OffsetDateTime) -> StoreResult<u64> {
+        self.conns.write_with(|c| audit::prune(c, before))
     }
 }

@@ -8,6 +8,7 @@ pub mod output;
 pub mod processes;
 pub mod sandboxes;
 pub mod snapshots;
+pub mod usage;
 
 use crate::error::ApiError;
 use axum::http::StatusCode;

@@ -123,3 +123,14 @@ pub async fn resume(
     let sb = state.engine.resume(&caller.ws, sandbox_id(&raw)?).await?;
     Ok(Json(views::sandbox(&sb)))
 }
+
+/// Live resource usage of a running or paused sandbox (a sandboxd extension).
+pub async fn usage(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+) -> Result<Json<sandboxd_dialect_common::usage::UsageView>, ApiError> {
+    caller.require(perm::READ)?;
+    let usage = state.engine.usage(&caller.ws, sandbox_id(&raw)?).await?;
+    Ok(Json((&usage).into()))
+}

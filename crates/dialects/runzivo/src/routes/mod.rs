@@ -4,3 +4,4 @@
 pub mod exec;
 pub mod sandboxes;
 pub mod terminal;
+pub mod usage;

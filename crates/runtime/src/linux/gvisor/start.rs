@@ -39,6 +39,7 @@ pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHan
         agent_socket: state_dir.join("agent").join("agent.sock"),
         state_dir,
         host_id_base: 0,
+        warm: false,
     };
     match launch(rt, spec, &layers, &mut handle) {
         Ok(()) => Ok(handle),

@@ -1,0 +1,61 @@
+//! The audit trail: each mutating sandbox operation (create, destroy, pause, resume,
+//! snapshot) appended to the store with its workspace, the key that asked, the request,
+//! the target and the outcome; read back per workspace, pruned after a retention.
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use sandboxd_store::AuditRecord;
+use time::OffsetDateTime;
+
+/// Most entries one read returns.
+pub const MAX_READ: u32 = 10_000;
+
+/// One audit entry as the engine hands it out.
+pub type AuditEntry = AuditRecord;
+
+impl Engine {
+    /// Appends an entry for `action` on `target` in `ws` ended by `result`, with the
+    /// current request's caller and id. A store failure is logged, never the
+    /// operation's failure.
+    pub(crate) fn audit<T>(
+        &self,
+        ws: &str,
+        action: &str,
+        target: Option<String>,
+        result: &Result<T, EngineError>,
+    ) {
+        let rec = AuditRecord {
+            at: OffsetDateTime::now_utc(),
+            workspace: ws.to_owned(),
+            key_id: crate::request::current_caller().map(|c| c.key_id),
+            request_id: crate::request::current_id(),
+            action: action.to_owned(),
+            target,
+            outcome: match result {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => e.code.as_str().to_owned(),
+            },
+        };
+        if let Err(e) = self.store.insert_audit(&rec) {
+            tracing::warn!(error = %e, action, "cannot append to the audit trail");
+        }
+    }
+
+    /// A workspace's audit entries at or after `since`, oldest first.
+    pub fn audit_entries(
+        &self,
+        ws: &str,
+        since: OffsetDateTime,
+    ) -> Result<Vec<AuditEntry>, EngineError> {
+        Ok(self.store.list_audit(ws, since, MAX_READ)?)
+    }
+
+    /// Removes entries older than `days` days (0 keeps everything); returns how many.
+    pub fn prune_audit(&self, days: u32) -> Result<u64, EngineError> {
+        if days == 0 {
+            return Ok(0);
+        }
+        let before = OffsetDateTime::now_utc() - time::Duration::days(days.into());
+        Ok(self.store.prune_audit(before)?)
+    }
+}

@@ -1,0 +1,64 @@
+//! The HTTP request an operation runs for: its id, and the key that authenticated it
+//! once a dialect has done so. The server sets it around each request; the engine
+//! reads it for the audit trail and the request log, dialects for error bodies.
+
+use std::sync::{Arc, Mutex};
+use uuid::Uuid;
+
+tokio::task_local! {
+    static CURRENT: Arc<RequestContext>;
+}
+
+/// Who a request authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The key's own workspace (`None`: an account-scoped key).
+    pub workspace: Option<String>,
+    pub key_id: Uuid,
+}
+
+/// One request's id and caller.
+#[derive(Debug)]
+pub struct RequestContext {
+    pub id: String,
+    caller: Mutex<Option<Caller>>,
+}
+
+impl RequestContext {
+    pub fn new(id: String) -> Arc<Self> {
+        Arc::new(RequestContext {
+            id,
+            caller: Mutex::new(None),
+        })
+    }
+
+    /// The caller, once a dialect authenticated the request.
+    pub fn caller(&self) -> Option<Caller> {
+        self.caller
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Runs `fut` with this context as the current one.
+    pub async fn scope<F: std::future::Future>(self: Arc<Self>, fut: F) -> F::Output {
+        CURRENT.scope(self, fut).await
+    }
+}
+
+/// The current request's id, when running for one.
+pub fn current_id() -> Option<String> {
+    CURRENT.try_with(|c| c.id.clone()).ok()
+}
+
+/// The current request's caller, when running for an authenticated request.
+pub(crate) fn current_caller() -> Option<Caller> {
+    CURRENT.try_with(|c| c.caller()).ok().flatten()
+}
+
+/// Records the caller of the current request (the engine calls this on authentication).
+pub(crate) fn set_caller(caller: Caller) {
+    let _ = CURRENT.try_with(|c| {
+        *c.caller.lock().unwrap_or_else(|p| p.into_inner()) = Some(caller);
+    });
+}
