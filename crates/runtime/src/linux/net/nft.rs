@@ -76,7 +76,32 @@ fn elements(cidrs: &[Cidr]) -> String {
 /// Commands adding a sandbox's chain, sets, dispatch entry and NAT source.
 pub fn add_sandbox(r: &SandboxRules) -> String {
     let (t, k) = (TABLE, r.key);
-    let mut s = format!("add chain inet {t} sb_{k}\nadd set inet {t} sb_{k}_deny {{ type ipv4_addr; flags interval; auto-merge; }}\n");
+    let mut s = format!("add chain inet {t} sb_{k}\n");
+    s += &policy(r);
+    s += &format!("add element inet {t} blocked {{ {} }}\n", r.net);
+    s += &format!("add element inet {t} nat_sources {{ {} }}\n", r.addr);
+    s += &format!(
+        "add element inet {t} dispatch {{ \"{}\" : jump sb_{k} }}\n",
+        r.ifname
+    );
+    s
+}
+
+/// Commands giving the existing chain of a sandbox made with no policy (a spare's or a
+/// warm entry's) the policy of `r` instead: its rules rewritten and its sets filled, in
+/// the same transaction as everything else of one change.
+pub fn retarget(r: &SandboxRules) -> String {
+    let (t, k) = (TABLE, r.key);
+    let mut s = format!("flush chain inet {t} sb_{k}\nflush set inet {t} sb_{k}_deny\n");
+    s += &policy(r);
+    s
+}
+
+/// The sandbox's sets and the rules of its chain (which exists and is empty).
+fn policy(r: &SandboxRules) -> String {
+    let (t, k) = (TABLE, r.key);
+    let mut s =
+        format!("add set inet {t} sb_{k}_deny {{ type ipv4_addr; flags interval; auto-merge; }}\n");
     if !r.deny.is_empty() {
         s += &format!(
             "add element inet {t} sb_{k}_deny {{ {} }}\n",
@@ -104,12 +129,6 @@ pub fn add_sandbox(r: &SandboxRules) -> String {
         s += &format!("add rule inet {t} sb_{k} ip daddr != @sb_{k}_allow{i} drop\n");
     }
     s += &format!("add rule inet {t} sb_{k} accept\n");
-    s += &format!("add element inet {t} blocked {{ {} }}\n", r.net);
-    s += &format!("add element inet {t} nat_sources {{ {} }}\n", r.addr);
-    s += &format!(
-        "add element inet {t} dispatch {{ \"{}\" : jump sb_{k} }}\n",
-        r.ifname
-    );
     s
 }
 
@@ -146,20 +165,6 @@ fn apply_with_binary(script: &str) -> Result<(), RuntimeError> {
             String::from_utf8_lossy(&out.stderr).trim()
         )))
     }
-}
-
-/// Whether the shared table exists.
-pub fn table_exists() -> bool {
-    if let Some(listed) = super::libnft::run(&format!("list table inet {TABLE}")) {
-        return listed.is_ok();
-    }
-    Command::new("nft")
-        .args(["list", "table", "inet", TABLE])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
 }
 
 /// Removes a sandbox's entries in one transaction; if some are gone already (a crash
