@@ -14,7 +14,7 @@ use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime};
 use std::process::{Command, Stdio};
 
 fn nft(args: &[&str]) -> Option<String> {
-    let out = Command::new("nft")
+    let out = Command::new("/usr/sbin/nft")
         .args(args)
         .stderr(Stdio::null())
         .output()
@@ -81,7 +81,7 @@ fn the_table_lives_while_any_sandbox_runs_and_goes_with_the_last() {
     // A table a crash left behind, with a chain of a sandbox long gone: the next start
     // makes the table afresh.
     let stale = "add table inet sandboxd\nadd chain inet sandboxd sb_stale\n";
-    let mut child = Command::new("nft")
+    let mut child = Command::new("/usr/sbin/nft")
         .args(["-f", "-"])
         .stdin(Stdio::piped())
         .spawn()
@@ -107,4 +107,62 @@ fn the_table_lives_while_any_sandbox_runs_and_goes_with_the_last() {
     assert_eq!(table(), None);
     let leases = std::fs::read_dir(state.path().join("leases")).map_or(0, |d| d.count());
     assert_eq!(leases, 0, "leases left");
+}
+
+/// Destroying one sandbox among others removes all of its entries (its chain, sets,
+/// dispatch entry, NAT source and its /30 in `nets`) in one `nft` run: an `nft` first
+/// on PATH records each call. Before, its /30 sat in an auto-merged range it could not
+/// be deleted from, and the failed transaction was retried as one run per command.
+#[test]
+fn a_destroy_among_others_is_one_nft_run_and_leaves_no_entry() {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
+    let bin = tempfile::tempdir().expect("tempdir");
+    let log = bin.path().join("calls");
+    let wrapper = bin.path().join("nft");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {}\nexec /usr/sbin/nft \"$@\"\n",
+        log.display()
+    );
+    std::fs::write(&wrapper, script).expect("wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // nextest runs each test in a process of its own: this PATH is this test's alone.
+    std::env::set_var("PATH", path);
+    std::env::remove_var("SANDBOXD_LIBNFTABLES");
+
+    let state = tempfile::tempdir().expect("tempdir");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _cleanup = runtime(dir.path());
+    let rt = net_runtime(dir.path(), state.path());
+    let start = || {
+        rt.start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+            .expect("start")
+    };
+    let (a, b, c) = (start(), start(), start());
+    let net = |id| rt.sandbox_address(id).expect("address");
+    let b_net = net(b.id);
+    let b_slash30 = format!("{}/30", std::net::Ipv4Addr::from(u32::from(b_net) - 2));
+    let calls = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let before = calls();
+    rt.destroy(&b).expect("destroy b");
+    assert_eq!(calls() - before, 1, "nft runs for one destroy");
+    let listed = table().expect("the table");
+    assert!(!listed.contains(&b_slash30), "b's /30 left: {listed}");
+    let b_key = &b.id.simple().to_string()[..12];
+    assert!(!listed.contains(b_key), "b's entries left: {listed}");
+    assert!(chain(a.id).is_some() && chain(c.id).is_some());
+    for sb in [&a, &c] {
+        rt.destroy(sb).expect("destroy");
+    }
+    assert_eq!(table(), None);
 }

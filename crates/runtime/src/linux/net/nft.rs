@@ -13,7 +13,9 @@ pub const TABLE: &str = "sandboxd";
 pub const IF_PREFIX: &str = "sbx";
 
 /// Destinations no sandbox may reach: "this" network, loopback, link-local (metadata),
-/// multicast, reserved and broadcast. Sandbox networks are added as they are made.
+/// multicast, reserved and broadcast. Sandbox networks are in `nets`, one element each:
+/// an `auto-merge` set joins adjacent /30s into ranges, from which nft 1.0.6 cannot
+/// delete one again (every removal then failed and fell back to an nft run per command).
 const BLOCKED: &str = "0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3";
 
 /// The shared table. With `guard`, forwarding that involves no sandbox is dropped (set
@@ -23,6 +25,7 @@ pub fn base_table(guard: bool) -> String {
     format!(
         "table inet {TABLE} {{
   set blocked {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {BLOCKED} }} }}
+  set nets {{ type ipv4_addr; flags interval; }}
   set nat_sources {{ type ipv4_addr; }}
   map dispatch {{ type ifname : verdict; }}
   chain forward {{
@@ -76,9 +79,12 @@ fn elements(cidrs: &[Cidr]) -> String {
 /// Commands adding a sandbox's chain, sets, dispatch entry and NAT source.
 pub fn add_sandbox(r: &SandboxRules) -> String {
     let (t, k) = (TABLE, r.key);
-    let mut s = format!("add chain inet {t} sb_{k}\n");
+    // `nets` is made here too, for a table an older sandboxd made without it.
+    let mut s = format!(
+        "add set inet {t} nets {{ type ipv4_addr; flags interval; }}\nadd chain inet {t} sb_{k}\n"
+    );
     s += &policy(r);
-    s += &format!("add element inet {t} blocked {{ {} }}\n", r.net);
+    s += &format!("add element inet {t} nets {{ {} }}\n", r.net);
     s += &format!("add element inet {t} nat_sources {{ {} }}\n", r.addr);
     s += &format!(
         "add element inet {t} dispatch {{ \"{}\" : jump sb_{k} }}\n",
@@ -111,6 +117,7 @@ fn policy(r: &SandboxRules) -> String {
     s += &format!("add rule inet {t} sb_{k} ip saddr != {} drop\n", r.addr);
     s += &format!("add rule inet {t} sb_{k} meta nfproto ipv6 drop\n");
     s += &format!("add rule inet {t} sb_{k} ip daddr @blocked drop\n");
+    s += &format!("add rule inet {t} sb_{k} ip daddr @nets drop\n");
     if !r.resolvers.is_empty() {
         let dns: Vec<String> = r.resolvers.iter().map(|a| a.to_string()).collect();
         s += &format!("add rule inet {t} sb_{k} ip daddr {{ {} }} meta l4proto {{ tcp, udp }} th dport 53 accept\n", dns.join(", "));
@@ -191,7 +198,7 @@ fn remove_commands(
         "delete element inet {t} dispatch {{ \"{ifname}\" }}"
     )];
     if let Some((net, addr)) = net {
-        cmds.push(format!("delete element inet {t} blocked {{ {net} }}"));
+        cmds.push(format!("delete element inet {t} nets {{ {net} }}"));
         cmds.push(format!("delete element inet {t} nat_sources {{ {addr} }}"));
     }
     cmds.push(format!("delete chain inet {t} sb_{key}"));
@@ -230,7 +237,9 @@ mod tests {
             "an empty allow set stays empty (denies all)"
         );
         assert!(s.contains("dispatch { \"sbxabc\" : jump sb_abc }"));
-        assert!(s.contains("blocked { 10.213.0.4/30 }"));
+        assert!(s.contains("nets { 10.213.0.4/30 }"));
+        assert!(at("@blocked drop") < at("@nets drop"));
+        assert!(at("@nets drop") < at("th dport 53 accept"));
         assert!(
             base_table(false).contains("169.254.0.0/16")
                 && base_table(false).contains("127.0.0.0/8")
