@@ -92,6 +92,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
     let http = crate::bench_http::measure(n, "none")?;
     let http_egress = crate::bench_http::measure(n, "egress")?;
     let load = crate::bench_http::load(args.load)?;
+    let speed = crate::bench_speed::measure(n)?;
 
     let rows = [
         Row {
@@ -249,6 +250,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
         ("HTTP egress spaced", http_egress.create_first_exec),
         ("HTTP exec round trip", http.exec_round_trip),
     ];
+    crate::bench_speed::print(&speed);
     println!("* ratio to baseline samples taken in turn with the row's own; their medians:");
     for (name, p) in paired {
         println!("    {name}: {:.3}ms", ms(p.baseline));

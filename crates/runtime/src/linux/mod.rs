@@ -162,6 +162,7 @@ impl LinuxRuntime {
                 disk_mb,
                 wired: egress,
                 root,
+                policy: Default::default(),
             });
         }
         if let Some(spares) = &self.spare_nets {
@@ -183,6 +184,13 @@ impl LinuxRuntime {
     /// more after starts found it empty).
     pub fn warm_inits_target(&self) -> usize {
         self.warm.as_ref().map_or(0, |pool| pool.target())
+    }
+
+    /// Wired warm inits made for the policy of a recent start, ready now.
+    pub fn warm_inits_with_policy(&self) -> usize {
+        self.warm
+            .as_ref()
+            .map_or(0, |pool| pool.ready_with_policy())
     }
 
     /// Warm inits ready now, of any shape (the one kept for other layer stacks too).

@@ -20,10 +20,14 @@ use std::time::Instant;
 /// Starts a sandbox with only `lo` (from an unwired warm init if there is one).
 pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
     let (layers, pin) = rt.layer_stack(spec)?;
-    let warm = rt
-        .warm
-        .as_ref()
-        .and_then(|pool| pool.take(spec.disk_mb, false, &spec.image, &layers));
+    let warm = rt.warm.as_ref().and_then(|pool| {
+        pool.take(
+            (spec.disk_mb, false),
+            &spec.image,
+            &layers,
+            &Default::default(),
+        )
+    });
     start_with(rt, spec, layers, pin, warm)
 }
 

@@ -6,18 +6,25 @@ use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The IPv4 addresses `name` resolves to at the first resolver that answers (empty on
-/// NXDOMAIN or when none answers).
-pub fn resolve_a(name: &str, resolvers: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
+/// Shortest time an answer is kept (also an empty one, or none at all).
+pub const MIN_TTL: Duration = Duration::from_secs(5);
+/// Longest time an answer is kept, whatever its TTL says.
+pub const MAX_TTL: Duration = Duration::from_secs(300);
+
+/// The IPv4 addresses `name` resolves to at the first resolver that answers on `port` (empty on
+/// NXDOMAIN or when none answers), and how long that answer holds (its records' least
+/// TTL within [`MIN_TTL`, `MAX_TTL`]).
+pub fn resolve_a(name: &str, resolvers: &[Ipv4Addr], port: u16) -> (Vec<Ipv4Addr>, Duration) {
     for server in resolvers {
-        if let Some(addrs) = query(name, SocketAddr::from((*server, 53))) {
-            return addrs;
+        if let Some((addrs, ttl)) = query(name, SocketAddr::from((*server, port))) {
+            let ttl = Duration::from_secs(ttl.into()).clamp(MIN_TTL, MAX_TTL);
+            return (addrs, ttl);
         }
     }
-    Vec::new()
+    (Vec::new(), MIN_TTL)
 }
 
-fn query(name: &str, server: SocketAddr) -> Option<Vec<Ipv4Addr>> {
+fn query(name: &str, server: SocketAddr) -> Option<(Vec<Ipv4Addr>, u32)> {
     let sock = UdpSocket::bind("0.0.0.0:0").ok()?;
     sock.set_read_timeout(Some(TIMEOUT)).ok()?;
     let id = (std::process::id() as u16) ^ (name.len() as u16).rotate_left(7);
@@ -26,8 +33,8 @@ fn query(name: &str, server: SocketAddr) -> Option<Vec<Ipv4Addr>> {
     for _ in 0..4 {
         let (n, from) = sock.recv_from(&mut buf).ok()?;
         if from == server {
-            if let Some(addrs) = parse_answer(id, &buf[..n]) {
-                return Some(addrs);
+            if let Some(answer) = parse_answer(id, &buf[..n]) {
+                return Some(answer);
             }
         }
     }
@@ -51,8 +58,9 @@ pub fn encode_query(id: u16, name: &str) -> Vec<u8> {
     q
 }
 
-/// A records of a response to query `id`; `None` if it is not one.
-pub fn parse_answer(id: u16, msg: &[u8]) -> Option<Vec<Ipv4Addr>> {
+/// A records of a response to query `id` and their least TTL (`u32::MAX` with none);
+/// `None` if it is not one.
+pub fn parse_answer(id: u16, msg: &[u8]) -> Option<(Vec<Ipv4Addr>, u32)> {
     if msg.len() < 12 || msg[0..2] != id.to_be_bytes() || msg[2] & 0x80 == 0 {
         return None;
     }
@@ -62,7 +70,7 @@ pub fn parse_answer(id: u16, msg: &[u8]) -> Option<Vec<Ipv4Addr>> {
     for _ in 0..qd {
         at = skip_name(msg, at)? + 4;
     }
-    let mut out = Vec::new();
+    let (mut out, mut ttl) = (Vec::new(), u32::MAX);
     for _ in 0..an {
         at = skip_name(msg, at)?;
         let head = msg.get(at..at + 10)?;
@@ -74,10 +82,11 @@ pub fn parse_answer(id: u16, msg: &[u8]) -> Option<Vec<Ipv4Addr>> {
         let data = msg.get(at + 10..at + 10 + len)?;
         if kind == 1 && class == 1 && len == 4 {
             out.push(Ipv4Addr::new(data[0], data[1], data[2], data[3]));
+            ttl = ttl.min(u32::from_be_bytes([head[4], head[5], head[6], head[7]]));
         }
         at += 10 + len;
     }
-    Some(out)
+    Some((out, ttl))
 }
 
 fn skip_name(msg: &[u8], mut at: usize) -> Option<usize> {
@@ -102,15 +111,16 @@ mod tests {
         r[2] = 0x81;
         r[3] = 0x80;
         r[7] = 2; // two answers
-        for ip in [[198, 18, 0, 2], [198, 18, 0, 9]] {
-            r.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+        for (ip, ttl) in [([198, 18, 0, 2], 60), ([198, 18, 0, 9], 30)] {
+            r.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, ttl, 0, 4]);
             r.extend_from_slice(&ip);
         }
-        let got = parse_answer(0x1234, &r).expect("answer");
+        let (got, ttl) = parse_answer(0x1234, &r).expect("answer");
         assert_eq!(
             got,
             [Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 9)]
         );
+        assert_eq!(ttl, 30, "the least TTL");
         assert_eq!(parse_answer(0x9999, &r), None);
         assert_eq!(parse_answer(0x1234, &q), None, "a query is not an answer");
         assert_eq!(parse_answer(0x1234, &r[..r.len() - 3]), None, "truncated");

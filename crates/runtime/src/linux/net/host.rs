@@ -122,15 +122,40 @@ impl HostLock {
         Ok(lease)
     }
 
+    /// Records that `id`'s chain now has `allow_layers` allow sets.
+    pub fn set_allow_layers(&self, id: Uuid, allow_layers: usize) -> Result<(), RuntimeError> {
+        let lease = self
+            .lease(id)
+            .ok_or_else(|| RuntimeError::Network(format!("sandbox {id} has no lease")))?;
+        let named_after = lease.named_after.unwrap_or(id);
+        std::fs::write(
+            self.lease_path(id),
+            format!("{} {allow_layers} {named_after}", lease.net),
+        )
+        .map_err(|e| net_err("recording a lease", e))
+    }
+
     pub fn release(&self, id: Uuid) {
         let _ = std::fs::remove_file(self.lease_path(id));
     }
 
-    /// Whether the shared table must be made: no lease exists (a live lease means the
-    /// table is there: it is only deleted once none is left, which spares a look at
-    /// the ruleset on most starts) and the table is not there.
+    /// Whether the shared table must be made: no lease exists (the table is only
+    /// there while one does, so whatever a crash left is replaced; no look at the
+    /// ruleset, which would cost an `nft` run).
     pub fn table_missing(&self) -> bool {
-        self.leases().is_empty() && !nft::table_exists()
+        self.leases().is_empty()
+    }
+
+    /// Whether `id` holds the only lease on the host (so the table goes with it).
+    pub fn only_lease(&self, id: Uuid) -> bool {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("leases")) else {
+            return false;
+        };
+        let names: Vec<_> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .collect();
+        names.len() == 1 && names[0].to_string_lossy() == id.to_string()
     }
 
     /// Makes the shared table together with `rules` (the first sandbox's) in one
@@ -147,7 +172,12 @@ impl HostLock {
         if !on {
             std::fs::write(&marker, "").map_err(|e| net_err("recording ip_forward", e))?;
         }
-        nft::apply(&(nft::base_table(marker.exists()) + rules))?;
+        // `add` then `delete` replaces a table a crash left (and fails on none).
+        let fresh = format!(
+            "add table inet {t}\ndelete table inet {t}\n",
+            t = nft::TABLE
+        );
+        nft::apply(&(fresh + &nft::base_table(marker.exists()) + rules))?;
         if !on {
             std::fs::write(IP_FORWARD, "1").map_err(|e| net_err("enabling ip_forward", e))?;
         }

@@ -9,14 +9,14 @@ mod libnft;
 mod link;
 mod netlink;
 mod nft;
+pub(super) mod policy;
 pub(super) mod spares;
 pub(super) mod wired;
 
 use super::{rootfs, LinuxRuntime};
-use crate::{
-    Cidr, EgressRule, NetworkMode, NetworkSpec, Runtime, RuntimeError, SandboxHandle, SandboxSpec,
-};
+use crate::{Cidr, NetworkMode, NetworkSpec, Runtime, RuntimeError, SandboxHandle, SandboxSpec};
 use host::{HostLock, RulesLock};
+use policy::Policy;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use uuid::Uuid;
@@ -104,14 +104,19 @@ pub(super) fn start(
     })?;
     let t0 = std::time::Instant::now();
     let tm = |phase: &str| tracing::debug!(id = %spec.id, phase, ms = t0.elapsed().as_secs_f64() * 1e3, "network");
-    // With no rules of its own, the sandbox's host side is a spare's, made earlier.
+    // With no rules of its own, the sandbox's host side is a spare's, made earlier; with
+    // rules, a warm entry made for the same policy, or one made with none rewritten.
     let no_rules = network
         .layers
         .iter()
         .all(|l| l.allow.is_empty() && l.deny.is_empty());
-    if no_rules && rt.warm.is_some() {
+    if rt.warm.is_some() {
         let (layers, pin) = rt.layer_stack(spec)?;
-        if let Some(warm) = wired::take(rt, spec, &layers) {
+        let policy = match no_rules {
+            true => Policy::default(),
+            false => policy::resolve(network, &config.resolvers),
+        };
+        if let Some(warm) = wired::take(rt, spec, &layers, &policy) {
             let started = super::start::start_with(rt, spec, layers, pin, Some(warm));
             if started.is_err() {
                 teardown(config, spec.id);
@@ -128,8 +133,8 @@ pub(super) fn start(
         Some(lease) => (Ok(lease), rt.start(spec)),
         None => std::thread::scope(|s| {
             let host = s.spawn(|| {
-                let (deny, allow) = resolve(network, &config.resolvers);
-                let prepared = prepare(config, spec.id, deny, allow);
+                let policy = policy::resolve(network, &config.resolvers);
+                let prepared = prepare(config, spec.id, &policy);
                 tm("host side prepared");
                 prepared
             });
@@ -167,56 +172,18 @@ pub(super) fn start(
     }
 }
 
-/// Turns the policy layers into CIDRs: the union of deny lists and one allow list per
-/// layer that has one. Domains are looked up now (the addresses they have at start).
-fn resolve(network: &NetworkSpec, resolvers: &[Ipv4Addr]) -> (Vec<Cidr>, Vec<Vec<Cidr>>) {
-    let lookups: Vec<(String, Vec<Ipv4Addr>)> = network
-        .domains()
-        .into_iter()
-        .map(|d| {
-            let addrs = dns::resolve_a(&d, resolvers);
-            (d, addrs)
-        })
-        .collect();
-    let cidrs = |rules: &[EgressRule]| -> Vec<Cidr> {
-        rules
-            .iter()
-            .flat_map(|r| match r {
-                EgressRule::Cidr(c) => vec![*c],
-                EgressRule::Domain(d) => lookups
-                    .iter()
-                    .filter(|(n, _)| n == d)
-                    .flat_map(|(_, a)| a.iter().map(|&addr| Cidr { addr, prefix: 32 }))
-                    .collect(),
-            })
-            .collect()
-    };
-    let deny = network.layers.iter().flat_map(|l| cidrs(&l.deny)).collect();
-    let allow = network
-        .layers
-        .iter()
-        .filter(|l| !l.allow.is_empty())
-        .map(|l| cidrs(&l.allow))
-        .collect();
-    (deny, allow)
-}
-
 /// Host side, before the sandbox's namespace exists: the lease and the sandbox's chain.
-fn prepare(
-    config: &NetConfig,
-    id: Uuid,
-    deny: Vec<Cidr>,
-    allow: Vec<Vec<Cidr>>,
-) -> Result<host::Lease, RuntimeError> {
+fn prepare(config: &NetConfig, id: Uuid, policy: &Policy) -> Result<host::Lease, RuntimeError> {
     let (ifname, key) = names(id);
+    let allow = &policy.allow;
     let rules = |lease: &host::Lease| nft::SandboxRules {
         key: &key,
         ifname: &ifname,
         net: lease.net,
         addr: lease.sandbox(),
         resolvers: &config.resolvers,
-        deny: deny.clone(),
-        allow: allow.clone(),
+        deny: policy.deny.clone(),
+        allow: policy.allow.clone(),
     };
     // The host lock only for the table and the lease (the table stays while a lease
     // exists): a start handing a lease over does not wait for the rules of another.
@@ -236,6 +203,30 @@ fn prepare(
     }
     crate::faults::check("network.prepare")?;
     Ok(lease)
+}
+
+/// Gives sandbox `id`, holding `lease` of a host side made with no policy (a warm
+/// entry's), `policy` instead: its lease records the allow sets first (so a teardown
+/// after a failure finds them), then one transaction rewrites its chain and fills its
+/// sets.
+fn retarget(
+    config: &NetConfig,
+    id: Uuid,
+    lease: &host::Lease,
+    policy: &Policy,
+) -> Result<(), RuntimeError> {
+    let (ifname, key) = lease_names(id, lease);
+    HostLock::take(&config.state_dir)?.set_allow_layers(id, policy.allow.len())?;
+    let _rules = RulesLock::take(&config.state_dir)?;
+    nft::apply(&nft::retarget(&nft::SandboxRules {
+        key: &key,
+        ifname: &ifname,
+        net: lease.net,
+        addr: lease.sandbox(),
+        resolvers: &config.resolvers,
+        deny: policy.deny.clone(),
+        allow: policy.allow.clone(),
+    }))
 }
 
 /// Once the sandbox runs: its link into the namespace, and its `resolv.conf`.
@@ -269,7 +260,8 @@ pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
 /// [`detach`] given the network configuration (also for spares, by their own id).
 ///
 /// The link and rules are removed without the host lock (its lease keeps its addresses
-/// and the table until it is released, under that lock).
+/// and the table until it is released, under that lock), except for the host's last
+/// lease, whose rules go with the table.
 fn teardown(config: &NetConfig, id: Uuid) {
     let lock = |what| match HostLock::take(&config.state_dir) {
         Ok(lock) => Some(lock),
@@ -278,10 +270,22 @@ fn teardown(config: &NetConfig, id: Uuid) {
             None
         }
     };
-    let Some(lease) = lock("read a lease").and_then(|l| l.lease(id)) else {
+    let Some(held) = lock("read a lease") else {
+        return;
+    };
+    let Some(lease) = held.lease(id) else {
         return;
     };
     let (ifname, key) = lease_names(id, &lease);
+    // The last lease on the host: deleting the table removes the rules too (one `nft`
+    // run, not two), under the lock no new lease is made without.
+    if held.only_lease(id) {
+        link::delete(&ifname);
+        held.release(id);
+        held.tidy_if_unused();
+        return;
+    }
+    drop(held);
     link::delete(&ifname);
     match RulesLock::take(&config.state_dir) {
         Ok(_rules) => nft::remove_sandbox(
@@ -320,7 +324,7 @@ mod tests {
             allow: vec![],
             deny: vec!["10.2.0.0/16".parse().expect("d")],
         };
-        let (deny, allow) = resolve(&NetworkSpec::egress(vec![ws, sb]), &[]);
+        let Policy { deny, allow } = policy::resolve(&NetworkSpec::egress(vec![ws, sb]), &[]);
         assert_eq!(
             deny.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
             ["10.1.0.0/16", "10.2.0.0/16"]

@@ -13,7 +13,9 @@ pub const TABLE: &str = "sandboxd";
 pub const IF_PREFIX: &str = "sbx";
 
 /// Destinations no sandbox may reach: "this" network, loopback, link-local (metadata),
-/// multicast, reserved and broadcast. Sandbox networks are added as they are made.
+/// multicast, reserved and broadcast. Sandbox networks are in `nets`, one element each:
+/// an `auto-merge` set joins adjacent /30s into ranges, from which nft 1.0.6 cannot
+/// delete one again (every removal then failed and fell back to an nft run per command).
 const BLOCKED: &str = "0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3";
 
 /// The shared table. With `guard`, forwarding that involves no sandbox is dropped (set
@@ -23,6 +25,7 @@ pub fn base_table(guard: bool) -> String {
     format!(
         "table inet {TABLE} {{
   set blocked {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {BLOCKED} }} }}
+  set nets {{ type ipv4_addr; flags interval; }}
   set nat_sources {{ type ipv4_addr; }}
   map dispatch {{ type ifname : verdict; }}
   chain forward {{
@@ -76,7 +79,35 @@ fn elements(cidrs: &[Cidr]) -> String {
 /// Commands adding a sandbox's chain, sets, dispatch entry and NAT source.
 pub fn add_sandbox(r: &SandboxRules) -> String {
     let (t, k) = (TABLE, r.key);
-    let mut s = format!("add chain inet {t} sb_{k}\nadd set inet {t} sb_{k}_deny {{ type ipv4_addr; flags interval; auto-merge; }}\n");
+    // `nets` is made here too, for a table an older sandboxd made without it.
+    let mut s = format!(
+        "add set inet {t} nets {{ type ipv4_addr; flags interval; }}\nadd chain inet {t} sb_{k}\n"
+    );
+    s += &policy(r);
+    s += &format!("add element inet {t} nets {{ {} }}\n", r.net);
+    s += &format!("add element inet {t} nat_sources {{ {} }}\n", r.addr);
+    s += &format!(
+        "add element inet {t} dispatch {{ \"{}\" : jump sb_{k} }}\n",
+        r.ifname
+    );
+    s
+}
+
+/// Commands giving the existing chain of a sandbox made with no policy (a spare's or a
+/// warm entry's) the policy of `r` instead: its rules rewritten and its sets filled, in
+/// the same transaction as everything else of one change.
+pub fn retarget(r: &SandboxRules) -> String {
+    let (t, k) = (TABLE, r.key);
+    let mut s = format!("flush chain inet {t} sb_{k}\nflush set inet {t} sb_{k}_deny\n");
+    s += &policy(r);
+    s
+}
+
+/// The sandbox's sets and the rules of its chain (which exists and is empty).
+fn policy(r: &SandboxRules) -> String {
+    let (t, k) = (TABLE, r.key);
+    let mut s =
+        format!("add set inet {t} sb_{k}_deny {{ type ipv4_addr; flags interval; auto-merge; }}\n");
     if !r.deny.is_empty() {
         s += &format!(
             "add element inet {t} sb_{k}_deny {{ {} }}\n",
@@ -86,6 +117,7 @@ pub fn add_sandbox(r: &SandboxRules) -> String {
     s += &format!("add rule inet {t} sb_{k} ip saddr != {} drop\n", r.addr);
     s += &format!("add rule inet {t} sb_{k} meta nfproto ipv6 drop\n");
     s += &format!("add rule inet {t} sb_{k} ip daddr @blocked drop\n");
+    s += &format!("add rule inet {t} sb_{k} ip daddr @nets drop\n");
     if !r.resolvers.is_empty() {
         let dns: Vec<String> = r.resolvers.iter().map(|a| a.to_string()).collect();
         s += &format!("add rule inet {t} sb_{k} ip daddr {{ {} }} meta l4proto {{ tcp, udp }} th dport 53 accept\n", dns.join(", "));
@@ -104,12 +136,6 @@ pub fn add_sandbox(r: &SandboxRules) -> String {
         s += &format!("add rule inet {t} sb_{k} ip daddr != @sb_{k}_allow{i} drop\n");
     }
     s += &format!("add rule inet {t} sb_{k} accept\n");
-    s += &format!("add element inet {t} blocked {{ {} }}\n", r.net);
-    s += &format!("add element inet {t} nat_sources {{ {} }}\n", r.addr);
-    s += &format!(
-        "add element inet {t} dispatch {{ \"{}\" : jump sb_{k} }}\n",
-        r.ifname
-    );
     s
 }
 
@@ -148,20 +174,6 @@ fn apply_with_binary(script: &str) -> Result<(), RuntimeError> {
     }
 }
 
-/// Whether the shared table exists.
-pub fn table_exists() -> bool {
-    if let Some(listed) = super::libnft::run(&format!("list table inet {TABLE}")) {
-        return listed.is_ok();
-    }
-    Command::new("nft")
-        .args(["list", "table", "inet", TABLE])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 /// Removes a sandbox's entries in one transaction; if some are gone already (a crash
 /// mid-way, or a second removal), one command at a time, ignoring the missing ones.
 pub fn remove_sandbox(key: &str, ifname: &str, net: Option<(Cidr, Ipv4Addr)>, allow_layers: usize) {
@@ -186,7 +198,7 @@ fn remove_commands(
         "delete element inet {t} dispatch {{ \"{ifname}\" }}"
     )];
     if let Some((net, addr)) = net {
-        cmds.push(format!("delete element inet {t} blocked {{ {net} }}"));
+        cmds.push(format!("delete element inet {t} nets {{ {net} }}"));
         cmds.push(format!("delete element inet {t} nat_sources {{ {addr} }}"));
     }
     cmds.push(format!("delete chain inet {t} sb_{key}"));
@@ -225,7 +237,9 @@ mod tests {
             "an empty allow set stays empty (denies all)"
         );
         assert!(s.contains("dispatch { \"sbxabc\" : jump sb_abc }"));
-        assert!(s.contains("blocked { 10.213.0.4/30 }"));
+        assert!(s.contains("nets { 10.213.0.4/30 }"));
+        assert!(at("@blocked drop") < at("@nets drop"));
+        assert!(at("@nets drop") < at("th dport 53 accept"));
         assert!(
             base_table(false).contains("169.254.0.0/16")
                 && base_table(false).contains("127.0.0.0/8")

@@ -7,6 +7,7 @@
 //! and start time; a runtime opening the network state removes spares whose owner died.
 
 use super::host::{HostLock, Lease};
+use super::policy::Policy;
 use super::NetConfig;
 use crate::linux::refill;
 use crate::RuntimeError;
@@ -110,7 +111,7 @@ impl Shared {
     }
 
     fn make(&self, id: Uuid) -> Result<(), RuntimeError> {
-        make(&self.config, id).map(|_| ())
+        make(&self.config, id, &Policy::default()).map(|_| ())
     }
 
     fn remove(&self, id: Uuid) {
@@ -120,12 +121,12 @@ impl Shared {
 
 /// Makes a spare host side named after `id`: the marker first (so a crash mid-way is
 /// swept), then lease and chain.
-pub(super) fn make(config: &NetConfig, id: Uuid) -> Result<Lease, RuntimeError> {
+pub(super) fn make(config: &NetConfig, id: Uuid, policy: &Policy) -> Result<Lease, RuntimeError> {
     let path = marker(config, id);
     std::fs::create_dir_all(path.parent().unwrap_or(&config.state_dir))
         .and_then(|()| std::fs::write(&path, refill::owner_mark()))
         .map_err(|e| RuntimeError::Network(format!("recording a spare network: {e}")))?;
-    super::prepare(config, id, Vec::new(), Vec::new())
+    super::prepare(config, id, policy)
 }
 
 /// Gives spare `spare`'s lease to sandbox `id` (its names stay the spare's) and drops

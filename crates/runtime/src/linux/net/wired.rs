@@ -3,6 +3,7 @@
 //! the entry's upper dir, so a sandbox without policy rules of its own starts with its
 //! network done. The spare's marker (see `spares`) covers a crash before the claim.
 
+use super::policy::Policy;
 use super::{link, spares, NetConfig};
 use crate::linux::warm::Warm;
 use crate::linux::LinuxRuntime;
@@ -11,15 +12,14 @@ use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
 /// Gives warm entry `key` (its init is `pid`, its upper dir `upper`, its root host id
-/// `owner`) an egress network, and its `resolv.conf`.
+/// `owner`) an egress network under `policy`, and its `resolv.conf`.
 pub(in crate::linux) fn wire(
     config: &NetConfig,
     key: Uuid,
-    pid: i32,
-    upper: &Path,
-    owner: u32,
+    (pid, upper, owner): (i32, &Path, u32),
+    policy: &Policy,
 ) -> Result<(), RuntimeError> {
-    let lease = spares::make(config, key)?;
+    let lease = spares::make(config, key, policy)?;
     let (ifname, _) = super::lease_names(key, &lease);
     link::create(&ifname, pid, &lease)?;
     link::stage_resolv_conf(upper, &config.resolvers, owner)
@@ -30,19 +30,29 @@ pub(in crate::linux) fn unwire(config: &NetConfig, key: Uuid) {
     spares::remove(config, key);
 }
 
-/// Takes a wired warm entry for sandbox `spec.id` over `layers`, its network now the sandbox's
-/// (`None` if there is none, or handing its network over failed: then it is discarded).
+/// Takes a wired warm entry for sandbox `spec.id` over `layers` under `policy`, its
+/// network now the sandbox's: one made for that policy, else one made with none whose
+/// chain is rewritten to it (one nft transaction). `None` if there is none, or handing
+/// its network over failed: then it is discarded.
 pub(in crate::linux) fn take(
     rt: &LinuxRuntime,
     spec: &SandboxSpec,
     layers: &[PathBuf],
+    policy: &Policy,
 ) -> Option<Warm> {
     let (pool, config) = (rt.warm.as_ref()?, rt.network.as_ref()?);
-    let warm = pool.take(spec.disk_mb, true, &spec.image, layers)?;
-    match spares::hand_over(config, warm.key, spec.id) {
-        Ok(_) => Some(warm),
+    let warm = pool.take((spec.disk_mb, true), &spec.image, layers, policy)?;
+    let handed = spares::hand_over(config, warm.key, spec.id).and_then(|lease| {
+        match warm.shape.policy == *policy {
+            true => Ok(()),
+            false => super::retarget(config, spec.id, &lease, policy),
+        }
+    });
+    match handed {
+        Ok(()) => Some(warm),
         Err(e) => {
             tracing::warn!(id = %spec.id, error = %e, "cannot take a wired warm init's network");
+            super::teardown(config, spec.id);
             pool.discard(warm);
             None
         }

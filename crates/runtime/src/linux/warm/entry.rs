@@ -126,7 +126,8 @@ impl Maker {
         // Wired first: it stages a file in the upper dir, which must not change under
         // a mounted overlay.
         if let (true, Some(net)) = (shape.wired, &self.net) {
-            wired::wire(net, key, pid, &rootfs::upper(dir), host_id_base)?;
+            let init = (pid, rootfs::upper(dir), host_id_base);
+            wired::wire(net, key, (init.0, &init.1, init.2), &shape.policy)?;
         }
         let Some((image, layers)) = &shape.root else {
             return Ok(None);

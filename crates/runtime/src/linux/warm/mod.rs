@@ -16,6 +16,7 @@ mod demand;
 mod entry;
 
 use super::cgroup::Cgroups;
+use super::net::policy::Policy;
 use super::net::NetConfig;
 use super::slots::Slots;
 use super::{refill, LinuxConfig};
@@ -33,6 +34,9 @@ use std::time::{Duration, Instant};
 const PARALLEL: usize = 2;
 /// How long starts must pause before a refill makes entries while some are left.
 const PAUSE: Duration = Duration::from_millis(50);
+/// Wired entries kept for the policy of the last start that had one (at most the
+/// pool's target).
+const POLICY_ENTRIES: usize = 2;
 
 /// What entries are made for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +47,8 @@ pub(super) struct Shape {
     pub wired: bool,
     /// The image whose root is mounted already: its name and layer dirs, top first.
     pub root: Option<(String, Vec<PathBuf>)>,
+    /// The policy its chain enforces when wired (open: none of its own).
+    pub policy: Policy,
 }
 
 struct Shared {
@@ -52,6 +58,8 @@ struct Shared {
     entries: Mutex<Vec<Warm>>,
     /// What refills make: what [`WarmPool::prefer`] set, else the last start's disk.
     shape: Mutex<Shape>,
+    /// The policy of the last wired start that had one: entries are kept for it too.
+    policy: Mutex<Policy>,
     preferred: AtomicBool,
     filling: AtomicBool,
     closed: AtomicBool,
@@ -81,6 +89,7 @@ impl WarmPool {
             demand: Mutex::new(Demand::new(size, max)),
             entries: Mutex::new(Vec::new()),
             shape: Mutex::new(Shape::default()),
+            policy: Mutex::new(Policy::default()),
             preferred: AtomicBool::new(false),
             filling: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -105,20 +114,64 @@ impl WarmPool {
         self.0.entries.lock().map_or(0, |e| e.len())
     }
 
+    /// Entries wired for a policy of their own, ready to be taken.
+    pub fn ready_with_policy(&self) -> usize {
+        self.0.entries.lock().map_or(0, |e| {
+            e.iter().filter(|w| !w.shape.policy.is_open()).count()
+        })
+    }
+
     /// Takes a live entry whose disk is `disk_mb` MiB, wired or not, for a sandbox of
-    /// image `image` with `layers` (top first): one parked in that very root, else one
-    /// with no root yet, if there is one.
-    pub fn take(&self, disk_mb: u32, wired: bool, image: &str, layers: &[PathBuf]) -> Option<Warm> {
-        let fits = |w: &Warm| w.shape.disk_mb == disk_mb && w.shape.wired == wired;
+    /// image `image` with `layers` (top first) under `policy`: one parked in that very
+    /// root, else one with no root yet, if there is one; made for `policy` if there is
+    /// one, else (wired) made with none, for the caller to rewrite. A wired start under
+    /// a policy makes the refills keep entries for that policy (and no other).
+    pub fn take(
+        &self,
+        (disk_mb, wired): (u32, bool),
+        image: &str,
+        layers: &[PathBuf],
+        policy: &Policy,
+    ) -> Option<Warm> {
+        if wired && !policy.is_open() {
+            if let Ok(mut p) = self.0.policy.lock() {
+                if *p != *policy {
+                    *p = policy.clone();
+                }
+            }
+        }
+        if let Ok(mut d) = self.0.demand.lock() {
+            d.started(Instant::now());
+        }
+        let taken = self
+            .take_for(disk_mb, wired, image, layers, policy)
+            .or_else(|| match policy.is_open() {
+                true => None,
+                false => self.take_for(disk_mb, wired, image, layers, &Policy::default()),
+            });
+        if taken.is_none() {
+            self.count_miss(disk_mb, wired, image, layers);
+        }
+        taken
+    }
+
+    fn take_for(
+        &self,
+        disk_mb: u32,
+        wired: bool,
+        image: &str,
+        layers: &[PathBuf],
+        policy: &Policy,
+    ) -> Option<Warm> {
+        let fits = |w: &Warm| {
+            w.shape.disk_mb == disk_mb && w.shape.wired == wired && w.shape.policy == *policy
+        };
         let same_root = |w: &Warm| {
             w.shape
                 .root
                 .as_ref()
                 .is_some_and(|(i, l)| i == image && l == layers)
         };
-        if let Ok(mut d) = self.0.demand.lock() {
-            d.started(Instant::now());
-        }
         let mut entries = self.0.entries.lock().ok()?;
         loop {
             let found = entries
@@ -129,11 +182,7 @@ impl WarmPool {
                         .iter()
                         .position(|w| fits(w) && w.shape.root.is_none())
                 });
-            let Some(i) = found else {
-                drop(entries);
-                self.count_miss(disk_mb, wired, image, layers);
-                return None;
-            };
+            let i = found?;
             let mut warm = entries.swap_remove(i);
             if warm.is_alive() {
                 if let Ok(mut d) = self.0.demand.lock() {
@@ -237,6 +286,14 @@ impl Shared {
         let want = self.shape.lock().ok()?.clone();
         let target = self.demand.lock().ok()?.target();
         let mut shapes = vec![want.clone(); target];
+        let policy = self.policy.lock().ok()?.clone();
+        if want.wired && !policy.is_open() {
+            let shape = Shape {
+                policy,
+                ..want.clone()
+            };
+            shapes.extend(std::iter::repeat_n(shape, target.min(POLICY_ENTRIES)));
+        }
         if want.root.is_some() {
             shapes.push(Shape { root: None, ..want });
         }

@@ -1,0 +1,219 @@
+//! `sandboxd bench` rows of the "fast on every path" work: through a real egress
+//! `sandboxd serve`, spaced creates with a workspace egress policy beside the same
+//! without one, and bursts of concurrent creates (the whole burst's time and its
+//! throughput, beside one spaced create); and `runsc do /bin/true` for scale.
+
+use crate::bench_base::{median, Paired, PairedSamples};
+use crate::bench_http::{Api, Serve, CREATE_SPACING};
+use crate::serve::DATABASE_FILE;
+use anyhow::{Context, Result};
+use sandboxd_engine::{egress, EgressPolicy, DEFAULT_WORKSPACE};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Sandboxes in one burst of concurrent creates.
+pub const BURST: usize = 20;
+/// Pause after a burst, for the pool that grew for it to refill.
+const REFILL: Duration = Duration::from_secs(3);
+
+/// What was measured.
+pub struct SpeedFigures {
+    /// Spaced creates → first exec with a workspace policy (samples) in turn with the
+    /// same without one (baseline).
+    pub policy_creates: Paired,
+    /// Spaced creates → first exec without a policy: the "one spaced create" a burst
+    /// is compared with.
+    pub spaced: Duration,
+    /// [`BURST`] concurrent creates → first exec, each on its own connection: the whole
+    /// burst, first on a pool of the server's base size, then again once it refilled.
+    pub burst: Duration,
+    pub burst_again: Duration,
+    /// `runsc do /bin/true` (gVisor), when runsc is installed.
+    pub runsc: Option<Duration>,
+}
+
+/// Runs a fresh egress server and measures (see [`SpeedFigures`]).
+pub fn measure(samples: usize) -> Result<SpeedFigures> {
+    let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
+    let dir = std::env::temp_dir().join(format!("sandboxd-bench-{short}"));
+    let key = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let mut server = Serve::start(&dir, &key, "egress", &[])?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let figures = rt.block_on(async {
+        let mut api = Api::connect(server.addr, &key).await?;
+        let figures = measure_on(&mut api, (server.addr, &key), &dir, samples).await;
+        let cleanup = api.destroy_all().await;
+        let figures = figures?;
+        cleanup.map(|()| figures)
+    });
+    server.stop();
+    if let Err(e) = std::fs::remove_dir_all(&dir) {
+        eprintln!("bench: cannot remove {}: {e}", dir.display());
+    }
+    let runsc = runsc_do().ok();
+    figures.map(|f| SpeedFigures { runsc, ..f })
+}
+
+/// Sets (`Some`) or clears the default workspace's egress policy in the server's store.
+fn set_policy(dir: &std::path::Path, policy: Option<&EgressPolicy>) -> Result<()> {
+    let store = sandboxd_store::SqliteStore::open(dir.join(DATABASE_FILE))
+        .context("opening the bench server's store")?;
+    match policy {
+        Some(p) => egress::set_workspace_policy(&store, DEFAULT_WORKSPACE, p)?,
+        None => {
+            egress::clear_workspace_policy(&store, DEFAULT_WORKSPACE)?;
+        }
+    }
+    Ok(())
+}
+
+/// One create → first exec, destroyed afterwards (untimed), after the spacing.
+async fn spaced(api: &mut Api) -> Result<Duration> {
+    tokio::time::sleep(CREATE_SPACING).await;
+    let t = Instant::now();
+    let id = api.create().await?;
+    api.exec_true(&id).await?;
+    let took = t.elapsed();
+    api.destroy(&id).await?;
+    Ok(took)
+}
+
+async fn measure_on(
+    api: &mut Api,
+    (addr, key): (std::net::SocketAddr, &str),
+    dir: &std::path::Path,
+    n: usize,
+) -> Result<SpeedFigures> {
+    let first = api.create().await?; // imports the image once
+    api.exec_true(&first).await?;
+    api.destroy(&first).await?;
+    // Documentation ranges: the policy's cost, not its effect, is measured.
+    let policy = EgressPolicy {
+        allow: vec![],
+        deny: vec!["192.0.2.0/24".parse()?, "198.51.100.0/24".parse()?],
+    };
+    // The first create under a policy teaches the pool that policy (untimed); then
+    // samples alternate, each policy create with one without, the policy set and
+    // cleared between them (both warm paths stay filled: the pool keeps both kinds).
+    set_policy(dir, Some(&policy))?;
+    spaced(api).await?;
+    let mut creates = PairedSamples::default();
+    let mut plain = Vec::with_capacity(n);
+    for _ in 0..n {
+        set_policy(dir, None)?;
+        let without = spaced(api).await?;
+        set_policy(dir, Some(&policy))?;
+        let with = spaced(api).await?;
+        creates.push(with, without);
+        plain.push(without);
+    }
+    set_policy(dir, None)?;
+    tokio::time::sleep(CREATE_SPACING).await;
+    let burst = burst_of(addr, key).await?;
+    tokio::time::sleep(REFILL).await;
+    let burst_again = burst_of(addr, key).await?;
+    Ok(SpeedFigures {
+        policy_creates: creates.medians(),
+        spaced: median(plain),
+        burst,
+        burst_again,
+        runsc: None,
+    })
+}
+
+/// [`BURST`] create → first exec at once, each on a connection of its own; the time
+/// until the last exec answered. The sandboxes are destroyed afterwards (untimed).
+async fn burst_of(addr: std::net::SocketAddr, key: &str) -> Result<Duration> {
+    let mut apis = Vec::with_capacity(BURST);
+    for _ in 0..BURST {
+        apis.push(Api::connect(addr, key).await?);
+    }
+    let t = Instant::now();
+    let runs = apis.into_iter().map(|mut api| async move {
+        let made = async {
+            let id = api.create().await?;
+            api.exec_true(&id).await
+        }
+        .await;
+        (api, made)
+    });
+    let done = futures_util::future::join_all(runs).await;
+    let took = t.elapsed();
+    let mut first_error = None;
+    for (mut api, made) in done {
+        if let Err(e) = made {
+            first_error.get_or_insert(e);
+        }
+        api.destroy_all().await?;
+    }
+    match first_error {
+        Some(e) => Err(e.context("a create of the burst")),
+        None => Ok(took),
+    }
+}
+
+/// One `runsc do /bin/true` (gVisor's one-shot run, as root), for scale.
+fn runsc_do() -> Result<Duration> {
+    let mut all = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let ok = Command::new("runsc")
+            .args(["--network=none", "do", "/bin/true"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .context("running runsc")?;
+        anyhow::ensure!(ok.success(), "runsc do failed: {ok}");
+        all.push(t.elapsed());
+    }
+    Ok(median(all))
+}
+
+/// Prints the rows, in the format of the other `sandboxd bench` rows.
+pub fn print(f: &SpeedFigures) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+    let row = |name: &str, value: String, ratio: String, target: &str| {
+        println!("{name:<58} {value:>12} {ratio:>10} {target:>8}");
+    };
+    row(
+        "HTTP: spaced create -> first exec, workspace policy",
+        format!("{:.3}ms", ms(f.policy_creates.median)),
+        format!(
+            "{:.2}x none*",
+            ratio(f.policy_creates.median, f.policy_creates.baseline)
+        ),
+        "<= 1.5x",
+    );
+    for (name, took) in [("first", f.burst), ("2nd (pool refilled)", f.burst_again)] {
+        row(
+            &format!("HTTP: burst of {BURST} concurrent create -> first exec, {name}"),
+            format!("{:.3}ms", ms(took)),
+            format!("{:.2}x spaced", ratio(took, f.spaced)),
+            "<= 10x",
+        );
+        row(
+            "  ... throughput",
+            format!("{:.0}/s", BURST as f64 / took.as_secs_f64().max(1e-9)),
+            String::new(),
+            "",
+        );
+    }
+    if let Some(runsc) = f.runsc {
+        row(
+            "runsc do /bin/true (gVisor, for scale)",
+            format!("{:.3}ms", ms(runsc)),
+            String::new(),
+            "",
+        );
+    }
+    println!(
+        "* policy creates alternate with creates without one (medians {:.3}ms / {:.3}ms); \
+         spaced create without policy {:.3}ms",
+        ms(f.policy_creates.median),
+        ms(f.policy_creates.baseline),
+        ms(f.spaced)
+    );
+}

@@ -1,0 +1,168 @@
+//! The shared `inet sandboxd` table lives while any sandbox on the host holds a network,
+//! whichever data directory it belongs to (a server's and a one-shot run's beside it),
+//! and goes away with the last; a table a crash left behind is replaced, not reused.
+//!
+//! The test runs in a network namespace of its own, with network state (leases) of its
+//! own: its ruleset is its alone, so other tests' sandboxes on the host neither keep the
+//! table alive nor see it change.
+
+mod common;
+
+use common::runtime;
+use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
+use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime};
+use std::process::{Command, Stdio};
+
+fn nft(args: &[&str]) -> Option<String> {
+    let out = Command::new("/usr/sbin/nft")
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .expect("nft");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn table() -> Option<String> {
+    nft(&["list", "table", "inet", "sandboxd"])
+}
+
+fn chain(id: uuid::Uuid) -> Option<String> {
+    let chain = format!("sb_{}", &id.simple().to_string()[..12]);
+    nft(&["list", "chain", "inet", "sandboxd", &chain])
+}
+
+fn net_runtime(dir: &std::path::Path, state: &std::path::Path) -> LinuxRuntime {
+    let mut config = NetConfig::from_host();
+    config.state_dir = state.to_path_buf();
+    // A documentation address: nothing is sent to it (no traffic in this test).
+    config.resolvers = vec!["192.0.2.53".parse().expect("resolver")];
+    LinuxRuntime::with_network(common::raw_runtime(dir), config)
+}
+
+#[test]
+fn the_table_lives_while_any_sandbox_runs_and_goes_with_the_last() {
+    // This thread (and the threads and processes it starts) in a new network namespace.
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
+    assert_eq!(table(), None, "a fresh namespace has no table");
+    let state = tempfile::tempdir().expect("tempdir");
+    let (server_dir, run_dir) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let _cleanup = (runtime(server_dir.path()), runtime(run_dir.path()));
+    let (server, one_shot) = (
+        net_runtime(server_dir.path(), state.path()),
+        net_runtime(run_dir.path(), state.path()),
+    );
+    let deny = EgressPolicy {
+        allow: vec![],
+        deny: vec!["198.51.100.7".parse().expect("deny")],
+    };
+
+    let a = server
+        .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![deny]))
+        .expect("start a");
+    let b = one_shot
+        .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+        .expect("start b");
+    assert!(table().is_some() && chain(b.id).is_some());
+    one_shot.destroy(&b).expect("destroy b");
+    assert!(table().is_some(), "the table went while a still runs");
+    let a_chain = chain(a.id).expect("a's chain went with b");
+    assert!(a_chain.contains("@sb_"), "a's rules: {a_chain}");
+    let a_set = format!("sb_{}_deny", &a.id.simple().to_string()[..12]);
+    let elements = nft(&["list", "set", "inet", "sandboxd", &a_set]).expect("a's deny set");
+    assert!(elements.contains("198.51.100.7"), "{elements}");
+    server.destroy(&a).expect("destroy a");
+    assert_eq!(table(), None, "the table outlived the last sandbox");
+
+    // A table a crash left behind, with a chain of a sandbox long gone: the next start
+    // makes the table afresh.
+    let stale = "add table inet sandboxd\nadd chain inet sandboxd sb_stale\n";
+    let mut child = Command::new("/usr/sbin/nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("nft");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stale.as_bytes())
+        .expect("script");
+    assert!(child.wait().expect("nft").success(), "making a stale table");
+    let c = one_shot
+        .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+        .expect("start c over a stale table");
+    let listed = table().expect("the table");
+    assert!(
+        !listed.contains("sb_stale"),
+        "the stale table was kept: {listed}"
+    );
+    assert!(chain(c.id).is_some());
+    one_shot.destroy(&c).expect("destroy c");
+    assert_eq!(table(), None);
+    let leases = std::fs::read_dir(state.path().join("leases")).map_or(0, |d| d.count());
+    assert_eq!(leases, 0, "leases left");
+}
+
+/// Destroying one sandbox among others removes all of its entries (its chain, sets,
+/// dispatch entry, NAT source and its /30 in `nets`) in one `nft` run: an `nft` first
+/// on PATH records each call. Before, its /30 sat in an auto-merged range it could not
+/// be deleted from, and the failed transaction was retried as one run per command.
+#[test]
+fn a_destroy_among_others_is_one_nft_run_and_leaves_no_entry() {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
+    let bin = tempfile::tempdir().expect("tempdir");
+    let log = bin.path().join("calls");
+    let wrapper = bin.path().join("nft");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {}\nexec /usr/sbin/nft \"$@\"\n",
+        log.display()
+    );
+    std::fs::write(&wrapper, script).expect("wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // nextest runs each test in a process of its own: this PATH is this test's alone.
+    std::env::set_var("PATH", path);
+    std::env::remove_var("SANDBOXD_LIBNFTABLES");
+
+    let state = tempfile::tempdir().expect("tempdir");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _cleanup = runtime(dir.path());
+    let rt = net_runtime(dir.path(), state.path());
+    let start = || {
+        rt.start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+            .expect("start")
+    };
+    let (a, b, c) = (start(), start(), start());
+    let net = |id| rt.sandbox_address(id).expect("address");
+    let b_net = net(b.id);
+    let b_slash30 = format!("{}/30", std::net::Ipv4Addr::from(u32::from(b_net) - 2));
+    let calls = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let before = calls();
+    rt.destroy(&b).expect("destroy b");
+    assert_eq!(calls() - before, 1, "nft runs for one destroy");
+    let listed = table().expect("the table");
+    assert!(!listed.contains(&b_slash30), "b's /30 left: {listed}");
+    let b_key = &b.id.simple().to_string()[..12];
+    assert!(!listed.contains(b_key), "b's entries left: {listed}");
+    assert!(chain(a.id).is_some() && chain(c.id).is_some());
+    for sb in [&a, &c] {
+        rt.destroy(sb).expect("destroy");
+    }
+    assert_eq!(table(), None);
+}
