@@ -8,6 +8,10 @@ need_apt=()
 for pkg in util-linux iproute2 nftables libnftables1 bubblewrap e2fsprogs python3 bash coreutils procps docker-registry skopeo umoci apache2-utils runsc; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+# Headless Chromium and its WebDriver for the web console's browser test (tests/console.rs).
+for pkg in chromium chromium-driver; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
 if ((${#need_apt[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

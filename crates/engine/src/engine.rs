@@ -161,6 +161,12 @@ impl Engine {
     }
 
     /// Directory the engine was configured with.
+    /// The isolation backend's short name (`linux`, `gvisor`…): the tier every
+    /// sandbox of this server runs in.
+    pub fn runtime_name(&self) -> &'static str {
+        self.runtime.name()
+    }
+
     pub fn data_dir(&self) -> &std::path::Path {
         &self.data_dir
     }

@@ -3,6 +3,7 @@
 
 pub mod accounts;
 mod agent_error;
+pub mod console_codes;
 mod convert;
 pub mod cursor;
 pub mod disk;

@@ -9,6 +9,7 @@ mod cli_images_gc;
 mod cli_registry;
 mod cli_sandbox;
 mod cli_templates;
+mod console_link;
 mod gvisor_agent;
 mod init;
 mod keys;
@@ -71,6 +72,9 @@ enum Command {
     /// Templates through a server's OpenRelay API: build, list, delete.
     #[command(subcommand)]
     Templates(cli_templates::TemplatesCommand),
+    /// The web console at /console: `console link` prints a one-time sign-in link.
+    #[command(subcommand)]
+    Console(console_link::ConsoleCommand),
 }
 
 #[derive(clap::Args)]
@@ -135,6 +139,7 @@ fn main() -> std::process::ExitCode {
         Command::Images(command) => report("images", cli_images::main(command)),
         Command::Registry(command) => report("registry", cli_registry::main(command)),
         Command::Templates(command) => report("templates", cli_templates::main(command)),
+        Command::Console(command) => report("console", console_link::main(command)),
         Command::Bench(args) => match bench::main(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(err) => {

@@ -22,7 +22,8 @@ pub fn app_with(engine: Arc<Engine>, config: &ServerConfig) -> Router {
     Router::new()
         .merge(sandboxd_dialect_inngest::router(engine.clone()))
         .merge(sandboxd_dialect_openrelay::router(engine.clone()))
-        .merge(sandboxd_dialect_runzivo::router(engine, runzivo))
+        .merge(sandboxd_dialect_runzivo::router(engine.clone(), runzivo))
+        .merge(sandboxd_console::router(engine))
 }
 
 /// Serves the API on `config.listen` until `shutdown` completes, then lets in-flight
