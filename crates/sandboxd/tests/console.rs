@@ -303,6 +303,12 @@ async fn drive(
         (n.as_u64() > Some(1)).then_some(())
     })
     .await;
+    c.find(Locator::Css("#create-template option[value=\"python\"]"))
+        .await
+        .expect("the python template")
+        .click()
+        .await
+        .expect("choose it");
     b.screenshot(shots, "create").await;
     c.find(Locator::Id("create-submit"))
         .await
@@ -325,6 +331,20 @@ async fn drive(
         "{}",
         got.text()
     );
+    let (_, python) = server.exec(MASTER, &ui_id, &["/bin/sh", "-c", "command -v python3"]);
+    assert!(python.contains("python3"), "not the python template: {python:?}");
+
+    // The table shows both, the console's with its template.
+    c.goto(&format!("{base}/console/#/sandboxes")).await.map_err(|e| e.to_string())?;
+    let ui_row = format!("tr[data-id=\"{ui_id}\"]");
+    let text = until("the console's sandbox in the table", long, || async {
+        c.find(Locator::Css(&ui_row)).await.ok()?.text().await.ok()
+    })
+    .await;
+    assert!(text.contains("python"), "{text}");
+    c.find(Locator::Css(&row)).await.map_err(|e| e.to_string())?;
+    b.screenshot(shots, "sandboxes-two").await;
+    c.goto(&format!("{base}/console/#/sandbox/{ui_id}")).await.map_err(|e| e.to_string())?;
 
     // The terminal: `echo hi`, and `hi` on a line of its own.
     c.wait()
