@@ -125,31 +125,35 @@ fn a_sign_in_link_works_once_and_only_while_fresh() {
         .as_str()
         .expect("csrf")
         .to_owned();
-    let body = json!({"image": "default", "vcpu": 1, "memory_mb": 256}).to_string();
-    let forged = http(
-        server.addr,
-        "POST",
-        "/console/api/sandboxes",
-        &with_cookie,
-        &body,
-    );
+    // A create the engine refuses (no such image) once it gets through, so that a
+    // broken check shows as a 404 rather than as a sandbox left running.
+    let body = json!({"image": "no-such-image:1", "vcpu": 1, "memory_mb": 256}).to_string();
+    let json_type = ("content-type", "application/json".to_owned());
+    let create = |headers: &[(&str, String)]| {
+        http(
+            server.addr,
+            "POST",
+            "/console/api/sandboxes",
+            headers,
+            &body,
+        )
+    };
+    let forged = create(&[("cookie", token.clone()), json_type.clone()]);
     assert_eq!(forged.status, 403, "no CSRF token: {}", forged.text());
-    let wrong = [("cookie", token.clone()), ("x-csrf-token", "nope".into())];
-    let forged = http(server.addr, "POST", "/console/api/sandboxes", &wrong, &body);
+    let wrong = [
+        ("cookie", token.clone()),
+        json_type.clone(),
+        ("x-csrf-token", "nope".into()),
+    ];
+    let forged = create(&wrong);
     assert_eq!(forged.status, 403, "wrong CSRF token: {}", forged.text());
-    let right = [("cookie", token.clone()), ("x-csrf-token", csrf)];
-    let bad = http(
-        server.addr,
-        "POST",
-        "/console/api/sandboxes",
-        &right,
-        "{\"bogus\": 1}",
-    );
+    let right = [("cookie", token.clone()), json_type, ("x-csrf-token", csrf)];
+    let through = create(&right);
     assert_eq!(
-        bad.status,
-        400,
+        (through.status, through.json()["error"]["code"].as_str()),
+        (404, Some("image_not_found")),
         "with its token a change gets through: {}",
-        bad.text()
+        through.text()
     );
     let list = http(
         server.addr,
@@ -332,19 +336,28 @@ async fn drive(
         got.text()
     );
     let (_, python) = server.exec(MASTER, &ui_id, &["/bin/sh", "-c", "command -v python3"]);
-    assert!(python.contains("python3"), "not the python template: {python:?}");
+    assert!(
+        python.contains("python3"),
+        "not the python template: {python:?}"
+    );
 
     // The table shows both, the console's with its template.
-    c.goto(&format!("{base}/console/#/sandboxes")).await.map_err(|e| e.to_string())?;
+    c.goto(&format!("{base}/console/#/sandboxes"))
+        .await
+        .map_err(|e| e.to_string())?;
     let ui_row = format!("tr[data-id=\"{ui_id}\"]");
     let text = until("the console's sandbox in the table", long, || async {
         c.find(Locator::Css(&ui_row)).await.ok()?.text().await.ok()
     })
     .await;
     assert!(text.contains("python"), "{text}");
-    c.find(Locator::Css(&row)).await.map_err(|e| e.to_string())?;
+    c.find(Locator::Css(&row))
+        .await
+        .map_err(|e| e.to_string())?;
     b.screenshot(shots, "sandboxes-two").await;
-    c.goto(&format!("{base}/console/#/sandbox/{ui_id}")).await.map_err(|e| e.to_string())?;
+    c.goto(&format!("{base}/console/#/sandbox/{ui_id}"))
+        .await
+        .map_err(|e| e.to_string())?;
 
     // The terminal: `echo hi`, and `hi` on a line of its own.
     c.wait()
