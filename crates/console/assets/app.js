@@ -353,6 +353,7 @@ function processesPanel(id) {
         output.textContent += dec.decode(value, { stream: true });
         output.scrollTop = output.scrollHeight;
       }
+      load(); // it ended: show its exit in the table
     } catch (e) { if (e.name !== "AbortError") report(box, e); }
   }
   async function load() {

@@ -427,7 +427,109 @@ async fn drive(
     .await;
     let (code, out) = server.exec(MASTER, &ui_id, &["/bin/cat", "/tmp/console-upload.txt"]);
     assert_eq!((code, out.as_str()), (0, "uploaded through the console\n"));
+
+    // Download: the listing's link gives the file's bytes back.
+    let fetched = c
+        .execute_async(
+            "const done = arguments[arguments.length - 1];\
+             const a = document.querySelector('#files-list li[data-name=\"console-upload.txt\"] a');\
+             fetch(a.href).then(r => r.text()).then(done, e => done('failed: ' + e));",
+            vec![],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    assert_eq!(fetched, json!("uploaded through the console\n"));
+
+    // A process started from the page, and its output followed live.
+    let command = c
+        .find(Locator::Id("process-command"))
+        .await
+        .expect("command");
+    command
+        .send_keys("echo from-a-process; sleep 1; echo still-here")
+        .await
+        .expect("type");
+    c.find(Locator::Id("process-start"))
+        .await
+        .expect("start")
+        .click()
+        .await
+        .expect("click");
+    until("the process's output", long, || async {
+        let out = c
+            .find(Locator::Id("process-output"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        (out.contains("from-a-process") && out.contains("still-here") && out.contains("[exited 0]"))
+            .then_some(())
+    })
+    .await;
+    let ended = "#process-rows tr td:nth-child(2)";
+    until("the process's end in its table", long, || async {
+        let state = c.find(Locator::Css(ended)).await.ok()?.text().await.ok()?;
+        (state == "EXITED").then_some(())
+    })
+    .await;
+
+    // The whole page in one picture (the README shows it): a tall window.
+    c.set_window_size(1280, 1320)
+        .await
+        .map_err(|e| e.to_string())?;
+    js(c, "window.scrollTo(0, 0); return null").await;
     b.screenshot(shots, "sandbox").await;
+    c.set_window_size(1280, 860)
+        .await
+        .map_err(|e| e.to_string())?;
+
+    // Pause, resume and snapshot, each after a confirmation.
+    for (button, want) in [("pause", "PAUSED"), ("resume", "RUNNING")] {
+        c.find(Locator::Id(&format!("action-{button}")))
+            .await
+            .expect("action button")
+            .click()
+            .await
+            .expect("click");
+        c.accept_alert().await.map_err(|e| e.to_string())?;
+        until(want, long, || async {
+            let got = server.request("GET", &format!("/v2/sandboxes/{ui_id}"), MASTER, None);
+            (got.json()["data"]["status"] == want).then_some(())
+        })
+        .await;
+    }
+    c.find(Locator::Id("action-snapshot"))
+        .await
+        .expect("snapshot button")
+        .click()
+        .await
+        .expect("click");
+    c.accept_alert().await.map_err(|e| e.to_string())?;
+    let saved = until("the snapshot", long, || async {
+        let text = js(
+            c,
+            "return document.querySelector('section .error').textContent",
+        )
+        .await;
+        let text = text.as_str()?.to_owned();
+        text.starts_with("Snapshot ").then_some(text)
+    })
+    .await;
+    let snapshot_id = saved
+        .split_whitespace()
+        .nth(1)
+        .expect("snapshot id")
+        .to_owned();
+    c.goto(&format!("{base}/console/#/snapshots"))
+        .await
+        .map_err(|e| e.to_string())?;
+    until("the snapshot in its table", long, || async {
+        c.find(Locator::Css(&format!("tr[data-id=\"{snapshot_id}\"]")))
+            .await
+            .ok()
+    })
+    .await;
 
     for page in ["templates", "snapshots"] {
         c.goto(&format!("{base}/console/#/{page}"))

@@ -65,7 +65,7 @@ pub async fn start(
         return Err(ApiError::invalid("command is empty"));
     }
     let cmd = StartCommand {
-        argv: vec!["sh".into(), "-c".into(), b.command],
+        argv: vec!["/bin/sh".into(), "-c".into(), b.command],
         env: None,
         cwd: None,
     };
