@@ -49,6 +49,33 @@ fn link(dir: &std::path::Path, server: &Server, extra: &[&str]) -> String {
     path.to_owned()
 }
 
+/// Destroys every sandbox of the server's default workspace that has not ended when
+/// dropped (a failed assertion included): stopping the server would leave them running.
+struct Sweep<'s>(&'s Server);
+
+impl Drop for Sweep<'_> {
+    fn drop(&mut self) {
+        let server = self.0;
+        let listed = server.request("GET", "/v2/sandboxes", MASTER, None).json();
+        let live = listed["data"].as_array().cloned().unwrap_or_default();
+        for sb in live.iter().filter(|sb| sb["status"] != "TERMINATED") {
+            let Some(id) = sb["id"].as_str() else {
+                continue;
+            };
+            let path = format!("/v2/sandboxes/{id}");
+            server.request("DELETE", &path, MASTER, None);
+            for _ in 0..600 {
+                let status =
+                    server.request("GET", &path, MASTER, None).json()["data"]["status"].clone();
+                if status == "TERMINATED" || status.is_null() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
 fn screenshots() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .parent()
@@ -180,6 +207,7 @@ fn a_sign_in_link_works_once_and_only_while_fresh() {
 fn the_api_without_a_session_answers_401_and_nothing_else() {
     let dir = tempfile::tempdir().expect("temp dir");
     let server = start_server(dir.path());
+    let _sweep = Sweep(&server);
     let id = server.create_sandbox(
         MASTER,
         &json!({"name": "made-by-the-api", "vcpu": 1, "memoryMb": 256}),
@@ -224,6 +252,7 @@ fn the_api_without_a_session_answers_401_and_nothing_else() {
 async fn the_console_in_a_browser() {
     let dir = tempfile::tempdir().expect("temp dir");
     let server = start_server(dir.path());
+    let _sweep = Sweep(&server);
     let api_id = server.create_sandbox(
         MASTER,
         &json!({"name": "made-by-the-api", "vcpu": 1, "memoryMb": 256}),
@@ -233,13 +262,6 @@ async fn the_console_in_a_browser() {
     let browser = Browser::start(1280, 860).await;
     let outcome = drive(&browser, &server, &login, &api_id, &shots).await;
     browser.close().await;
-    if let Ok(ui_id) = &outcome {
-        let got = server.request("GET", &format!("/v2/sandboxes/{ui_id}"), MASTER, None);
-        if got.json()["data"]["status"] == "RUNNING" {
-            server.destroy(MASTER, ui_id);
-        }
-    }
-    server.destroy(MASTER, &api_id);
     outcome.unwrap_or_else(|e| panic!("{e}"));
 }
 
