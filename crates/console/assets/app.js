@@ -426,6 +426,34 @@ async function snapshotsPage() {
   load();
 }
 
+// --- the master workspace's keys and quota ---------------------------------------------
+
+async function accountPage() {
+  const box = errorBox();
+  const keys = el("tbody", {});
+  const quota = el("dl", { id: "quota", class: "panel" });
+  show(el("section", {}, el("h1", { text: "Keys and quota" }), box,
+    el("p", { class: "muted" }, "Read-only: change them with ", el("code", { text: "sandboxd keys" }),
+      " and ", el("code", { text: "sandboxd quota" }), " on the server."),
+    el("h2", { text: "API keys" }),
+    el("div", { class: "scroll" }, el("table", { id: "keys" },
+      el("thead", {}, el("tr", {}, ["Prefix", "Kind", "Permissions", "Created", "Revoked"].map((h) => el("th", { text: h })))), keys)),
+    el("h2", { text: "Quota" }), quota));
+  try {
+    const a = await api("GET", "/account");
+    keys.replaceChildren(...a.keys.map((k) => el("tr", { "data-id": k.id },
+      el("td", { class: "id", text: `${k.prefix}…` }),
+      el("td", { text: k.master ? "master" : k.alias_of ? "alias" : "key" }),
+      el("td", { text: k.permissions.join(", ") }),
+      el("td", { text: k.created_at }), el("td", { text: k.revoked_at || "" }))));
+    const q = a.quota;
+    quota.replaceChildren(
+      el("dt", { text: "Active sandboxes" }), el("dd", { text: q.max_sandboxes }),
+      el("dt", { text: "vCPUs of active sandboxes" }), el("dd", { text: q.max_vcpu }),
+      el("dt", { text: "Memory of active sandboxes" }), el("dd", { text: `${q.max_memory_mb} MiB` }));
+  } catch (e) { report(box, e); }
+}
+
 // --- routing -------------------------------------------------------------------------
 
 function route() {
@@ -439,6 +467,7 @@ function route() {
   else if (page === "create") createPage();
   else if (page === "templates") templatesPage();
   else if (page === "snapshots") snapshotsPage();
+  else if (page === "account") accountPage();
   else sandboxesPage();
 }
 
@@ -452,6 +481,7 @@ async function start() {
     state.csrf = s.csrf_token;
     state.workspace = s.workspace;
     document.getElementById("workspace").textContent = `workspace ${s.workspace}`;
+    document.getElementById("nav-account").hidden = s.workspace !== "default";
   } catch (e) {
     return;
   }

@@ -175,6 +175,13 @@ impl Engine {
         self.limits
     }
 
+    /// The quota a create in `ws` is checked against: the server's, with the
+    /// workspace's override (`sandboxd quota set`) applied.
+    pub fn workspace_quota(&self, ws: &str) -> Result<crate::quota::Quota, EngineError> {
+        let over = self.store.get_quota_override(ws)?;
+        Ok(self.limits.workspace_quota.with_override(over.as_ref()))
+    }
+
     /// Runs a blocking runtime call off the async threads.
     pub(crate) async fn blocking<T: Send + 'static>(
         &self,

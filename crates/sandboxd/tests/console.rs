@@ -564,6 +564,33 @@ async fn drive(
         b.screenshot(shots, page).await;
     }
 
+    // The master workspace's keys (the master key among them) and quota.
+    c.goto(&format!("{base}/console/#/account"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let master = &MASTER[..12];
+    until("the master key in the keys table", long, || async {
+        let text = c
+            .find(Locator::Css("table#keys tbody"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        (text.contains(master) && text.contains("master")).then_some(())
+    })
+    .await;
+    let page = c
+        .find(Locator::Css("main"))
+        .await
+        .expect("main")
+        .text()
+        .await
+        .expect("text");
+    assert!(!page.contains(MASTER), "a whole key on the page");
+    assert!(page.contains("Active sandboxes"), "{page}");
+    b.screenshot(shots, "account").await;
+
     // A narrow window: the page does not scroll sideways.
     c.set_window_size(420, 860)
         .await

@@ -1,6 +1,7 @@
 //! `/console/api/…`: JSON endpoints for the console's script, behind the session
 //! cookie, each calling one engine operation in the session's workspace.
 
+mod account;
 mod catalog;
 mod files;
 mod processes;
@@ -73,6 +74,7 @@ pub fn router(state: Console) -> Router<Console> {
         )
         .route(&format!("{sb}/terminal/tickets"), post(terminal::ticket))
         .route(&format!("{sb}/terminal"), get(terminal::terminal))
+        .route("/console/api/account", get(account::account))
         .route("/console/api/templates", get(catalog::templates))
         .route("/console/api/snapshots", get(catalog::snapshots))
         .route(
