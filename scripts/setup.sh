@@ -10,6 +10,10 @@ for pkg in util-linux iproute2 nftables libnftables1 bubblewrap e2fsprogs python
 done
 # promtool and a real Prometheus for the monitoring tests (crates/sandboxd/tests/metrics*.rs).
 dpkg -s prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+# Headless Chromium and its WebDriver for the web console's browser test (tests/console.rs).
+for pkg in chromium chromium-driver; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
 if ((${#need_apt[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

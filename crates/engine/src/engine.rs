@@ -167,12 +167,25 @@ impl Engine {
     }
 
     /// Directory the engine was configured with.
+    /// The isolation backend's short name (`linux`, `gvisor`…): the tier every
+    /// sandbox of this server runs in.
+    pub fn runtime_name(&self) -> &'static str {
+        self.runtime.name()
+    }
+
     pub fn data_dir(&self) -> &std::path::Path {
         &self.data_dir
     }
 
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// The quota a create in `ws` is checked against: the server's, with the
+    /// workspace's override (`sandboxd quota set`) applied.
+    pub fn workspace_quota(&self, ws: &str) -> Result<crate::quota::Quota, EngineError> {
+        let over = self.store.get_quota_override(ws)?;
+        Ok(self.limits.workspace_quota.with_override(over.as_ref()))
     }
 
     /// Runs a blocking runtime call off the async threads.

@@ -4,6 +4,7 @@
 pub mod accounts;
 mod agent_error;
 pub mod audit;
+pub mod console_codes;
 mod convert;
 pub mod cursor;
 pub mod disk;

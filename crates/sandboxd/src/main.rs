@@ -15,6 +15,7 @@ mod cli_sandbox;
 mod cli_templates;
 mod cli_workspace;
 mod cli_top;
+mod console_link;
 mod gvisor_agent;
 mod init;
 mod keys;
@@ -83,6 +84,9 @@ enum Command {
     Templates(cli_templates::TemplatesCommand),
     /// A workspace's audit trail of mutating operations, from the data directory.
     Audit(audit::AuditArgs),
+    /// The web console at /console: `console link` prints a one-time sign-in link.
+    #[command(subcommand)]
+    Console(console_link::ConsoleCommand),
 }
 
 #[derive(clap::Args)]
@@ -149,6 +153,7 @@ fn main() -> std::process::ExitCode {
         Command::Templates(command) => report("templates", cli_templates::main(command)),
         Command::Workspace(command) => report("workspace", cli_workspace::main(command)),
         Command::Audit(args) => report("audit", audit::main(args)),
+        Command::Console(command) => report("console", console_link::main(command)),
         Command::Bench(args) => match bench::main(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(err) => {

@@ -136,4 +136,21 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<AuditRecord>>;
     /// Removes entries before `before`; returns how many.
     fn prune_audit(&self, before: OffsetDateTime) -> StoreResult<u64>;
+    // Web console sign-in codes.
+    /// Stores a one-time code (by its hash) for `workspace`, valid until `expires_at`;
+    /// removes codes that expired before `now`.
+    fn insert_console_code(
+        &self,
+        code_hash: &str,
+        workspace: &str,
+        expires_at: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> StoreResult<()>;
+    /// Spends the code: its workspace when it was unused and unexpired at `now`, in
+    /// one statement, so that two redeemers cannot both succeed; `None` otherwise.
+    fn redeem_console_code(
+        &self,
+        code_hash: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<String>>;
 }

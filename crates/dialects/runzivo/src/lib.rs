@@ -15,6 +15,8 @@ mod scrub;
 pub mod tickets;
 pub mod views;
 
+pub use routes::terminal::bridge as terminal_bridge;
+
 use axum::routing::{get, post};
 use axum::Router;
 use sandboxd_engine::Engine;

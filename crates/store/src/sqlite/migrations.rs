@@ -198,6 +198,14 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX audit_workspace_at ON audit (workspace, at);
     CREATE INDEX audit_at ON audit (at);",
+    // 11: one-time web console sign-in codes (`sandboxd console link`), kept as SHA-256
+    // hashes; a code is spent by setting used_at.
+    "CREATE TABLE console_codes (
+        code_hash TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL REFERENCES workspaces(id),
+        expires_at INTEGER NOT NULL,
+        used_at INTEGER
+    );",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.

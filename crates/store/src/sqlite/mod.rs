@@ -5,6 +5,7 @@ mod aliases;
 mod audit;
 mod codec;
 mod conns;
+mod console;
 mod egress;
 mod idempotency;
 mod migrations;
@@ -257,5 +258,23 @@ impl Store for SqliteStore {
     }
     fn prune_audit(&self, before: OffsetDateTime) -> StoreResult<u64> {
         self.conns.write_with(|c| audit::prune(c, before))
+    }
+    fn insert_console_code(
+        &self,
+        code_hash: &str,
+        workspace: &str,
+        expires_at: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        self.conns
+            .write_with(|c| console::insert(c, code_hash, workspace, expires_at, now))
+    }
+    fn redeem_console_code(
+        &self,
+        code_hash: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<String>> {
+        self.conns
+            .write_with(|c| console::redeem(c, code_hash, now))
     }
 }

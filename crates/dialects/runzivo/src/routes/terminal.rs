@@ -89,8 +89,9 @@ pub async fn terminal(
 }
 
 /// Binary messages are keystrokes and screen output; a text message resizes; the
-/// shell's exit sends `{"type":"exit","exit_code":N}` and closes the socket.
-async fn bridge(socket: WebSocket, pty: Terminal) {
+/// shell's exit sends `{"type":"exit","exit_code":N}` and closes the socket. The web
+/// console's terminal speaks the same protocol through this function.
+pub async fn bridge(socket: WebSocket, pty: Terminal) {
     let (mut ws_tx, mut ws_rx) = socket.split();
     let (mut pty_rd, mut pty_wr) = pty.split();
     let output = async move {

@@ -1,0 +1,638 @@
+//! The web console in a real browser: headless Chromium (Debian's chromium and
+//! chromium-driver, through WebDriver) signs in with a `sandboxd console link`, sees a
+//! sandbox made through the API, creates one through the UI that the API then finds,
+//! types `echo hi` into the xterm.js terminal and reads `hi` back, uploads a file that
+//! exec then reads, and saves a screenshot of each page (target/console-screenshots).
+//! Without a browser: a used or expired link is refused, and /console/api without the
+//! session cookie answers 401 and nothing else.
+
+mod browser;
+mod serve_bin;
+
+use browser::Browser;
+use fantoccini::{Client, Locator};
+use serde_json::json;
+use serve_bin::{http, Server, BIN};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const MASTER: &str = "console-test-master-key-0123456789";
+
+fn start_server(dir: &std::path::Path) -> Server {
+    Server::start_with_env(dir, Some(MASTER), &[("SANDBOXD_NETWORK", "none")])
+}
+
+/// `sandboxd console link` on the server's data directory: the printed URL's path and
+/// query (`/console/login?code=…`).
+fn link(dir: &std::path::Path, server: &Server, extra: &[&str]) -> String {
+    let url = format!("http://{}", server.addr);
+    let out = std::process::Command::new(BIN)
+        .args(["console", "link", "--data-dir"])
+        .arg(dir)
+        .args(["--url", &url])
+        .args(extra)
+        .output()
+        .expect("run console link");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned();
+    let path = printed
+        .strip_prefix(&url)
+        .unwrap_or_else(|| panic!("link {printed:?} is not on {url}"));
+    assert!(path.starts_with("/console/login?code="), "{path}");
+    path.to_owned()
+}
+
+/// Destroys every sandbox of the server's default workspace that has not ended when
+/// dropped (a failed assertion included): stopping the server would leave them running.
+struct Sweep<'s>(&'s Server);
+
+impl Drop for Sweep<'_> {
+    fn drop(&mut self) {
+        let server = self.0;
+        let listed = server.request("GET", "/v2/sandboxes", MASTER, None).json();
+        let live = listed["data"].as_array().cloned().unwrap_or_default();
+        for sb in live.iter().filter(|sb| sb["status"] != "TERMINATED") {
+            let Some(id) = sb["id"].as_str() else {
+                continue;
+            };
+            let path = format!("/v2/sandboxes/{id}");
+            server.request("DELETE", &path, MASTER, None);
+            for _ in 0..600 {
+                let status =
+                    server.request("GET", &path, MASTER, None).json()["data"]["status"].clone();
+                if status == "TERMINATED" || status.is_null() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .join("console-screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshot dir");
+    dir
+}
+
+/// Polls `check` until it gives a value; fails (rather than hangs) after `limit`.
+async fn until<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn js(c: &Client, script: &str) -> serde_json::Value {
+    c.execute(script, vec![]).await.expect("execute script")
+}
+
+#[test]
+fn a_sign_in_link_works_once_and_only_while_fresh() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = start_server(dir.path());
+    let login = |path: &str| http(server.addr, "GET", path, &[], "");
+
+    let path = link(dir.path(), &server, &[]);
+    let first = login(&path);
+    assert_eq!(first.status, 200, "{}", first.text());
+    let cookie = first
+        .header("set-cookie")
+        .expect("a session cookie")
+        .to_owned();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(cookie.contains(attr), "{attr} missing in {cookie}");
+    }
+    let again = login(&path);
+    assert_eq!(
+        again.status,
+        401,
+        "a reused link signed in: {}",
+        again.text()
+    );
+    assert!(again.header("set-cookie").is_none());
+
+    let short = link(dir.path(), &server, &["--valid-seconds", "1"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let late = login(&short);
+    assert_eq!(
+        late.status,
+        401,
+        "an expired link signed in: {}",
+        late.text()
+    );
+    assert!(late.header("set-cookie").is_none());
+    assert_eq!(login("/console/login?code=forged").status, 401);
+    assert_eq!(login("/console/login").status, 401);
+
+    // The session works, and a change without its CSRF token does not.
+    let token = cookie.split(';').next().expect("name=value").to_owned();
+    let with_cookie = [("cookie", token.clone())];
+    let session = http(server.addr, "GET", "/console/api/session", &with_cookie, "");
+    assert_eq!(session.status, 200, "{}", session.text());
+    let csrf = session.json()["csrf_token"]
+        .as_str()
+        .expect("csrf")
+        .to_owned();
+    // A create the engine refuses (no such image) once it gets through, so that a
+    // broken check shows as a 404 rather than as a sandbox left running.
+    let body = json!({"image": "no-such-image:1", "vcpu": 1, "memory_mb": 256}).to_string();
+    let json_type = ("content-type", "application/json".to_owned());
+    let create = |headers: &[(&str, String)]| {
+        http(
+            server.addr,
+            "POST",
+            "/console/api/sandboxes",
+            headers,
+            &body,
+        )
+    };
+    let forged = create(&[("cookie", token.clone()), json_type.clone()]);
+    assert_eq!(forged.status, 403, "no CSRF token: {}", forged.text());
+    let wrong = [
+        ("cookie", token.clone()),
+        json_type.clone(),
+        ("x-csrf-token", "nope".into()),
+    ];
+    let forged = create(&wrong);
+    assert_eq!(forged.status, 403, "wrong CSRF token: {}", forged.text());
+    let right = [("cookie", token.clone()), json_type, ("x-csrf-token", csrf)];
+    let through = create(&right);
+    assert_eq!(
+        (through.status, through.json()["error"]["code"].as_str()),
+        (404, Some("image_not_found")),
+        "with its token a change gets through: {}",
+        through.text()
+    );
+    let list = http(
+        server.addr,
+        "GET",
+        "/console/api/sandboxes",
+        &with_cookie,
+        "",
+    );
+    assert_eq!(list.json(), json!([]), "the forged creates made nothing");
+
+    // The page's headers: a strict CSP, no framing.
+    let page = http(server.addr, "GET", "/console/", &[], "");
+    assert_eq!(page.status, 200);
+    let csp = page.header("content-security-policy").expect("CSP");
+    assert!(
+        csp.contains("default-src 'self'") && csp.contains("script-src 'self';"),
+        "{csp}"
+    );
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(page.header("x-frame-options"), Some("DENY"));
+}
+
+#[test]
+fn the_api_without_a_session_answers_401_and_nothing_else() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = start_server(dir.path());
+    let _sweep = Sweep(&server);
+    let id = server.create_sandbox(
+        MASTER,
+        &json!({"name": "made-by-the-api", "vcpu": 1, "memoryMb": 256}),
+    );
+    let bearer = [("authorization", format!("Bearer {MASTER}"))];
+    let forged = [("cookie", "sandboxd_console=forged".to_owned())];
+    let paths = [
+        ("GET", "/console/api/sandboxes".to_owned()),
+        ("GET", format!("/console/api/sandboxes/{id}")),
+        (
+            "GET",
+            format!("/console/api/sandboxes/{id}/files/content?path=/etc/hostname"),
+        ),
+        ("DELETE", format!("/console/api/sandboxes/{id}")),
+        ("POST", "/console/api/sandboxes".to_owned()),
+        ("GET", "/console/api/session".to_owned()),
+        ("GET", "/console/api/no-such-route".to_owned()),
+    ];
+    for (method, path) in &paths {
+        for headers in [&[][..], &bearer[..], &forged[..]] {
+            let reply = http(server.addr, method, path, headers, "");
+            assert_eq!(reply.status, 401, "{method} {path}: {}", reply.text());
+            assert_eq!(
+                reply.json(),
+                json!({"error": {"code": "unauthorized",
+                    "message": "sign in with a link from `sandboxd console link`"}}),
+                "{method} {path}"
+            );
+            assert!(reply.header("set-cookie").is_none());
+        }
+    }
+    let got = server.request("GET", &format!("/v2/sandboxes/{id}"), MASTER, None);
+    assert_eq!(
+        got.json()["data"]["status"],
+        "RUNNING",
+        "the DELETE did nothing"
+    );
+    server.destroy(MASTER, &id);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_in_a_browser() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = start_server(dir.path());
+    let _sweep = Sweep(&server);
+    let api_id = server.create_sandbox(
+        MASTER,
+        &json!({"name": "made-by-the-api", "vcpu": 1, "memoryMb": 256}),
+    );
+    let login = link(dir.path(), &server, &[]);
+    let shots = screenshots();
+    let browser = Browser::start(1280, 860).await;
+    let outcome = drive(&browser, &server, &login, &api_id, &shots).await;
+    browser.close().await;
+    outcome.unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The browser half of the test; returns the id of the sandbox it created.
+async fn drive(
+    b: &Browser,
+    server: &Server,
+    login: &str,
+    api_id: &str,
+    shots: &std::path::Path,
+) -> Result<String, String> {
+    let c = &b.client;
+    let base = format!("http://{}", server.addr);
+    let long = Duration::from_secs(120);
+
+    // Sign in: the code leaves the address bar; the API's sandbox is in the table.
+    c.goto(&format!("{base}{login}"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let row = format!("tr[data-id=\"{api_id}\"]");
+    until("the API's sandbox in the table", long, || async {
+        c.find(Locator::Css(&row)).await.ok()
+    })
+    .await;
+    let url = c.current_url().await.map_err(|e| e.to_string())?;
+    assert!(!url.as_str().contains("code="), "the code stayed in {url}");
+    assert_eq!(
+        js(c, "return document.cookie").await,
+        json!(""),
+        "cookie visible to JS"
+    );
+    let stored = js(c, "return localStorage.length + sessionStorage.length").await;
+    assert_eq!(stored, json!(0), "something in browser storage");
+    let text = c
+        .find(Locator::Css(&row))
+        .await
+        .expect("row")
+        .text()
+        .await
+        .expect("text");
+    assert!(text.contains("RUNNING"), "{text}");
+    b.screenshot(shots, "sandboxes").await;
+
+    // Create through the UI; the API finds it.
+    c.goto(&format!("{base}/console/#/create"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = c
+        .wait()
+        .for_element(Locator::Id("create-name"))
+        .await
+        .expect("form");
+    name.send_keys("made-in-the-console")
+        .await
+        .expect("type name");
+    let memory = c.find(Locator::Id("create-memory")).await.expect("memory");
+    memory.clear().await.expect("clear");
+    memory.send_keys("256").await.expect("type memory");
+    until("the template list", long, || async {
+        let n = js(
+            c,
+            "return document.querySelectorAll('#create-template option').length",
+        )
+        .await;
+        (n.as_u64() > Some(1)).then_some(())
+    })
+    .await;
+    c.find(Locator::Css("#create-template option[value=\"python\"]"))
+        .await
+        .expect("the python template")
+        .click()
+        .await
+        .expect("choose it");
+    b.screenshot(shots, "create").await;
+    c.find(Locator::Id("create-submit"))
+        .await
+        .expect("submit")
+        .click()
+        .await
+        .expect("click");
+    let ui_id = until("the new sandbox's page", long, || async {
+        let url = c.current_url().await.ok()?;
+        let id = url.fragment()?.strip_prefix("/sandbox/")?.to_owned();
+        Some(id)
+    })
+    .await;
+    let got = server.request("GET", &format!("/v2/sandboxes/{ui_id}"), MASTER, None);
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(got.json()["data"]["status"], "RUNNING", "{}", got.text());
+    assert_eq!(
+        got.json()["data"]["name"],
+        "made-in-the-console",
+        "{}",
+        got.text()
+    );
+    let (_, python) = server.exec(MASTER, &ui_id, &["/bin/sh", "-c", "command -v python3"]);
+    assert!(
+        python.contains("python3"),
+        "not the python template: {python:?}"
+    );
+
+    // The table shows both, the console's with its template.
+    c.goto(&format!("{base}/console/#/sandboxes"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let ui_row = format!("tr[data-id=\"{ui_id}\"]");
+    let text = until("the console's sandbox in the table", long, || async {
+        c.find(Locator::Css(&ui_row)).await.ok()?.text().await.ok()
+    })
+    .await;
+    assert!(text.contains("python"), "{text}");
+    c.find(Locator::Css(&row))
+        .await
+        .map_err(|e| e.to_string())?;
+    b.screenshot(shots, "sandboxes-two").await;
+    c.goto(&format!("{base}/console/#/sandbox/{ui_id}"))
+        .await
+        .map_err(|e| e.to_string())?;
+
+    // The terminal: `echo hi`, and `hi` on a line of its own.
+    c.wait()
+        .for_element(Locator::Id("terminal-open"))
+        .await
+        .expect("terminal button")
+        .click()
+        .await
+        .expect("open terminal");
+    until("the terminal's socket", long, || async {
+        c.find(Locator::Css("#terminal[data-open]")).await.ok()
+    })
+    .await;
+    let keys = c
+        .wait()
+        .for_element(Locator::Css("#terminal .xterm-helper-textarea"))
+        .await
+        .expect("xterm input");
+    keys.send_keys("echo hi\u{E007}").await.expect("type");
+    let rows = "return Array.from(document.querySelectorAll('#terminal .xterm-rows > div'))\
+                .map(d => d.textContent.trim())";
+    until("`hi` in the terminal", long, || async {
+        let lines = js(c, rows).await;
+        let lines = lines.as_array()?;
+        lines.iter().any(|l| l == "hi").then_some(())
+    })
+    .await;
+
+    // Upload through the file browser (into /tmp, the default folder); exec reads it.
+    let local = tempfile::tempdir().expect("upload dir");
+    let file = local.path().join("console-upload.txt");
+    std::fs::write(&file, "uploaded through the console\n").expect("write upload");
+    c.find(Locator::Id("upload-input"))
+        .await
+        .expect("file input")
+        .send_keys(&file.to_string_lossy())
+        .await
+        .expect("choose file");
+    c.find(Locator::Id("upload-button"))
+        .await
+        .expect("upload button")
+        .click()
+        .await
+        .expect("upload");
+    until("the upload's end", long, || async {
+        let shown = js(
+            c,
+            "return document.querySelector('#upload-done') ? 'done' : \
+            Array.from(document.querySelectorAll('.error')).map(e => e.textContent.trim())\
+            .filter(t => t).join('; ')",
+        )
+        .await;
+        match shown.as_str()? {
+            "done" => Some(()),
+            "" => None,
+            error => panic!("the upload failed: {error}"),
+        }
+    })
+    .await;
+    until("the upload in the listing", long, || async {
+        c.find(Locator::Css(
+            "#files-list li[data-name=\"console-upload.txt\"]",
+        ))
+        .await
+        .ok()
+    })
+    .await;
+    let (code, out) = server.exec(MASTER, &ui_id, &["/bin/cat", "/tmp/console-upload.txt"]);
+    assert_eq!((code, out.as_str()), (0, "uploaded through the console\n"));
+
+    // Download: the listing's link gives the file's bytes back.
+    let fetched = c
+        .execute_async(
+            "const done = arguments[arguments.length - 1];\
+             const a = document.querySelector('#files-list li[data-name=\"console-upload.txt\"] a');\
+             fetch(a.href).then(r => r.text()).then(done, e => done('failed: ' + e));",
+            vec![],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    assert_eq!(fetched, json!("uploaded through the console\n"));
+
+    // A process started from the page, and its output followed live.
+    let command = c
+        .find(Locator::Id("process-command"))
+        .await
+        .expect("command");
+    command
+        .send_keys("echo from-a-process; sleep 1; echo still-here")
+        .await
+        .expect("type");
+    c.find(Locator::Id("process-start"))
+        .await
+        .expect("start")
+        .click()
+        .await
+        .expect("click");
+    until("the process's output", long, || async {
+        let out = c
+            .find(Locator::Id("process-output"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        (out.contains("from-a-process") && out.contains("still-here") && out.contains("[exited 0]"))
+            .then_some(())
+    })
+    .await;
+    let ended = "#process-rows tr td:nth-child(2)";
+    until("the process's end in its table", long, || async {
+        let state = c.find(Locator::Css(ended)).await.ok()?.text().await.ok()?;
+        (state == "EXITED").then_some(())
+    })
+    .await;
+
+    // The whole page in one picture (the README shows it): a tall window.
+    c.set_window_size(1280, 1320)
+        .await
+        .map_err(|e| e.to_string())?;
+    js(c, "window.scrollTo(0, 0); return null").await;
+    b.screenshot(shots, "sandbox").await;
+    c.set_window_size(1280, 860)
+        .await
+        .map_err(|e| e.to_string())?;
+
+    // Pause, resume and snapshot, each after a confirmation.
+    for (button, want) in [("pause", "PAUSED"), ("resume", "RUNNING")] {
+        c.find(Locator::Id(&format!("action-{button}")))
+            .await
+            .expect("action button")
+            .click()
+            .await
+            .expect("click");
+        c.accept_alert().await.map_err(|e| e.to_string())?;
+        until(want, long, || async {
+            let got = server.request("GET", &format!("/v2/sandboxes/{ui_id}"), MASTER, None);
+            (got.json()["data"]["status"] == want).then_some(())
+        })
+        .await;
+    }
+    c.find(Locator::Id("action-snapshot"))
+        .await
+        .expect("snapshot button")
+        .click()
+        .await
+        .expect("click");
+    c.accept_alert().await.map_err(|e| e.to_string())?;
+    let saved = until("the snapshot", long, || async {
+        let text = js(
+            c,
+            "return document.querySelector('section .error').textContent",
+        )
+        .await;
+        let text = text.as_str()?.to_owned();
+        text.starts_with("Snapshot ").then_some(text)
+    })
+    .await;
+    let snapshot_id = saved
+        .split_whitespace()
+        .nth(1)
+        .expect("snapshot id")
+        .to_owned();
+    c.goto(&format!("{base}/console/#/snapshots"))
+        .await
+        .map_err(|e| e.to_string())?;
+    until("the snapshot in its table", long, || async {
+        c.find(Locator::Css(&format!("tr[data-id=\"{snapshot_id}\"]")))
+            .await
+            .ok()
+    })
+    .await;
+
+    for page in ["templates", "snapshots"] {
+        c.goto(&format!("{base}/console/#/{page}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        c.wait()
+            .for_element(Locator::Css(&format!("table#{page} tbody tr")))
+            .await
+            .map_err(|e| e.to_string())?;
+        b.screenshot(shots, page).await;
+    }
+
+    // The master workspace's keys (the master key among them) and quota.
+    c.goto(&format!("{base}/console/#/account"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let master = &MASTER[..12];
+    until("the master key in the keys table", long, || async {
+        let text = c
+            .find(Locator::Css("table#keys tbody"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        (text.contains(master) && text.contains("master")).then_some(())
+    })
+    .await;
+    let page = c
+        .find(Locator::Css("main"))
+        .await
+        .expect("main")
+        .text()
+        .await
+        .expect("text");
+    assert!(!page.contains(MASTER), "a whole key on the page");
+    assert!(page.contains("Active sandboxes"), "{page}");
+    b.screenshot(shots, "account").await;
+
+    // A narrow window: the page does not scroll sideways.
+    c.set_window_size(420, 860)
+        .await
+        .map_err(|e| e.to_string())?;
+    c.goto(&format!("{base}/console/#/sandboxes"))
+        .await
+        .map_err(|e| e.to_string())?;
+    until("the table in a narrow window", long, || async {
+        c.find(Locator::Css(&row)).await.ok()
+    })
+    .await;
+    let wide = js(
+        c,
+        "return document.documentElement.scrollWidth - window.innerWidth",
+    )
+    .await;
+    assert!(
+        wide.as_i64().is_some_and(|w| w <= 0),
+        "sideways scroll of {wide}px"
+    );
+    b.screenshot(shots, "sandboxes-narrow").await;
+
+    // Delete with confirmation, from the sandbox's page.
+    c.set_window_size(1280, 860)
+        .await
+        .map_err(|e| e.to_string())?;
+    c.goto(&format!("{base}/console/#/sandbox/{ui_id}"))
+        .await
+        .map_err(|e| e.to_string())?;
+    c.wait()
+        .for_element(Locator::Id("action-delete"))
+        .await
+        .expect("delete button")
+        .click()
+        .await
+        .expect("click delete");
+    c.accept_alert().await.map_err(|e| e.to_string())?;
+    until("the deleted sandbox's end", long, || async {
+        let got = server.request("GET", &format!("/v2/sandboxes/{ui_id}"), MASTER, None);
+        let status = got.json()["data"]["status"].as_str()?.to_owned();
+        (status == "TERMINATED").then_some(())
+    })
+    .await;
+    Ok(ui_id)
+}
