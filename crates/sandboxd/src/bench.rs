@@ -25,6 +25,9 @@ pub struct BenchArgs {
     /// Concurrent create -> exec -> destroy sequences through HTTP for the load measure.
     #[arg(long, default_value_t = 100)]
     pub load: usize,
+    /// Only the image measures (pulls, image starts, layer sharing; `bench_images`).
+    #[arg(long)]
+    pub images_only: bool,
 }
 
 /// One reported line: a measure, its median, and its ratio to a baseline.
@@ -44,6 +47,9 @@ pub fn main(args: BenchArgs) -> Result<()> {
         .enable_all()
         .build()?;
     let n = args.samples.max(3);
+    if args.images_only {
+        return crate::bench_images::main(n);
+    }
 
     let fork_exec = median(n * 4, bench_base::fork_exec)?;
     let unshare = median(n, bench_base::unshare)?;
@@ -253,7 +259,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
     for (name, p) in paired {
         println!("    {name}: {:.3}ms", ms(p.baseline));
     }
-    Ok(())
+    crate::bench_images::main(n)
 }
 
 /// Median of: start a sandbox (with `network`, or loopback only; with a `disk_mb`

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_base;
 mod bench_http;
+mod bench_images;
 mod cli_http;
 mod cli_images;
 mod cli_images_gc;
