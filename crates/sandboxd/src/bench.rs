@@ -42,14 +42,14 @@ pub fn main(args: BenchArgs) -> Result<()> {
     if std::env::var_os("RUST_LOG").is_some() {
         crate::serve::init_logging();
     }
+    if args.images_only {
+        return crate::bench_images::main(args.samples.max(3));
+    }
     let runtime = crate::runtime::open_linux(&args.data_dir, None, DEFAULT_MAX_PTYS)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let n = args.samples.max(3);
-    if args.images_only {
-        return crate::bench_images::main(n);
-    }
 
     let fork_exec = median(n * 4, bench_base::fork_exec)?;
     let unshare = median(n, bench_base::unshare)?;
