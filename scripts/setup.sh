@@ -19,6 +19,14 @@ if ((${#need_apt[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
 fi
 
+# The realistic test image (tests/images_debian.rs): a Debian minbase root with python3
+# by mmdebstrap, built once per machine into /var/cache/sandboxd-test.
+if ! dpkg -s mmdebstrap >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap
+fi
+bash scripts/debian-python-image.sh
+
 if [ -f tests/inngest-sdk/package-lock.json ]; then
     (cd tests/inngest-sdk && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -7,6 +7,7 @@ pub mod build_context;
 pub mod dockerfile;
 pub mod export;
 pub mod gc;
+pub mod platform;
 pub mod pull;
 pub mod reference;
 pub mod store;
@@ -30,6 +31,17 @@ pub enum ImageError {
     Unauthorized { registry: String, message: String },
     #[error("blob {digest} does not match its digest (got sha256:{actual})")]
     DigestMismatch { digest: String, actual: String },
+    #[error(
+        "registry {registry}: the download of blob {digest} broke off after {got} of \
+         {size} bytes ({message}); nothing of it was kept, pull again"
+    )]
+    Interrupted {
+        registry: String,
+        digest: String,
+        got: u64,
+        size: u64,
+        message: String,
+    },
     #[error("blob {digest} is larger than its descriptor's {size} bytes")]
     BlobTooLarge { digest: String, size: u64 },
     #[error("busy: {0}")]

@@ -1,11 +1,12 @@
 //! Pulls from OCI registries (the distribution spec, Docker Hub's conventions) with
 //! `oci-client`: anonymous, basic or bearer-token access (the client follows the
 //! challenge, with the registry's stored credential when there is one),
-//! a multi-platform index resolved to linux/amd64, plain HTTP only to loopback
+//! a multi-platform index resolved to the host's platform, plain HTTP only to loopback
 //! registries and those listed as insecure. Every blob is hashed while it streams into
 //! a scratch file and refused unless it matches its descriptor's digest and size; only
 //! then is it unpacked.
 
+use crate::platform::{self, Unmatched};
 use crate::reference::{self, plain_http};
 use crate::store::{image_config, Images};
 use crate::{io, sha256_hex, ImageError};
@@ -82,6 +83,32 @@ fn transfer_error(reference: &Reference, e: impl std::fmt::Display) -> ImageErro
     }
 }
 
+/// A blob's download that ended (an error or the end of the stream) after `got` of
+/// its `size` bytes; the message has `e`'s causes too (a transport error's own text
+/// rarely says what happened).
+fn interrupted(
+    reference: &Reference,
+    desc: &OciDescriptor,
+    got: u64,
+    size: u64,
+    e: &(dyn std::error::Error + 'static),
+) -> ImageError {
+    let mut message = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        message.push_str(": ");
+        message.push_str(&c.to_string());
+        cause = c.source();
+    }
+    ImageError::Interrupted {
+        registry: reference.registry().to_owned(),
+        digest: desc.digest.clone(),
+        got,
+        size,
+        message,
+    }
+}
+
 /// A registry's answer; a refusal of access is [`ImageError::Unauthorized`].
 fn registry_error(
     reference: &Reference,
@@ -113,7 +140,7 @@ fn registry_error(
     }
 }
 
-fn client(reference: &Reference, options: &PullOptions) -> Client {
+fn client(reference: &Reference, options: &PullOptions, unmatched: &Unmatched) -> Client {
     let registry = reference.resolve_registry().to_owned();
     let mut plain: Vec<String> = options.insecure_registries.clone();
     if plain_http(&registry, &options.insecure_registries) {
@@ -121,7 +148,7 @@ fn client(reference: &Reference, options: &PullOptions) -> Client {
     }
     Client::new(ClientConfig {
         protocol: ClientProtocol::HttpsExcept(plain),
-        platform_resolver: Some(Box::new(oci_client::client::linux_amd64_resolver)),
+        platform_resolver: Some(unmatched.resolver()),
         connect_timeout: Some(std::time::Duration::from_secs(10)),
         read_timeout: Some(std::time::Duration::from_secs(60)),
         ..Default::default()
@@ -141,12 +168,24 @@ pub async fn pull(
 ) -> Result<ImageLayers, ImageError> {
     tls_provider();
     let reference = reference::parse(text)?;
-    let client = client(&reference, options);
+    let unmatched = Unmatched::default();
+    let client = client(&reference, options, &unmatched);
     let auth = auth_for(&reference, options);
     let (manifest, digest, list_digest) = client
         .pull_image_manifest_and_list_digest(&reference, &auth)
         .await
-        .map_err(|e| registry_error(&reference, e))?;
+        .map_err(|e| match unmatched.offered() {
+            Some(offered) => ImageError::Unsupported(format!(
+                "{text} is a multi-platform image with no image for this host's platform \
+                 {} (it has {})",
+                platform::host(),
+                match offered.is_empty() {
+                    true => "none named".to_owned(),
+                    false => offered.join(", "),
+                }
+            )),
+            None => registry_error(&reference, e),
+        })?;
     if let Some(pinned) = reference.digest() {
         if pinned != digest && Some(pinned) != list_digest.as_deref() {
             return Err(ImageError::DigestMismatch {
@@ -239,7 +278,17 @@ async fn fetch_layer(
     let mut hasher = Sha256::new();
     let mut got = 0u64;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| transfer_error(reference, e))?;
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            // Every byte came and the client's own check refused them.
+            Err(_) if got == size => {
+                return Err(ImageError::DigestMismatch {
+                    digest: desc.digest.clone(),
+                    actual: hex::encode(hasher.finalize()),
+                })
+            }
+            Err(e) => return Err(interrupted(reference, desc, got, size, &e)),
+        };
         got += chunk.len() as u64;
         if got > size {
             return Err(ImageError::BlobTooLarge {
@@ -251,8 +300,20 @@ async fn fetch_layer(
         file.write_all(&chunk)
             .map_err(io("writing a download", &temp.path))?;
     }
+    if got < size {
+        return Err(interrupted(
+            reference,
+            desc,
+            got,
+            size,
+            &std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the connection ended early",
+            ),
+        ));
+    }
     let actual = hex::encode(hasher.finalize());
-    if actual != expected || got != size {
+    if actual != expected {
         return Err(ImageError::DigestMismatch {
             digest: desc.digest.clone(),
             actual,

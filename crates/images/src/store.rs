@@ -228,10 +228,19 @@ impl Images {
 
     /// The layer every image gets on top: real directories for the mount points the
     /// sandbox's init mounts on (`/proc`, `/sys`, `/dev`), whatever the image has there
-    /// (an overlay directory above a lower symlink hides it).
+    /// (an overlay directory above a lower symlink hides it), and with `workspace`, an
+    /// empty `/workspace` as the built-in image has (the working directory a Runzivo
+    /// command gets by default; merged with the image's own if it has that directory).
     pub fn mount_point_layer(&self) -> Result<String, ImageError> {
+        self.top_layer(true)
+    }
+
+    /// [`Images::mount_point_layer`], with `/workspace` or without.
+    fn top_layer(&self, workspace: bool) -> Result<String, ImageError> {
         let scratch = self.scratch_dir()?;
-        for (name, mode) in [("proc", 0o555), ("sys", 0o555), ("dev", 0o755)] {
+        let dirs = [("proc", 0o555), ("sys", 0o555), ("dev", 0o755)];
+        let extra = workspace.then_some(("workspace", 0o755));
+        for (name, mode) in dirs.into_iter().chain(extra) {
             let path = scratch.join(name);
             std::fs::create_dir(&path)
                 .and_then(|()| {
@@ -242,6 +251,21 @@ impl Images {
         Ok(self.layers.commit(&scratch)?.digest)
     }
 
+    /// Whether an image over `layers` (lowest first) may get a `/workspace` directory:
+    /// unless its topmost entry of that name is something else (a file, a symlink, a
+    /// whiteout), which a directory above would hide.
+    fn workspace_fits(&self, layers: &[String]) -> bool {
+        for layer in layers.iter().rev() {
+            let Ok(dir) = self.layers.path(layer) else {
+                continue;
+            };
+            if let Ok(meta) = dir.join("workspace").symlink_metadata() {
+                return meta.is_dir();
+            }
+        }
+        true
+    }
+
     /// Records image `name` over `layers` (lowest first; the mount-point layer is added
     /// on top) with `config`.
     pub fn save_image(
@@ -250,7 +274,8 @@ impl Images {
         mut layers: Vec<String>,
         config: ImageConfig,
     ) -> Result<ImageLayers, ImageError> {
-        layers.push(self.mount_point_layer()?);
+        let workspace = self.workspace_fits(&layers);
+        layers.push(self.top_layer(workspace)?);
         let image = ImageLayers {
             name: name.to_owned(),
             layers,

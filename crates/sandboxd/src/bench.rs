@@ -25,6 +25,9 @@ pub struct BenchArgs {
     /// Concurrent create -> exec -> destroy sequences through HTTP for the load measure.
     #[arg(long, default_value_t = 100)]
     pub load: usize,
+    /// Only the image measures (pulls, image starts, layer sharing; `bench_images`).
+    #[arg(long)]
+    pub images_only: bool,
 }
 
 /// One reported line: a measure, its median, and its ratio to a baseline.
@@ -38,6 +41,9 @@ pub fn main(args: BenchArgs) -> Result<()> {
     // Quiet unless asked: `RUST_LOG=sandboxd_runtime=debug` shows each start's phases.
     if std::env::var_os("RUST_LOG").is_some() {
         crate::serve::init_logging();
+    }
+    if args.images_only {
+        return crate::bench_images::main(args.samples.max(3));
     }
     let runtime = crate::runtime::open_linux(&args.data_dir, None, DEFAULT_MAX_PTYS)?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -255,7 +261,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
     for (name, p) in paired {
         println!("    {name}: {:.3}ms", ms(p.baseline));
     }
-    Ok(())
+    crate::bench_images::main(n)
 }
 
 /// Median of: start a sandbox (with `network`, or loopback only; with a `disk_mb`

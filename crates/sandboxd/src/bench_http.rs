@@ -153,11 +153,16 @@ pub fn load(n: usize) -> Result<LoadFigures> {
 /// The `sandboxd serve` child.
 pub(crate) struct Serve {
     child: Child,
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Serve {
-    pub fn start(dir: &Path, key: &str, network: &str, env: &[(&str, &str)]) -> Result<Serve> {
+    pub(crate) fn start(
+        dir: &Path,
+        key: &str,
+        network: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Serve> {
         let exe = std::env::current_exe().context("locating the sandboxd binary")?;
         let mut child = Command::new(exe)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -194,7 +199,7 @@ impl Serve {
     }
 
     /// SIGTERM and wait: a graceful stop.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         // SAFETY: kill(2) on the PID of our own, not yet reaped, child.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let _ = self.child.wait();
@@ -209,7 +214,7 @@ pub(crate) struct Api {
 }
 
 impl Api {
-    pub async fn connect(addr: SocketAddr, key: &str) -> Result<Api> {
+    pub(crate) async fn connect(addr: SocketAddr, key: &str) -> Result<Api> {
         let stream = tokio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
@@ -249,9 +254,18 @@ impl Api {
         ))
     }
 
-    pub async fn create(&mut self) -> Result<String> {
+    pub(crate) async fn create(&mut self) -> Result<String> {
+        self.create_from(None).await
+    }
+
+    /// Creates a sandbox of stored image `image` (the `image` extension), or of
+    /// `default`; answered RUNNING.
+    pub(crate) async fn create_from(&mut self, image: Option<&str>) -> Result<String> {
         let name = format!("bench-{}", uuid::Uuid::new_v4().simple());
-        let body = json!({"name": name, "vcpu": 1, "memoryMb": 256});
+        let mut body = json!({"name": name, "vcpu": 1, "memoryMb": 256});
+        if let Some(image) = image {
+            body["image"] = json!(image);
+        }
         let (status, v) = self.call("POST", "/v2/sandboxes", Some(body)).await?;
         ensure!(
             status == 201 && v["data"]["status"] == "RUNNING",
@@ -265,7 +279,7 @@ impl Api {
         Ok(id)
     }
 
-    pub async fn exec_true(&mut self, id: &str) -> Result<()> {
+    pub(crate) async fn exec_true(&mut self, id: &str) -> Result<()> {
         let body = json!({"command": ["/bin/true"]});
         let path = format!("/v2/sandboxes/{id}/exec");
         let (status, v) = self.call("POST", &path, Some(body)).await?;
@@ -348,7 +362,7 @@ impl Api {
     }
 
     /// Destroys every sandbox made, waiting until each is TERMINATED.
-    pub async fn destroy_all(&mut self) -> Result<()> {
+    pub(crate) async fn destroy_all(&mut self) -> Result<()> {
         for id in std::mem::take(&mut self.made) {
             self.destroy(&id).await?;
         }
@@ -356,7 +370,7 @@ impl Api {
     }
 
     /// Destroys sandbox `id` (made here), waiting until it is TERMINATED.
-    pub async fn destroy(&mut self, id: &str) -> Result<()> {
+    pub(crate) async fn destroy(&mut self, id: &str) -> Result<()> {
         let path = format!("/v2/sandboxes/{id}");
         let (status, v) = self.call("DELETE", &path, None).await?;
         ensure!(matches!(status, 202 | 204), "destroy: {status} {v}");

@@ -4,6 +4,7 @@ mod audit;
 mod bench;
 mod bench_base;
 mod bench_http;
+mod bench_images;
 mod bench_speed;
 mod build;
 mod build_run;

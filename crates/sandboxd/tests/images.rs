@@ -36,12 +36,13 @@ async fn pulled_image_runs_with_its_files_env_and_whiteouts() {
             id,
             "cat /etc/greeting; echo \"var=$IMAGE_VAR\"; \
              test -e /etc/gone || echo gone-hidden; ls /opq; \
+             test -e /olddir || echo dir-hidden; \
              test -e /usr/bin/python3 || echo no-host-usr",
         )
         .await;
     assert_eq!(
         got,
-        "hello from the image\nvar=from-image\ngone-hidden\nnew\nno-host-usr\n"
+        "hello from the image\nvar=from-image\ngone-hidden\nnew\ndir-hidden\nno-host-usr\n"
     );
 
     // By digest, and the same layers are not stored twice.
@@ -158,13 +159,20 @@ fn a_blob_that_does_not_match_its_digest_is_refused() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.to_lowercase().contains("digest"), "{err}");
+    assert!(err.contains("does not match its digest"), "{err}");
     let left: Vec<String> = std::fs::read_dir(data.path().join("layers"))
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| !n.starts_with(".lock-"))
         .collect();
     assert_eq!(left, Vec::<String>::new());
+    // No blob index entry and no image record either.
+    let indexed = std::fs::read_dir(data.path().join("images/blobs"))
+        .map(|d| d.flatten().count())
+        .unwrap_or(0);
+    assert_eq!(indexed, 0);
+    let listed = sandboxd(data.path(), &["images", "list"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "");
 }
 
 #[test]

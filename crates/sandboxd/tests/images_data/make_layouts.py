@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Writes OCI image layouts for the images tests into OUT/<name>/ (tag `v1`).
 
-good: the host's bash with its libraries, /etc/greeting, a whiteout and an opaque
-directory over a lower layer, Env and WorkingDir. hostile-*: one malicious layer each
+good: the host's bash with its libraries, /etc/greeting, whiteouts (of a file and of a
+whole directory tree) and an opaque directory over a lower layer, Env and WorkingDir. hostile-*: one malicious layer each
 (OUTSIDE is the host directory they aim at). With a third argument `big`, only
-big: four layers of random data (16 MiB each, or the fourth argument's MiB) (a pull that takes a moment)."""
+big: four layers of random data (16 MiB each, or the fourth argument's MiB; the fifth
+argument's count of layers) (a pull that takes a moment). With `multi ARCH…`, only multi:
+an image index of one small image per linux/ARCH, each with /etc/arch and the label
+`arch` naming its ARCH."""
 import hashlib, io, json, os, subprocess, sys, tarfile
 
 out, outside = sys.argv[1], sys.argv[2]
@@ -46,15 +49,14 @@ def hard(name, target):
     return (i, None)
 
 
-def layout(name, layers, config):
-    path = f"{out}/{name}"
-    os.makedirs(path, exist_ok=True)
+def image(path, layers, config, arch="amd64"):
+    """Writes an image's blobs into the layout at `path`; returns its manifest's descriptor."""
     descs = []
     for data in layers:
         desc = blob(path, data)
         desc["mediaType"] = "application/vnd.oci.image.layer.v1.tar"
         descs.append(desc)
-    cfg = {"architecture": "amd64", "os": "linux", "config": config,
+    cfg = {"architecture": arch, "os": "linux", "config": config,
            "rootfs": {"type": "layers",
                       "diff_ids": [f"sha256:{hashlib.sha256(l).hexdigest()}" for l in layers]}}
     c = blob(path, json.dumps(cfg).encode())
@@ -63,16 +65,44 @@ def layout(name, layers, config):
                                "mediaType": "application/vnd.oci.image.manifest.v1+json",
                                "config": c, "layers": descs}).encode())
     m["mediaType"] = "application/vnd.oci.image.manifest.v1+json"
-    m["annotations"] = {"org.opencontainers.image.ref.name": "v1"}
+    return m
+
+
+def finish(path, top):
+    """The layout's index.json naming descriptor `top` as tag v1, and its oci-layout."""
+    top["annotations"] = {"org.opencontainers.image.ref.name": "v1"}
     with open(f"{path}/index.json", "w") as fh:
-        json.dump({"schemaVersion": 2, "manifests": [m]}, fh)
+        json.dump({"schemaVersion": 2, "manifests": [top]}, fh)
     with open(f"{path}/oci-layout", "w") as fh:
         fh.write('{"imageLayoutVersion":"1.0.0"}')
 
 
+def layout(name, layers, config):
+    path = f"{out}/{name}"
+    os.makedirs(path, exist_ok=True)
+    finish(path, image(path, layers, config))
+
+
 if sys.argv[3:4] == ["big"]:
     mib = int(sys.argv[4]) if len(sys.argv) > 4 else 16
-    layout("big", [tar_of([f(f"data/blob{i}", os.urandom(mib << 20))]) for i in range(4)], {})
+    count = int(sys.argv[5]) if len(sys.argv) > 5 else 4
+    layout("big", [tar_of([f(f"data/blob{i}", os.urandom(mib << 20))]) for i in range(count)], {})
+    sys.exit(0)
+
+if sys.argv[3:4] == ["multi"]:
+    path = f"{out}/multi"
+    os.makedirs(path, exist_ok=True)
+    entries = []
+    for arch in sys.argv[4:]:
+        m = image(path, [tar_of([d("etc"), f("etc/arch", arch.encode() + b"\n")])],
+                  {"Labels": {"arch": arch}}, arch)
+        m["platform"] = {"os": "linux", "architecture": arch}
+        entries.append(m)
+    index = blob(path, json.dumps({"schemaVersion": 2,
+                                   "mediaType": "application/vnd.oci.image.index.v1+json",
+                                   "manifests": entries}).encode())
+    index["mediaType"] = "application/vnd.oci.image.index.v1+json"
+    finish(path, index)
     sys.exit(0)
 
 # The good image: bash and its libraries at their real paths, merged-/usr links.
@@ -89,7 +119,7 @@ base = [d("usr"), d("usr/bin"), d("etc"), d("tmp", 0o1777), d("workspace"), d("o
         sym("bin", "usr/bin"), sym("lib", "usr/lib"), sym("lib64", "usr/lib64"), d("usr/lib64"),
         sym("usr/lib64/ld-linux-x86-64.so.2", os.path.realpath("/lib64/ld-linux-x86-64.so.2")),
         f("etc/greeting", b"hello from the image\n"), f("etc/gone", b"x"),
-        f("opq/old", b"old")]
+        f("opq/old", b"old"), d("olddir"), d("olddir/sub"), f("olddir/sub/inner", b"x")]
 dirs = set()
 for path in sorted(files):
     rel = path.lstrip("/")
@@ -100,7 +130,7 @@ for path in sorted(files):
             dirs.add(p); base.append(d(p))
     with open(path, "rb") as fh:
         base.append(f(rel, fh.read(), 0o755))
-top = [f("etc/.wh.gone"), d("opq"), f("opq/.wh..wh..opq"), f("opq/new", b"new"),
+top = [f("etc/.wh.gone"), f(".wh.olddir"), d("opq"), f("opq/.wh..wh..opq"), f("opq/new", b"new"),
        d("srv"), d("srv/app")]
 layout("good", [tar_of(base), tar_of(top)],
        {"Env": ["IMAGE_VAR=from-image", "PATH=/usr/bin:/bin"], "WorkingDir": "/srv/app",

@@ -4,12 +4,16 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+pub mod token;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 /// A registry the test started; killed (by its PID) when dropped.
 pub struct Registry {
     child: Child,
+    config: PathBuf,
     pub port: u16,
     pub root: PathBuf,
     /// The registry's own log (its access log lists every request).
@@ -34,7 +38,38 @@ impl Registry {
         Self::start_with(Some((user, password)))
     }
 
+    /// A registry that wants bearer tokens from `tokens` (the token auth of the
+    /// distribution spec: a 401 challenge naming the token server's realm).
+    pub fn start_with_tokens(tokens: &token::TokenServer) -> Registry {
+        Self::start_configured(|_| {
+            format!(
+            "auth:\n  token:\n    realm: {}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
+            tokens.realm(),
+            token::SERVICE,
+            token::ISSUER,
+            tokens.cert.display()
+        )
+        })
+    }
+
     fn start_with(auth: Option<(&str, &str)>) -> Registry {
+        Self::start_configured(|dir| {
+            let Some((user, password)) = auth else {
+                return String::new();
+            };
+            let line = run(Command::new("htpasswd").args(["-nbB", user, password]));
+            let file = dir.join("htpasswd");
+            std::fs::write(&file, line.trim()).expect("htpasswd");
+            format!(
+                "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+                file.display()
+            )
+        })
+    }
+
+    /// A registry whose configuration ends with what `extra` returns (YAML at the top
+    /// level), given the registry's own directory.
+    fn start_configured(extra: impl FnOnce(&Path) -> String) -> Registry {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -46,38 +81,47 @@ impl Registry {
             "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
             root.display()
         );
-        if let Some((user, password)) = auth {
-            let line = run(Command::new("htpasswd").args(["-nbB", user, password]));
-            let file = dir.path().join("htpasswd");
-            std::fs::write(&file, line.trim()).expect("htpasswd");
-            text.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
-                file.display()
-            ));
-        }
+        text.push_str(&extra(dir.path()));
         std::fs::write(&config, text).expect("config");
         let log = std::fs::File::create(dir.path().join("registry.log")).expect("log");
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("docker-registry (apt-get install docker-registry)");
+        let child = serve(&config, log);
         let registry = Registry {
             child,
+            config,
             port,
             root,
             log: dir.path().join("registry.log"),
             _dir: dir,
         };
+        registry.wait_listening();
+        registry
+    }
+
+    fn wait_listening(&self) {
         for _ in 0..600 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return registry;
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         panic!("the registry did not start listening");
+    }
+
+    /// Kills the registry process (SIGKILL, by its PID) and reaps it: it goes away.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the registry again on its port, with the same storage and configuration.
+    pub fn restart(&mut self) {
+        self.kill();
+        let log = std::fs::File::options()
+            .append(true)
+            .open(&self.log)
+            .expect("log");
+        self.child = serve(&self.config, log);
+        self.wait_listening();
     }
 
     pub fn reference(&self, name: &str) -> String {
@@ -86,6 +130,17 @@ impl Registry {
 
     pub fn push_layout(&self, layout: &Path, name: &str) {
         self.push_layout_as(layout, name, None);
+    }
+
+    /// Pushes a layout whose tag is an image index, with every image it lists.
+    pub fn push_index(&self, layout: &Path, name: &str) {
+        run(Command::new("skopeo").args([
+            "copy",
+            "--all",
+            "--dest-tls-verify=false",
+            &format!("oci:{}:v1", layout.display()),
+            &format!("docker://{}", self.reference(name)),
+        ]));
     }
 
     /// Pushes with `user:password` credentials when given.
@@ -109,6 +164,17 @@ impl Registry {
             .filter(|l| l.contains("\"GET ") && l.contains(&needle))
             .count()
     }
+}
+
+/// `docker-registry serve CONFIG`, its output to `log`.
+fn serve(config: &Path, log: std::fs::File) -> Child {
+    Command::new("docker-registry")
+        .arg("serve")
+        .arg(config)
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("docker-registry (apt-get install docker-registry)")
 }
 
 pub fn run(cmd: &mut Command) -> String {
@@ -156,6 +222,11 @@ pub fn big_layout(work: &Path) -> PathBuf {
 
 /// A layout of four layers of `mib` MiB of fresh random data each, in `work/dir`.
 pub fn random_layout(work: &Path, dir: &str, mib: u32) -> PathBuf {
+    random_layers(work, dir, mib, 4)
+}
+
+/// A layout of `count` layers of `mib` MiB of fresh random data each, in `work/dir`.
+pub fn random_layers(work: &Path, dir: &str, mib: u32, count: u32) -> PathBuf {
     let out = work.join(dir);
     std::fs::create_dir_all(&out).expect("mkdir");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
@@ -164,8 +235,24 @@ pub fn random_layout(work: &Path, dir: &str, mib: u32) -> PathBuf {
         .arg(&out)
         .arg(work)
         .arg("big")
-        .arg(mib.to_string()));
+        .arg(mib.to_string())
+        .arg(count.to_string()));
     out.join("big")
+}
+
+/// A layout in `work/dir` whose tag is an image index of one small image per
+/// `linux/ARCH` of `arches` (each with `/etc/arch` and the label `arch`).
+pub fn multi_layout(work: &Path, dir: &str, arches: &[&str]) -> PathBuf {
+    let out = work.join(dir);
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
+    run(Command::new("python3")
+        .arg(script)
+        .arg(&out)
+        .arg(work)
+        .arg("multi")
+        .args(arches));
+    out.join("multi")
 }
 
 /// Entries of `data`'s layer store that are not stored layers or blob locks: scratch,
