@@ -5,9 +5,11 @@
 
 mod common;
 mod gvisor_common;
+mod serve_bin;
 
 use gvisor_common::*;
 use sandboxd_agent_protocol::AgentClient;
+use sandboxd_runtime::linux::gvisor::GvisorRuntime;
 use sandboxd_runtime::{Runtime, SandboxHandle};
 
 /// A shell whose counter lives in its memory, written to /root/count every 100 ms.
@@ -165,4 +167,77 @@ fn a_sandbox_holding_a_host_socket_is_not_paused_to_disk_and_keeps_running() {
     let on_disk = rt.checkpoint(&handle).expect("pause to disk");
     rt.destroy(&on_disk).expect("destroy");
     assert_gone(&rt, &on_disk);
+}
+
+/// The counter's value as the sandbox reads it (0 before its first write).
+fn server_count(server: &serve_bin::Server, id: &str) -> u64 {
+    let (code, out) = server.exec(
+        MASTER,
+        id,
+        &["/bin/sh", "-c", "cat /root/count 2>/dev/null"],
+    );
+    assert!(code == 0 || code == 1, "{out}");
+    out.trim().parse().unwrap_or(0)
+}
+
+#[test]
+fn a_gvisor_server_pauses_to_disk_keeps_it_paused_across_a_restart_and_resumes_it() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let env = [("SANDBOXD_ISOLATION", "gvisor")];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let body = serde_json::json!({"name": "counter", "vcpu": 1, "memoryMb": 256});
+    let id = server.create_sandbox(MASTER, &body);
+    let background = format!("setsid sh -c '{COUNTER}' </dev/null >/dev/null 2>&1 &");
+    let (code, out) = server.exec(MASTER, &id, &["/bin/sh", "-c", &background]);
+    assert_eq!(code, 0, "{out}");
+    common::wait_for("the counter counts", || server_count(&server, &id) >= 5);
+
+    let pause = format!("/v2/sandboxes/{id}/pause");
+    let r = server.request("POST", &pause, MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
+    assert_eq!(
+        processes_under(&data),
+        Vec::<i32>::new(),
+        "runsc processes left while paused to disk"
+    );
+    let frozen =
+        std::fs::read_to_string(data.join(format!("sandboxes/{id}/layer/upper/root/count")))
+            .expect("count")
+            .trim()
+            .parse::<u64>()
+            .expect("number");
+
+    // A restarted server finds it paused (on disk), not crashed.
+    drop(server);
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let r = server.request("GET", &format!("/v2/sandboxes/{id}"), MASTER, None);
+    assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
+
+    let r = server.request("POST", &format!("/v2/sandboxes/{id}/resume"), MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"]["status"], "RUNNING", "{}", r.text());
+    let first = server_count(&server, &id);
+    assert!(
+        first >= frozen,
+        "the counter restarted: {frozen} -> {first}"
+    );
+    common::wait_for("the counter continues", || {
+        server_count(&server, &id) > frozen
+    });
+    assert!(!processes_under(&data).is_empty(), "no sentry after resume");
+
+    server.destroy(MASTER, &id);
+    common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
+    common::wait_for("every state dir gone", || {
+        std::fs::read_dir(data.join("sandboxes")).map_or(true, |d| d.count() == 0)
+    });
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }

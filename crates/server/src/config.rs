@@ -67,6 +67,9 @@ pub struct ServerConfig {
     pub insecure_registries: Vec<String>,
     /// The tier sandboxes run on: `container` (default) or `gvisor` (needs `runsc`).
     pub isolation: Isolation,
+    /// Whether pause writes a gVisor sandbox's memory to disk (default) or freezes it
+    /// in memory; container sandboxes always freeze in memory.
+    pub pause_to_disk: bool,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +96,7 @@ impl Default for ServerConfig {
             shutdown_grace_seconds: 30,
             insecure_registries: Vec::new(),
             isolation: Isolation::Container,
+            pause_to_disk: true,
         }
     }
 }
@@ -124,6 +128,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
             .field("insecure_registries", &self.insecure_registries)
             .field("isolation", &self.isolation)
+            .field("pause_to_disk", &self.pause_to_disk)
             .finish()
     }
 }
@@ -175,6 +180,7 @@ struct FileLayer {
     shutdown_grace_seconds: Option<u64>,
     insecure_registries: Option<Vec<String>>,
     isolation: Option<Isolation>,
+    pause_to_disk: Option<bool>,
 }
 
 impl ServerConfig {
@@ -248,6 +254,7 @@ impl ServerConfig {
             shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
             insecure_registries: registries::from_env(&env)?,
             isolation: isolation::from_env(&env)?,
+            pause_to_disk: isolation::pause_to_disk_from_env(&env)?,
         });
         registries::check(&config.insecure_registries).map_err(ConfigError::Inconsistent)?;
         config.check_disk()?;
@@ -310,6 +317,9 @@ impl ServerConfig {
         if let Some(isolation) = layer.isolation {
             self.isolation = isolation;
         }
+        if let Some(to_disk) = layer.pause_to_disk {
+            self.pause_to_disk = to_disk;
+        }
         if let Some(mode) = layer.network {
             self.network = mode;
         }
@@ -348,6 +358,7 @@ impl ServerConfig {
             disk_mb_per_sandbox: self.disk_mb_per_sandbox,
             max_disk_mb_per_sandbox: self.max_disk_mb_per_sandbox,
             disk_policy: self.disk,
+            pause_to_disk: self.pause_to_disk,
             ..Default::default()
         }
     }

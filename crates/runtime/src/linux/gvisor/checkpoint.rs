@@ -172,8 +172,16 @@ fn quiesce(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<String, Runtime
 /// them, so the agent cannot remove it itself.
 fn relisten(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
     let _ = std::fs::remove_file(&handle.agent_socket);
-    rt.runsc
-        .run(None, &["kill", &handle.id.to_string(), "USR1"])?;
+    // A sandbox just restored may not take signals yet (its control server refuses
+    // connections a moment after `restore --detach` returned).
+    let deadline = Instant::now() + QUIESCE_TIMEOUT;
+    let id = handle.id.to_string();
+    while let Err(e) = rt.runsc.run(None, &["kill", &id, "USR1"]) {
+        if Instant::now() >= deadline {
+            return Err(e);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     crate::linux::init_process::wait_connectable(&handle.agent_socket)
 }
 
