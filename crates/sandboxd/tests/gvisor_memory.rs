@@ -241,3 +241,68 @@ fn a_gvisor_server_pauses_to_disk_keeps_it_paused_across_a_restart_and_resumes_i
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
+
+#[test]
+fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let source = rt.start(&common::spec("default")).expect("start");
+    let counter = start_counter(&source);
+    let dest = data.path().join("memory-snapshot");
+    let (snapshot, source) = rt.snapshot_memory(&source, &dest).expect("snapshot");
+    // The counter as the snapshot holds it (its layer is the writable layer then).
+    let captured = data.path().join("layers").join(&snapshot.layer.digest);
+    let taken: u64 = std::fs::read_to_string(captured.join("root/count"))
+        .expect("count in the snapshot's layer")
+        .trim()
+        .parse()
+        .expect("number");
+    // The source runs on.
+    common::wait_for("the source continues", || count(&source) > taken);
+
+    let mut spec = common::spec("default");
+    spec.extra_layers = vec![snapshot.layer.digest.clone()];
+    let clones: Vec<SandboxHandle> = (0..2)
+        .map(|_| {
+            let mut spec = spec.clone();
+            spec.id = uuid::Uuid::new_v4();
+            rt.start_from_memory(&spec, &snapshot)
+                .expect("start a clone")
+        })
+        .collect();
+    for clone in &clones {
+        assert_ne!(clone.id, source.id);
+        // The same shell, from where the snapshot was taken (a new one starts at 1).
+        common::wait_for("the clone counts", || count(clone) > 0);
+        let first = count(clone);
+        assert!(
+            first > taken,
+            "the clone's counter restarted: {taken} -> {first}"
+        );
+        let client = AgentClient::new(clone.agent_socket.clone());
+        assert_eq!(retained_output(&client, counter), "started\n");
+    }
+    // Each has a writable layer of its own.
+    let (code, _) = common::agent_sh(&clones[0], "echo mine > /root/only-in-first");
+    assert_eq!(code, Some(0));
+    let (code, out) = common::agent_sh(&clones[1], "cat /root/only-in-first 2>&1");
+    assert_ne!(
+        code,
+        Some(0),
+        "the second clone sees the first's write: {out}"
+    );
+    assert!(!source
+        .state_dir
+        .join("layer/upper/root/only-in-first")
+        .exists());
+
+    for handle in clones.iter().chain([&source]) {
+        rt.destroy(handle).expect("destroy");
+        assert_gone(&rt, handle);
+    }
+    rt.delete_layer(&snapshot.layer.digest)
+        .expect("delete layer");
+    std::fs::remove_dir_all(&dest).expect("remove the snapshot");
+}

@@ -170,7 +170,7 @@ fn quiesce(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<String, Runtime
 /// Makes the agent listen again and waits until it accepts. The old socket file goes
 /// first, from the host: the gofer lets the sandbox bind host sockets but not walk to
 /// them, so the agent cannot remove it itself.
-fn relisten(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+pub(super) fn relisten(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
     let _ = std::fs::remove_file(&handle.agent_socket);
     // A sandbox just restored may not take signals yet (its control server refuses
     // connections a moment after `restore --detach` returned).
@@ -195,4 +195,49 @@ fn wait_exited(rt: &GvisorRuntime, handle: &SandboxHandle) {
     {
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// A sandbox's memory and filesystem taken together, from which sandboxes can start
+/// with its processes running ([`GvisorRuntime::start_from_memory`]).
+#[derive(Debug, Clone)]
+pub struct MemorySnapshot {
+    /// The writable layer as it was, in the layer store (new sandboxes stack it).
+    pub layer: crate::Layer,
+    /// The dir holding the memory image (`checkpoint.img`).
+    pub image: PathBuf,
+}
+
+/// Takes a snapshot of `handle`'s memory and filesystem together (consistent: nothing
+/// runs between the two), into `dest` (a new dir), and restores the sandbox; returns the
+/// snapshot and the sandbox's running handle.
+pub(super) fn snapshot(
+    rt: &GvisorRuntime,
+    handle: &SandboxHandle,
+    dest: &Path,
+) -> Result<(MemorySnapshot, SandboxHandle), RuntimeError> {
+    use crate::Runtime;
+    let was_on_disk = on_disk(handle);
+    let on_disk = checkpoint(rt, handle)?;
+    let taken = (|| {
+        let layer = rt.capture_layer(&on_disk)?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dest)
+            .map_err(io("creating the memory snapshot dir", dest))?;
+        let from = image_dir(&on_disk.state_dir).join("checkpoint.img");
+        let to = dest.join("checkpoint.img");
+        // The same filesystem (the data dir): a link, not a copy.
+        std::fs::hard_link(&from, &to)
+            .or_else(|_| std::fs::copy(&from, &to).map(|_| ()))
+            .map_err(io("keeping the memory image", &to))?;
+        Ok(MemorySnapshot {
+            layer,
+            image: dest.to_path_buf(),
+        })
+    })();
+    let live = match was_on_disk {
+        true => on_disk,
+        false => restore(rt, &on_disk)?,
+    };
+    Ok((taken?, live))
 }

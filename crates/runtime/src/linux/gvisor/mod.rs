@@ -58,6 +58,29 @@ impl GvisorRuntime {
         })
     }
 
+    /// Snapshots a sandbox's memory and filesystem together into `dest` (see
+    /// [`checkpoint::MemorySnapshot`]); the sandbox runs on (a sandbox on disk stays
+    /// there). Returns the snapshot and the sandbox's handle now (persist it).
+    pub fn snapshot_memory(
+        &self,
+        handle: &SandboxHandle,
+        dest: &std::path::Path,
+    ) -> Result<(checkpoint::MemorySnapshot, SandboxHandle), RuntimeError> {
+        checkpoint::snapshot(self, handle, dest)
+    }
+
+    /// Starts a sandbox from a memory snapshot: the snapshot's processes run on in it
+    /// (a fork), over `spec`'s image with the snapshot's layer on top (`spec` must
+    /// name it last in `extra_layers`) and a fresh writable layer of its own.
+    pub fn start_from_memory(
+        &self,
+        spec: &SandboxSpec,
+        snapshot: &checkpoint::MemorySnapshot,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        crate::faults::check("start.gvisor")?;
+        start::start_from(self, spec, Some(&snapshot.image))
+    }
+
     /// Whether `runsc` is installed (on `PATH`).
     pub fn available() -> bool {
         runsc::find().is_some()

@@ -22,6 +22,17 @@ pub const PIDS_OVERHEAD: u32 = 256;
 pub const MEMORY_OVERHEAD_MB: u32 = 128;
 
 pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+    start_from(rt, spec, None)
+}
+
+/// Starts a sandbox as [`start`] does, or, with `image`, by restoring that memory image
+/// (a fork: the processes of the sandbox it was taken from run on in this one, over a
+/// root of the same layers, which `spec` must name, under a fresh writable layer).
+pub(super) fn start_from(
+    rt: &GvisorRuntime,
+    spec: &SandboxSpec,
+    image: Option<&Path>,
+) -> Result<SandboxHandle, RuntimeError> {
     let layers = rt.linux.layer_stack(spec)?;
     let state_dir = rt.linux.sandboxes_dir().join(spec.id.to_string());
     std::fs::DirBuilder::new()
@@ -36,7 +47,7 @@ pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHan
         state_dir,
         host_id_base: 0,
     };
-    match launch(rt, spec, &layers, &mut handle) {
+    match launch(rt, spec, &layers, &mut handle, image) {
         Ok(()) => Ok(handle),
         Err(e) => {
             if let Err(cleanup) = super::destroy::destroy(rt, &handle) {
@@ -52,6 +63,7 @@ fn launch(
     spec: &SandboxSpec,
     layers: &[PathBuf],
     handle: &mut SandboxHandle,
+    image: Option<&Path>,
 ) -> Result<(), RuntimeError> {
     let state_dir = handle.state_dir.clone();
     let disk = Some((rt.linux.config.data_dir.as_path(), spec.disk_mb));
@@ -82,10 +94,30 @@ fn launch(
     let state = state_dir.display().to_string();
     let pid_file = state_dir.join("sandbox.pid").display().to_string();
     let id = spec.id.to_string();
-    let create = ["create", "--bundle", &state, "--pid-file", &pid_file, &id];
-    run_in_cgroup(rt, spec.id, &state_dir, &create)?;
-    rt.runsc
-        .run(Some(&state_dir.join("runsc.log")), &["start", &id])?;
+    match image {
+        None => {
+            let create = ["create", "--bundle", &state, "--pid-file", &pid_file, &id];
+            run_in_cgroup(rt, spec.id, &state_dir, &create)?;
+            rt.runsc
+                .run(Some(&state_dir.join("runsc.log")), &["start", &id])?;
+        }
+        Some(image) => {
+            let image = image.display().to_string();
+            let restore = [
+                "restore",
+                "--detach",
+                "--image-path",
+                &image,
+                "--bundle",
+                &state,
+                "--pid-file",
+                &pid_file,
+                &id,
+            ];
+            run_in_cgroup(rt, spec.id, &state_dir, &restore)?;
+            super::checkpoint::relisten(rt, handle)?;
+        }
+    }
     attach(handle)?;
     save_handle(handle)
 }
