@@ -25,6 +25,9 @@ pub struct BenchArgs {
     /// Concurrent create -> exec -> destroy sequences through HTTP for the load measure.
     #[arg(long, default_value_t = 100)]
     pub load: usize,
+    /// Only the gVisor tier's rows (needs runsc; see bench_gvisor.rs).
+    #[arg(long)]
+    pub gvisor: bool,
 }
 
 /// One reported line: a measure, its median, and its ratio to a baseline.
@@ -38,6 +41,9 @@ pub fn main(args: BenchArgs) -> Result<()> {
     // Quiet unless asked: `RUST_LOG=sandboxd_runtime=debug` shows each start's phases.
     if std::env::var_os("RUST_LOG").is_some() {
         crate::serve::init_logging();
+    }
+    if args.gvisor {
+        return crate::bench_gvisor::main(&args.data_dir, args.samples);
     }
     let runtime = crate::runtime::open_linux(&args.data_dir, None, DEFAULT_MAX_PTYS)?;
     let rt = tokio::runtime::Builder::new_current_thread()

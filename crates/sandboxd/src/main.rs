@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_base;
+mod bench_gvisor;
 mod bench_http;
 mod cli_http;
 mod cli_images;
