@@ -60,7 +60,16 @@ impl Engine {
         self.transition(&mut e, via)?;
         // Pause to disk where the backend can; resume restores what is on disk.
         let to_disk = self.limits.pause_to_disk && self.runtime.can_checkpoint();
-        let limit = self.limits.deadlines.pause;
+        // Writing or reading a memory image takes as long as the memory is big: the
+        // snapshot's deadline, not the freezer's.
+        let moves_memory = match dir {
+            Direction::Pause => to_disk,
+            Direction::Resume => self.runtime.is_checkpointed(&handle),
+        };
+        let limit = match moves_memory {
+            true => self.limits.deadlines.snapshot,
+            false => self.limits.deadlines.pause,
+        };
         let step = move |rt: &dyn sandboxd_runtime::Runtime| match dir {
             Direction::Pause if to_disk => rt.checkpoint(&handle).map(Some),
             Direction::Pause => rt.freeze(&handle).map(|()| None),
