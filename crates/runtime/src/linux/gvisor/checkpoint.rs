@@ -86,11 +86,11 @@ pub(super) fn checkpoint(
     }
     // The image's page cache was charged to the sandbox: give it back.
     rt.linux.cgroups.reclaim(handle.id);
-    let mut on_disk = handle.clone();
-    on_disk.agent_pid = 0;
-    on_disk.agent_start_ticks = 0;
-    start::save_handle(&on_disk)?;
-    Ok(on_disk)
+    let mut stored = handle.clone();
+    stored.agent_pid = 0;
+    stored.agent_start_ticks = 0;
+    start::save_handle(&stored)?;
+    Ok(stored)
 }
 
 /// Starts the sandbox again from its memory image, every process where it was; returns
@@ -209,7 +209,8 @@ pub struct MemorySnapshot {
 
 /// Takes a snapshot of `handle`'s memory and filesystem together (consistent: nothing
 /// runs between the two), into `dest` (a new dir), and restores the sandbox; returns the
-/// snapshot and the sandbox's running handle.
+/// snapshot and the sandbox's running handle. When the capture fails the sandbox is
+/// restored all the same (its new handle is in its `handle.json`) and `dest` removed.
 pub(super) fn snapshot(
     rt: &GvisorRuntime,
     handle: &SandboxHandle,
@@ -217,14 +218,14 @@ pub(super) fn snapshot(
 ) -> Result<(MemorySnapshot, SandboxHandle), RuntimeError> {
     use crate::Runtime;
     let was_on_disk = on_disk(handle);
-    let on_disk = checkpoint(rt, handle)?;
+    let stored = checkpoint(rt, handle)?;
     let taken = (|| {
-        let layer = rt.capture_layer(&on_disk)?;
+        let layer = rt.capture_layer(&stored)?;
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(dest)
             .map_err(io("creating the memory snapshot dir", dest))?;
-        let from = image_dir(&on_disk.state_dir).join("checkpoint.img");
+        let from = image_dir(&stored.state_dir).join("checkpoint.img");
         let to = dest.join("checkpoint.img");
         // The same filesystem (the data dir): a link, not a copy.
         std::fs::hard_link(&from, &to)
@@ -235,9 +236,12 @@ pub(super) fn snapshot(
             image: dest.to_path_buf(),
         })
     })();
+    if taken.is_err() {
+        let _ = std::fs::remove_dir_all(dest);
+    }
     let live = match was_on_disk {
-        true => on_disk,
-        false => restore(rt, &on_disk)?,
+        true => stored,
+        false => restore(rt, &stored)?,
     };
     Ok((taken?, live))
 }
