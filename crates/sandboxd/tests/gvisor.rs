@@ -455,3 +455,25 @@ fn a_pty_terminal_works_under_gvisor() {
     rt.destroy(&handle).expect("destroy");
     assert_gone(&rt, &handle);
 }
+
+#[test]
+fn sandboxd_run_isolation_gvisor_without_runsc_says_why_and_runs_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(serve_bin::BIN)
+        .args(["run", "--isolation", "gvisor", "--data-dir"])
+        .arg(dir.path())
+        .args(["--", "/bin/sh", "-c", "echo ran-anyway"])
+        .env("PATH", dir.path().join("no-such-bin"))
+        .env_remove("SANDBOXD_DATA_DIR")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("sandboxd run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        !stdout.contains("ran-anyway"),
+        "ran without gVisor: {stdout}"
+    );
+    assert!(stderr.contains("needs runsc"), "{stderr}");
+}
