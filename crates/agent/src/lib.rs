@@ -81,28 +81,69 @@ impl Default for AgentConfig {
 
 /// Serves connections on `listener` until the process ends.
 pub async fn serve(listener: tokio::net::UnixListener, config: AgentConfig) -> std::io::Result<()> {
-    let shared = Arc::new(Shared::new(config));
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                // Out of descriptors or similar: back off instead of spinning.
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let service =
-                hyper::service::service_fn(move |req| routes::handle(shared.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        });
+    Agent::new(config)
+        .serve_until(listener, std::future::pending())
+        .await;
+    Ok(())
+}
+
+/// An agent whose state (processes, output rings, log) outlives its listeners: the
+/// gVisor agent stops serving before a checkpoint and serves again after the restore.
+#[derive(Clone)]
+pub struct Agent {
+    shared: Arc<Shared>,
+}
+
+impl Agent {
+    pub fn new(config: AgentConfig) -> Self {
+        Self {
+            shared: Arc::new(Shared::new(config)),
+        }
+    }
+
+    /// Serves connections on `listener` until `stop` completes; then drops the listener
+    /// and ends every open connection and PTY session (their shells get SIGHUP), so that
+    /// no socket of the agent's is left open.
+    pub async fn serve_until(
+        &self,
+        listener: tokio::net::UnixListener,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        let mut connections = tokio::task::JoinSet::new();
+        tokio::pin!(stop);
+        loop {
+            let stream = tokio::select! {
+                () = &mut stop => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        // Out of descriptors or similar: back off instead of spinning.
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let shared = self.shared.clone();
+            let ended = shared.connections();
+            connections.spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |req| routes::handle(shared.clone(), req));
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades();
+                tokio::select! {
+                    result = conn => if let Err(e) = result {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    },
+                    () = ended.cancelled() => {}
+                }
+            });
+        }
+        drop(listener);
+        self.shared.end_connections();
+        connections.shutdown().await;
     }
 }
 

@@ -68,10 +68,18 @@ pub(crate) fn open(
     cloexec(pty.slave.as_raw_fd());
     set_size(pty.master.as_raw_fd(), cols, rows);
     let (pid, exit) = start_shell(shared, &argv, cwd, pty.slave, user)?;
+    let ended = shared.connections();
     tokio::spawn(async move {
-        match hyper::upgrade::on(req).await {
-            Ok(upgraded) => bridge(TokioIo::new(upgraded), pty.master, pid, exit).await,
-            Err(_) => kill_group(pid, libc::SIGKILL),
+        let bridged = async move {
+            match hyper::upgrade::on(req).await {
+                Ok(upgraded) => bridge(TokioIo::new(upgraded), pty.master, pid, exit).await,
+                Err(_) => kill_group(pid, libc::SIGKILL),
+            }
+        };
+        // Connections ended by the host (before a checkpoint) hang the shell up too.
+        tokio::select! {
+            () = bridged => {}
+            () = ended.cancelled() => kill_group(pid, libc::SIGHUP),
         }
     });
     Response::builder()

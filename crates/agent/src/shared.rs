@@ -18,6 +18,9 @@ pub(crate) struct Shared {
     pub config: AgentConfig,
     registry: Mutex<Registry>,
     log: Mutex<Feed>,
+    /// Cancelled to end every open connection (and PTY bridge) at once; replaced by a
+    /// fresh token for the connections that come after.
+    connections: Mutex<tokio_util::sync::CancellationToken>,
 }
 
 /// Locks a mutex, recovering the data if a previous holder panicked.
@@ -33,7 +36,19 @@ impl Shared {
             config,
             registry: Mutex::new(registry),
             log: Mutex::new(log),
+            connections: Mutex::new(tokio_util::sync::CancellationToken::new()),
         }
+    }
+
+    /// The token that ends the connections open now (see [`Shared::end_connections`]).
+    pub(crate) fn connections(&self) -> tokio_util::sync::CancellationToken {
+        lock(&self.connections).clone()
+    }
+
+    /// Ends every open connection and PTY bridge; later connections are unaffected.
+    pub(crate) fn end_connections(&self) {
+        let old = std::mem::take(&mut *lock(&self.connections));
+        old.cancel();
     }
 
     pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {

@@ -40,6 +40,9 @@ pub struct Limits {
     pub default_network: sandboxd_runtime::NetworkMode,
     /// How long each transitional state may last.
     pub deadlines: crate::lifecycle::deadline::Deadlines,
+    /// Whether pause writes a sandbox's memory to disk (and frees it) on backends that
+    /// can (gVisor); otherwise, and on the container tier, pause freezes in memory.
+    pub pause_to_disk: bool,
 }
 
 impl Default for Limits {
@@ -56,6 +59,7 @@ impl Default for Limits {
             create_rate: Default::default(),
             default_network: sandboxd_runtime::NetworkMode::None,
             deadlines: Default::default(),
+            pause_to_disk: true,
         }
     }
 }
@@ -122,6 +126,7 @@ pub(crate) fn runtime_error(what: &str, e: RuntimeError) -> EngineError {
         RuntimeError::UnknownImage(_) => ErrorCode::ImageNotFound,
         RuntimeError::IdRangesExhausted => ErrorCode::CapacityExhausted,
         RuntimeError::UnknownLayer(_) => ErrorCode::SnapshotNotFound,
+        RuntimeError::CannotCheckpoint(_) => ErrorCode::WrongState,
         _ => ErrorCode::Unavailable,
     };
     EngineError::with_source(code, format!("{what}: {e}"), e)

@@ -28,6 +28,9 @@ pub enum RuntimeError {
     AgentStart(String),
     #[error("sandbox network: {0}")]
     Network(String),
+    /// The sandbox is in no state to be checkpointed (it keeps running as it was).
+    #[error("cannot pause to disk: {0}")]
+    CannotCheckpoint(String),
     #[error("no free host id range for a new sandbox")]
     IdRangesExhausted,
     /// A test made this step fail (see [`crate::faults`]).

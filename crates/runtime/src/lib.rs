@@ -68,6 +68,35 @@ pub trait Runtime: Send + Sync + 'static {
     /// Thaws a frozen sandbox.
     fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
 
+    /// Whether [`Runtime::checkpoint`] can write a sandbox's memory to disk here.
+    fn can_checkpoint(&self) -> bool {
+        false
+    }
+
+    /// Whether the sandbox is paused to disk (see [`Runtime::checkpoint`]).
+    fn is_checkpointed(&self, handle: &SandboxHandle) -> bool {
+        let _ = handle;
+        false
+    }
+
+    /// Pauses the sandbox to disk: writes its memory (every process and its state) to
+    /// an image and ends its host processes, freeing their memory; returns the handle
+    /// of the sandbox on disk (persist it). A sandbox that cannot be checkpointed keeps
+    /// running as it was ([`RuntimeError::CannotCheckpoint`]).
+    fn checkpoint(&self, handle: &SandboxHandle) -> Result<SandboxHandle, RuntimeError> {
+        let _ = handle;
+        Err(RuntimeError::CannotCheckpoint(format!(
+            "the {} backend keeps no memory images (pause keeps memory resident)",
+            self.name()
+        )))
+    }
+
+    /// Starts a sandbox paused to disk again from its image, every process where it
+    /// was; returns its running handle (persist it). Running sandboxes are unchanged.
+    fn restore(&self, handle: &SandboxHandle) -> Result<SandboxHandle, RuntimeError> {
+        Ok(handle.clone())
+    }
+
     /// Captures the sandbox's writable filesystem layer as a content-addressed layer in
     /// the layer store and returns it. The sandbox keeps running.
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError>;

@@ -28,6 +28,9 @@ pub struct BenchArgs {
     /// Only the image measures (pulls, image starts, layer sharing; `bench_images`).
     #[arg(long)]
     pub images_only: bool,
+    /// Only the gVisor tier's rows (needs runsc; see bench_gvisor.rs).
+    #[arg(long)]
+    pub gvisor: bool,
 }
 
 /// One reported line: a measure, its median, and its ratio to a baseline.
@@ -44,6 +47,9 @@ pub fn main(args: BenchArgs) -> Result<()> {
     }
     if args.images_only {
         return crate::bench_images::main(args.samples.max(3));
+    }
+    if args.gvisor {
+        return crate::bench_gvisor::main(&args.data_dir, args.samples);
     }
     let runtime = crate::runtime::open_linux(&args.data_dir, None, DEFAULT_MAX_PTYS)?;
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -1,11 +1,20 @@
 //! `sandboxd __gvisor-agent`: the agent as PID 1 of a gVisor sandbox, serving on a Unix
 //! socket in the directory the backend binds from the host (gVisor's sentry isolates
 //! it; there is no handshake, user namespace or root switch to do here).
+//!
+//! Its socket is a host socket (runsc `--host-uds=create`), which gVisor cannot write
+//! into a checkpoint, so the host asks the agent to let go of it first: on SIGUSR2 the
+//! agent closes its listener and every connection, checks that no other process holds
+//! a socket bound on a host-backed path, and writes the verdict to [`QUIESCED`] in the
+//! socket dir (`ok`, or what blocks a checkpoint). On SIGUSR1 (after a restore, or
+//! when the host gives up on the checkpoint) it listens again. Processes, their output
+//! rings and the log live on in memory meanwhile.
 
 use clap::Args;
-use sandboxd_agent::AgentConfig;
-use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
+use sandboxd_agent::{Agent, AgentConfig};
+use sandboxd_runtime::linux::gvisor::QUIESCED;
+use std::path::{Path, PathBuf};
+use tokio::signal::unix::{signal, SignalKind};
 
 #[derive(Args)]
 pub struct GvisorAgentArgs {
@@ -15,14 +24,81 @@ pub struct GvisorAgentArgs {
 }
 
 pub fn main(args: GvisorAgentArgs) -> std::process::ExitCode {
-    // A restarted sandbox finds its old socket file (on the host) still there.
-    let _ = std::fs::remove_file(&args.socket);
-    let listener = match UnixListener::bind(&args.socket) {
-        Ok(listener) => listener,
-        Err(e) => {
-            eprintln!("gvisor agent: binding {}: {e}", args.socket.display());
-            return std::process::ExitCode::FAILURE;
-        }
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .and_then(|rt| rt.block_on(serve(&args.socket)));
+    if let Err(e) = result {
+        eprintln!("gvisor agent: {e}");
+    }
+    std::process::ExitCode::FAILURE
+}
+
+async fn serve(socket: &Path) -> std::io::Result<()> {
+    let mut quiesce = signal(SignalKind::user_defined2())?;
+    let mut relisten = signal(SignalKind::user_defined1())?;
+    let verdict = socket.with_file_name(QUIESCED);
+    let agent = Agent::new(AgentConfig::default());
+    loop {
+        // A restarted sandbox finds its old socket file (on the host); before a relisten
+        // the host removes it (the gofer lets us bind host sockets, not walk to them).
+        let _ = std::fs::remove_file(socket);
+        let listener = std::os::unix::net::UnixListener::bind(socket).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("binding {}: {e}", socket.display()))
+        })?;
+        listener.set_nonblocking(true)?;
+        let _ = std::fs::remove_file(&verdict);
+        let listener = tokio::net::UnixListener::from_std(listener)?;
+        agent
+            .serve_until(listener, async {
+                quiesce.recv().await;
+            })
+            .await;
+        let blocking = host_sockets();
+        let text = match blocking.is_empty() {
+            true => "ok\n".to_string(),
+            false => format!(
+                "processes listen on Unix sockets on the host-backed filesystem ({}), \
+                 which gVisor cannot checkpoint\n",
+                blocking.join(", ")
+            ),
+        };
+        std::fs::write(&verdict, text)?;
+        relisten.recv().await;
+    }
+}
+
+/// Paths of Unix sockets bound on host-backed (gofer, `9p`) mounts: runsc made them
+/// host sockets, and a checkpoint that meets one fails and ends the sandbox.
+fn host_sockets() -> Vec<String> {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let mounts: Vec<(&str, &str)> = mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let _source = f.next()?;
+            Some((f.next()?, f.next()?))
+        })
+        .collect();
+    let on_host = |path: &str| {
+        mounts
+            .iter()
+            .filter(|(point, _)| {
+                path.strip_prefix(point.trim_end_matches('/'))
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            })
+            .max_by_key(|(point, _)| point.len())
+            .is_some_and(|(_, fstype)| *fstype == "9p")
     };
-    sandboxd_agent::run_blocking(listener, AgentConfig::default())
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let mut paths: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|p| p.starts_with('/') && on_host(p))
+        .map(str::to_string)
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
 }

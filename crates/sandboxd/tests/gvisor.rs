@@ -3,114 +3,15 @@
 //! captures see its writes, and destroy leaves nothing. Skipped where runsc is missing.
 
 mod common;
+mod gvisor_common;
 mod serve_bin;
+
+use gvisor_common::*;
 
 use futures_util::{StreamExt, TryStreamExt};
 use sandboxd_agent_protocol::AgentClient;
 use sandboxd_runtime::linux::gvisor::GvisorRuntime;
-use sandboxd_runtime::linux::LinuxConfig;
-use sandboxd_runtime::{Runtime, SandboxHandle};
-use std::path::Path;
-
-/// The tier, destroying what a failed test left and its cgroup parent when dropped.
-struct Gvisor(GvisorRuntime);
-
-impl std::ops::Deref for Gvisor {
-    type Target = GvisorRuntime;
-    fn deref(&self) -> &GvisorRuntime {
-        &self.0
-    }
-}
-
-impl Drop for Gvisor {
-    fn drop(&mut self) {
-        for handle in self.0.stored_handles() {
-            let _ = self.0.destroy(&handle);
-        }
-        self.0.cgroups().remove_parent_if_unused();
-    }
-}
-
-/// The tier over `data_dir`, or `None` (the test is skipped) without runsc.
-fn gvisor(data_dir: &Path) -> Option<Gvisor> {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
-        return None;
-    }
-    Some(Gvisor(raw_gvisor(data_dir)))
-}
-
-/// [`gvisor`] without clean-up on drop (to play a server that stops).
-fn raw_gvisor(data_dir: &Path) -> GvisorRuntime {
-    GvisorRuntime::new(LinuxConfig {
-        data_dir: data_dir.to_path_buf(),
-        init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
-        init_args: vec!["__sandbox-init".into()],
-        cgroup_parent: format!(
-            "sandboxd-test-{}",
-            data_dir
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("x")
-                .trim_start_matches('.')
-        ),
-        max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
-    })
-    .expect("gvisor runtime")
-}
-
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio")
-        .block_on(f)
-}
-
-/// Host processes whose command line mentions `id` (runsc's sandbox and gofer do).
-fn processes_naming(id: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .expect("proc")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(id))
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
-/// Nothing of the sandbox is left on the host.
-fn assert_gone(rt: &GvisorRuntime, handle: &SandboxHandle) {
-    let id = handle.id.to_string();
-    assert!(!rt.is_alive(handle), "sentry still alive");
-    assert_eq!(
-        processes_naming(&id),
-        Vec::<i32>::new(),
-        "runsc processes left"
-    );
-    assert_eq!(
-        common::mounts_under(&handle.state_dir),
-        Vec::<String>::new()
-    );
-    assert!(!handle.state_dir.exists(), "state dir left behind");
-    let runsc_files: Vec<_> = std::fs::read_dir(rt.runsc_root())
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().contains(&id))
-                .map(|e| e.path())
-                .collect()
-        })
-        .unwrap_or_default();
-    assert_eq!(
-        runsc_files,
-        Vec::<std::path::PathBuf>::new(),
-        "runsc state left"
-    );
-    for dir in rt.cgroups().dirs(handle.id) {
-        assert!(!dir.exists(), "cgroup {} left behind", dir.display());
-    }
-}
+use sandboxd_runtime::Runtime;
 
 #[test]
 fn a_sandbox_runs_under_gvisor_serves_the_agent_protocol_and_leaves_nothing() {
@@ -222,41 +123,6 @@ fn pause_stops_the_sandbox_and_resume_continues_it() {
     rt.destroy(&handle).expect("destroy paused");
     assert_gone(&rt, &handle);
     rt.delete_layer(&layer.digest).expect("delete layer");
-}
-
-const MASTER: &str = "gvisor-test-master-key";
-const RUNZIVO: &str = "/v1/customer/tenants/default/sandboxes";
-
-/// runsc processes (sentries, gofers) whose command line mentions `dir`, a server's
-/// data dir (the server's own command line does too, but it is no runsc).
-fn processes_under(dir: &Path) -> Vec<i32> {
-    processes_naming(&dir.display().to_string())
-        .into_iter()
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"runsc"))
-        })
-        .collect()
-}
-
-/// Destroys, when dropped, the sandboxes a server left in `data` (a server keeps its
-/// sandboxes running when it stops, and a failed test stops it early).
-struct ServerLeftovers(std::path::PathBuf);
-
-impl Drop for ServerLeftovers {
-    fn drop(&mut self) {
-        let config = LinuxConfig {
-            data_dir: self.0.clone(),
-            init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
-            init_args: vec!["__sandbox-init".into()],
-            cgroup_parent: "sandboxd".into(),
-            max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
-        };
-        if let Ok(rt) = GvisorRuntime::new(config) {
-            for handle in rt.stored_handles() {
-                let _ = rt.destroy(&handle);
-            }
-        }
-    }
 }
 
 #[test]
@@ -489,26 +355,6 @@ fn sandboxd_run_isolation_gvisor_runs_under_gvisor_within_its_disk_limit() {
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
 
-/// Everything the agent retained of process `id`'s output (stdout and stderr).
-fn retained_output(client: &AgentClient, id: uuid::Uuid) -> String {
-    use base64::Engine;
-    let frames: Vec<sandboxd_agent_protocol::Frame> = block_on(async {
-        let stream = client.output(id, 0, false).await.expect("output");
-        stream.try_collect().await.expect("frames")
-    });
-    let mut out = Vec::new();
-    for frame in frames {
-        if let sandboxd_agent_protocol::Frame::Log { data, .. } = frame {
-            out.extend(
-                base64::engine::general_purpose::STANDARD
-                    .decode(data)
-                    .expect("base64"),
-            );
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[test]
 fn processes_get_signals_and_keep_their_output_under_gvisor() {
     let data = tempfile::tempdir().expect("tempdir");
@@ -611,4 +457,26 @@ fn a_pty_terminal_works_under_gvisor() {
     assert!(seen.contains("/dev/pts/"), "{seen}");
     rt.destroy(&handle).expect("destroy");
     assert_gone(&rt, &handle);
+}
+
+#[test]
+fn sandboxd_run_isolation_gvisor_without_runsc_says_why_and_runs_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(serve_bin::BIN)
+        .args(["run", "--isolation", "gvisor", "--data-dir"])
+        .arg(dir.path())
+        .args(["--", "/bin/sh", "-c", "echo ran-anyway"])
+        .env("PATH", dir.path().join("no-such-bin"))
+        .env_remove("SANDBOXD_DATA_DIR")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("sandboxd run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        !stdout.contains("ran-anyway"),
+        "ran without gVisor: {stdout}"
+    );
+    assert!(stderr.contains("needs runsc"), "{stderr}");
 }

@@ -77,6 +77,9 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Days the audit trail keeps its entries (90 by default; 0 keeps them forever).
     pub audit_retention_days: u32,
+    /// Whether pause writes a gVisor sandbox's memory to disk (default) or freezes it
+    /// in memory; container sandboxes always freeze in memory.
+    pub pause_to_disk: bool,
 }
 
 impl Default for ServerConfig {
@@ -106,6 +109,7 @@ impl Default for ServerConfig {
             layer_gc: Default::default(),
             metrics_listen: Some(DEFAULT_METRICS_LISTEN),
             audit_retention_days: 90,
+            pause_to_disk: true,
         }
     }
 }
@@ -140,6 +144,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("layer_gc", &self.layer_gc)
             .field("metrics_listen", &self.metrics_listen)
             .field("audit_retention_days", &self.audit_retention_days)
+            .field("pause_to_disk", &self.pause_to_disk)
             .finish()
     }
 }
@@ -194,6 +199,7 @@ struct FileLayer {
     layer_gc: Option<layer_gc::LayerGcLayer>,
     metrics_listen: Option<MetricsListen>,
     audit_retention_days: Option<u32>,
+    pause_to_disk: Option<bool>,
 }
 
 impl ServerConfig {
@@ -270,6 +276,7 @@ impl ServerConfig {
             layer_gc: layer_gc::LayerGcLayer::from_env(&env)?,
             metrics_listen: observability::from_env(&env)?,
             audit_retention_days: observability::retention_from_env(&env)?,
+            pause_to_disk: isolation::pause_to_disk_from_env(&env)?,
         });
         registries::check(&config.insecure_registries).map_err(ConfigError::Inconsistent)?;
         config.check_disk()?;
@@ -332,6 +339,9 @@ impl ServerConfig {
         if let Some(isolation) = layer.isolation {
             self.isolation = isolation;
         }
+        if let Some(to_disk) = layer.pause_to_disk {
+            self.pause_to_disk = to_disk;
+        }
         if let Some(mode) = layer.network {
             self.network = mode;
         }
@@ -379,6 +389,7 @@ impl ServerConfig {
             disk_mb_per_sandbox: self.disk_mb_per_sandbox,
             max_disk_mb_per_sandbox: self.max_disk_mb_per_sandbox,
             disk_policy: self.disk,
+            pause_to_disk: self.pause_to_disk,
             ..Default::default()
         }
     }

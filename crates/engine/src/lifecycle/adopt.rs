@@ -26,6 +26,8 @@ fn settle(rt: &dyn Runtime, e: &Entry) -> Result<SandboxStatus, EndReason> {
     // Finish an interrupted transition: freezing and thawing are idempotent, so redoing
     // the step leaves the cgroup freezer in the state the target status says.
     let settled = match e.sb.status {
+        // On disk (gVisor): paused, whichever way it was going.
+        Pausing | Resuming if rt.is_checkpointed(&handle) => Ok(Paused),
         Pausing => rt.freeze(&handle).map(|()| Paused),
         Resuming => rt.thaw(&handle).map(|()| Running),
         Pending | Starting => Ok(Running),

@@ -1,4 +1,6 @@
-//! `pause` and `resume`: freeze and thaw a sandbox's processes, memory kept resident.
+//! `pause` and `resume`: freeze and thaw a sandbox's processes, memory kept resident;
+//! or, on a backend that can checkpoint (gVisor) and unless the server says
+//! `pause_to_disk = false`, write its memory to disk and free it, and restore it.
 
 use crate::engine::{runtime_error, Engine};
 use crate::error::EngineError;
@@ -63,10 +65,23 @@ impl Engine {
             return Err(wrong_state(&e.sb, "started"));
         };
         self.transition(&mut e, via)?;
-        let limit = self.limits.deadlines.pause;
+        // Pause to disk where the backend can; resume restores what is on disk.
+        let to_disk = self.limits.pause_to_disk && self.runtime.can_checkpoint();
+        // Writing or reading a memory image takes as long as the memory is big: the
+        // snapshot's deadline, not the freezer's.
+        let moves_memory = match dir {
+            Direction::Pause => to_disk,
+            Direction::Resume => self.runtime.is_checkpointed(&handle),
+        };
+        let limit = match moves_memory {
+            true => self.limits.deadlines.snapshot,
+            false => self.limits.deadlines.pause,
+        };
         let step = move |rt: &dyn sandboxd_runtime::Runtime| match dir {
-            Direction::Pause => rt.freeze(&handle),
-            Direction::Resume => rt.thaw(&handle),
+            Direction::Pause if to_disk => rt.checkpoint(&handle).map(Some),
+            Direction::Pause => rt.freeze(&handle).map(|()| None),
+            Direction::Resume if rt.is_checkpointed(&handle) => rt.restore(&handle).map(Some),
+            Direction::Resume => rt.thaw(&handle).map(|()| None),
         };
         let Some(done) = self.bounded(limit, step, |_, _| {}).await? else {
             // Hung in the kernel: the sandbox cannot be trusted to be either.
@@ -76,7 +91,15 @@ impl Engine {
             return Err(err);
         };
         match done {
-            Ok(()) => {
+            Ok(moved) => {
+                if let Some(handle) = moved {
+                    // Restored: a new sentry to watch. On disk: none (the old one's
+                    // exit is no crash, its watch sees the new handle).
+                    if !self.runtime.is_checkpointed(&handle) {
+                        self.watch_agent(&e.sb.workspace, id, &handle);
+                    }
+                    e.handle = Some(handle);
+                }
                 self.transition(&mut e, to)?;
                 Ok(e.sb)
             }

@@ -330,6 +330,16 @@ impl Cgroups {
         }
     }
 
+    /// Gives back what the sandbox's memory cgroup still holds once its tasks are gone
+    /// (page cache charged to it, e.g. a checkpoint image's): best effort.
+    pub fn reclaim(&self, id: Uuid) {
+        let (file, value) = match self {
+            Cgroups::V1 { .. } => ("memory.force_empty", "0"),
+            Cgroups::V2 { .. } => ("memory.reclaim", "1T"),
+        };
+        let _ = std::fs::write(self.file("memory", id, file), value);
+    }
+
     /// CPU time, memory and task count of the sandbox.
     pub fn usage(&self, id: Uuid) -> Result<ResourceUsage, RuntimeError> {
         let dir = self.dir_of("pids", id);

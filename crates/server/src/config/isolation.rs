@@ -41,6 +41,23 @@ pub(super) fn from_env(
     }
 }
 
+/// `SANDBOXD_PAUSE_TO_DISK` (`true` or `false`), if set: whether pause writes a gVisor
+/// sandbox's memory to disk (the default) or freezes it in memory.
+pub(super) fn pause_to_disk_from_env(
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<bool>, ConfigError> {
+    let var = "SANDBOXD_PAUSE_TO_DISK";
+    match env(var).as_deref().map(str::trim) {
+        None => Ok(None),
+        Some("true" | "1") => Ok(Some(true)),
+        Some("false" | "0") => Ok(Some(false)),
+        Some(other) => Err(ConfigError::Env {
+            var,
+            message: format!("{other:?} is neither true nor false"),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::ServerConfig;
@@ -59,6 +76,20 @@ mod tests {
         assert_eq!(
             ServerConfig::load_with(None, none).expect("load").isolation,
             super::Isolation::Container
+        );
+        std::fs::write(&file, "pause_to_disk = false\n").expect("write");
+        let config = ServerConfig::load_with(Some(&file), none).expect("load");
+        assert!(!config.pause_to_disk && !config.limits().pause_to_disk);
+        let env = |k: &str| (k == "SANDBOXD_PAUSE_TO_DISK").then(|| "true".to_string());
+        assert!(
+            ServerConfig::load_with(Some(&file), env)
+                .expect("load")
+                .pause_to_disk
+        );
+        assert!(
+            ServerConfig::load_with(None, none)
+                .expect("load")
+                .pause_to_disk
         );
         let bad = |k: &str| (k == "SANDBOXD_ISOLATION").then(|| "vm".to_string());
         let err = ServerConfig::load_with(None, bad).expect_err("vm is no tier");

@@ -12,6 +12,9 @@ pub const AGENT_DIR: &str = "/.sandboxd";
 pub const SOCKET_DIR: &str = "/.sandboxd/run";
 /// The agent's socket, as the agent names it inside the sandbox.
 pub const SOCKET: &str = "/.sandboxd/run/agent.sock";
+/// The file the agent writes next to its socket once it has let go of it before a
+/// checkpoint: `ok`, or why the sandbox cannot be checkpointed (see `checkpoint.rs`).
+pub const QUIESCED: &str = "quiesced";
 
 /// What a bundle is made of.
 pub struct Bundle<'a> {

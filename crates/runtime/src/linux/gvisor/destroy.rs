@@ -54,7 +54,7 @@ pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), 
 
 /// Reaps those of `pids` that are our children (the sentry and gofer are: runsc create
 /// exits and we are the subreaper), each waited for a bounded while.
-fn reap(pids: &[i32]) {
+pub(super) fn reap(pids: &[i32]) {
     let deadline = Instant::now() + REAP_TIMEOUT;
     for &pid in pids {
         loop {

@@ -18,6 +18,7 @@
 //! Networking: sandboxes get only loopback (runsc `--network=none`); egress is refused.
 
 mod bundle;
+pub mod checkpoint;
 mod destroy;
 pub mod runsc;
 mod start;
@@ -31,6 +32,7 @@ use runsc::Runsc;
 use std::collections::HashSet;
 use uuid::Uuid;
 
+pub use bundle::QUIESCED;
 pub use start::{MEMORY_OVERHEAD_MB, PIDS_OVERHEAD};
 
 /// The gVisor [`Runtime`].
@@ -54,6 +56,29 @@ impl GvisorRuntime {
             linux: LinuxRuntime::new(config)?,
             runsc: Runsc { exe, root },
         })
+    }
+
+    /// Snapshots a sandbox's memory and filesystem together into `dest` (see
+    /// [`checkpoint::MemorySnapshot`]); the sandbox runs on (a sandbox on disk stays
+    /// there). Returns the snapshot and the sandbox's handle now (persist it).
+    pub fn snapshot_memory(
+        &self,
+        handle: &SandboxHandle,
+        dest: &std::path::Path,
+    ) -> Result<(checkpoint::MemorySnapshot, SandboxHandle), RuntimeError> {
+        checkpoint::snapshot(self, handle, dest)
+    }
+
+    /// Starts a sandbox from a memory snapshot: the snapshot's processes run on in it
+    /// (a fork), over `spec`'s image with the snapshot's layer on top (`spec` must
+    /// name it last in `extra_layers`) and a fresh writable layer of its own.
+    pub fn start_from_memory(
+        &self,
+        spec: &SandboxSpec,
+        snapshot: &checkpoint::MemorySnapshot,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        crate::faults::check("start.gvisor")?;
+        start::start_from(self, spec, Some(&snapshot.image))
     }
 
     /// Whether `runsc` is installed (on `PATH`).
@@ -92,16 +117,39 @@ impl Runtime for GvisorRuntime {
     }
 
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
-        super::sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
+        // On disk, a sandbox lives in its memory image.
+        checkpoint::on_disk(handle)
+            || super::sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
     }
 
     fn watch_exit(&self, handle: &SandboxHandle) -> ExitWatch {
-        super::watch::watch_exit(handle)
+        match checkpoint::on_disk(handle) {
+            true => ExitWatch::Unsupported, // no process to watch until it is restored
+            false => super::watch::watch_exit(handle),
+        }
+    }
+
+    fn can_checkpoint(&self) -> bool {
+        true
+    }
+
+    fn is_checkpointed(&self, handle: &SandboxHandle) -> bool {
+        checkpoint::on_disk(handle)
+    }
+
+    fn checkpoint(&self, handle: &SandboxHandle) -> Result<SandboxHandle, RuntimeError> {
+        crate::faults::check("checkpoint")?;
+        checkpoint::checkpoint(self, handle)
+    }
+
+    fn restore(&self, handle: &SandboxHandle) -> Result<SandboxHandle, RuntimeError> {
+        crate::faults::check("restore")?;
+        checkpoint::restore(self, handle)
     }
 
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         crate::faults::check("freeze")?;
-        if self.is_paused(handle) {
+        if checkpoint::on_disk(handle) || self.is_paused(handle) {
             return Ok(());
         }
         self.runsc.run(None, &["pause", &handle.id.to_string()])?;
@@ -119,7 +167,8 @@ impl Runtime for GvisorRuntime {
 
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
         crate::faults::check("capture")?;
-        let was_paused = self.is_paused(handle);
+        // On disk nothing writes: the layer is copied as it is.
+        let was_paused = checkpoint::on_disk(handle) || self.is_paused(handle);
         if !was_paused {
             self.freeze(handle)?;
         }

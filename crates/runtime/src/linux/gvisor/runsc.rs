@@ -42,6 +42,12 @@ impl Runsc {
         if let Some(log) = log {
             cmd.arg(format!("--log={}", log.display()));
         }
+        // For debugging runsc itself: its (and the sentry's) debug logs, one file per
+        // command, in this dir (runsc's `--debug-log` naming).
+        if let Some(dir) = std::env::var_os("SANDBOXD_RUNSC_DEBUG_LOG") {
+            cmd.arg("--debug")
+                .arg(format!("--debug-log={}/", Path::new(&dir).display()));
+        }
         cmd.args(args);
         cmd
     }

@@ -22,6 +22,17 @@ pub const PIDS_OVERHEAD: u32 = 256;
 pub const MEMORY_OVERHEAD_MB: u32 = 128;
 
 pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+    start_from(rt, spec, None)
+}
+
+/// Starts a sandbox as [`start`] does, or, with `image`, by restoring that memory image
+/// (a fork: the processes of the sandbox it was taken from run on in this one, over a
+/// root of the same layers, which `spec` must name, under a fresh writable layer).
+pub(super) fn start_from(
+    rt: &GvisorRuntime,
+    spec: &SandboxSpec,
+    image: Option<&Path>,
+) -> Result<SandboxHandle, RuntimeError> {
     let (layers, pin) = rt.linux.layer_stack(spec)?;
     let state_dir = rt.linux.sandboxes_dir().join(spec.id.to_string());
     std::fs::DirBuilder::new()
@@ -41,7 +52,7 @@ pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHan
         host_id_base: 0,
         warm: false,
     };
-    match launch(rt, spec, &layers, &mut handle) {
+    match launch(rt, spec, &layers, &mut handle, image) {
         Ok(()) => Ok(handle),
         Err(e) => {
             if let Err(cleanup) = super::destroy::destroy(rt, &handle) {
@@ -57,6 +68,7 @@ fn launch(
     spec: &SandboxSpec,
     layers: &[PathBuf],
     handle: &mut SandboxHandle,
+    image: Option<&Path>,
 ) -> Result<(), RuntimeError> {
     let state_dir = handle.state_dir.clone();
     let disk = Some((rt.linux.config.data_dir.as_path(), spec.disk_mb));
@@ -84,10 +96,40 @@ fn launch(
         pids_max: spec.pids_max.saturating_add(PIDS_OVERHEAD),
     };
     rt.linux.cgroups.create(spec.id, limits)?;
-    create_container(rt, spec, &state_dir)?;
+    let state = state_dir.display().to_string();
+    let pid_file = state_dir.join("sandbox.pid").display().to_string();
     let id = spec.id.to_string();
-    rt.runsc
-        .run(Some(&state_dir.join("runsc.log")), &["start", &id])?;
+    match image {
+        None => {
+            let create = ["create", "--bundle", &state, "--pid-file", &pid_file, &id];
+            run_in_cgroup(rt, spec.id, &state_dir, &create)?;
+            rt.runsc
+                .run(Some(&state_dir.join("runsc.log")), &["start", &id])?;
+        }
+        Some(image) => {
+            let image = image.display().to_string();
+            let restore = [
+                "restore",
+                "--detach",
+                "--image-path",
+                &image,
+                "--bundle",
+                &state,
+                "--pid-file",
+                &pid_file,
+                &id,
+            ];
+            run_in_cgroup(rt, spec.id, &state_dir, &restore)?;
+            super::checkpoint::relisten(rt, handle)?;
+        }
+    }
+    attach(handle)?;
+    save_handle(handle)
+}
+
+/// Fills in the sandbox's host pid (runsc's pid file) and waits for its agent to accept.
+pub(super) fn attach(handle: &mut SandboxHandle) -> Result<(), RuntimeError> {
+    let state_dir = handle.state_dir.clone();
     let pid_file = state_dir.join("sandbox.pid");
     let pid: i32 = std::fs::read_to_string(&pid_file)
         .map_err(io("reading the sandbox pid", &pid_file))?
@@ -101,8 +143,12 @@ fn launch(
     crate::linux::init_process::wait_connectable(&handle.agent_socket).map_err(|e| {
         let log = std::fs::read_to_string(state_dir.join("agent.log")).unwrap_or_default();
         RuntimeError::AgentStart(format!("{e}; agent output: {}", log.trim()))
-    })?;
-    let path = state_dir.join("handle.json");
+    })
+}
+
+/// Writes `handle` where [`crate::linux::LinuxRuntime::stored_handles`] finds it.
+pub(super) fn save_handle(handle: &SandboxHandle) -> Result<(), RuntimeError> {
+    let path = handle.state_dir.join("handle.json");
     std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())
         .map_err(io("writing the sandbox handle", &path))
 }
@@ -133,32 +179,32 @@ fn mount_root(state_dir: &Path, layers: &[PathBuf]) -> Result<(), RuntimeError> 
     })
 }
 
-/// `runsc create`, run inside the sandbox's cgroups (joined between fork and exec) so
-/// that the sentry and gofer it forks are limited and killed with them.
-fn create_container(
+/// `runsc create` or `restore` (`args`), run inside the sandbox's cgroups (joined
+/// between fork and exec) so that the sentry and gofer it forks are limited and killed
+/// with them; the sandbox's own output goes to `agent.log`.
+pub(super) fn run_in_cgroup(
     rt: &GvisorRuntime,
-    spec: &SandboxSpec,
+    id: uuid::Uuid,
     state_dir: &Path,
+    args: &[&str],
 ) -> Result<(), RuntimeError> {
     let procs: Vec<CString> = rt
         .linux
         .cgroups
-        .dirs(spec.id)
+        .dirs(id)
         .iter()
         .filter_map(|d| CString::new(d.join("cgroup.procs").as_os_str().as_bytes()).ok())
         .collect();
     let out_path = state_dir.join("agent.log");
-    let out = std::fs::File::create(&out_path).map_err(io("creating the agent log", &out_path))?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&out_path)
+        .map_err(io("opening the agent log", &out_path))?;
     let err = out
         .try_clone()
-        .map_err(io("creating the agent log", &out_path))?;
-    let state = state_dir.display().to_string();
-    let pid_file = state_dir.join("sandbox.pid").display().to_string();
-    let id = spec.id.to_string();
-    let mut cmd = rt.runsc.command(
-        Some(&state_dir.join("runsc.log")),
-        &["create", "--bundle", &state, "--pid-file", &pid_file, &id],
-    );
+        .map_err(io("opening the agent log", &out_path))?;
+    let mut cmd = rt.runsc.command(Some(&state_dir.join("runsc.log")), args);
     cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
     // SAFETY: the hook only calls open/write/close (async-signal-safe) on prepared paths.
     unsafe {
@@ -177,13 +223,14 @@ fn create_container(
             Ok(())
         });
     }
+    let verb = args.first().copied().unwrap_or_default();
     let status = cmd
         .status()
-        .map_err(|e| RuntimeError::AgentStart(format!("running runsc create: {e}")))?;
+        .map_err(|e| RuntimeError::AgentStart(format!("running runsc {verb}: {e}")))?;
     if !status.success() {
         let log = std::fs::read_to_string(&out_path).unwrap_or_default();
         return Err(RuntimeError::AgentStart(format!(
-            "runsc create failed ({status}): {}",
+            "runsc {verb} failed ({status}): {}",
             log.trim()
         )));
     }

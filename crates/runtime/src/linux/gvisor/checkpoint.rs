@@ -1,0 +1,247 @@
+//! Pause to disk on gVisor: `runsc checkpoint` writes the sandbox's whole memory
+//! (every process, the agent's rings) to an image in its state dir and the sandbox's
+//! host processes end; `runsc restore` brings it back from the image over the same
+//! root, which stays mounted meanwhile.
+//!
+//! The agent's socket is a host socket, which gVisor cannot save (a checkpoint that
+//! meets one fails and ends the sandbox). So the agent lets go of it first: SIGUSR2
+//! makes it close its listener and connections and write its verdict to
+//! [`QUIESCED`](super::bundle::QUIESCED) (refusing when a process of the sandbox holds
+//! another host socket); SIGUSR1 makes it listen again, after a restore or when the
+//! checkpoint is given up. A sandbox on disk has a handle with no agent pid.
+
+use super::bundle::QUIESCED;
+use super::{start, GvisorRuntime};
+use crate::linux::{io, sys};
+use crate::{RuntimeError, SandboxHandle};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long the agent may take to let go of its socket.
+const QUIESCE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the sandbox's host processes may take to end after a checkpoint.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The dir a sandbox's memory image is written to.
+pub fn image_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("memory")
+}
+
+/// Whether the sandbox is paused to disk (its memory in an image, no process running).
+pub fn on_disk(handle: &SandboxHandle) -> bool {
+    handle.agent_pid == 0
+        && image_dir(&handle.state_dir)
+            .join("checkpoint.img")
+            .is_file()
+}
+
+/// Writes the sandbox's memory to disk and ends its host processes; returns its handle
+/// on disk. When the sandbox cannot be checkpointed it keeps running and the error is
+/// [`RuntimeError::CannotCheckpoint`].
+pub(super) fn checkpoint(
+    rt: &GvisorRuntime,
+    handle: &SandboxHandle,
+) -> Result<SandboxHandle, RuntimeError> {
+    if on_disk(handle) {
+        return Ok(handle.clone());
+    }
+    let id = handle.id.to_string();
+    // Frozen in memory: it runs a moment to let go of its socket.
+    let was_frozen = rt.is_paused(handle);
+    if was_frozen {
+        rt.runsc.run(None, &["resume", &id])?;
+    }
+    let verdict = quiesce(rt, handle)?;
+    if verdict != "ok" {
+        relisten(rt, handle)?;
+        if was_frozen {
+            rt.runsc.run(None, &["pause", &id])?;
+        }
+        return Err(RuntimeError::CannotCheckpoint(verdict));
+    }
+    let image = image_dir(&handle.state_dir);
+    let _ = std::fs::remove_dir_all(&image);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&image)
+        .map_err(io("creating the memory image dir", &image))?;
+    let mut sandbox = rt.linux.cgroups.procs(handle.id);
+    sandbox.push(handle.agent_pid);
+    let log = handle.state_dir.join("runsc.log");
+    let image_arg = image.display().to_string();
+    let saved = rt
+        .runsc
+        .run(Some(&log), &["checkpoint", "--image-path", &image_arg, &id]);
+    // The sentry and the gofer end once the image is written (or saving failed).
+    wait_exited(rt, handle);
+    super::destroy::reap(&sandbox);
+    if let Err(e) = saved {
+        let _ = std::fs::remove_dir_all(&image);
+        return Err(e);
+    }
+    rt.runsc.delete(&id);
+    for file in rt.runsc.state_files(&id) {
+        let _ = std::fs::remove_file(file);
+    }
+    // The image's page cache was charged to the sandbox: give it back.
+    rt.linux.cgroups.reclaim(handle.id);
+    let mut stored = handle.clone();
+    stored.agent_pid = 0;
+    stored.agent_start_ticks = 0;
+    start::save_handle(&stored)?;
+    Ok(stored)
+}
+
+/// Starts the sandbox again from its memory image, every process where it was; returns
+/// its running handle. On failure it stays on disk (a later restore may succeed).
+pub(super) fn restore(
+    rt: &GvisorRuntime,
+    handle: &SandboxHandle,
+) -> Result<SandboxHandle, RuntimeError> {
+    if !on_disk(handle) {
+        return Ok(handle.clone());
+    }
+    let id = handle.id.to_string();
+    let state = handle.state_dir.display().to_string();
+    let image = image_dir(&handle.state_dir).display().to_string();
+    let pid_file = handle.state_dir.join("sandbox.pid");
+    let _ = std::fs::remove_file(&pid_file);
+    let pid_arg = pid_file.display().to_string();
+    let args = [
+        "restore",
+        "--detach",
+        "--image-path",
+        &image,
+        "--bundle",
+        &state,
+        "--pid-file",
+        &pid_arg,
+        &id,
+    ];
+    let mut live = handle.clone();
+    let restored = start::run_in_cgroup(rt, handle.id, &handle.state_dir, &args)
+        .and_then(|()| relisten(rt, handle))
+        .and_then(|()| start::attach(&mut live));
+    if let Err(e) = restored {
+        // Back to on disk: nothing of the attempt runs.
+        for pid in rt.linux.cgroups.procs(handle.id) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let pids = rt.linux.cgroups.procs(handle.id);
+        wait_exited(rt, handle);
+        super::destroy::reap(&pids);
+        rt.runsc.delete(&id);
+        for file in rt.runsc.state_files(&id) {
+            let _ = std::fs::remove_file(file);
+        }
+        return Err(e);
+    }
+    let _ = std::fs::remove_dir_all(image_dir(&handle.state_dir));
+    start::save_handle(&live)?;
+    Ok(live)
+}
+
+/// Asks the agent to let go of its socket; returns its verdict (`ok`, or why not).
+fn quiesce(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<String, RuntimeError> {
+    let verdict = handle.agent_socket.with_file_name(QUIESCED);
+    let _ = std::fs::remove_file(&verdict);
+    rt.runsc
+        .run(None, &["kill", &handle.id.to_string(), "USR2"])?;
+    let deadline = Instant::now() + QUIESCE_TIMEOUT;
+    loop {
+        // Written whole by one write; an empty read is a write in progress.
+        match std::fs::read_to_string(&verdict) {
+            Ok(text) if text.ends_with('\n') => return Ok(text.trim().to_string()),
+            _ if Instant::now() >= deadline => {
+                let _ = relisten(rt, handle);
+                return Err(RuntimeError::CannotCheckpoint(
+                    "the sandbox's agent did not let go of its socket in time".into(),
+                ));
+            }
+            _ => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// Makes the agent listen again and waits until it accepts. The old socket file goes
+/// first, from the host: the gofer lets the sandbox bind host sockets but not walk to
+/// them, so the agent cannot remove it itself.
+pub(super) fn relisten(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+    let _ = std::fs::remove_file(&handle.agent_socket);
+    // A sandbox just restored may not take signals yet (its control server refuses
+    // connections a moment after `restore --detach` returned).
+    let deadline = Instant::now() + QUIESCE_TIMEOUT;
+    let id = handle.id.to_string();
+    while let Err(e) = rt.runsc.run(None, &["kill", &id, "USR1"]) {
+        if Instant::now() >= deadline {
+            return Err(e);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    crate::linux::init_process::wait_connectable(&handle.agent_socket)
+}
+
+/// Waits (bounded) until no process is left in the sandbox's cgroup and its sentry is
+/// gone.
+fn wait_exited(rt: &GvisorRuntime, handle: &SandboxHandle) {
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    while Instant::now() < deadline
+        && (!rt.linux.cgroups.procs(handle.id).is_empty()
+            || sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks))
+    {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A sandbox's memory and filesystem taken together, from which sandboxes can start
+/// with its processes running ([`GvisorRuntime::start_from_memory`]).
+#[derive(Debug, Clone)]
+pub struct MemorySnapshot {
+    /// The writable layer as it was, in the layer store (new sandboxes stack it).
+    pub layer: crate::Layer,
+    /// The dir holding the memory image (`checkpoint.img`).
+    pub image: PathBuf,
+}
+
+/// Takes a snapshot of `handle`'s memory and filesystem together (consistent: nothing
+/// runs between the two), into `dest` (a new dir), and restores the sandbox; returns the
+/// snapshot and the sandbox's running handle. When the capture fails the sandbox is
+/// restored all the same (its new handle is in its `handle.json`) and `dest` removed.
+pub(super) fn snapshot(
+    rt: &GvisorRuntime,
+    handle: &SandboxHandle,
+    dest: &Path,
+) -> Result<(MemorySnapshot, SandboxHandle), RuntimeError> {
+    use crate::Runtime;
+    let was_on_disk = on_disk(handle);
+    let stored = checkpoint(rt, handle)?;
+    let taken = (|| {
+        let layer = rt.capture_layer(&stored)?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dest)
+            .map_err(io("creating the memory snapshot dir", dest))?;
+        let from = image_dir(&stored.state_dir).join("checkpoint.img");
+        let to = dest.join("checkpoint.img");
+        // The same filesystem (the data dir): a link, not a copy.
+        std::fs::hard_link(&from, &to)
+            .or_else(|_| std::fs::copy(&from, &to).map(|_| ()))
+            .map_err(io("keeping the memory image", &to))?;
+        Ok(MemorySnapshot {
+            layer,
+            image: dest.to_path_buf(),
+        })
+    })();
+    if taken.is_err() {
+        let _ = std::fs::remove_dir_all(dest);
+    }
+    let live = match was_on_disk {
+        true => stored,
+        false => restore(rt, &stored)?,
+    };
+    Ok((taken?, live))
+}

@@ -1,0 +1,310 @@
+//! Memory snapshots on the gVisor tier: a sandbox paused to disk keeps every process
+//! and its in-memory state through `runsc checkpoint` and `restore`, frees its host
+//! memory meanwhile, and refuses (running on) when a process holds a host socket.
+//! Skipped where runsc is missing.
+
+mod common;
+mod gvisor_common;
+mod serve_bin;
+
+use gvisor_common::*;
+use sandboxd_agent_protocol::AgentClient;
+use sandboxd_runtime::linux::gvisor::GvisorRuntime;
+use sandboxd_runtime::{Runtime, SandboxHandle};
+
+/// A shell whose counter lives in its memory, written to /root/count every 100 ms.
+const COUNTER: &str =
+    "n=0; while :; do n=$((n+1)); echo $n > /root/count.tmp; mv /root/count.tmp /root/count; \
+     [ $n = 3 ] && echo started; sleep 0.1; done";
+
+fn count(handle: &SandboxHandle) -> u64 {
+    let path = handle.state_dir.join("layer/upper/root/count");
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts the counter as a managed process; returns its id once it has counted a bit.
+fn start_counter(handle: &SandboxHandle) -> uuid::Uuid {
+    let client = AgentClient::new(handle.agent_socket.clone());
+    let id = uuid::Uuid::new_v4();
+    let start = sandboxd_agent_protocol::StartProcess {
+        id,
+        argv: vec!["/bin/sh".into(), "-c".into(), COUNTER.into()],
+        env: None,
+        cwd: None,
+        hold_output: false,
+        user: None,
+    };
+    block_on(client.start_process(&start)).expect("start the counter");
+    common::wait_for("the counter counts", || count(handle) >= 5);
+    id
+}
+
+/// Host memory the sandbox's cgroup holds, in bytes.
+fn cgroup_memory(rt: &gvisor_common::Gvisor, handle: &SandboxHandle) -> u64 {
+    rt.usage(handle).expect("usage").memory_bytes
+}
+
+#[test]
+fn a_sandbox_paused_to_disk_frees_its_memory_and_resumes_with_its_processes() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let handle = rt.start(&common::spec("default")).expect("start");
+    let counter = start_counter(&handle);
+    let running_memory = cgroup_memory(&rt, &handle);
+
+    let on_disk = rt.checkpoint(&handle).expect("pause to disk");
+    assert!(rt.is_checkpointed(&on_disk));
+    assert!(rt.is_alive(&on_disk), "a sandbox on disk is not ended");
+    // No host process of the sandbox is left, and its memory is given back.
+    assert_eq!(
+        processes_naming(&handle.id.to_string()),
+        Vec::<i32>::new(),
+        "runsc processes left while on disk"
+    );
+    assert!(rt.cgroups().procs(handle.id).is_empty());
+    let paused_memory = cgroup_memory(&rt, &on_disk);
+    assert!(
+        paused_memory < 4 << 20 && paused_memory < running_memory / 4,
+        "host memory while on disk: {paused_memory} (running: {running_memory})"
+    );
+    let image = sandboxd_runtime::linux::gvisor::checkpoint::image_dir(&handle.state_dir);
+    assert!(image.join("checkpoint.img").is_file());
+    // Nothing counts on disk.
+    let frozen = count(&on_disk);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(count(&on_disk), frozen, "the counter ran while on disk");
+    // Pausing again changes nothing.
+    assert_eq!(rt.checkpoint(&on_disk).expect("again").agent_pid, 0);
+
+    let live = rt.restore(&on_disk).expect("restore");
+    assert!(!rt.is_checkpointed(&live) && rt.is_alive(&live));
+    assert_ne!(live.agent_pid, 0);
+    assert!(!image.exists(), "the memory image stayed after the restore");
+    // The same shell goes on counting from where it was (a new one would start at 1).
+    common::wait_for("the counter continues", || count(&live) > frozen);
+    let after = count(&live);
+    assert!(
+        after > frozen && after < frozen + 1000,
+        "{frozen} -> {after}"
+    );
+    // The agent's memory came back too: the process is known, with its output.
+    let client = AgentClient::new(live.agent_socket.clone());
+    let listed = block_on(client.list_processes()).expect("list");
+    assert!(
+        listed
+            .iter()
+            .any(|p| p.id == counter && p.state == sandboxd_agent_protocol::ProcessState::Running),
+        "{listed:?}"
+    );
+    assert_eq!(retained_output(&client, counter), "started\n");
+    let (code, out) = common::agent_sh(&live, "cat /root/count");
+    assert_eq!(code, Some(0), "{out}");
+
+    // Twice over, and destroy works on disk.
+    let again = rt.checkpoint(&live).expect("pause to disk again");
+    let live = rt.restore(&again).expect("restore again");
+    common::wait_for("the counter continues", || count(&live) > after);
+    let on_disk = rt.checkpoint(&live).expect("pause to disk a third time");
+    rt.destroy(&on_disk).expect("destroy on disk");
+    assert_gone(&rt, &on_disk);
+}
+
+#[test]
+fn a_sandbox_holding_a_host_socket_is_not_paused_to_disk_and_keeps_running() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let handle = rt.start(&common::spec("default")).expect("start");
+    let _counter = start_counter(&handle);
+    // A server on a Unix socket on the root (host-backed): gVisor cannot save it.
+    let client = AgentClient::new(handle.agent_socket.clone());
+    let server = sandboxd_agent_protocol::StartProcess {
+        id: uuid::Uuid::new_v4(),
+        argv: vec![
+            "/usr/bin/python3".into(),
+            "-c".into(),
+            "import socket,time\ns=socket.socket(socket.AF_UNIX)\ns.bind('/root/app.sock')\n\
+             s.listen(1)\nprint('listening',flush=True)\ntime.sleep(3600)"
+                .into(),
+        ],
+        env: None,
+        cwd: None,
+        hold_output: false,
+        user: None,
+    };
+    block_on(client.start_process(&server)).expect("start the server");
+    common::wait_for("the server listens", || {
+        retained_output(&client, server.id).contains("listening")
+    });
+
+    let err = rt
+        .checkpoint(&handle)
+        .expect_err("checkpointed a host socket");
+    let text = err.to_string();
+    assert!(
+        matches!(err, sandboxd_runtime::RuntimeError::CannotCheckpoint(_))
+            && text.contains("/root/app.sock"),
+        "{text}"
+    );
+    // Still running, the agent answering, the counter counting.
+    assert!(rt.is_alive(&handle) && !rt.is_checkpointed(&handle));
+    let before = count(&handle);
+    common::wait_for("the counter continues", || count(&handle) > before);
+    let (code, out) = common::agent_sh(&handle, "echo still-here");
+    assert_eq!((code, out.as_str()), (Some(0), "still-here\n"));
+
+    // Once the server is gone the sandbox goes to disk.
+    let signal = sandboxd_agent_protocol::SignalRequest {
+        signal: libc::SIGKILL,
+        group: false,
+    };
+    block_on(client.signal(server.id, &signal)).expect("kill the server");
+    block_on(client.wait(server.id, std::time::Duration::from_secs(60))).expect("wait");
+    let on_disk = rt.checkpoint(&handle).expect("pause to disk");
+    rt.destroy(&on_disk).expect("destroy");
+    assert_gone(&rt, &on_disk);
+}
+
+/// The counter's value as the sandbox reads it (0 before its first write).
+fn server_count(server: &serve_bin::Server, id: &str) -> u64 {
+    let (code, out) = server.exec(
+        MASTER,
+        id,
+        &["/bin/sh", "-c", "cat /root/count 2>/dev/null"],
+    );
+    assert!(code == 0 || code == 1, "{out}");
+    out.trim().parse().unwrap_or(0)
+}
+
+#[test]
+fn a_gvisor_server_pauses_to_disk_keeps_it_paused_across_a_restart_and_resumes_it() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let env = [("SANDBOXD_ISOLATION", "gvisor")];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let body = serde_json::json!({"name": "counter", "vcpu": 1, "memoryMb": 256});
+    let id = server.create_sandbox(MASTER, &body);
+    let background = format!("setsid sh -c '{COUNTER}' </dev/null >/dev/null 2>&1 &");
+    let (code, out) = server.exec(MASTER, &id, &["/bin/sh", "-c", &background]);
+    assert_eq!(code, 0, "{out}");
+    common::wait_for("the counter counts", || server_count(&server, &id) >= 5);
+
+    let pause = format!("/v2/sandboxes/{id}/pause");
+    let r = server.request("POST", &pause, MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
+    assert_eq!(
+        processes_under(&data),
+        Vec::<i32>::new(),
+        "runsc processes left while paused to disk"
+    );
+    let frozen =
+        std::fs::read_to_string(data.join(format!("sandboxes/{id}/layer/upper/root/count")))
+            .expect("count")
+            .trim()
+            .parse::<u64>()
+            .expect("number");
+
+    // A restarted server finds it paused (on disk), not crashed.
+    drop(server);
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let r = server.request("GET", &format!("/v2/sandboxes/{id}"), MASTER, None);
+    assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
+
+    let r = server.request("POST", &format!("/v2/sandboxes/{id}/resume"), MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"]["status"], "RUNNING", "{}", r.text());
+    let first = server_count(&server, &id);
+    assert!(
+        first >= frozen,
+        "the counter restarted: {frozen} -> {first}"
+    );
+    common::wait_for("the counter continues", || {
+        server_count(&server, &id) > frozen
+    });
+    assert!(!processes_under(&data).is_empty(), "no sentry after resume");
+
+    server.destroy(MASTER, &id);
+    common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
+    common::wait_for("every state dir gone", || {
+        std::fs::read_dir(data.join("sandboxes")).map_or(true, |d| d.count() == 0)
+    });
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
+#[test]
+fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let source = rt.start(&common::spec("default")).expect("start");
+    let counter = start_counter(&source);
+    let dest = data.path().join("memory-snapshot");
+    let (snapshot, source) = rt.snapshot_memory(&source, &dest).expect("snapshot");
+    // The counter as the snapshot holds it (its layer is the writable layer then).
+    let captured = data.path().join("layers").join(&snapshot.layer.digest);
+    let taken: u64 = std::fs::read_to_string(captured.join("root/count"))
+        .expect("count in the snapshot's layer")
+        .trim()
+        .parse()
+        .expect("number");
+    // The source runs on.
+    common::wait_for("the source continues", || count(&source) > taken);
+
+    let mut spec = common::spec("default");
+    spec.extra_layers = vec![snapshot.layer.digest.clone()];
+    let clones: Vec<SandboxHandle> = (0..2)
+        .map(|_| {
+            let mut spec = spec.clone();
+            spec.id = uuid::Uuid::new_v4();
+            rt.start_from_memory(&spec, &snapshot)
+                .expect("start a clone")
+        })
+        .collect();
+    for clone in &clones {
+        assert_ne!(clone.id, source.id);
+        // The same shell, from where the snapshot was taken (a new one starts at 1).
+        common::wait_for("the clone counts", || count(clone) > 0);
+        let first = count(clone);
+        assert!(
+            first > taken,
+            "the clone's counter restarted: {taken} -> {first}"
+        );
+        let client = AgentClient::new(clone.agent_socket.clone());
+        assert_eq!(retained_output(&client, counter), "started\n");
+    }
+    // Each has a writable layer of its own.
+    let (code, _) = common::agent_sh(&clones[0], "echo mine > /root/only-in-first");
+    assert_eq!(code, Some(0));
+    let (code, out) = common::agent_sh(&clones[1], "cat /root/only-in-first 2>&1");
+    assert_ne!(
+        code,
+        Some(0),
+        "the second clone sees the first's write: {out}"
+    );
+    assert!(!source
+        .state_dir
+        .join("layer/upper/root/only-in-first")
+        .exists());
+
+    for handle in clones.iter().chain([&source]) {
+        rt.destroy(handle).expect("destroy");
+        assert_gone(&rt, handle);
+    }
+    rt.delete_layer(&snapshot.layer.digest)
+        .expect("delete layer");
+    std::fs::remove_dir_all(&dest).expect("remove the snapshot");
+}
