@@ -3,7 +3,9 @@
 //! read-only under `/.sandboxd`, and the agent's socket directory bound from the host.
 
 use crate::RuntimeError;
-use oci_spec::runtime::{Mount, MountBuilder, ProcessBuilder, RootBuilder, Spec, UserBuilder};
+use oci_spec::runtime::{
+    LinuxNamespaceType, Mount, MountBuilder, ProcessBuilder, RootBuilder, Spec, UserBuilder,
+};
 use std::path::{Path, PathBuf};
 
 /// Where the agent's files appear inside the sandbox (a capture leaves this dir out).
@@ -24,6 +26,9 @@ pub struct Bundle<'a> {
     pub hostname: &'a str,
     /// Bind the host's /usr read-only over the root's (the built-in image).
     pub host_usr: bool,
+    /// The sandbox's network namespace (a file naming it), for egress: the sentry's
+    /// network stack takes over its link (runsc `--network=sandbox`).
+    pub netns: Option<&'a Path>,
 }
 
 fn bind(source: &Path, destination: &str, writable: bool) -> Result<Mount, RuntimeError> {
@@ -117,6 +122,13 @@ pub fn spec(bundle: &Bundle) -> Result<Spec, RuntimeError> {
         // Limits are the backend's own cgroup (runsc runs with --ignore-cgroups).
         linux.set_resources(None);
         linux.set_cgroups_path(None);
+        if let (Some(netns), Some(namespaces)) = (bundle.netns, linux.namespaces_mut().as_mut()) {
+            for ns in namespaces.iter_mut() {
+                if ns.typ() == LinuxNamespaceType::Network {
+                    ns.set_path(Some(netns.to_path_buf()));
+                }
+            }
+        }
     }
     Ok(spec)
 }
@@ -142,6 +154,7 @@ mod tests {
             agent_exe: Path::new("/usr/bin/sandboxd"),
             hostname: "box",
             host_usr: false,
+            netns: None,
         };
         let spec = spec(&bundle).expect("spec");
         let json = serde_json::to_value(&spec).expect("json");
@@ -161,5 +174,21 @@ mod tests {
             .contains(&"rw".into()));
         assert!(!mounts.iter().any(|m| m["destination"] == "/usr"));
         assert!(!mounts.iter().any(|m| m["type"] == "cgroup"));
+        let net = |json: &serde_json::Value| {
+            json["linux"]["namespaces"]
+                .as_array()
+                .expect("namespaces")
+                .iter()
+                .find(|n| n["type"] == "network")
+                .expect("a network namespace")
+                .clone()
+        };
+        assert_eq!(net(&json).get("path"), None, "network none: a new netns");
+        let with_net = Bundle {
+            netns: Some(Path::new("/state/netns")),
+            ..bundle
+        };
+        let json = serde_json::to_value(spec(&with_net).expect("spec")).expect("json");
+        assert_eq!(net(&json)["path"], "/state/netns");
     }
 }

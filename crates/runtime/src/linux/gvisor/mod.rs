@@ -15,7 +15,13 @@
 //! the agent protocol and the engine's client unchanged, needs no network inside, and
 //! the socket lives in the 0700 state dir like a container's.
 //!
-//! Networking: sandboxes get only loopback (runsc `--network=none`); egress is refused.
+//! Networking: without egress a sandbox has only gVisor's loopback (runsc
+//! `--network=none`). With egress it gets the container tier's veth from the same pool
+//! under the same nftables chain, its inner end in a network namespace made before the
+//! sandbox; runsc (`--network=sandbox`, the OCI spec naming that namespace) boots the
+//! sentry's own network stack over it, which takes the link's address and default
+//! route. The host kernel's stack in that namespace then carries no address of its
+//! own: the sandbox's TCP/IP is gVisor's, and only its packets cross the veth.
 
 mod bundle;
 mod destroy;
@@ -24,8 +30,8 @@ mod start;
 
 use super::{capture, layers::remove_tree, LinuxConfig, LinuxRuntime};
 use crate::{
-    DiskSpace, ExitWatch, ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle,
-    SandboxSpec,
+    DiskSpace, ExitWatch, ImageLayers, Layer, NetworkMode, NetworkSpec, ResourceUsage, Runtime,
+    RuntimeError, SandboxHandle, SandboxSpec,
 };
 use runsc::Runsc;
 use std::collections::HashSet;
@@ -54,6 +60,18 @@ impl GvisorRuntime {
             linux: LinuxRuntime::new(config)?,
             runsc: Runsc { exe, root },
         })
+    }
+
+    /// Enables egress networking for [`Runtime::start_with_network`] (the container
+    /// tier's pool, policy and host state).
+    pub fn with_network(mut self, config: super::NetConfig) -> Self {
+        self.linux = self.linux.with_network(config);
+        self
+    }
+
+    /// The sandbox's own address when it has egress networking.
+    pub fn sandbox_address(&self, id: Uuid) -> Option<std::net::Ipv4Addr> {
+        self.linux.sandbox_address(id)
     }
 
     /// Whether `runsc` is installed (on `PATH`).
@@ -88,7 +106,19 @@ impl Runtime for GvisorRuntime {
 
     fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
         crate::faults::check("start.gvisor")?;
-        start::start(self, spec)
+        start::start(self, spec, &NetworkSpec::none())
+    }
+
+    fn start_with_network(
+        &self,
+        spec: &SandboxSpec,
+        network: &NetworkSpec,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        if network.mode == NetworkMode::None {
+            return self.start(spec);
+        }
+        crate::faults::check("start.gvisor")?;
+        start::start(self, spec, network)
     }
 
     fn is_alive(&self, handle: &SandboxHandle) -> bool {

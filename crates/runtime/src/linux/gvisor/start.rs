@@ -1,12 +1,14 @@
 //! `start` on gVisor: the overlay root mounted by the host (so captures and disk limits
 //! work as on the container tier), the sandbox's cgroup joined by `runsc create` before
-//! it forks the sentry and the gofer, then `runsc start` and the agent's socket.
+//! it forks the sentry and the gofer, then `runsc start` and the agent's socket. With
+//! egress, the network namespace is made and wired first (see `net::netns`), and
+//! `runsc create` boots the sentry's network stack over it.
 
 use super::bundle::{self, Bundle};
 use super::GvisorRuntime;
 use crate::linux::cgroup::Limits;
 use crate::linux::{io, rootfs, sys};
-use crate::{RuntimeError, SandboxHandle, SandboxSpec};
+use crate::{NetworkMode, NetworkSpec, RuntimeError, SandboxHandle, SandboxSpec};
 use nix::mount::{mount, MsFlags};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -21,7 +23,11 @@ pub const PIDS_OVERHEAD: u32 = 256;
 /// Host memory the sentry and gofer need beyond the sandbox's own, in MiB.
 pub const MEMORY_OVERHEAD_MB: u32 = 128;
 
-pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+pub(super) fn start(
+    rt: &GvisorRuntime,
+    spec: &SandboxSpec,
+    network: &NetworkSpec,
+) -> Result<SandboxHandle, RuntimeError> {
     let layers = rt.linux.layer_stack(spec)?;
     let state_dir = rt.linux.sandboxes_dir().join(spec.id.to_string());
     std::fs::DirBuilder::new()
@@ -36,7 +42,7 @@ pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHan
         state_dir,
         host_id_base: 0,
     };
-    match launch(rt, spec, &layers, &mut handle) {
+    match launch(rt, spec, network, &layers, &mut handle) {
         Ok(()) => Ok(handle),
         Err(e) => {
             if let Err(cleanup) = super::destroy::destroy(rt, &handle) {
@@ -50,6 +56,7 @@ pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHan
 fn launch(
     rt: &GvisorRuntime,
     spec: &SandboxSpec,
+    network: &NetworkSpec,
     layers: &[PathBuf],
     handle: &mut SandboxHandle,
 ) -> Result<(), RuntimeError> {
@@ -63,6 +70,11 @@ fn launch(
         .create(&socket_dir)
         .map_err(io("creating the agent socket dir", &socket_dir))?;
     let root = rootfs::rootfs(&state_dir);
+    let netns = state_dir.join(rootfs::NETNS_FILE);
+    let egress = network.mode == NetworkMode::Egress;
+    if egress {
+        crate::linux::net::netns::wire_new(&rt.linux, spec.id, network, &netns, &root)?;
+    }
     bundle::write(
         &state_dir,
         &Bundle {
@@ -71,6 +83,7 @@ fn launch(
             agent_exe: &rt.linux.config.init_exe,
             hostname: &spec.hostname,
             host_usr: rt.linux.wants_host_usr(&spec.image),
+            netns: egress.then_some(netns.as_path()),
         },
     )?;
     let limits = Limits {
@@ -79,10 +92,9 @@ fn launch(
         pids_max: spec.pids_max.saturating_add(PIDS_OVERHEAD),
     };
     rt.linux.cgroups.create(spec.id, limits)?;
-    create_container(rt, spec, &state_dir)?;
+    create_container(rt, spec, &state_dir, egress)?;
     let id = spec.id.to_string();
-    rt.runsc
-        .run(Some(&state_dir.join("runsc.log")), &["start", &id])?;
+    start_container(rt, &state_dir, &id, egress)?;
     let pid_file = state_dir.join("sandbox.pid");
     let pid: i32 = std::fs::read_to_string(&pid_file)
         .map_err(io("reading the sandbox pid", &pid_file))?
@@ -100,6 +112,67 @@ fn launch(
     let path = state_dir.join("handle.json");
     std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())
         .map_err(io("writing the sandbox handle", &path))
+}
+
+/// `runsc start`. This runsc sets the sandbox's network up here (from its own flags),
+/// and first refuses a namespace where `/proc/sys/net/core/rmem_default` exists, taking
+/// it for the host's: kernels since about 6.8 show that file in every network namespace
+/// (gVisor issue 10704, fixed in releases after this one). With egress, `runsc start`
+/// therefore runs in a mount namespace of its own with an empty tmpfs over `/proc/sys/net`
+/// (it reads nothing there otherwise); the sentry, made by `create`, is not affected.
+fn start_container(
+    rt: &GvisorRuntime,
+    state_dir: &Path,
+    id: &str,
+    egress: bool,
+) -> Result<(), RuntimeError> {
+    let mut cmd = rt.runsc.command_with_network(
+        Some(&state_dir.join("runsc.log")),
+        network_flag(egress),
+        &["start", id],
+    );
+    if egress {
+        // SAFETY: the hook makes only raw syscalls (unshare, mount) on static C strings.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let none = std::ptr::null::<libc::c_char>();
+                let private = libc::MS_REC | libc::MS_PRIVATE;
+                if libc::mount(none, c"/".as_ptr(), none, private, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let tmpfs = c"tmpfs".as_ptr();
+                if libc::mount(tmpfs, c"/proc/sys/net".as_ptr(), tmpfs, 0, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let output = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| RuntimeError::AgentStart(format!("running runsc start: {e}")))?;
+    if !output.status.success() {
+        return Err(RuntimeError::AgentStart(format!(
+            "runsc start failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// runsc's `--network` for a sandbox with or without egress.
+fn network_flag(egress: bool) -> &'static str {
+    if egress {
+        "sandbox"
+    } else {
+        "none"
+    }
 }
 
 /// The overlay of `layers` (top first, used in place: overlayfs never writes a lower
@@ -134,6 +207,7 @@ fn create_container(
     rt: &GvisorRuntime,
     spec: &SandboxSpec,
     state_dir: &Path,
+    egress: bool,
 ) -> Result<(), RuntimeError> {
     let procs: Vec<CString> = rt
         .linux
@@ -150,8 +224,9 @@ fn create_container(
     let state = state_dir.display().to_string();
     let pid_file = state_dir.join("sandbox.pid").display().to_string();
     let id = spec.id.to_string();
-    let mut cmd = rt.runsc.command(
+    let mut cmd = rt.runsc.command_with_network(
         Some(&state_dir.join("runsc.log")),
+        network_flag(egress),
         &["create", "--bundle", &state, "--pid-file", &pid_file, &id],
     );
     cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
