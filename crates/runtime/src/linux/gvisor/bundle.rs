@@ -29,6 +29,9 @@ pub struct Bundle<'a> {
     /// The sandbox's network namespace (a file naming it), for egress: the sentry's
     /// network stack takes over its link (runsc `--network=sandbox`).
     pub netns: Option<&'a Path>,
+    /// Bind the root's own `/tmp` (a real directory there, never a symlink: a bind
+    /// source is resolved on the host).
+    pub bind_tmp: bool,
 }
 
 fn bind(source: &Path, destination: &str, writable: bool) -> Result<Mount, RuntimeError> {
@@ -117,6 +120,12 @@ pub fn spec(bundle: &Bundle) -> Result<Spec, RuntimeError> {
         false,
     )?);
     mounts.push(bind(bundle.socket_dir, SOCKET_DIR, true)?);
+    // The root's own /tmp, bound so that runsc does not mount a tmpfs of its own there
+    // (it does when the spec names no /tmp mount and the image's is empty): writes to
+    // /tmp then live in the sentry's memory, which captures and snapshots cannot see.
+    if bundle.bind_tmp {
+        mounts.push(bind(&bundle.rootfs.join("tmp"), "/tmp", true)?);
+    }
     spec.set_mounts(Some(mounts));
     if let Some(linux) = spec.linux_mut() {
         // Limits are the backend's own cgroup (runsc runs with --ignore-cgroups).
@@ -155,6 +164,7 @@ mod tests {
             hostname: "box",
             host_usr: false,
             netns: None,
+            bind_tmp: true,
         };
         let spec = spec(&bundle).expect("spec");
         let json = serde_json::to_value(&spec).expect("json");
@@ -173,6 +183,11 @@ mod tests {
             .expect("options")
             .contains(&"rw".into()));
         assert!(!mounts.iter().any(|m| m["destination"] == "/usr"));
+        let tmp = mounts
+            .iter()
+            .find(|m| m["destination"] == "/tmp")
+            .expect("/tmp bound (no runsc tmpfs)");
+        assert_eq!(tmp["source"], "/state/rootfs/tmp");
         assert!(!mounts.iter().any(|m| m["type"] == "cgroup"));
         let net = |json: &serde_json::Value| {
             json["linux"]["namespaces"]

@@ -70,6 +70,7 @@ fn launch(
         .create(&socket_dir)
         .map_err(io("creating the agent socket dir", &socket_dir))?;
     let root = rootfs::rootfs(&state_dir);
+    let bind_tmp = ensure_tmp(&root)?;
     let netns = state_dir.join(rootfs::NETNS_FILE);
     let egress = network.mode == NetworkMode::Egress;
     if egress {
@@ -84,6 +85,7 @@ fn launch(
             hostname: &spec.hostname,
             host_usr: rt.linux.wants_host_usr(&spec.image),
             netns: egress.then_some(netns.as_path()),
+            bind_tmp,
         },
     )?;
     let limits = Limits {
@@ -164,6 +166,21 @@ fn start_container(
         )));
     }
     Ok(())
+}
+
+/// The root's `/tmp` (world-writable, sticky), made in the upper dir when the image has
+/// none, for the bundle's `/tmp` bind; whether `/tmp` is a real directory (an image's
+/// symlink there is left alone and not bound: the host would resolve it).
+fn ensure_tmp(root: &Path) -> Result<bool, RuntimeError> {
+    let tmp = root.join("tmp");
+    if let Ok(meta) = tmp.symlink_metadata() {
+        return Ok(meta.is_dir());
+    }
+    let what = "creating the sandbox's /tmp";
+    std::fs::create_dir(&tmp).map_err(io(what, &tmp))?;
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+        .map_err(io(what, &tmp))?;
+    Ok(true)
 }
 
 /// runsc's `--network` for a sandbox with or without egress.
