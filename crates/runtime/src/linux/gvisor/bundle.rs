@@ -203,7 +203,7 @@ mod tests {
             netns: Some(Path::new("/state/netns")),
             ..bundle
         };
-        let json = serde_json::to_value(spec(&with_net).expect("spec")).expect("json");
+        let json = serde_json::to_value(super::spec(&with_net).expect("spec")).expect("json");
         assert_eq!(net(&json)["path"], "/state/netns");
     }
 }
