@@ -68,8 +68,8 @@ pub trait Runtime: Send + Sync + 'static {
     /// Thaws a frozen sandbox.
     fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
 
-    /// Whether [`Runtime::checkpoint`] can write a sandbox's memory to disk here.
-    fn can_checkpoint(&self) -> bool {
+    /// Whether [`Runtime::checkpoint`] can write this sandbox's memory to disk here.
+    fn can_checkpoint(&self, _handle: &SandboxHandle) -> bool {
         false
     }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 const TOUCHED_MB: usize = 64;
 
 pub fn main(data_dir: &Path, samples: usize) -> Result<()> {
-    let runtime = crate::runtime::open_gvisor(data_dir, DEFAULT_MAX_PTYS)?;
+    let runtime = crate::runtime::open_gvisor(data_dir, None, DEFAULT_MAX_PTYS)?;
     // A worker thread of its own: pooled agent connections notice at once that the
     // agent closed them at a pause to disk (on a current-thread runtime they would only
     // between block_on calls, and the next call would meet a dead connection).

@@ -105,6 +105,7 @@ pub(crate) fn open_engine(config: &ServerConfig) -> Result<(Arc<Engine>, Arc<Sql
         )?),
         Isolation::Gvisor => Arc::new(crate::runtime::open_gvisor(
             &config.data_dir,
+            config.resolvers.clone(),
             config.max_ptys_per_sandbox,
         )?),
     };
@@ -124,10 +125,9 @@ pub(crate) fn open_engine(config: &ServerConfig) -> Result<(Arc<Engine>, Arc<Sql
 
 /// Creates the sandbox, runs the command, destroys the sandbox; the exit status byte.
 async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
-    let network = match (args.network, config.isolation) {
-        (Some(NetworkArg::Egress), _) => NetworkMode::Egress,
-        (Some(NetworkArg::None), _) | (None, Isolation::Gvisor) => NetworkMode::None,
-        (None, Isolation::Container) => NetworkMode::Egress,
+    let network = match args.network {
+        Some(NetworkArg::Egress) | None => NetworkMode::Egress,
+        Some(NetworkArg::None) => NetworkMode::None,
     };
     if args.image != "default" {
         let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))

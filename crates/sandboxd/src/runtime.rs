@@ -22,23 +22,34 @@ pub fn open_linux(
         .with_context(|| format!("resolving data directory {}", data_dir.display()))?;
     let runtime = LinuxRuntime::new(linux_config(data_dir, max_ptys)?)
         .context("opening the Linux sandbox backend")?;
-    let mut net = NetConfig::from_host();
-    if let Some(resolvers) = resolvers {
-        net.resolvers = resolvers;
-    }
-    Ok(runtime.with_network(net))
+    Ok(runtime.with_network(net_config(resolvers)))
 }
 
 /// Opens the gVisor tier with its state under `data_dir` (the same layout as the Linux
-/// backend's: a data dir holds sandboxes of one tier); fails when `runsc` is missing.
-pub fn open_gvisor(data_dir: &Path, max_ptys: u32) -> Result<GvisorRuntime> {
+/// backend's: a data dir holds sandboxes of one tier), with egress networking as
+/// [`open_linux`]'s; fails when `runsc` is missing.
+pub fn open_gvisor(
+    data_dir: &Path,
+    resolvers: Option<Vec<Ipv4Addr>>,
+    max_ptys: u32,
+) -> Result<GvisorRuntime> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating data directory {}", data_dir.display()))?;
     let data_dir = data_dir
         .canonicalize()
         .with_context(|| format!("resolving data directory {}", data_dir.display()))?;
-    GvisorRuntime::new(linux_config(data_dir, max_ptys)?)
-        .context("opening the gVisor sandbox backend")
+    let runtime = GvisorRuntime::new(linux_config(data_dir, max_ptys)?)
+        .context("opening the gVisor sandbox backend")?;
+    Ok(runtime.with_network(net_config(resolvers)))
+}
+
+/// The host's network configuration, with `resolvers` when given.
+fn net_config(resolvers: Option<Vec<Ipv4Addr>>) -> NetConfig {
+    let mut net = NetConfig::from_host();
+    if let Some(resolvers) = resolvers {
+        net.resolvers = resolvers;
+    }
+    net
 }
 
 /// The backend configuration with this very binary as the sandbox init (and agent).

@@ -65,7 +65,7 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run(mut config: ServerConfig) -> Result<()> {
+async fn run(config: ServerConfig) -> Result<()> {
     let (runtime, linux): (Arc<dyn Runtime>, Option<Arc<LinuxRuntime>>) = match config.isolation {
         Isolation::Container => {
             let linux = Arc::new(
@@ -86,13 +86,11 @@ async fn run(mut config: ServerConfig) -> Result<()> {
             (linux.clone(), Some(linux))
         }
         Isolation::Gvisor => {
-            // gVisor sandboxes have no egress yet: the default network is none.
-            if config.network == sandboxd_engine::NetworkMode::Egress {
-                tracing::info!("gVisor tier: sandboxes default to network none");
-                config.network = sandboxd_engine::NetworkMode::None;
-            }
-            let gvisor =
-                crate::runtime::open_gvisor(&config.data_dir, config.max_ptys_per_sandbox)?;
+            let gvisor = crate::runtime::open_gvisor(
+                &config.data_dir,
+                config.resolvers.clone(),
+                config.max_ptys_per_sandbox,
+            )?;
             (Arc::new(gvisor), None)
         }
     };

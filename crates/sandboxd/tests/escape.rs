@@ -138,6 +138,117 @@ fn every_escape_attempt_from_inside_a_sandbox_is_refused() {
     }
 }
 
+/// The same attempts from a sandbox of the gVisor tier (skipped without runsc), against
+/// a second gVisor sandbox: every one must be refused there too.
+#[test]
+fn every_escape_attempt_from_inside_a_gvisor_sandbox_is_refused() {
+    use sandboxd_runtime::linux::gvisor::GvisorRuntime;
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    inherit_root_on_fd_9();
+    let probe = build_probe();
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = GvisorRuntime::new(sandboxd_runtime::linux::LinuxConfig {
+        data_dir: data.path().to_path_buf(),
+        init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
+        init_args: vec!["__sandbox-init".into()],
+        cgroup_parent: format!(
+            "sandboxd-test-{}",
+            data.path()
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("x")
+                .trim_start_matches('.')
+        ),
+        max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
+    })
+    .expect("gvisor runtime");
+    let a = rt.start(&spec("default")).expect("start a");
+    let b = rt.start(&spec("default")).expect("start b");
+    let marker =
+        std::env::temp_dir().join(format!("sandboxd-escape-marker-{}", uuid::Uuid::new_v4()));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let result = std::panic::catch_unwind(|| {
+        std::fs::write(&marker, "host secret").expect("plant marker");
+        let other_file = format!("/tmp/b-only-{}", b.id);
+        let (code, _) = agent_sh(&b, &format!("echo b > {other_file}"));
+        assert_eq!(code, Some(0));
+        let port = listener.local_addr().expect("addr").port();
+        let args = [
+            ("--host-pid", std::process::id().to_string()),
+            ("--marker", marker.display().to_string()),
+            ("--port", port.to_string()),
+            ("--other-path", b.state_dir.display().to_string()),
+            (
+                "--other-path",
+                b.state_dir.join("rootfs").display().to_string(),
+            ),
+            ("--other-socket", b.agent_socket.display().to_string()),
+            ("--other-file", other_file),
+        ];
+        let mut args: Vec<String> = args
+            .into_iter()
+            .flat_map(|(f, v)| [f.to_owned(), v])
+            .collect();
+        args.extend(host_strings(data.path(), &[a.id, b.id]));
+        let report = run_probe(&a, &probe, args);
+        println!("escape report (gVisor):\n{report}");
+        gvisor_differences(check_report(&report))
+    });
+    std::fs::remove_file(&marker).ok();
+    rt.destroy(&a).expect("destroy a");
+    rt.destroy(&b).expect("destroy b");
+    rt.cgroups().remove_parent_if_unused();
+    match result {
+        Ok(escaped) => assert!(escaped.is_empty(), "escapes:\n{}", escaped.join("\n")),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// The attempts that report differently under gVisor for a reason that is no way out,
+/// each with the exact result expected there. Anything else that reports "escaped", or
+/// one of these with another result, is returned as an escape.
+const GVISOR_EXPECTED: &[(&str, &str)] = &[
+    // Namespaces are the sentry's own (user-space) objects under gVisor: unsharing them
+    // never reaches the host kernel's namespace code, the surface the container tier
+    // forbids them for (its seccomp filter refuses them). runsc's own seccomp filter on
+    // the sentry still confines the host side.
+    ("unshare(CLONE_NEWUSER)", "succeeded"),
+    ("clone(CLONE_NEWUSER)", "succeeded"),
+    ("unshare(CLONE_NEWNS)", "succeeded"),
+    // This sentry's /proc/<pid>/status has no NoNewPrivs line; the flag itself is set
+    // (the OCI spec asks for it, and prctl(PR_GET_NO_NEW_PRIVS) answers 1 inside).
+    ("/proc/self/status NoNewPrivs is 1", "NoNewPrivs: missing"),
+    // The setuid copy of the host's `id` does not run as nobody under this runsc (not an
+    // escape: the probe calls it inconclusive); with no_new_privs set (above) a setuid
+    // bit raises nothing either, and credentials are the sentry's, not the host's.
+    (
+        "run a setuid-root copy of id as nobody",
+        "the copy did not run (test inconclusive)",
+    ),
+    // The sentry implements a uevent netlink socket of its own that never carries the
+    // host's events (no host socket behind it).
+    (
+        "socket(AF_NETLINK, NETLINK_KOBJECT_UEVENT)",
+        "opened as type 2",
+    ),
+];
+
+/// `escaped` (JSON lines) less the differences [`GVISOR_EXPECTED`] explains.
+fn gvisor_differences(escaped: Vec<String>) -> Vec<String> {
+    escaped
+        .into_iter()
+        .filter(|line| {
+            let a: serde_json::Value = serde_json::from_str(line).expect("attempt");
+            !GVISOR_EXPECTED
+                .iter()
+                .any(|(what, result)| a["attempt"] == *what && a["result"] == *result)
+        })
+        .collect()
+}
+
 /// A sandbox started from a warm init (made before its sandbox was known, under a
 /// `.warm-<key>` dir) shows as little of the host as a cold one, and holds no more
 /// descriptors.

@@ -66,7 +66,7 @@ impl Engine {
         };
         self.transition(&mut e, via)?;
         // Pause to disk where the backend can; resume restores what is on disk.
-        let to_disk = self.limits.pause_to_disk && self.runtime.can_checkpoint();
+        let to_disk = self.limits.pause_to_disk && self.runtime.can_checkpoint(&handle);
         // Writing or reading a memory image takes as long as the memory is big: the
         // snapshot's deadline, not the freezer's.
         let moves_memory = match dir {

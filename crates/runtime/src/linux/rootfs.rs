@@ -120,6 +120,9 @@ fn relative(state_dir: &Path, path: &Path) -> String {
         .to_string()
 }
 
+/// The file a sandbox's own network namespace is bound on (the gVisor tier's).
+pub const NETNS_FILE: &str = "netns";
+
 /// Detaches every mount `mount_root` may have made, and the disk (idempotent, best
 /// effort per mount).
 pub fn unmount_root(state_dir: &Path) -> Result<(), RuntimeError> {
@@ -129,6 +132,8 @@ pub fn unmount_root(state_dir: &Path) -> Result<(), RuntimeError> {
         targets.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
     }
     targets.push(disk::layer_dir(state_dir));
+    // A gVisor sandbox's network namespace, kept by a bind mount (see `net::netns`).
+    targets.push(state_dir.join(NETNS_FILE));
     for target in targets {
         if target.exists() {
             sys::detach(&target).map_err(io("unmounting", &target))?;

@@ -3,7 +3,9 @@
 //! read-only under `/.sandboxd`, and the agent's socket directory bound from the host.
 
 use crate::RuntimeError;
-use oci_spec::runtime::{Mount, MountBuilder, ProcessBuilder, RootBuilder, Spec, UserBuilder};
+use oci_spec::runtime::{
+    LinuxNamespaceType, Mount, MountBuilder, ProcessBuilder, RootBuilder, Spec, UserBuilder,
+};
 use std::path::{Path, PathBuf};
 
 /// Where the agent's files appear inside the sandbox (a capture leaves this dir out).
@@ -27,6 +29,12 @@ pub struct Bundle<'a> {
     pub hostname: &'a str,
     /// Bind the host's /usr read-only over the root's (the built-in image).
     pub host_usr: bool,
+    /// The sandbox's network namespace (a file naming it), for egress: the sentry's
+    /// network stack takes over its link (runsc `--network=sandbox`).
+    pub netns: Option<&'a Path>,
+    /// Bind the root's own `/tmp` (a real directory there, never a symlink: a bind
+    /// source is resolved on the host).
+    pub bind_tmp: bool,
 }
 
 fn bind(source: &Path, destination: &str, writable: bool) -> Result<Mount, RuntimeError> {
@@ -115,11 +123,24 @@ pub fn spec(bundle: &Bundle) -> Result<Spec, RuntimeError> {
         false,
     )?);
     mounts.push(bind(bundle.socket_dir, SOCKET_DIR, true)?);
+    // The root's own /tmp, bound so that runsc does not mount a tmpfs of its own there
+    // (it does when the spec names no /tmp mount and the image's is empty): writes to
+    // /tmp then live in the sentry's memory, which captures and snapshots cannot see.
+    if bundle.bind_tmp {
+        mounts.push(bind(&bundle.rootfs.join("tmp"), "/tmp", true)?);
+    }
     spec.set_mounts(Some(mounts));
     if let Some(linux) = spec.linux_mut() {
         // Limits are the backend's own cgroup (runsc runs with --ignore-cgroups).
         linux.set_resources(None);
         linux.set_cgroups_path(None);
+        if let (Some(netns), Some(namespaces)) = (bundle.netns, linux.namespaces_mut().as_mut()) {
+            for ns in namespaces.iter_mut() {
+                if ns.typ() == LinuxNamespaceType::Network {
+                    ns.set_path(Some(netns.to_path_buf()));
+                }
+            }
+        }
     }
     Ok(spec)
 }
@@ -145,6 +166,8 @@ mod tests {
             agent_exe: Path::new("/usr/bin/sandboxd"),
             hostname: "box",
             host_usr: false,
+            netns: None,
+            bind_tmp: true,
         };
         let spec = spec(&bundle).expect("spec");
         let json = serde_json::to_value(&spec).expect("json");
@@ -163,6 +186,27 @@ mod tests {
             .expect("options")
             .contains(&"rw".into()));
         assert!(!mounts.iter().any(|m| m["destination"] == "/usr"));
+        let tmp = mounts
+            .iter()
+            .find(|m| m["destination"] == "/tmp")
+            .expect("/tmp bound (no runsc tmpfs)");
+        assert_eq!(tmp["source"], "/state/rootfs/tmp");
         assert!(!mounts.iter().any(|m| m["type"] == "cgroup"));
+        let net = |json: &serde_json::Value| {
+            json["linux"]["namespaces"]
+                .as_array()
+                .expect("namespaces")
+                .iter()
+                .find(|n| n["type"] == "network")
+                .expect("a network namespace")
+                .clone()
+        };
+        assert_eq!(net(&json).get("path"), None, "network none: a new netns");
+        let with_net = Bundle {
+            netns: Some(Path::new("/state/netns")),
+            ..bundle
+        };
+        let json = serde_json::to_value(super::spec(&with_net).expect("spec")).expect("json");
+        assert_eq!(net(&json)["path"], "/state/netns");
     }
 }

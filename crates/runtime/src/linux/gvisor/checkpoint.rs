@@ -12,7 +12,7 @@
 
 use super::bundle::QUIESCED;
 use super::{start, GvisorRuntime};
-use crate::linux::{io, sys};
+use crate::linux::{io, rootfs, sys};
 use crate::{RuntimeError, SandboxHandle};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -45,6 +45,13 @@ pub(super) fn checkpoint(
 ) -> Result<SandboxHandle, RuntimeError> {
     if on_disk(handle) {
         return Ok(handle.clone());
+    }
+    if handle.state_dir.join(rootfs::NETNS_FILE).exists() {
+        return Err(RuntimeError::CannotCheckpoint(
+            "a gVisor sandbox with egress networking cannot be written to disk with this \
+             runsc (its restore cannot set the network up again); it is paused in memory"
+                .into(),
+        ));
     }
     let id = handle.id.to_string();
     // Frozen in memory: it runs a moment to let go of its socket.
@@ -120,7 +127,7 @@ pub(super) fn restore(
         &id,
     ];
     let mut live = handle.clone();
-    let restored = start::run_in_cgroup(rt, handle.id, &handle.state_dir, &args)
+    let restored = start::run_in_cgroup(rt, handle.id, &handle.state_dir, &args, false)
         .and_then(|()| relisten(rt, handle))
         .and_then(|()| start::attach(&mut live));
     if let Err(e) = restored {

@@ -1,5 +1,6 @@
 //! `destroy` on gVisor: kill the sentry and gofer through the sandbox's cgroup, reap
-//! them, drop runsc's state, unmount the root and remove the state dir. Works from the
+//! them, drop runsc's state, unmount the root (and the netns file), remove the state
+//! dir, and remove the network's link, rules and lease. Works from the
 //! handle alone and is idempotent.
 
 use super::GvisorRuntime;
@@ -42,14 +43,17 @@ pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), 
     }
     disk::release(&handle.state_dir)?;
     match std::fs::remove_dir_all(&handle.state_dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(RuntimeError::Io {
-            what: "removing the sandbox state dir",
-            path: handle.state_dir.clone(),
-            source,
-        }),
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(RuntimeError::Io {
+                what: "removing the sandbox state dir",
+                path: handle.state_dir.clone(),
+                source,
+            })
+        }
     }
+    crate::linux::net::detach(&rt.linux, id)
 }
 
 /// Reaps those of `pids` that are our children (the sentry and gofer are: runsc create

@@ -15,7 +15,13 @@
 //! the agent protocol and the engine's client unchanged, needs no network inside, and
 //! the socket lives in the 0700 state dir like a container's.
 //!
-//! Networking: sandboxes get only loopback (runsc `--network=none`); egress is refused.
+//! Networking: without egress a sandbox has only gVisor's loopback (runsc
+//! `--network=none`). With egress it gets the container tier's veth from the same pool
+//! under the same nftables chain, its inner end in a network namespace made before the
+//! sandbox; runsc (`--network=sandbox`, the OCI spec naming that namespace) boots the
+//! sentry's own network stack over it, which takes the link's address and default
+//! route. The host kernel's stack in that namespace then carries no address of its
+//! own: the sandbox's TCP/IP is gVisor's, and only its packets cross the veth.
 
 mod bundle;
 pub mod checkpoint;
@@ -25,8 +31,8 @@ mod start;
 
 use super::{capture, layers::remove_tree, LinuxConfig, LinuxRuntime};
 use crate::{
-    DiskSpace, ExitWatch, ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle,
-    SandboxSpec,
+    DiskSpace, ExitWatch, ImageLayers, Layer, NetworkMode, NetworkSpec, ResourceUsage, Runtime,
+    RuntimeError, SandboxHandle, SandboxSpec,
 };
 use runsc::Runsc;
 use std::collections::HashSet;
@@ -78,7 +84,19 @@ impl GvisorRuntime {
         snapshot: &checkpoint::MemorySnapshot,
     ) -> Result<SandboxHandle, RuntimeError> {
         crate::faults::check("start.gvisor")?;
-        start::start_from(self, spec, Some(&snapshot.image))
+        start::start_from(self, spec, &NetworkSpec::none(), Some(&snapshot.image))
+    }
+
+    /// Enables egress networking for [`Runtime::start_with_network`] (the container
+    /// tier's pool, policy and host state).
+    pub fn with_network(mut self, config: super::NetConfig) -> Self {
+        self.linux = self.linux.with_network(config);
+        self
+    }
+
+    /// The sandbox's own address when it has egress networking.
+    pub fn sandbox_address(&self, id: Uuid) -> Option<std::net::Ipv4Addr> {
+        self.linux.sandbox_address(id)
     }
 
     /// Whether `runsc` is installed (on `PATH`).
@@ -113,7 +131,19 @@ impl Runtime for GvisorRuntime {
 
     fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
         crate::faults::check("start.gvisor")?;
-        start::start(self, spec)
+        start::start(self, spec, &NetworkSpec::none())
+    }
+
+    fn start_with_network(
+        &self,
+        spec: &SandboxSpec,
+        network: &NetworkSpec,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        if network.mode == NetworkMode::None {
+            return self.start(spec);
+        }
+        crate::faults::check("start.gvisor")?;
+        start::start(self, spec, network)
     }
 
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
@@ -129,8 +159,11 @@ impl Runtime for GvisorRuntime {
         }
     }
 
-    fn can_checkpoint(&self) -> bool {
-        true
+    fn can_checkpoint(&self, handle: &SandboxHandle) -> bool {
+        // A sandbox with egress is frozen in memory instead: this runsc's restore would
+        // set its network up again from flags and the namespace, which it refuses here
+        // (see `start::start_container`), so it could not come back from disk.
+        !handle.state_dir.join(super::rootfs::NETNS_FILE).exists()
     }
 
     fn is_checkpointed(&self, handle: &SandboxHandle) -> bool {

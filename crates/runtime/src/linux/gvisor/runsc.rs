@@ -1,5 +1,6 @@
-//! Running `runsc` with the backend's global flags: the ptrace platform, no network,
-//! host Unix sockets the sandbox creates (the agent's), no cgroups of its own, no overlay
+//! Running `runsc` with the backend's global flags: the ptrace platform, no network
+//! (or, for a `create` with egress, gVisor's own stack over the sandbox's netns), host
+//! Unix sockets the sandbox creates (the agent's), no cgroups of its own, no overlay
 //! of its own (writes reach the host overlay's upper dir, which captures copy).
 
 use crate::RuntimeError;
@@ -26,11 +27,24 @@ pub fn find() -> Option<PathBuf> {
 impl Runsc {
     /// A `runsc` command with the global flags, `args` after them.
     pub fn command(&self, log: Option<&Path>, args: &[&str]) -> Command {
+        self.command_with_network(log, "none", args)
+    }
+
+    /// [`Runsc::command`] with `--network=<network>`: `sandbox` makes the sentry's own
+    /// network stack take over the interfaces, addresses and routes of the network
+    /// namespace the OCI spec names (it matters to `create` and `start`: this runsc
+    /// sets the sandbox's network up when it starts the root container).
+    pub fn command_with_network(
+        &self,
+        log: Option<&Path>,
+        network: &str,
+        args: &[&str],
+    ) -> Command {
         let mut cmd = Command::new(&self.exe);
         cmd.arg(format!("--root={}", self.root.display()))
             .args([
                 "--platform=ptrace",
-                "--network=none",
+                &format!("--network={network}"),
                 "--host-uds=create",
                 "--ignore-cgroups",
                 "--overlay2=none",
@@ -54,8 +68,18 @@ impl Runsc {
 
     /// Runs `args` to completion; an error carries runsc's stderr.
     pub fn run(&self, log: Option<&Path>, args: &[&str]) -> Result<Output, RuntimeError> {
+        self.run_with_network(log, "none", args)
+    }
+
+    /// [`Runsc::run`] with `--network=<network>` (see [`Runsc::command_with_network`]).
+    pub fn run_with_network(
+        &self,
+        log: Option<&Path>,
+        network: &str,
+        args: &[&str],
+    ) -> Result<Output, RuntimeError> {
         let output = self
-            .command(log, args)
+            .command_with_network(log, network, args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .output()

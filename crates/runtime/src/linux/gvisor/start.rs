@@ -1,12 +1,14 @@
 //! `start` on gVisor: the overlay root mounted by the host (so captures and disk limits
 //! work as on the container tier), the sandbox's cgroup joined by `runsc create` before
-//! it forks the sentry and the gofer, then `runsc start` and the agent's socket.
+//! it forks the sentry and the gofer, then `runsc start` and the agent's socket. With
+//! egress, the network namespace is made and wired first (see `net::netns`), and
+//! `runsc create` boots the sentry's network stack over it.
 
 use super::bundle::{self, Bundle};
 use super::GvisorRuntime;
 use crate::linux::cgroup::Limits;
 use crate::linux::{io, rootfs, sys};
-use crate::{RuntimeError, SandboxHandle, SandboxSpec};
+use crate::{NetworkMode, NetworkSpec, RuntimeError, SandboxHandle, SandboxSpec};
 use nix::mount::{mount, MsFlags};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -21,8 +23,12 @@ pub const PIDS_OVERHEAD: u32 = 256;
 /// Host memory the sentry and gofer need beyond the sandbox's own, in MiB.
 pub const MEMORY_OVERHEAD_MB: u32 = 128;
 
-pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
-    start_from(rt, spec, None)
+pub(super) fn start(
+    rt: &GvisorRuntime,
+    spec: &SandboxSpec,
+    network: &NetworkSpec,
+) -> Result<SandboxHandle, RuntimeError> {
+    start_from(rt, spec, network, None)
 }
 
 /// Starts a sandbox as [`start`] does, or, with `image`, by restoring that memory image
@@ -31,6 +37,7 @@ pub(super) fn start(rt: &GvisorRuntime, spec: &SandboxSpec) -> Result<SandboxHan
 pub(super) fn start_from(
     rt: &GvisorRuntime,
     spec: &SandboxSpec,
+    network: &NetworkSpec,
     image: Option<&Path>,
 ) -> Result<SandboxHandle, RuntimeError> {
     let (layers, pin) = rt.linux.layer_stack(spec)?;
@@ -52,7 +59,7 @@ pub(super) fn start_from(
         host_id_base: 0,
         warm: false,
     };
-    match launch(rt, spec, &layers, &mut handle, image) {
+    match launch(rt, spec, network, &layers, &mut handle, image) {
         Ok(()) => Ok(handle),
         Err(e) => {
             if let Err(cleanup) = super::destroy::destroy(rt, &handle) {
@@ -66,6 +73,7 @@ pub(super) fn start_from(
 fn launch(
     rt: &GvisorRuntime,
     spec: &SandboxSpec,
+    network: &NetworkSpec,
     layers: &[PathBuf],
     handle: &mut SandboxHandle,
     image: Option<&Path>,
@@ -80,6 +88,12 @@ fn launch(
         .create(&socket_dir)
         .map_err(io("creating the agent socket dir", &socket_dir))?;
     let root = rootfs::rootfs(&state_dir);
+    let bind_tmp = ensure_tmp(&root)?;
+    let netns = state_dir.join(rootfs::NETNS_FILE);
+    let egress = network.mode == NetworkMode::Egress;
+    if egress {
+        crate::linux::net::netns::wire_new(&rt.linux, spec.id, network, &netns, &root)?;
+    }
     bundle::write(
         &state_dir,
         &Bundle {
@@ -88,6 +102,8 @@ fn launch(
             agent_exe: &rt.linux.config.init_exe,
             hostname: &spec.hostname,
             host_usr: rt.linux.wants_host_usr(&spec.image),
+            netns: egress.then_some(netns.as_path()),
+            bind_tmp,
         },
     )?;
     let limits = Limits {
@@ -102,9 +118,8 @@ fn launch(
     match image {
         None => {
             let create = ["create", "--bundle", &state, "--pid-file", &pid_file, &id];
-            run_in_cgroup(rt, spec.id, &state_dir, &create)?;
-            rt.runsc
-                .run(Some(&state_dir.join("runsc.log")), &["start", &id])?;
+            run_in_cgroup(rt, spec.id, &state_dir, &create, egress)?;
+            start_container(rt, &state_dir, &id, egress)?;
         }
         Some(image) => {
             let image = image.display().to_string();
@@ -119,7 +134,7 @@ fn launch(
                 &pid_file,
                 &id,
             ];
-            run_in_cgroup(rt, spec.id, &state_dir, &restore)?;
+            run_in_cgroup(rt, spec.id, &state_dir, &restore, egress)?;
             super::checkpoint::relisten(rt, handle)?;
         }
     }
@@ -151,6 +166,82 @@ pub(super) fn save_handle(handle: &SandboxHandle) -> Result<(), RuntimeError> {
     let path = handle.state_dir.join("handle.json");
     std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())
         .map_err(io("writing the sandbox handle", &path))
+}
+
+/// `runsc start`. This runsc sets the sandbox's network up here (from its own flags),
+/// and first refuses a namespace where `/proc/sys/net/core/rmem_default` exists, taking
+/// it for the host's: kernels since about 6.8 show that file in every network namespace
+/// (gVisor issue 10704, fixed in releases after this one). With egress, `runsc start`
+/// therefore runs in a mount namespace of its own with an empty tmpfs over `/proc/sys/net`
+/// (it reads nothing there otherwise); the sentry, made by `create`, is not affected.
+fn start_container(
+    rt: &GvisorRuntime,
+    state_dir: &Path,
+    id: &str,
+    egress: bool,
+) -> Result<(), RuntimeError> {
+    let mut cmd = rt.runsc.command_with_network(
+        Some(&state_dir.join("runsc.log")),
+        network_flag(egress),
+        &["start", id],
+    );
+    if egress {
+        // SAFETY: the hook makes only raw syscalls (unshare, mount) on static C strings.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let none = std::ptr::null::<libc::c_char>();
+                let private = libc::MS_REC | libc::MS_PRIVATE;
+                if libc::mount(none, c"/".as_ptr(), none, private, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let tmpfs = c"tmpfs".as_ptr();
+                if libc::mount(tmpfs, c"/proc/sys/net".as_ptr(), tmpfs, 0, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let output = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| RuntimeError::AgentStart(format!("running runsc start: {e}")))?;
+    if !output.status.success() {
+        return Err(RuntimeError::AgentStart(format!(
+            "runsc start failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// The root's `/tmp` (world-writable, sticky), made in the upper dir when the image has
+/// none, for the bundle's `/tmp` bind; whether `/tmp` is a real directory (an image's
+/// symlink there is left alone and not bound: the host would resolve it).
+fn ensure_tmp(root: &Path) -> Result<bool, RuntimeError> {
+    let tmp = root.join("tmp");
+    if let Ok(meta) = tmp.symlink_metadata() {
+        return Ok(meta.is_dir());
+    }
+    let what = "creating the sandbox's /tmp";
+    std::fs::create_dir(&tmp).map_err(io(what, &tmp))?;
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+        .map_err(io(what, &tmp))?;
+    Ok(true)
+}
+
+/// runsc's `--network` for a sandbox with or without egress.
+fn network_flag(egress: bool) -> &'static str {
+    if egress {
+        "sandbox"
+    } else {
+        "none"
+    }
 }
 
 /// The overlay of `layers` (top first, used in place: overlayfs never writes a lower
@@ -187,6 +278,7 @@ pub(super) fn run_in_cgroup(
     id: uuid::Uuid,
     state_dir: &Path,
     args: &[&str],
+    egress: bool,
 ) -> Result<(), RuntimeError> {
     let procs: Vec<CString> = rt
         .linux
@@ -204,7 +296,9 @@ pub(super) fn run_in_cgroup(
     let err = out
         .try_clone()
         .map_err(io("opening the agent log", &out_path))?;
-    let mut cmd = rt.runsc.command(Some(&state_dir.join("runsc.log")), args);
+    let mut cmd =
+        rt.runsc
+            .command_with_network(Some(&state_dir.join("runsc.log")), network_flag(egress), args);
     cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
     // SAFETY: the hook only calls open/write/close (async-signal-safe) on prepared paths.
     unsafe {

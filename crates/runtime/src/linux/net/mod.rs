@@ -8,6 +8,7 @@ mod inner;
 mod libnft;
 mod link;
 mod netlink;
+pub(super) mod netns;
 mod nft;
 pub(super) mod policy;
 pub(super) mod spares;

@@ -1,0 +1,184 @@
+//! Egress networking on the gVisor tier: the container tier's veth, pool and nftables
+//! policy, with gVisor's own network stack inside the sandbox's network namespace.
+//! Against the fake "internet" host of `fakenet` (a network namespace this test makes);
+//! no traffic leaves the machine. Skipped where runsc is missing.
+
+mod common;
+mod fakenet;
+
+use common::agent_sh;
+use fakenet::{link_exists, FakeNet, PROBE};
+use sandboxd_runtime::linux::gvisor::GvisorRuntime;
+use sandboxd_runtime::linux::{LinuxConfig, NetConfig};
+use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime, SandboxHandle};
+use std::net::{Ipv4Addr, TcpListener};
+use std::process::{Command, Stdio};
+
+/// The tier with egress, destroying what a failed test left (network included) and
+/// its cgroup parent when dropped.
+struct Gvisor(GvisorRuntime);
+
+impl Drop for Gvisor {
+    fn drop(&mut self) {
+        for handle in self.0.stored_handles() {
+            let _ = self.0.destroy(&handle);
+        }
+        self.0.cgroups().remove_parent_if_unused();
+    }
+}
+
+fn gvisor(data_dir: &std::path::Path, net: NetConfig) -> Option<Gvisor> {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return None;
+    }
+    let rt = GvisorRuntime::new(LinuxConfig {
+        data_dir: data_dir.to_path_buf(),
+        init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
+        init_args: vec!["__sandbox-init".into()],
+        cgroup_parent: format!(
+            "sandboxd-test-{}",
+            data_dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("x")
+                .trim_start_matches('.')
+        ),
+        max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
+    })
+    .expect("gvisor runtime");
+    Some(Gvisor(rt.with_network(net)))
+}
+
+fn probe(handle: &SandboxHandle, host: &str, port: u16) -> String {
+    common::python_probe(handle, PROBE, host, port)
+}
+
+fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {
+    let rules = |l: &[&str]| l.iter().map(|r| r.parse().expect("rule")).collect();
+    EgressPolicy {
+        allow: rules(allow),
+        deny: rules(deny),
+    }
+}
+
+fn nft_has_chain(id: uuid::Uuid) -> bool {
+    let chain = format!("sb_{}", &id.simple().to_string()[..12]);
+    Command::new("nft")
+        .args(["list", "chain", "inet", "sandboxd", &chain])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+#[test]
+fn gvisor_egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
+    let fake = FakeNet::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = NetConfig::from_host();
+    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
+    let Some(rt) = gvisor(dir.path(), config) else {
+        return;
+    };
+    let loopback = TcpListener::bind("127.0.0.1:0").expect("loopback listener");
+    let any = TcpListener::bind("0.0.0.0:0").expect("host listener");
+
+    // As on the container tier: the workspace layer allows the fake host's /29 and
+    // denies bad.test; the sandbox layer denies .3.
+    let layers = vec![
+        policy(&[&format!("{}.0/29", fake.prefix)], &["bad.test"]),
+        policy(&[], &[&fake.addr(3)]),
+    ];
+    let a =
+        rt.0.start_with_network(&common::spec("default"), &NetworkSpec::egress(layers))
+            .expect("start a");
+    let a_addr = rt.0.sandbox_address(a.id).expect("a address");
+    let gateway = Ipv4Addr::from(u32::from(a_addr) - 1).to_string();
+
+    // gVisor's stack owns the address: the sandbox sees it on its eth0.
+    let (code, out) = agent_sh(&a, "cat /proc/net/dev");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("eth0"), "no eth0 under gVisor: {out}");
+    // ...and the host kernel's stack in that namespace keeps none (netstack took it).
+    let host_view = Command::new("nsenter")
+        .arg(format!("--net={}", a.state_dir.join("netns").display()))
+        .args(["ip", "-4", "-o", "addr", "show", "eth0"])
+        .output()
+        .expect("nsenter");
+    let host_view = String::from_utf8_lossy(&host_view.stdout);
+    assert!(
+        !host_view.contains(&a_addr.to_string()),
+        "the host stack still holds the address: {host_view}"
+    );
+
+    let results = [
+        ("fake host by address", probe(&a, &fake.addr(2), 8080)),
+        ("fake host by name (UDP DNS)", probe(&a, "good.test", 8080)),
+        ("denied CIDR", probe(&a, &fake.addr(3), 8080)),
+        ("denied domain", probe(&a, "bad.test", 8080)),
+        (
+            "host loopback API",
+            probe(&a, "127.0.0.1", loopback.local_addr().expect("port").port()),
+        ),
+        (
+            "host via gateway",
+            probe(&a, &gateway, any.local_addr().expect("port").port()),
+        ),
+        (
+            "host via its fake-net address",
+            probe(&a, &fake.addr(1), any.local_addr().expect("port").port()),
+        ),
+    ];
+    let ok = |host: u8| format!("ok {} hello", fake.addr(host));
+    assert_eq!(results[0].1, ok(2), "{results:?}");
+    assert_eq!(results[1].1, ok(2), "{results:?}");
+    assert!(results[2].1.starts_with("err"), "{results:?}");
+    assert!(
+        results[3].1.starts_with(&format!("err {}", fake.addr(4))),
+        "bad.test resolves but must not connect: {results:?}"
+    );
+    for (what, got) in &results[4..7] {
+        assert!(got.starts_with("err"), "{what} reachable: {got}");
+    }
+
+    // Without policy layers of its own, b reaches .3 (a's policy is a's only).
+    let b =
+        rt.0.start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+            .expect("start b");
+    assert_eq!(probe(&b, &fake.addr(3), 8080), ok(3));
+    let b_addr = rt.0.sandbox_address(b.id).expect("b address").to_string();
+    assert!(
+        fake.probe(&b_addr, 8080).starts_with("err"),
+        "the outside connects into b"
+    );
+
+    for handle in [&a, &b] {
+        rt.0.destroy(handle).expect("destroy");
+        assert!(!link_exists(&handle.id.to_string()), "veth left behind");
+        assert!(!nft_has_chain(handle.id), "nft chain left behind");
+        assert_eq!(rt.0.sandbox_address(handle.id), None, "lease left behind");
+        assert_eq!(
+            common::mounts_under(&handle.state_dir),
+            Vec::<String>::new(),
+            "netns mount left behind"
+        );
+    }
+}
+
+#[test]
+fn gvisor_network_none_has_only_loopback() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(dir.path(), NetConfig::from_host()) else {
+        return;
+    };
+    let handle =
+        rt.0.start_with_network(&common::spec("default"), &NetworkSpec::none())
+            .expect("start");
+    assert_eq!(rt.0.sandbox_address(handle.id), None);
+    let (code, out) = agent_sh(&handle, "cat /proc/net/dev");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("eth0"), "an interface without egress: {out}");
+    rt.0.destroy(&handle).expect("destroy");
+}
