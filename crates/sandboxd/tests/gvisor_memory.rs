@@ -191,7 +191,8 @@ fn a_gvisor_server_pauses_to_disk_keeps_it_paused_across_a_restart_and_resumes_i
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().canonicalize().expect("canonical");
     let _leftovers = ServerLeftovers(data.clone());
-    let env = [("SANDBOXD_ISOLATION", "gvisor")];
+    // Without egress: a sandbox with egress pauses in memory (the next test).
+    let env = [("SANDBOXD_ISOLATION", "gvisor"), ("SANDBOXD_NETWORK", "none")];
     let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
     let body = serde_json::json!({"name": "counter", "vcpu": 1, "memoryMb": 256});
     let id = server.create_sandbox(MASTER, &body);
@@ -307,4 +308,52 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
     rt.delete_layer(&snapshot.layer.digest)
         .expect("delete layer");
     std::fs::remove_dir_all(&dest).expect("remove the snapshot");
+}
+
+/// This runsc cannot restore a sandbox's network, so a sandbox with egress pauses in
+/// memory (frozen, its sentry still there) and resumes from there, never lost.
+#[test]
+fn a_gvisor_sandbox_with_egress_pauses_in_memory_and_resumes() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let env = [("SANDBOXD_ISOLATION", "gvisor"), ("SANDBOXD_NETWORK", "egress")];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let body = serde_json::json!({"name": "counter", "vcpu": 1, "memoryMb": 256});
+    let id = server.create_sandbox(MASTER, &body);
+    assert!(
+        data.join(format!("sandboxes/{id}/netns")).exists(),
+        "the sandbox has no network namespace of its own"
+    );
+    let background = format!("setsid sh -c '{COUNTER}' </dev/null >/dev/null 2>&1 &");
+    let (code, out) = server.exec(MASTER, &id, &["/bin/sh", "-c", &background]);
+    assert_eq!(code, 0, "{out}");
+    common::wait_for("the counter counts", || server_count(&server, &id) >= 5);
+
+    let r = server.request("POST", &format!("/v2/sandboxes/{id}/pause"), MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
+    assert!(
+        !processes_under(&data).is_empty(),
+        "the sentry is gone: it went to disk"
+    );
+    assert!(
+        !data.join(format!("sandboxes/{id}/memory")).exists(),
+        "a memory image was written"
+    );
+    let r = server.request("POST", &format!("/v2/sandboxes/{id}/resume"), MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"]["status"], "RUNNING", "{}", r.text());
+    let resumed = server_count(&server, &id);
+    common::wait_for("the counter continues", || {
+        server_count(&server, &id) > resumed
+    });
+    server.destroy(MASTER, &id);
+    common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
