@@ -80,7 +80,10 @@ fn thousands_of_half_requests_leave_the_api_answering() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let after = loop {
         let after = rss_kib(server.pid());
-        if after < before + 32 * 1024 || Instant::now() > deadline {
+        // Both promises, waited for: the trim runs every few seconds, so the first
+        // reading may come before it (when the connections cost little, the bound alone
+        // held at once and the check below raced the trim).
+        if (after < before + 32 * 1024 && after < during) || Instant::now() > deadline {
             break after;
         }
         std::thread::sleep(Duration::from_millis(250));
