@@ -91,6 +91,8 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         .context("building the async runtime")?;
     let code = rt.block_on(run(config, &args))?;
     rt.shutdown_timeout(Duration::from_secs(1));
+    // Earlier runs' disk images, removed in the background since the start.
+    sandboxd_runtime::linux::wait_for_disk_trash();
     Ok(ExitCode::from(code))
 }
 

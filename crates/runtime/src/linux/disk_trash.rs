@@ -76,6 +76,14 @@ pub fn empty_in_background(trash: &Path) {
     }
 }
 
+/// Waits until this process's emptying thread, if any, is done (a short-lived process
+/// calls this before it exits, so that the emptying it started is not cut short).
+pub fn wait_idle() {
+    while EMPTYING.load(Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,6 +62,13 @@ pub struct LinuxConfig {
     pub max_ptys_per_sandbox: u32,
 }
 
+/// Waits for this process's removal of discarded disk images (the leftovers of earlier
+/// processes, removed on a background thread when a runtime opens the data dir) to
+/// finish: a short-lived process calls this before it exits.
+pub fn wait_for_disk_trash() {
+    disk_trash::wait_idle();
+}
+
 /// The Linux-native [`Runtime`].
 pub struct LinuxRuntime {
     config: LinuxConfig,
