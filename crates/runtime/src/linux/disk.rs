@@ -289,9 +289,9 @@ fn holders(state_dir: &Path, img: &Path) -> Vec<String> {
 }
 
 /// After the layer is unmounted: waits until the kernel has released the image's loop
-/// device (autoclear runs once the sandbox's mount namespace is gone), then moves the
-/// image to the trash (see `disk_trash`), emptied now on a background thread unless
-/// `defer` leaves it to the next runtime that opens the data dir.
+/// device (autoclear runs once the sandbox's mount namespace is gone), then deletes it,
+/// so that its space is back when destroy returns; with `defer`, moves it to the trash
+/// (see `disk_trash`) for the next runtime that opens the data dir to delete.
 ///
 /// Known limit: a sandbox started while this one's disk was mounted holds a locked copy
 /// of that mount under its detached host root (pinned by the agent's executable) until
@@ -314,14 +314,10 @@ pub fn release(state_dir: &Path, defer: bool) -> Result<(), RuntimeError> {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    let trash = super::disk_trash::dir_of_state(state_dir);
-    if !super::disk_trash::discard(&img, &trash) {
-        return std::fs::remove_file(&img).map_err(io("removing the disk image", &img));
+    if defer && super::disk_trash::discard(&img, &super::disk_trash::dir_of_state(state_dir)) {
+        return Ok(());
     }
-    if !defer {
-        super::disk_trash::empty_in_background(&trash);
-    }
-    Ok(())
+    std::fs::remove_file(&img).map_err(io("removing the disk image", &img))
 }
 
 #[cfg(test)]

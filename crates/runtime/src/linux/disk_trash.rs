@@ -1,12 +1,12 @@
-//! Disk images of destroyed sandboxes, moved out of the way so that destroy does not
-//! wait for the host filesystem to free them (unlinking a 10 GiB sparse image takes tens
-//! of milliseconds).
+//! Disk images of destroyed sandboxes, moved out of the way so that a short-lived process
+//! (`sandboxd run`) does not wait for the host filesystem to free them (unlinking a
+//! 10 GiB sparse image takes tens of milliseconds).
 //!
-//! Destroy renames the image into `<data dir>/disk-trash/` (same filesystem: a rename
-//! is cheap). A runtime empties that dir on a background thread when it opens the data dir
-//! (so whatever a killed process left is removed by the next one), and, unless it defers
-//! removal (`sandboxd run`, whose process would only wait for that thread at exit), after
-//! each destroy. Every file there is garbage: a rename moves a whole image atomically.
+//! Such a destroy renames the image into `<data dir>/disk-trash/` (same filesystem: a
+//! rename is cheap). Every runtime empties that dir on a background thread when it opens
+//! the data dir, so the next process (a run, or the server starting) deletes what earlier
+//! ones left, killed ones included. Every file there is garbage: a rename moves a whole
+//! image atomically. A server's destroys delete at once: its space is back on return.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +25,7 @@ pub fn dir_of_state(state_dir: &Path) -> PathBuf {
         .unwrap_or(state_dir))
 }
 
-/// One emptying thread per process at a time; a discard during it sets `AGAIN`.
+/// One emptying thread per process at a time; a request during it sets `AGAIN`.
 static EMPTYING: AtomicBool = AtomicBool::new(false);
 static AGAIN: AtomicBool = AtomicBool::new(false);
 

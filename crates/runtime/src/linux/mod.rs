@@ -86,7 +86,7 @@ pub struct LinuxRuntime {
     /// Starts that took a warm init, and those that found none.
     warm_counts: warm_counts::WarmCounts,
     /// Leaves destroyed sandboxes' disk images in the trash for the next runtime that
-    /// opens the data dir, instead of removing them on a thread of this process.
+    /// opens the data dir, instead of deleting them before destroy returns.
     defer_disk_removal: bool,
 }
 
@@ -126,9 +126,9 @@ impl LinuxRuntime {
     }
 
     /// Leaves the disk images of the sandboxes this runtime destroys for the next
-    /// runtime that opens the data dir to remove (on a background thread), for a
+    /// runtime that opens the data dir to delete (on a background thread), for a
     /// short-lived process such as `sandboxd run`, whose exit would otherwise wait for
-    /// the host filesystem to free the image.
+    /// the host filesystem to free the image. Until then the image's space stays taken.
     pub fn with_deferred_disk_removal(mut self) -> Self {
         self.defer_disk_removal = true;
         self
