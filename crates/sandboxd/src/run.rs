@@ -91,18 +91,35 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         .context("building the async runtime")?;
     let code = rt.block_on(run(config, &args))?;
     rt.shutdown_timeout(Duration::from_secs(1));
+    // Earlier runs' disk images, removed in the background since the start.
+    sandboxd_runtime::linux::wait_for_disk_trash();
     Ok(ExitCode::from(code))
 }
 
 /// The engine over the data directory, beside a running server: its store and the
 /// runtime of the configuration's isolation tier.
 pub(crate) fn open_engine(config: &ServerConfig) -> Result<(Arc<Engine>, Arc<SqliteStore>)> {
+    open_engine_for(config, false)
+}
+
+/// [`open_engine`]; a `one_shot` process leaves its sandboxes' disk images for the next
+/// process opening the data dir to remove, rather than wait for that at its exit.
+fn open_engine_for(
+    config: &ServerConfig,
+    one_shot: bool,
+) -> Result<(Arc<Engine>, Arc<SqliteStore>)> {
     let runtime: Arc<dyn Runtime> = match config.isolation {
-        Isolation::Container => Arc::new(crate::runtime::open_linux(
-            &config.data_dir,
-            config.resolvers.clone(),
-            config.max_ptys_per_sandbox,
-        )?),
+        Isolation::Container => {
+            let linux = crate::runtime::open_linux(
+                &config.data_dir,
+                config.resolvers.clone(),
+                config.max_ptys_per_sandbox,
+            )?;
+            match one_shot {
+                true => Arc::new(linux.with_deferred_disk_removal()),
+                false => Arc::new(linux),
+            }
+        }
         Isolation::Gvisor => Arc::new(crate::runtime::open_gvisor(
             &config.data_dir,
             config.resolvers.clone(),
@@ -134,7 +151,7 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
             .context("opening the sandbox database")?;
         ensure_image(&config, &store, &args.image).await?;
     }
-    let (engine, _store) = open_engine(&config)?;
+    let (engine, _store) = open_engine_for(&config, true)?;
     engine.accounts().ensure_default_workspace()?;
     let ws = DEFAULT_WORKSPACE.to_owned();
     let request = CreateSandbox {

@@ -192,7 +192,10 @@ fn a_gvisor_server_pauses_to_disk_keeps_it_paused_across_a_restart_and_resumes_i
     let data = dir.path().canonicalize().expect("canonical");
     let _leftovers = ServerLeftovers(data.clone());
     // Without egress: a sandbox with egress pauses in memory (the next test).
-    let env = [("SANDBOXD_ISOLATION", "gvisor"), ("SANDBOXD_NETWORK", "none")];
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "none"),
+    ];
     let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
     let body = serde_json::json!({"name": "counter", "vcpu": 1, "memoryMb": 256});
     let id = server.create_sandbox(MASTER, &body);
@@ -321,7 +324,10 @@ fn a_gvisor_sandbox_with_egress_pauses_in_memory_and_resumes() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().canonicalize().expect("canonical");
     let _leftovers = ServerLeftovers(data.clone());
-    let env = [("SANDBOXD_ISOLATION", "gvisor"), ("SANDBOXD_NETWORK", "egress")];
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "egress"),
+    ];
     let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
     let body = serde_json::json!({"name": "counter", "vcpu": 1, "memoryMb": 256});
     let id = server.create_sandbox(MASTER, &body);

@@ -82,3 +82,65 @@ fn a_run_is_recorded_ended_and_exits_with_the_commands_status() {
         runs.iter().map(|sb| sb.disk_mb).collect::<Vec<_>>()
     );
 }
+
+/// The files in the data dir's disk trash.
+fn trash(data: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(data.join("disk-trash")).map_or(Vec::new(), |d| {
+        d.filter_map(|e| e.ok()).map(|e| e.path()).collect()
+    })
+}
+
+/// Loop devices whose backing file lies under `data`.
+fn loops_under(data: &Path) -> Vec<String> {
+    let data = data.display().to_string();
+    std::fs::read_dir("/sys/block")
+        .expect("/sys/block")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("loop/backing_file"))
+                .is_ok_and(|f| f.starts_with(&data))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_run_detaches_its_disk_and_the_next_run_removes_what_earlier_ones_left() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let data = data.path().canonicalize().expect("canonical");
+    let first = run(&data, &[], &["/bin/true"]);
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    assert_eq!(
+        loops_under(&data),
+        Vec::<String>::new(),
+        "loop device detached"
+    );
+    // What a process killed before it removed its images leaves behind.
+    std::fs::create_dir_all(data.join("disk-trash")).expect("trash dir");
+    let killed = data.join("disk-trash/left-by-a-killed-run.img");
+    std::fs::write(&killed, b"image").expect("leftover");
+    let left: Vec<_> = trash(&data);
+    assert!(left.contains(&killed), "{left:?}");
+
+    let second = run(&data, &[], &["/bin/true"]);
+    assert_eq!(second.status.code(), Some(0), "{second:?}");
+    assert_eq!(
+        loops_under(&data),
+        Vec::<String>::new(),
+        "loop device detached"
+    );
+    let now = trash(&data);
+    assert!(
+        left.iter().all(|f| !now.contains(f)),
+        "the next run removes earlier leftovers: {left:?} still in {now:?}"
+    );
+    assert!(
+        now.len() <= 1,
+        "at most the last run's image waits: {now:?}"
+    );
+    let images: Vec<_> = std::fs::read_dir(data.join("sandboxes"))
+        .expect("sandboxes")
+        .filter_map(|e| e.ok())
+        .collect();
+    assert!(images.is_empty(), "no sandbox dir remains: {images:?}");
+}

@@ -72,7 +72,7 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
             handle.state_dir.display()
         )));
     }
-    disk::release(&handle.state_dir)?;
+    disk::release(&handle.state_dir, rt.defer_disk_removal)?;
     faults::check("destroy.dir")?;
     match std::fs::remove_dir_all(&handle.state_dir) {
         Ok(()) => {}

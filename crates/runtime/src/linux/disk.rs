@@ -63,6 +63,10 @@ fn image(state_dir: &Path) -> PathBuf {
     state_dir.join(IMAGE_NAME)
 }
 
+/// File in the state dir naming the loop device the image was attached to (`loopN`), so
+/// that destroy checks that one device instead of scanning every `/sys/block/loop*`.
+const DEVICE_NAME: &str = "layer.loop";
+
 /// Gives the sandbox a `disk_mb` MiB writable layer: copies the template image of that
 /// size (formatting it the first time) and loop-mounts it on [`layer_dir`].
 pub fn mount_limited(data_dir: &Path, state_dir: &Path, disk_mb: u32) -> Result<(), RuntimeError> {
@@ -73,6 +77,10 @@ pub fn mount_limited(data_dir: &Path, state_dir: &Path, disk_mb: u32) -> Result<
     }
     super::disk_spares::refill(&template);
     let device = attach(&img).map_err(io("attaching a loop device", &img))?;
+    let name = device.1.file_name().unwrap_or_default();
+    let record = state_dir.join(DEVICE_NAME);
+    std::fs::write(&record, name.as_encoded_bytes())
+        .map_err(io("recording the loop device", &record))?;
     let dir = layer_dir(state_dir);
     std::fs::create_dir_all(&dir).map_err(io("creating the layer dir", &dir))?;
     let flags = MsFlags::MS_NOATIME | MsFlags::MS_NODEV;
@@ -245,38 +253,58 @@ fn configure(n: i32, backing: &File, img: &Path) -> std::io::Result<(File, PathB
 
 /// Loop devices whose backing file is `img` (`/sys/block/loopN/loop/backing_file`).
 pub fn devices_backed_by(img: &Path) -> Vec<String> {
-    let want = img.display().to_string();
     let Ok(entries) = std::fs::read_dir("/sys/block") else {
         return Vec::new();
     };
     entries
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("loop"))
-        .filter(|e| {
-            let file =
-                std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
-            let file = file.trim_end();
-            file == want || file.strip_suffix(" (deleted)") == Some(want.as_str())
-        })
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("loop") && is_backed_by(name, img))
         .collect()
 }
 
+/// Whether `/dev/<device>` is bound to `img` now.
+fn is_backed_by(device: &str, img: &Path) -> bool {
+    let want = img.display().to_string();
+    let path = Path::new("/sys/block")
+        .join(device)
+        .join("loop/backing_file");
+    let file = std::fs::read_to_string(path).unwrap_or_default();
+    let file = file.trim_end();
+    file == want || file.strip_suffix(" (deleted)") == Some(want.as_str())
+}
+
+/// The loop devices holding the sandbox's image: the one recorded at attach when there
+/// is a record (a sandbox's image is attached once), else a scan of all of them.
+fn holders(state_dir: &Path, img: &Path) -> Vec<String> {
+    match std::fs::read_to_string(state_dir.join(DEVICE_NAME)) {
+        Ok(name) if name.starts_with("loop") && !name.contains('/') => {
+            match is_backed_by(&name, img) {
+                true => vec![name],
+                false => Vec::new(),
+            }
+        }
+        _ => devices_backed_by(img),
+    }
+}
+
 /// After the layer is unmounted: waits until the kernel has released the image's loop
-/// device (autoclear runs once the sandbox's mount namespace is gone), then deletes it.
+/// device (autoclear runs once the sandbox's mount namespace is gone), then deletes it,
+/// so that its space is back when destroy returns; with `defer`, moves it to the trash
+/// (see `disk_trash`) for the next runtime that opens the data dir to delete.
 ///
 /// Known limit: a sandbox started while this one's disk was mounted holds a locked copy
 /// of that mount under its detached host root (pinned by the agent's executable) until
 /// it ends; the device then detaches itself (autoclear). Destroy does not wait for that:
 /// it logs and deletes the image (the kernel keeps the inode until the device lets go).
-pub fn release(state_dir: &Path) -> Result<(), RuntimeError> {
+pub fn release(state_dir: &Path, defer: bool) -> Result<(), RuntimeError> {
     let img = image(state_dir);
     if !img.exists() {
         return Ok(());
     }
     let deadline = Instant::now() + RELEASE_TIMEOUT;
     loop {
-        let held = devices_backed_by(&img);
+        let held = holders(state_dir, &img);
         if held.is_empty() {
             break;
         }
@@ -285,6 +313,9 @@ pub fn release(state_dir: &Path) -> Result<(), RuntimeError> {
             break;
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+    if defer && super::disk_trash::discard(&img, &super::disk_trash::dir_of_state(state_dir)) {
+        return Ok(());
     }
     std::fs::remove_file(&img).map_err(io("removing the disk image", &img))
 }

@@ -8,6 +8,7 @@ mod destroy;
 mod disk;
 mod disk_space;
 mod disk_spares;
+mod disk_trash;
 pub mod gvisor;
 pub mod handshake;
 pub mod image_files;
@@ -61,6 +62,13 @@ pub struct LinuxConfig {
     pub max_ptys_per_sandbox: u32,
 }
 
+/// Waits for this process's removal of discarded disk images (the leftovers of earlier
+/// processes, removed on a background thread when a runtime opens the data dir) to
+/// finish: a short-lived process calls this before it exits.
+pub fn wait_for_disk_trash() {
+    disk_trash::wait_idle();
+}
+
 /// The Linux-native [`Runtime`].
 pub struct LinuxRuntime {
     config: LinuxConfig,
@@ -77,6 +85,9 @@ pub struct LinuxRuntime {
     spare_nets: Option<net::spares::SpareNets>,
     /// Starts that took a warm init, and those that found none.
     warm_counts: warm_counts::WarmCounts,
+    /// Leaves destroyed sandboxes' disk images in the trash for the next runtime that
+    /// opens the data dir, instead of deleting them before destroy returns.
+    defer_disk_removal: bool,
 }
 
 impl LinuxRuntime {
@@ -99,6 +110,7 @@ impl LinuxRuntime {
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         let slots = slots::Slots::new(&config.data_dir)?;
         warm::sweep_stale(&config.data_dir, &cgroups, &slots);
+        disk_trash::empty_in_background(&disk_trash::dir(&config.data_dir));
         Ok(LinuxRuntime {
             slots,
             layers: layers::LayerStore::new(&config.data_dir)?,
@@ -109,7 +121,17 @@ impl LinuxRuntime {
             warm: None,
             spare_nets: None,
             warm_counts: Default::default(),
+            defer_disk_removal: false,
         })
+    }
+
+    /// Leaves the disk images of the sandboxes this runtime destroys for the next
+    /// runtime that opens the data dir to delete (on a background thread), for a
+    /// short-lived process such as `sandboxd run`, whose exit would otherwise wait for
+    /// the host filesystem to free the image. Until then the image's space stays taken.
+    pub fn with_deferred_disk_removal(mut self) -> Self {
+        self.defer_disk_removal = true;
+        self
     }
 
     /// Keeps `count` sandbox inits started ahead of time (0 = none): a start takes one

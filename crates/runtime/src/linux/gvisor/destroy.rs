@@ -41,7 +41,7 @@ pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), 
             handle.state_dir.display()
         )));
     }
-    disk::release(&handle.state_dir)?;
+    disk::release(&handle.state_dir, false)?;
     match std::fs::remove_dir_all(&handle.state_dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -296,9 +296,11 @@ pub(super) fn run_in_cgroup(
     let err = out
         .try_clone()
         .map_err(io("opening the agent log", &out_path))?;
-    let mut cmd =
-        rt.runsc
-            .command_with_network(Some(&state_dir.join("runsc.log")), network_flag(egress), args);
+    let mut cmd = rt.runsc.command_with_network(
+        Some(&state_dir.join("runsc.log")),
+        network_flag(egress),
+        args,
+    );
     cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
     // SAFETY: the hook only calls open/write/close (async-signal-safe) on prepared paths.
     unsafe {

@@ -208,7 +208,7 @@ fn remove(cgroups: &Cgroups, slots: &Slots, key: Uuid, dir: &Path) {
     if let Err(e) = rootfs::unmount_root(dir) {
         tracing::warn!(%key, error = %e, "unmounting a warm init's root");
     }
-    if let Err(e) = disk::release(dir) {
+    if let Err(e) = disk::release(dir, false) {
         tracing::warn!(%key, error = %e, "releasing a warm init's disk");
     }
     if let Some(base) = std::fs::read_to_string(dir.join(SLOT_FILE))
