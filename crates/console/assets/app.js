@@ -144,7 +144,7 @@ function usageCell(id, kind) {
   const u = h.last;
   const text = kind === "cpu"
     ? `${u.cpu_percent.toFixed(0)}%`
-    : `${Math.round(u.memory_bytes / 1048576)} MiB`;
+    : bytes(u.memory_bytes);
   return el("td", { class: "usage" }, sparkline(kind, h[kind], text), " ", el("span", { class: "muted", text }));
 }
 
