@@ -100,6 +100,54 @@ function every(ms, fn) {
   state.timer = setInterval(fn, ms);
 }
 
+// --- sparklines -----------------------------------------------------------------------
+
+const SPARK_POINTS = 30;
+// Per sandbox id: the last readings' CPU (percent of its vCPUs) and memory (percent of
+// its limit), oldest first.
+const usageHistory = new Map();
+
+function recordUsage(readings) {
+  const live = new Set();
+  for (const u of readings) {
+    live.add(u.id);
+    const h = usageHistory.get(u.id) || { cpu: [], mem: [] };
+    h.cpu.push(Math.min(100, u.cpu_percent / Math.max(1, u.vcpu)));
+    h.mem.push(u.memory_limit_bytes ? Math.min(100, (100 * u.memory_bytes) / u.memory_limit_bytes) : 0);
+    for (const k of ["cpu", "mem"]) if (h[k].length > SPARK_POINTS) h[k].splice(0, h[k].length - SPARK_POINTS);
+    h.last = u;
+    usageHistory.set(u.id, h);
+  }
+  for (const id of [...usageHistory.keys()]) if (!live.has(id)) usageHistory.delete(id);
+}
+
+function svg(tag, attrs) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+}
+
+// A small line of `values` (0–100), newest at the right.
+function sparkline(kind, values, label) {
+  const w = 80, h = 20;
+  const step = w / (SPARK_POINTS - 1);
+  const x0 = w - step * (values.length - 1);
+  const points = values.map((v, i) => `${(x0 + i * step).toFixed(1)},${(h - 1 - (v / 100) * (h - 2)).toFixed(1)}`).join(" ");
+  const s = svg("svg", { class: `spark ${kind}`, width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: "img", "aria-label": label });
+  s.append(svg("polyline", { points, fill: "none" }));
+  return s;
+}
+
+function usageCell(id, kind) {
+  const h = usageHistory.get(id);
+  if (!h) return el("td", { class: "muted", text: "–" });
+  const u = h.last;
+  const text = kind === "cpu"
+    ? `${u.cpu_percent.toFixed(0)}%`
+    : bytes(u.memory_bytes);
+  return el("td", { class: "usage" }, sparkline(kind, h[kind], text), " ", el("span", { class: "muted", text }));
+}
+
 // --- sandboxes list ------------------------------------------------------------------
 
 const listView = { sort: "created_at", desc: true, filter: "", status: "" };
@@ -115,7 +163,7 @@ function sandboxesPage() {
     ["", "RUNNING", "PAUSED", "TERMINATED", "FAILED"].map((s) =>
       el("option", { value: s, selected: s === listView.status, text: s || "any state" })));
   const cols = [["name", "Sandbox"], ["status", "State"], ["tier", "Tier"], ["source", "Template / image"],
-    ["resources", "Resources"], ["created_at", "Age"]];
+    ["resources", "Resources"], ["cpu", "CPU"], ["mem", "Memory"], ["created_at", "Age"]];
   const head = el("tr", {}, cols.map(([key, label]) => el("th", {
     "data-sort": key,
     onclick: () => { listView.desc = listView.sort === key ? !listView.desc : false; listView.sort = key; render(); },
@@ -125,6 +173,10 @@ function sandboxesPage() {
     if (key === "name") return sb.name || sb.id;
     if (key === "source") return sb.template || sb.image;
     if (key === "resources") return sb.vcpu * 1e6 + sb.memory_mb;
+    if (key === "cpu" || key === "mem") {
+      const h = usageHistory.get(sb.id);
+      return h ? h[key][h[key].length - 1] : -1;
+    }
     return sb[key] || "";
   };
   function render() {
@@ -148,6 +200,8 @@ function sandboxesPage() {
       el("td", { text: sb.tier }),
       el("td", { text: sb.template ? `${sb.template} (${sb.image})` : sb.image }),
       el("td", { text: `${sb.vcpu} vCPU, ${sb.memory_mb} MiB` }),
+      usageCell(sb.id, "cpu"),
+      usageCell(sb.id, "mem"),
       el("td", { title: sb.created_at, text: age(sb.created_at) }))));
     if (!shown.length) body.append(el("tr", {}, el("td", { colspan: cols.length, class: "muted", text: "No sandboxes." })));
   }
@@ -161,6 +215,8 @@ function sandboxesPage() {
       rows = await api("GET", "/sandboxes");
       box.textContent = "";
       render();
+      recordUsage(await api("GET", "/usage"));
+      render();
     } catch (e) { report(box, e); }
   });
 }
@@ -170,7 +226,7 @@ function sandboxesPage() {
 async function createPage() {
   const box = errorBox();
   const template = el("select", { id: "create-template", name: "template" }, el("option", { value: "", text: "(none: use the image below)" }));
-  const image = el("input", { id: "create-image", name: "image", placeholder: "default, or a pulled image reference" });
+  const image = el("select", { id: "create-image", name: "image" }, el("option", { value: "", text: "default" }));
   const num = (id, value) => el("input", { id, type: "number", min: "1", value });
   const vcpu = num("create-vcpu", "1"), memory = num("create-memory", "512"), disk = num("create-disk", "");
   const name = el("input", { id: "create-name", placeholder: "optional" });
@@ -209,7 +265,16 @@ async function createPage() {
     for (const t of await api("GET", "/templates")) {
       template.append(el("option", { value: t.name, text: `${t.name} (≤ ${t.vcpu} vCPU, ${t.memory_mb} MiB)` }));
     }
+    for (const i of await api("GET", "/images")) {
+      if (i.name !== "default") image.append(el("option", { value: i.name, text: i.name }));
+    }
   } catch (e) { report(box, e); }
+}
+
+function bytes(n) {
+  if (n >= 1073741824) return `${(n / 1073741824).toFixed(1)} GiB`;
+  if (n >= 1048576) return `${(n / 1048576).toFixed(1)} MiB`;
+  return `${Math.ceil(n / 1024)} KiB`;
 }
 
 // --- one sandbox ---------------------------------------------------------------------
@@ -388,14 +453,23 @@ function processesPanel(id) {
 async function templatesPage() {
   const box = errorBox();
   const body = el("tbody", {});
+  const images = el("tbody", {});
   show(el("section", {}, el("h1", { text: "Templates" }), box,
     el("div", { class: "scroll" }, el("table", { id: "templates" },
-      el("thead", {}, el("tr", {}, ["Name", "Kind", "Description", "Image", "Resources (max)", "Disk"].map((h) => el("th", { text: h })))), body))));
+      el("thead", {}, el("tr", {}, ["Name", "Kind", "Description", "Image", "Resources (max)", "Disk"].map((h) => el("th", { text: h })))), body)),
+    el("h2", { text: "Images" }),
+    el("div", { class: "scroll" }, el("table", { id: "images" },
+      el("thead", {}, el("tr", {}, ["Name", "Digest", "Layers", "Size"].map((h) => el("th", { text: h })))), images))));
   try {
     for (const t of await api("GET", "/templates")) {
       body.append(el("tr", {}, el("td", { text: t.name }), el("td", { text: t.builtin ? "built-in" : "workspace" }),
         el("td", { text: t.description }), el("td", { text: t.image || "default" }),
         el("td", { text: `${t.vcpu} vCPU, ${t.memory_mb} MiB` }), el("td", { text: t.disk_mb ? `${t.disk_mb} MiB` : "no limit" })));
+    }
+    for (const i of await api("GET", "/images")) {
+      images.append(el("tr", { "data-name": i.name }, el("td", { text: i.name }),
+        el("td", { class: "id", title: i.digest || "", text: i.digest ? i.digest.slice(0, 19) : "built-in" }),
+        el("td", { text: String(i.layers) }), el("td", { text: bytes(i.size_bytes) })));
     }
   } catch (e) { report(box, e); }
 }

@@ -1,6 +1,7 @@
-//! The audit trail: each mutating sandbox operation (create, destroy, pause, resume,
-//! snapshot) appended to the store with its workspace, the key that asked, the request,
-//! the target and the outcome; read back per workspace, pruned after a retention.
+//! The audit trail: each mutating operation (sandbox create, destroy, pause, resume,
+//! snapshot; snapshot delete; template build and delete) appended to the store with its
+//! workspace, the key that asked, the request, the target and the outcome; read back
+//! per workspace, pruned after a retention.
 
 use crate::engine::Engine;
 use crate::error::EngineError;

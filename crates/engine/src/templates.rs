@@ -219,8 +219,19 @@ impl Engine {
         }
     }
 
-    /// Deletes a workspace template (and its layers no one else uses).
+    /// Deletes a workspace template (and its layers no one else uses); audited as
+    /// `template.delete`.
     pub async fn delete_template(
+        &self,
+        ws: &WorkspaceId,
+        name: &str,
+    ) -> Result<Template, EngineError> {
+        let deleted = self.delete_template_unaudited(ws, name).await;
+        self.audit(ws, "template.delete", Some(name.to_owned()), &deleted);
+        deleted
+    }
+
+    async fn delete_template_unaudited(
         &self,
         ws: &WorkspaceId,
         name: &str,
@@ -247,8 +258,20 @@ impl Engine {
     }
 
     /// Starts a sandbox from `from`, runs the steps, snapshots it as template `name`
-    /// (replacing an older template of that name) and destroys the build sandbox.
+    /// (replacing an older template of that name) and destroys the build sandbox;
+    /// audited as `template.build` (after the build sandbox's own entries).
     pub async fn build_template(
+        &self,
+        ws: &WorkspaceId,
+        build: TemplateBuild,
+    ) -> Result<Template, EngineError> {
+        let name = build.name.clone();
+        let built = self.build_template_unaudited(ws, build).await;
+        self.audit(ws, "template.build", Some(name), &built);
+        built
+    }
+
+    async fn build_template_unaudited(
         &self,
         ws: &WorkspaceId,
         build: TemplateBuild,

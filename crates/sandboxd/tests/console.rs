@@ -262,7 +262,45 @@ async fn the_console_in_a_browser() {
     let browser = Browser::start(1280, 860).await;
     let outcome = drive(&browser, &server, &login, &api_id, &shots).await;
     browser.close().await;
-    outcome.unwrap_or_else(|e| panic!("{e}"));
+    let ui_id = outcome.unwrap_or_else(|e| panic!("{e}"));
+
+    // What the console did is in the audit trail like the API's operations, each with
+    // the console request's id.
+    let out = std::process::Command::new(BIN)
+        .args(["audit", "--workspace", "default", "--json", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run audit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let entries: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an audit line"))
+        .filter(|e: &serde_json::Value| e["target"] == ui_id.as_str())
+        .collect();
+    let actions: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "sandbox.create",
+            "sandbox.pause",
+            "sandbox.resume",
+            "sandbox.snapshot",
+            "sandbox.destroy"
+        ],
+        "{entries:?}"
+    );
+    for e in &entries {
+        assert_eq!(e["outcome"], "ok", "{e}");
+        assert!(e["requestId"].as_str().is_some(), "no request id: {e}");
+    }
 }
 
 /// The browser half of the test; returns the id of the sandbox it created.
@@ -376,6 +414,30 @@ async fn drive(
     c.find(Locator::Css(&row))
         .await
         .map_err(|e| e.to_string())?;
+    // Each running sandbox's row draws CPU and memory sparklines of the usage the
+    // page polls, with a point per reading (at least two once the page has polled
+    // twice).
+    for id in [api_id, ui_id.as_str()] {
+        for kind in ["cpu", "mem"] {
+            let script = format!(
+                "const p = document.querySelector('tr[data-id=\"{id}\"] svg.spark.{kind} polyline');\
+                 return p ? p.getAttribute('points') : null"
+            );
+            let points = until(&format!("a {kind} sparkline of {id}"), long, || async {
+                let got = js(c, &script).await;
+                let points = got.as_str()?.to_owned();
+                (points.split_whitespace().count() >= 2).then_some(points)
+            })
+            .await;
+            for point in points.split_whitespace() {
+                let xy: Vec<f64> = point.split(',').filter_map(|v| v.parse().ok()).collect();
+                assert!(
+                    xy.len() == 2 && xy.iter().all(|v| (0.0..=80.0).contains(v)),
+                    "a {kind} point out of the box: {points}"
+                );
+            }
+        }
+    }
     b.screenshot(shots, "sandboxes-two").await;
     c.goto(&format!("{base}/console/#/sandbox/{ui_id}"))
         .await
@@ -552,6 +614,21 @@ async fn drive(
             .ok()
     })
     .await;
+
+    // The templates page lists the stored images too: the built-in one, used by now.
+    c.goto(&format!("{base}/console/#/templates"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let image = until("the default image in the images table", long, || async {
+        c.find(Locator::Css("table#images tr[data-name=\"default\"]"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()
+    })
+    .await;
+    assert!(image.contains("built-in"), "{image}");
 
     for page in ["templates", "snapshots"] {
         c.goto(&format!("{base}/console/#/{page}"))

@@ -342,3 +342,63 @@ fn the_audit_trail_lists_who_did_what() {
     assert_eq!(last["target"], snapshot.as_str());
     assert_eq!(last["outcome"], "ok");
 }
+
+#[test]
+fn template_builds_and_deletes_are_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let server = Server::start(dir.path(), Some(MASTER));
+    let build = json!({"name": "audited-tpl", "from": "default", "run": ["true"]});
+    let reply = server.request("POST", "/v1/sandbox-templates", MASTER, Some(&build));
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let reply = server.request("DELETE", "/v1/sandbox-templates/audited-tpl", MASTER, None);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    // A refused delete (a built-in template) is audited with its outcome.
+    let reply = server.request("DELETE", "/v1/sandbox-templates/default", MASTER, None);
+    assert_eq!(reply.status, 409, "{}", reply.text());
+
+    let out = cli(
+        &[
+            "audit",
+            "--workspace",
+            "default",
+            "--data-dir",
+            data,
+            "--json",
+        ],
+        "",
+    );
+    let entries: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &Value| {
+            e["action"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("template."))
+        })
+        .collect();
+    let seen: Vec<(&str, &str, &str)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["target"].as_str().unwrap(),
+                e["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("template.build", "audited-tpl", "ok"),
+            ("template.delete", "audited-tpl", "ok"),
+            ("template.delete", "default", "wrong_state"),
+        ],
+        "{entries:?}"
+    );
+    for e in &entries {
+        assert!(e["keyId"].as_str().is_some(), "no key in {e}");
+        assert!(e["requestId"].as_str().is_some(), "no request id in {e}");
+    }
+}

@@ -64,3 +64,42 @@ pub async fn delete_snapshot(
     c.engine.delete_snapshot(&ws, id).await?;
     Ok(Json(json!({"deleted": id})))
 }
+
+/// The images stored in the data directory (name, manifest digest, bytes of its
+/// layers), read like `sandboxd images list` does; the built-in one is listed once used.
+pub async fn images(
+    State(c): State<Console>,
+    Extension(s): Extension<Session>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    reader(&s)?;
+    let dir = c.engine.data_dir().to_path_buf();
+    let listed = tokio::task::spawn_blocking(move || {
+        let images = sandboxd_images::Images::open(&dir)?;
+        let views = images
+            .list()
+            .iter()
+            .map(|image| {
+                let bytes: u64 = image.layers.iter().map(|l| images.layer_size(l)).sum();
+                json!({
+                    "name": image.name, "digest": image.config.manifest_digest,
+                    "layers": image.layers.len(), "size_bytes": bytes,
+                })
+            })
+            .collect::<Vec<Value>>();
+        Ok::<_, sandboxd_images::ImageError>(views)
+    })
+    .await;
+    match listed {
+        Ok(Ok(views)) => Ok(Json(views)),
+        Ok(Err(e)) => Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "images_unavailable",
+            format!("reading the image store: {e}"),
+        )),
+        Err(e) => Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "images_unavailable",
+            format!("reading the image store: {e}"),
+        )),
+    }
+}

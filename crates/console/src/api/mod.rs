@@ -7,6 +7,7 @@ mod files;
 mod processes;
 mod sandboxes;
 mod terminal;
+mod usage;
 
 use crate::error::ApiError;
 use crate::session::Session;
@@ -55,6 +56,7 @@ pub fn router(state: Console) -> Router<Console> {
             "/console/api/sandboxes",
             get(sandboxes::list).post(sandboxes::create),
         )
+        .route("/console/api/usage", get(usage::usage))
         .route(sb, get(sandboxes::get).delete(sandboxes::delete))
         .route(&format!("{sb}/pause"), post(sandboxes::pause))
         .route(&format!("{sb}/resume"), post(sandboxes::resume))
@@ -76,6 +78,7 @@ pub fn router(state: Console) -> Router<Console> {
         .route(&format!("{sb}/terminal"), get(terminal::terminal))
         .route("/console/api/account", get(account::account))
         .route("/console/api/templates", get(catalog::templates))
+        .route("/console/api/images", get(catalog::images))
         .route("/console/api/snapshots", get(catalog::snapshots))
         .route(
             "/console/api/snapshots/{id}",
