@@ -94,48 +94,10 @@ fn host_strings(data: &Path, ids: &[uuid::Uuid]) -> Vec<String> {
 #[test]
 fn every_escape_attempt_from_inside_a_sandbox_is_refused() {
     inherit_root_on_fd_9();
-    let probe = build_probe();
     let data = tempfile::tempdir().expect("tempdir");
     let rt = runtime(data.path());
-    let a = rt.start(&spec("default")).expect("start a");
-    let b = rt.start(&spec("default")).expect("start b");
-    let marker =
-        std::env::temp_dir().join(format!("sandboxd-escape-marker-{}", uuid::Uuid::new_v4()));
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
-    let result = std::panic::catch_unwind(|| {
-        std::fs::write(&marker, "host secret").expect("plant marker");
-        let other_file = format!("/tmp/b-only-{}", b.id);
-        let (code, _) = agent_sh(&b, &format!("echo b > {other_file}"));
-        assert_eq!(code, Some(0));
-        let port = listener.local_addr().expect("addr").port();
-        let args = [
-            ("--host-pid", std::process::id().to_string()),
-            ("--marker", marker.display().to_string()),
-            ("--port", port.to_string()),
-            ("--other-path", b.state_dir.display().to_string()),
-            (
-                "--other-path",
-                b.state_dir.join("rootfs").display().to_string(),
-            ),
-            ("--other-socket", b.agent_socket.display().to_string()),
-            ("--other-file", other_file),
-        ];
-        let mut args: Vec<String> = args
-            .into_iter()
-            .flat_map(|(f, v)| [f.to_owned(), v])
-            .collect();
-        args.extend(host_strings(data.path(), &[a.id, b.id]));
-        let report = run_probe(&a, &probe, args);
-        println!("escape report:\n{report}");
-        check_report(&report)
-    });
-    std::fs::remove_file(&marker).ok();
-    rt.destroy(&a).expect("destroy a");
-    rt.destroy(&b).expect("destroy b");
-    match result {
-        Ok(escaped) => assert!(escaped.is_empty(), "escapes:\n{}", escaped.join("\n")),
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
+    let escaped = attempt_escapes(&rt, data.path(), "", check_report);
+    assert!(escaped.is_empty(), "escapes:\n{}", escaped.join("\n"));
 }
 
 /// The same attempts from a sandbox of the gVisor tier (skipped without runsc), against
@@ -148,7 +110,6 @@ fn every_escape_attempt_from_inside_a_gvisor_sandbox_is_refused() {
         return;
     }
     inherit_root_on_fd_9();
-    let probe = build_probe();
     let data = tempfile::tempdir().expect("tempdir");
     let rt = GvisorRuntime::new(sandboxd_runtime::linux::LinuxConfig {
         data_dir: data.path().to_path_buf(),
@@ -165,6 +126,24 @@ fn every_escape_attempt_from_inside_a_gvisor_sandbox_is_refused() {
         max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
     })
     .expect("gvisor runtime");
+    let escaped = attempt_escapes(&rt, data.path(), " (gVisor)", |report| {
+        gvisor_differences(check_report(report))
+    });
+    rt.cgroups().remove_parent_if_unused();
+    assert!(escaped.is_empty(), "escapes:\n{}", escaped.join("\n"));
+}
+
+/// Runs the escape probe in one sandbox of `rt` against a second one and the host (a
+/// planted marker file, a loopback listener, the other sandbox's paths and socket);
+/// returns what `judge` makes of the report. Both sandboxes are destroyed whatever
+/// happens.
+fn attempt_escapes(
+    rt: &dyn Runtime,
+    data: &Path,
+    tier: &str,
+    judge: impl Fn(&str) -> Vec<String> + std::panic::RefUnwindSafe,
+) -> Vec<String> {
+    let probe = build_probe();
     let a = rt.start(&spec("default")).expect("start a");
     let b = rt.start(&spec("default")).expect("start b");
     let marker =
@@ -192,17 +171,16 @@ fn every_escape_attempt_from_inside_a_gvisor_sandbox_is_refused() {
             .into_iter()
             .flat_map(|(f, v)| [f.to_owned(), v])
             .collect();
-        args.extend(host_strings(data.path(), &[a.id, b.id]));
+        args.extend(host_strings(data, &[a.id, b.id]));
         let report = run_probe(&a, &probe, args);
-        println!("escape report (gVisor):\n{report}");
-        gvisor_differences(check_report(&report))
+        println!("escape report{tier}:\n{report}");
+        judge(&report)
     });
     std::fs::remove_file(&marker).ok();
     rt.destroy(&a).expect("destroy a");
     rt.destroy(&b).expect("destroy b");
-    rt.cgroups().remove_parent_if_unused();
     match result {
-        Ok(escaped) => assert!(escaped.is_empty(), "escapes:\n{}", escaped.join("\n")),
+        Ok(escaped) => escaped,
         Err(panic) => std::panic::resume_unwind(panic),
     }
 }
