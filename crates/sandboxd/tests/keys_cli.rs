@@ -175,6 +175,7 @@ fn key_and_quota_changes_are_in_the_workspaces_audit_trail() {
     );
 
     let entries = audit(data, "acme");
+    assert_eq!(entries.len(), 4, "{entries:?}");
     let got: Vec<(&str, &str, &str)> = entries
         .iter()
         .map(|e| {
