@@ -122,6 +122,8 @@ pub async fn require(State(console): State<Console>, mut req: Request, next: Nex
         return ApiError::forbidden("missing or wrong CSRF token").into_response();
     }
     req.extensions_mut().insert(session);
+    // What a session does is audited as the console's (it holds no API key).
+    sandboxd_engine::request::set_actor("console");
     next.run(req).await
 }
 

@@ -28,7 +28,7 @@ impl Engine {
         let rec = AuditRecord {
             at: OffsetDateTime::now_utc(),
             workspace: ws.to_owned(),
-            key_id: crate::request::current_caller().map(|c| c.key_id),
+            key_id: crate::request::current_actor(),
             request_id: crate::request::current_id(),
             action: action.to_owned(),
             target,

@@ -22,6 +22,8 @@ pub struct Caller {
 pub struct RequestContext {
     pub id: String,
     caller: Mutex<Option<Caller>>,
+    /// Who asked when no API key did (`console`): a fixed, bounded name.
+    actor: Mutex<Option<&'static str>>,
 }
 
 impl RequestContext {
@@ -29,6 +31,7 @@ impl RequestContext {
         Arc::new(RequestContext {
             id,
             caller: Mutex::new(None),
+            actor: Mutex::new(None),
         })
     }
 
@@ -51,9 +54,28 @@ pub fn current_id() -> Option<String> {
     CURRENT.try_with(|c| c.id.clone()).ok()
 }
 
-/// The current request's caller, when running for an authenticated request.
-pub(crate) fn current_caller() -> Option<Caller> {
-    CURRENT.try_with(|c| c.caller()).ok().flatten()
+/// Who the current request acts for, for the audit trail: its key's id, else the
+/// actor set with [`set_actor`].
+pub(crate) fn current_actor() -> Option<String> {
+    CURRENT
+        .try_with(|c| {
+            c.caller().map(|c| c.key_id.to_string()).or_else(|| {
+                c.actor
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .map(str::to_owned)
+            })
+        })
+        .ok()
+        .flatten()
+}
+
+/// Names who the current request acts for when it carries no API key (the console
+/// sets `console` for its signed-in sessions).
+pub fn set_actor(actor: &'static str) {
+    let _ = CURRENT.try_with(|c| {
+        *c.actor.lock().unwrap_or_else(|p| p.into_inner()) = Some(actor);
+    });
 }
 
 /// Records the caller of the current request (the engine calls this on authentication).

@@ -1,6 +1,7 @@
 //! `sandboxd audit --workspace W [--since …]`: a workspace's audit trail (who created,
 //! destroyed, paused, resumed or snapshotted which sandbox, when, and how it ended),
 //! read straight from the data directory's store, beside a running server or not.
+//! Also how the data-directory commands (`keys`, `quota`) append to that trail.
 
 use crate::keys::WorkspaceTarget;
 use anyhow::{bail, Context, Result};
@@ -40,7 +41,7 @@ pub fn main(args: AuditArgs) -> Result<()> {
     }
     for e in entries {
         let at = e.at.format(&Rfc3339).unwrap_or_default();
-        let key = e.key_id.map_or_else(|| "-".to_owned(), |k| k.to_string());
+        let key = e.key_id.as_deref().unwrap_or("-");
         if args.json {
             let line = serde_json::json!({
                 "at": at, "workspace": e.workspace, "action": e.action, "target": e.target,
@@ -80,6 +81,32 @@ fn parse_since(raw: &str, now: OffsetDateTime) -> Result<OffsetDateTime> {
         _ => bail!("--since {raw:?}: an age ends in s, m, h or d"),
     };
     Ok(now - age)
+}
+
+/// Who a change made with a command on the data directory is audited as.
+pub const CLI_ACTOR: &str = "cli";
+
+/// Appends to `ws`'s audit trail that the command line did `action` on `target`
+/// (a key's id, a workspace's). A failure to append fails the command after its change:
+/// the change stands, and the operator is told it is not in the trail.
+pub fn record_cli(
+    store: &dyn sandboxd_store::Store,
+    ws: &str,
+    action: &str,
+    target: &str,
+) -> Result<()> {
+    let rec = sandboxd_store::AuditRecord {
+        at: time::OffsetDateTime::now_utc(),
+        workspace: ws.to_owned(),
+        key_id: Some(CLI_ACTOR.to_owned()),
+        request_id: None,
+        action: action.to_owned(),
+        target: Some(target.to_owned()),
+        outcome: "ok".to_owned(),
+    };
+    store
+        .insert_audit(&rec)
+        .with_context(|| format!("{action} done, but not recorded in the audit trail"))
 }
 
 #[cfg(test)]

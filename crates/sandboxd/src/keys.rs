@@ -125,8 +125,14 @@ pub fn main(command: KeysCommand) -> Result<()> {
         KeysCommand::List(args) => list(args),
         KeysCommand::Revoke { id, dir } => {
             let store = dir.open()?;
-            if !Accounts::new(&store).revoke_key(id)? {
+            let accounts = Accounts::new(&store);
+            let ws = key_workspace(&accounts, id)?;
+            if !accounts.revoke_key(id)? {
                 bail!("no unrevoked key has id {id}");
+            }
+            // An account-scoped key belongs to no workspace's trail.
+            if let Some(ws) = ws {
+                crate::audit::record_cli(&store, &ws, "key.revoke", &id.to_string())?;
             }
             eprintln!("revoked key {id}");
             Ok(())
@@ -158,6 +164,7 @@ fn create(args: CreateArgs) -> Result<()> {
     if args.key_stdin {
         let key = crate::secrets::read_stdin()?;
         accounts.register_key(&key, ws_id, permissions, args.scopes)?;
+        audit_created(&accounts, &store, &key)?;
         eprintln!("key registered");
         return Ok(());
     }
@@ -173,6 +180,7 @@ fn create(args: CreateArgs) -> Result<()> {
             accounts.create_hex_key(&prefix, ws_id, permissions, args.scopes, sdk_form)?
         }
     };
+    audit_created(&accounts, &store, &key)?;
     match &workspace {
         Some(ws) => eprintln!(
             "key for workspace {} ({}); shown only once:",
@@ -182,6 +190,30 @@ fn create(args: CreateArgs) -> Result<()> {
     }
     println!("{key}");
     Ok(())
+}
+
+/// The workspace of key `id` (`None`: an account-scoped key, or no such key).
+fn key_workspace(accounts: &Accounts<'_>, id: Uuid) -> Result<Option<String>> {
+    for ws in accounts.list_workspaces()? {
+        if accounts.list_keys(Some(&ws.id))?.iter().any(|k| k.id == id) {
+            return Ok(Some(ws.id));
+        }
+    }
+    Ok(None)
+}
+
+/// Records a new workspace key in its workspace's audit trail (an account-scoped key
+/// belongs to no workspace's).
+fn audit_created(accounts: &Accounts<'_>, store: &SqliteStore, key: &str) -> Result<()> {
+    let principal = accounts
+        .authenticate(key)?
+        .context("the new key does not authenticate")?;
+    match principal.workspace {
+        Some(ws) => {
+            crate::audit::record_cli(store, &ws, "key.create", &principal.key_id.to_string())
+        }
+        None => Ok(()),
+    }
 }
 
 /// The dialect names the `--inngest-env` and `--tenant` flags give a workspace alias in.

@@ -55,6 +55,7 @@ pub fn main(command: QuotaCommand) -> Result<()> {
                 updated_at: time::OffsetDateTime::now_utc(),
             };
             store.set_quota_override(&rec)?;
+            crate::audit::record_cli(&store, &ws.id, "quota.set", &ws.id)?;
             eprintln!("quota of workspace {} set", ws.id);
             Some(rec)
         }

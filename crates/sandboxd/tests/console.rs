@@ -191,6 +191,26 @@ fn a_sign_in_link_works_once_and_only_while_fresh() {
     );
     assert_eq!(list.json(), json!([]), "the forged creates made nothing");
 
+    // The refused create is audited as the console's, not as an unknown caller's.
+    let out = std::process::Command::new(BIN)
+        .args(["audit", "--workspace", "default", "--json", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run audit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let creates: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an audit line"))
+        .filter(|e: &serde_json::Value| e["action"] == "sandbox.create")
+        .collect();
+    assert_eq!(creates.len(), 1, "{creates:?}");
+    assert_eq!(creates[0]["keyId"], "console", "{creates:?}");
+
     // The page's headers: a strict CSP, no framing.
     let page = http(server.addr, "GET", "/console/", &[], "");
     assert_eq!(page.status, 200);
@@ -265,7 +285,7 @@ async fn the_console_in_a_browser() {
     let ui_id = outcome.unwrap_or_else(|e| panic!("{e}"));
 
     // What the console did is in the audit trail like the API's operations, each with
-    // the console request's id.
+    // the console request's id and the console as who asked.
     let out = std::process::Command::new(BIN)
         .args(["audit", "--workspace", "default", "--json", "--data-dir"])
         .arg(dir.path())
@@ -300,6 +320,7 @@ async fn the_console_in_a_browser() {
     for e in &entries {
         assert_eq!(e["outcome"], "ok", "{e}");
         assert!(e["requestId"].as_str().is_some(), "no request id: {e}");
+        assert_eq!(e["keyId"], "console", "{e}");
     }
 }
 

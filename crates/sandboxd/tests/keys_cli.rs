@@ -137,3 +137,68 @@ fn keys_and_secrets_work_beside_a_running_server() {
     assert!(!stored.is_empty());
     assert!(!contains(&ws_key) && !contains(&account_key) && !contains("s3cret-value"));
 }
+
+/// `sandboxd audit --workspace W --json`'s entries.
+fn audit(data: &str, ws: &str) -> Vec<serde_json::Value> {
+    ok(data, &["audit", "--workspace", ws, "--json"], "")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an audit line"))
+        .collect()
+}
+
+#[test]
+fn key_and_quota_changes_are_in_the_workspaces_audit_trail() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().to_str().expect("utf-8 path");
+    ok(data, &["keys", "create", "--workspace", "acme"], "");
+    ok(
+        data,
+        &["keys", "create", "--workspace", "acme", "--key-stdin"],
+        "sbx_registered-key-0123456789abcdef\n",
+    );
+    // Another workspace's key and an account key stay out of acme's trail.
+    ok(data, &["keys", "create", "--workspace", "other"], "");
+    ok(data, &["keys", "create", "--account"], "");
+    let listing = ok(data, &["keys", "list", "--workspace", "acme"], "");
+    let ids: Vec<&str> = listing
+        .lines()
+        .skip(1)
+        .filter(|l| l.ends_with("\tkey"))
+        .map(|l| l.split('\t').next().expect("id column"))
+        .collect();
+    assert_eq!(ids.len(), 2, "{listing}");
+    ok(data, &["keys", "revoke", ids[0]], "");
+    ok(
+        data,
+        &["quota", "set", "--workspace", "acme", "--sandboxes", "3"],
+        "",
+    );
+
+    let entries = audit(data, "acme");
+    assert_eq!(entries.len(), 4, "{entries:?}");
+    let got: Vec<(&str, &str, &str)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap_or_default(),
+                e["target"].as_str().unwrap_or_default(),
+                e["keyId"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let mut created: Vec<&str> = got[..2].iter().map(|(_, t, _)| *t).collect();
+    created.sort_unstable();
+    let mut want: Vec<&str> = ids.clone();
+    want.sort_unstable();
+    assert_eq!(created, want, "{entries:?}");
+    let actions: Vec<&str> = got.iter().map(|(a, _, _)| *a).collect();
+    assert_eq!(
+        actions,
+        ["key.create", "key.create", "key.revoke", "quota.set"],
+        "{entries:?}"
+    );
+    assert_eq!(got[2].1, ids[0], "{entries:?}");
+    assert!(got.iter().all(|(_, _, who)| *who == "cli"), "{entries:?}");
+    assert!(entries.iter().all(|e| e["outcome"] == "ok"), "{entries:?}");
+    assert_eq!(audit(data, "other").len(), 1);
+}

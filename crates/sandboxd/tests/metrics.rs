@@ -113,9 +113,30 @@ fn exposition_passes_promtool_and_counters_move() {
     let (code, out) = server.exec(MASTER, &a, &["/bin/echo", "hi"]);
     assert_eq!((code, out.trim()), (0, "hi"));
     let text = scrape(metrics).1;
+    let execs = |text: &str, mode| {
+        value(
+            text,
+            "sandboxd_exec_duration_seconds_count",
+            &[("mode", mode)],
+        )
+    };
     assert_eq!(
-        value(&text, "sandboxd_exec_duration_seconds_count", &[]),
-        1.0
+        (execs(&text, "captured"), execs(&text, "streamed")),
+        (1.0, 0.0)
+    );
+    // OpenRelay's exec streams in the engine (even when its reply is one JSON body):
+    // it is timed as a streamed exec, once, by the time its reply has come.
+    let reply = server.request(
+        "POST",
+        &format!("/v1/sandboxes/{a}/exec"),
+        MASTER,
+        Some(&json!({"argv": ["/bin/echo", "x"]})),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let text = scrape(metrics).1;
+    assert_eq!(
+        (execs(&text, "captured"), execs(&text, "streamed")),
+        (1.0, 1.0)
     );
     let reply = server.request("POST", &format!("/v2/sandboxes/{a}/pause"), MASTER, None);
     assert_eq!(reply.status, 200, "{}", reply.text());
@@ -209,6 +230,7 @@ fn assert_bounded_labels(text: &str, never: &[&str]) {
                 },
                 "outcome" => ["ok", "error"].contains(&v.as_str()),
                 "start" => ["warm", "cold"].contains(&v.as_str()),
+                "mode" => ["captured", "streamed"].contains(&v.as_str()),
                 "dialect" => ["inngest", "openrelay", "runzivo", "none"].contains(&v.as_str()),
                 "method" => [
                     "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "OTHER",

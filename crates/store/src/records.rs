@@ -141,8 +141,9 @@ pub struct IdempotencyRecord {
 pub struct AuditRecord {
     pub at: OffsetDateTime,
     pub workspace: String,
-    /// The API key that asked (`None`: the server itself, e.g. an expiry).
-    pub key_id: Option<Uuid>,
+    /// Who asked: an API key's id, or a fixed actor (`console`, `cli`) when no key
+    /// did (`None`: the server itself, e.g. an expiry).
+    pub key_id: Option<String>,
     /// The HTTP request it was part of.
     pub request_id: Option<String>,
     /// What was done: `sandbox.create`, `sandbox.destroy`, …

@@ -66,6 +66,12 @@ struct StartLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ExecLabels {
+    /// `captured` (run to completion, output returned at once) or `streamed`.
+    mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: &'static str,
     tier: &'static str,
@@ -109,7 +115,7 @@ pub struct Metrics {
     registry: Registry,
     operations: Family<OperationLabels, Counter>,
     create_seconds: HistogramFamily<StartLabels>,
-    exec_seconds: Histogram,
+    exec_seconds: HistogramFamily<ExecLabels>,
     http_requests: Family<HttpLabels, Counter>,
     http_seconds: HistogramFamily<HttpRouteLabels>,
     store_seconds: HistogramFamily<StoreLabels>,
@@ -140,7 +146,7 @@ impl Metrics {
             registry: Registry::default(),
             operations: Family::default(),
             create_seconds: Family::new_with_constructor(seconds_histogram),
-            exec_seconds: seconds_histogram(),
+            exec_seconds: Family::new_with_constructor(seconds_histogram),
             http_requests: Family::default(),
             http_seconds: Family::new_with_constructor(seconds_histogram),
             store_seconds: Family::new_with_constructor(seconds_histogram),
@@ -174,7 +180,7 @@ impl Metrics {
         );
         r.register_with_unit(
             "exec_duration",
-            "Time of captured command executions",
+            "Time of command executions, captured or streamed (to the stream's end)",
             Unit::Seconds,
             m.exec_seconds.clone(),
         );
@@ -246,6 +252,9 @@ impl Metrics {
         for start in ["warm", "cold"] {
             drop(m.create_seconds.get_or_create(&StartLabels { start }));
         }
+        for mode in ["captured", "streamed"] {
+            drop(m.exec_seconds.get_or_create(&ExecLabels { mode }));
+        }
         Metrics { registry, ..m }
     }
 
@@ -270,7 +279,16 @@ impl Metrics {
 
     /// Times a captured exec.
     pub(crate) fn exec(&self, took: Duration) {
-        self.exec_seconds.observe(took.as_secs_f64());
+        self.exec_seconds
+            .get_or_create(&ExecLabels { mode: "captured" })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Times a streamed exec, from its request to its stream's end (or its failure).
+    pub(crate) fn exec_streamed(&self, took: Duration) {
+        self.exec_seconds
+            .get_or_create(&ExecLabels { mode: "streamed" })
+            .observe(took.as_secs_f64());
     }
 
     /// Times one store operation.

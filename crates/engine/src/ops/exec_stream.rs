@@ -97,6 +97,8 @@ struct Driver {
     process: Uuid,
     cmd: StreamCommand,
     tx: mpsc::Sender<ExecEvent>,
+    /// When the exec was asked for: its latency is observed at the stream's end.
+    started: std::time::Instant,
     _session: Session,
 }
 
@@ -118,6 +120,21 @@ impl Engine {
         ws: &WorkspaceId,
         id: Uuid,
         cmd: StreamCommand,
+    ) -> Result<(Uuid, ExecStream), EngineError> {
+        let started = std::time::Instant::now();
+        let begun = self.begin_stream(ws, id, cmd, started).await;
+        if begun.is_err() {
+            self.metrics.exec_streamed(started.elapsed());
+        }
+        begun
+    }
+
+    async fn begin_stream(
+        self: &Arc<Self>,
+        ws: &WorkspaceId,
+        id: Uuid,
+        cmd: StreamCommand,
+        started: std::time::Instant,
     ) -> Result<(Uuid, ExecStream), EngineError> {
         let session = self.sessions.acquire(id, cmd.max_sessions)?;
         let sb = self.get(ws, id).await?;
@@ -143,6 +160,7 @@ impl Engine {
             process: info.id,
             cmd,
             tx,
+            started,
             _session: session,
         };
         tokio::spawn(driver.run(frames));
@@ -220,9 +238,11 @@ impl Driver {
             }
         };
         if cancelled {
+            self.engine.metrics.exec_streamed(self.started.elapsed());
             return self.cancel().await;
         }
         let end = self.end(ended, timed_out, truncated).await;
+        self.engine.metrics.exec_streamed(self.started.elapsed());
         let _ = self.tx.send(ExecEvent::Exit(end)).await;
     }
 

@@ -13,7 +13,7 @@ pub(super) fn insert(c: &Connection, r: &AuditRecord) -> StoreResult<()> {
         params![
             ts(r.at),
             r.workspace,
-            r.key_id.map(|k| k.to_string()),
+            r.key_id.clone(),
             r.request_id,
             r.action,
             r.target,
@@ -37,7 +37,7 @@ pub(super) fn list(
         Ok(AuditRecord {
             at: get_ts(r, "at")?,
             workspace: r.get("workspace")?,
-            key_id: get_opt_uuid(r, "key_id")?,
+            key_id: r.get("key_id")?,
             request_id: r.get("request_id")?,
             action: r.get("action")?,
             target: r.get("target")?,
@@ -60,7 +60,7 @@ mod tests {
         AuditRecord {
             at,
             workspace: ws.into(),
-            key_id: Some(uuid::Uuid::new_v4()),
+            key_id: Some(uuid::Uuid::new_v4().to_string()),
             request_id: Some("req-1".into()),
             action: action.into(),
             target: Some("t".into()),
