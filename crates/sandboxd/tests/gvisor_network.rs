@@ -182,3 +182,34 @@ fn gvisor_network_none_has_only_loopback() {
     assert!(!out.contains("eth0"), "an interface without egress: {out}");
     rt.0.destroy(&handle).expect("destroy");
 }
+
+/// A destroy that fails on the files (a mount it does not know of under the state dir)
+/// still removes the network: no lease, chain or link stays until a reconcile.
+#[test]
+fn a_destroy_failing_on_a_mount_still_removes_the_network() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(dir.path(), NetConfig::from_host()) else {
+        return;
+    };
+    let handle =
+        rt.0.start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+            .expect("start");
+    assert!(rt.0.sandbox_address(handle.id).is_some(), "no lease");
+    let extra = handle.state_dir.join("extra");
+    std::fs::create_dir(&extra).expect("mount point");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&extra)
+        .status()
+        .expect("mount");
+    assert!(mounted.success());
+    let failed = rt.0.destroy(&handle);
+    let unmounted = Command::new("umount").arg(&extra).status().expect("umount");
+    assert!(unmounted.success());
+    assert!(failed.is_err(), "destroy ignored a mount under the state dir");
+    assert!(!link_exists(&handle.id.to_string()), "veth left behind");
+    assert!(!nft_has_chain(handle.id), "nft chain left behind");
+    assert_eq!(rt.0.sandbox_address(handle.id), None, "lease left behind");
+    rt.0.destroy(&handle).expect("destroy again");
+    assert_eq!(common::mounts_under(&handle.state_dir), Vec::<String>::new());
+}

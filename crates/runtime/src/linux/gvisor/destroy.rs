@@ -34,6 +34,15 @@ pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), 
             false => std::fs::remove_file(&file),
         };
     }
+    // The network (link, rules, lease) goes whatever happens to the files, so that a
+    // destroy failing on a mount leaves no lease behind; the first error is returned.
+    let files = remove_files(handle);
+    let network = crate::linux::net::detach(&rt.linux, id);
+    files.and(network)
+}
+
+/// The root's mounts (and the netns file), the disk and the state dir.
+fn remove_files(handle: &SandboxHandle) -> Result<(), RuntimeError> {
     rootfs::unmount_root(&handle.state_dir)?;
     if rootfs::has_mounts_under(&handle.state_dir) {
         return Err(RuntimeError::Unsupported(format!(
@@ -53,7 +62,7 @@ pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), 
             })
         }
     }
-    crate::linux::net::detach(&rt.linux, id)
+    Ok(())
 }
 
 /// Reaps those of `pids` that are our children (the sentry and gofer are: runsc create
