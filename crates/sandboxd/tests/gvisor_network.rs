@@ -206,10 +206,16 @@ fn a_destroy_failing_on_a_mount_still_removes_the_network() {
     let failed = rt.0.destroy(&handle);
     let unmounted = Command::new("umount").arg(&extra).status().expect("umount");
     assert!(unmounted.success());
-    assert!(failed.is_err(), "destroy ignored a mount under the state dir");
+    assert!(
+        failed.is_err(),
+        "destroy ignored a mount under the state dir"
+    );
     assert!(!link_exists(&handle.id.to_string()), "veth left behind");
     assert!(!nft_has_chain(handle.id), "nft chain left behind");
     assert_eq!(rt.0.sandbox_address(handle.id), None, "lease left behind");
     rt.0.destroy(&handle).expect("destroy again");
-    assert_eq!(common::mounts_under(&handle.state_dir), Vec::<String>::new());
+    assert_eq!(
+        common::mounts_under(&handle.state_dir),
+        Vec::<String>::new()
+    );
 }
