@@ -4,39 +4,10 @@
 
 mod registry;
 
-use registry::{sandboxd, Registry};
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use registry::{login, sandboxd, text, Registry};
 
 const USER: &str = "tester";
 const PASSWORD: &str = "pw-Zq8vX3-in-clear-never";
-
-fn login(data: &Path, host: &str, stdin: &str) -> std::process::Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-        .args(["registry", "login", host, "--data-dir"])
-        .arg(data)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sandboxd registry login");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write stdin");
-    child.wait_with_output().expect("wait")
-}
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 #[test]
 fn pulls_from_an_htpasswd_registry_need_a_login_whose_password_is_sealed() {

@@ -281,3 +281,33 @@ pub fn manifest_layers(reference: &str) -> Vec<String> {
         .map(|l| l["digest"].as_str().expect("digest").to_owned())
         .collect()
 }
+
+/// `sandboxd registry login HOST --data-dir DATA` with `stdin` (user and password lines).
+pub fn login(data: &Path, host: &str, stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        .args(["registry", "login", host, "--data-dir"])
+        .arg(data)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sandboxd registry login");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("wait")
+}
+
+/// A command's stdout then stderr, as text.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
