@@ -192,20 +192,8 @@ fn a_sign_in_link_works_once_and_only_while_fresh() {
     assert_eq!(list.json(), json!([]), "the forged creates made nothing");
 
     // The refused create is audited as the console's, not as an unknown caller's.
-    let out = std::process::Command::new(BIN)
-        .args(["audit", "--workspace", "default", "--json", "--data-dir"])
-        .arg(dir.path())
-        .output()
-        .expect("run audit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let creates: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("an audit line"))
+    let creates: Vec<serde_json::Value> = audit_entries(dir.path())
+        .into_iter()
         .filter(|e: &serde_json::Value| e["action"] == "sandbox.create")
         .collect();
     assert_eq!(creates.len(), 1, "{creates:?}");
@@ -286,20 +274,8 @@ async fn the_console_in_a_browser() {
 
     // What the console did is in the audit trail like the API's operations, each with
     // the console request's id and the console as who asked.
-    let out = std::process::Command::new(BIN)
-        .args(["audit", "--workspace", "default", "--json", "--data-dir"])
-        .arg(dir.path())
-        .output()
-        .expect("run audit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let entries: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("an audit line"))
+    let entries: Vec<serde_json::Value> = audit_entries(dir.path())
+        .into_iter()
         .filter(|e: &serde_json::Value| e["target"] == ui_id.as_str())
         .collect();
     let actions: Vec<&str> = entries
@@ -733,4 +709,23 @@ async fn drive(
     })
     .await;
     Ok(ui_id)
+}
+
+/// The default workspace's audit trail, from `sandboxd audit --json`.
+fn audit_entries(data: &std::path::Path) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(BIN)
+        .args(["audit", "--workspace", "default", "--json", "--data-dir"])
+        .arg(data)
+        .output()
+        .expect("run audit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an audit line"))
+        .collect()
 }
