@@ -61,6 +61,13 @@ fn link_exists(id: uuid::Uuid) -> bool {
 fn egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
     let forward_before =
         std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("ip_forward");
+    // Another test's sandbox may hold ip_forward at 1 right now (sandboxd set it and left
+    // its marker): then the value to come back to is 0, the host's own.
+    let marker = std::path::Path::new("/run/sandboxd/net/forward-enabled");
+    let forward_before = match marker.exists() {
+        true => "0\n".to_string(),
+        false => forward_before,
+    };
     let fake = FakeNet::new();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = NetConfig::from_host();
@@ -158,6 +165,7 @@ fn egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
         let forward_after =
             std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("ip_forward");
         assert_eq!(forward_after, forward_before, "ip_forward not restored");
+        assert!(!marker.exists(), "sandboxd's ip_forward marker left behind");
     }
 }
 
