@@ -109,6 +109,7 @@ mod tests {
             secrets: Vec::new(),
             metadata: Default::default(),
             timeout: None,
+            auto_pause: false,
             network,
             egress,
             disk_mb: None,

@@ -43,6 +43,8 @@ pub struct Limits {
     /// Whether pause writes a sandbox's memory to disk (and frees it) on backends that
     /// can (gVisor); otherwise, and on the container tier, pause freezes in memory.
     pub pause_to_disk: bool,
+    /// When consenting sandboxes are moved to disk for memory (autoPause).
+    pub auto_pause: crate::auto_pause::AutoPause,
 }
 
 impl Default for Limits {
@@ -60,6 +62,7 @@ impl Default for Limits {
             default_network: sandboxd_runtime::NetworkMode::None,
             deadlines: Default::default(),
             pause_to_disk: true,
+            auto_pause: Default::default(),
         }
     }
 }
@@ -93,6 +96,8 @@ pub struct Engine {
     pub(crate) metrics: crate::metrics::Metrics,
     /// The last CPU reading of each sandbox whose usage was read lately.
     pub(crate) cpu_readings: crate::usage::CpuReadings,
+    /// Each sandbox's last use and operations under way (autoPause picks by it).
+    pub(crate) activity: crate::auto_pause::Activity,
 }
 
 /// How soon a request refused for a busy database may be retried.
@@ -140,6 +145,10 @@ impl Engine {
         engine.readopt()?;
         let tokio = tokio::runtime::Handle::current();
         tokio.spawn(crate::lifecycle::expiry::run(Arc::downgrade(&engine)));
+        let every = engine.limits.auto_pause.interval;
+        if !every.is_zero() {
+            tokio.spawn(crate::auto_pause::run(Arc::downgrade(&engine), every));
+        }
         Ok(engine)
     }
 
@@ -167,6 +176,7 @@ impl Engine {
             shutdown: Default::default(),
             metrics: Default::default(),
             cpu_readings: Default::default(),
+            activity: Default::default(),
         });
         Ok(engine)
     }

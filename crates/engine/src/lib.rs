@@ -4,6 +4,7 @@
 pub mod accounts;
 mod agent_error;
 pub mod audit;
+pub mod auto_pause;
 pub mod console_codes;
 mod convert;
 pub mod cursor;
@@ -36,6 +37,7 @@ pub mod validate;
 mod workspace_image;
 
 pub use accounts::{ApiKeyInfo, Principal, Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
+pub use auto_pause::AutoPause;
 pub use disk_admission::DiskPolicy;
 pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{EngineError, ErrorCode};

@@ -45,6 +45,9 @@ pub struct CreateSandbox {
     pub metadata: BTreeMap<String, String>,
     /// Ends the sandbox (status TERMINATED, end reason `timeout`) after this long.
     pub timeout: Option<std::time::Duration>,
+    /// Consent to be moved to disk when memory runs short and woken by the next
+    /// operation (autoPause; only where the backend can checkpoint the sandbox).
+    pub auto_pause: bool,
     /// Egress or only loopback; `None` = the template's, else the server's default.
     pub network: Option<sandboxd_runtime::NetworkMode>,
     /// The sandbox's own policy layer, narrowing its workspace's (egress mode only).
@@ -96,6 +99,11 @@ pub struct Sandbox {
     pub started_at: Option<OffsetDateTime>,
     pub ended_at: Option<OffsetDateTime>,
     pub expires_at: Option<OffsetDateTime>,
+    /// Consented to autoPause (see [`CreateSandbox::auto_pause`]).
+    pub auto_pause: bool,
+    /// When memory pressure moved it to disk; `None` while its memory is resident. Its
+    /// status stays RUNNING meanwhile: the next operation wakes it.
+    pub auto_paused_at: Option<OffsetDateTime>,
     pub end_reason: Option<EndReason>,
     /// Human-readable terminal error (FAILED).
     pub error: Option<String>,

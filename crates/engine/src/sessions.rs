@@ -35,6 +35,12 @@ impl Sessions {
             sandbox,
         })
     }
+
+    /// Whether a streamed command runs in `sandbox`.
+    pub(crate) fn running(&self, sandbox: Uuid) -> bool {
+        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        counts.get(&sandbox).is_some_and(|n| *n > 0)
+    }
 }
 
 impl Drop for Session {

@@ -74,6 +74,7 @@ impl Template {
             secrets: Vec::new(),
             metadata: BTreeMap::new(),
             timeout: None,
+            auto_pause: false,
             network: self.network,
             egress: None,
             disk_mb: None,

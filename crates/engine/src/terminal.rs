@@ -1,6 +1,7 @@
 //! An open terminal: a login shell's screen output and exit, and keystrokes and resizes
 //! to it, in the engine's own types (the agent's PTY framing stays inside the engine).
 
+use crate::auto_pause::Busy;
 use bytes::{Bytes, BytesMut};
 use sandboxd_agent_protocol::pty::{PtyFrame, PtyIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
@@ -12,6 +13,7 @@ const READ_CHUNK: usize = 32 * 1024;
 /// halves hangs the shell up.
 pub struct Terminal {
     io: PtyIo,
+    busy: Busy,
 }
 
 /// What a terminal shows.
@@ -27,6 +29,8 @@ pub enum TerminalEvent {
 pub struct TerminalOutput {
     rd: ReadHalf<PtyIo>,
     buf: BytesMut,
+    /// The sandbox is in use while its screen is read (never idle for autoPause).
+    _busy: Busy,
 }
 
 /// The writing half: keystrokes and resizes.
@@ -35,8 +39,8 @@ pub struct TerminalInput {
 }
 
 impl Terminal {
-    pub(crate) fn new(io: PtyIo) -> Self {
-        Terminal { io }
+    pub(crate) fn new(io: PtyIo, busy: Busy) -> Self {
+        Terminal { io, busy }
     }
 
     pub fn split(self) -> (TerminalOutput, TerminalInput) {
@@ -44,6 +48,7 @@ impl Terminal {
         let out = TerminalOutput {
             rd,
             buf: BytesMut::with_capacity(READ_CHUNK),
+            _busy: self.busy,
         };
         (out, TerminalInput { wr })
     }

@@ -76,6 +76,7 @@ impl RunStep<'_> {
             secrets: Vec::new(),
             metadata: BTreeMap::new(),
             timeout: Some(self.timeout + SANDBOX_MARGIN),
+            auto_pause: false,
             network: None,
             egress: None,
             disk_mb: self.disk_mb,

@@ -166,6 +166,7 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
         secrets: Vec::new(),
         metadata: BTreeMap::new(),
         timeout: None,
+        auto_pause: false,
         network: Some(network),
         egress: None,
         disk_mb: None,

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 mod abuse;
+mod auto_pause;
 mod connections;
 mod disk;
 mod isolation;
@@ -80,6 +81,8 @@ pub struct ServerConfig {
     /// Whether pause writes a gVisor sandbox's memory to disk (default) or freezes it
     /// in memory; container sandboxes always freeze in memory.
     pub pause_to_disk: bool,
+    /// When gVisor sandboxes that consented (autoPause) are moved to disk for memory.
+    pub auto_pause: sandboxd_engine::AutoPause,
 }
 
 impl Default for ServerConfig {
@@ -110,6 +113,7 @@ impl Default for ServerConfig {
             metrics_listen: Some(DEFAULT_METRICS_LISTEN),
             audit_retention_days: 90,
             pause_to_disk: true,
+            auto_pause: Default::default(),
         }
     }
 }
@@ -145,6 +149,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("metrics_listen", &self.metrics_listen)
             .field("audit_retention_days", &self.audit_retention_days)
             .field("pause_to_disk", &self.pause_to_disk)
+            .field("auto_pause", &self.auto_pause)
             .finish()
     }
 }
@@ -200,6 +205,7 @@ struct FileLayer {
     metrics_listen: Option<MetricsListen>,
     audit_retention_days: Option<u32>,
     pause_to_disk: Option<bool>,
+    auto_pause: Option<auto_pause::AutoPauseLayer>,
 }
 
 impl ServerConfig {
@@ -277,6 +283,7 @@ impl ServerConfig {
             metrics_listen: observability::from_env(&env)?,
             audit_retention_days: observability::retention_from_env(&env)?,
             pause_to_disk: isolation::pause_to_disk_from_env(&env)?,
+            auto_pause: auto_pause::AutoPauseLayer::from_env(&env)?,
         });
         registries::check(&config.insecure_registries).map_err(ConfigError::Inconsistent)?;
         config.check_disk()?;
@@ -342,6 +349,9 @@ impl ServerConfig {
         if let Some(to_disk) = layer.pause_to_disk {
             self.pause_to_disk = to_disk;
         }
+        if let Some(auto) = layer.auto_pause {
+            auto.apply(&mut self.auto_pause);
+        }
         if let Some(mode) = layer.network {
             self.network = mode;
         }
@@ -390,6 +400,7 @@ impl ServerConfig {
             max_disk_mb_per_sandbox: self.max_disk_mb_per_sandbox,
             disk_policy: self.disk,
             pause_to_disk: self.pause_to_disk,
+            auto_pause: self.auto_pause,
             ..Default::default()
         }
     }

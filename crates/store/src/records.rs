@@ -72,6 +72,10 @@ pub struct SandboxRecord {
     pub started_at: Option<OffsetDateTime>,
     pub ended_at: Option<OffsetDateTime>,
     pub expires_at: Option<OffsetDateTime>,
+    /// Consented to be moved to disk when memory runs short (autoPause).
+    pub auto_pause: bool,
+    /// When it was moved to disk for memory (autoPause); `None` while resident.
+    pub auto_paused_at: Option<OffsetDateTime>,
     /// End reason as its snake_case name.
     pub end_reason: Option<String>,
     pub error: Option<String>,

@@ -34,6 +34,8 @@ fn sandbox(ws: &str, name: Option<&str>, at: OffsetDateTime) -> SandboxRecord {
         started_at: None,
         ended_at: None,
         expires_at: Some(at + Duration::minutes(5)),
+        auto_pause: false,
+        auto_paused_at: None,
         end_reason: None,
         error: None,
         snapshot_id: None,

@@ -146,6 +146,7 @@ pub async fn create(
             secrets: Vec::new(),
             metadata: BTreeMap::new(),
             timeout: None,
+            auto_pause: false,
             network: None,
             egress: None,
             disk_mb: None,

@@ -103,7 +103,9 @@ pub struct CreateBody {
     /// Seconds to wait for capacity (default 10; longer is cut to 120).
     #[schema(minimum = 0)]
     pub wait_seconds: Option<u64>,
-    /// Accepted and reported; a no-op here (default false).
+    /// Consent to be moved to disk when the host needs the memory, and woken by the
+    /// next operation (default false). Only gVisor sandboxes without egress can go to
+    /// disk; elsewhere the consent is kept and reported, and nothing moves.
     pub auto_pause: Option<bool>,
 }
 
@@ -190,6 +192,7 @@ impl CreateBody {
         });
         request.environment = self.env.unwrap_or_default();
         request.timeout = Some(Duration::from_secs(timeout));
+        request.auto_pause = self.auto_pause.unwrap_or(false);
         request.network = network.or(template.network);
         request.egress = egress;
         request.metadata = user_meta;

@@ -111,7 +111,7 @@ pub fn sandbox(sb: &Sandbox) -> SandboxView {
         placement: if attrs.pinned { "pinned" } else { "shared" },
         metadata,
         ephemeral: attrs.ephemeral,
-        auto_pause: attrs.auto_pause,
+        auto_pause: attrs.auto_pause || sb.auto_pause,
         result: None,
     }
 }

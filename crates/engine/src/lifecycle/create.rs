@@ -144,6 +144,8 @@ impl Engine {
                 started_at: None,
                 ended_at: None,
                 expires_at: plan.expires_at,
+                auto_pause: req.auto_pause,
+                auto_paused_at: None,
                 end_reason: None,
                 error: None,
                 snapshot_id: req.snapshot_id,

@@ -78,6 +78,8 @@ impl Engine {
             false => self.limits.deadlines.pause,
         };
         let step = move |rt: &dyn sandboxd_runtime::Runtime| match dir {
+            // Moved to disk for memory already (autoPause): it stays there, paused.
+            Direction::Pause if rt.is_checkpointed(&handle) => Ok(Some(handle)),
             Direction::Pause if to_disk => rt.checkpoint(&handle).map(Some),
             Direction::Pause => rt.freeze(&handle).map(|()| None),
             Direction::Resume if rt.is_checkpointed(&handle) => rt.restore(&handle).map(Some),
@@ -100,6 +102,8 @@ impl Engine {
                     }
                     e.handle = Some(handle);
                 }
+                // Its owner's pause or resume from here on, not memory pressure's.
+                e.sb.auto_paused_at = None;
                 self.transition(&mut e, to)?;
                 Ok(e.sb)
             }

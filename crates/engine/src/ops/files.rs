@@ -41,6 +41,14 @@ impl Engine {
                 Ok(async move { client.read_file(&path).await })
             })
             .await?;
+        // In use while the body is read (never idle for autoPause).
+        let busy = self.activity.begin(id);
+        let body = body
+            .map(move |chunk| {
+                let _held = &busy;
+                chunk
+            })
+            .boxed();
         Ok((meta.into(), body))
     }
 

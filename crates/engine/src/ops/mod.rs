@@ -81,7 +81,9 @@ impl Engine {
     where
         Fut: Future<Output = Result<T, ClientError>>,
     {
-        let (guard, e) = self.shared(ws, id).await?;
+        // In use until the call ends (not idle for autoPause); woken first if on disk.
+        let busy = self.activity.begin(id);
+        let (guard, e) = self.shared_awake(ws, id).await?;
         if e.sb.status != SandboxStatus::Running {
             return Err(wrong_state(&e.sb, "RUNNING"));
         }
@@ -102,6 +104,7 @@ impl Engine {
         };
         let result = pending.await;
         drop(guard);
+        drop(busy);
         match result {
             Ok(v) => Ok(v),
             Err(err) => {

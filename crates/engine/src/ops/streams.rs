@@ -28,10 +28,11 @@ impl Engine {
                 Ok(async move { client.output(pid, tail_bytes, follow).await })
             })
             .await?;
-        Ok(self.until_shutdown(match follow {
+        let events = self.until_shutdown(match follow {
             true => ended_by_its_sandbox(mapped(s), self.store.clone(), id),
             false => mapped(s),
-        }))
+        });
+        Ok(in_use(events, self.activity.begin(id)))
     }
 
     /// All output of a held process from its first byte, then live output until
@@ -64,11 +65,22 @@ impl Engine {
                 Ok(async move { client.logs(follow).await })
             })
             .await?;
-        Ok(self.until_shutdown(match follow {
+        let events = self.until_shutdown(match follow {
             true => ended_by_its_sandbox(mapped(s), self.store.clone(), id),
             false => mapped(s),
-        }))
+        });
+        Ok(in_use(events, self.activity.begin(id)))
     }
+}
+
+/// `events`, keeping its sandbox in use (never idle for autoPause) while it is read.
+fn in_use(events: OutputStream, busy: crate::auto_pause::Busy) -> OutputStream {
+    events
+        .map(move |event| {
+            let _held = &busy;
+            event
+        })
+        .boxed()
 }
 
 /// Ends `frames` at its first error if sandbox `id` is ending or gone by then.

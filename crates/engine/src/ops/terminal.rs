@@ -30,6 +30,6 @@ impl Engine {
                 })
             })
             .await?;
-        Ok(Terminal::new(io))
+        Ok(Terminal::new(io, self.activity.begin(id)))
     }
 }

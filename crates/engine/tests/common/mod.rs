@@ -201,6 +201,7 @@ pub fn request(name: Option<&str>) -> CreateSandbox {
         secrets: Vec::new(),
         metadata: BTreeMap::new(),
         timeout: None,
+        auto_pause: false,
         network: None,
         egress: None,
         disk_mb: None,

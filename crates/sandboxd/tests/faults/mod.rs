@@ -203,6 +203,7 @@ pub fn request(name: &str) -> CreateSandbox {
         secrets: Vec::new(),
         metadata: BTreeMap::new(),
         timeout: None,
+        auto_pause: false,
         network: None,
         egress: None,
         disk_mb: None,

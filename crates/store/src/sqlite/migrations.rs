@@ -206,6 +206,17 @@ const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL,
         used_at INTEGER
     );",
+    // 12, 13: numbers kept for other work merged beside this (the per-sandbox tier,
+    // memory snapshots); no-ops here, replaced by those migrations when merged.
+    "SELECT 1;",
+    "SELECT 1;",
+    // 14: autoPause. `auto_pause`: the sandbox consented to be moved to disk when
+    // memory runs short (OpenRelay sandboxes that asked for it keep their consent);
+    // `auto_paused_at`: when it was moved there, NULL while its memory is resident.
+    "ALTER TABLE sandboxes ADD COLUMN auto_pause INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sandboxes ADD COLUMN auto_paused_at INTEGER;
+    UPDATE sandboxes SET auto_pause = 1
+        WHERE json_extract(attributes, '$.openrelay.autoPause') = 1;",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.
@@ -382,6 +393,42 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(got, snap);
+    }
+
+    /// Migration 14 keeps the consent of OpenRelay sandboxes that sent `autoPause`
+    /// (and only theirs); none is on disk.
+    #[test]
+    fn migration_14_carries_openrelay_auto_pause_consent() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate_to(&mut conn, 13).unwrap(), 13);
+        let sandbox = |n: u128, attributes: &str| {
+            conn.execute(
+                "INSERT INTO sandboxes (id, workspace, name, status, image, vcpu, memory_mb,
+                    created_at, environment, secrets, metadata, extra_layers, attributes)
+                 VALUES (?1, 'default', NULL, 'RUNNING', 'default', 1, 512, 1, '{}', '[]',
+                    '{}', '[]', ?2)",
+                rusqlite::params![uuid::Uuid::from_u128(n).to_string(), attributes],
+            )
+            .unwrap();
+        };
+        sandbox(
+            1,
+            r#"{"openrelay":{"template":"default","autoPause":true}}"#,
+        );
+        sandbox(
+            2,
+            r#"{"openrelay":{"template":"default","autoPause":false}}"#,
+        );
+        sandbox(3, "{}");
+        migrate(&mut conn).unwrap();
+        let get = |n: u128| {
+            super::super::sandboxes::get(&conn, uuid::Uuid::from_u128(n))
+                .unwrap()
+                .unwrap()
+        };
+        assert!(get(1).auto_pause);
+        assert!(!get(2).auto_pause && !get(3).auto_pause);
+        assert!([1, 2, 3].iter().all(|&n| get(n).auto_paused_at.is_none()));
     }
 
     /// A database at version 6 keeps every dialect name through migration 7: workspace

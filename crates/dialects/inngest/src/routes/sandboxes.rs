@@ -36,6 +36,10 @@ pub struct CreateBody {
     /// (`sandboxd images pull`) to start from; absent = the workspace's default image
     /// (`sandboxd workspace set-image`, else `default`). Reported back as `imageRef`.
     image: Option<String>,
+    /// Extension (OpenRelay's `autoPause`): consent to be moved to disk when the host
+    /// needs the memory, and woken by the next operation; gVisor sandboxes without
+    /// egress only, a no-op elsewhere. Default false.
+    auto_pause: Option<bool>,
 }
 
 impl CreateBody {
@@ -72,6 +76,7 @@ impl CreateBody {
             secrets: self.secrets.unwrap_or_default(),
             metadata: BTreeMap::new(),
             timeout: None,
+            auto_pause: self.auto_pause.unwrap_or(false),
             network: None,
             egress: None,
             disk_mb: None,

@@ -42,6 +42,10 @@ pub struct CreateBody {
     /// Extension: the image to start from (a stored reference, `sandboxd images pull`);
     /// None = the built-in `default`.
     image: Option<String>,
+    /// Extension: consent to be moved to disk when the host needs the memory, and
+    /// woken by the next operation (OpenRelay's `autoPause`); gVisor sandboxes without
+    /// egress only, a no-op elsewhere. Default false.
+    auto_pause: Option<bool>,
 }
 
 impl CreateBody {
@@ -64,6 +68,7 @@ impl CreateBody {
             secrets: Vec::new(),
             metadata: BTreeMap::new(),
             timeout,
+            auto_pause: self.auto_pause.unwrap_or(false),
             network: None,
             egress: None,
             disk_mb: self.disk_mb,
