@@ -58,6 +58,11 @@ pub struct SandboxView {
     pub metadata: BTreeMap<String, String>,
     pub ephemeral: bool,
     pub auto_pause: bool,
+    /// sandboxd's extension: since when the sandbox is on disk for memory (autoPause;
+    /// its state stays `running`, the next operation wakes it); absent while resident.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub auto_paused_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<ResultView>,
 }
@@ -112,6 +117,7 @@ pub fn sandbox(sb: &Sandbox) -> SandboxView {
         metadata,
         ephemeral: attrs.ephemeral,
         auto_pause: attrs.auto_pause || sb.auto_pause,
+        auto_paused_at: sb.auto_paused_at.filter(|_| !ended).map(rfc3339_nanos),
         result: None,
     }
 }

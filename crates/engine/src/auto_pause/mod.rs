@@ -8,11 +8,13 @@
 //! stay in memory.
 
 mod activity;
+mod adopt;
 mod pressure;
 mod sweep;
 mod wake;
 
 pub(crate) use activity::{Activity, Busy};
+pub(crate) use adopt::recover_on_disk;
 pub use pressure::host_available_mb;
 pub(crate) use sweep::run;
 

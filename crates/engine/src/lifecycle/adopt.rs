@@ -44,6 +44,9 @@ impl Engine {
         let (mut kept, mut ended) = (HashSet::new(), HashSet::new());
         for rec in self.store.sandboxes_in_status(&ACTIVE_STATUSES)? {
             let mut e = entry_from_record(rec)?;
+            if crate::auto_pause::recover_on_disk(self.runtime.as_ref(), &mut e) {
+                tracing::info!(sandbox = %e.sb.id, "found on disk: the next operation wakes it");
+            }
             match settle(self.runtime.as_ref(), &e) {
                 Ok(status) => {
                     kept.insert(e.sb.id);

@@ -1,0 +1,493 @@
+//! autoPause on the gVisor tier: under an artificially small memory budget, the idle
+//! sandboxes that consented go to disk (their host memory freed), the one idle the
+//! longest first; the next operation wakes them with their processes' memory intact,
+//! concurrent ones all waiting for one restore; a sandbox that did not consent stays;
+//! expiry ends a sandbox on disk; a restarted server still wakes one. Skipped where
+//! runsc is missing.
+
+mod common;
+mod gvisor_common;
+mod serve_bin;
+
+use gvisor_common::*;
+use sandboxd_engine::{
+    AutoPause, CreateSandbox, Engine, EngineConfig, ExecCommand, Limits, NetworkMode, ProcessExit,
+    Resources, Sandbox, SandboxStatus, StartCommand,
+};
+use sandboxd_runtime::linux::gvisor::GvisorRuntime;
+use sandboxd_runtime::Runtime;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+const WS: &str = "autopause";
+
+/// A Python process whose counter lives only in its memory, written out every 100 ms
+/// (a restarted process would count from 1 again).
+const COUNTER: &str = "import time\nn = 0\nwhile True:\n    n += 1\n    \
+    open('/root/count.tmp', 'w').write(str(n))\n    \
+    __import__('os').replace('/root/count.tmp', '/root/count')\n    time.sleep(0.1)\n";
+
+/// An engine over the gVisor tier with a 1 MiB budget (every resident sandbox is past
+/// it); no background sweep unless `interval` is given: the tests sweep themselves.
+struct Fixture {
+    data: PathBuf,
+    rt: Arc<GvisorRuntime>,
+    store: Arc<sandboxd_store::SqliteStore>,
+    limits: Limits,
+    engine: Arc<Engine>,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new(interval: Duration) -> Option<Fixture> {
+        if !GvisorRuntime::available() {
+            eprintln!("runsc is not installed: skipping");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().canonicalize().expect("canonical data dir");
+        let rt = Arc::new(raw_gvisor(&data));
+        let store = sandboxd_store::SqliteStore::open(data.join("sandboxd.db")).expect("store");
+        let store = Arc::new(store);
+        let limits = Limits {
+            default_network: NetworkMode::None,
+            auto_pause: AutoPause {
+                memory_budget_mb: 1,
+                min_available_mb: 0,
+                interval,
+            },
+            ..Limits::default()
+        };
+        let engine = open(&data, &rt, &store, limits);
+        Some(Fixture {
+            data,
+            rt,
+            store,
+            limits,
+            engine,
+            _dir: dir,
+        })
+    }
+
+    /// Stops the engine (its watches and tasks end with it): a server that stopped.
+    fn stop(&mut self) {
+        let beside = Engine::open_beside(EngineConfig {
+            data_dir: self.data.clone(),
+            runtime: self.rt.clone(),
+            store: self.store.clone(),
+            limits: self.limits,
+        });
+        self.engine = beside.expect("engine");
+    }
+
+    /// A new engine over the same store and runtime: a server restart.
+    fn reopen(&mut self) {
+        self.engine = open(&self.data, &self.rt, &self.store, self.limits);
+    }
+
+    fn ws(&self) -> String {
+        WS.to_owned()
+    }
+
+    async fn create(&self, auto_pause: bool, timeout: Option<Duration>) -> Sandbox {
+        let req = CreateSandbox {
+            name: None,
+            resources: Resources {
+                vcpu: 1,
+                memory_mb: 256,
+            },
+            image: None,
+            snapshot_id: None,
+            environment: BTreeMap::new(),
+            secrets: Vec::new(),
+            metadata: BTreeMap::new(),
+            timeout,
+            auto_pause,
+            network: None,
+            egress: None,
+            disk_mb: None,
+            aliases: Default::default(),
+            attributes: Default::default(),
+        };
+        self.engine.create(&self.ws(), req).await.expect("create").0
+    }
+
+    async fn sh(&self, id: Uuid, script: &str) -> String {
+        let cmd = ExecCommand {
+            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            env: None,
+            cwd: None,
+            timeout: Duration::from_secs(60),
+            max_output_bytes: 1 << 20,
+        };
+        let r = self.engine.exec(&self.ws(), id, cmd).await.expect("exec");
+        let out = String::from_utf8_lossy(&r.stdout).into_owned();
+        assert_eq!(r.exit, Some(ProcessExit::Code(0)), "{out}");
+        out
+    }
+
+    async fn start_counter(&self, id: Uuid) {
+        let start = StartCommand {
+            argv: vec!["/usr/bin/python3".into(), "-c".into(), COUNTER.into()],
+            env: None,
+            cwd: None,
+        };
+        self.engine
+            .start_process(&self.ws(), id, start)
+            .await
+            .expect("start the counter");
+        common::wait_for("the counter counts", || self.count(id) >= 3);
+    }
+
+    /// The counter as the sandbox's writable layer holds it (read on the host: no
+    /// operation on the sandbox).
+    fn count(&self, id: Uuid) -> u64 {
+        let path = self
+            .data
+            .join(format!("sandboxes/{id}/layer/upper/root/count"));
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    async fn get(&self, id: Uuid) -> Sandbox {
+        self.engine.get(&self.ws(), id).await.expect("get")
+    }
+
+    /// Host memory the sandbox's cgroup holds, in bytes (read without waking it).
+    async fn memory(&self, id: Uuid) -> u64 {
+        let usage = self.engine.usage(&self.ws(), id).await.expect("usage");
+        usage.memory_bytes
+    }
+
+    async fn destroy_all(&self, ids: &[Uuid]) {
+        for &id in ids {
+            self.engine.destroy(&self.ws(), id).await.expect("destroy");
+        }
+        for &id in ids {
+            assert_eq!(processes_naming(&id.to_string()), Vec::<i32>::new());
+            assert!(!self.data.join(format!("sandboxes/{id}")).exists());
+        }
+    }
+}
+
+fn open(
+    data: &std::path::Path,
+    rt: &Arc<GvisorRuntime>,
+    store: &Arc<sandboxd_store::SqliteStore>,
+    limits: Limits,
+) -> Arc<Engine> {
+    Engine::open(EngineConfig {
+        data_dir: data.to_path_buf(),
+        runtime: rt.clone(),
+        store: store.clone(),
+        limits,
+    })
+    .expect("engine")
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        for handle in self.rt.stored_handles() {
+            let _ = self.rt.destroy(&handle);
+        }
+        self.rt.cgroups().remove_parent_if_unused();
+    }
+}
+
+/// A runtime for the engine (its tasks run while a test awaits).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio")
+}
+
+/// The memory image of a sandbox on disk.
+fn image(data: &std::path::Path, id: Uuid) -> PathBuf {
+    sandboxd_runtime::linux::gvisor::checkpoint::image_dir(&data.join(format!("sandboxes/{id}")))
+        .join("checkpoint.img")
+}
+
+#[test]
+fn an_idle_consenting_sandbox_goes_to_disk_and_an_exec_wakes_it_with_its_memory() {
+    runtime().block_on(async {
+        let Some(f) = Fixture::new(Duration::ZERO) else {
+            return;
+        };
+        let willing = f.create(true, None).await;
+        let unwilling = f.create(false, None).await;
+        f.start_counter(willing.id).await;
+        f.start_counter(unwilling.id).await;
+        let resident = f.memory(willing.id).await;
+
+        // Past the budget: the consenting one goes, the other never does.
+        assert_eq!(f.engine.auto_pause_sweep().await, vec![willing.id]);
+        assert_eq!(f.engine.auto_pause_sweep().await, Vec::<Uuid>::new());
+        let on_disk = f.get(willing.id).await;
+        assert_eq!(
+            on_disk.status,
+            SandboxStatus::Running,
+            "not its owner's pause"
+        );
+        assert!(on_disk.auto_paused_at.is_some());
+        assert!(image(&f.data, willing.id).is_file(), "no memory image");
+        assert_eq!(
+            processes_naming(&willing.id.to_string()),
+            Vec::<i32>::new(),
+            "runsc processes left while on disk"
+        );
+        let freed = f.memory(willing.id).await;
+        assert!(
+            freed < 4 << 20 && freed < resident / 4,
+            "host memory on disk: {freed} (resident: {resident})"
+        );
+        let frozen = f.count(willing.id);
+        assert!(!processes_naming(&unwilling.id.to_string()).is_empty());
+        assert!(f.get(unwilling.id).await.auto_paused_at.is_none());
+        let before = f.count(unwilling.id);
+        common::wait_for("the other counts on", || f.count(unwilling.id) > before);
+
+        // The next exec waits for the restore; the same process counts on.
+        let out = f
+            .sh(
+                willing.id,
+                "a=$(cat /root/count); sleep 0.5; echo $a $(cat /root/count)",
+            )
+            .await;
+        let seen: Vec<u64> = out
+            .split_whitespace()
+            .map(|n| n.parse().expect("number"))
+            .collect();
+        assert!(
+            seen[0] >= frozen && seen[1] > seen[0] && seen[1] < frozen + 1000,
+            "the counter restarted or stood still: on disk {frozen}, then {seen:?}"
+        );
+        let woken = f.get(willing.id).await;
+        assert!(woken.auto_paused_at.is_none());
+        assert!(!image(&f.data, willing.id).exists(), "the image stayed");
+
+        f.destroy_all(&[willing.id, unwilling.id]).await;
+    });
+}
+
+#[test]
+fn the_sandbox_idle_the_longest_goes_to_disk_first() {
+    runtime().block_on(async {
+        let Some(f) = Fixture::new(Duration::ZERO) else {
+            return;
+        };
+        let first = f.create(true, None).await;
+        let second = f.create(true, None).await;
+        // The older one was used last: the younger has been idle longer.
+        f.sh(second.id, "true").await;
+        f.sh(first.id, "true").await;
+        assert_eq!(f.engine.auto_pause_sweep().await, vec![second.id, first.id]);
+        // Woken in the other order, they go in the other order.
+        f.sh(first.id, "true").await;
+        f.sh(second.id, "true").await;
+        assert_eq!(f.engine.auto_pause_sweep().await, vec![first.id, second.id]);
+        f.destroy_all(&[first.id, second.id]).await;
+    });
+}
+
+#[test]
+fn concurrent_operations_on_a_sandbox_on_disk_all_wait_for_one_restore() {
+    runtime().block_on(async {
+        let Some(f) = Fixture::new(Duration::ZERO) else {
+            return;
+        };
+        let sb = f.create(true, None).await;
+        f.start_counter(sb.id).await;
+        assert_eq!(f.engine.auto_pause_sweep().await, vec![sb.id]);
+        let frozen = f.count(sb.id);
+        let ops = (0..6).map(|i| {
+            let f = &f;
+            async move {
+                match i % 3 {
+                    0 => f.sh(sb.id, &format!("echo {i}")).await.trim().to_owned(),
+                    1 => {
+                        let page = sandboxd_engine::PageRequest {
+                            limit: 100,
+                            cursor: None,
+                        };
+                        let procs = f.engine.list_processes(&f.ws(), sb.id, page).await;
+                        format!("{}", procs.expect("list processes").items.len())
+                    }
+                    _ => {
+                        let read = f.engine.read_file(&f.ws(), sb.id, "/root/count").await;
+                        let (meta, _) = read.expect("read a file");
+                        format!("{}", meta.size)
+                    }
+                }
+            }
+        });
+        let answers = futures_util::future::join_all(ops).await;
+        assert_eq!(answers[0], "0");
+        assert_eq!(answers[3], "3");
+        assert!(answers[1] != "0" && answers[4] != "0", "{answers:?}");
+        assert!(f.get(sb.id).await.auto_paused_at.is_none());
+        common::wait_for("the counter continues", || f.count(sb.id) > frozen);
+        f.destroy_all(&[sb.id]).await;
+    });
+}
+
+/// A server that stops after the checkpoint but before recording it (a shutdown in
+/// the middle of a sweep) finds the sandbox on disk, not crashed, and wakes it.
+#[test]
+fn a_move_to_disk_the_server_did_not_record_is_found_on_disk_after_a_restart() {
+    runtime().block_on(async {
+        let Some(mut f) = Fixture::new(Duration::ZERO) else {
+            return;
+        };
+        let sb = f.create(true, None).await;
+        f.start_counter(sb.id).await;
+        let handle = f.rt.stored_handles().into_iter().find(|h| h.id == sb.id);
+        f.stop();
+        let rt = f.rt.clone();
+        let on_disk = tokio::task::spawn_blocking(move || rt.checkpoint(&handle.expect("handle")))
+            .await
+            .expect("join")
+            .expect("checkpoint");
+        assert!(f.rt.is_checkpointed(&on_disk));
+        let frozen = f.count(sb.id);
+
+        f.reopen();
+        let found = f.get(sb.id).await;
+        assert_eq!(found.status, SandboxStatus::Running, "{found:?}");
+        assert!(found.auto_paused_at.is_some(), "{found:?}");
+        let out = f.sh(sb.id, "cat /root/count").await;
+        let first: u64 = out.trim().parse().expect("number");
+        assert!(
+            first >= frozen,
+            "the counter restarted: {frozen} -> {first}"
+        );
+        common::wait_for("the counter continues", || f.count(sb.id) > frozen);
+        f.destroy_all(&[sb.id]).await;
+    });
+}
+
+#[test]
+fn a_sandbox_on_disk_expires_and_leaves_no_image() {
+    // The background sweep this time (every 100 ms), and the expiry task.
+    runtime().block_on(async {
+        let Some(f) = Fixture::new(Duration::from_millis(100)) else {
+            return;
+        };
+        let sb = f.create(true, Some(Duration::from_secs(4))).await;
+        common::wait_for("the sandbox on disk", || image(&f.data, sb.id).is_file());
+        loop {
+            let now = f.get(sb.id).await;
+            if now.status.is_terminal() {
+                assert_eq!(now.status, SandboxStatus::Terminated, "{now:?}");
+                assert_eq!(now.end_reason, Some(sandboxd_engine::EndReason::Timeout));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(!f.data.join(format!("sandboxes/{}", sb.id)).exists());
+        assert_eq!(processes_naming(&sb.id.to_string()), Vec::<i32>::new());
+    });
+}
+
+/// Over HTTP, OpenRelay's `autoPause`: the server's own sweep moves the sandbox to
+/// disk, its view still says `running`, and after a server restart the next exec
+/// wakes it with its processes' memory.
+#[test]
+fn an_openrelay_auto_pause_sandbox_on_disk_wakes_after_a_server_restart() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "none"),
+        ("SANDBOXD_AUTO_PAUSE_MEMORY_BUDGET_MB", "1"),
+        ("SANDBOXD_AUTO_PAUSE_INTERVAL_MS", "200"),
+    ];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let body = serde_json::json!({"template": "default", "autoPause": true});
+    let created = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
+    assert_eq!(created.status / 100, 2, "{}", created.text());
+    let id = created.json()["id"].as_str().expect("id").to_owned();
+    let exec = format!("/v1/sandboxes/{id}/exec");
+    // Started and seen counting within one exec: the sandbox is busy until then.
+    let start = format!(
+        "cat > /root/counter.py <<'EOF'\n{COUNTER}EOF\n\
+         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &\n\
+         while [ ! -s /root/count ]; do sleep 0.1; done"
+    );
+    let r = server.request(
+        "POST",
+        &exec,
+        MASTER,
+        Some(&serde_json::json!({"cmd": start})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["exitCode"], 0, "{}", r.text());
+    let count = || -> u64 {
+        std::fs::read_to_string(data.join(format!("sandboxes/{id}/layer/upper/root/count")))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let image = image(&data, id.parse().expect("uuid"));
+    let path = format!("/v1/sandboxes/{id}");
+    common::wait_for("the sandbox recorded on disk", || {
+        server.request("GET", &path, MASTER, None).json()["autoPausedAt"].is_string()
+    });
+    assert!(image.is_file() && processes_under(&data).is_empty());
+    let view = server.request("GET", &path, MASTER, None);
+    assert_eq!(view.json()["state"], "running", "{}", view.text());
+    assert_eq!(view.json()["autoPause"], true, "{}", view.text());
+    let frozen = count();
+
+    drop(server);
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "none"),
+        ("SANDBOXD_AUTO_PAUSE_MEMORY_BUDGET_MB", "0"),
+    ];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    assert!(image.is_file(), "the restart woke it");
+    let cmd = "a=$(cat /root/count); sleep 0.5; echo $a $(cat /root/count)";
+    let r = server.request(
+        "POST",
+        &exec,
+        MASTER,
+        Some(&serde_json::json!({"cmd": cmd})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let out = r.json()["stdout"].as_str().unwrap_or_default().to_owned();
+    let seen: Vec<u64> = out
+        .split_whitespace()
+        .map(|n| n.parse().expect("number"))
+        .collect();
+    assert!(
+        seen.len() == 2 && seen[0] >= frozen && seen[1] > seen[0] && seen[1] < frozen + 1000,
+        "the counter restarted or stood still: on disk {frozen}, then {out:?}"
+    );
+    assert!(
+        !processes_under(&data).is_empty(),
+        "no sentry after the wake"
+    );
+    let view = server.request("GET", &path, MASTER, None);
+    assert!(view.json().get("autoPausedAt").is_none(), "{}", view.text());
+
+    let del = server.request("DELETE", &format!("/v1/sandboxes/{id}"), MASTER, None);
+    assert_eq!(del.status / 100, 2, "{}", del.text());
+    common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
+    common::wait_for("every state dir gone", || {
+        std::fs::read_dir(data.join("sandboxes")).map_or(true, |d| d.count() == 0)
+    });
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
