@@ -491,3 +491,79 @@ fn an_openrelay_auto_pause_sandbox_on_disk_wakes_after_a_server_restart() {
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
+
+/// The sandbox directories of a server's data dir.
+fn sandbox_dirs(data: &std::path::Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(data.join("sandboxes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runzivo's `auto_pause` and Inngest's `autoPause` (extensions) consent too; a sandbox
+/// that did not consent stays in memory although it has been idle the longest.
+#[test]
+fn runzivo_and_inngest_sandboxes_consent_with_their_extension_fields() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "none"),
+        ("SANDBOXD_AUTO_PAUSE_MEMORY_BUDGET_MB", "1"),
+        ("SANDBOXD_AUTO_PAUSE_INTERVAL_MS", "200"),
+    ];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let mut made = |create: &dyn Fn() -> String| -> (String, String) {
+        let before = sandbox_dirs(&data);
+        let id = create();
+        let after = sandbox_dirs(&data);
+        let new: Vec<_> = after.difference(&before).cloned().collect();
+        assert_eq!(new.len(), 1, "{new:?}");
+        (id, new[0].clone())
+    };
+    let runzivo = |body: serde_json::Value| {
+        let r = server.request("POST", RUNZIVO, MASTER, Some(&body));
+        assert_eq!(r.status, 201, "{}", r.text());
+        r.json()["id"].as_str().expect("id").to_owned()
+    };
+    let (unwilling, unwilling_dir) = made(&|| runzivo(serde_json::json!({})));
+    let (willing, willing_dir) = made(&|| runzivo(serde_json::json!({"auto_pause": true})));
+    let (inngest, inngest_dir) = made(&|| {
+        let body = serde_json::json!({"name": "ap", "vcpu": 1, "memoryMb": 256, "autoPause": true});
+        server.create_sandbox(MASTER, &body)
+    });
+    let on_disk = |d: &str| image(&data, d.parse().expect("uuid")).is_file();
+    common::wait_for("both consenting sandboxes on disk", || {
+        on_disk(&willing_dir) && on_disk(&inngest_dir)
+    });
+    assert!(!on_disk(&unwilling_dir));
+    assert!(!processes_naming(&unwilling_dir).is_empty());
+
+    // A Runzivo exec wakes its sandbox.
+    let exec = format!("{RUNZIVO}/{willing}/exec");
+    let r = server.request(
+        "POST",
+        &exec,
+        MASTER,
+        Some(&serde_json::json!({"cmd": "echo awake"})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("\"exit\""), "{}", r.text());
+
+    for id in [&unwilling, &willing] {
+        let del = server.request("DELETE", &format!("{RUNZIVO}/{id}"), MASTER, None);
+        assert_eq!(del.status / 100, 2, "{}", del.text());
+    }
+    server.destroy(MASTER, &inngest);
+    common::wait_for("the sandboxes gone", || processes_under(&data).is_empty());
+    common::wait_for("every state dir gone", || sandbox_dirs(&data).is_empty());
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
