@@ -520,7 +520,7 @@ fn runzivo_and_inngest_sandboxes_consent_with_their_extension_fields() {
         ("SANDBOXD_AUTO_PAUSE_INTERVAL_MS", "200"),
     ];
     let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
-    let mut made = |create: &dyn Fn() -> String| -> (String, String) {
+    let made = |create: &dyn Fn() -> String| -> (String, String) {
         let before = sandbox_dirs(&data);
         let id = create();
         let after = sandbox_dirs(&data);
