@@ -43,6 +43,14 @@ struct Fixture {
 
 impl Fixture {
     fn new(interval: Duration) -> Option<Fixture> {
+        Fixture::with(AutoPause {
+            memory_budget_mb: 1,
+            min_available_mb: 0,
+            interval,
+        })
+    }
+
+    fn with(auto_pause: AutoPause) -> Option<Fixture> {
         if !GvisorRuntime::available() {
             eprintln!("runsc is not installed: skipping");
             return None;
@@ -54,11 +62,7 @@ impl Fixture {
         let store = Arc::new(store);
         let limits = Limits {
             default_network: NetworkMode::None,
-            auto_pause: AutoPause {
-                memory_budget_mb: 1,
-                min_available_mb: 0,
-                interval,
-            },
+            auto_pause,
             ..Limits::default()
         };
         let engine = open(&data, &rt, &store, limits);
@@ -272,6 +276,28 @@ fn an_idle_consenting_sandbox_goes_to_disk_and_an_exec_wakes_it_with_its_memory(
         assert!(woken.auto_paused_at.is_none());
         assert!(!image(&f.data, willing.id).exists(), "the image stayed");
 
+        f.destroy_all(&[willing.id, unwilling.id]).await;
+    });
+}
+
+/// Without a budget, the host's own shortage (`MemAvailable` under the minimum; here
+/// always) moves consenting sandboxes.
+#[test]
+fn a_host_short_of_memory_moves_consenting_sandboxes() {
+    runtime().block_on(async {
+        let host_short = AutoPause {
+            memory_budget_mb: 0,
+            min_available_mb: u64::MAX,
+            interval: Duration::ZERO,
+        };
+        let Some(f) = Fixture::with(host_short) else {
+            return;
+        };
+        let willing = f.create(true, None).await;
+        let unwilling = f.create(false, None).await;
+        assert_eq!(f.engine.auto_pause_sweep().await, vec![willing.id]);
+        assert!(image(&f.data, willing.id).is_file());
+        assert_eq!(f.sh(willing.id, "echo awake").await, "awake\n");
         f.destroy_all(&[willing.id, unwilling.id]).await;
     });
 }
