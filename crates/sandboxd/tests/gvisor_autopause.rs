@@ -302,6 +302,31 @@ fn a_host_short_of_memory_moves_consenting_sandboxes() {
     });
 }
 
+/// A sandbox whose log a client follows, or whose terminal is open, is in use: it
+/// stays until the stream ends.
+#[test]
+fn a_followed_log_or_an_open_terminal_keeps_a_sandbox_in_memory() {
+    runtime().block_on(async {
+        let Some(f) = Fixture::new(Duration::ZERO) else {
+            return;
+        };
+        let sb = f.create(true, None).await;
+        let logs = f
+            .engine
+            .logs(&f.ws(), sb.id, true)
+            .await
+            .expect("follow logs");
+        assert_eq!(f.engine.auto_pause_sweep().await, Vec::<Uuid>::new());
+        drop(logs);
+        let terminal = f.engine.open_terminal(&f.ws(), sb.id, 80, 24).await;
+        let terminal = terminal.expect("open a terminal");
+        assert_eq!(f.engine.auto_pause_sweep().await, Vec::<Uuid>::new());
+        drop(terminal);
+        assert_eq!(f.engine.auto_pause_sweep().await, vec![sb.id]);
+        f.destroy_all(&[sb.id]).await;
+    });
+}
+
 #[test]
 fn the_sandbox_idle_the_longest_goes_to_disk_first() {
     runtime().block_on(async {
