@@ -61,18 +61,33 @@ pub(crate) fn entry_to_record(e: &Entry) -> SandboxRecord {
         disk_mb: sb.disk_mb,
         aliases: sb.aliases.clone(),
         attributes: sb.attributes.clone(),
+        isolation: Some(sb.isolation.as_str().to_owned()),
     }
 }
 
-pub(crate) fn entry_from_record(r: SandboxRecord) -> Result<Entry, EngineError> {
+/// The entry a record holds; a record from before tiers were kept runs on `default`.
+pub(crate) fn entry_from_record(
+    r: SandboxRecord,
+    default: sandboxd_runtime::Isolation,
+) -> Result<Entry, EngineError> {
     let status =
         SandboxStatus::parse(&r.status).ok_or_else(|| corrupt(format!("status {:?}", r.status)))?;
     let end_reason = match &r.end_reason {
         Some(s) => Some(end_reason_parse(s).ok_or_else(|| corrupt(format!("end reason {s:?}")))?),
         None => None,
     };
+    let isolation = match &r.isolation {
+        Some(s) => s.parse().map_err(|_| corrupt(format!("isolation {s:?}")))?,
+        None => default,
+    };
     let handle = match r.handle {
-        Some(v) => Some(serde_json::from_value(v).map_err(|e| corrupt(format!("handle: {e}")))?),
+        Some(v) => {
+            let mut h: SandboxHandle =
+                serde_json::from_value(v).map_err(|e| corrupt(format!("handle: {e}")))?;
+            // The record's tier routes the handle (older handles do not carry it).
+            h.isolation = isolation;
+            Some(h)
+        }
         None => None,
     };
     Ok(Entry {
@@ -99,6 +114,7 @@ pub(crate) fn entry_from_record(r: SandboxRecord) -> Result<Entry, EngineError> 
             disk_mb: r.disk_mb,
             aliases: r.aliases,
             attributes: r.attributes,
+            isolation,
         },
         handle,
         extra_layers: r.extra_layers,

@@ -114,6 +114,7 @@ mod tests {
             disk_mb: None,
             aliases: Default::default(),
             attributes: Default::default(),
+            isolation: None,
         }
     }
 

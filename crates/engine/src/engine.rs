@@ -43,6 +43,9 @@ pub struct Limits {
     /// Whether pause writes a sandbox's memory to disk (and frees it) on backends that
     /// can (gVisor); otherwise, and on the container tier, pause freezes in memory.
     pub pause_to_disk: bool,
+    /// The tier of sandboxes whose request, template and workspace choose none (and of
+    /// those recorded before tiers were).
+    pub isolation: sandboxd_runtime::Isolation,
 }
 
 impl Default for Limits {
@@ -60,6 +63,7 @@ impl Default for Limits {
             default_network: sandboxd_runtime::NetworkMode::None,
             deadlines: Default::default(),
             pause_to_disk: true,
+            isolation: Default::default(),
         }
     }
 }
@@ -212,7 +216,9 @@ impl Engine {
         let found = self.store.get_sandbox(id);
         self.metrics.store("get_sandbox", t0.elapsed());
         match found? {
-            Some(rec) if rec.workspace == ws => convert::entry_from_record(rec),
+            Some(rec) if rec.workspace == ws => {
+                convert::entry_from_record(rec, self.limits.isolation)
+            }
             _ => Err(not_found(id)),
         }
     }

@@ -81,6 +81,7 @@ impl RunStep<'_> {
             disk_mb: self.disk_mb,
             aliases: BTreeMap::new(),
             attributes: BTreeMap::new(),
+            isolation: None,
         };
         let (sb, _) = self
             .engine

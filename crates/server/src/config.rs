@@ -390,6 +390,7 @@ impl ServerConfig {
             max_disk_mb_per_sandbox: self.max_disk_mb_per_sandbox,
             disk_policy: self.disk,
             pause_to_disk: self.pause_to_disk,
+            isolation: self.isolation,
             ..Default::default()
         }
     }

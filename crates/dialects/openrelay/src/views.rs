@@ -58,6 +58,9 @@ pub struct SandboxView {
     pub metadata: BTreeMap<String, String>,
     pub ephemeral: bool,
     pub auto_pause: bool,
+    /// sandboxd's extension: its isolation tier, `container` or `gvisor`.
+    #[schema(pattern = "^(container|gvisor)$")]
+    pub isolation: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<ResultView>,
 }
@@ -112,6 +115,7 @@ pub fn sandbox(sb: &Sandbox) -> SandboxView {
         metadata,
         ephemeral: attrs.ephemeral,
         auto_pause: attrs.auto_pause,
+        isolation: sb.isolation.as_str(),
         result: None,
     }
 }
@@ -132,6 +136,11 @@ pub struct TemplateView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
     pub created_at: Option<String>,
+    /// sandboxd's extension: the isolation tier its sandboxes run on, when it names one
+    /// (absent: the workspace's default, else the server's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(container|gvisor)$")]
+    pub isolation: Option<&'static str>,
 }
 
 pub fn template(t: &Template) -> TemplateView {
@@ -143,5 +152,6 @@ pub fn template(t: &Template) -> TemplateView {
         memory_mib: t.resources.memory_mb,
         disk_mib: t.disk_mb,
         created_at: t.created_at.map(rfc3339_nanos),
+        isolation: t.isolation.map(|i| i.as_str()),
     }
 }

@@ -208,6 +208,7 @@ pub fn request(name: &str) -> CreateSandbox {
         disk_mb: None,
         aliases: Default::default(),
         attributes: Default::default(),
+        isolation: None,
     }
 }
 

@@ -206,6 +206,21 @@ const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL,
         used_at INTEGER
     );",
+    // 12: isolation tiers. Each sandbox's tier (NULL on rows from before: the server's
+    // default tier, the only one a server ran then), a workspace's default tier
+    // (`sandboxd workspace set-isolation`), and the tier a workspace template was built
+    // for (OpenRelay's template `isolation`), by template name.
+    "ALTER TABLE sandboxes ADD COLUMN isolation TEXT;
+    CREATE TABLE workspace_isolation (
+        workspace TEXT PRIMARY KEY REFERENCES workspaces(id) ON DELETE CASCADE,
+        isolation TEXT NOT NULL
+    );
+    CREATE TABLE template_isolation (
+        workspace TEXT NOT NULL,
+        template TEXT NOT NULL,
+        isolation TEXT NOT NULL,
+        PRIMARY KEY (workspace, template)
+    );",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.

@@ -42,6 +42,10 @@ pub struct CreateBody {
     /// Extension: the image to start from (a stored reference, `sandboxd images pull`);
     /// None = the built-in `default`.
     image: Option<String>,
+    /// Extension: the isolation tier, `container` or `gvisor`; None = the tenant's
+    /// workspace default (`sandboxd workspace set-isolation`), else the server's.
+    #[schema(pattern = "^(container|gvisor)$")]
+    isolation: Option<String>,
 }
 
 impl CreateBody {
@@ -51,6 +55,11 @@ impl CreateBody {
             None => None,
             Some(s) if (1..=MAX_TIMEOUT_SECONDS).contains(&s) => Some(Duration::from_secs(s)),
             Some(_) => return Err(ApiError::invalid("timeout_seconds must be 1-86400")),
+        };
+        let isolation = match self.isolation.as_deref().map(str::parse) {
+            None => None,
+            Some(Ok(tier)) => Some(tier),
+            Some(Err(e)) => return Err(ApiError::invalid(format!("isolation: {e}"))),
         };
         Ok(CreateSandbox {
             name: None,
@@ -69,6 +78,7 @@ impl CreateBody {
             disk_mb: self.disk_mb,
             aliases: [(crate::ids::DIALECT.to_owned(), crate::ids::new_id())].into(),
             attributes: Default::default(),
+            isolation,
         })
     }
 }
