@@ -163,6 +163,60 @@ pub(crate) fn snapshot_from_record(r: SnapshotRecord) -> Snapshot {
 mod tests {
     use super::*;
 
+    fn record(isolation: Option<&str>, handle: serde_json::Value) -> SandboxRecord {
+        SandboxRecord {
+            id: uuid::Uuid::new_v4(),
+            workspace: "w".into(),
+            name: None,
+            status: "RUNNING".into(),
+            image: "default".into(),
+            vcpu: 1,
+            memory_mb: 256,
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
+            started_at: None,
+            ended_at: None,
+            expires_at: None,
+            end_reason: None,
+            error: None,
+            snapshot_id: None,
+            environment: Default::default(),
+            secrets: Vec::new(),
+            metadata: Default::default(),
+            extra_layers: Vec::new(),
+            handle: Some(handle),
+            id_slot: None,
+            disk_mb: None,
+            aliases: Default::default(),
+            attributes: Default::default(),
+            isolation: isolation.map(str::to_owned),
+        }
+    }
+
+    /// A handle stored before tiers were recorded (no `isolation` in its JSON).
+    fn old_handle() -> serde_json::Value {
+        serde_json::json!({"id": uuid::Uuid::nil(), "agent_pid": 1, "agent_start_ticks": 2,
+            "agent_socket": "/s", "state_dir": "/d", "host_id_base": 0})
+    }
+
+    #[test]
+    fn the_records_tier_routes_its_handle_and_old_rows_take_the_servers() {
+        use sandboxd_runtime::Isolation::{Container, Gvisor};
+        // A row from before tiers: the server's default, for the sandbox and its handle.
+        let e = entry_from_record(record(None, old_handle()), Gvisor).expect("entry");
+        assert_eq!(e.sb.isolation, Gvisor);
+        assert_eq!(e.handle.map(|h| h.isolation), Some(Gvisor));
+        // A recorded tier wins over the default and over what the handle says.
+        let mut h = old_handle();
+        h["isolation"] = serde_json::json!("container");
+        let e = entry_from_record(record(Some("gvisor"), h), Container).expect("entry");
+        assert_eq!(e.handle.map(|h| h.isolation), Some(Gvisor));
+        // It is written back by name.
+        let e = entry_from_record(record(None, old_handle()), Gvisor).expect("entry");
+        assert_eq!(entry_to_record(&e).isolation.as_deref(), Some("gvisor"));
+        let bad = entry_from_record(record(Some("vm"), old_handle()), Container);
+        assert!(bad.is_err(), "an unknown stored tier is corrupt");
+    }
+
     #[test]
     fn end_reasons_use_their_wire_names() {
         assert_eq!(end_reason_str(EndReason::StartFailed), "start_failed");

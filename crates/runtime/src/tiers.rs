@@ -212,3 +212,154 @@ impl Runtime for Tiers {
         self.container.disk_space()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A backend that records which operations reached it and starts handles of `tier`.
+    struct Fake {
+        tier: Isolation,
+        calls: Mutex<Vec<&'static str>>,
+    }
+
+    impl Fake {
+        fn new(tier: Isolation) -> Arc<Fake> {
+            Arc::new(Fake {
+                tier,
+                calls: Mutex::new(Vec::new()),
+            })
+        }
+        fn calls(&self) -> Vec<&'static str> {
+            self.calls.lock().unwrap().clone()
+        }
+        fn note(&self, what: &'static str) {
+            self.calls.lock().unwrap().push(what);
+        }
+    }
+
+    impl Runtime for Fake {
+        fn name(&self) -> &'static str {
+            "fake"
+        }
+        fn offers(&self, isolation: Isolation) -> Result<(), RuntimeError> {
+            match isolation == self.tier {
+                true => Ok(()),
+                false => Err(RuntimeError::Unsupported("not mine".into())),
+            }
+        }
+        fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+            self.note("start");
+            Ok(SandboxHandle {
+                id: spec.id,
+                agent_pid: 0,
+                agent_start_ticks: 0,
+                agent_socket: Default::default(),
+                state_dir: Default::default(),
+                host_id_base: 0,
+                warm: false,
+                isolation: self.tier,
+            })
+        }
+        fn is_alive(&self, _: &SandboxHandle) -> bool {
+            self.note("is_alive");
+            true
+        }
+        fn freeze(&self, _: &SandboxHandle) -> Result<(), RuntimeError> {
+            self.note("freeze");
+            Ok(())
+        }
+        fn thaw(&self, _: &SandboxHandle) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        fn capture_layer(&self, _: &SandboxHandle) -> Result<Layer, RuntimeError> {
+            Err(RuntimeError::Unsupported("no".into()))
+        }
+        fn destroy(&self, _: &SandboxHandle) -> Result<(), RuntimeError> {
+            self.note("destroy");
+            Ok(())
+        }
+        fn reconcile(&self, _: &HashSet<Uuid>, _: &HashSet<Uuid>) -> Vec<Uuid> {
+            self.note("reconcile");
+            vec![Uuid::nil()]
+        }
+        fn usage(&self, _: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {
+            Ok(Default::default())
+        }
+        fn resolve_image(&self, _: &str) -> Result<ImageLayers, RuntimeError> {
+            self.note("resolve_image");
+            Ok(Default::default())
+        }
+        fn delete_layer(&self, _: &str) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+    }
+
+    fn spec(isolation: Isolation) -> SandboxSpec {
+        SandboxSpec {
+            id: Uuid::new_v4(),
+            image: "default".into(),
+            extra_layers: Vec::new(),
+            hostname: "h".into(),
+            vcpu: 1,
+            memory_mb: 64,
+            pids_max: 64,
+            disk_mb: 0,
+            isolation,
+        }
+    }
+
+    #[test]
+    fn starts_go_by_the_spec_and_operations_by_the_handle() {
+        let (c, g) = (
+            Fake::new(Isolation::Container),
+            Fake::new(Isolation::Gvisor),
+        );
+        let tiers = Tiers::new(c.clone(), Ok(g.clone() as Arc<dyn Runtime>));
+        let on_g = tiers.start(&spec(Isolation::Gvisor)).expect("gvisor start");
+        let on_c = tiers
+            .start(&spec(Isolation::Container))
+            .expect("container start");
+        assert_eq!(
+            (on_g.isolation, on_c.isolation),
+            (Isolation::Gvisor, Isolation::Container)
+        );
+        tiers.freeze(&on_g).expect("freeze");
+        tiers.destroy(&on_c).expect("destroy");
+        tiers.resolve_image("default").expect("image");
+        assert_eq!(g.calls(), ["start", "freeze"]);
+        assert_eq!(c.calls(), ["start", "destroy", "resolve_image"]);
+        assert_eq!(
+            tiers.reconcile(&HashSet::new(), &HashSet::new()),
+            [Uuid::nil()]
+        );
+        assert!(
+            tiers.offers(Isolation::Gvisor).is_ok() && tiers.offers(Isolation::Container).is_ok()
+        );
+    }
+
+    #[test]
+    fn without_gvisor_its_requests_say_why_and_nothing_runs_as_a_container() {
+        let c = Fake::new(Isolation::Container);
+        let tiers = Tiers::lazy(c.clone(), Box::new(|| Err("runsc is missing".to_owned())));
+        let err = tiers
+            .start(&spec(Isolation::Gvisor))
+            .expect_err("no gVisor");
+        assert!(err.to_string().contains("runsc is missing"), "{err}");
+        assert!(tiers.offers(Isolation::Gvisor).is_err());
+        assert!(
+            c.calls().is_empty(),
+            "the container backend started it: {:?}",
+            c.calls()
+        );
+        // A gVisor sandbox left from before is still seen alive and removed as far as
+        // the container backend can; other operations are refused with the reason.
+        let mut old = tiers.start(&spec(Isolation::Container)).expect("start");
+        old.isolation = Isolation::Gvisor;
+        assert!(tiers.freeze(&old).is_err());
+        assert!(tiers.is_alive(&old));
+        tiers.destroy(&old).expect("destroy");
+        assert_eq!(c.calls(), ["start", "is_alive", "destroy"]);
+    }
+}
