@@ -175,13 +175,13 @@ impl Engine {
         Ok(engine)
     }
 
-    /// Directory the engine was configured with.
-    /// The isolation backend's short name (`linux`, `gvisor`…): the tier every
-    /// sandbox of this server runs in.
+    /// The backend's short name (`tiers` for a server's router over both tiers; each
+    /// sandbox's own tier is [`crate::Sandbox::isolation`]).
     pub fn runtime_name(&self) -> &'static str {
         self.runtime.name()
     }
 
+    /// Directory the engine was configured with.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.data_dir
     }
