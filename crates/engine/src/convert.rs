@@ -63,18 +63,33 @@ pub(crate) fn entry_to_record(e: &Entry) -> SandboxRecord {
         disk_mb: sb.disk_mb,
         aliases: sb.aliases.clone(),
         attributes: sb.attributes.clone(),
+        isolation: Some(sb.isolation.as_str().to_owned()),
     }
 }
 
-pub(crate) fn entry_from_record(r: SandboxRecord) -> Result<Entry, EngineError> {
+/// The entry a record holds; a record from before tiers were kept runs on `default`.
+pub(crate) fn entry_from_record(
+    r: SandboxRecord,
+    default: sandboxd_runtime::Isolation,
+) -> Result<Entry, EngineError> {
     let status =
         SandboxStatus::parse(&r.status).ok_or_else(|| corrupt(format!("status {:?}", r.status)))?;
     let end_reason = match &r.end_reason {
         Some(s) => Some(end_reason_parse(s).ok_or_else(|| corrupt(format!("end reason {s:?}")))?),
         None => None,
     };
+    let isolation = match &r.isolation {
+        Some(s) => s.parse().map_err(|_| corrupt(format!("isolation {s:?}")))?,
+        None => default,
+    };
     let handle = match r.handle {
-        Some(v) => Some(serde_json::from_value(v).map_err(|e| corrupt(format!("handle: {e}")))?),
+        Some(v) => {
+            let mut h: SandboxHandle =
+                serde_json::from_value(v).map_err(|e| corrupt(format!("handle: {e}")))?;
+            // The record's tier routes the handle (older handles do not carry it).
+            h.isolation = isolation;
+            Some(h)
+        }
         None => None,
     };
     Ok(Entry {
@@ -103,6 +118,7 @@ pub(crate) fn entry_from_record(r: SandboxRecord) -> Result<Entry, EngineError> 
             disk_mb: r.disk_mb,
             aliases: r.aliases,
             attributes: r.attributes,
+            isolation,
         },
         handle,
         extra_layers: r.extra_layers,
@@ -150,6 +166,62 @@ pub(crate) fn snapshot_from_record(r: SnapshotRecord) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(isolation: Option<&str>, handle: serde_json::Value) -> SandboxRecord {
+        SandboxRecord {
+            id: uuid::Uuid::new_v4(),
+            workspace: "w".into(),
+            name: None,
+            status: "RUNNING".into(),
+            image: "default".into(),
+            vcpu: 1,
+            memory_mb: 256,
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
+            started_at: None,
+            ended_at: None,
+            expires_at: None,
+            end_reason: None,
+            error: None,
+            snapshot_id: None,
+            environment: Default::default(),
+            secrets: Vec::new(),
+            metadata: Default::default(),
+            extra_layers: Vec::new(),
+            handle: Some(handle),
+            id_slot: None,
+            disk_mb: None,
+            aliases: Default::default(),
+            attributes: Default::default(),
+            auto_pause: false,
+            auto_paused_at: None,
+            isolation: isolation.map(str::to_owned),
+        }
+    }
+
+    /// A handle stored before tiers were recorded (no `isolation` in its JSON).
+    fn old_handle() -> serde_json::Value {
+        serde_json::json!({"id": uuid::Uuid::nil(), "agent_pid": 1, "agent_start_ticks": 2,
+            "agent_socket": "/s", "state_dir": "/d", "host_id_base": 0})
+    }
+
+    #[test]
+    fn the_records_tier_routes_its_handle_and_old_rows_take_the_servers() {
+        use sandboxd_runtime::Isolation::{Container, Gvisor};
+        // A row from before tiers: the server's default, for the sandbox and its handle.
+        let e = entry_from_record(record(None, old_handle()), Gvisor).expect("entry");
+        assert_eq!(e.sb.isolation, Gvisor);
+        assert_eq!(e.handle.map(|h| h.isolation), Some(Gvisor));
+        // A recorded tier wins over the default and over what the handle says.
+        let mut h = old_handle();
+        h["isolation"] = serde_json::json!("container");
+        let e = entry_from_record(record(Some("gvisor"), h), Container).expect("entry");
+        assert_eq!(e.handle.map(|h| h.isolation), Some(Gvisor));
+        // It is written back by name.
+        let e = entry_from_record(record(None, old_handle()), Gvisor).expect("entry");
+        assert_eq!(entry_to_record(&e).isolation.as_deref(), Some("gvisor"));
+        let bad = entry_from_record(record(Some("vm"), old_handle()), Container);
+        assert!(bad.is_err(), "an unknown stored tier is corrupt");
+    }
 
     #[test]
     fn end_reasons_use_their_wire_names() {

@@ -115,6 +115,7 @@ mod tests {
             disk_mb: None,
             aliases: Default::default(),
             attributes: Default::default(),
+            isolation: None,
         }
     }
 

@@ -45,6 +45,9 @@ pub struct Limits {
     pub pause_to_disk: bool,
     /// When consenting sandboxes are moved to disk for memory (autoPause).
     pub auto_pause: crate::auto_pause::AutoPause,
+    /// The tier of sandboxes whose request, template and workspace choose none (and of
+    /// those recorded before tiers were).
+    pub isolation: sandboxd_runtime::Isolation,
 }
 
 impl Default for Limits {
@@ -63,6 +66,7 @@ impl Default for Limits {
             deadlines: Default::default(),
             pause_to_disk: true,
             auto_pause: Default::default(),
+            isolation: Default::default(),
         }
     }
 }
@@ -181,13 +185,13 @@ impl Engine {
         Ok(engine)
     }
 
-    /// Directory the engine was configured with.
-    /// The isolation backend's short name (`linux`, `gvisor`…): the tier every
-    /// sandbox of this server runs in.
+    /// The backend's short name (`tiers` for a server's router over both tiers; each
+    /// sandbox's own tier is [`crate::Sandbox::isolation`]).
     pub fn runtime_name(&self) -> &'static str {
         self.runtime.name()
     }
 
+    /// Directory the engine was configured with.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.data_dir
     }
@@ -222,7 +226,9 @@ impl Engine {
         let found = self.store.get_sandbox(id);
         self.metrics.store("get_sandbox", t0.elapsed());
         match found? {
-            Some(rec) if rec.workspace == ws => convert::entry_from_record(rec),
+            Some(rec) if rec.workspace == ws => {
+                convert::entry_from_record(rec, self.limits.isolation)
+            }
             _ => Err(not_found(id)),
         }
     }

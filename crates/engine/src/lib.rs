@@ -35,6 +35,7 @@ pub mod terminal;
 pub mod usage;
 pub mod validate;
 mod workspace_image;
+mod workspace_isolation;
 
 pub use accounts::{ApiKeyInfo, Principal, Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
 pub use auto_pause::AutoPause;
@@ -51,7 +52,7 @@ pub use ops::{
 pub use output::{OutputChunk, OutputEvent, OutputStream, ProcessExit, StreamKind};
 pub use quota::{CreateRate, Quota};
 pub use results::ByteStream;
-pub use sandboxd_runtime::{EgressPolicy, EgressRule, NetworkMode, Requests};
+pub use sandboxd_runtime::{EgressPolicy, EgressRule, Isolation, NetworkMode, Requests};
 pub use state::SandboxStatus;
 pub use templates::{Template, TemplateBuild, BUILTIN_TEMPLATES};
 pub use terminal::{Terminal, TerminalEvent, TerminalInput, TerminalOutput};

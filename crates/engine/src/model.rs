@@ -60,6 +60,9 @@ pub struct CreateSandbox {
     pub aliases: Aliases,
     /// Dialects' own attributes, kept with the sandbox (see [`CreateSandbox::attribute`]).
     pub attributes: Attributes,
+    /// The tier to run on; `None` = the workspace's default, else the server's (see
+    /// [`crate::Engine::isolation_for`]).
+    pub isolation: Option<sandboxd_runtime::Isolation>,
 }
 
 impl CreateSandbox {
@@ -118,6 +121,8 @@ pub struct Sandbox {
     pub aliases: Aliases,
     /// Dialects' own attributes.
     pub attributes: Attributes,
+    /// The isolation tier it runs on.
+    pub isolation: sandboxd_runtime::Isolation,
 }
 
 impl Sandbox {

@@ -56,6 +56,9 @@ pub struct Template {
     /// Disk size of its sandboxes in MiB (0: no limit): a workspace template's is the
     /// one it was built with, a built-in's the server's default.
     pub disk_mb: u32,
+    /// The tier its sandboxes run on; `None` = the workspace's default, else the
+    /// server's (a create's own choice goes first).
+    pub isolation: Option<sandboxd_runtime::Isolation>,
 }
 
 impl Template {
@@ -80,6 +83,7 @@ impl Template {
             disk_mb: None,
             aliases: Default::default(),
             attributes: Default::default(),
+            isolation: self.isolation,
         }
     }
 }
@@ -97,6 +101,9 @@ pub struct TemplateBuild {
     /// from the template; `None` = the base template's.
     pub disk_mb: Option<u32>,
     pub step_timeout: Duration,
+    /// The tier of the build sandbox and of every sandbox made from the template;
+    /// `None` = the base template's (else the workspace's or server's at each create).
+    pub isolation: Option<sandboxd_runtime::Isolation>,
 }
 
 fn not_found(name: &str) -> EngineError {
@@ -120,6 +127,7 @@ fn builtin(name: &str, disk_mb: u32) -> Option<Template> {
             created_at: None,
             network: None,
             disk_mb,
+            isolation: None,
         })
 }
 
@@ -136,6 +144,7 @@ fn from_image(name: &str, image: &str, disk_mb: u32) -> Template {
         created_at: None,
         network: None,
         disk_mb,
+        isolation: None,
     }
 }
 
@@ -153,6 +162,7 @@ fn from_snapshot(s: crate::model::Snapshot, default_disk: u32) -> Option<Templat
         created_at: Some(s.created_at),
         network: None,
         disk_mb: s.disk_mb.unwrap_or(default_disk),
+        isolation: None,
     })
 }
 
@@ -161,8 +171,18 @@ impl Engine {
         builtin(name, self.limits.disk_mb_per_sandbox)
     }
 
-    fn template_of(&self, s: crate::model::Snapshot) -> Option<Template> {
-        from_snapshot(s, self.limits.disk_mb_per_sandbox)
+    /// The workspace template snapshot `s` holds, with the tier it was built for.
+    fn template_of(&self, s: crate::model::Snapshot) -> Result<Option<Template>, EngineError> {
+        let ws = s.workspace.clone();
+        let Some(mut t) = from_snapshot(s, self.limits.disk_mb_per_sandbox) else {
+            return Ok(None);
+        };
+        t.isolation = self
+            .store
+            .get_template_isolation(&ws, &t.name)?
+            .map(|name| crate::workspace_isolation::parse_stored(&name))
+            .transpose()?;
+        Ok(Some(t))
     }
 
     /// Built-in templates, then the workspace's own by name.
@@ -174,7 +194,9 @@ impl Engine {
         };
         loop {
             let got = self.list_snapshots(ws, None, page.clone()).await?;
-            own.extend(got.items.into_iter().filter_map(|s| self.template_of(s)));
+            for s in got.items {
+                own.extend(self.template_of(s)?);
+            }
             match got.next_cursor {
                 Some(c) => page.cursor = Some(c),
                 None => break,
@@ -206,8 +228,10 @@ impl Engine {
             cursor: None,
         };
         let got = self.list_snapshots(ws, Some(&snap_name), page).await?;
-        if let Some(t) = got.items.into_iter().find_map(|s| self.template_of(s)) {
-            return Ok(t);
+        for s in got.items {
+            if let Some(t) = self.template_of(s)? {
+                return Ok(t);
+            }
         }
         let wanted = name.to_owned();
         match self.blocking(move |rt| rt.resolve_image(&wanted)).await? {
@@ -247,6 +271,7 @@ impl Engine {
         match t.snapshot_id {
             Some(id) => {
                 self.delete_snapshot(ws, id).await?;
+                self.store.set_template_isolation(ws, name, None)?;
             }
             None => {
                 return Err(EngineError::new(
@@ -292,6 +317,8 @@ impl Engine {
         let old = self.get_template(ws, &build.name).await.ok();
         let mut request = base.create_request(resources);
         request.disk_mb = build.disk_mb;
+        let isolation = build.isolation.or(base.isolation);
+        request.isolation = isolation;
         let (sb, _) = self.create(ws, request).await?;
         let built = self.run_steps_and_snapshot(ws, sb.id, &build).await;
         if let Err(e) = self.destroy(ws, sb.id).await {
@@ -301,7 +328,10 @@ impl Engine {
         if let Some(id) = old.and_then(|t| t.snapshot_id) {
             self.delete_snapshot(ws, id).await?;
         }
-        self.template_of(snap).ok_or_else(|| not_found(&build.name))
+        let tier = isolation.map(|i| i.as_str());
+        self.store.set_template_isolation(ws, &build.name, tier)?;
+        self.template_of(snap)?
+            .ok_or_else(|| not_found(&build.name))
     }
 
     async fn run_steps_and_snapshot(

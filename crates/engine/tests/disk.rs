@@ -158,6 +158,7 @@ fn build(name: &str, from: &str, disk_mb: Option<u32>) -> TemplateBuild {
         resources: None,
         disk_mb,
         step_timeout: Duration::from_secs(10),
+        isolation: None,
     }
 }
 

@@ -3,10 +3,13 @@
 
 pub mod error;
 pub mod faults;
+pub mod isolation;
 pub mod network;
 pub mod spec;
+pub mod tiers;
 
 pub use error::RuntimeError;
+pub use isolation::{Isolation, UnknownIsolation};
 pub use network::*;
 pub use spec::*;
 
@@ -29,6 +32,18 @@ pub enum ExitWatch {
 pub trait Runtime: Send + Sync + 'static {
     /// Short backend name, e.g. `"linux"`.
     fn name(&self) -> &'static str;
+
+    /// Whether sandboxes of tier `isolation` can start here; why not otherwise (a
+    /// backend runs the container tier unless it says more).
+    fn offers(&self, isolation: Isolation) -> Result<(), RuntimeError> {
+        match isolation {
+            Isolation::Container => Ok(()),
+            other => Err(RuntimeError::Unsupported(format!(
+                "the {} backend has no {other} tier",
+                self.name()
+            ))),
+        }
+    }
 
     /// Creates and starts a sandbox whose PID 1 is the agent, and returns once the
     /// agent's socket accepts connections. On error, everything made so far is removed.

@@ -85,6 +85,9 @@ pub struct SandboxSpec {
     /// Size of the writable layer in MiB (ENOSPC inside past it); 0 is unlimited.
     #[serde(default)]
     pub disk_mb: u32,
+    /// The tier it runs on (a backend offering several starts it on this one).
+    #[serde(default)]
+    pub isolation: crate::Isolation,
 }
 
 /// Soft guarantees and placement applied to a started sandbox (OpenRelay's requests).
@@ -117,6 +120,11 @@ pub struct SandboxHandle {
     /// Whether this start took a warm init (for metrics; not persisted).
     #[serde(default, skip_serializing)]
     pub warm: bool,
+    /// The tier it runs on, set by the backend that started it (handles from before
+    /// tiers were recorded read as `container`; the engine corrects them from its
+    /// records).
+    #[serde(default)]
+    pub isolation: crate::Isolation,
 }
 
 /// Room for writable layers on the filesystem that holds them, as the backend measures

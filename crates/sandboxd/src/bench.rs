@@ -320,6 +320,7 @@ fn spec() -> SandboxSpec {
         memory_mb: 256,
         pids_max: 256,
         disk_mb: DISK_MB,
+        isolation: Default::default(),
     }
 }
 

@@ -177,6 +177,7 @@ fn spec() -> SandboxSpec {
         memory_mb: 256,
         pids_max: 256,
         disk_mb: 1024,
+        isolation: sandboxd_runtime::Isolation::Gvisor,
     }
 }
 

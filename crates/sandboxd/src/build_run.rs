@@ -82,6 +82,7 @@ impl RunStep<'_> {
             disk_mb: self.disk_mb,
             aliases: BTreeMap::new(),
             attributes: BTreeMap::new(),
+            isolation: None,
         };
         let (sb, _) = self
             .engine

@@ -27,6 +27,10 @@ pub enum SandboxCommand {
         /// Leave no history when it ends.
         #[arg(long)]
         ephemeral: bool,
+        /// Isolation tier: `container` or `gvisor` [default: the template's, else the
+        /// workspace's, else the server's].
+        #[arg(long)]
+        isolation: Option<String>,
         /// Idempotency-Key to send (makes a retry safe).
         #[arg(long = "idempotency-key")]
         idempotency_key: Option<String>,
@@ -80,11 +84,12 @@ fn summary(v: &Value) -> String {
         .map(|r| format!(" ({r})"))
         .unwrap_or_default();
     format!(
-        "{}  {}{}  template={} cpu={} memoryMiB={} expires={}",
+        "{}  {}{}  template={} isolation={} cpu={} memoryMiB={} expires={}",
         v["id"].as_str().unwrap_or("?"),
         v["state"].as_str().unwrap_or("?"),
         reason,
         v["template"].as_str().unwrap_or("?"),
+        v["isolation"].as_str().unwrap_or("?"),
         v["cpu"],
         v["memoryMiB"],
         v["expiresAt"].as_str().unwrap_or("?")
@@ -115,10 +120,14 @@ async fn run(command: SandboxCommand) -> Result<ExitCode> {
             memory_mib,
             timeout_seconds,
             ephemeral,
+            isolation,
             idempotency_key,
             target,
         } => {
             let mut body = json!({ "template": template, "ephemeral": ephemeral });
+            if let Some(tier) = isolation {
+                body["isolation"] = json!(tier);
+            }
             let fields = [
                 ("cpu", cpu.map(u64::from)),
                 ("memoryMiB", memory_mib.map(u64::from)),

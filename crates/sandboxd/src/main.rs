@@ -78,7 +78,7 @@ enum Command {
     /// Credentials per OCI registry, used by `images pull`.
     #[command(subcommand)]
     Registry(cli_registry::RegistryCommand),
-    /// A workspace's settings in the data directory: its default image.
+    /// A workspace's settings in the data directory: its default image and isolation tier.
     #[command(subcommand)]
     Workspace(cli_workspace::WorkspaceCommand),
     /// Templates through a server's OpenRelay API: build, list, delete.

@@ -53,7 +53,8 @@ pub struct RunArgs {
     /// [default: egress; none on the gVisor tier, which has no egress yet].
     #[arg(long, value_enum)]
     pub network: Option<NetworkArg>,
-    /// Isolation tier: `container` or `gvisor` (needs runsc) [default: the server
+    /// Isolation tier: `container` or `gvisor` (needs runsc) [default: the default
+    /// workspace's (`sandboxd workspace set-isolation`), else the server
     /// configuration's `isolation`, or SANDBOXD_ISOLATION].
     #[arg(long, value_enum)]
     pub isolation: Option<IsolationArg>,
@@ -69,6 +70,15 @@ pub enum IsolationArg {
     Gvisor,
 }
 
+impl From<IsolationArg> for Isolation {
+    fn from(arg: IsolationArg) -> Isolation {
+        match arg {
+            IsolationArg::Container => Isolation::Container,
+            IsolationArg::Gvisor => Isolation::Gvisor,
+        }
+    }
+}
+
 /// `--network`.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum NetworkArg {
@@ -79,10 +89,8 @@ pub enum NetworkArg {
 pub fn main(args: RunArgs) -> Result<ExitCode> {
     let mut config = ServerConfig::load(args.config.as_deref())?;
     config.data_dir = args.data_dir.clone();
-    match args.isolation {
-        Some(IsolationArg::Container) => config.isolation = Isolation::Container,
-        Some(IsolationArg::Gvisor) => config.isolation = Isolation::Gvisor,
-        None => {}
+    if let Some(tier) = args.isolation {
+        config.isolation = tier.into();
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -108,24 +116,22 @@ fn open_engine_for(
     config: &ServerConfig,
     one_shot: bool,
 ) -> Result<(Arc<Engine>, Arc<SqliteStore>)> {
-    let runtime: Arc<dyn Runtime> = match config.isolation {
-        Isolation::Container => {
-            let linux = crate::runtime::open_linux(
-                &config.data_dir,
-                config.resolvers.clone(),
-                config.max_ptys_per_sandbox,
-            )?;
-            match one_shot {
-                true => Arc::new(linux.with_deferred_disk_removal()),
-                false => Arc::new(linux),
-            }
-        }
-        Isolation::Gvisor => Arc::new(crate::runtime::open_gvisor(
-            &config.data_dir,
-            config.resolvers.clone(),
-            config.max_ptys_per_sandbox,
-        )?),
+    let linux = crate::runtime::open_linux(
+        &config.data_dir,
+        config.resolvers.clone(),
+        config.max_ptys_per_sandbox,
+    )?;
+    let container: Arc<dyn Runtime> = match one_shot {
+        true => Arc::new(linux.with_deferred_disk_removal()),
+        false => Arc::new(linux),
     };
+    // The gVisor tier is opened only when a sandbox runs on it.
+    let runtime: Arc<dyn Runtime> = Arc::new(crate::runtime::lazy_tiers(
+        container,
+        &config.data_dir,
+        config.resolvers.clone(),
+        config.max_ptys_per_sandbox,
+    ));
     let store = Arc::new(
         SqliteStore::open(config.data_dir.join(DATABASE_FILE))
             .context("opening the sandbox database")?,
@@ -172,6 +178,7 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
         disk_mb: None,
         aliases: BTreeMap::new(),
         attributes: BTreeMap::new(),
+        isolation: args.isolation.map(Isolation::from),
     };
     let (sb, _) = engine
         .create(&ws, request)

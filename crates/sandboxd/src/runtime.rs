@@ -1,11 +1,15 @@
 //! Opens the runtime backends for this binary: the default (Linux-native) one, with
-//! egress networking available to the sandboxes that ask for it, or the gVisor tier.
+//! egress networking available to the sandboxes that ask for it, the gVisor tier, and
+//! both behind one router ([`Tiers`]).
 
 use anyhow::{Context, Result};
-use sandboxd_runtime::linux::gvisor::GvisorRuntime;
+use sandboxd_runtime::linux::gvisor::{runsc, GvisorRuntime};
 use sandboxd_runtime::linux::{LinuxConfig, LinuxRuntime, NetConfig};
+use sandboxd_runtime::tiers::Tiers;
+use sandboxd_runtime::Runtime;
 use std::net::Ipv4Addr;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Opens the Linux backend with its state under `data_dir`, using this very binary
 /// as the sandbox init. Sandboxes resolve names through `resolvers`, or the host's
@@ -41,6 +45,37 @@ pub fn open_gvisor(
     let runtime = GvisorRuntime::new(linux_config(data_dir, max_ptys)?)
         .context("opening the gVisor sandbox backend")?;
     Ok(runtime.with_network(net_config(resolvers)))
+}
+
+/// The gVisor backend as [`Tiers`] takes it: opened, or why it cannot be (`runsc`
+/// missing, or the backend failing to open).
+pub fn gvisor_backend(
+    data_dir: &Path,
+    resolvers: Option<Vec<Ipv4Addr>>,
+    max_ptys: u32,
+) -> Result<Arc<dyn Runtime>, String> {
+    if !GvisorRuntime::available() {
+        return Err(runsc::missing_reason());
+    }
+    match open_gvisor(data_dir, resolvers, max_ptys) {
+        Ok(gvisor) => Ok(Arc::new(gvisor)),
+        Err(e) => Err(format!("{e:#}")),
+    }
+}
+
+/// Both tiers over `container`, the gVisor one opened when first needed (for
+/// short-lived processes).
+pub fn lazy_tiers(
+    container: Arc<dyn Runtime>,
+    data_dir: &Path,
+    resolvers: Option<Vec<Ipv4Addr>>,
+    max_ptys: u32,
+) -> Tiers {
+    let data_dir = data_dir.to_owned();
+    Tiers::lazy(
+        container,
+        Box::new(move || gvisor_backend(&data_dir, resolvers, max_ptys)),
+    )
 }
 
 /// The host's network configuration, with `resolvers` when given.

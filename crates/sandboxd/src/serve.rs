@@ -1,11 +1,12 @@
-//! `sandboxd serve`: opens the store, the backend of the configured isolation tier
-//! (Linux containers or gVisor) and the engine (re-adopting
-//! running sandboxes), then serves every API dialect until SIGTERM or SIGINT.
+//! `sandboxd serve`: opens the store, both isolation tiers (Linux containers, and gVisor
+//! when `runsc` is there) behind one router, and the engine (re-adopting running
+//! sandboxes), then serves every API dialect until SIGTERM or SIGINT.
 
 use anyhow::{Context, Result};
 use clap::Args;
 use sandboxd_engine::{Engine, EngineConfig};
 use sandboxd_runtime::linux::LinuxRuntime;
+use sandboxd_runtime::tiers::Tiers;
 use sandboxd_runtime::Runtime;
 use sandboxd_server::{Isolation, ServerConfig};
 use sandboxd_store::SqliteStore;
@@ -66,34 +67,38 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn run(config: ServerConfig) -> Result<()> {
-    let (runtime, linux): (Arc<dyn Runtime>, Option<Arc<LinuxRuntime>>) = match config.isolation {
-        Isolation::Container => {
-            let linux = Arc::new(
-                crate::runtime::open_linux(
-                    &config.data_dir,
-                    config.resolvers.clone(),
-                    config.max_ptys_per_sandbox,
-                )?
-                .with_growing_warm_inits(
-                    config.warm_inits as usize,
-                    config.warm_inits_max as usize,
-                ),
-            );
-            let limits = config.limits();
-            // Warm inits are made for what most creates ask: the default disk and network.
-            let egress = limits.default_network == sandboxd_runtime::NetworkMode::Egress;
-            linux.fill_warm_inits(limits.disk_mb_per_sandbox, egress);
-            (linux.clone(), Some(linux))
+    let linux: Arc<LinuxRuntime> = Arc::new(
+        crate::runtime::open_linux(
+            &config.data_dir,
+            config.resolvers.clone(),
+            config.max_ptys_per_sandbox,
+        )?
+        .with_growing_warm_inits(config.warm_inits as usize, config.warm_inits_max as usize),
+    );
+    if config.isolation == Isolation::Container {
+        let limits = config.limits();
+        // Warm inits are made for what most creates ask: the default disk and network.
+        // (On a gVisor-default server they follow the first container start.)
+        let egress = limits.default_network == sandboxd_runtime::NetworkMode::Egress;
+        linux.fill_warm_inits(limits.disk_mb_per_sandbox, egress);
+    }
+    // The gVisor tier is opened at start when runsc is there (it re-adopts and cleans
+    // its sandboxes then); without it, gVisor requests are refused with the reason.
+    let gvisor = crate::runtime::gvisor_backend(
+        &config.data_dir,
+        config.resolvers.clone(),
+        config.max_ptys_per_sandbox,
+    );
+    match (&gvisor, config.isolation) {
+        (Err(why), Isolation::Gvisor) => {
+            anyhow::bail!("the default isolation tier is gvisor, but {why}")
         }
-        Isolation::Gvisor => {
-            let gvisor = crate::runtime::open_gvisor(
-                &config.data_dir,
-                config.resolvers.clone(),
-                config.max_ptys_per_sandbox,
-            )?;
-            (Arc::new(gvisor), None)
+        (Err(why), Isolation::Container) => {
+            tracing::info!(reason = %why, "the gVisor tier is not available")
         }
-    };
+        (Ok(_), _) => {}
+    }
+    let runtime: Arc<dyn Runtime> = Arc::new(Tiers::new(linux.clone(), gvisor));
     let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
         .context("opening the sandbox database")?;
     let engine: Arc<Engine> = Engine::open(EngineConfig {
@@ -106,9 +111,7 @@ async fn run(config: ServerConfig) -> Result<()> {
     crate::layer_collector::spawn(config.data_dir.clone(), config.layer_gc);
     let served = sandboxd_server::serve(config, engine, sandboxd_server::shutdown_signal()).await;
     // Sandboxes keep running for the next start; the warm inits are ours alone.
-    if let Some(linux) = linux {
-        tokio::task::spawn_blocking(move || linux.drain_warm_inits()).await?;
-    }
+    tokio::task::spawn_blocking(move || linux.drain_warm_inits()).await?;
     served
 }
 

@@ -63,6 +63,7 @@ impl Fixture {
         let limits = Limits {
             default_network: NetworkMode::None,
             auto_pause,
+            isolation: sandboxd_runtime::Isolation::Gvisor,
             ..Limits::default()
         };
         let engine = open(&data, &rt, &store, limits);
@@ -110,6 +111,7 @@ impl Fixture {
             metadata: BTreeMap::new(),
             timeout,
             auto_pause,
+            isolation: None,
             network: None,
             egress: None,
             disk_mb: None,

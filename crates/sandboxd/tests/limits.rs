@@ -18,6 +18,7 @@ fn spec(vcpu: u32, memory_mb: u32, pids_max: u32) -> SandboxSpec {
         memory_mb,
         pids_max,
         disk_mb: 0,
+        isolation: Default::default(),
     }
 }
 

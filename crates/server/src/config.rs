@@ -401,6 +401,7 @@ impl ServerConfig {
             disk_policy: self.disk,
             pause_to_disk: self.pause_to_disk,
             auto_pause: self.auto_pause,
+            isolation: self.isolation,
             ..Default::default()
         }
     }

@@ -117,6 +117,23 @@ pub trait Store: Send + Sync + 'static {
     fn set_workspace_image(&self, workspace: &str, image: Option<&str>) -> StoreResult<()>;
     fn get_workspace_image(&self, workspace: &str) -> StoreResult<Option<String>>;
 
+    // Isolation tier choices (names as the runtime's `Isolation` gives them).
+    /// Sets (`None`: clears) the tier creates of `workspace` that choose none run on.
+    fn set_workspace_isolation(&self, workspace: &str, tier: Option<&str>) -> StoreResult<()>;
+    fn get_workspace_isolation(&self, workspace: &str) -> StoreResult<Option<String>>;
+    /// Sets (`None`: clears) the tier the workspace's template `template` runs on.
+    fn set_template_isolation(
+        &self,
+        workspace: &str,
+        template: &str,
+        tier: Option<&str>,
+    ) -> StoreResult<()>;
+    fn get_template_isolation(
+        &self,
+        workspace: &str,
+        template: &str,
+    ) -> StoreResult<Option<String>>;
+
     // Idempotency.
     /// Inserts the record; false (and nothing changed) when the key is already taken.
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool>;

@@ -97,6 +97,9 @@ pub struct SandboxRecord {
     pub aliases: Aliases,
     /// Each dialect's own typed attributes of the sandbox, as JSON by dialect name.
     pub attributes: BTreeMap<String, Value>,
+    /// Its isolation tier's name (`container`, `gvisor`); `None` on rows written before
+    /// tiers were recorded (schema version 12): they run on the server's default tier.
+    pub isolation: Option<String>,
 }
 
 /// A sandbox list's filter, applied in the query before paging.

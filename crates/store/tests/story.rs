@@ -48,6 +48,7 @@ fn sandbox(ws: &str, name: Option<&str>, at: OffsetDateTime) -> SandboxRecord {
         disk_mb: Some(1024),
         aliases: BTreeMap::new(),
         attributes: BTreeMap::new(),
+        isolation: None,
     }
 }
 

@@ -51,12 +51,12 @@ fn template_of(sb: &Sandbox) -> Option<String> {
     })
 }
 
-pub fn view(sb: &Sandbox, tier: &'static str) -> View {
+pub fn view(sb: &Sandbox) -> View {
     View {
         id: sb.id.to_string(),
         name: sb.name.clone(),
         status: sb.status.as_str(),
-        tier,
+        tier: sb.isolation.as_str(),
         image: sb.image.clone(),
         template: template_of(sb),
         vcpu: sb.resources.vcpu,
@@ -74,7 +74,6 @@ pub async fn list(
     Extension(s): Extension<Session>,
 ) -> Result<Json<Vec<View>>, ApiError> {
     let ws = reader(&s)?.to_owned();
-    let tier = c.engine.runtime_name();
     let mut out = Vec::new();
     let mut page = PageRequest {
         limit: 100,
@@ -82,7 +81,7 @@ pub async fn list(
     };
     loop {
         let got = c.engine.list(&ws, page.clone()).await?;
-        out.extend(got.items.iter().map(|sb| view(sb, tier)));
+        out.extend(got.items.iter().map(view));
         match got.next_cursor {
             Some(next) if out.len() < LIST_MAX => page.cursor = Some(next),
             _ => break,
@@ -152,6 +151,7 @@ pub async fn create(
             disk_mb: None,
             aliases: Default::default(),
             attributes: Default::default(),
+            isolation: None,
         },
     };
     req.name = name;
@@ -168,11 +168,7 @@ pub async fn create(
             .insert(DIALECT.to_owned(), serde_json::json!({ "template": t }));
     }
     let (sb, _) = c.engine.create(&ws, req).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(view(&sb, c.engine.runtime_name())),
-    )
-        .into_response())
+    Ok((StatusCode::CREATED, Json(view(&sb))).into_response())
 }
 
 pub async fn get(
@@ -182,7 +178,7 @@ pub async fn get(
 ) -> Result<Json<View>, ApiError> {
     let ws = reader(&s)?.to_owned();
     let sb = c.engine.get(&ws, sandbox_id(&id)?).await?;
-    Ok(Json(view(&sb, c.engine.runtime_name())))
+    Ok(Json(view(&sb)))
 }
 
 /// Which lifecycle operation a POST asks for.
@@ -201,7 +197,7 @@ async fn act(c: &Console, s: &Session, id: &str, op: Op) -> Result<Json<View>, A
         Op::Pause => c.engine.pause(&ws, id).await?,
         Op::Resume => c.engine.resume(&ws, id).await?,
     };
-    Ok(Json(view(&sb, c.engine.runtime_name())))
+    Ok(Json(view(&sb)))
 }
 
 pub async fn delete(

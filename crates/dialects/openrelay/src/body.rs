@@ -107,6 +107,20 @@ pub struct CreateBody {
     /// next operation (default false). Only gVisor sandboxes without egress can go to
     /// disk; elsewhere the consent is kept and reported, and nothing moves.
     pub auto_pause: Option<bool>,
+    /// sandboxd's extension: the isolation tier, `container` or `gvisor` (absent: the
+    /// template's, else the workspace's default, else the server's).
+    #[schema(pattern = "^(container|gvisor)$")]
+    pub isolation: Option<String>,
+}
+
+/// An `isolation` field's tier (absent: `None`); an unknown name is a 400.
+pub fn isolation(field: Option<&str>) -> Result<Option<sandboxd_engine::Isolation>, ApiError> {
+    field
+        .map(|name| {
+            name.parse()
+                .map_err(|e| ApiError::invalid(format!("isolation: {e}")))
+        })
+        .transpose()
 }
 
 /// A checked create: the engine request, its soft guarantees and placement, how long
@@ -139,6 +153,7 @@ impl CreateBody {
     /// Checks every field against its bounds and the template, and builds the plan.
     pub fn plan(self, template: &Template) -> Result<CreatePlan, ApiError> {
         let (network, egress) = crate::network::plan(self.network, self.egress)?;
+        let tier = isolation(self.isolation.as_deref())?;
         let max = template.resources;
         let cpu = self.cpu.unwrap_or(max.vcpu);
         within("cpu", cpu.into(), 1, u32::MAX.into())?;
@@ -196,6 +211,7 @@ impl CreateBody {
         request.network = network.or(template.network);
         request.egress = egress;
         request.metadata = user_meta;
+        request.isolation = tier.or(template.isolation);
         let request = meta::Attributes {
             template: template.name.clone(),
             ephemeral: self.ephemeral.unwrap_or(false),
@@ -237,6 +253,7 @@ mod tests {
             created_at: None,
             network: None,
             disk_mb: 1024,
+            isolation: None,
         }
     }
 

@@ -63,6 +63,9 @@ pub struct SandboxView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
     pub auto_paused_at: Option<String>,
+    /// sandboxd's extension: its isolation tier, `container` or `gvisor`.
+    #[schema(pattern = "^(container|gvisor)$")]
+    pub isolation: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<ResultView>,
 }
@@ -117,6 +120,7 @@ pub fn sandbox(sb: &Sandbox) -> SandboxView {
         metadata,
         ephemeral: attrs.ephemeral,
         auto_pause: attrs.auto_pause || sb.auto_pause,
+        isolation: sb.isolation.as_str(),
         auto_paused_at: sb.auto_paused_at.filter(|_| !ended).map(rfc3339_nanos),
         result: None,
     }
@@ -138,6 +142,11 @@ pub struct TemplateView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
     pub created_at: Option<String>,
+    /// sandboxd's extension: the isolation tier its sandboxes run on, when it names one
+    /// (absent: the workspace's default, else the server's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(container|gvisor)$")]
+    pub isolation: Option<&'static str>,
 }
 
 pub fn template(t: &Template) -> TemplateView {
@@ -149,5 +158,6 @@ pub fn template(t: &Template) -> TemplateView {
         memory_mib: t.resources.memory_mb,
         disk_mib: t.disk_mb,
         created_at: t.created_at.map(rfc3339_nanos),
+        isolation: t.isolation.map(|i| i.as_str()),
     }
 }

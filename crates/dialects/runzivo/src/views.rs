@@ -30,6 +30,9 @@ pub struct SandboxView {
     /// Size of its writable layer in MiB (0: no limit); absent when not recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk_mb: Option<u32>,
+    /// Extension: its isolation tier, `container` or `gvisor`.
+    #[schema(pattern = "^(container|gvisor)$")]
+    pub isolation: &'static str,
 }
 
 /// The dialect's status name of a sandbox.
@@ -69,6 +72,7 @@ impl SandboxView {
             ended_at: sb.ended_at.map(rfc3339_nanos),
             expires_at: sb.expires_at.map(rfc3339_nanos),
             disk_mb: sb.disk_mb,
+            isolation: sb.isolation.as_str(),
         })
     }
 }

@@ -72,7 +72,7 @@ impl Engine {
         let mut resident = Vec::new();
         let mut live = HashSet::new();
         for rec in self.store.sandboxes_in_status(&ACTIVE_STATUSES)? {
-            let e = entry_from_record(rec)?;
+            let e = entry_from_record(rec, self.limits.isolation)?;
             live.insert(e.sb.id);
             let on_disk = e
                 .handle

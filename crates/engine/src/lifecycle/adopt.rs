@@ -43,7 +43,7 @@ impl Engine {
     pub(crate) fn readopt(&self) -> Result<(), EngineError> {
         let (mut kept, mut ended) = (HashSet::new(), HashSet::new());
         for rec in self.store.sandboxes_in_status(&ACTIVE_STATUSES)? {
-            let mut e = entry_from_record(rec)?;
+            let mut e = entry_from_record(rec, self.limits.isolation)?;
             if crate::auto_pause::recover_on_disk(self.runtime.as_ref(), &mut e) {
                 tracing::info!(sandbox = %e.sb.id, "found on disk: the next operation wakes it");
             }

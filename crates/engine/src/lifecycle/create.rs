@@ -19,6 +19,7 @@ struct Plan {
     extra_layers: Vec<String>,
     expires_at: Option<OffsetDateTime>,
     disk_mb: u32,
+    isolation: sandboxd_runtime::Isolation,
 }
 
 fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
@@ -44,6 +45,7 @@ fn same_config(sb: &Sandbox, plan: &Plan, req: &CreateSandbox) -> bool {
     sb.resources == req.resources
         && sb.image == plan.image
         && sb.disk_mb.is_none_or(|d| d == plan.disk_mb)
+        && sb.isolation == plan.isolation
         && sb.snapshot_id == req.snapshot_id
         && sb.environment == req.environment
         && set(&sb.secrets) == set(&req.secrets)
@@ -155,6 +157,7 @@ impl Engine {
                 disk_mb: Some(plan.disk_mb),
                 aliases: req.aliases,
                 attributes: req.attributes,
+                isolation: plan.isolation,
             },
             handle: None,
             extra_layers: plan.extra_layers,
@@ -205,6 +208,9 @@ impl Engine {
             ),
         };
         let disk_mb = crate::disk::choose(req.disk_mb, inherited_disk, &self.limits)?;
+        // A tier this server cannot run is refused before anything is recorded.
+        let isolation = self.isolation_for(&ws.to_owned(), req.isolation)?;
+        self.check_tier(isolation)?;
         let name = image.clone();
         let resolved = self
             .blocking(move |rt| rt.resolve_image(&name))
@@ -231,6 +237,7 @@ impl Engine {
             extra_layers,
             expires_at,
             disk_mb,
+            isolation,
         })
     }
 
@@ -354,6 +361,7 @@ impl Engine {
             memory_mb: e.sb.resources.memory_mb,
             pids_max: self.limits.pids_per_sandbox,
             disk_mb: e.sb.disk_mb.unwrap_or(self.limits.disk_mb_per_sandbox),
+            isolation: e.sb.isolation,
         };
         let limit = self.limits.deadlines.start;
         let started = self

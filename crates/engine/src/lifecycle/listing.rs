@@ -24,7 +24,7 @@ impl Engine {
         let mut items = Vec::new();
         for rec in self.store.sandboxes_in_status(&ACTIVE_STATUSES)? {
             if rec.workspace == *ws {
-                items.push(entry_from_record(rec)?.sb);
+                items.push(entry_from_record(rec, self.limits.isolation)?.sb);
             }
         }
         items.sort_by_key(|s| std::cmp::Reverse((s.created_at, s.id)));
@@ -51,7 +51,7 @@ impl Engine {
             let rows = self.store.ended_sandboxes(ws, since, limit + 1, after)?;
             let exhausted = rows.len() <= limit as usize;
             for rec in rows {
-                let sb = entry_from_record(rec)?.sb;
+                let sb = entry_from_record(rec, self.limits.isolation)?.sb;
                 after = Some(Keyset {
                     created_at: ended_key(&sb),
                     id: sb.id,

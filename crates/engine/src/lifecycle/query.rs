@@ -58,7 +58,7 @@ impl Engine {
         let rows = self.store.list_sandboxes(ws, filter, limit + 1, after)?;
         let mut items = Vec::with_capacity(rows.len());
         for rec in rows {
-            let mut sb = entry_from_record(rec)?.sb;
+            let mut sb = entry_from_record(rec, self.limits.isolation)?.sb;
             if is_due(&sb, OffsetDateTime::now_utc()) {
                 self.expire_if_due(ws, sb.id).await?;
                 sb = self.load(ws, sb.id)?.sb;

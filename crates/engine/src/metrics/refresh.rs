@@ -41,14 +41,6 @@ pub(super) struct DiskMeasure {
     layers: u64,
 }
 
-/// The tier label of a backend's name.
-fn tier_of(runtime: &str) -> &'static str {
-    match runtime {
-        "gvisor" => "gvisor",
-        _ => "container",
-    }
-}
-
 impl Engine {
     /// The metrics the engine owns.
     pub fn metrics(&self) -> &Metrics {
@@ -67,7 +59,8 @@ impl Engine {
 
     fn refresh_metrics(&self) {
         let m = &self.metrics;
-        let tier = tier_of(self.runtime.name());
+        // Rows from before tiers were recorded run on the server's default.
+        let default_tier = self.limits.isolation.as_str();
         let t0 = Instant::now();
         let active = self
             .store
@@ -76,13 +69,11 @@ impl Engine {
         if let Ok(active) = active {
             for state in STATES {
                 for t in TIERS {
-                    let n = match t == tier {
-                        true => active
-                            .iter()
-                            .filter(|r| r.status.eq_ignore_ascii_case(state))
-                            .count(),
-                        false => 0,
-                    };
+                    let n = active
+                        .iter()
+                        .filter(|r| r.isolation.as_deref().unwrap_or(default_tier) == t)
+                        .filter(|r| r.status.eq_ignore_ascii_case(state))
+                        .count();
                     m.sandboxes
                         .get_or_create(&StateLabels { state, tier: t })
                         .set(n as i64);

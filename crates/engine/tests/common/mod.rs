@@ -60,6 +60,7 @@ impl Runtime for FakeRuntime {
             state_dir: self.socket_dir.join(spec.id.to_string()),
             host_id_base: 65536 * 3,
             warm: false,
+            isolation: Default::default(),
         })
     }
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
@@ -207,6 +208,7 @@ pub fn request(name: Option<&str>) -> CreateSandbox {
         disk_mb: None,
         aliases: Default::default(),
         attributes: Default::default(),
+        isolation: None,
     }
 }
 

@@ -70,5 +70,6 @@ fn partial_handle(rt: &LinuxRuntime, id: Uuid, dir: &Path) -> SandboxHandle {
         state_dir: dir.to_owned(),
         host_id_base: rt.slots.held_by(id).unwrap_or(0),
         warm: false,
+        isolation: Default::default(),
     }
 }

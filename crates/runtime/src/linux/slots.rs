@@ -396,6 +396,7 @@ mod tests {
             state_dir: state.clone(),
             host_id_base: base,
             warm: false,
+            isolation: Default::default(),
         };
         std::fs::write(
             state.join("handle.json"),

@@ -102,6 +102,7 @@ fn start_in(
         state_dir,
         host_id_base,
         warm: false,
+        isolation: Default::default(),
     };
     let mut init: Option<Child> = None;
     let launched = pin

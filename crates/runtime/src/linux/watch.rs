@@ -40,6 +40,7 @@ mod tests {
             state_dir: PathBuf::new(),
             host_id_base: 0,
             warm: false,
+            isolation: Default::default(),
         }
     }
 

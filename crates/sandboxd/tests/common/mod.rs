@@ -139,6 +139,7 @@ pub fn spec(image: &str) -> SandboxSpec {
         memory_mb: 256,
         pids_max: 128,
         disk_mb: 0,
+        isolation: Default::default(),
     }
 }
 

@@ -209,6 +209,7 @@ pub fn request(name: &str) -> CreateSandbox {
         disk_mb: None,
         aliases: Default::default(),
         attributes: Default::default(),
+        isolation: None,
     }
 }
 

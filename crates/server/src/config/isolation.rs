@@ -2,28 +2,9 @@
 //! `gvisor`), from the config file or `SANDBOXD_ISOLATION`.
 
 use super::ConfigError;
-use serde::Deserialize;
 
-/// The isolation tier of a server's sandboxes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Isolation {
-    /// Linux namespaces, overlayfs and cgroups on the host kernel.
-    #[default]
-    Container,
-    /// gVisor (`runsc`, ptrace platform): the sandbox's syscalls meet gVisor's kernel.
-    Gvisor,
-}
-
-impl Isolation {
-    /// Its name in the config file and the environment.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Isolation::Container => "container",
-            Isolation::Gvisor => "gvisor",
-        }
-    }
-}
+/// The isolation tier of a server's sandboxes (the runtime's: sandboxes carry it).
+pub use sandboxd_engine::Isolation;
 
 /// `SANDBOXD_ISOLATION` (`container` or `gvisor`), if set.
 pub(super) fn from_env(

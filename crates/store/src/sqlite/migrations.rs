@@ -206,9 +206,22 @@ const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL,
         used_at INTEGER
     );",
-    // 12, 13: numbers kept for other work merged beside this (the per-sandbox tier,
-    // memory snapshots); no-ops here, replaced by those migrations when merged.
-    "SELECT 1;",
+    // 12: isolation tiers. Each sandbox's tier (NULL on rows from before: the server's
+    // default tier, the only one a server ran then), a workspace's default tier
+    // (`sandboxd workspace set-isolation`), and the tier a workspace template was built
+    // for (OpenRelay's template `isolation`), by template name.
+    "ALTER TABLE sandboxes ADD COLUMN isolation TEXT;
+    CREATE TABLE workspace_isolation (
+        workspace TEXT PRIMARY KEY REFERENCES workspaces(id) ON DELETE CASCADE,
+        isolation TEXT NOT NULL
+    );
+    CREATE TABLE template_isolation (
+        workspace TEXT NOT NULL,
+        template TEXT NOT NULL,
+        isolation TEXT NOT NULL,
+        PRIMARY KEY (workspace, template)
+    );",
+    // 13: number kept for memory snapshots, merged beside this; a no-op here.
     "SELECT 1;",
     // 14: autoPause. `auto_pause`: the sandbox consented to be moved to disk when
     // memory runs short (OpenRelay sandboxes that asked for it keep their consent);

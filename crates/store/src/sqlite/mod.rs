@@ -8,6 +8,7 @@ mod conns;
 mod console;
 mod egress;
 mod idempotency;
+mod isolation;
 mod migrations;
 mod quotas;
 mod registries;
@@ -231,6 +232,29 @@ impl Store for SqliteStore {
     }
     fn get_workspace_image(&self, workspace: &str) -> StoreResult<Option<String>> {
         workspace_images::get(&*self.conns.read()?, workspace)
+    }
+    fn set_workspace_isolation(&self, workspace: &str, tier: Option<&str>) -> StoreResult<()> {
+        self.conns
+            .write_with(|c| isolation::set_workspace(c, workspace, tier))
+    }
+    fn get_workspace_isolation(&self, workspace: &str) -> StoreResult<Option<String>> {
+        isolation::get_workspace(&*self.conns.read()?, workspace)
+    }
+    fn set_template_isolation(
+        &self,
+        workspace: &str,
+        template: &str,
+        tier: Option<&str>,
+    ) -> StoreResult<()> {
+        self.conns
+            .write_with(|c| isolation::set_template(c, workspace, template, tier))
+    }
+    fn get_template_isolation(
+        &self,
+        workspace: &str,
+        template: &str,
+    ) -> StoreResult<Option<String>> {
+        isolation::get_template(&*self.conns.read()?, workspace, template)
     }
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool> {
         self.conns.write_with(|c| idempotency::put(c, rec))

@@ -12,7 +12,7 @@ use uuid::Uuid;
 /// The columns written; a read adds the aliases (see [`cols`]).
 const COLS: &str = "id, workspace, name, status, image, vcpu, memory_mb, created_at, \
     started_at, ended_at, expires_at, end_reason, error, snapshot_id, environment, secrets, \
-    metadata, extra_layers, handle, id_slot, disk_mb, attributes, auto_pause, auto_paused_at";
+    metadata, extra_layers, handle, id_slot, disk_mb, attributes, isolation, auto_pause, auto_paused_at";
 
 /// The columns read: every written one plus the sandbox's aliases.
 fn cols() -> String {
@@ -56,6 +56,7 @@ fn row(r: &Row) -> rusqlite::Result<SandboxRecord> {
         disk_mb: r.get("disk_mb")?,
         aliases: get_json(r, "aliases")?,
         attributes: get_json(r, "attributes")?,
+        isolation: r.get("isolation")?,
     })
 }
 
@@ -86,6 +87,7 @@ fn write(c: &Connection, sql: &str, s: &SandboxRecord) -> rusqlite::Result<usize
             s.id_slot,
             s.disk_mb,
             json(&s.attributes),
+            s.isolation,
             s.auto_pause,
             opt_ts(s.auto_paused_at),
         ],
@@ -96,7 +98,7 @@ pub(super) fn insert(c: &mut Connection, s: &SandboxRecord) -> StoreResult<()> {
     let sql = format!(
         "INSERT INTO sandboxes ({COLS}) VALUES \
          (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24)"
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25)"
     );
     let tx = c.transaction()?;
     write(&tx, &sql, s).map_err(|e| unique_violation(e, || format!("sandbox {}", s.id)))?;
@@ -110,7 +112,7 @@ pub(super) fn update(c: &Connection, s: &SandboxRecord) -> StoreResult<()> {
         vcpu = ?6, memory_mb = ?7, created_at = ?8, started_at = ?9, ended_at = ?10, \
         expires_at = ?11, end_reason = ?12, error = ?13, snapshot_id = ?14, environment = ?15, \
         secrets = ?16, metadata = ?17, extra_layers = ?18, handle = ?19, id_slot = ?20, \
-        disk_mb = ?21, attributes = ?22, auto_pause = ?23, auto_paused_at = ?24 \
+        disk_mb = ?21, attributes = ?22, isolation = ?23, auto_pause = ?24, auto_paused_at = ?25 \
         WHERE id = ?1";
     match write(c, sql, s)? {
         0 => Err(StoreError::NotFound(format!("sandbox {}", s.id))),

@@ -82,6 +82,8 @@ impl CreateBody {
             disk_mb: None,
             aliases: Default::default(),
             attributes: Default::default(),
+            // The page names no such field: the workspace's default, else the server's.
+            isolation: None,
         })
     }
 }

@@ -59,6 +59,11 @@ pub struct BuildBody {
     /// Time limit of each step in seconds (default 600).
     #[schema(minimum = 1, maximum = 3600)]
     step_timeout_seconds: Option<u64>,
+    /// sandboxd's extension: the isolation tier of the build and of every sandbox made
+    /// from the template, `container` or `gvisor` (absent: the base template's, else
+    /// the workspace's default, else the server's, at each create).
+    #[schema(pattern = "^(container|gvisor)$")]
+    isolation: Option<String>,
 }
 
 pub async fn build(
@@ -75,6 +80,7 @@ pub async fn build(
             "stepTimeoutSeconds must be 1 to {MAX_STEP_TIMEOUT}"
         )));
     }
+    let isolation = crate::body::isolation(b.isolation.as_deref())?;
     let from = b.from.unwrap_or_else(|| "default".into());
     let base = state.engine.get_template(&caller.ws, &from).await?;
     let resources = Resources {
@@ -88,6 +94,7 @@ pub async fn build(
         resources: Some(resources),
         disk_mb: b.disk_mib,
         step_timeout: Duration::from_secs(step),
+        isolation,
     };
     let t = state.engine.build_template(&caller.ws, build).await?;
     Ok((StatusCode::CREATED, Json(views::template(&t))))

@@ -46,6 +46,10 @@ pub struct CreateBody {
     /// woken by the next operation (OpenRelay's `autoPause`); gVisor sandboxes without
     /// egress only, a no-op elsewhere. Default false.
     auto_pause: Option<bool>,
+    /// Extension: the isolation tier, `container` or `gvisor`; None = the tenant's
+    /// workspace default (`sandboxd workspace set-isolation`), else the server's.
+    #[schema(pattern = "^(container|gvisor)$")]
+    isolation: Option<String>,
 }
 
 impl CreateBody {
@@ -55,6 +59,11 @@ impl CreateBody {
             None => None,
             Some(s) if (1..=MAX_TIMEOUT_SECONDS).contains(&s) => Some(Duration::from_secs(s)),
             Some(_) => return Err(ApiError::invalid("timeout_seconds must be 1-86400")),
+        };
+        let isolation = match self.isolation.as_deref().map(str::parse) {
+            None => None,
+            Some(Ok(tier)) => Some(tier),
+            Some(Err(e)) => return Err(ApiError::invalid(format!("isolation: {e}"))),
         };
         Ok(CreateSandbox {
             name: None,
@@ -74,6 +83,7 @@ impl CreateBody {
             disk_mb: self.disk_mb,
             aliases: [(crate::ids::DIALECT.to_owned(), crate::ids::new_id())].into(),
             attributes: Default::default(),
+            isolation,
         })
     }
 }

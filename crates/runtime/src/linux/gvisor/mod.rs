@@ -51,11 +51,8 @@ impl GvisorRuntime {
     /// Opens the tier over the same data dir layout as the container tier; fails with a
     /// clear error when `runsc` is not installed.
     pub fn new(config: LinuxConfig) -> Result<Self, RuntimeError> {
-        let exe = runsc::find().ok_or_else(|| {
-            RuntimeError::Unsupported(
-                "the gVisor tier needs runsc on PATH (apt-get install runsc)".into(),
-            )
-        })?;
+        let exe =
+            runsc::find().ok_or_else(|| RuntimeError::Unsupported(runsc::missing_reason()))?;
         let root = config.data_dir.join("runsc");
         std::fs::create_dir_all(&root).map_err(super::io("creating the runsc root", &root))?;
         Ok(GvisorRuntime {
@@ -127,6 +124,15 @@ impl GvisorRuntime {
 impl Runtime for GvisorRuntime {
     fn name(&self) -> &'static str {
         "gvisor"
+    }
+
+    fn offers(&self, isolation: crate::Isolation) -> Result<(), RuntimeError> {
+        match isolation {
+            crate::Isolation::Gvisor => Ok(()),
+            other => Err(RuntimeError::Unsupported(format!(
+                "the gvisor backend has no {other} tier"
+            ))),
+        }
     }
 
     fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {

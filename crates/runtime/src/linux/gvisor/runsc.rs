@@ -16,12 +16,31 @@ pub struct Runsc {
     pub root: PathBuf,
 }
 
-/// Finds `runsc` on `PATH` (the Debian package puts it in /usr/bin).
+/// The variable naming the `runsc` binary to use instead of the one on `PATH`.
+pub const RUNSC_VAR: &str = "SANDBOXD_RUNSC";
+
+/// Finds `runsc`: the file `SANDBOXD_RUNSC` names when set (none if it is missing),
+/// else on `PATH` (the Debian package puts it in /usr/bin).
 pub fn find() -> Option<PathBuf> {
+    if let Some(exe) = std::env::var_os(RUNSC_VAR) {
+        let exe = PathBuf::from(exe);
+        return exe.is_file().then_some(exe);
+    }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin".into());
     std::env::split_paths(&path)
         .map(|dir| dir.join("runsc"))
         .find(|p| p.is_file())
+}
+
+/// Why the gVisor tier cannot run here when [`find`] finds no `runsc`.
+pub fn missing_reason() -> String {
+    match std::env::var_os(RUNSC_VAR) {
+        Some(exe) => format!(
+            "the gVisor tier needs runsc, and {RUNSC_VAR} names {}, which is no file",
+            Path::new(&exe).display()
+        ),
+        None => "the gVisor tier needs runsc, which is not on PATH (apt-get install runsc)".into(),
+    }
 }
 
 impl Runsc {

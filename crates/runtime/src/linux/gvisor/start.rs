@@ -58,6 +58,7 @@ pub(super) fn start_from(
         state_dir,
         host_id_base: 0,
         warm: false,
+        isolation: crate::Isolation::Gvisor,
     };
     match launch(rt, spec, network, &layers, &mut handle, image) {
         Ok(()) => Ok(handle),
