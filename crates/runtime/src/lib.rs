@@ -97,6 +97,53 @@ pub trait Runtime: Send + Sync + 'static {
         Ok(handle.clone())
     }
 
+    /// Whether [`Runtime::snapshot_memory`] can keep this sandbox's memory (backends
+    /// without memory images, or a sandbox the backend cannot checkpoint, do not).
+    fn can_snapshot_memory(&self, handle: &SandboxHandle) -> bool {
+        let _ = handle;
+        false
+    }
+
+    /// Takes the sandbox's memory and filesystem together (consistent: nothing runs
+    /// between the two) as snapshot `id`, whose image the backend keeps until
+    /// [`Runtime::delete_memory_snapshot`]; the sandbox goes on as it was (running,
+    /// frozen or on disk). Returns the snapshot and the sandbox's handle now (persist
+    /// it: its host processes may have changed). On error the sandbox goes on as well,
+    /// under the handle its backend saved.
+    fn snapshot_memory(
+        &self,
+        handle: &SandboxHandle,
+        id: uuid::Uuid,
+    ) -> Result<(MemorySnapshot, SandboxHandle), RuntimeError> {
+        let _ = (handle, id);
+        Err(RuntimeError::Unsupported(format!(
+            "the {} backend keeps no memory images",
+            self.name()
+        )))
+    }
+
+    /// Starts a sandbox from a memory snapshot's `image`: the processes of the sandbox
+    /// it was taken from run on in this one (a fork), over `spec`'s image with the
+    /// snapshot's layer last in `extra_layers`, under a fresh writable layer, with
+    /// `spec`'s hostname and no network.
+    fn start_from_memory(
+        &self,
+        spec: &SandboxSpec,
+        image: &std::path::Path,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        let _ = (spec, image);
+        Err(RuntimeError::Unsupported(format!(
+            "the {} backend keeps no memory images",
+            self.name()
+        )))
+    }
+
+    /// Removes a memory snapshot's image (idempotent).
+    fn delete_memory_snapshot(&self, image: &std::path::Path) -> Result<(), RuntimeError> {
+        let _ = image;
+        Ok(())
+    }
+
     /// Captures the sandbox's writable filesystem layer as a content-addressed layer in
     /// the layer store and returns it. The sandbox keeps running.
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError>;

@@ -256,8 +256,9 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
     };
     let source = rt.start(&common::spec("default")).expect("start");
     let counter = start_counter(&source);
-    let dest = data.path().join("memory-snapshot");
-    let (snapshot, source) = rt.snapshot_memory(&source, &dest).expect("snapshot");
+    let (snapshot, source) = rt
+        .snapshot_memory(&source, uuid::Uuid::new_v4())
+        .expect("snapshot");
     // The counter as the snapshot holds it (its layer is the writable layer then).
     let captured = data.path().join("layers").join(&snapshot.layer.digest);
     let taken: u64 = std::fs::read_to_string(captured.join("root/count"))
@@ -271,14 +272,18 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
     let mut spec = common::spec("default");
     spec.extra_layers = vec![snapshot.layer.digest.clone()];
     let clones: Vec<SandboxHandle> = (0..2)
-        .map(|_| {
+        .map(|i| {
             let mut spec = spec.clone();
             spec.id = uuid::Uuid::new_v4();
-            rt.start_from_memory(&spec, &snapshot)
+            spec.hostname = format!("clone-{i}");
+            rt.start_from_memory(&spec, &snapshot.image)
                 .expect("start a clone")
         })
         .collect();
-    for clone in &clones {
+    for (i, clone) in clones.iter().enumerate() {
+        // Its own hostname, not the source's (which the memory image holds).
+        let (code, out) = common::agent_sh(clone, "cat /proc/sys/kernel/hostname");
+        assert_eq!((code, out.trim()), (Some(0), format!("clone-{i}").as_str()));
         assert_ne!(clone.id, source.id);
         // The same shell, from where the snapshot was taken (a new one starts at 1).
         common::wait_for("the clone counts", || count(clone) > 0);
@@ -310,7 +315,9 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
     }
     rt.delete_layer(&snapshot.layer.digest)
         .expect("delete layer");
-    std::fs::remove_dir_all(&dest).expect("remove the snapshot");
+    rt.delete_memory_snapshot(&snapshot.image)
+        .expect("remove the snapshot");
+    assert!(!snapshot.image.exists());
 }
 
 /// This runsc cannot restore a sandbox's network, so a sandbox with egress pauses in

@@ -204,15 +204,7 @@ fn wait_exited(rt: &GvisorRuntime, handle: &SandboxHandle) {
     }
 }
 
-/// A sandbox's memory and filesystem taken together, from which sandboxes can start
-/// with its processes running ([`GvisorRuntime::start_from_memory`]).
-#[derive(Debug, Clone)]
-pub struct MemorySnapshot {
-    /// The writable layer as it was, in the layer store (new sandboxes stack it).
-    pub layer: crate::Layer,
-    /// The dir holding the memory image (`checkpoint.img`).
-    pub image: PathBuf,
-}
+pub use crate::MemorySnapshot;
 
 /// Takes a snapshot of `handle`'s memory and filesystem together (consistent: nothing
 /// runs between the two), into `dest` (a new dir), and restores the sandbox; returns the
@@ -225,6 +217,7 @@ pub(super) fn snapshot(
 ) -> Result<(MemorySnapshot, SandboxHandle), RuntimeError> {
     use crate::Runtime;
     let was_on_disk = on_disk(handle);
+    let was_frozen = !was_on_disk && rt.is_paused(handle);
     let stored = checkpoint(rt, handle)?;
     let taken = (|| {
         let layer = rt.capture_layer(&stored)?;
@@ -250,5 +243,9 @@ pub(super) fn snapshot(
         true => stored,
         false => restore(rt, &stored)?,
     };
+    if was_frozen {
+        // It was paused in memory: it stays so (the restore started it).
+        rt.runsc.run(None, &["pause", &live.id.to_string()])?;
+    }
     Ok((taken?, live))
 }
