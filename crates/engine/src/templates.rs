@@ -330,7 +330,9 @@ impl Engine {
             }
         }
         let name = format!("{TEMPLATE_SNAPSHOT_PREFIX}{}", build.name);
-        self.snapshot(ws, id, Some(name)).await
+        // A built template is its filesystem: its sandboxes start fresh, not as forks
+        // of the build's (whose steps are done).
+        self.snapshot_with(ws, id, Some(name), false).await
     }
 }
 
@@ -356,6 +358,7 @@ mod tests {
             created_at: OffsetDateTime::UNIX_EPOCH,
             expires_at: None,
             disk_mb: Some(64),
+            memory_image: None,
         }
     }
 

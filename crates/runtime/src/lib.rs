@@ -107,19 +107,20 @@ pub trait Runtime: Send + Sync + 'static {
     /// Takes the sandbox's memory and filesystem together (consistent: nothing runs
     /// between the two) as snapshot `id`, whose image the backend keeps until
     /// [`Runtime::delete_memory_snapshot`]; the sandbox goes on as it was (running,
-    /// frozen or on disk). Returns the snapshot and the sandbox's handle now (persist
-    /// it: its host processes may have changed). On error the sandbox goes on as well,
-    /// under the handle its backend saved.
+    /// frozen or on disk). Returns the snapshot (or why not) and the sandbox's handle
+    /// now, in either case (persist it: its host processes may have changed; when it
+    /// could not be brought back it is on disk, [`Runtime::is_checkpointed`]).
     fn snapshot_memory(
         &self,
         handle: &SandboxHandle,
         id: uuid::Uuid,
-    ) -> Result<(MemorySnapshot, SandboxHandle), RuntimeError> {
-        let _ = (handle, id);
-        Err(RuntimeError::Unsupported(format!(
+    ) -> (Result<MemorySnapshot, RuntimeError>, SandboxHandle) {
+        let _ = id;
+        let err = RuntimeError::Unsupported(format!(
             "the {} backend keeps no memory images",
             self.name()
-        )))
+        ));
+        (Err(err), handle.clone())
     }
 
     /// Starts a sandbox from a memory snapshot's `image`: the processes of the sandbox

@@ -256,9 +256,8 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
     };
     let source = rt.start(&common::spec("default")).expect("start");
     let counter = start_counter(&source);
-    let (snapshot, source) = rt
-        .snapshot_memory(&source, uuid::Uuid::new_v4())
-        .expect("snapshot");
+    let (snapshot, source) = rt.snapshot_memory(&source, uuid::Uuid::new_v4());
+    let snapshot = snapshot.expect("snapshot");
     // The counter as the snapshot holds it (its layer is the writable layer then).
     let captured = data.path().join("layers").join(&snapshot.layer.digest);
     let taken: u64 = std::fs::read_to_string(captured.join("root/count"))

@@ -19,6 +19,9 @@ struct Plan {
     extra_layers: Vec<String>,
     expires_at: Option<OffsetDateTime>,
     disk_mb: u32,
+    /// The memory image of the snapshot it starts from, when that keeps memory: the
+    /// sandbox starts with the snapshot's processes running (a fork).
+    memory_image: Option<std::path::PathBuf>,
 }
 
 fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
@@ -111,12 +114,23 @@ impl Engine {
                 };
             }
         }
-        let network = crate::egress::network_spec(
-            self.store.as_ref(),
-            ws,
-            &req,
-            self.limits.default_network,
-        )?;
+        let network = match plan.memory_image {
+            // This runsc cannot give a restored sandbox a network (see the README).
+            Some(_) if req.network == Some(sandboxd_runtime::NetworkMode::Egress) => {
+                return Err(EngineError::invalid(
+                    "a sandbox created from a memory snapshot starts without network \
+                     (gVisor cannot restore one here); ask for network none or use a \
+                     filesystem snapshot",
+                ))
+            }
+            Some(_) => NetworkSpec::none(),
+            None => crate::egress::network_spec(
+                self.store.as_ref(),
+                ws,
+                &req,
+                self.limits.default_network,
+            )?,
+        };
         tm("network spec");
         let active = self
             .store
@@ -168,7 +182,8 @@ impl Engine {
         // sees them taken.
         let pinning = requests.is_some_and(|r| r.pinned_vcpus.is_some());
         let admission = pinning.then_some(admission);
-        self.start(&mut entry, network, requests).await?;
+        self.start(&mut entry, network, requests, plan.memory_image)
+            .await?;
         *warm = entry.handle.as_ref().map(|h| h.warm);
         tm("running");
         drop(admission);
@@ -186,7 +201,7 @@ impl Engine {
                 ));
             }
         }
-        let (image, extra_layers, inherited_disk) = match req.snapshot_id {
+        let (image, extra_layers, inherited_disk, memory_image) = match req.snapshot_id {
             Some(id) => {
                 let snap = self.get_snapshot(&ws.to_owned(), id).await?;
                 if req.image.as_ref().is_some_and(|i| *i != snap.image) {
@@ -194,11 +209,12 @@ impl Engine {
                         "image differs from the snapshot's image",
                     ));
                 }
-                (snap.image, snap.layers, snap.disk_mb)
+                (snap.image, snap.layers, snap.disk_mb, snap.memory_image)
             }
             None => (
                 req.image.clone().unwrap_or_else(|| "default".into()),
                 Vec::new(),
+                None,
                 None,
             ),
         };
@@ -229,6 +245,7 @@ impl Engine {
             extra_layers,
             expires_at,
             disk_mb,
+            memory_image,
         })
     }
 
@@ -327,8 +344,9 @@ impl Engine {
         e: &mut Entry,
         network: NetworkSpec,
         requests: Option<Requests>,
+        memory_image: Option<std::path::PathBuf>,
     ) -> Result<(), EngineError> {
-        let started = self.start_steps(e, network, requests).await;
+        let started = self.start_steps(e, network, requests, memory_image).await;
         if let Err(err) = &started {
             self.abandon_start(e, err).await;
         }
@@ -340,6 +358,7 @@ impl Engine {
         e: &mut Entry,
         network: NetworkSpec,
         requests: Option<Requests>,
+        memory_image: Option<std::path::PathBuf>,
     ) -> Result<(), EngineError> {
         self.transition(e, SandboxStatus::Starting)?;
         tracing::debug!(id = %e.sb.id, "create: starting persisted");
@@ -358,7 +377,10 @@ impl Engine {
             .bounded(
                 limit,
                 move |rt| {
-                    let handle = rt.start_with_network(&spec, &network)?;
+                    let handle = match &memory_image {
+                        Some(image) => rt.start_from_memory(&spec, image)?,
+                        None => rt.start_with_network(&spec, &network)?,
+                    };
                     let Some(req) = requests else {
                         return Ok(handle);
                     };

@@ -206,6 +206,12 @@ const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL,
         used_at INTEGER
     );",
+    // 12: reserved for branch `tiers` (per-sandbox isolation tiers); its merge puts its
+    // migration here. A no-op until then.
+    "SELECT 1;",
+    // 13: a memory snapshot's image dir (gVisor: `runsc checkpoint`), NULL for
+    // filesystem-only snapshots.
+    "ALTER TABLE snapshots ADD COLUMN memory_image TEXT;",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.

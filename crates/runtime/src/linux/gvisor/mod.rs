@@ -189,14 +189,19 @@ impl Runtime for GvisorRuntime {
         &self,
         handle: &SandboxHandle,
         id: Uuid,
-    ) -> Result<(MemorySnapshot, SandboxHandle), RuntimeError> {
-        crate::faults::check("snapshot_memory")?;
+    ) -> (Result<MemorySnapshot, RuntimeError>, SandboxHandle) {
+        if let Err(e) = crate::faults::check("snapshot_memory") {
+            return (Err(e), handle.clone());
+        }
         let dir = self.memory_snapshots_dir();
-        std::fs::DirBuilder::new()
+        let made = std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(&dir)
-            .map_err(super::io("creating the memory snapshots dir", &dir))?;
+            .create(&dir);
+        if let Err(e) = made {
+            let what = super::io("creating the memory snapshots dir", &dir)(e);
+            return (Err(what), handle.clone());
+        }
         checkpoint::snapshot(self, handle, &dir.join(id.to_string()))
     }
 
