@@ -3,6 +3,7 @@
 mod audit;
 mod bench;
 mod bench_base;
+mod bench_fork;
 mod bench_gvisor;
 mod bench_http;
 mod bench_images;
