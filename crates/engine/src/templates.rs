@@ -56,6 +56,10 @@ pub struct Template {
     /// Disk size of its sandboxes in MiB (0: no limit): a workspace template's is the
     /// one it was built with, a built-in's the server's default.
     pub disk_mb: u32,
+    /// Whether its snapshot keeps memory: its sandboxes start as forks of the sandbox
+    /// it was made from, with that sandbox's processes running (see
+    /// [`Engine::template_from_sandbox`]).
+    pub memory: bool,
 }
 
 impl Template {
@@ -119,6 +123,7 @@ fn builtin(name: &str, disk_mb: u32) -> Option<Template> {
             created_at: None,
             network: None,
             disk_mb,
+            memory: false,
         })
 }
 
@@ -135,6 +140,7 @@ fn from_image(name: &str, image: &str, disk_mb: u32) -> Template {
         created_at: None,
         network: None,
         disk_mb,
+        memory: false,
     }
 }
 
@@ -152,6 +158,7 @@ fn from_snapshot(s: crate::model::Snapshot, default_disk: u32) -> Option<Templat
         created_at: Some(s.created_at),
         network: None,
         disk_mb: s.disk_mb.unwrap_or(default_disk),
+        memory: s.memory_image.is_some(),
     })
 }
 
@@ -301,6 +308,42 @@ impl Engine {
             self.delete_snapshot(ws, id).await?;
         }
         self.template_of(snap).ok_or_else(|| not_found(&build.name))
+    }
+
+    /// Makes template `name` (replacing an older one of that name) from a snapshot of
+    /// running sandbox `id`: on gVisor with its memory, so that its sandboxes start as
+    /// forks of it (its processes running); on the container tier its filesystem.
+    /// Audited as `template.build`.
+    pub async fn template_from_sandbox(
+        &self,
+        ws: &WorkspaceId,
+        name: &str,
+        id: Uuid,
+    ) -> Result<Template, EngineError> {
+        let made = self.template_from_sandbox_unaudited(ws, name, id).await;
+        self.audit(ws, "template.build", Some(name.to_owned()), &made);
+        made
+    }
+
+    async fn template_from_sandbox_unaudited(
+        &self,
+        ws: &WorkspaceId,
+        name: &str,
+        id: Uuid,
+    ) -> Result<Template, EngineError> {
+        validate::sandbox_name(name)?;
+        if self.builtin_template(name).is_some() {
+            return Err(EngineError::invalid(format!(
+                "template {name:?} is built in"
+            )));
+        }
+        let old = self.get_template(ws, name).await.ok();
+        let snap_name = format!("{TEMPLATE_SNAPSHOT_PREFIX}{name}");
+        let snap = self.snapshot_with(ws, id, Some(snap_name), true).await?;
+        if let Some(old) = old.and_then(|t| t.snapshot_id) {
+            self.delete_snapshot(ws, old).await?;
+        }
+        self.template_of(snap).ok_or_else(|| not_found(name))
     }
 
     async fn run_steps_and_snapshot(

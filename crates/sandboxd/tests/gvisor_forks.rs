@@ -191,3 +191,72 @@ fn a_container_sandbox_snapshot_is_filesystem_only_and_says_so() {
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
+
+#[test]
+fn an_openrelay_template_made_from_a_gvisor_sandbox_starts_forks_of_it() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "none"),
+    ];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let source = create(
+        &server,
+        json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
+    );
+    let launch = format!(
+        "printf '%s' \"{COUNTER}\" > /root/counter.py && \
+         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &"
+    );
+    let (code, out) = sh(&server, &source, &launch);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(increment(&server, &source), 1);
+
+    // Building from a sandbox takes nothing else.
+    let r = server.request(
+        "POST",
+        "/v1/sandbox-templates",
+        MASTER,
+        Some(&json!({"name": "forked", "fromSandbox": source, "run": ["true"]})),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = server.request(
+        "POST",
+        "/v1/sandbox-templates",
+        MASTER,
+        Some(&json!({"name": "forked", "fromSandbox": source})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["memory"], true, "{}", r.text());
+    assert_eq!(increment(&server, &source), 2);
+
+    let r = server.request(
+        "POST",
+        "/v1/sandboxes",
+        MASTER,
+        Some(&json!({"template": "forked"})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let clone = r.json()["id"].as_str().expect("id").to_string();
+    assert_eq!(increment(&server, &clone), 2, "the fork continues from 1");
+    assert_eq!(increment(&server, &source), 3);
+
+    let r = server.request("DELETE", "/v1/sandbox-templates/forked", MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        entries(&data.join("memory-snapshots")),
+        Vec::<String>::new()
+    );
+    for id in [&clone, &source] {
+        server.destroy(MASTER, id);
+    }
+    common::wait_for("every sandbox gone", || processes_under(&data).is_empty());
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}

@@ -234,6 +234,7 @@ mod tests {
             created_at: None,
             network: None,
             disk_mb: 1024,
+            memory: false,
         }
     }
 
