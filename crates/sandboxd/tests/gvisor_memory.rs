@@ -364,6 +364,20 @@ fn a_gvisor_sandbox_with_egress_pauses_in_memory_and_resumes() {
     common::wait_for("the counter continues", || {
         server_count(&server, &id) > resumed
     });
+    // Its snapshot keeps its files only, and says so (it cannot be checkpointed).
+    let r = server.request(
+        "POST",
+        &format!("/v2/sandboxes/{id}/snapshots"),
+        MASTER,
+        None,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["data"]["memory"], false, "{}", r.text());
+    assert!(
+        !data.join("memory-snapshots").exists()
+            || std::fs::read_dir(data.join("memory-snapshots")).map_or(0, |d| d.count()) == 0,
+        "a memory image was written"
+    );
     server.destroy(MASTER, &id);
     common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
     drop(server);
