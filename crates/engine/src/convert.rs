@@ -140,6 +140,7 @@ pub(crate) fn snapshot_to_record(s: &Snapshot) -> SnapshotRecord {
         created_at: s.created_at,
         expires_at: s.expires_at,
         disk_mb: s.disk_mb,
+        memory_image: s.memory_image.as_ref().map(|p| p.display().to_string()),
     }
 }
 
@@ -160,6 +161,7 @@ pub(crate) fn snapshot_from_record(r: SnapshotRecord) -> Snapshot {
         created_at: r.created_at,
         expires_at: r.expires_at,
         disk_mb: r.disk_mb,
+        memory_image: r.memory_image.map(std::path::PathBuf::from),
     }
 }
 

@@ -159,6 +159,17 @@ pub struct Snapshot {
     /// The source sandbox's disk size in MiB (0: no limit), which sandboxes started from
     /// the snapshot inherit; `None` when it was not recorded.
     pub disk_mb: Option<u32>,
+    /// Where the backend keeps its memory image when it holds the source's running
+    /// processes too (gVisor); `None` for a filesystem-only snapshot. Sandboxes
+    /// created from a memory snapshot start with those processes running (a fork).
+    pub memory_image: Option<std::path::PathBuf>,
+}
+
+impl Snapshot {
+    /// Whether it keeps the source's memory (processes), not only its filesystem.
+    pub fn has_memory(&self) -> bool {
+        self.memory_image.is_some()
+    }
 }
 
 /// One page of a keyset-paginated list.

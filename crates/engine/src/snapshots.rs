@@ -1,4 +1,6 @@
-//! Filesystem snapshots: capture a sandbox's writable layer, list, get, delete.
+//! Snapshots: capture a sandbox's writable layer (and, on a backend that keeps memory
+//! images, its memory with it: a gVisor sandbox's processes, from which sandboxes start
+//! running them, a fork), list, get, delete.
 
 use crate::convert::{snapshot_from_record, snapshot_to_record};
 use crate::cursor;
@@ -19,15 +21,27 @@ fn not_found(id: Uuid) -> EngineError {
 }
 
 impl Engine {
-    /// Captures a RUNNING or PAUSED sandbox's filesystem as a snapshot; the sandbox
-    /// keeps running.
+    /// Captures a RUNNING or PAUSED sandbox's filesystem as a snapshot, with its memory
+    /// where the backend can keep it (a gVisor sandbox without egress: taken frozen,
+    /// consistent with the filesystem); the sandbox goes on as it was.
     pub async fn snapshot(
         &self,
         ws: &WorkspaceId,
         id: Uuid,
         name: Option<String>,
     ) -> Result<Snapshot, EngineError> {
-        let taken = self.snapshot_steps(ws, id, name).await;
+        self.snapshot_with(ws, id, name, true).await
+    }
+
+    /// [`Engine::snapshot`], keeping the memory only when `memory` (and the backend can).
+    pub(crate) async fn snapshot_with(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        name: Option<String>,
+        memory: bool,
+    ) -> Result<Snapshot, EngineError> {
+        let taken = self.snapshot_steps(ws, id, name, memory).await;
         self.metrics
             .operation(crate::metrics::Operation::Snapshot, &taken);
         self.audit(ws, "sandbox.snapshot", Some(id.to_string()), &taken);
@@ -39,9 +53,18 @@ impl Engine {
         ws: &WorkspaceId,
         id: Uuid,
         name: Option<String>,
+        memory: bool,
     ) -> Result<Snapshot, EngineError> {
         if let Some(name) = &name {
             validate::snapshot_name(name)?;
+        }
+        let memory = memory
+            && self
+                .load(ws, id)?
+                .handle
+                .is_some_and(|h| self.runtime.can_snapshot_memory(&h));
+        if memory {
+            return self.memory_snapshot_steps(ws, id, name).await;
         }
         let (_guard, e) = self.shared(ws, id).await?;
         if !matches!(e.sb.status, SandboxStatus::Running | SandboxStatus::Paused) {
@@ -58,32 +81,111 @@ impl Engine {
                 crate::lifecycle::deadline::overdue(&format!("the snapshot of sandbox {id}"), limit)
             })?
             .map_err(|err| runtime_error(&format!("cannot snapshot sandbox {id}"), err))?;
-        let mut layers = e.extra_layers.clone();
-        layers.push(layer.digest.clone());
-        let snap = Snapshot {
-            id: Uuid::new_v4(),
-            workspace: ws.clone(),
-            name,
-            source_sandbox_id: id,
-            image: e.sb.image.clone(),
-            layers,
-            digest: layer.digest,
-            size_bytes: layer.size_bytes,
-            resources: e.sb.resources,
-            created_at: OffsetDateTime::now_utc(),
-            expires_at: None,
-            disk_mb: e.sb.disk_mb,
+        let snap = new_snapshot(&e, name, layer, None);
+        self.record_snapshot(snap).await
+    }
+
+    /// A snapshot with memory: the sandbox is checkpointed (its processes stop, its
+    /// memory and filesystem are taken together) and restored, under the exclusive
+    /// lock since its host processes change.
+    async fn memory_snapshot_steps(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        name: Option<String>,
+    ) -> Result<Snapshot, EngineError> {
+        let (_guard, mut e) = self.exclusive(ws, id).await?;
+        if !matches!(e.sb.status, SandboxStatus::Running | SandboxStatus::Paused) {
+            return Err(wrong_state(&e.sb, "RUNNING or PAUSED"));
+        }
+        let Some(handle) = e.handle.clone() else {
+            return Err(wrong_state(&e.sb, "started"));
         };
+        let snapshot_id = Uuid::new_v4();
+        let limit = self.limits.deadlines.snapshot;
+        let old = handle.clone();
+        let Some((taken, now)) = self
+            .bounded(
+                limit,
+                move |rt| rt.snapshot_memory(&handle, snapshot_id),
+                // Done past the deadline: the sandbox is FAILED (destroyed) already;
+                // what was taken goes.
+                |rt, (taken, now)| {
+                    if let Ok(m) = taken {
+                        let _ = rt.delete_memory_snapshot(&m.image);
+                    }
+                    let _ = rt.destroy(&now);
+                },
+            )
+            .await?
+        else {
+            let err = crate::lifecycle::deadline::overdue(
+                &format!("the snapshot of sandbox {id}"),
+                limit,
+            );
+            self.fail_sandbox(&mut e, &err).await?;
+            return Err(err);
+        };
+        if now != old {
+            self.adopt_snapshotted(&mut e, now).await?;
+        }
+        let taken =
+            taken.map_err(|err| runtime_error(&format!("cannot snapshot sandbox {id}"), err))?;
+        let mut snap = new_snapshot(&e, name, taken.layer, Some(taken.image));
+        snap.id = snapshot_id;
+        self.record_snapshot(snap).await
+    }
+
+    /// Takes the handle a sandbox has after its memory was snapshotted: a new sentry to
+    /// watch, or, when it could not be brought back, on disk (PAUSED; a resume
+    /// restores it).
+    async fn adopt_snapshotted(
+        &self,
+        e: &mut crate::convert::Entry,
+        now: sandboxd_runtime::SandboxHandle,
+    ) -> Result<(), EngineError> {
+        let on_disk = self.runtime.is_checkpointed(&now);
+        if !on_disk {
+            self.watch_agent(&e.sb.workspace, e.sb.id, &now);
+        }
+        e.handle = Some(now);
+        if on_disk && e.sb.status == SandboxStatus::Running {
+            self.transition(e, SandboxStatus::Pausing)?;
+            return self.transition(e, SandboxStatus::Paused);
+        }
+        self.save(e)
+    }
+
+    /// Stores `snap`; when that fails, what it alone holds (its layer, its memory
+    /// image) goes.
+    async fn record_snapshot(&self, snap: Snapshot) -> Result<Snapshot, EngineError> {
         let stored = crate::faults::store_write("store.insert_snapshot")
             .and_then(|()| Ok(self.store.insert_snapshot(&snapshot_to_record(&snap))?));
         if let Err(err) = stored {
             // No record names the captured layer: it goes unless something else uses it.
             let _admission = self.admission.lock().await;
+            self.delete_memory_image(&snap).await;
             self.delete_unused_layers(std::slice::from_ref(&snap.digest))
                 .await?;
             return Err(err);
         }
         Ok(snap)
+    }
+
+    /// Removes a snapshot's memory image, if it has one (logged when that fails).
+    async fn delete_memory_image(&self, snap: &Snapshot) {
+        let Some(image) = snap.memory_image.clone() else {
+            return;
+        };
+        let removed = self
+            .blocking(move |rt| rt.delete_memory_snapshot(&image))
+            .await;
+        if let Err(err) = removed
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()))
+        {
+            tracing::warn!(snapshot = %snap.id, error = %err, "cannot delete a memory snapshot's image");
+        }
     }
 
     /// The workspace's snapshots, newest first, optionally only those named `name`.
@@ -130,6 +232,8 @@ impl Engine {
         let _admission = self.admission.lock().await; // no sandbox starts on it meanwhile
         let snap = self.get_snapshot(ws, id).await?;
         self.store.delete_snapshot(id)?;
+        // Sandboxes started from it run on their own (their memory is theirs).
+        self.delete_memory_image(&snap).await;
         self.delete_unused_layers(&snap.layers).await?;
         Ok(snap)
     }
@@ -149,5 +253,31 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+/// The snapshot record of `e` with its new `layer` on top of the ones it runs on.
+fn new_snapshot(
+    e: &crate::convert::Entry,
+    name: Option<String>,
+    layer: sandboxd_runtime::Layer,
+    memory_image: Option<std::path::PathBuf>,
+) -> Snapshot {
+    let mut layers = e.extra_layers.clone();
+    layers.push(layer.digest.clone());
+    Snapshot {
+        id: Uuid::new_v4(),
+        workspace: e.sb.workspace.clone(),
+        name,
+        source_sandbox_id: e.sb.id,
+        image: e.sb.image.clone(),
+        layers,
+        digest: layer.digest,
+        size_bytes: layer.size_bytes,
+        resources: e.sb.resources,
+        created_at: OffsetDateTime::now_utc(),
+        expires_at: None,
+        disk_mb: e.sb.disk_mb,
+        memory_image,
     }
 }

@@ -59,6 +59,10 @@ pub struct Template {
     /// The tier its sandboxes run on; `None` = the workspace's default, else the
     /// server's (a create's own choice goes first).
     pub isolation: Option<sandboxd_runtime::Isolation>,
+    /// Whether its snapshot keeps memory: its sandboxes start as forks of the sandbox
+    /// it was made from, with that sandbox's processes running (see
+    /// [`Engine::template_from_sandbox`]).
+    pub memory: bool,
 }
 
 impl Template {
@@ -128,6 +132,7 @@ fn builtin(name: &str, disk_mb: u32) -> Option<Template> {
             network: None,
             disk_mb,
             isolation: None,
+            memory: false,
         })
 }
 
@@ -145,6 +150,7 @@ fn from_image(name: &str, image: &str, disk_mb: u32) -> Template {
         network: None,
         disk_mb,
         isolation: None,
+        memory: false,
     }
 }
 
@@ -163,6 +169,7 @@ fn from_snapshot(s: crate::model::Snapshot, default_disk: u32) -> Option<Templat
         network: None,
         disk_mb: s.disk_mb.unwrap_or(default_disk),
         isolation: None,
+        memory: s.memory_image.is_some(),
     })
 }
 
@@ -334,6 +341,42 @@ impl Engine {
             .ok_or_else(|| not_found(&build.name))
     }
 
+    /// Makes template `name` (replacing an older one of that name) from a snapshot of
+    /// running sandbox `id`: on gVisor with its memory, so that its sandboxes start as
+    /// forks of it (its processes running); on the container tier its filesystem.
+    /// Audited as `template.build`.
+    pub async fn template_from_sandbox(
+        &self,
+        ws: &WorkspaceId,
+        name: &str,
+        id: Uuid,
+    ) -> Result<Template, EngineError> {
+        let made = self.template_from_sandbox_unaudited(ws, name, id).await;
+        self.audit(ws, "template.build", Some(name.to_owned()), &made);
+        made
+    }
+
+    async fn template_from_sandbox_unaudited(
+        &self,
+        ws: &WorkspaceId,
+        name: &str,
+        id: Uuid,
+    ) -> Result<Template, EngineError> {
+        validate::sandbox_name(name)?;
+        if self.builtin_template(name).is_some() {
+            return Err(EngineError::invalid(format!(
+                "template {name:?} is built in"
+            )));
+        }
+        let old = self.get_template(ws, name).await.ok();
+        let snap_name = format!("{TEMPLATE_SNAPSHOT_PREFIX}{name}");
+        let snap = self.snapshot_with(ws, id, Some(snap_name), true).await?;
+        if let Some(old) = old.and_then(|t| t.snapshot_id) {
+            self.delete_snapshot(ws, old).await?;
+        }
+        self.template_of(snap)?.ok_or_else(|| not_found(name))
+    }
+
     async fn run_steps_and_snapshot(
         &self,
         ws: &WorkspaceId,
@@ -361,7 +404,9 @@ impl Engine {
             }
         }
         let name = format!("{TEMPLATE_SNAPSHOT_PREFIX}{}", build.name);
-        self.snapshot(ws, id, Some(name)).await
+        // A built template is its filesystem: its sandboxes start fresh, not as forks
+        // of the build's (whose steps are done).
+        self.snapshot_with(ws, id, Some(name), false).await
     }
 }
 
@@ -387,6 +432,7 @@ mod tests {
             created_at: OffsetDateTime::UNIX_EPOCH,
             expires_at: None,
             disk_mb: Some(64),
+            memory_image: None,
         }
     }
 

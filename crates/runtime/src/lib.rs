@@ -112,6 +112,54 @@ pub trait Runtime: Send + Sync + 'static {
         Ok(handle.clone())
     }
 
+    /// Whether [`Runtime::snapshot_memory`] can keep this sandbox's memory (backends
+    /// without memory images, or a sandbox the backend cannot checkpoint, do not).
+    fn can_snapshot_memory(&self, handle: &SandboxHandle) -> bool {
+        let _ = handle;
+        false
+    }
+
+    /// Takes the sandbox's memory and filesystem together (consistent: nothing runs
+    /// between the two) as snapshot `id`, whose image the backend keeps until
+    /// [`Runtime::delete_memory_snapshot`]; the sandbox goes on as it was (running,
+    /// frozen or on disk). Returns the snapshot (or why not) and the sandbox's handle
+    /// now, in either case (persist it: its host processes may have changed; when it
+    /// could not be brought back it is on disk, [`Runtime::is_checkpointed`]).
+    fn snapshot_memory(
+        &self,
+        handle: &SandboxHandle,
+        id: uuid::Uuid,
+    ) -> (Result<MemorySnapshot, RuntimeError>, SandboxHandle) {
+        let _ = id;
+        let err = RuntimeError::Unsupported(format!(
+            "the {} backend keeps no memory images",
+            self.name()
+        ));
+        (Err(err), handle.clone())
+    }
+
+    /// Starts a sandbox from a memory snapshot's `image`: the processes of the sandbox
+    /// it was taken from run on in this one (a fork), over `spec`'s image with the
+    /// snapshot's layer last in `extra_layers`, under a fresh writable layer, with
+    /// `spec`'s hostname and no network.
+    fn start_from_memory(
+        &self,
+        spec: &SandboxSpec,
+        image: &std::path::Path,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        let _ = (spec, image);
+        Err(RuntimeError::Unsupported(format!(
+            "the {} backend keeps no memory images",
+            self.name()
+        )))
+    }
+
+    /// Removes a memory snapshot's image (idempotent).
+    fn delete_memory_snapshot(&self, image: &std::path::Path) -> Result<(), RuntimeError> {
+        let _ = image;
+        Ok(())
+    }
+
     /// Captures the sandbox's writable filesystem layer as a content-addressed layer in
     /// the layer store and returns it. The sandbox keeps running.
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError>;

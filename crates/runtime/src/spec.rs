@@ -13,6 +13,16 @@ pub struct Layer {
     pub size_bytes: u64,
 }
 
+/// A sandbox's memory and filesystem taken together, from which sandboxes can start
+/// with its processes running ([`crate::Runtime::start_from_memory`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemorySnapshot {
+    /// The writable layer as it was, in the layer store (new sandboxes stack it).
+    pub layer: Layer,
+    /// The dir holding the memory image (`checkpoint.img`).
+    pub image: std::path::PathBuf,
+}
+
 /// An image: read-only layers, lowest first, plus what the backend needs to mount it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ImageLayers {

@@ -8,8 +8,8 @@
 //! container backend, as do the warm pool's figures and CPU pinning's free CPUs.
 
 use crate::{
-    DiskSpace, ExitWatch, ImageFile, ImageLayers, Isolation, Layer, NetworkSpec, Requests,
-    ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec, WarmPoolStats,
+    DiskSpace, ExitWatch, ImageFile, ImageLayers, Isolation, Layer, MemorySnapshot, NetworkSpec,
+    Requests, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec, WarmPoolStats,
 };
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -141,6 +141,47 @@ impl Runtime for Tiers {
 
     fn restore(&self, handle: &SandboxHandle) -> Result<SandboxHandle, RuntimeError> {
         self.of(handle)?.restore(handle)
+    }
+
+    fn can_snapshot_memory(&self, handle: &SandboxHandle) -> bool {
+        self.of(handle)
+            .is_ok_and(|rt| rt.can_snapshot_memory(handle))
+    }
+
+    fn snapshot_memory(
+        &self,
+        handle: &SandboxHandle,
+        id: Uuid,
+    ) -> (Result<MemorySnapshot, RuntimeError>, SandboxHandle) {
+        match self.of(handle) {
+            Ok(rt) => rt.snapshot_memory(handle, id),
+            Err(e) => (Err(e), handle.clone()),
+        }
+    }
+
+    fn start_from_memory(
+        &self,
+        spec: &SandboxSpec,
+        image: &std::path::Path,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        // Memory images are gVisor's alone: a fork runs where its image was taken.
+        self.backend(Isolation::Gvisor)?
+            .start_from_memory(spec, image)
+    }
+
+    fn delete_memory_snapshot(&self, image: &std::path::Path) -> Result<(), RuntimeError> {
+        match self.backend(Isolation::Gvisor) {
+            Ok(rt) => rt.delete_memory_snapshot(image),
+            // Without runsc the image is plain files; remove them all the same.
+            Err(_) => match std::fs::remove_dir_all(image) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::Io {
+                    what: "removing a memory snapshot",
+                    path: image.to_path_buf(),
+                    source: e,
+                }),
+                _ => Ok(()),
+            },
+        }
     }
 
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {

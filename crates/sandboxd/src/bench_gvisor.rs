@@ -91,7 +91,7 @@ pub fn main(data_dir: &Path, samples: usize) -> Result<()> {
         "  ... memory cgroup while on disk",
         held[held.len() / 2] as f64 / (1024.0 * 1024.0)
     );
-    Ok(())
+    crate::bench_fork::rows(&runtime, &rt, n)
 }
 
 /// Checkpoint and restore of `handle` once it holds the touched memory: (save time,
@@ -141,7 +141,7 @@ fn measure_checkpoint(
 }
 
 /// Whether process `id` printed `ready`.
-async fn said_ready(client: &AgentClient, id: uuid::Uuid) -> Result<bool> {
+pub(crate) async fn said_ready(client: &AgentClient, id: uuid::Uuid) -> Result<bool> {
     use base64::Engine;
     use futures_util::TryStreamExt;
     let frames: Vec<sandboxd_agent_protocol::Frame> =
@@ -167,7 +167,7 @@ fn runsc_do_true() -> Result<Duration> {
     Ok(t.elapsed())
 }
 
-fn spec() -> SandboxSpec {
+pub(crate) fn spec() -> SandboxSpec {
     SandboxSpec {
         id: uuid::Uuid::new_v4(),
         image: "default".into(),
@@ -181,7 +181,7 @@ fn spec() -> SandboxSpec {
     }
 }
 
-async fn exec(handle: &SandboxHandle, argv: &[&str]) -> Result<()> {
+pub(crate) async fn exec(handle: &SandboxHandle, argv: &[&str]) -> Result<()> {
     let out = AgentClient::new(&handle.agent_socket)
         .exec(&ExecRequest {
             argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -196,11 +196,11 @@ async fn exec(handle: &SandboxHandle, argv: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
+pub(crate) fn median(mut v: Vec<Duration>) -> Duration {
     v.sort_unstable();
     v[v.len() / 2]
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

@@ -23,6 +23,25 @@ pub struct GvisorAgentArgs {
     pub socket: PathBuf,
 }
 
+#[derive(Args)]
+pub struct HostnameArgs {
+    /// The sandbox's new hostname.
+    pub name: String,
+}
+
+/// `__gvisor-hostname NAME`: a sandbox started from a memory snapshot has the UTS name
+/// of the sandbox the snapshot was taken from (gVisor restores it); the backend runs
+/// this in it, with `CAP_SYS_ADMIN` (which the agent has not), to give it its own.
+pub fn set_hostname(args: HostnameArgs) -> std::process::ExitCode {
+    match nix::unistd::sethostname(&args.name) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sethostname {:?}: {e}", args.name);
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 pub fn main(args: GvisorAgentArgs) -> std::process::ExitCode {
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()

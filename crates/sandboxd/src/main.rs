@@ -3,6 +3,7 @@
 mod audit;
 mod bench;
 mod bench_base;
+mod bench_fork;
 mod bench_gvisor;
 mod bench_http;
 mod bench_images;
@@ -47,6 +48,9 @@ enum Command {
     /// Internal: the agent of a gVisor sandbox (started by runsc as its PID 1).
     #[command(name = "__gvisor-agent", hide = true)]
     GvisorAgent(gvisor_agent::GvisorAgentArgs),
+    /// Internal: sets a gVisor sandbox's hostname (run by the backend after a fork).
+    #[command(name = "__gvisor-hostname", hide = true)]
+    GvisorHostname(gvisor_agent::HostnameArgs),
     /// Serve the HTTP APIs (Inngest REST v2, …) until SIGTERM or SIGINT.
     Serve(serve::ServeArgs),
     /// Run one command in a fresh sandbox (no server needed), then destroy it.
@@ -130,6 +134,7 @@ fn main() -> std::process::ExitCode {
     match cli.command {
         Command::SandboxInit(args) => init::main(args),
         Command::GvisorAgent(args) => gvisor_agent::main(args),
+        Command::GvisorHostname(args) => gvisor_agent::set_hostname(args),
         Command::Serve(args) => serve::main(args).unwrap_or_else(|err| {
             eprintln!("sandboxd serve: {err:#}");
             std::process::ExitCode::FAILURE

@@ -256,8 +256,8 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
     };
     let source = rt.start(&common::spec("default")).expect("start");
     let counter = start_counter(&source);
-    let dest = data.path().join("memory-snapshot");
-    let (snapshot, source) = rt.snapshot_memory(&source, &dest).expect("snapshot");
+    let (snapshot, source) = rt.snapshot_memory(&source, uuid::Uuid::new_v4());
+    let snapshot = snapshot.expect("snapshot");
     // The counter as the snapshot holds it (its layer is the writable layer then).
     let captured = data.path().join("layers").join(&snapshot.layer.digest);
     let taken: u64 = std::fs::read_to_string(captured.join("root/count"))
@@ -271,14 +271,18 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
     let mut spec = common::spec("default");
     spec.extra_layers = vec![snapshot.layer.digest.clone()];
     let clones: Vec<SandboxHandle> = (0..2)
-        .map(|_| {
+        .map(|i| {
             let mut spec = spec.clone();
             spec.id = uuid::Uuid::new_v4();
-            rt.start_from_memory(&spec, &snapshot)
+            spec.hostname = format!("clone-{i}");
+            rt.start_from_memory(&spec, &snapshot.image)
                 .expect("start a clone")
         })
         .collect();
-    for clone in &clones {
+    for (i, clone) in clones.iter().enumerate() {
+        // Its own hostname, not the source's (which the memory image holds).
+        let (code, out) = common::agent_sh(clone, "cat /proc/sys/kernel/hostname");
+        assert_eq!((code, out.trim()), (Some(0), format!("clone-{i}").as_str()));
         assert_ne!(clone.id, source.id);
         // The same shell, from where the snapshot was taken (a new one starts at 1).
         common::wait_for("the clone counts", || count(clone) > 0);
@@ -310,7 +314,9 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
     }
     rt.delete_layer(&snapshot.layer.digest)
         .expect("delete layer");
-    std::fs::remove_dir_all(&dest).expect("remove the snapshot");
+    rt.delete_memory_snapshot(&snapshot.image)
+        .expect("remove the snapshot");
+    assert!(!snapshot.image.exists());
 }
 
 /// This runsc cannot restore a sandbox's network, so a sandbox with egress pauses in
@@ -358,6 +364,20 @@ fn a_gvisor_sandbox_with_egress_pauses_in_memory_and_resumes() {
     common::wait_for("the counter continues", || {
         server_count(&server, &id) > resumed
     });
+    // Its snapshot keeps its files only, and says so (it cannot be checkpointed).
+    let r = server.request(
+        "POST",
+        &format!("/v2/sandboxes/{id}/snapshots"),
+        MASTER,
+        None,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["data"]["memory"], false, "{}", r.text());
+    assert!(
+        !data.join("memory-snapshots").exists()
+            || std::fs::read_dir(data.join("memory-snapshots")).map_or(0, |d| d.count()) == 0,
+        "a memory image was written"
+    );
     server.destroy(MASTER, &id);
     common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
     drop(server);

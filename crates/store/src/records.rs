@@ -128,6 +128,9 @@ pub struct SnapshotRecord {
     /// The source sandbox's disk size in MiB (0: no limit), inherited by sandboxes
     /// started from it; `None` when the source's size was not recorded.
     pub disk_mb: Option<u32>,
+    /// The dir of its memory image when it keeps the source's memory too (a gVisor
+    /// sandbox's processes); `None` for a filesystem-only snapshot.
+    pub memory_image: Option<String>,
 }
 
 /// A remembered answer to an idempotent request.

@@ -67,6 +67,7 @@ fn snapshot(ws: &str, name: &str, layers: &[&str], at: OffsetDateTime) -> Snapsh
         created_at: at,
         expires_at: None,
         disk_mb: Some(64),
+        memory_image: None,
     }
 }
 
@@ -305,7 +306,10 @@ fn ended_history(store: &dyn Store, made: &[SandboxRecord]) {
 
 fn snapshots(store: &dyn Store) {
     let a = snapshot("w1", "base", &["l1"], t(10));
-    let b = snapshot("w1", "child", &["l1", "l2"], t(20));
+    let b = SnapshotRecord {
+        memory_image: Some("/data/memory-snapshots/b".into()),
+        ..snapshot("w1", "child", &["l1", "l2"], t(20))
+    };
     let c = snapshot("w1", "base", &["l3"], t(30));
     for s in [&a, &b, &c] {
         store.insert_snapshot(s).unwrap();

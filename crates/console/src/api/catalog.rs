@@ -16,7 +16,7 @@ pub fn snapshot_view(s: &Snapshot) -> Value {
         "id": s.id, "name": s.name, "source_sandbox_id": s.source_sandbox_id,
         "image": s.image, "size_bytes": s.size_bytes, "vcpu": s.resources.vcpu,
         "memory_mb": s.resources.memory_mb, "created_at": at(s.created_at),
-        "expires_at": s.expires_at.map(at),
+        "expires_at": s.expires_at.map(at), "memory": s.has_memory(),
     })
 }
 

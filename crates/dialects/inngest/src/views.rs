@@ -184,6 +184,10 @@ pub struct SnapshotView {
     updated_at: String,
     expires_at: String,
     source_sandbox_id: Uuid,
+    /// sandboxd's extension: whether it keeps the source's memory too (its running
+    /// processes: gVisor sandboxes without egress), so that sandboxes created from it
+    /// start with them running (a fork); `false`: its filesystem only.
+    memory: bool,
 }
 
 /// Snapshots that never expire report the largest RFC 3339 time.
@@ -197,7 +201,7 @@ pub fn snapshot(s: &Snapshot) -> SnapshotView {
         status: "READY",
         compatibility_id: format!("sandboxd-linux-overlay-v1:{}", sha256_id(&s.image)),
         resources: s.resources.into(),
-        memory_pack_count: 0,
+        memory_pack_count: u32::from(s.has_memory()),
         disk_pack_count: s.layers.len() as u32,
         stored_bytes: s.size_bytes,
         created_at: rfc3339_nanos(s.created_at),
@@ -207,6 +211,7 @@ pub fn snapshot(s: &Snapshot) -> SnapshotView {
             .map(rfc3339_nanos)
             .unwrap_or_else(|| NEVER.to_owned()),
         source_sandbox_id: s.source_sandbox_id,
+        memory: s.has_memory(),
     }
 }
 

@@ -254,6 +254,7 @@ mod tests {
             network: None,
             disk_mb: 1024,
             isolation: None,
+            memory: false,
         }
     }
 

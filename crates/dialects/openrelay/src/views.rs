@@ -139,6 +139,10 @@ pub struct TemplateView {
     /// sandboxd's extension: the disk of the template's sandboxes in MiB (0: no limit).
     #[serde(rename = "diskMiB")]
     pub disk_mib: u32,
+    /// sandboxd's extension: whether the template keeps the memory of the sandbox it
+    /// was made from (`fromSandbox` on gVisor), so that its sandboxes start as forks
+    /// with that sandbox's processes running; `false`: its files only.
+    pub memory: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
     pub created_at: Option<String>,
@@ -157,6 +161,7 @@ pub fn template(t: &Template) -> TemplateView {
         cpu: t.resources.vcpu,
         memory_mib: t.resources.memory_mb,
         disk_mib: t.disk_mb,
+        memory: t.memory,
         created_at: t.created_at.map(rfc3339_nanos),
         isolation: t.isolation.map(|i| i.as_str()),
     }

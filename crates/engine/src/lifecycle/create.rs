@@ -20,6 +20,9 @@ struct Plan {
     expires_at: Option<OffsetDateTime>,
     disk_mb: u32,
     isolation: sandboxd_runtime::Isolation,
+    /// The memory image of the snapshot it starts from, when that keeps memory: the
+    /// sandbox starts with the snapshot's processes running (a fork).
+    memory_image: Option<std::path::PathBuf>,
 }
 
 fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
@@ -113,12 +116,23 @@ impl Engine {
                 };
             }
         }
-        let network = crate::egress::network_spec(
-            self.store.as_ref(),
-            ws,
-            &req,
-            self.limits.default_network,
-        )?;
+        let network = match plan.memory_image {
+            // This runsc cannot give a restored sandbox a network (see the README).
+            Some(_) if req.network == Some(sandboxd_runtime::NetworkMode::Egress) => {
+                return Err(EngineError::invalid(
+                    "a sandbox created from a memory snapshot starts without network \
+                     (gVisor cannot restore one here); ask for network none or use a \
+                     filesystem snapshot",
+                ))
+            }
+            Some(_) => NetworkSpec::none(),
+            None => crate::egress::network_spec(
+                self.store.as_ref(),
+                ws,
+                &req,
+                self.limits.default_network,
+            )?,
+        };
         tm("network spec");
         let active = self
             .store
@@ -173,7 +187,8 @@ impl Engine {
         // sees them taken.
         let pinning = requests.is_some_and(|r| r.pinned_vcpus.is_some());
         let admission = pinning.then_some(admission);
-        self.start(&mut entry, network, requests).await?;
+        self.start(&mut entry, network, requests, plan.memory_image)
+            .await?;
         *warm = entry.handle.as_ref().map(|h| h.warm);
         tm("running");
         drop(admission);
@@ -191,7 +206,7 @@ impl Engine {
                 ));
             }
         }
-        let (image, extra_layers, inherited_disk) = match req.snapshot_id {
+        let (image, extra_layers, inherited_disk, memory_image) = match req.snapshot_id {
             Some(id) => {
                 let snap = self.get_snapshot(&ws.to_owned(), id).await?;
                 if req.image.as_ref().is_some_and(|i| *i != snap.image) {
@@ -199,17 +214,27 @@ impl Engine {
                         "image differs from the snapshot's image",
                     ));
                 }
-                (snap.image, snap.layers, snap.disk_mb)
+                (snap.image, snap.layers, snap.disk_mb, snap.memory_image)
             }
             None => (
                 req.image.clone().unwrap_or_else(|| "default".into()),
                 Vec::new(),
                 None,
+                None,
             ),
         };
         let disk_mb = crate::disk::choose(req.disk_mb, inherited_disk, &self.limits)?;
         // A tier this server cannot run is refused before anything is recorded.
-        let isolation = self.isolation_for(&ws.to_owned(), req.isolation)?;
+        // A fork runs on the tier its memory image was taken on (gVisor).
+        let isolation = match (&memory_image, req.isolation) {
+            (Some(_), Some(sandboxd_runtime::Isolation::Container)) => {
+                return Err(EngineError::invalid(
+                    "the snapshot keeps memory (gVisor): its sandboxes run on the gvisor tier",
+                ))
+            }
+            (Some(_), _) => sandboxd_runtime::Isolation::Gvisor,
+            (None, requested) => self.isolation_for(&ws.to_owned(), requested)?,
+        };
         self.check_tier(isolation)?;
         let name = image.clone();
         let resolved = self
@@ -238,6 +263,7 @@ impl Engine {
             expires_at,
             disk_mb,
             isolation,
+            memory_image,
         })
     }
 
@@ -336,8 +362,9 @@ impl Engine {
         e: &mut Entry,
         network: NetworkSpec,
         requests: Option<Requests>,
+        memory_image: Option<std::path::PathBuf>,
     ) -> Result<(), EngineError> {
-        let started = self.start_steps(e, network, requests).await;
+        let started = self.start_steps(e, network, requests, memory_image).await;
         if let Err(err) = &started {
             self.abandon_start(e, err).await;
         }
@@ -349,6 +376,7 @@ impl Engine {
         e: &mut Entry,
         network: NetworkSpec,
         requests: Option<Requests>,
+        memory_image: Option<std::path::PathBuf>,
     ) -> Result<(), EngineError> {
         self.transition(e, SandboxStatus::Starting)?;
         tracing::debug!(id = %e.sb.id, "create: starting persisted");
@@ -368,7 +396,10 @@ impl Engine {
             .bounded(
                 limit,
                 move |rt| {
-                    let handle = rt.start_with_network(&spec, &network)?;
+                    let handle = match &memory_image {
+                        Some(image) => rt.start_from_memory(&spec, image)?,
+                        None => rt.start_with_network(&spec, &network)?,
+                    };
                     let Some(req) = requests else {
                         return Ok(handle);
                     };

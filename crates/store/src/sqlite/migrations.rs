@@ -221,8 +221,9 @@ const MIGRATIONS: &[&str] = &[
         isolation TEXT NOT NULL,
         PRIMARY KEY (workspace, template)
     );",
-    // 13: number kept for memory snapshots, merged beside this; a no-op here.
-    "SELECT 1;",
+    // 13: a memory snapshot's image dir (gVisor: `runsc checkpoint`), NULL for
+    // filesystem-only snapshots.
+    "ALTER TABLE snapshots ADD COLUMN memory_image TEXT;",
     // 14: autoPause. `auto_pause`: the sandbox consented to be moved to disk when
     // memory runs short (OpenRelay sandboxes that asked for it keep their consent);
     // `auto_paused_at`: when it was moved there, NULL while its memory is resident.

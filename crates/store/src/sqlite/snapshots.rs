@@ -8,7 +8,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use uuid::Uuid;
 
 const COLS: &str = "id, workspace, name, source_sandbox_id, image, digest, size_bytes, vcpu, \
-    memory_mb, created_at, expires_at, disk_mb";
+    memory_mb, created_at, expires_at, disk_mb, memory_image";
 
 fn row(r: &Row) -> rusqlite::Result<SnapshotRecord> {
     let size: i64 = r.get("size_bytes")?;
@@ -26,6 +26,7 @@ fn row(r: &Row) -> rusqlite::Result<SnapshotRecord> {
         created_at: get_ts(r, "created_at")?,
         expires_at: get_opt_ts(r, "expires_at")?,
         disk_mb: r.get("disk_mb")?,
+        memory_image: r.get("memory_image")?,
     })
 }
 
@@ -43,7 +44,7 @@ pub(super) fn insert(c: &mut Connection, s: &SnapshotRecord) -> StoreResult<()> 
     tx.execute(
         &format!(
             "INSERT INTO snapshots ({COLS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
         ),
         params![
             s.id.to_string(),
@@ -57,7 +58,8 @@ pub(super) fn insert(c: &mut Connection, s: &SnapshotRecord) -> StoreResult<()> 
             s.memory_mb,
             ts(s.created_at),
             opt_ts(s.expires_at),
-            s.disk_mb
+            s.disk_mb,
+            s.memory_image
         ],
     )
     .map_err(|e| unique_violation(e, || format!("snapshot {}", s.id)))?;

@@ -1,4 +1,5 @@
-//! Snapshots (SDK routes beyond the spec): create from a sandbox, list, get, delete.
+//! Snapshots (SDK routes beyond the spec): create from a sandbox (with its memory on
+//! gVisor, see `SnapshotView::memory`), list, get, delete.
 
 use crate::error::ApiError;
 use crate::extract::{ApiQuery, SandboxPath, SnapshotPath, Workspace};
@@ -28,7 +29,7 @@ pub struct CreateBody {
     operation_id = "createSnapshot",
     path = "/v2/sandboxes/{sandbox_id}/snapshots",
     tag = "sandboxd extensions",
-    summary = "Snapshot a sandbox's filesystem (not in the REST page; called by the inngest SDK); synchronous, READY",
+    summary = "Snapshot a sandbox's filesystem, and on gVisor its memory (`memory`; sandboxes created from it start as forks) (not in the REST page; called by the inngest SDK); synchronous, READY",
     request_body(content = Option<CreateBody>, content_type = "application/json"),
     params(("sandbox_id" = Uuid, Path, description = "Sandbox ID (canonical lowercase UUID)")),
     responses((status = 201, body = Data<SnapshotView>), (status = "4XX", description = "Error (see `code`)", body = Errors), (status = "5XX", description = "Error (see `code`)", body = Errors))

@@ -44,8 +44,15 @@ pub struct BuildBody {
     name: String,
     /// The template to start from (default `default`).
     from: Option<String>,
-    /// Build steps, each run by `/bin/sh -c` in order.
+    /// Build steps, each run by `/bin/sh -c` in order (none with `fromSandbox`).
+    #[serde(default)]
     run: Vec<String>,
+    /// sandboxd's extension: make the template from a snapshot of this running sandbox
+    /// instead of building it (no `from`, `run`, `cpu`, `memoryMiB`, `diskMiB`: those
+    /// are the sandbox's). On gVisor the snapshot keeps the sandbox's memory, so the
+    /// template's sandboxes start as forks of it, its processes running (and without
+    /// network); on the container tier it keeps its files.
+    from_sandbox: Option<String>,
     /// vCPUs of the template's sandboxes (default: the base template's).
     #[schema(minimum = 1)]
     cpu: Option<u32>,
@@ -74,6 +81,21 @@ pub async fn build(
 ) -> Result<(StatusCode, Json<TemplateView>), ApiError> {
     caller.require(perm::TEMPLATES_WRITE)?;
     let b: BuildBody = read_json(&headers, body, JSON_BODY_LIMIT).await?;
+    if let Some(raw) = &b.from_sandbox {
+        let building = b.from.is_some() || !b.run.is_empty() || b.cpu.is_some();
+        if building || b.memory_mib.is_some() || b.disk_mib.is_some() {
+            return Err(ApiError::invalid(
+                "fromSandbox takes the sandbox's files, resources and disk: \
+                 from, run, cpu, memoryMiB and diskMiB must be absent",
+            ));
+        }
+        let id = crate::routes::sandbox_id(raw)?;
+        let t = state
+            .engine
+            .template_from_sandbox(&caller.ws, &b.name, id)
+            .await?;
+        return Ok((StatusCode::CREATED, Json(views::template(&t))));
+    }
     let step = b.step_timeout_seconds.unwrap_or(DEFAULT_STEP_TIMEOUT);
     if !(1..=MAX_STEP_TIMEOUT).contains(&step) {
         return Err(ApiError::invalid(format!(

@@ -204,28 +204,26 @@ fn wait_exited(rt: &GvisorRuntime, handle: &SandboxHandle) {
     }
 }
 
-/// A sandbox's memory and filesystem taken together, from which sandboxes can start
-/// with its processes running ([`GvisorRuntime::start_from_memory`]).
-#[derive(Debug, Clone)]
-pub struct MemorySnapshot {
-    /// The writable layer as it was, in the layer store (new sandboxes stack it).
-    pub layer: crate::Layer,
-    /// The dir holding the memory image (`checkpoint.img`).
-    pub image: PathBuf,
-}
+pub use crate::MemorySnapshot;
 
 /// Takes a snapshot of `handle`'s memory and filesystem together (consistent: nothing
-/// runs between the two), into `dest` (a new dir), and restores the sandbox; returns the
-/// snapshot and the sandbox's running handle. When the capture fails the sandbox is
-/// restored all the same (its new handle is in its `handle.json`) and `dest` removed.
+/// runs between the two) into `dest` (a new dir), and lets the sandbox go on as it was
+/// (running, frozen, or on disk); returns the snapshot, or why not, and the sandbox's
+/// handle now. When the capture fails `dest` is removed; when the restore after it
+/// fails the sandbox stays on disk (its handle says so).
 pub(super) fn snapshot(
     rt: &GvisorRuntime,
     handle: &SandboxHandle,
     dest: &Path,
-) -> Result<(MemorySnapshot, SandboxHandle), RuntimeError> {
+) -> (Result<MemorySnapshot, RuntimeError>, SandboxHandle) {
     use crate::Runtime;
     let was_on_disk = on_disk(handle);
-    let stored = checkpoint(rt, handle)?;
+    let was_frozen = !was_on_disk && rt.is_paused(handle);
+    let stored = match checkpoint(rt, handle) {
+        Ok(stored) => stored,
+        // Not checkpointed: it goes on as it was.
+        Err(e) => return (Err(e), handle.clone()),
+    };
     let taken = (|| {
         let layer = rt.capture_layer(&stored)?;
         std::fs::DirBuilder::new()
@@ -246,9 +244,21 @@ pub(super) fn snapshot(
     if taken.is_err() {
         let _ = std::fs::remove_dir_all(dest);
     }
-    let live = match was_on_disk {
-        true => stored,
-        false => restore(rt, &stored)?,
+    if was_on_disk {
+        return (taken, stored);
+    }
+    let live = match restore(rt, &stored) {
+        Ok(live) => live,
+        Err(e) => {
+            tracing::error!(id = %handle.id, error = %e, "a sandbox snapshotted with its memory did not come back; it stays on disk");
+            return (taken.and(Err(e)), stored);
+        }
     };
-    Ok((taken?, live))
+    if was_frozen {
+        // It was paused in memory: it stays so (the restore started it).
+        if let Err(e) = rt.runsc.run(None, &["pause", &live.id.to_string()]) {
+            return (taken.and(Err(e)), live);
+        }
+    }
+    (taken, live)
 }

@@ -31,11 +31,12 @@ mod start;
 
 use super::{capture, layers::remove_tree, LinuxConfig, LinuxRuntime};
 use crate::{
-    DiskSpace, ExitWatch, ImageLayers, Layer, NetworkMode, NetworkSpec, ResourceUsage, Runtime,
-    RuntimeError, SandboxHandle, SandboxSpec,
+    DiskSpace, ExitWatch, ImageLayers, Layer, MemorySnapshot, NetworkMode, NetworkSpec,
+    ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec,
 };
 use runsc::Runsc;
 use std::collections::HashSet;
+use std::os::unix::fs::DirBuilderExt;
 use uuid::Uuid;
 
 pub use bundle::QUIESCED;
@@ -61,27 +62,9 @@ impl GvisorRuntime {
         })
     }
 
-    /// Snapshots a sandbox's memory and filesystem together into `dest` (see
-    /// [`checkpoint::MemorySnapshot`]); the sandbox runs on (a sandbox on disk stays
-    /// there). Returns the snapshot and the sandbox's handle now (persist it).
-    pub fn snapshot_memory(
-        &self,
-        handle: &SandboxHandle,
-        dest: &std::path::Path,
-    ) -> Result<(checkpoint::MemorySnapshot, SandboxHandle), RuntimeError> {
-        checkpoint::snapshot(self, handle, dest)
-    }
-
-    /// Starts a sandbox from a memory snapshot: the snapshot's processes run on in it
-    /// (a fork), over `spec`'s image with the snapshot's layer on top (`spec` must
-    /// name it last in `extra_layers`) and a fresh writable layer of its own.
-    pub fn start_from_memory(
-        &self,
-        spec: &SandboxSpec,
-        snapshot: &checkpoint::MemorySnapshot,
-    ) -> Result<SandboxHandle, RuntimeError> {
-        crate::faults::check("start.gvisor")?;
-        start::start_from(self, spec, &NetworkSpec::none(), Some(&snapshot.image))
+    /// The dir memory snapshots' images are kept in (one dir per snapshot id).
+    pub fn memory_snapshots_dir(&self) -> std::path::PathBuf {
+        self.linux.config.data_dir.join("memory-snapshots")
     }
 
     /// Enables egress networking for [`Runtime::start_with_network`] (the container
@@ -202,6 +185,55 @@ impl Runtime for GvisorRuntime {
         }
         self.runsc.run(None, &["resume", &handle.id.to_string()])?;
         Ok(())
+    }
+
+    fn can_snapshot_memory(&self, handle: &SandboxHandle) -> bool {
+        self.can_checkpoint(handle)
+    }
+
+    fn snapshot_memory(
+        &self,
+        handle: &SandboxHandle,
+        id: Uuid,
+    ) -> (Result<MemorySnapshot, RuntimeError>, SandboxHandle) {
+        if let Err(e) = crate::faults::check("snapshot_memory") {
+            return (Err(e), handle.clone());
+        }
+        let dir = self.memory_snapshots_dir();
+        let made = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir);
+        if let Err(e) = made {
+            let what = super::io("creating the memory snapshots dir", &dir)(e);
+            return (Err(what), handle.clone());
+        }
+        checkpoint::snapshot(self, handle, &dir.join(id.to_string()))
+    }
+
+    fn start_from_memory(
+        &self,
+        spec: &SandboxSpec,
+        image: &std::path::Path,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        crate::faults::check("start.gvisor")?;
+        start::start_from(self, spec, &NetworkSpec::none(), Some(image))
+    }
+
+    fn delete_memory_snapshot(&self, image: &std::path::Path) -> Result<(), RuntimeError> {
+        // Only ever a dir of ours (the path comes from the store).
+        if image.parent() != Some(self.memory_snapshots_dir().as_path()) {
+            return Err(RuntimeError::Unsupported(format!(
+                "{} is no memory snapshot of this server",
+                image.display()
+            )));
+        }
+        match std::fs::remove_dir_all(image) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(super::io("removing a memory snapshot", image)(e))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {

@@ -137,10 +137,36 @@ fn launch(
             ];
             run_in_cgroup(rt, spec.id, &state_dir, &restore, egress)?;
             super::checkpoint::relisten(rt, handle)?;
+            set_hostname(rt, &id, &spec.hostname)?;
         }
     }
     attach(handle)?;
     save_handle(handle)
+}
+
+/// Gives a sandbox restored from another's image its own hostname: runsc restores the
+/// UTS name the image holds (the bundle's is ignored), and the agent lacks
+/// `CAP_SYS_ADMIN`, so a helper (the agent's binary) runs with it through `runsc exec`.
+fn set_hostname(rt: &GvisorRuntime, id: &str, hostname: &str) -> Result<(), RuntimeError> {
+    let dir = bundle::AGENT_DIR;
+    let (ld, lib, exe) = (
+        format!("{dir}/ld.so"),
+        format!("{dir}/lib"),
+        format!("{dir}/sandboxd"),
+    );
+    let args = [
+        "exec",
+        "--cap",
+        "CAP_SYS_ADMIN",
+        id,
+        &ld,
+        "--library-path",
+        &lib,
+        &exe,
+        "__gvisor-hostname",
+        hostname,
+    ];
+    rt.runsc.run(None, &args).map(|_| ())
 }
 
 /// Fills in the sandbox's host pid (runsc's pid file) and waits for its agent to accept.
