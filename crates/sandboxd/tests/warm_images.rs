@@ -210,7 +210,8 @@ fn removing_an_image_drops_its_parked_init_and_its_layers_go() {
     assert!(rt.start(&spec(USER)).is_err());
 }
 
-/// Inodes of the warm entries' dirs whose layers are exactly `digests` (top first).
+/// Inodes of the warm entries' dirs, ready to be taken, whose layers are exactly
+/// `digests` (top first).
 fn parked_dirs(data: &Path, digests: &[String]) -> HashSet<u64> {
     let want = digests.join("\n") + "\n";
     std::fs::read_dir(data.join("sandboxes"))
@@ -218,6 +219,7 @@ fn parked_dirs(data: &Path, digests: &[String]) -> HashSet<u64> {
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().starts_with(".warm-"))
         .filter(|e| std::fs::read_to_string(e.path().join("layers")).ok() == Some(want.clone()))
+        .filter(|e| e.path().join("ready").exists())
         .filter_map(|e| e.metadata().ok().map(|m| m.ino()))
         .collect()
 }

@@ -17,6 +17,9 @@ use uuid::Uuid;
 
 /// Name prefix of a warm entry's directory under `sandboxes/`.
 pub(in crate::linux) const DIR_PREFIX: &str = ".warm-";
+/// Empty file in an entry's dir once it is in the pool, ready to be taken (for
+/// operators and tests looking at the data dir).
+pub(in crate::linux) const READY_FILE: &str = "ready";
 /// File in an entry's dir holding its id slot's base (for the sweep of a dead owner's).
 pub(in crate::linux) const SLOT_FILE: &str = "slot";
 

@@ -436,7 +436,14 @@ impl Shared {
                 };
                 let closed = self.closed.load(Ordering::Acquire);
                 match self.entries.lock() {
-                    Ok(mut e) if !closed && e.len() < wanted.len() => e.push(warm),
+                    Ok(mut e) if !closed && e.len() < wanted.len() => {
+                        // Under the lock: once the mark is there, a start finds the entry.
+                        let mark = warm.dir.join(entry::READY_FILE);
+                        if let Err(err) = std::fs::write(&mark, b"") {
+                            tracing::debug!(error = %err, "marking a warm init ready");
+                        }
+                        e.push(warm)
+                    }
                     _ => {
                         self.maker.discard(warm);
                         failed = true;
