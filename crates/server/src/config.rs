@@ -600,6 +600,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.warm_inits_max, 9);
+        assert_eq!(load(None, &[]).unwrap().warm_images, 2);
+        assert_eq!(load(Some("warm_images = 0\n"), &[]).unwrap().warm_images, 0);
+        let c = load(Some("warm_images = 4\n"), &[("SANDBOXD_WARM_IMAGES", "1")]).unwrap();
+        assert_eq!(c.warm_images, 1);
         assert_eq!(load(None, &[]).unwrap().shutdown_grace_seconds, 30);
         let c = load(
             Some("shutdown_grace_seconds = 5\n"),
