@@ -73,7 +73,8 @@ async fn run(config: ServerConfig) -> Result<()> {
             config.resolvers.clone(),
             config.max_ptys_per_sandbox,
         )?
-        .with_growing_warm_inits(config.warm_inits as usize, config.warm_inits_max as usize),
+        .with_growing_warm_inits(config.warm_inits as usize, config.warm_inits_max as usize)
+        .with_warm_images(config.warm_images as usize),
     );
     if config.isolation == Isolation::Container {
         let limits = config.limits();

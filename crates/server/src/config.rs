@@ -59,6 +59,10 @@ pub struct ServerConfig {
     /// How far the warm pool may grow while creates outrun its refill (16 by default;
     /// below `warm_inits`: no growth); it shrinks back after quiet minutes.
     pub warm_inits_max: u32,
+    /// Images (other than `default`) whose next create is kept warm: the last this many
+    /// images that creates used each keep one warm init parked in their root (2 by
+    /// default; 0: image creates take a warm init without a root and mount theirs).
+    pub warm_images: u32,
     /// Bounds on the API's client connections.
     pub connections: ConnectionLimits,
     /// PTYs one sandbox may have open at once (its devpts `max=`; 64 by default; 0:
@@ -104,6 +108,7 @@ impl Default for ServerConfig {
             resolvers: None,
             warm_inits: 2,
             warm_inits_max: 16,
+            warm_images: 2,
             connections: ConnectionLimits::default(),
             max_ptys_per_sandbox: 64,
             shutdown_grace_seconds: 30,
@@ -140,6 +145,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("resolvers", &self.resolvers)
             .field("warm_inits", &self.warm_inits)
             .field("warm_inits_max", &self.warm_inits_max)
+            .field("warm_images", &self.warm_images)
             .field("connections", &self.connections)
             .field("max_ptys_per_sandbox", &self.max_ptys_per_sandbox)
             .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
@@ -196,6 +202,7 @@ struct FileLayer {
     resolvers: Option<Vec<std::net::Ipv4Addr>>,
     warm_inits: Option<u32>,
     warm_inits_max: Option<u32>,
+    warm_images: Option<u32>,
     connections: Option<connections::ConnectionsLayer>,
     max_ptys_per_sandbox: Option<u32>,
     shutdown_grace_seconds: Option<u64>,
@@ -274,6 +281,7 @@ impl ServerConfig {
             resolvers: env_resolvers(&env)?,
             warm_inits: env_number(&env, "SANDBOXD_WARM_INITS")?,
             warm_inits_max: env_number(&env, "SANDBOXD_WARM_INITS_MAX")?,
+            warm_images: env_number(&env, "SANDBOXD_WARM_IMAGES")?,
             connections: connections::ConnectionsLayer::from_env(&env)?,
             max_ptys_per_sandbox: env_number(&env, "SANDBOXD_MAX_PTYS_PER_SANDBOX")?,
             shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
@@ -363,6 +371,9 @@ impl ServerConfig {
         }
         if let Some(n) = layer.warm_inits_max {
             self.warm_inits_max = n;
+        }
+        if let Some(n) = layer.warm_images {
+            self.warm_images = n;
         }
         if let Some(limits) = layer.connections {
             limits.apply(&mut self.connections);
@@ -601,6 +612,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.warm_inits_max, 9);
+        assert_eq!(load(None, &[]).unwrap().warm_images, 2);
+        assert_eq!(load(Some("warm_images = 0\n"), &[]).unwrap().warm_images, 0);
+        let c = load(Some("warm_images = 4\n"), &[("SANDBOXD_WARM_IMAGES", "1")]).unwrap();
+        assert_eq!(c.warm_images, 1);
         assert_eq!(load(None, &[]).unwrap().shutdown_grace_seconds, 30);
         let c = load(
             Some("shutdown_grace_seconds = 5\n"),

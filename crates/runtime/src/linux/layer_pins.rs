@@ -57,14 +57,44 @@ impl LayerPin {
     }
 }
 
-/// Every layer digest listed by a sandbox state dir under `sandboxes_dir`.
+/// Every layer digest listed by a sandbox state dir under `sandboxes_dir` (warm
+/// inits' dirs included).
 pub fn pinned_layers(sandboxes_dir: &Path) -> HashSet<String> {
+    pinned_where(sandboxes_dir, |_| true)
+}
+
+/// The layer digests listed by the state dirs of sandboxes only (not warm inits').
+pub fn pinned_by_sandboxes(sandboxes_dir: &Path) -> HashSet<String> {
+    pinned_where(sandboxes_dir, |dir| !is_warm(dir))
+}
+
+/// The layer digests listed by warm inits whose owner still runs: it drops an entry
+/// whose image was removed within a moment (see `warm::images`), and an entry of a
+/// dead owner is removed by the next runtime that opens the data dir.
+pub fn pinned_by_live_warm_inits(sandboxes_dir: &Path) -> HashSet<String> {
+    pinned_where(sandboxes_dir, |dir| {
+        is_warm(dir)
+            && std::fs::read_to_string(dir.join("owner"))
+                .is_ok_and(|mark| super::refill::owner_alive(&mark))
+    })
+}
+
+fn is_warm(dir: &Path) -> bool {
+    dir.file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with(super::warm::DIR_PREFIX))
+}
+
+fn pinned_where(sandboxes_dir: &Path, wanted: impl Fn(&Path) -> bool) -> HashSet<String> {
     let mut out = HashSet::new();
     let Ok(entries) = std::fs::read_dir(sandboxes_dir) else {
         return out;
     };
     for entry in entries.flatten() {
-        if let Ok(text) = std::fs::read_to_string(entry.path().join(PIN_FILE)) {
+        let dir = entry.path();
+        if !wanted(&dir) {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(dir.join(PIN_FILE)) {
             out.extend(text.lines().filter(|l| !l.is_empty()).map(str::to_owned));
         }
     }

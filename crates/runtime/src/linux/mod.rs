@@ -165,6 +165,23 @@ impl LinuxRuntime {
         self
     }
 
+    /// Keeps one warm init parked in the root of each of the last `count` images that
+    /// starts used (other than the one [`LinuxRuntime::fill_warm_inits`] mounts; 0:
+    /// none; 2 unless set). Needs warm inits.
+    pub fn with_warm_images(self, count: usize) -> Self {
+        if let Some(pool) = &self.warm {
+            pool.keep_images(count);
+        }
+        self
+    }
+
+    /// The PID 1s of warm inits parked in image `name`'s root, ready to be taken.
+    pub fn warm_inits_parked_in(&self, name: &str) -> Vec<i32> {
+        self.warm
+            .as_ref()
+            .map_or(Vec::new(), |pool| pool.parked_in(name))
+    }
+
     /// Starts filling the warm inits now, for sandboxes with a `disk_mb` MiB disk (the
     /// size most starts will ask for) and, with `egress` (and egress networking
     /// configured), an egress network without policy rules wired in already; keeps

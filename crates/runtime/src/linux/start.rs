@@ -23,7 +23,7 @@ pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHand
     let warm = rt.warm.as_ref().and_then(|pool| {
         pool.take(
             (spec.disk_mb, false),
-            &spec.image,
+            (&spec.image, spec.extra_layers.is_empty()),
             &layers,
             &Default::default(),
         )

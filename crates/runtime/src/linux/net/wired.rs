@@ -41,7 +41,12 @@ pub(in crate::linux) fn take(
     policy: &Policy,
 ) -> Option<Warm> {
     let (pool, config) = (rt.warm.as_ref()?, rt.network.as_ref()?);
-    let warm = pool.take((spec.disk_mb, true), &spec.image, layers, policy)?;
+    let warm = pool.take(
+        (spec.disk_mb, true),
+        (&spec.image, spec.extra_layers.is_empty()),
+        layers,
+        policy,
+    )?;
     let handed = spares::hand_over(config, warm.key, spec.id).and_then(|lease| {
         match warm.shape.policy == *policy {
             true => Ok(()),

@@ -8,7 +8,7 @@ use crate::linux::handshake::{self, Channel, InitConfig, Msg};
 use crate::linux::init_process::{expect, map_ids, protect_from_oom, spawn_init};
 use crate::linux::net::{wired, NetConfig};
 use crate::linux::slots::Slots;
-use crate::linux::{disk, io, refill, rootfs, sys, LinuxConfig};
+use crate::linux::{disk, io, layer_pins, refill, rootfs, sys, LinuxConfig};
 use crate::RuntimeError;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,9 @@ use uuid::Uuid;
 
 /// Name prefix of a warm entry's directory under `sandboxes/`.
 pub(in crate::linux) const DIR_PREFIX: &str = ".warm-";
+/// Empty file in an entry's dir once it is in the pool, ready to be taken (for
+/// operators and tests looking at the data dir).
+pub(in crate::linux) const READY_FILE: &str = "ready";
 /// File in an entry's dir holding its id slot's base (for the sweep of a dead owner's).
 pub(in crate::linux) const SLOT_FILE: &str = "slot";
 
@@ -132,8 +135,28 @@ impl Maker {
         let Some((image, layers)) = &shape.root else {
             return Ok(None);
         };
+        self.pin(dir, image, layers)?;
         rootfs::mount_root(dir, layers, &userns, image == crate::linux::DEFAULT_IMAGE)?;
         self.park(key, dir, made).map(Some)
+    }
+
+    /// Records `layers` in the entry's dir as a sandbox's are, under the collector's
+    /// lock, once image `image` is seen to still resolve to them: from then on no
+    /// collection deletes them while the entry lives.
+    fn pin(&self, dir: &Path, image: &str, layers: &[PathBuf]) -> Result<(), RuntimeError> {
+        let data_dir = &self.config.data_dir;
+        let lock = layer_pins::share_gc_lock(&data_dir.join("layers"))?;
+        if image != crate::linux::DEFAULT_IMAGE
+            && !super::images::still_stacks(data_dir, image, layers)
+        {
+            return Err(RuntimeError::UnknownImage(image.to_owned()));
+        }
+        let digests = layers
+            .iter()
+            .filter_map(|l| l.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        layer_pins::LayerPin::new(digests, lock).write(dir)
     }
 
     /// Lets the init make its PID 1, which switches into the root, reports ready and

@@ -6,6 +6,12 @@
 //! mounts. With egress preferred, each entry is also *wired* (`net::wired`): a host
 //! side of its own and the veth already in the init's network namespace.
 //!
+//! Besides the entries of the wanted shape, the pool parks one entry in the root of each
+//! of the last few images (other than the wanted one) that starts used on their own (no
+//! snapshot layers on top): see [`images`]. Such an entry's layers are pinned against
+//! collection like a sandbox's, and it goes once its image no longer resolves to them
+//! (`images rm`, or the name now naming other layers).
+//!
 //! An entry lives in `sandboxes/.warm-<key>/` (renamed to the sandbox's state dir when
 //! taken), the cgroup `<parent>/<key>` (renamed to the sandbox's id) and an id slot
 //! recorded for `key` (given to the sandbox). Its init waits for `Go` and exits when we
@@ -14,6 +20,7 @@
 
 mod demand;
 mod entry;
+mod images;
 
 use super::cgroup::Cgroups;
 use super::net::policy::Policy;
@@ -63,6 +70,8 @@ struct Shared {
     preferred: AtomicBool,
     filling: AtomicBool,
     closed: AtomicBool,
+    /// The images of recent starts kept one parked entry each.
+    images: images::Recent,
 }
 
 /// The pool; dropping it ends and removes every entry.
@@ -93,6 +102,7 @@ impl WarmPool {
             preferred: AtomicBool::new(false),
             filling: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            images: images::Recent::new(images::DEFAULT_COUNT),
         };
         Ok(WarmPool(Arc::new(shared)))
     }
@@ -125,11 +135,13 @@ impl WarmPool {
     /// image `image` with `layers` (top first) under `policy`: one parked in that very
     /// root, else one with no root yet, if there is one; made for `policy` if there is
     /// one, else (wired) made with none, for the caller to rewrite. A wired start under
-    /// a policy makes the refills keep entries for that policy (and no other).
+    /// a policy makes the refills keep entries for that policy (and no other). With
+    /// `plain` (`layers` are the image's own, no snapshot on top), the image is one of
+    /// the recent ones the refills park an entry in.
     pub fn take(
         &self,
         (disk_mb, wired): (u32, bool),
-        image: &str,
+        (image, plain): (&str, bool),
         layers: &[PathBuf],
         policy: &Policy,
     ) -> Option<Warm> {
@@ -152,7 +164,43 @@ impl WarmPool {
         if taken.is_none() {
             self.count_miss(disk_mb, wired, image, layers);
         }
+        if plain {
+            self.note_image(disk_mb, wired, image, layers);
+        }
         taken
+    }
+
+    /// Remembers a start of `image` (unless the wanted shape parks its root already),
+    /// and watches the image records from then on.
+    fn note_image(&self, disk_mb: u32, wired: bool, image: &str, layers: &[PathBuf]) {
+        let wanted_root = self.0.shape.lock().ok().and_then(|s| s.root.clone());
+        if wanted_root.is_some_and(|(i, _)| i == image) {
+            return;
+        }
+        let shape = Shape {
+            disk_mb,
+            wired: wired && self.0.maker.net.is_some(),
+            root: Some((image.to_owned(), layers.to_vec())),
+            policy: Policy::default(),
+        };
+        if self.0.images.note(shape) {
+            images::watch(&self.0);
+        }
+    }
+
+    /// Keeps a parked entry for each of the last `count` images started (0: none).
+    pub fn keep_images(&self, count: usize) {
+        self.0.images.set_count(count);
+    }
+
+    /// The PID 1s parked in image `name`'s root, ready to be taken.
+    pub fn parked_in(&self, name: &str) -> Vec<i32> {
+        self.0.entries.lock().map_or(Vec::new(), |e| {
+            e.iter()
+                .filter(|w| w.shape.root.as_ref().is_some_and(|(i, _)| i == name))
+                .filter_map(|w| w.parked.map(|(pid, _)| pid))
+                .collect()
+        })
     }
 
     fn take_for(
@@ -281,7 +329,8 @@ impl Drop for WarmPool {
 impl Shared {
     /// The entries the pool keeps: the target number of the wanted shape and, when that
     /// has a root parked, one without (for starts of other layer stacks: snapshots,
-    /// other images).
+    /// other images), and one parked in each recent image that still resolves to the
+    /// layers it was started with.
     fn wanted(&self) -> Option<Vec<Shape>> {
         let want = self.shape.lock().ok()?.clone();
         let target = self.demand.lock().ok()?.target();
@@ -297,6 +346,7 @@ impl Shared {
         if want.root.is_some() {
             shapes.push(Shape { root: None, ..want });
         }
+        shapes.extend(self.images.current(&self.maker));
         Some(shapes)
     }
 
@@ -386,7 +436,14 @@ impl Shared {
                 };
                 let closed = self.closed.load(Ordering::Acquire);
                 match self.entries.lock() {
-                    Ok(mut e) if !closed && e.len() < wanted.len() => e.push(warm),
+                    Ok(mut e) if !closed && e.len() < wanted.len() => {
+                        // Under the lock: once the mark is there, a start finds the entry.
+                        let mark = warm.dir.join(entry::READY_FILE);
+                        if let Err(err) = std::fs::write(&mark, b"") {
+                            tracing::debug!(error = %err, "marking a warm init ready");
+                        }
+                        e.push(warm)
+                    }
                     _ => {
                         self.maker.discard(warm);
                         failed = true;
