@@ -47,6 +47,13 @@ enum Command {
     /// Internal: the agent of a gVisor sandbox (started by runsc as its PID 1).
     #[command(name = "__gvisor-agent", hide = true)]
     GvisorAgent(gvisor_agent::GvisorAgentArgs),
+    /// Internal: removes the egress networks one-shot runs parked, once they have
+    /// lingered untaken (started detached by the run that parked one).
+    #[command(name = "__net-reaper", hide = true)]
+    NetReaper {
+        /// The host's network state dir.
+        state_dir: std::path::PathBuf,
+    },
     /// Serve the HTTP APIs (Inngest REST v2, …) until SIGTERM or SIGINT.
     Serve(serve::ServeArgs),
     /// Run one command in a fresh sandbox (no server needed), then destroy it.
@@ -130,6 +137,10 @@ fn main() -> std::process::ExitCode {
     match cli.command {
         Command::SandboxInit(args) => init::main(args),
         Command::GvisorAgent(args) => gvisor_agent::main(args),
+        Command::NetReaper { state_dir } => report(
+            "__net-reaper",
+            sandboxd_runtime::linux::net_reaper_main(&state_dir).map_err(Into::into),
+        ),
         Command::Serve(args) => serve::main(args).unwrap_or_else(|err| {
             eprintln!("sandboxd serve: {err:#}");
             std::process::ExitCode::FAILURE

@@ -103,7 +103,9 @@ pub(crate) fn open_engine(config: &ServerConfig) -> Result<(Arc<Engine>, Arc<Sql
 }
 
 /// [`open_engine`]; a `one_shot` process leaves its sandboxes' disk images for the next
-/// process opening the data dir to remove, rather than wait for that at its exit.
+/// process opening the data dir to remove, rather than wait for that at its exit, and
+/// parks its sandboxes' plain egress networks for the next run (see the runtime's
+/// `with_parked_networks`).
 fn open_engine_for(
     config: &ServerConfig,
     one_shot: bool,
@@ -116,7 +118,7 @@ fn open_engine_for(
                 config.max_ptys_per_sandbox,
             )?;
             match one_shot {
-                true => Arc::new(linux.with_deferred_disk_removal()),
+                true => Arc::new(linux.with_deferred_disk_removal().with_parked_networks()),
                 false => Arc::new(linux),
             }
         }
