@@ -152,7 +152,10 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
     let a_name = named_after(state.path(), a.id).expect("a's lease");
     one_shot.destroy(&a).expect("destroy a");
     assert!(table().is_some(), "the table went with the run's sandbox");
-    assert!(chain_named_after(&a_name).is_some(), "a's chain was removed");
+    assert!(
+        chain_named_after(&a_name).is_some(),
+        "a's chain was removed"
+    );
     assert!(!link_named_after(&a_name), "a's link is left");
     assert_eq!(names(&state.path().join("parked")), [a_name.clone()]);
     assert_eq!(names(&state.path().join("leases")), [a_name.clone()]);
@@ -175,7 +178,10 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
     };
     let c = start(&one_shot, &NetworkSpec::egress(vec![deny]));
     let c_name = named_after(state.path(), c.id).expect("c's lease");
-    assert_ne!(c_name, a_name, "a sandbox with a policy took the parked network");
+    assert_ne!(
+        c_name, a_name,
+        "a sandbox with a policy took the parked network"
+    );
     one_shot.destroy(&c).expect("destroy c");
     assert!(chain_named_after(&c_name).is_none(), "c's chain was kept");
     assert_eq!(names(&state.path().join("parked")), [a_name.clone()]);

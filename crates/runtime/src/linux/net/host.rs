@@ -247,7 +247,9 @@ mod tests {
         );
         lock.release(a);
         assert_eq!(
-            lock.allocate(Uuid::new_v4(), pool, 0, true).expect("reuse").net,
+            lock.allocate(Uuid::new_v4(), pool, 0, true)
+                .expect("reuse")
+                .net,
             la.net
         );
     }

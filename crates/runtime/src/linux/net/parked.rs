@@ -56,7 +56,10 @@ fn parked(state_dir: &Path) -> Vec<(Uuid, SystemTime)> {
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let id = Uuid::parse_str(&e.file_name().to_string_lossy()).ok()?;
-            let at = e.metadata().and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+            let at = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
             Some((id, at))
         })
         .collect()
@@ -92,8 +95,8 @@ pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path) -> bool {
     let (ifname, _) = super::names(name);
     super::link::delete(&ifname);
     let marker = dir(&config.state_dir).join(name.to_string());
-    let made = std::fs::create_dir_all(dir(&config.state_dir))
-        .and_then(|()| std::fs::write(&marker, ""));
+    let made =
+        std::fs::create_dir_all(dir(&config.state_dir)).and_then(|()| std::fs::write(&marker, ""));
     if let Err(e) = made {
         tracing::warn!(error = %e, "cannot park a network");
         return false;
