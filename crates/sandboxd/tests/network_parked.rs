@@ -157,8 +157,14 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
         "a's chain was removed"
     );
     assert!(!link_named_after(&a_name), "a's link is left");
-    assert_eq!(names(&state.path().join("parked")), [a_name.clone()]);
-    assert_eq!(names(&state.path().join("leases")), [a_name.clone()]);
+    assert_eq!(
+        names(&state.path().join("parked")),
+        std::slice::from_ref(&a_name)
+    );
+    assert_eq!(
+        names(&state.path().join("leases")),
+        std::slice::from_ref(&a_name)
+    );
     eventually("no reaper started", || reapers(state.path()).len() == 1);
 
     // The next takes it over: its start and destroy run no nft at all.
@@ -169,7 +175,10 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
     assert!(one_shot.sandbox_address(b.id).is_some());
     one_shot.destroy(&b).expect("destroy b");
     assert_eq!(calls() - before, 0, "nft runs for a start and destroy");
-    assert_eq!(names(&state.path().join("parked")), [a_name.clone()]);
+    assert_eq!(
+        names(&state.path().join("parked")),
+        std::slice::from_ref(&a_name)
+    );
 
     // A sandbox with a policy takes none, and is not parked (its chain goes).
     let deny = EgressPolicy {
@@ -184,7 +193,10 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
     );
     one_shot.destroy(&c).expect("destroy c");
     assert!(chain_named_after(&c_name).is_none(), "c's chain was kept");
-    assert_eq!(names(&state.path().join("parked")), [a_name.clone()]);
+    assert_eq!(
+        names(&state.path().join("parked")),
+        std::slice::from_ref(&a_name)
+    );
 
     // A server beside (not one-shot) takes the parked network too, and removes it
     // at its sandbox's destroy as it would its own; the run then parks a new one.
