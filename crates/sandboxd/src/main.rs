@@ -51,6 +51,13 @@ enum Command {
     /// Internal: sets a gVisor sandbox's hostname (run by the backend after a fork).
     #[command(name = "__gvisor-hostname", hide = true)]
     GvisorHostname(gvisor_agent::HostnameArgs),
+    /// Internal: removes the egress networks one-shot runs parked, once they have
+    /// lingered untaken (started detached by the run that parked one).
+    #[command(name = "__net-reaper", hide = true)]
+    NetReaper {
+        /// The host's network state dir.
+        state_dir: std::path::PathBuf,
+    },
     /// Serve the HTTP APIs (Inngest REST v2, …) until SIGTERM or SIGINT.
     Serve(serve::ServeArgs),
     /// Run one command in a fresh sandbox (no server needed), then destroy it.
@@ -135,6 +142,10 @@ fn main() -> std::process::ExitCode {
         Command::SandboxInit(args) => init::main(args),
         Command::GvisorAgent(args) => gvisor_agent::main(args),
         Command::GvisorHostname(args) => gvisor_agent::set_hostname(args),
+        Command::NetReaper { state_dir } => report(
+            "__net-reaper",
+            sandboxd_runtime::linux::net_reaper_main(&state_dir).map_err(Into::into),
+        ),
         Command::Serve(args) => serve::main(args).unwrap_or_else(|err| {
             eprintln!("sandboxd serve: {err:#}");
             std::process::ExitCode::FAILURE

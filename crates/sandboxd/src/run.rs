@@ -111,7 +111,9 @@ pub(crate) fn open_engine(config: &ServerConfig) -> Result<(Arc<Engine>, Arc<Sql
 }
 
 /// [`open_engine`]; a `one_shot` process leaves its sandboxes' disk images for the next
-/// process opening the data dir to remove, rather than wait for that at its exit.
+/// process opening the data dir to remove, rather than wait for that at its exit, and
+/// parks its sandboxes' plain egress networks for the next run (see the runtime's
+/// `with_parked_networks`).
 fn open_engine_for(
     config: &ServerConfig,
     one_shot: bool,
@@ -122,7 +124,7 @@ fn open_engine_for(
         config.max_ptys_per_sandbox,
     )?;
     let container: Arc<dyn Runtime> = match one_shot {
-        true => Arc::new(linux.with_deferred_disk_removal()),
+        true => Arc::new(linux.with_deferred_disk_removal().with_parked_networks()),
         false => Arc::new(linux),
     };
     // The gVisor tier is opened only when a sandbox runs on it.

@@ -45,6 +45,12 @@ pub use cgroup::Cgroups;
 pub use images::DEFAULT_IMAGE;
 pub use net::NetConfig;
 
+/// The detached process removing parked egress networks once they have lingered
+/// untaken (the sandboxd binary's hidden `__net-reaper STATE_DIR`).
+pub fn net_reaper_main(state_dir: &std::path::Path) -> Result<(), RuntimeError> {
+    net::parked::reaper_main(state_dir)
+}
+
 /// Where the backend keeps its state and how it starts a sandbox's init.
 #[derive(Debug, Clone)]
 pub struct LinuxConfig {
@@ -88,6 +94,8 @@ pub struct LinuxRuntime {
     /// Leaves destroyed sandboxes' disk images in the trash for the next runtime that
     /// opens the data dir, instead of deleting them before destroy returns.
     defer_disk_removal: bool,
+    /// Parks plain egress networks at destroy for the next start (`net::parked`).
+    park_networks: bool,
 }
 
 impl LinuxRuntime {
@@ -122,6 +130,7 @@ impl LinuxRuntime {
             spare_nets: None,
             warm_counts: Default::default(),
             defer_disk_removal: false,
+            park_networks: false,
         })
     }
 

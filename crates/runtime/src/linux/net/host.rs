@@ -11,12 +11,15 @@ const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 
 /// A sandbox's /30: host end `.1`, sandbox `.2`, plus how many allow sets its chain has
 /// and whose id its interface and chain are named after (a spare's, when it was made
-/// ahead of its sandbox; `None` in leases written before spares: the sandbox's own).
+/// ahead of its sandbox; `None` in leases written before spares: the sandbox's own),
+/// and whether its chain was made under no policy at all (`plain`: no deny or allow
+/// entries, so another sandbox without a policy can take it over as it is).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
     pub net: Cidr,
     pub allow_layers: usize,
     pub named_after: Option<Uuid>,
+    pub plain: bool,
 }
 
 impl Lease {
@@ -84,12 +87,14 @@ impl HostLock {
         parse_lease(&std::fs::read_to_string(self.lease_path(id)).ok()?)
     }
 
-    /// Claims the first /30 of `pool` no sandbox holds.
+    /// Claims the first /30 of `pool` no sandbox holds, for a chain with `allow_layers`
+    /// allow sets (`plain`: made under no policy).
     pub fn allocate(
         &self,
         id: Uuid,
         pool: Cidr,
         allow_layers: usize,
+        plain: bool,
     ) -> Result<Lease, RuntimeError> {
         let taken: Vec<Ipv4Addr> = self.leases().iter().map(|l| l.net.network()).collect();
         let first = u32::from(pool.network());
@@ -103,10 +108,12 @@ impl HostLock {
             net: Cidr { addr, prefix: 30 },
             allow_layers,
             named_after: Some(id),
+            plain,
         };
+        let plain = if plain { " plain" } else { "" };
         std::fs::write(
             self.lease_path(id),
-            format!("{} {} {id}", lease.net, allow_layers),
+            format!("{} {} {id}{plain}", lease.net, allow_layers),
         )
         .map_err(|e| net_err("recording a lease", e))?;
         Ok(lease)
@@ -122,7 +129,8 @@ impl HostLock {
         Ok(lease)
     }
 
-    /// Records that `id`'s chain now has `allow_layers` allow sets.
+    /// Records that `id`'s chain now has `allow_layers` allow sets (and a policy: no
+    /// longer plain).
     pub fn set_allow_layers(&self, id: Uuid, allow_layers: usize) -> Result<(), RuntimeError> {
         let lease = self
             .lease(id)
@@ -209,6 +217,7 @@ fn parse_lease(text: &str) -> Option<Lease> {
         net: net.parse().ok()?,
         allow_layers: layers.parse().ok()?,
         named_after,
+        plain: fields.next() == Some("plain"),
     })
 }
 
@@ -222,21 +231,25 @@ mod tests {
         let lock = HostLock::take(dir.path()).expect("lock");
         let pool: Cidr = "10.213.0.0/29".parse().expect("pool");
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let la = lock.allocate(a, pool, 1).expect("a");
-        let lb = lock.allocate(b, pool, 0).expect("b");
+        let la = lock.allocate(a, pool, 1, false).expect("a");
+        let lb = lock.allocate(b, pool, 0, true).expect("b");
+        assert!(!la.plain && lb.plain);
         assert_eq!(
             (la.host(), la.sandbox()),
             (Ipv4Addr::new(10, 213, 0, 1), Ipv4Addr::new(10, 213, 0, 2))
         );
         assert_eq!(lb.net.to_string(), "10.213.0.4/30");
         assert_eq!(lock.lease(a), Some(la));
+        assert_eq!(lock.lease(b), Some(lb));
         assert!(
-            lock.allocate(Uuid::new_v4(), pool, 0).is_err(),
+            lock.allocate(Uuid::new_v4(), pool, 0, true).is_err(),
             "the pool holds two"
         );
         lock.release(a);
         assert_eq!(
-            lock.allocate(Uuid::new_v4(), pool, 0).expect("reuse").net,
+            lock.allocate(Uuid::new_v4(), pool, 0, true)
+                .expect("reuse")
+                .net,
             la.net
         );
     }

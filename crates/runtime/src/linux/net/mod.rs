@@ -10,6 +10,7 @@ mod link;
 mod netlink;
 pub(super) mod netns;
 mod nft;
+pub(super) mod parked;
 pub(super) mod policy;
 pub(super) mod spares;
 pub(super) mod wired;
@@ -73,7 +74,17 @@ fn names(id: Uuid) -> (String, String) {
 impl LinuxRuntime {
     /// Enables egress networking for [`Runtime::start_with_network`].
     pub fn with_network(mut self, config: NetConfig) -> Self {
+        parked::resume_reaper(&config.state_dir, &self.config.init_exe);
         self.network = Some(config);
+        self
+    }
+
+    /// Parks the host side of each egress network without a policy at destroy instead
+    /// of removing it (see `parked`), for a one-shot process such as `sandboxd run`:
+    /// the next one takes it over with no `nft` run, and the shared table stays until
+    /// the parked networks have lingered untaken.
+    pub fn with_parked_networks(mut self) -> Self {
+        self.park_networks = true;
         self
     }
 
@@ -129,6 +140,11 @@ pub(super) fn start(
     let spare = match (&rt.spare_nets, no_rules) {
         (Some(spares), true) => spares.take(spec.id),
         _ => None,
+    };
+    // A network a one-shot run parked (this process's or another's).
+    let spare = match (spare, no_rules) {
+        (None, true) => parked::take(config, spec.id),
+        (spare, _) => spare,
     };
     let (prepared, started) = match spare {
         Some(lease) => (Ok(lease), rt.start(spec)),
@@ -192,7 +208,8 @@ fn prepare(config: &NetConfig, id: Uuid, policy: &Policy) -> Result<host::Lease,
     let (lease, made) = {
         let lock = HostLock::take(&config.state_dir)?;
         let missing = lock.table_missing();
-        let lease = lock.allocate(id, config.pool, allow.len())?;
+        let plain = policy.deny.is_empty() && allow.is_empty();
+        let lease = lock.allocate(id, config.pool, allow.len(), plain)?;
         if missing {
             lock.make_table_with(&nft::add_sandbox(&rules(&lease)))?;
         }
@@ -251,7 +268,9 @@ fn connect(
 pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
     match rt.network.as_ref() {
         Some(config) => {
-            teardown(config, id);
+            if !(rt.park_networks && parked::park(config, id, &rt.config.init_exe)) {
+                teardown(config, id);
+            }
             Ok(())
         }
         None => Ok(()),

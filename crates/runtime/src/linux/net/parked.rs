@@ -1,0 +1,224 @@
+//! Parked egress networks: the host side (lease, firewall chain) of a one-shot run's
+//! sandbox without a policy, kept after its sandbox ends for the next sandbox without
+//! one to take over as it is, so that back-to-back `sandboxd run`s pay no `nft` run at
+//! all, and the shared table is not torn down and rebuilt by each.
+//!
+//! Rule for when they go away: a parked network (and with the host's last one, the
+//! shared table, and `ip_forward` if sandboxd turned it on) is removed once it has gone
+//! [`linger`] untaken (30 s by default), by a small detached `sandboxd __net-reaper`
+//! process that the parking process starts when none runs. A host never keeps more than
+//! [`MAX_PARKED`]. A reaper killed before it finished is started again by the next
+//! runtime that opens the network state; a marker whose network is gone is dropped.
+//!
+//! Markers: `parked/<id>` (the id the link and chain are named after, whose lease is
+//! `leases/<id>`), its mtime the time it was parked. `reaper.lock` is held by the
+//! running reaper. Parking, taking and the reaper's decision to exit all happen under
+//! the host lock, so a network parked while a reaper exits always gets a new reaper.
+
+use super::host::{HostLock, Lease};
+use super::NetConfig;
+use crate::RuntimeError;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
+use uuid::Uuid;
+
+/// Parked networks a host keeps at most (one per concurrent one-shot run, roughly).
+pub const MAX_PARKED: usize = 2;
+/// How long a parked network stays untaken before the reaper removes it, unless
+/// `SANDBOXD_NET_LINGER_SECS` says otherwise.
+const DEFAULT_LINGER: Duration = Duration::from_secs(30);
+/// The environment variable setting the linger time (whole seconds).
+pub const LINGER_ENV: &str = "SANDBOXD_NET_LINGER_SECS";
+/// The hidden subcommand of the sandboxd binary that runs [`reaper_main`].
+pub const REAPER_COMMAND: &str = "__net-reaper";
+
+fn dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("parked")
+}
+
+/// How long a parked network lingers untaken.
+pub fn linger() -> Duration {
+    std::env::var(LINGER_ENV)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_LINGER, Duration::from_secs)
+}
+
+/// The ids of the parked networks, with when each was parked.
+fn parked(state_dir: &Path) -> Vec<(Uuid, SystemTime)> {
+    let Ok(entries) = std::fs::read_dir(dir(state_dir)) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let id = Uuid::parse_str(&e.file_name().to_string_lossy()).ok()?;
+            let at = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            Some((id, at))
+        })
+        .collect()
+}
+
+/// Hands a parked network to sandbox `id` (its names stay the parked one's), if any.
+pub(super) fn take(config: &NetConfig, id: Uuid) -> Option<Lease> {
+    let lock = HostLock::take(&config.state_dir).ok()?;
+    for (name, _) in parked(&config.state_dir) {
+        let _ = std::fs::remove_file(dir(&config.state_dir).join(name.to_string()));
+        match lock.hand_over(name, id) {
+            Ok(lease) => return Some(lease),
+            Err(e) => tracing::warn!(%name, error = %e, "a parked network without its lease"),
+        }
+    }
+    None
+}
+
+/// Parks sandbox `id`'s network instead of removing it, when its chain is plain and
+/// the host has room (true: parked, its link deleted; false: the caller removes it).
+/// `exe` is the sandboxd binary, run as the reaper when none runs.
+pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path) -> bool {
+    let Ok(lock) = HostLock::take(&config.state_dir) else {
+        return false;
+    };
+    let Some(lease) = lock.lease(id) else {
+        return false;
+    };
+    if !lease.plain || parked(&config.state_dir).len() >= MAX_PARKED {
+        return false;
+    }
+    let name = lease.named_after.unwrap_or(id);
+    let (ifname, _) = super::names(name);
+    super::link::delete(&ifname);
+    let marker = dir(&config.state_dir).join(name.to_string());
+    let made =
+        std::fs::create_dir_all(dir(&config.state_dir)).and_then(|()| std::fs::write(&marker, ""));
+    if let Err(e) = made {
+        tracing::warn!(error = %e, "cannot park a network");
+        return false;
+    }
+    if let Err(e) = lock.hand_over(id, name) {
+        tracing::warn!(error = %e, "cannot park a network");
+        let _ = std::fs::remove_file(&marker);
+        return false;
+    }
+    ensure_reaper(&config.state_dir, exe);
+    true
+}
+
+/// Starts a reaper unless one runs; called with the host lock held.
+fn ensure_reaper(state_dir: &Path, exe: &Path) {
+    if reaper_running(state_dir) {
+        return;
+    }
+    let mut cmd = Command::new(exe);
+    cmd.arg(REAPER_COMMAND)
+        .arg(state_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        // Its own process group: a Ctrl-C meant for the run does not reach it.
+        .process_group(0);
+    match cmd.spawn() {
+        // Reaped on a thread of its own (a long-lived server would keep a zombie).
+        Ok(mut child) => {
+            let _ = std::thread::Builder::new()
+                .name("net-reaper-wait".into())
+                .spawn(move || child.wait());
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot start the parked networks' reaper"),
+    }
+}
+
+/// Whether a reaper holds `reaper.lock`.
+fn reaper_running(state_dir: &Path) -> bool {
+    match try_lock(state_dir) {
+        Ok(Some(_held)) => false,
+        Ok(None) => true,
+        Err(_) => false,
+    }
+}
+
+/// `reaper.lock`, exclusively, if no one holds it.
+fn try_lock(state_dir: &Path) -> std::io::Result<Option<std::fs::File>> {
+    std::fs::create_dir_all(state_dir)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(state_dir.join("reaper.lock"))?;
+    // SAFETY: flock on an fd we own, without blocking.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(Some(file));
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(None),
+        _ => Err(e),
+    }
+}
+
+/// A runtime opening the network state: parked networks whose reaper died (killed)
+/// get a new one.
+pub(super) fn resume_reaper(state_dir: &Path, exe: &Path) {
+    if parked(state_dir).is_empty() {
+        return;
+    }
+    if let Ok(_lock) = HostLock::take(state_dir) {
+        if !parked(state_dir).is_empty() {
+            ensure_reaper(state_dir, exe);
+        }
+    }
+}
+
+/// The reaper: removes each parked network once it has lingered untaken, and exits when
+/// none is left (the last removal takes the shared table with it).
+pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
+    let net = |e: std::io::Error| RuntimeError::Network(format!("the reaper's lock: {e}"));
+    let Some(held) = try_lock(state_dir).map_err(net)? else {
+        return Ok(()); // another reaper runs
+    };
+    let config = NetConfig {
+        state_dir: state_dir.to_path_buf(),
+        ..NetConfig::from_host()
+    };
+    let linger = linger();
+    loop {
+        let lock = HostLock::take(state_dir)?;
+        let now = SystemTime::now();
+        let all = parked(state_dir);
+        if all.is_empty() {
+            // Released under the host lock: a network parked from now on finds no
+            // reaper and starts one.
+            drop(held);
+            return Ok(());
+        }
+        let age = |at: SystemTime| now.duration_since(at).unwrap_or_default();
+        let expired: Vec<Uuid> = all
+            .iter()
+            .filter(|(_, at)| age(*at) >= linger)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &expired {
+            let _ = std::fs::remove_file(dir(state_dir).join(id.to_string()));
+        }
+        let next = all
+            .iter()
+            .filter(|(_, at)| age(*at) < linger)
+            .map(|(_, at)| linger - age(*at))
+            .min();
+        drop(lock);
+        // Taken off the list under the lock: no one takes them meanwhile.
+        for id in expired {
+            super::teardown(&config, id);
+        }
+        if let Some(wait) = next {
+            std::thread::sleep(wait.max(Duration::from_millis(50)));
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Parked egress networks (what `sandboxd run` does at destroy): a one-shot runtime
+//! keeps its sandbox's plain host side (lease, chain) and the shared table for the next
+//! sandbox without a policy, which takes it over with no `nft` run; a sandbox with a
+//! policy neither takes one nor is parked; a detached reaper removes what is parked
+//! once it has lingered untaken, the table and `ip_forward` with the last, also when
+//! an earlier reaper was killed (the next runtime opening the state starts another);
+//! the host's other tables are untouched.
+//!
+//! Like network_table.rs, the test runs in a network namespace and with network state
+//! of its own: no other test's sandbox takes its parked network or sees its table.
+
+mod common;
+
+use common::runtime;
+use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
+use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn nft(args: &[&str]) -> Option<String> {
+    let out = Command::new("/usr/sbin/nft")
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .expect("nft");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn table() -> Option<String> {
+    nft(&["list", "table", "inet", "sandboxd"])
+}
+
+fn chain_named_after(id: &str) -> Option<String> {
+    let chain = format!("sb_{}", &id.replace('-', "")[..12]);
+    nft(&["list", "chain", "inet", "sandboxd", &chain])
+}
+
+fn link_named_after(id: &str) -> bool {
+    let ifname = format!("sbx{}", &id.replace('-', "")[..12]);
+    Command::new("ip")
+        .args(["link", "show", &ifname])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The id a lease's link and chain are named after (its third field).
+fn named_after(state: &Path, id: uuid::Uuid) -> Option<String> {
+    let text = std::fs::read_to_string(state.join("leases").join(id.to_string())).ok()?;
+    text.split_whitespace().nth(2).map(str::to_owned)
+}
+
+/// PIDs of the reapers of network state `state`.
+fn reapers(state: &Path) -> Vec<i32> {
+    let wanted = format!("__net-reaper\0{}\0", state.display());
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&wanted))
+        })
+        .collect()
+}
+
+fn net_runtime(dir: &Path, state: &Path) -> LinuxRuntime {
+    let mut config = NetConfig::from_host();
+    config.state_dir = state.to_path_buf();
+    // A documentation address: nothing is sent to it (no traffic in this test).
+    config.resolvers = vec!["192.0.2.53".parse().expect("resolver")];
+    LinuxRuntime::with_network(common::raw_runtime(dir), config)
+}
+
+/// Polls `done` for up to a minute (a bound for a loaded machine, not a measure).
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger() {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
+    // An `nft` first on PATH records each call; nextest runs each test in a process of
+    // its own, so this PATH and these variables are this test's alone.
+    let bin = tempfile::tempdir().expect("tempdir");
+    let log = bin.path().join("calls");
+    let wrapper = bin.path().join("nft");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {}\nexec /usr/sbin/nft \"$@\"\n",
+        log.display()
+    );
+    std::fs::write(&wrapper, script).expect("wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    std::env::set_var("PATH", path);
+    std::env::remove_var("SANDBOXD_LIBNFTABLES");
+    // Long enough that nothing parked expires while the test looks at it.
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "3600");
+    let calls = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    // Someone else's table, which sandboxd must leave alone.
+    assert!(
+        nft(&["add", "table", "inet", "other"]).is_some(),
+        "another table"
+    );
+    let forward = || std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("read");
+    let forward_before = forward();
+
+    let state = tempfile::tempdir().expect("tempdir");
+    let (run_dir, server_dir) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let _cleanup = (runtime(run_dir.path()), runtime(server_dir.path()));
+    let one_shot = net_runtime(run_dir.path(), state.path()).with_parked_networks();
+    let plain = NetworkSpec::egress(vec![]);
+    let start = |rt: &LinuxRuntime, net: &NetworkSpec| {
+        rt.start_with_network(&common::spec("default"), net)
+            .expect("start")
+    };
+
+    // The first run makes the table and its network, and parks it at destroy.
+    let a = start(&one_shot, &plain);
+    let a_name = named_after(state.path(), a.id).expect("a's lease");
+    one_shot.destroy(&a).expect("destroy a");
+    assert!(table().is_some(), "the table went with the run's sandbox");
+    assert!(
+        chain_named_after(&a_name).is_some(),
+        "a's chain was removed"
+    );
+    assert!(!link_named_after(&a_name), "a's link is left");
+    assert_eq!(
+        names(&state.path().join("parked")),
+        std::slice::from_ref(&a_name)
+    );
+    assert_eq!(
+        names(&state.path().join("leases")),
+        std::slice::from_ref(&a_name)
+    );
+    eventually("no reaper started", || reapers(state.path()).len() == 1);
+
+    // The next takes it over: its start and destroy run no nft at all.
+    let before = calls();
+    let b = start(&one_shot, &plain);
+    assert_eq!(named_after(state.path(), b.id), Some(a_name.clone()));
+    assert_eq!(names(&state.path().join("parked")), Vec::<String>::new());
+    assert!(one_shot.sandbox_address(b.id).is_some());
+    one_shot.destroy(&b).expect("destroy b");
+    assert_eq!(calls() - before, 0, "nft runs for a start and destroy");
+    assert_eq!(
+        names(&state.path().join("parked")),
+        std::slice::from_ref(&a_name)
+    );
+
+    // A sandbox with a policy takes none, and is not parked (its chain goes).
+    let deny = EgressPolicy {
+        allow: vec![],
+        deny: vec!["198.51.100.7".parse().expect("deny")],
+    };
+    let c = start(&one_shot, &NetworkSpec::egress(vec![deny]));
+    let c_name = named_after(state.path(), c.id).expect("c's lease");
+    assert_ne!(
+        c_name, a_name,
+        "a sandbox with a policy took the parked network"
+    );
+    one_shot.destroy(&c).expect("destroy c");
+    assert!(chain_named_after(&c_name).is_none(), "c's chain was kept");
+    assert_eq!(
+        names(&state.path().join("parked")),
+        std::slice::from_ref(&a_name)
+    );
+
+    // A server beside (not one-shot) takes the parked network too, and removes it
+    // at its sandbox's destroy as it would its own; the run then parks a new one.
+    let server = net_runtime(server_dir.path(), state.path());
+    let d = start(&server, &plain);
+    assert_eq!(named_after(state.path(), d.id), Some(a_name.clone()));
+    let e = start(&one_shot, &plain);
+    server.destroy(&d).expect("destroy d");
+    assert!(chain_named_after(&a_name).is_none(), "d's chain was kept");
+    one_shot.destroy(&e).expect("destroy e");
+    let e_name = names(&state.path().join("parked"));
+    assert_eq!(e_name.len(), 1, "e's network was not parked");
+
+    // Killed, the reaper leaves the parked network; the next runtime opening the
+    // state starts another, which removes it once it has lingered.
+    for pid in reapers(state.path()) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
+            .expect("kill the reaper");
+    }
+    eventually("the killed reaper is gone", || {
+        reapers(state.path()).is_empty()
+    });
+    assert!(table().is_some() && chain_named_after(&e_name[0]).is_some());
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
+    let _reopened = net_runtime(server_dir.path(), state.path());
+    eventually("the table outlived the linger", || table().is_none());
+    eventually("the reaper stays", || reapers(state.path()).is_empty());
+    assert_eq!(names(&state.path().join("parked")), Vec::<String>::new());
+    assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
+    assert!(!link_named_after(&e_name[0]));
+    assert_eq!(forward(), forward_before, "ip_forward not restored");
+    assert!(
+        nft(&["list", "table", "inet", "other"]).is_some(),
+        "another table was touched"
+    );
+}
