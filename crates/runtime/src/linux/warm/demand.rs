@@ -1,6 +1,6 @@
 //! How many entries the pool keeps: a base size; once a burst (starts less than
-//! [`BURST_GAP`] apart) has taken as many entries as the pool keeps, or a start of it
-//! found none of the shape the pool makes, half as many again as that burst has had
+//! [`BURST_GAP`] apart) has taken the last entry of the shape the pool makes, or a
+//! start of it found none, half as many again as that burst has had
 //! starts so far ([`ahead`]: the next burst like it, a little larger, starts warm), up
 //! to a maximum; back to the base once no burst has grown it for [`SHRINK_AFTER`]
 //! (checked at the next start: an idle pool keeps what it grew to).
@@ -63,9 +63,10 @@ impl Demand {
         self.grow(now);
     }
 
-    /// The start at `now` took an entry: a pool grown long ago shrinks back; a burst that
-    /// has taken as many entries as the pool keeps grows it before any start misses.
-    pub fn took(&mut self, now: Instant) {
+    /// The start at `now` took an entry, leaving `left` of its shape: a pool grown long
+    /// ago shrinks back; a burst that took the last entry grows it before any start
+    /// misses (spaced starts, which the refill keeps up with, leave some).
+    pub fn took(&mut self, now: Instant, left: usize) {
         if self
             .last_grown
             .is_some_and(|t| now.saturating_duration_since(t) >= SHRINK_AFTER)
@@ -73,7 +74,7 @@ impl Demand {
             self.target = self.base;
             self.last_grown = None;
         }
-        if self.burst >= self.target.max(2) {
+        if left == 0 && self.burst >= 2 {
             self.grow(now);
         }
     }
@@ -108,7 +109,7 @@ mod tests {
         let mut d = Demand::new(2, 16);
         assert_eq!(d.target(), 2);
         d.started(t0);
-        d.took(t0);
+        d.took(t0, 1);
         assert_eq!(d.target(), 2, "a hit alone changes nothing");
         let ms = Duration::from_millis(5);
         let t = burst(&mut d, t0 + BURST_GAP, 7, ms);
@@ -127,18 +128,21 @@ mod tests {
         let ms = Duration::from_millis(2);
         for i in 0..3 {
             d.started(t0 + ms * i);
-            d.took(t0 + ms * i);
+            d.took(t0 + ms * i, 3 - i as usize);
         }
         assert_eq!(d.target(), 4, "three of four taken: no growth yet");
         d.started(t0 + ms * 3);
-        d.took(t0 + ms * 3);
+        d.took(t0 + ms * 3, 0);
         assert_eq!(d.target(), 6, "the fourth took the last: grown ahead");
-        // Spaced hits never grow it.
+        // Starts close together that the refill keeps up with never grow it, nor does
+        // a lone start that takes the last entry.
         let mut d = Demand::new(2, 32);
         for i in 0..10 {
-            d.started(t0 + BURST_GAP * i);
-            d.took(t0 + BURST_GAP * i);
+            d.started(t0 + ms * 100 * i);
+            d.took(t0 + ms * 100 * i, 1);
         }
+        d.started(t0 + BURST_GAP * 10);
+        d.took(t0 + BURST_GAP * 10, 0);
         assert_eq!(d.target(), 2);
     }
 
@@ -149,10 +153,10 @@ mod tests {
         let last = burst(&mut d, t0, 5, Duration::from_millis(5));
         assert_eq!(d.target(), 8);
         d.started(last + SHRINK_AFTER / 2);
-        d.took(last + SHRINK_AFTER / 2);
+        d.took(last + SHRINK_AFTER / 2, 1);
         assert_eq!(d.target(), 8, "a recent miss keeps it grown");
         d.started(last + SHRINK_AFTER);
-        d.took(last + SHRINK_AFTER);
+        d.took(last + SHRINK_AFTER, 1);
         assert_eq!(d.target(), 2, "back to the base");
     }
 
