@@ -70,21 +70,30 @@ pub fn admit(
 }
 
 impl Engine {
-    /// Whether a `disk_mb` layer (0: unlimited, not accounted) fits next to the layers
-    /// of the `active` sandboxes; a backend that measures no room admits everything.
-    pub(crate) async fn check_disk(
+    /// The room a `disk_mb` layer (0: unlimited, not accounted) is admitted against,
+    /// measured before admission (the measure waits on the disk, not on other creates):
+    /// `None` admits it (no layer to account, or a backend that measures no room).
+    pub(crate) async fn measure_disk(
         &self,
+        disk_mb: u32,
+    ) -> Result<Option<DiskSpace>, EngineError> {
+        if disk_mb == 0 {
+            return Ok(None);
+        }
+        self.blocking(|rt| rt.disk_space())
+            .await?
+            .map_err(|e| crate::engine::runtime_error("cannot measure the disk", e))
+    }
+
+    /// Whether a `disk_mb` layer fits in `space` next to the layers of the `active`
+    /// sandboxes.
+    pub(crate) fn check_disk(
+        &self,
+        space: Option<DiskSpace>,
         active: &[SandboxRecord],
         disk_mb: u32,
     ) -> Result<(), EngineError> {
-        if disk_mb == 0 {
-            return Ok(());
-        }
-        let Some(space) = self
-            .blocking(|rt| rt.disk_space())
-            .await?
-            .map_err(|e| crate::engine::runtime_error("cannot measure the disk", e))?
-        else {
+        let Some(space) = space else {
             return Ok(());
         };
         let default = self.limits.disk_mb_per_sandbox;

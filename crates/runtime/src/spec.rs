@@ -179,4 +179,7 @@ pub struct WarmPoolStats {
     pub hits: u64,
     /// Starts that found none fitting and started cold.
     pub misses: u64,
+    /// Inits of the common shape the pool aims to keep now (its base size, or more
+    /// while bursts grow it).
+    pub target: u64,
 }

@@ -31,6 +31,9 @@ pub struct BenchArgs {
     /// Only the gVisor tier's rows (needs runsc; see bench_gvisor.rs).
     #[arg(long)]
     pub gvisor: bool,
+    /// Only the "fast on every path" rows: policy creates and bursts (`bench_speed`).
+    #[arg(long)]
+    pub speed_only: bool,
 }
 
 /// One reported line: a measure, its median, and its ratio to a baseline.
@@ -47,6 +50,11 @@ pub fn main(args: BenchArgs) -> Result<()> {
     }
     if args.images_only {
         return crate::bench_images::main(args.samples.max(3));
+    }
+    if args.speed_only {
+        let speed = crate::bench_speed::measure(args.samples.max(3))?;
+        crate::bench_speed::print(&speed);
+        return Ok(());
     }
     if args.gvisor {
         return crate::bench_gvisor::main(&args.data_dir, args.samples);

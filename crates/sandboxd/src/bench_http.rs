@@ -173,7 +173,11 @@ impl Serve {
             // disk than the host has (they write next to nothing).
             .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
             .env("SANDBOXD_METRICS_LISTEN", "none")
-            .env("RUST_LOG", "warn,sandboxd_server=info")
+            .env(
+                "RUST_LOG",
+                std::env::var("SANDBOXD_BENCH_SERVE_LOG")
+                    .unwrap_or_else(|_| "warn,sandboxd_server=info".into()),
+            )
             .env("NO_COLOR", "1")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -194,7 +198,15 @@ impl Serve {
             }
         };
         // Keep draining its log so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
+        // With `SANDBOXD_BENCH_SERVE_LOG` set, its log goes to our stderr.
+        let echo = std::env::var_os("SANDBOXD_BENCH_SERVE_LOG").is_some();
+        std::thread::spawn(move || {
+            lines.map_while(Result::ok).for_each(|l| {
+                if echo {
+                    eprintln!("{l}");
+                }
+            })
+        });
         Ok(Serve { child, addr })
     }
 

@@ -119,6 +119,47 @@ fn entries(dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Nothing of any sandbox is left under `data` or on the host (the server stopped),
+/// and every record is ended.
+fn assert_nothing_left(data: &Path) {
+    let sandboxes = data.join("sandboxes");
+    assert_eq!(
+        entries(&sandboxes),
+        Vec::<String>::new(),
+        "sandbox dirs left"
+    );
+    assert_eq!(
+        common::slot_leases(data),
+        Vec::<String>::new(),
+        "host id slots left"
+    );
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let prefix = data.display().to_string();
+    let mounts: Vec<&str> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(&prefix))
+        .collect();
+    assert_eq!(mounts, Vec::<&str>::new(), "mounts left");
+    assert_eq!(loops_under(data), Vec::<String>::new(), "loop devices left");
+    for (id, status) in records(data) {
+        assert!(
+            status == "TERMINATED" || status == "FAILED",
+            "{id} is {status}"
+        );
+        assert_eq!(
+            host::processes_of(&id),
+            Vec::<i32>::new(),
+            "processes of {id} left"
+        );
+        assert_eq!(
+            host::cgroups_of(&id),
+            Vec::<std::path::PathBuf>::new(),
+            "cgroups of {id} left"
+        );
+    }
+}
+
 #[test]
 fn kill_9_during_creates_leaves_nothing_behind() {
     // Kept when the test fails: what is left there may still be mounted.
@@ -162,45 +203,100 @@ fn kill_9_during_creates_leaves_nothing_behind() {
     }
     drop(server); // SIGTERM: its warm inits go with it
 
-    let sandboxes = data.join("sandboxes");
-    assert_eq!(
-        entries(&sandboxes),
-        Vec::<String>::new(),
-        "sandbox dirs left"
+    assert_nothing_left(&data);
+    std::fs::remove_dir_all(&data).expect("remove the data dir");
+}
+
+/// A create of a burst, its answer (`None`: none came) and its first exec's success.
+fn burst_create(addr: SocketAddr, i: usize) -> Option<(String, bool)> {
+    let create = json!({"name": format!("burst-{i}"), "vcpu": 1, "memoryMb": 128});
+    let (status, created) = try_request(addr, "POST", "/v2/sandboxes", Some(&create))?;
+    if status != 201 {
+        return None;
+    }
+    let id = created["data"]["id"].as_str()?.to_owned();
+    let exec = json!({"command": ["/bin/true"]});
+    let path = format!("/v2/sandboxes/{id}/exec");
+    let ran = try_request(addr, "POST", &path, Some(&exec)).is_some_and(|(s, _)| s == 200);
+    Some((id, ran))
+}
+
+#[test]
+fn kill_9_during_a_burst_keeps_every_answered_create() {
+    const BURST: usize = 12;
+    let dir = tempfile::tempdir().expect("temp dir").keep();
+    let data = dir.canonicalize().expect("canonical data dir");
+    let roomy = [
+        ("SANDBOXD_MAX_SANDBOXES", "64"),
+        ("SANDBOXD_MAX_VCPU_TOTAL", "64"),
+        ("SANDBOXD_WORKSPACE_QUOTA_SANDBOXES", "64"),
+        ("SANDBOXD_WORKSPACE_QUOTA_VCPU", "64"),
+        ("SANDBOXD_CREATE_RATE_BURST", "64"),
+    ];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &roomy);
+    let addr = server.addr;
+    let answered = AtomicUsize::new(0);
+    let answers: Vec<Option<(String, bool)>> = std::thread::scope(|s| {
+        let creates: Vec<_> = (0..BURST)
+            .map(|i| {
+                let answered = &answered;
+                s.spawn(move || {
+                    let made = burst_create(addr, i);
+                    if made.is_some() {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    made
+                })
+            })
+            .collect();
+        // Killed with some creates answered and others in flight.
+        host::poll("creates are answered", Duration::from_secs(120), || {
+            (answered.load(Ordering::SeqCst) >= 3).then_some(())
+        });
+        host::kill9(server.pid());
+        creates
+            .into_iter()
+            .map(|c| c.join().expect("a create"))
+            .collect()
+    });
+    drop(server);
+    let answered: Vec<String> = answers.into_iter().flatten().map(|(id, _)| id).collect();
+    assert!(answered.len() >= 3, "{answered:?}");
+
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &roomy);
+    let left = host::poll(
+        "no record stays transitional",
+        Duration::from_secs(60),
+        || {
+            let records = records(&data);
+            records
+                .iter()
+                .all(|(_, s)| !TRANSITIONAL.contains(&s.as_str()))
+                .then_some(records)
+        },
     );
-    assert_eq!(
-        common::slot_leases(&data),
-        Vec::<String>::new(),
-        "host id slots left"
-    );
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let prefix = data.display().to_string();
-    let mounts: Vec<&str> = mountinfo
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.starts_with(&prefix))
-        .collect();
-    assert_eq!(mounts, Vec::<&str>::new(), "mounts left");
-    assert_eq!(
-        loops_under(&data),
-        Vec::<String>::new(),
-        "loop devices left"
-    );
-    for (id, status) in records(&data) {
-        assert!(
-            status == "TERMINATED" || status == "FAILED",
-            "{id} is {status}"
-        );
+    // Every create answered 201 survived, running, and runs commands.
+    for id in &answered {
+        let status = left.iter().find(|(i, _)| i == id).map(|(_, s)| s.as_str());
         assert_eq!(
-            host::processes_of(&id),
-            Vec::<i32>::new(),
-            "processes of {id} left"
-        );
-        assert_eq!(
-            host::cgroups_of(&id),
-            Vec::<std::path::PathBuf>::new(),
-            "cgroups of {id} left"
+            status,
+            Some("RUNNING"),
+            "answered create {id} after the restart"
         );
     }
+    // Unanswered ones are either complete (running, and working) or ended.
+    for (id, status) in &left {
+        match status.as_str() {
+            "RUNNING" => {
+                let (code, _) = server.exec(MASTER, id, &["/bin/true"]);
+                assert_eq!(code, 0, "{id} runs commands");
+                server.destroy(MASTER, id);
+            }
+            "TERMINATED" | "FAILED" => {}
+            other => panic!("{id} is {other}"),
+        }
+    }
+    drop(server); // SIGTERM: its warm inits go with it
+    assert_nothing_left(&data);
     std::fs::remove_dir_all(&data).expect("remove the data dir");
 }

@@ -166,3 +166,63 @@ fn a_destroy_among_others_is_one_nft_run_and_leaves_no_entry() {
     }
     assert_eq!(table(), None);
 }
+
+/// Cold egress starts arriving together share `nft` transactions (one run applies the
+/// rules of every start queued by then), and each gets its own chain. An `nft` first on
+/// PATH records each call and takes a while, so the starts certainly queue behind it.
+#[test]
+fn starts_arriving_together_share_nft_runs() {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
+    let bin = tempfile::tempdir().expect("tempdir");
+    let log = bin.path().join("calls");
+    let wrapper = bin.path().join("nft");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {}\nsleep 0.3\nexec /usr/sbin/nft \"$@\"\n",
+        log.display()
+    );
+    std::fs::write(&wrapper, script).expect("wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    std::env::set_var("PATH", path);
+    std::env::remove_var("SANDBOXD_LIBNFTABLES");
+
+    let state = tempfile::tempdir().expect("tempdir");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _cleanup = runtime(dir.path());
+    let rt = net_runtime(dir.path(), state.path());
+    let start = || {
+        rt.start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+            .expect("start")
+    };
+    let first = start(); // makes the table
+    let calls = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let before = calls();
+    const TOGETHER: usize = 6;
+    let handles: Vec<_> = std::thread::scope(|s| {
+        let starts: Vec<_> = (0..TOGETHER).map(|_| s.spawn(start)).collect();
+        starts
+            .into_iter()
+            .map(|t| t.join().expect("a start"))
+            .collect()
+    });
+    let runs = calls() - before;
+    assert!(runs < TOGETHER, "{runs} nft runs for {TOGETHER} starts");
+    for h in &handles {
+        assert!(chain(h.id).is_some(), "{}'s chain", h.id);
+        assert!(rt.sandbox_address(h.id).is_some());
+    }
+    for h in handles.iter().chain([&first]) {
+        rt.destroy(h).expect("destroy");
+    }
+    assert_eq!(table(), None);
+}

@@ -307,3 +307,36 @@ fn a_pool_outrun_by_a_burst_grows_so_the_next_burst_starts_warm() {
     rt.drain_warm_inits();
     assert_pool_gone(&rt, data.path());
 }
+
+#[test]
+fn a_burst_that_takes_every_entry_grows_the_pool_before_any_start_misses() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = growing_warm_runtime(data.path(), 2, 8);
+    rt.fill_warm_inits(64, false);
+    wait_ready(&rt, 2);
+    let mut want = spec("default");
+    want.disk_mb = 64;
+    // Two starts back to back take both entries: neither misses, yet the pool grows
+    // ahead of the burst (half again its length) so that a third would find one.
+    let handles: Vec<_> = (0..2)
+        .map(|_| {
+            rt.start(&sandboxd_runtime::SandboxSpec {
+                id: uuid::Uuid::new_v4(),
+                ..want.clone()
+            })
+            .expect("start")
+        })
+        .collect();
+    let linux: &sandboxd_runtime::linux::LinuxRuntime = &rt;
+    let stats = linux.warm_pool().expect("a pool");
+    assert_eq!((stats.hits, stats.misses), (2, 0), "both warm: {stats:?}");
+    assert_eq!(stats.target, 3, "grown ahead of the burst");
+    wait_ready(&rt, 3);
+    for h in &handles {
+        assert_eq!(sh_ok(h, "echo up"), "up\n");
+        rt.destroy(h).expect("destroy");
+        assert_gone(&rt, data.path(), h);
+    }
+    rt.drain_warm_inits();
+    assert_pool_gone(&rt, data.path());
+}

@@ -56,7 +56,7 @@ pub struct ServerConfig {
     /// Sandbox inits kept started ahead of time, so a create skips the slow host steps
     /// of a start (2 by default; 0 starts every sandbox cold).
     pub warm_inits: u32,
-    /// How far the warm pool may grow while creates outrun its refill (16 by default;
+    /// How far the warm pool may grow while creates outrun its refill (32 by default;
     /// below `warm_inits`: no growth); it shrinks back after quiet minutes.
     pub warm_inits_max: u32,
     /// Images (other than `default`) whose next create is kept warm: the last this many
@@ -107,7 +107,7 @@ impl Default for ServerConfig {
             network: sandboxd_engine::NetworkMode::Egress,
             resolvers: None,
             warm_inits: 2,
-            warm_inits_max: 16,
+            warm_inits_max: 32,
             warm_images: 2,
             connections: ConnectionLimits::default(),
             max_ptys_per_sandbox: 64,
@@ -592,7 +592,7 @@ mod tests {
         assert_eq!(load(None, &[]).unwrap().warm_inits, 2);
         let c = load(Some("warm_inits = 0\n"), &[("SANDBOXD_WARM_INITS", "3")]).unwrap();
         assert_eq!(c.warm_inits, 3, "the environment wins over the file");
-        assert_eq!(c.warm_inits_max, 16);
+        assert_eq!(c.warm_inits_max, 32);
         assert_eq!(c.max_ptys_per_sandbox, 64);
         let c = load(
             Some("max_ptys_per_sandbox = 8\n"),

@@ -100,8 +100,27 @@ impl Engine {
         let tm =
             |phase: &str| tracing::debug!(phase, ms = t0.elapsed().as_secs_f64() * 1e3, "create");
         check_request(&req)?;
+        // What depends on no other create is done before admission, which creates
+        // arriving together pass one at a time: the plan (a snapshot's, which a
+        // snapshot delete under admission may remove, is made under it) and the disk's
+        // room.
+        let early = match req.snapshot_id {
+            None => Some(self.plan(ws, &req).await?),
+            Some(_) => None,
+        };
+        let space = match &early {
+            Some(plan) => Some(self.measure_disk(plan.disk_mb).await?),
+            None => None,
+        };
         let admission = self.admission.lock().await;
-        let plan = self.plan(ws, &req).await?;
+        let plan = match early {
+            Some(plan) => plan,
+            None => self.plan(ws, &req).await?,
+        };
+        let space = match space {
+            Some(space) => space,
+            None => self.measure_disk(plan.disk_mb).await?,
+        };
         tm("planned");
         if let Some(name) = &req.name {
             if let Some(existing) = self.active_named(ws, name).await? {
@@ -142,7 +161,7 @@ impl Engine {
         self.check_fits(&req)?;
         self.check_quota(&active, ws, &req)?;
         self.check_capacity(&active, &req)?;
-        self.check_disk(&active, plan.disk_mb).await?;
+        self.check_disk(space, &active, plan.disk_mb)?;
         tm("checked");
         self.create_rate.take(ws, self.limits.create_rate)?;
         if let Some(n) = requests.and_then(|r| r.pinned_vcpus) {

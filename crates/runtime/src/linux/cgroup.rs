@@ -50,15 +50,22 @@ fn read_u64(path: &Path) -> Option<u64> {
 impl Cgroups {
     /// Detects v2 (a `cgroup.controllers` at the root) or v1, and makes our parent.
     pub fn detect(parent: &str) -> Result<Self, RuntimeError> {
+        Self::detect_made(parent).map(|(cgroups, _)| cgroups)
+    }
+
+    /// [`Cgroups::detect`], and whether it made (a dir of) our parent just now.
+    pub fn detect_made(parent: &str) -> Result<(Self, bool), RuntimeError> {
         let root = Path::new(ROOT);
         if root.join("cgroup.controllers").exists() {
             let dir = root.join(parent);
+            let made = !dir.exists();
             write(&root.join("cgroup.subtree_control"), "+cpu +memory +pids")?;
-            std::fs::create_dir_all(&dir).map_err(io("creating the cgroup parent", &dir))?;
-            write(&dir.join("cgroup.subtree_control"), "+cpu +memory +pids")?;
-            return Ok(Cgroups::V2 { parent: dir });
+            let cgroups = Cgroups::V2 { parent: dir };
+            cgroups.make_parent()?;
+            return Ok((cgroups, made));
         }
         let mut parents = Vec::new();
+        let mut made = false;
         for ctrl in V1_CONTROLLERS {
             let mount = root.join(ctrl);
             if !mount.join("cgroup.procs").exists() {
@@ -67,6 +74,7 @@ impl Cgroups {
                 )));
             }
             let dir = mount.join(parent);
+            made |= !dir.exists();
             std::fs::create_dir_all(&dir).map_err(io("creating the cgroup parent", &dir))?;
             // cpu and cpuacct are often one hierarchy: keep a single entry per real dir.
             let real = dir
@@ -79,7 +87,25 @@ impl Cgroups {
                 parents.push((ctrl, dir));
             }
         }
-        Ok(Cgroups::V1 { parents })
+        Ok((Cgroups::V1 { parents }, made))
+    }
+
+    /// Makes our parent dir(s) (again: another process may have removed them empty).
+    fn make_parent(&self) -> Result<(), RuntimeError> {
+        for dir in self.parents() {
+            std::fs::create_dir_all(dir).map_err(io("creating the cgroup parent", dir))?;
+            if let Cgroups::V2 { .. } = self {
+                write(&dir.join("cgroup.subtree_control"), "+cpu +memory +pids")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn parents(&self) -> Vec<&PathBuf> {
+        match self {
+            Cgroups::V1 { parents } => parents.iter().map(|(_, p)| p).collect(),
+            Cgroups::V2 { parent } => vec![parent],
+        }
     }
 
     /// Every directory of the sandbox's cgroup (one per v1 hierarchy, one on v2).
@@ -122,7 +148,19 @@ impl Cgroups {
     /// Makes the cgroup `id` without limits (a warm init waits in it).
     pub fn make(&self, id: Uuid) -> Result<(), RuntimeError> {
         for dir in self.dirs(id) {
-            std::fs::create_dir(&dir).map_err(io("creating a sandbox cgroup", &dir))?;
+            // A parent removed empty by another runtime that made it (see
+            // [`Cgroups::remove_parent_if_unused`]) is made again.
+            let mut made = std::fs::create_dir(&dir);
+            for _ in 0..3 {
+                match &made {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        self.make_parent()?;
+                        made = std::fs::create_dir(&dir);
+                    }
+                    _ => break,
+                }
+            }
+            made.map_err(io("creating a sandbox cgroup", &dir))?;
         }
         Ok(())
     }
@@ -321,11 +359,7 @@ impl Cgroups {
     /// Removes our parent cgroup(s) if no sandbox cgroup is left in them (best effort:
     /// a parent still in use stays).
     pub fn remove_parent_if_unused(&self) {
-        let parents: Vec<&PathBuf> = match self {
-            Cgroups::V1 { parents } => parents.iter().map(|(_, p)| p).collect(),
-            Cgroups::V2 { parent } => vec![parent],
-        };
-        for parent in parents {
+        for parent in self.parents() {
             let _ = std::fs::remove_dir(parent);
         }
     }

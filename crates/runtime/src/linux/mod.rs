@@ -96,6 +96,9 @@ pub struct LinuxRuntime {
     defer_disk_removal: bool,
     /// Parks plain egress networks at destroy for the next start (`net::parked`).
     park_networks: bool,
+    /// Whether this runtime made its parent cgroup: it removes it again at
+    /// [`LinuxRuntime::drain_warm_inits`] and on drop if no sandbox is left in it.
+    made_cgroup_parent: bool,
 }
 
 impl LinuxRuntime {
@@ -107,7 +110,7 @@ impl LinuxRuntime {
                 "the Linux backend needs to run as root".into(),
             ));
         }
-        let cgroups = Cgroups::detect(&config.cgroup_parent)?;
+        let (cgroups, made_cgroup_parent) = Cgroups::detect_made(&config.cgroup_parent)?;
         let sandboxes = config.data_dir.join("sandboxes");
         std::fs::create_dir_all(&sandboxes).map_err(|source| RuntimeError::Io {
             what: "creating the sandboxes dir",
@@ -131,6 +134,7 @@ impl LinuxRuntime {
             warm_counts: Default::default(),
             defer_disk_removal: false,
             park_networks: false,
+            made_cgroup_parent,
         })
     }
 
@@ -260,6 +264,10 @@ impl LinuxRuntime {
         if let Some(spares) = &self.spare_nets {
             spares.drain();
         }
+        // Sandboxes left running keep it (the rmdir of a parent in use fails).
+        if self.made_cgroup_parent {
+            self.cgroups.remove_parent_if_unused();
+        }
     }
 
     /// The cgroup hierarchy detected at start-up.
@@ -329,6 +337,14 @@ impl LinuxRuntime {
     }
 }
 
+impl Drop for LinuxRuntime {
+    /// Ends the warm inits and spare networks, and removes the parent cgroup this
+    /// runtime made if nothing is left in it.
+    fn drop(&mut self) {
+        self.drain_warm_inits();
+    }
+}
+
 impl Runtime for LinuxRuntime {
     fn name(&self) -> &'static str {
         "linux"
@@ -389,6 +405,7 @@ impl Runtime for LinuxRuntime {
             ready: pool.ready() as u64,
             hits,
             misses,
+            target: pool.target() as u64,
         })
     }
 

@@ -2,6 +2,7 @@
 //! private pool, masqueraded and filtered by nftables (see `nft`), with domain rules
 //! resolved at start through the configured resolvers.
 
+mod batch;
 mod dns;
 mod host;
 mod inner;
@@ -216,8 +217,7 @@ fn prepare(config: &NetConfig, id: Uuid, policy: &Policy) -> Result<host::Lease,
         (lease, missing)
     };
     if !made {
-        let _rules = RulesLock::take(&config.state_dir)?;
-        nft::apply(&nft::add_sandbox(&rules(&lease)))?;
+        batch::apply(&config.state_dir, nft::add_sandbox(&rules(&lease)))?;
     }
     crate::faults::check("network.prepare")?;
     Ok(lease)

@@ -1,8 +1,9 @@
-//! How many entries the pool keeps: a base size; when a start finds no entry of the shape
-//! the pool makes (a burst faster than the refill), as many as that burst has had starts
-//! so far (starts less than [`BURST_GAP`] apart), up to a maximum; back to the base once
-//! no start has missed for [`SHRINK_AFTER`] (checked at the next start: an idle pool keeps
-//! what it grew to).
+//! How many entries the pool keeps: a base size; once a burst (starts less than
+//! [`BURST_GAP`] apart) has taken the last entry of the shape the pool makes, or a
+//! start of it found none, half as many again as that burst has had
+//! starts so far ([`ahead`]: the next burst like it, a little larger, starts warm), up
+//! to a maximum; back to the base once no burst has grown it for [`SHRINK_AFTER`]
+//! (checked at the next start: an idle pool keeps what it grew to).
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,7 @@ pub(super) struct Demand {
     base: usize,
     max: usize,
     target: usize,
-    last_miss: Option<Instant>,
+    last_grown: Option<Instant>,
     /// Starts in the current burst, and when the last one came.
     burst: usize,
     last_start: Option<Instant>,
@@ -30,7 +31,7 @@ impl Demand {
             base,
             max: max.max(base),
             target: base,
-            last_miss: None,
+            last_grown: None,
             burst: 0,
             last_start: None,
         }
@@ -56,23 +57,37 @@ impl Demand {
             .map_or(Duration::MAX, |t| now.saturating_duration_since(t))
     }
 
-    /// The start at `now` found no entry of the wanted shape: the pool grows to the
-    /// burst's length so far.
+    /// The start at `now` found no entry of the wanted shape: the pool grows ahead of
+    /// the burst it is in.
     pub fn missed(&mut self, now: Instant) {
-        self.target = self.target.max(self.burst.min(self.max));
-        self.last_miss = Some(now);
+        self.grow(now);
     }
 
-    /// The start at `now` took an entry: a pool grown by misses long ago shrinks back.
-    pub fn took(&mut self, now: Instant) {
+    /// The start at `now` took an entry, leaving `left` of its shape: a pool grown long
+    /// ago shrinks back; a burst that took the last entry grows it before any start
+    /// misses (spaced starts, which the refill keeps up with, leave some).
+    pub fn took(&mut self, now: Instant, left: usize) {
         if self
-            .last_miss
+            .last_grown
             .is_some_and(|t| now.saturating_duration_since(t) >= SHRINK_AFTER)
         {
             self.target = self.base;
-            self.last_miss = None;
+            self.last_grown = None;
+        }
+        if left == 0 && self.burst >= 2 {
+            self.grow(now);
         }
     }
+
+    fn grow(&mut self, now: Instant) {
+        self.target = self.target.max(ahead(self.burst).min(self.max));
+        self.last_grown = Some(now);
+    }
+}
+
+/// The size a pool grows to for a burst of `n` starts so far: half as many again.
+fn ahead(n: usize) -> usize {
+    n + n.div_ceil(2)
 }
 
 #[cfg(test)]
@@ -94,29 +109,54 @@ mod tests {
         let mut d = Demand::new(2, 16);
         assert_eq!(d.target(), 2);
         d.started(t0);
-        d.took(t0);
+        d.took(t0, 1);
         assert_eq!(d.target(), 2, "a hit alone changes nothing");
         let ms = Duration::from_millis(5);
         let t = burst(&mut d, t0 + BURST_GAP, 7, ms);
-        assert_eq!(d.target(), 7, "the burst's length");
+        assert_eq!(d.target(), 11, "half again the burst's length");
         // Spaced-out misses are bursts of one: no growth past what it has.
         let t = burst(&mut d, t + BURST_GAP, 3, BURST_GAP);
-        assert_eq!(d.target(), 7);
+        assert_eq!(d.target(), 11);
         burst(&mut d, t + BURST_GAP, 40, ms);
         assert_eq!(d.target(), 16, "capped at the max");
     }
 
     #[test]
-    fn shrinks_back_after_quiet_counted_from_the_last_miss() {
+    fn a_burst_that_empties_the_pool_grows_it_before_any_miss() {
+        let t0 = Instant::now();
+        let mut d = Demand::new(4, 32);
+        let ms = Duration::from_millis(2);
+        for i in 0..3 {
+            d.started(t0 + ms * i);
+            d.took(t0 + ms * i, 3 - i as usize);
+        }
+        assert_eq!(d.target(), 4, "three of four taken: no growth yet");
+        d.started(t0 + ms * 3);
+        d.took(t0 + ms * 3, 0);
+        assert_eq!(d.target(), 6, "the fourth took the last: grown ahead");
+        // Starts close together that the refill keeps up with never grow it, nor does
+        // a lone start that takes the last entry.
+        let mut d = Demand::new(2, 32);
+        for i in 0..10 {
+            d.started(t0 + ms * 100 * i);
+            d.took(t0 + ms * 100 * i, 1);
+        }
+        d.started(t0 + BURST_GAP * 10);
+        d.took(t0 + BURST_GAP * 10, 0);
+        assert_eq!(d.target(), 2);
+    }
+
+    #[test]
+    fn shrinks_back_after_quiet_counted_from_the_last_grown() {
         let t0 = Instant::now();
         let mut d = Demand::new(2, 16);
         let last = burst(&mut d, t0, 5, Duration::from_millis(5));
-        assert_eq!(d.target(), 5);
+        assert_eq!(d.target(), 8);
         d.started(last + SHRINK_AFTER / 2);
-        d.took(last + SHRINK_AFTER / 2);
-        assert_eq!(d.target(), 5, "a recent miss keeps it grown");
+        d.took(last + SHRINK_AFTER / 2, 1);
+        assert_eq!(d.target(), 8, "a recent miss keeps it grown");
         d.started(last + SHRINK_AFTER);
-        d.took(last + SHRINK_AFTER);
+        d.took(last + SHRINK_AFTER, 1);
         assert_eq!(d.target(), 2, "back to the base");
     }
 

@@ -233,8 +233,14 @@ impl WarmPool {
             let i = found?;
             let mut warm = entries.swap_remove(i);
             if warm.is_alive() {
+                // Only the shape the pool makes grows it.
+                let wanted = self.0.shape.lock().is_ok_and(|s| *s == warm.shape);
+                let left = match wanted {
+                    true => entries.iter().filter(|w| w.shape == warm.shape).count(),
+                    false => usize::MAX,
+                };
                 if let Ok(mut d) = self.0.demand.lock() {
-                    d.took(Instant::now());
+                    d.took(Instant::now(), left);
                 }
                 return Some(warm);
             }
