@@ -66,7 +66,6 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn run(config: ServerConfig) -> Result<()> {
-    let mut gvisor_pool = None;
     let (runtime, linux): (Arc<dyn Runtime>, Option<Arc<LinuxRuntime>>) = match config.isolation {
         Isolation::Container => {
             let linux = Arc::new(
@@ -91,13 +90,8 @@ async fn run(config: ServerConfig) -> Result<()> {
                 &config.data_dir,
                 config.resolvers.clone(),
                 config.max_ptys_per_sandbox,
-            )?
-            .with_warm_pool(config.warm_inits as usize)?;
-            // Warm gVisor sandboxes serve creates without network (see gvisor/warm.rs).
-            gvisor.fill_warm_pool(config.limits().disk_mb_per_sandbox);
-            let gvisor = Arc::new(gvisor);
-            gvisor_pool = Some(gvisor.clone());
-            (gvisor, None)
+            )?;
+            (Arc::new(gvisor), None)
         }
     };
     let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
@@ -114,9 +108,6 @@ async fn run(config: ServerConfig) -> Result<()> {
     // Sandboxes keep running for the next start; the warm inits are ours alone.
     if let Some(linux) = linux {
         tokio::task::spawn_blocking(move || linux.drain_warm_inits()).await?;
-    }
-    if let Some(gvisor) = gvisor_pool {
-        tokio::task::spawn_blocking(move || gvisor.drain_warm_pool()).await?;
     }
     served
 }
