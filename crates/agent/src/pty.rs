@@ -17,6 +17,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
@@ -131,14 +132,22 @@ fn start_shell(
             format!("cannot start a shell: {e}"),
         )
     })?;
-    // Dropping the command closes our copies of the slave: the master then reads EOF
-    // once the shell and everything it left on the terminal are gone.
+    // Dropping the command closes our copies of the slave: only the shell and what it
+    // starts hold it.
     drop(cmd);
     Ok((child.id(), exit))
 }
 
 /// Pumps PTY output to the connection and connection frames to the PTY; the shell's
-/// exit ends it with an `Exit` frame, a client that goes away hangs the shell up.
+/// exit ends it: what it left on the terminal is read without waiting, then an `Exit`
+/// frame goes out and the connection closes. A client that goes away hangs the shell up.
+///
+/// The session ends on the shell's exit rather than on the master's EOF: under gVisor
+/// (runsc 2022-12-19) a master read neither returns EOF once the slave is closed nor
+/// wakes for the last output written before the close, so waiting for EOF hung the
+/// session (and a blocking read held a thread for good). The master is read
+/// non-blocking through the reactor instead, so nothing waits on it once the shell is
+/// gone (processes the shell left on the terminal are cut off with it).
 async fn bridge(
     io: TokioIo<hyper::upgrade::Upgraded>,
     master: OwnedFd,
@@ -146,21 +155,46 @@ async fn bridge(
     exit: oneshot::Receiver<Exit>,
 ) {
     let raw = master.as_raw_fd();
-    let Ok(input) = master.try_clone() else {
-        return kill_group(pid, libc::SIGKILL);
+    // SAFETY: `Master` owns its descriptor and neither replaces nor closes it while the
+    // `AsyncFd` holds it (it is closed when the `AsyncFd` is dropped, after deregistering).
+    let master = match nonblocking(master)
+        .and_then(|m| unsafe { AsyncFd::register(m) }.map_err(std::io::Error::from))
+    {
+        Ok(master) => master,
+        Err(_) => return kill_group(pid, libc::SIGKILL),
     };
-    let mut output = tokio::fs::File::from_std(std::fs::File::from(master));
-    let mut input = tokio::fs::File::from_std(std::fs::File::from(input));
+    let master = &master;
     let (mut rd, mut wr) = tokio::io::split(io);
     let out = async move {
         let mut buf = vec![0u8; 16 * 1024];
-        while let Ok(n @ 1..) = output.read(&mut buf).await {
+        let mut exit = exit;
+        let ended = loop {
+            tokio::select! {
+                read = read_master(master, &mut buf) => match read {
+                    Ok(n @ 1..) => {
+                        let frame = PtyFrame::Data(bytes::Bytes::copy_from_slice(&buf[..n]));
+                        if wr.write_all(&frame.encode()).await.is_err() {
+                            return;
+                        }
+                    }
+                    // EOF or EIO: every holder of the slave is gone.
+                    _ => break None,
+                },
+                ended = &mut exit => break Some(ended),
+            }
+        };
+        // The output the shell left behind, as far as it can be read now.
+        while let Ok(n @ 1..) = master.get_ref().read_now(&mut buf) {
             let frame = PtyFrame::Data(bytes::Bytes::copy_from_slice(&buf[..n]));
             if wr.write_all(&frame.encode()).await.is_err() {
                 return;
             }
         }
-        let code = match exit.await {
+        let ended = match ended {
+            Some(ended) => ended,
+            None => exit.await,
+        };
+        let code = match ended {
             Ok(Exit::Code(c)) => c,
             Ok(Exit::Signal(s)) => 128 + s,
             Err(_) => -1,
@@ -174,7 +208,7 @@ async fn bridge(
             loop {
                 match PtyFrame::decode(&mut buf) {
                     Ok(Some(PtyFrame::Data(d))) => {
-                        if input.write_all(&d).await.is_err() || input.flush().await.is_err() {
+                        if write_master(master, &d).await.is_err() {
                             return;
                         }
                     }
@@ -193,4 +227,58 @@ async fn bridge(
             kill_group(pid, libc::SIGKILL);
         }
     }
+}
+
+/// The PTY master, read and written without blocking.
+struct Master(OwnedFd);
+
+impl AsRawFd for Master {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+impl Master {
+    /// One non-blocking read: `WouldBlock` when nothing is there.
+    fn read_now(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        nix::unistd::read(self.0.as_raw_fd(), buf).map_err(std::io::Error::from)
+    }
+
+    fn write_now(&self, data: &[u8]) -> std::io::Result<usize> {
+        nix::unistd::write(&self.0, data).map_err(std::io::Error::from)
+    }
+}
+
+fn nonblocking(fd: OwnedFd) -> std::io::Result<Master> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let raw = fd.as_raw_fd();
+    let flags = fcntl(raw, FcntlArg::F_GETFL).map_err(std::io::Error::from)?;
+    let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;
+    fcntl(raw, FcntlArg::F_SETFL(flags)).map_err(std::io::Error::from)?;
+    Ok(Master(fd))
+}
+
+/// Reads what the master has once it is readable.
+async fn read_master(master: &AsyncFd<Master>, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        let mut ready = master.readable().await?;
+        match ready.try_io(|m| m.get_ref().read_now(buf)) {
+            Ok(result) => return result,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// Writes all of `data` to the master, waiting while its input queue is full.
+async fn write_master(master: &AsyncFd<Master>, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        let mut ready = master.writable().await?;
+        match ready.try_io(|m| m.get_ref().write_now(data)) {
+            Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => data = &data[n..],
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => continue,
+        }
+    }
+    Ok(())
 }

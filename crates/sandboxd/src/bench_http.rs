@@ -238,7 +238,7 @@ impl Api {
         })
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &mut self,
         method: &str,
         path: &str,

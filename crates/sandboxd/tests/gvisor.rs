@@ -414,47 +414,62 @@ fn reconcile_removes_a_gvisor_sandbox_no_record_keeps() {
     assert_gone(&rt, &kept);
 }
 
-/// The terminal works (size, tty, input and output); its end is not tested: under this
-/// runsc release the agent's read of the master does not end once the shell exits, and
-/// the agent waits for that before its `Exit` frame (see the README's gVisor tier).
+/// The terminal works (size, tty, input and output) and its end reaches the client: the
+/// shell's exit code comes back in an `Exit` frame and the session closes.
 #[test]
-#[ignore = "hangs: under this runsc release a PTY session's end never reaches the agent, \
-            and closing the session then waits on it (seen to outlive nextest's 5 minutes \
-            in a full run); run with --run-ignored once crates/agent/src/pty.rs ends \
-            sessions on the shell's exit"]
 fn a_pty_terminal_works_under_gvisor() {
     use sandboxd_agent_protocol::pty::PtyFrame;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Bounds each wait, so that a session that never ends fails instead of hanging.
+    const BOUND: std::time::Duration = std::time::Duration::from_secs(60);
     let data = tempfile::tempdir().expect("tempdir");
     let Some(rt) = gvisor(data.path()) else {
         return;
     };
     let handle = rt.start(&common::spec("default")).expect("start");
     let client = AgentClient::new(handle.agent_socket.clone());
-    let seen = block_on(async {
+    let (seen, code) = block_on(async {
         let mut io = client.open_pty(100, 30, "/").await.expect("open pty");
-        let line = "stty size; tty; echo the-$((6*7))-end\n";
+        let line = "stty size; tty; echo the-$((6*7))-end; exit 7\n";
         io.write_all(&PtyFrame::Data(bytes::Bytes::from(line)).encode())
             .await
             .expect("write");
         let mut buf = bytes::BytesMut::new();
         let mut seen = Vec::new();
-        while !String::from_utf8_lossy(&seen).contains("the-42-end") {
+        let code = loop {
+            let mut chunk = [0u8; 4096];
+            let read = tokio::time::timeout(BOUND, io.read(&mut chunk)).await;
+            let text = String::from_utf8_lossy(&seen).into_owned();
+            let n = read
+                .unwrap_or_else(|_| panic!("the session did not end: {text}"))
+                .expect("read");
+            assert!(n > 0, "the PTY closed without an Exit frame: {text}");
+            buf.extend_from_slice(&chunk[..n]);
+            let mut code = None;
             while let Some(frame) = PtyFrame::decode(&mut buf).expect("frame") {
-                if let PtyFrame::Data(d) = frame {
-                    seen.extend_from_slice(&d);
+                match frame {
+                    PtyFrame::Data(d) => seen.extend_from_slice(&d),
+                    PtyFrame::Exit(c) => code = Some(c),
+                    PtyFrame::Resize { .. } => {}
                 }
             }
-            let mut chunk = [0u8; 4096];
-            let n = io.read(&mut chunk).await.expect("read");
-            let text = String::from_utf8_lossy(&seen).into_owned();
-            assert!(n > 0, "the PTY closed early: {text}");
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        String::from_utf8_lossy(&seen).into_owned()
+            if let Some(code) = code {
+                break code;
+            }
+        };
+        // After the Exit frame the agent closes the session.
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(BOUND, io.read_to_end(&mut rest)).await;
+        assert!(
+            closed.is_ok(),
+            "the session stayed open after its Exit frame"
+        );
+        (String::from_utf8_lossy(&seen).into_owned(), code)
     });
     assert!(seen.contains("30 100"), "{seen}");
     assert!(seen.contains("/dev/pts/"), "{seen}");
+    assert!(seen.contains("the-42-end"), "{seen}");
+    assert_eq!(code, 7, "{seen}");
     rt.destroy(&handle).expect("destroy");
     assert_gone(&rt, &handle);
 }

@@ -53,7 +53,7 @@ pub(super) fn checkpoint(
                 .into(),
         ));
     }
-    let id = handle.id.to_string();
+    let id = super::warm::runsc_id(handle);
     // Frozen in memory: it runs a moment to let go of its socket.
     let was_frozen = rt.is_paused(handle);
     if was_frozen {
@@ -109,7 +109,7 @@ pub(super) fn restore(
     if !on_disk(handle) {
         return Ok(handle.clone());
     }
-    let id = handle.id.to_string();
+    let id = super::warm::runsc_id(handle);
     let state = handle.state_dir.display().to_string();
     let image = image_dir(&handle.state_dir).display().to_string();
     let pid_file = handle.state_dir.join("sandbox.pid");
@@ -157,7 +157,7 @@ fn quiesce(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<String, Runtime
     let verdict = handle.agent_socket.with_file_name(QUIESCED);
     let _ = std::fs::remove_file(&verdict);
     rt.runsc
-        .run(None, &["kill", &handle.id.to_string(), "USR2"])?;
+        .run(None, &["kill", &super::warm::runsc_id(handle), "USR2"])?;
     let deadline = Instant::now() + QUIESCE_TIMEOUT;
     loop {
         // Written whole by one write; an empty read is a write in progress.
@@ -182,7 +182,7 @@ pub(super) fn relisten(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(),
     // A sandbox just restored may not take signals yet (its control server refuses
     // connections a moment after `restore --detach` returned).
     let deadline = Instant::now() + QUIESCE_TIMEOUT;
-    let id = handle.id.to_string();
+    let id = super::warm::runsc_id(handle);
     while let Err(e) = rt.runsc.run(None, &["kill", &id, "USR1"]) {
         if Instant::now() >= deadline {
             return Err(e);
@@ -256,7 +256,7 @@ pub(super) fn snapshot(
     };
     if was_frozen {
         // It was paused in memory: it stays so (the restore started it).
-        if let Err(e) = rt.runsc.run(None, &["pause", &live.id.to_string()]) {
+        if let Err(e) = rt.runsc.run(None, &["pause", &super::warm::runsc_id(&live)]) {
             return (taken.and(Err(e)), live);
         }
     }

@@ -26,7 +26,7 @@ pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), 
     // SIGKILL ends even a paused (ptrace-stopped) sentry; runsc's own state goes next.
     cgroups.kill_and_remove(id)?;
     reap(&killed);
-    let name = id.to_string();
+    let name = super::warm::runsc_id(handle);
     rt.runsc.delete(&name);
     for file in rt.runsc.state_files(&name) {
         let _ = match file.is_dir() {

@@ -28,6 +28,7 @@ pub mod checkpoint;
 mod destroy;
 pub mod runsc;
 mod start;
+mod warm;
 
 use super::{capture, layers::remove_tree, LinuxConfig, LinuxRuntime};
 use crate::{
@@ -41,11 +42,14 @@ use uuid::Uuid;
 
 pub use bundle::QUIESCED;
 pub use start::{MEMORY_OVERHEAD_MB, PIDS_OVERHEAD};
+pub use warm::HOSTNAME as WARM_HOSTNAME;
 
 /// The gVisor [`Runtime`].
 pub struct GvisorRuntime {
     linux: LinuxRuntime,
     runsc: Runsc,
+    /// Sandboxes started ahead of time; `None` starts every sandbox cold.
+    warm: Option<warm::GvisorWarm>,
 }
 
 impl GvisorRuntime {
@@ -56,10 +60,68 @@ impl GvisorRuntime {
             runsc::find().ok_or_else(|| RuntimeError::Unsupported(runsc::missing_reason()))?;
         let root = config.data_dir.join("runsc");
         std::fs::create_dir_all(&root).map_err(super::io("creating the runsc root", &root))?;
-        Ok(GvisorRuntime {
+        let rt = GvisorRuntime {
             linux: LinuxRuntime::new(config)?,
             runsc: Runsc { exe, root },
-        })
+            warm: None,
+        };
+        warm::sweep_stale(&rt);
+        Ok(rt)
+    }
+
+    /// Keeps `count` sandboxes started ahead of time (0 = none), without network, made
+    /// once [`GvisorRuntime::fill_warm_pool`] says their disk size: a start of the
+    /// default image, that disk, no network and the default hostname
+    /// ([`WARM_HOSTNAME`]) takes one (see `warm.rs`).
+    pub fn with_warm_pool(mut self, count: usize) -> Result<Self, RuntimeError> {
+        self.warm = match count {
+            0 => None,
+            _ => {
+                let maker = GvisorRuntime::new(self.linux.config.clone())?;
+                Some(warm::GvisorWarm::new(maker, count))
+            }
+        };
+        Ok(self)
+    }
+
+    /// Starts filling the warm pool with sandboxes of the default image and a `disk_mb`
+    /// MiB disk (in the background).
+    pub fn fill_warm_pool(&self, disk_mb: u32) {
+        let Some(pool) = &self.warm else {
+            return;
+        };
+        let spec = SandboxSpec {
+            id: Uuid::nil(),
+            image: super::DEFAULT_IMAGE.into(),
+            extra_layers: vec![],
+            hostname: warm::HOSTNAME.into(),
+            vcpu: 1,
+            memory_mb: 0,
+            pids_max: 0,
+            disk_mb,
+            isolation: crate::Isolation::Gvisor,
+        };
+        match self.linux.layer_stack(&spec) {
+            Ok((layers, _pin)) => pool.prefer(warm::Shape {
+                image: spec.image,
+                layers,
+                disk_mb,
+            }),
+            Err(e) => tracing::warn!(error = %e, "no warm gVisor sandboxes"),
+        }
+    }
+
+    /// Warm sandboxes ready to be taken now.
+    pub fn warm_pool_ready(&self) -> usize {
+        self.warm.as_ref().map_or(0, |pool| pool.ready())
+    }
+
+    /// Destroys the warm sandboxes (dropping the runtime does too); started sandboxes
+    /// are left alone.
+    pub fn drain_warm_pool(&self) {
+        if let Some(pool) = &self.warm {
+            pool.drain();
+        }
     }
 
     /// The dir memory snapshots' images are kept in (one dir per snapshot id).
@@ -100,7 +162,7 @@ impl GvisorRuntime {
     }
 
     fn is_paused(&self, handle: &SandboxHandle) -> bool {
-        self.runsc.status(&handle.id.to_string()).as_deref() == Some("paused")
+        self.runsc.status(&warm::runsc_id(handle)).as_deref() == Some("paused")
     }
 }
 
@@ -120,6 +182,12 @@ impl Runtime for GvisorRuntime {
 
     fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
         crate::faults::check("start.gvisor")?;
+        if let Some(pool) = &self.warm {
+            let layers = self.linux.layer_stack(spec).map(|(layers, _pin)| layers);
+            if let Some(handle) = layers.ok().and_then(|l| pool.take(self, spec, &l)) {
+                return Ok(handle);
+            }
+        }
         start::start(self, spec, &NetworkSpec::none())
     }
 
@@ -174,7 +242,7 @@ impl Runtime for GvisorRuntime {
         if checkpoint::on_disk(handle) || self.is_paused(handle) {
             return Ok(());
         }
-        self.runsc.run(None, &["pause", &handle.id.to_string()])?;
+        self.runsc.run(None, &["pause", &warm::runsc_id(handle)])?;
         Ok(())
     }
 
@@ -183,7 +251,7 @@ impl Runtime for GvisorRuntime {
         if !self.is_paused(handle) {
             return Ok(());
         }
-        self.runsc.run(None, &["resume", &handle.id.to_string()])?;
+        self.runsc.run(None, &["resume", &warm::runsc_id(handle)])?;
         Ok(())
     }
 
@@ -266,14 +334,28 @@ impl Runtime for GvisorRuntime {
 
     fn reconcile(&self, keep: &HashSet<Uuid>, ended: &HashSet<Uuid>) -> Vec<Uuid> {
         // runsc's state of containers no live record keeps goes first (their sentries
-        // are killed with their cgroups by the container tier's reconcile).
+        // are killed with their cgroups by the container tier's reconcile). A kept
+        // sandbox made from a warm entry runs in the entry's container; the pool's own
+        // entries are kept too.
+        let sandboxes = self.linux.sandboxes_dir();
+        let mut containers: HashSet<Uuid> = keep
+            .iter()
+            .map(|id| {
+                warm::runsc_id_in(&sandboxes.join(id.to_string()))
+                    .and_then(|r| Uuid::parse_str(&r).ok())
+                    .unwrap_or(*id)
+            })
+            .collect();
+        if let Some(pool) = &self.warm {
+            containers.extend(pool.keys());
+        }
         if let Ok(entries) = std::fs::read_dir(&self.runsc.root) {
             for entry in entries.filter_map(|e| e.ok()) {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let Some(id) = name.get(..36).and_then(|s| Uuid::parse_str(s).ok()) else {
                     continue;
                 };
-                if !keep.contains(&id) {
+                if !containers.contains(&id) {
                     self.runsc.delete(&id.to_string());
                     for file in self.runsc.state_files(&id.to_string()) {
                         let _ = std::fs::remove_file(&file);
@@ -286,6 +368,10 @@ impl Runtime for GvisorRuntime {
 
     fn usage(&self, handle: &SandboxHandle) -> Result<ResourceUsage, RuntimeError> {
         self.linux.usage(handle)
+    }
+
+    fn warm_pool(&self) -> Option<crate::WarmPoolStats> {
+        self.warm.as_ref().map(|pool| pool.stats())
     }
 
     fn resolve_image(&self, name: &str) -> Result<ImageLayers, RuntimeError> {

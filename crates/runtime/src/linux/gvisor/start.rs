@@ -40,8 +40,19 @@ pub(super) fn start_from(
     network: &NetworkSpec,
     image: Option<&Path>,
 ) -> Result<SandboxHandle, RuntimeError> {
-    let (layers, pin) = rt.linux.layer_stack(spec)?;
     let state_dir = rt.linux.sandboxes_dir().join(spec.id.to_string());
+    start_at(rt, spec, network, image, state_dir)
+}
+
+/// [`start_from`] in `state_dir` (a warm entry's lives under another name until taken).
+pub(super) fn start_at(
+    rt: &GvisorRuntime,
+    spec: &SandboxSpec,
+    network: &NetworkSpec,
+    image: Option<&Path>,
+    state_dir: PathBuf,
+) -> Result<SandboxHandle, RuntimeError> {
+    let (layers, pin) = rt.linux.layer_stack(spec)?;
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&state_dir)
@@ -89,30 +100,13 @@ fn launch(
         .create(&socket_dir)
         .map_err(io("creating the agent socket dir", &socket_dir))?;
     let root = rootfs::rootfs(&state_dir);
-    let bind_tmp = ensure_tmp(&root)?;
     let netns = state_dir.join(rootfs::NETNS_FILE);
     let egress = network.mode == NetworkMode::Egress;
     if egress {
         crate::linux::net::netns::wire_new(&rt.linux, spec.id, network, &netns, &root)?;
     }
-    bundle::write(
-        &state_dir,
-        &Bundle {
-            rootfs: &root,
-            socket_dir: &socket_dir,
-            agent_exe: &rt.linux.config.init_exe,
-            hostname: &spec.hostname,
-            host_usr: rt.linux.wants_host_usr(&spec.image),
-            netns: egress.then_some(netns.as_path()),
-            bind_tmp,
-        },
-    )?;
-    let limits = Limits {
-        vcpu: spec.vcpu,
-        memory_mb: spec.memory_mb.saturating_add(MEMORY_OVERHEAD_MB),
-        pids_max: spec.pids_max.saturating_add(PIDS_OVERHEAD),
-    };
-    rt.linux.cgroups.create(spec.id, limits)?;
+    write_bundle(rt, spec, &state_dir, egress)?;
+    rt.linux.cgroups.create(spec.id, limits(spec))?;
     let state = state_dir.display().to_string();
     let pid_file = state_dir.join("sandbox.pid").display().to_string();
     let id = spec.id.to_string();
@@ -167,6 +161,42 @@ fn set_hostname(rt: &GvisorRuntime, id: &str, hostname: &str) -> Result<(), Runt
         hostname,
     ];
     rt.runsc.run(None, &args).map(|_| ())
+}
+
+/// The host cgroup limits of a sandbox of `spec`: its own plus the sentry's overhead.
+pub(super) fn limits(spec: &SandboxSpec) -> Limits {
+    Limits {
+        vcpu: spec.vcpu,
+        memory_mb: spec.memory_mb.saturating_add(MEMORY_OVERHEAD_MB),
+        pids_max: spec.pids_max.saturating_add(PIDS_OVERHEAD),
+    }
+}
+
+/// Writes the sandbox's OCI bundle for its state dir as it is named now (a warm entry's
+/// is written again when taken: a restore reads its paths).
+pub(super) fn write_bundle(
+    rt: &GvisorRuntime,
+    spec: &SandboxSpec,
+    state_dir: &Path,
+    egress: bool,
+) -> Result<(), RuntimeError> {
+    let root = rootfs::rootfs(state_dir);
+    let bind_tmp = ensure_tmp(&root)?;
+    let netns = state_dir.join(rootfs::NETNS_FILE);
+    let socket_dir = state_dir.join("agent");
+    bundle::write(
+        state_dir,
+        &Bundle {
+            rootfs: &root,
+            socket_dir: &socket_dir,
+            agent_exe: &rt.linux.config.init_exe,
+            hostname: &spec.hostname,
+            host_usr: rt.linux.wants_host_usr(&spec.image),
+            netns: egress.then_some(netns.as_path()),
+            bind_tmp,
+        },
+    )?;
+    Ok(())
 }
 
 /// Fills in the sandbox's host pid (runsc's pid file) and waits for its agent to accept.

@@ -1,0 +1,176 @@
+//! The gVisor tier's warm pool: a start takes a sandbox started ahead of time (counted
+//! as a hit), which then works as any (exec, files, its own limits, pause to disk and
+//! back, reconcile keeps it), a start it cannot serve starts cold, and the drain leaves
+//! nothing of the entries behind. Skipped where runsc is missing.
+
+mod common;
+mod gvisor_common;
+
+use gvisor_common::*;
+use sandboxd_agent_protocol::AgentClient;
+use sandboxd_runtime::linux::gvisor::{GvisorRuntime, MEMORY_OVERHEAD_MB, WARM_HOSTNAME};
+use sandboxd_runtime::Runtime;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const DISK_MB: u32 = 64;
+
+/// Waits (bounded) for the pool to hold `n` entries.
+fn wait_ready(rt: &GvisorRuntime, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while rt.warm_pool_ready() < n {
+        assert!(Instant::now() < deadline, "the warm pool did not fill");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Keys of the warm entries under `data`.
+fn entry_keys(data: &Path) -> Vec<String> {
+    std::fs::read_dir(data.join("sandboxes"))
+        .expect("sandboxes dir")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(".gvwarm-").map(str::to_string)
+        })
+        .collect()
+}
+
+/// Nothing of runsc container `key` is left: processes, state files, cgroups.
+fn assert_key_gone(rt: &GvisorRuntime, key: &str) {
+    assert_eq!(
+        processes_naming(key),
+        Vec::<i32>::new(),
+        "{key}: processes left"
+    );
+    let files: Vec<_> = std::fs::read_dir(rt.runsc_root())
+        .expect("runsc root")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(key))
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(
+        files,
+        Vec::<std::path::PathBuf>::new(),
+        "{key}: runsc state left"
+    );
+    let id = uuid::Uuid::parse_str(key).expect("key");
+    for dir in rt.cgroups().dirs(id) {
+        assert!(!dir.exists(), "cgroup {} left behind", dir.display());
+    }
+}
+
+fn memory_limit(rt: &GvisorRuntime, id: uuid::Uuid) -> u64 {
+    let dir = rt
+        .cgroups()
+        .dirs(id)
+        .into_iter()
+        .find(|d| d.to_string_lossy().contains("/memory/"))
+        .expect("a memory cgroup");
+    std::fs::read_to_string(dir.join("memory.limit_in_bytes"))
+        .expect("memory limit")
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
+#[test]
+fn a_warm_gvisor_sandbox_serves_a_start_works_and_the_drain_leaves_nothing() {
+    let data = tempfile::tempdir().expect("tempdir");
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let rt = Gvisor(
+        raw_gvisor(data.path())
+            .with_warm_pool(1)
+            .expect("warm pool"),
+    );
+    rt.fill_warm_pool(DISK_MB);
+    wait_ready(&rt, 1);
+    let first_key = entry_keys(data.path()).pop().expect("an entry");
+
+    let mut spec = common::spec("default");
+    spec.hostname = WARM_HOSTNAME.into();
+    spec.disk_mb = DISK_MB;
+    spec.memory_mb = 200;
+    let handle = rt.start(&spec).expect("start");
+    let stats = rt.warm_pool().expect("pool stats");
+    assert_eq!((stats.hits, stats.misses), (1, 0), "{stats:?}");
+    assert!(handle.warm);
+    assert_eq!(
+        handle.state_dir,
+        data.path().join("sandboxes").join(spec.id.to_string())
+    );
+    assert_eq!(
+        memory_limit(&rt, spec.id),
+        u64::from(200 + MEMORY_OVERHEAD_MB) << 20,
+        "the start's limits are set on the taken sandbox"
+    );
+
+    // Exec and files work.
+    let (code, out) = common::agent_sh(&handle, "echo warm-$((6*7)) > /root/f && cat /root/f");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("warm-42"), "{out}");
+    let client = AgentClient::new(handle.agent_socket.clone());
+    let body = futures_util::StreamExt::boxed(futures_util::stream::once(async {
+        Ok(bytes::Bytes::from_static(b"uploaded"))
+    }));
+    block_on(client.write_file("/root/up.txt", 0o644, body)).expect("upload");
+    let (code, out) = common::agent_sh(&handle, "cat /root/up.txt");
+    assert_eq!((code, out.trim()), (Some(0), "uploaded"));
+
+    // A server's reconcile keeps the sandbox (whose runsc container has the entry's
+    // name) and the pool's refilled entry.
+    wait_ready(&rt, 1);
+    let refilled = entry_keys(data.path()).pop().expect("a refilled entry");
+    let keep = std::collections::HashSet::from([handle.id]);
+    assert_eq!(
+        rt.reconcile(&keep, &Default::default()),
+        Vec::<uuid::Uuid>::new()
+    );
+    assert!(rt.is_alive(&handle), "reconcile ended the taken sandbox");
+    let (code, out) = common::agent_sh(&handle, "cat /root/f");
+    assert_eq!(code, Some(0), "exec after reconcile: {out}");
+    assert_eq!(rt.warm_pool_ready(), 1, "reconcile took the pool's entry");
+
+    // Pause to disk and back (the bundle was rewritten for the new paths).
+    let on_disk = rt.checkpoint(&handle).expect("pause to disk");
+    let live = rt.restore(&on_disk).unwrap_or_else(|e| {
+        let log = |f: &str| std::fs::read_to_string(on_disk.state_dir.join(f)).unwrap_or_default();
+        panic!(
+            "restore: {e}\nagent.log: {}\nrunsc.log: {}",
+            log("agent.log"),
+            log("runsc.log")
+        )
+    });
+    let (code, out) = common::agent_sh(&live, "cat /root/f");
+    assert_eq!((code, out.trim()), (Some(0), "warm-42"));
+    rt.destroy(&live).expect("destroy");
+    assert_gone(&rt, &live);
+    assert_key_gone(&rt, &first_key);
+
+    // A start the pool cannot serve (another hostname) starts cold.
+    let cold = rt.start(&common::spec("default")).expect("cold start");
+    assert!(!cold.warm);
+    let stats = rt.warm_pool().expect("pool stats");
+    assert_eq!((stats.hits, stats.misses), (1, 1), "{stats:?}");
+    let (code, out) = common::agent_sh(&cold, "cat /proc/sys/kernel/hostname");
+    assert_eq!((code, out.trim()), (Some(0), "box"));
+    rt.destroy(&cold).expect("destroy");
+
+    // The drain leaves nothing of the entries.
+    rt.drain_warm_pool();
+    assert_eq!(
+        entry_keys(data.path()),
+        Vec::<String>::new(),
+        "entry dirs left"
+    );
+    assert_key_gone(&rt, &refilled);
+    assert_eq!(common::mounts_under(data.path()), Vec::<String>::new());
+    assert_eq!(
+        processes_under(data.path()),
+        Vec::<i32>::new(),
+        "runsc processes left"
+    );
+}
