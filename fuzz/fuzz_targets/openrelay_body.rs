@@ -18,6 +18,8 @@ fuzz_target!(|data: &[u8]| {
         created_at: None,
         network: None,
         disk_mb: 10 * 1024,
+        isolation: None,
+        memory: false,
     };
     if let Ok(body) = parse_strict::<CreateBody>(data) {
         let _ = body.plan(&template);
