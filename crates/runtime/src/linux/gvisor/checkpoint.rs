@@ -256,7 +256,10 @@ pub(super) fn snapshot(
     };
     if was_frozen {
         // It was paused in memory: it stays so (the restore started it).
-        if let Err(e) = rt.runsc.run(None, &["pause", &super::warm::runsc_id(&live)]) {
+        if let Err(e) = rt
+            .runsc
+            .run(None, &["pause", &super::warm::runsc_id(&live)])
+        {
             return (taken.and(Err(e)), live);
         }
     }

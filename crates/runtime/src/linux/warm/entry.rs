@@ -262,15 +262,16 @@ pub(in crate::linux) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &
             continue;
         };
         let Ok(owner) = std::fs::read_to_string(entry.path().join("owner")) else {
-            // Being made right now by another process, or left half-made long ago.
-            let young = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age.as_secs() < 60);
-            if !young {
-                remove(cgroups, slots, key, &entry.path());
+            // A make writes the owner before anything else, so a dir without one is
+            // either a make in its first instant (empty: `rmdir` takes it only while
+            // empty, and that make then fails cleanly on its owner write) or what a
+            // killed process left while making or removing it: removed whatever its age.
+            let dir = entry.path();
+            let empty = std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
+            if empty {
+                let _ = std::fs::remove_dir(&dir);
+            } else if !dir.join("owner").exists() {
+                remove(cgroups, slots, key, &dir);
             }
             continue;
         };
