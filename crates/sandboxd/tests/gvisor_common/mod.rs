@@ -204,3 +204,14 @@ pub fn cgroups_named(key: &str) -> Vec<std::path::PathBuf> {
         .filter(|p| p.exists())
         .collect()
 }
+
+/// Names of the sandbox state dirs under `data`, a server's warm entries left out.
+pub fn sandbox_dir_names(data: &Path) -> Vec<String> {
+    std::fs::read_dir(data.join("sandboxes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| !name.starts_with(".gvwarm-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
