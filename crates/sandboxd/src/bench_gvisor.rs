@@ -153,7 +153,7 @@ fn checkpoint_rows(
         "  ... memory cgroup while on disk (host memory freed)",
         held[held.len() / 2] as f64 / (1024.0 * 1024.0)
     );
-    crate::bench_fork::rows(&runtime, &rt, n)
+    crate::bench_fork::rows(runtime, rt, n)
 }
 
 /// Create -> first exec through a `sandboxd serve --isolation gvisor` child (no
