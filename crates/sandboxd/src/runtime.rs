@@ -54,10 +54,24 @@ pub fn gvisor_backend(
     resolvers: Option<Vec<Ipv4Addr>>,
     max_ptys: u32,
 ) -> Result<Arc<dyn Runtime>, String> {
+    gvisor_tier(data_dir, resolvers, max_ptys, 0).map(|g| g as Arc<dyn Runtime>)
+}
+
+/// [`gvisor_backend`], keeping a warm pool of `warm` sandboxes (0 = none; filled once
+/// [`GvisorRuntime::fill_warm_pool`] is called).
+pub fn gvisor_tier(
+    data_dir: &Path,
+    resolvers: Option<Vec<Ipv4Addr>>,
+    max_ptys: u32,
+    warm: usize,
+) -> Result<Arc<GvisorRuntime>, String> {
     if !GvisorRuntime::available() {
         return Err(runsc::missing_reason());
     }
-    match open_gvisor(data_dir, resolvers, max_ptys) {
+    match open_gvisor(data_dir, resolvers, max_ptys).and_then(|g| {
+        g.with_warm_pool(warm)
+            .context("starting the gVisor warm pool")
+    }) {
         Ok(gvisor) => Ok(Arc::new(gvisor)),
         Err(e) => Err(format!("{e:#}")),
     }

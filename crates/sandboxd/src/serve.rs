@@ -85,10 +85,21 @@ async fn run(config: ServerConfig) -> Result<()> {
     }
     // The gVisor tier is opened at start when runsc is there (it re-adopts and cleans
     // its sandboxes then); without it, gVisor requests are refused with the reason.
-    let gvisor = crate::runtime::gvisor_backend(
+    // On a gVisor-default server without default network, `warm_inits` sandboxes run
+    // ahead of time for creates of the default image and disk (any name; see
+    // gvisor/warm.rs); a container-default server keeps no warm gVisor sandboxes.
+    let limits = config.limits();
+    let gvisor_warm = match config.isolation == Isolation::Gvisor
+        && limits.default_network == sandboxd_runtime::NetworkMode::None
+    {
+        true => config.warm_inits as usize,
+        false => 0,
+    };
+    let gvisor = crate::runtime::gvisor_tier(
         &config.data_dir,
         config.resolvers.clone(),
         config.max_ptys_per_sandbox,
+        gvisor_warm,
     );
     match (&gvisor, config.isolation) {
         (Err(why), Isolation::Gvisor) => {
@@ -99,7 +110,11 @@ async fn run(config: ServerConfig) -> Result<()> {
         }
         (Ok(_), _) => {}
     }
-    let runtime: Arc<dyn Runtime> = Arc::new(Tiers::new(linux.clone(), gvisor));
+    let gvisor_pool = gvisor.as_ref().ok().cloned();
+    let runtime: Arc<dyn Runtime> = Arc::new(Tiers::new(
+        linux.clone(),
+        gvisor.map(|g| g as Arc<dyn Runtime>),
+    ));
     let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
         .context("opening the sandbox database")?;
     let engine: Arc<Engine> = Engine::open(EngineConfig {
@@ -109,10 +124,21 @@ async fn run(config: ServerConfig) -> Result<()> {
         limits: config.limits(),
     })
     .context("opening the engine")?;
+    // Filled once the engine's reconcile is done (it keeps only entries already made).
+    if let Some(gvisor) = &gvisor_pool {
+        gvisor.fill_warm_pool(limits.disk_mb_per_sandbox);
+    }
     crate::layer_collector::spawn(config.data_dir.clone(), config.layer_gc);
     let served = sandboxd_server::serve(config, engine, sandboxd_server::shutdown_signal()).await;
-    // Sandboxes keep running for the next start; the warm inits are ours alone.
-    tokio::task::spawn_blocking(move || linux.drain_warm_inits()).await?;
+    // Sandboxes keep running for the next start; the warm inits and the warm gVisor
+    // sandboxes are ours alone.
+    tokio::task::spawn_blocking(move || {
+        linux.drain_warm_inits();
+        if let Some(gvisor) = gvisor_pool {
+            gvisor.drain_warm_pool();
+        }
+    })
+    .await?;
     served
 }
 

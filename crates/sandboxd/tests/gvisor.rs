@@ -133,7 +133,11 @@ fn a_gvisor_server_creates_gvisor_sandboxes_in_every_dialect() {
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().canonicalize().expect("canonical");
-    let env = [("SANDBOXD_ISOLATION", "gvisor")];
+    // Without default network the server keeps warm gVisor sandboxes: creates take them.
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "none"),
+    ];
     let _leftovers = ServerLeftovers(data.clone());
     let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
 
@@ -196,7 +200,7 @@ fn a_gvisor_server_creates_gvisor_sandboxes_in_every_dialect() {
     );
 
     assert!(
-        !processes_under(&data).is_empty(),
+        !sandbox_processes_under(&data).is_empty(),
         "no runsc process for the sandboxes"
     );
     server.destroy(MASTER, &inngest);
@@ -209,13 +213,96 @@ fn a_gvisor_server_creates_gvisor_sandboxes_in_every_dialect() {
     assert_eq!(del.status / 100, 2, "{}", del.text());
     let del = server.request("DELETE", &format!("{RUNZIVO}/{runzivo}"), MASTER, None);
     assert_eq!(del.status / 100, 2, "{}", del.text());
+    // The server's warm pool (entries under `.gvwarm-<key>`) stays until it stops.
     common::wait_for("every gVisor sandbox gone", || {
-        processes_under(&data).is_empty()
+        sandbox_processes_under(&data).is_empty()
     });
     common::wait_for("every state dir gone", || {
-        std::fs::read_dir(data.join("sandboxes")).map_or(true, |d| d.count() == 0)
+        std::fs::read_dir(data.join("sandboxes")).map_or(true, |d| {
+            d.filter_map(|e| e.ok())
+                .all(|e| e.file_name().to_string_lossy().starts_with(".gvwarm-"))
+        })
     });
+    let keys = warm_entry_keys(&data);
     drop(server);
+    // Its stop drains the pool: nothing of the entries is left.
+    assert_eq!(warm_entry_keys(&data), Vec::<String>::new());
+    assert_eq!(processes_under(&data), Vec::<i32>::new());
+    for key in &keys {
+        assert_eq!(cgroups_named(key), Vec::<std::path::PathBuf>::new());
+    }
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
+#[test]
+fn a_gvisor_server_serves_a_named_create_from_its_warm_pool_and_drains_it_at_stop() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "none"),
+        ("SANDBOXD_WARM_INITS", "2"),
+    ];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    // Entries are made one after the other, each marked with its owner once running:
+    // with both marked, the first is in the pool.
+    let owned = || {
+        warm_entry_keys(&data)
+            .iter()
+            .filter(|k| {
+                data.join("sandboxes")
+                    .join(format!(".gvwarm-{k}/owner"))
+                    .exists()
+            })
+            .count()
+    };
+    common::wait_for("the server's warm pool filled", || owned() >= 2);
+
+    // Inngest: the name is the hostname, set on the taken entry.
+    let body = serde_json::json!({"name": "warm-named", "vcpu": 1, "memoryMb": 256});
+    let id = server.create_sandbox(MASTER, &body);
+    let (code, out) = server.exec(
+        MASTER,
+        &id,
+        &["/bin/sh", "-c", "hostname; cat /proc/sys/kernel/hostname"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["warm-named", "warm-named"],
+        "{out}"
+    );
+    // A sandbox made from an entry runs in the entry's runsc container, recorded.
+    let taken: Vec<String> = std::fs::read_dir(data.join("sandboxes"))
+        .expect("sandboxes")
+        .filter_map(|e| e.ok())
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter_map(|e| std::fs::read_to_string(e.path().join("runsc-id")).ok())
+        .collect();
+    assert_eq!(taken.len(), 1, "the create did not take a warm entry");
+
+    server.destroy(MASTER, &id);
+    common::wait_for("the sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
+    let mut keys = warm_entry_keys(&data);
+    keys.extend(taken);
+    drop(server);
+    // The stop drains the pool: nothing of the entries (or the taken one) is left.
+    assert_eq!(warm_entry_keys(&data), Vec::<String>::new());
+    assert_eq!(processes_under(&data), Vec::<i32>::new());
+    for key in &keys {
+        assert_eq!(
+            cgroups_named(key),
+            Vec::<std::path::PathBuf>::new(),
+            "{key}"
+        );
+    }
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
 
@@ -264,25 +351,37 @@ fn a_restarted_gvisor_server_adopts_its_running_sandboxes() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().canonicalize().expect("canonical");
     let _leftovers = ServerLeftovers(data.clone());
-    let env = [("SANDBOXD_ISOLATION", "gvisor")];
+    // Without default network: the server keeps warm gVisor sandboxes too.
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "none"),
+    ];
     let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
     let body = serde_json::json!({"name": "kept", "vcpu": 1, "memoryMb": 256});
     let id = server.create_sandbox(MASTER, &body);
     let (code, _) = server.exec(MASTER, &id, &["/bin/sh", "-c", "echo before > /root/f"]);
     assert_eq!(code, 0);
-    let sentries = processes_under(&data);
+    // The sandbox's own processes (the server's warm pool runs under the data dir too,
+    // and its drain at the stop ends those).
+    let sentries = sandbox_processes_under(&data);
+    assert!(!sentries.is_empty(), "no runsc process for the sandbox");
     drop(server); // SIGTERM: sandboxes keep running for the next start
 
     assert_eq!(
         processes_under(&data),
         sentries,
-        "the sandbox did not outlive its server"
+        "the sandbox did not outlive its server, or the warm pool did"
     );
+    assert_eq!(warm_entry_keys(&data), Vec::<String>::new());
     let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
     let (code, out) = server.exec(MASTER, &id, &["/bin/cat", "/root/f"]);
     assert_eq!((code, out.as_str()), (0, "before\n"));
     server.destroy(MASTER, &id);
-    common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
+    common::wait_for("the sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
+    drop(server);
+    assert_eq!(processes_under(&data), Vec::<i32>::new());
 }
 
 #[test]

@@ -497,7 +497,7 @@ fn an_openrelay_auto_pause_sandbox_on_disk_wakes_after_a_server_restart() {
     common::wait_for("the sandbox recorded on disk", || {
         server.request("GET", &path, MASTER, None).json()["autoPausedAt"].is_string()
     });
-    assert!(image.is_file() && processes_under(&data).is_empty());
+    assert!(image.is_file() && sandbox_processes_under(&data).is_empty());
     let view = server.request("GET", &path, MASTER, None);
     assert_eq!(view.json()["state"], "running", "{}", view.text());
     assert_eq!(view.json()["autoPause"], true, "{}", view.text());
@@ -529,7 +529,7 @@ fn an_openrelay_auto_pause_sandbox_on_disk_wakes_after_a_server_restart() {
         "the counter restarted or stood still: on disk {frozen}, then {out:?}"
     );
     assert!(
-        !processes_under(&data).is_empty(),
+        !sandbox_processes_under(&data).is_empty(),
         "no sentry after the wake"
     );
     let view = server.request("GET", &path, MASTER, None);
@@ -537,22 +537,19 @@ fn an_openrelay_auto_pause_sandbox_on_disk_wakes_after_a_server_restart() {
 
     let del = server.request("DELETE", &format!("/v1/sandboxes/{id}"), MASTER, None);
     assert_eq!(del.status / 100, 2, "{}", del.text());
-    common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
+    common::wait_for("the sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
     common::wait_for("every state dir gone", || {
-        std::fs::read_dir(data.join("sandboxes")).map_or(true, |d| d.count() == 0)
+        sandbox_dir_names(&data).is_empty()
     });
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
 
-/// The sandbox directories of a server's data dir.
+/// The sandbox directories of a server's data dir (its warm gVisor entries left out).
 fn sandbox_dirs(data: &std::path::Path) -> std::collections::BTreeSet<String> {
-    std::fs::read_dir(data.join("sandboxes"))
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+    sandbox_dir_names(data).into_iter().collect()
 }
 
 /// Runzivo's `auto_pause` and Inngest's `autoPause` (extensions) consent too; a sandbox
@@ -615,7 +612,9 @@ fn runzivo_and_inngest_sandboxes_consent_with_their_extension_fields() {
         assert_eq!(del.status / 100, 2, "{}", del.text());
     }
     server.destroy(MASTER, &inngest);
-    common::wait_for("the sandboxes gone", || processes_under(&data).is_empty());
+    common::wait_for("the sandboxes gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
     common::wait_for("every state dir gone", || sandbox_dirs(&data).is_empty());
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());

@@ -140,9 +140,11 @@ fn two_sandboxes_created_from_a_memory_snapshot_each_continue_its_processes() {
     for id in clones.iter().chain([&source]) {
         server.destroy(MASTER, id);
     }
-    common::wait_for("every sandbox gone", || processes_under(&data).is_empty());
+    common::wait_for("every sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
     common::wait_for("every state dir gone", || {
-        entries(&data.join("sandboxes")).is_empty()
+        sandbox_dir_names(&data).is_empty()
     });
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
@@ -256,7 +258,9 @@ fn an_openrelay_template_made_from_a_gvisor_sandbox_starts_forks_of_it() {
     for id in [&clone, &source] {
         server.destroy(MASTER, id);
     }
-    common::wait_for("every sandbox gone", || processes_under(&data).is_empty());
+    common::wait_for("every sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }

@@ -1,6 +1,7 @@
 //! The gVisor tier's warm pool: a start takes a sandbox started ahead of time (counted
 //! as a hit), which then works as any (exec, files, its own limits, pause to disk and
-//! back, reconcile keeps it), a start it cannot serve starts cold, and the drain leaves
+//! back, reconcile keeps it), a start of another hostname takes one too and has its
+//! own name inside, a start it cannot serve starts cold, and the drain leaves
 //! nothing of the entries behind. Skipped where runsc is missing.
 
 mod common;
@@ -150,8 +151,10 @@ fn a_warm_gvisor_sandbox_serves_a_start_works_and_the_drain_leaves_nothing() {
     assert_gone(&rt, &live);
     assert_key_gone(&rt, &first_key);
 
-    // A start the pool cannot serve (another hostname) starts cold.
-    let cold = rt.start(&common::spec("default")).expect("cold start");
+    // A start the pool cannot serve (another disk size) starts cold.
+    let mut other = common::spec("default");
+    other.disk_mb = DISK_MB * 2;
+    let cold = rt.start(&other).expect("cold start");
     assert!(!cold.warm);
     let stats = rt.warm_pool().expect("pool stats");
     assert_eq!((stats.hits, stats.misses), (1, 1), "{stats:?}");
@@ -167,6 +170,54 @@ fn a_warm_gvisor_sandbox_serves_a_start_works_and_the_drain_leaves_nothing() {
         "entry dirs left"
     );
     assert_key_gone(&rt, &refilled);
+    assert_eq!(common::mounts_under(data.path()), Vec::<String>::new());
+    assert_eq!(
+        processes_under(data.path()),
+        Vec::<i32>::new(),
+        "runsc processes left"
+    );
+}
+
+#[test]
+fn a_warm_gvisor_sandbox_serves_a_start_of_another_hostname_under_that_name() {
+    let data = tempfile::tempdir().expect("tempdir");
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let rt = Gvisor(
+        raw_gvisor(data.path())
+            .with_warm_pool(1)
+            .expect("warm pool"),
+    );
+    rt.fill_warm_pool(DISK_MB);
+    wait_ready(&rt, 1);
+    let key = entry_keys(data.path()).pop().expect("an entry");
+
+    let mut spec = common::spec("default");
+    spec.hostname = "named-box".into();
+    spec.disk_mb = DISK_MB;
+    let handle = rt.start(&spec).expect("start");
+    let stats = rt.warm_pool().expect("pool stats");
+    assert_eq!((stats.hits, stats.misses), (1, 0), "{stats:?}");
+    assert!(handle.warm);
+    let (code, out) = common::agent_sh(&handle, "hostname; cat /proc/sys/kernel/hostname");
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["named-box", "named-box"],
+        "{out}"
+    );
+    rt.destroy(&handle).expect("destroy");
+    assert_gone(&rt, &handle);
+    assert_key_gone(&rt, &key);
+
+    rt.drain_warm_pool();
+    assert_eq!(
+        entry_keys(data.path()),
+        Vec::<String>::new(),
+        "entry dirs left"
+    );
     assert_eq!(common::mounts_under(data.path()), Vec::<String>::new());
     assert_eq!(
         processes_under(data.path()),

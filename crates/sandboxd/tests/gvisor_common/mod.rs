@@ -164,3 +164,54 @@ pub fn retained_output(client: &AgentClient, id: uuid::Uuid) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Keys (runsc container names) of the warm gVisor entries held under `data` now.
+pub fn warm_entry_keys(data: &Path) -> Vec<String> {
+    std::fs::read_dir(data.join("sandboxes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix(".gvwarm-").map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// runsc processes under `data` of its sandboxes, not of a server's warm pool: a
+/// pool's entries run under the data dir too (named by their keys, which a taken
+/// entry keeps, so this counts processes naming a key whose entry dir is still there).
+pub fn sandbox_processes_under(data: &Path) -> Vec<i32> {
+    let pool: Vec<i32> = warm_entry_keys(data)
+        .iter()
+        .flat_map(|key| processes_naming(key))
+        .collect();
+    processes_under(data)
+        .into_iter()
+        .filter(|pid| !pool.contains(pid))
+        .collect()
+}
+
+/// Host cgroup dirs left named `key` (under any controller's `sandboxd` parent).
+pub fn cgroups_named(key: &str) -> Vec<std::path::PathBuf> {
+    let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return Vec::new();
+    };
+    controllers
+        .filter_map(|c| c.ok())
+        .map(|c| c.path().join("sandboxd").join(key))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// Names of the sandbox state dirs under `data`, a server's warm entries left out.
+pub fn sandbox_dir_names(data: &Path) -> Vec<String> {
+    std::fs::read_dir(data.join("sandboxes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| !name.starts_with(".gvwarm-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}

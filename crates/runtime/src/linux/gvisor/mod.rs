@@ -71,8 +71,8 @@ impl GvisorRuntime {
 
     /// Keeps `count` sandboxes started ahead of time (0 = none), without network, made
     /// once [`GvisorRuntime::fill_warm_pool`] says their disk size: a start of the
-    /// default image, that disk, no network and the default hostname
-    /// ([`WARM_HOSTNAME`]) takes one (see `warm.rs`).
+    /// default image, that disk and no network takes one, and sets its hostname when it
+    /// is not [`WARM_HOSTNAME`] (see `warm.rs`).
     pub fn with_warm_pool(mut self, count: usize) -> Result<Self, RuntimeError> {
         self.warm = match count {
             0 => None,

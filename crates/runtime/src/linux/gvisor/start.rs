@@ -138,10 +138,15 @@ fn launch(
     save_handle(handle)
 }
 
-/// Gives a sandbox restored from another's image its own hostname: runsc restores the
-/// UTS name the image holds (the bundle's is ignored), and the agent lacks
+/// Gives a running sandbox (runsc container `id`) another hostname: one restored from
+/// another's image (runsc restores the UTS name the image holds, the bundle's is
+/// ignored), or a warm entry taken by a start of another name. The agent lacks
 /// `CAP_SYS_ADMIN`, so a helper (the agent's binary) runs with it through `runsc exec`.
-fn set_hostname(rt: &GvisorRuntime, id: &str, hostname: &str) -> Result<(), RuntimeError> {
+pub(super) fn set_hostname(
+    rt: &GvisorRuntime,
+    id: &str,
+    hostname: &str,
+) -> Result<(), RuntimeError> {
     let dir = bundle::AGENT_DIR;
     let (ld, lib, exe) = (
         format!("{dir}/ld.so"),

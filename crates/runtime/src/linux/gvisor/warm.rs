@@ -9,8 +9,10 @@
 //! sandbox's limits on the cgroup, writes the bundle again for the new paths (a restore
 //! reads them) and records the runsc container's name in [`RUNSC_ID`] (runsc cannot
 //! rename a container). What it cannot change afterwards decides what it serves: the
-//! image's layers, the disk size, no network, and the hostname ([`HOSTNAME`]: the UTS
-//! name is the sentry's, and the agent has no capability to change it).
+//! image's layers, the disk size and no network. Entries start with the hostname
+//! [`HOSTNAME`]; a start asking for another sets it on the taken entry through
+//! `runsc exec` with `CAP_SYS_ADMIN` (the UTS name is the sentry's, and the agent has no
+//! capability to change it), as a clone restored from a memory snapshot does.
 //!
 //! Refills run on a background thread after each take; [`GvisorWarm::drain`] (also on
 //! drop) destroys every entry. A server killed before it could drain leaves running
@@ -31,7 +33,7 @@ pub(super) const DIR_PREFIX: &str = ".gvwarm-";
 pub(super) const RUNSC_ID: &str = "runsc-id";
 /// File in an entry's dir marking the process that owns it.
 const OWNER: &str = "owner";
-/// The hostname entries are made with: only starts asking for it take one.
+/// The hostname entries are made with (a start asking for another sets its own).
 pub const HOSTNAME: &str = "sandbox";
 /// Limits an entry runs under until a start sets its own.
 const ENTRY_VCPU: u32 = 1;
@@ -161,8 +163,8 @@ impl GvisorWarm {
             self.0.discard(entry);
         };
         let handle = match taken {
-            Some(entry) if spec.hostname == HOSTNAME && spec.extra_layers.is_empty() => {
-                match hand_over(rt, &entry, spec) {
+            Some(entry) if spec.extra_layers.is_empty() => {
+                match rename_host(rt, &entry, spec).and_then(|()| hand_over(rt, &entry, spec)) {
                     Ok(handle) => Some(handle),
                     Err(e) => {
                         tracing::warn!(error = %e, "handing a warm gVisor sandbox over failed");
@@ -212,6 +214,21 @@ impl Drop for GvisorWarm {
     fn drop(&mut self) {
         self.drain();
     }
+}
+
+/// Gives `entry` `spec`'s hostname when it is not the entry's; on failure the entry is
+/// destroyed.
+fn rename_host(rt: &GvisorRuntime, entry: &Entry, spec: &SandboxSpec) -> Result<(), RuntimeError> {
+    if spec.hostname == HOSTNAME {
+        return Ok(());
+    }
+    let set = start::set_hostname(rt, &runsc_id(&entry.handle), &spec.hostname);
+    if set.is_err() {
+        if let Err(e) = destroy::destroy(rt, &entry.handle) {
+            tracing::error!(error = %e, "removing a warm gVisor sandbox");
+        }
+    }
+    set
 }
 
 /// Makes `entry` sandbox `spec.id`: its dir and cgroup renamed, its limits set, its
