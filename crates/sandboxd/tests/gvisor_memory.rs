@@ -209,7 +209,7 @@ fn a_gvisor_server_pauses_to_disk_keeps_it_paused_across_a_restart_and_resumes_i
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
     assert_eq!(
-        processes_under(&data),
+        sandbox_processes_under(&data),
         Vec::<i32>::new(),
         "runsc processes left while paused to disk"
     );
@@ -237,14 +237,30 @@ fn a_gvisor_server_pauses_to_disk_keeps_it_paused_across_a_restart_and_resumes_i
     common::wait_for("the counter continues", || {
         server_count(&server, &id) > frozen
     });
-    assert!(!processes_under(&data).is_empty(), "no sentry after resume");
+    assert!(
+        !sandbox_processes_under(&data).is_empty(),
+        "no sentry after resume"
+    );
 
     server.destroy(MASTER, &id);
-    common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
+    common::wait_for("the sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
     common::wait_for("every state dir gone", || {
-        std::fs::read_dir(data.join("sandboxes")).map_or(true, |d| d.count() == 0)
+        sandbox_dir_names(&data).is_empty()
     });
     drop(server);
+    // The stop drains the server's warm entries too.
+    assert_eq!(
+        warm_entry_keys(&data),
+        Vec::<String>::new(),
+        "warm entries left"
+    );
+    assert_eq!(
+        processes_under(&data),
+        Vec::<i32>::new(),
+        "runsc processes left"
+    );
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
 
