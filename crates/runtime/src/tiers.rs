@@ -81,6 +81,21 @@ impl Tiers {
     }
 }
 
+/// Whether `handle` is a gVisor sandbox whose memory is on disk (paused there, or moved
+/// there by autoPause), seen while its backend is unavailable: it is kept as it is, never
+/// ended as crashed, so that it resumes once runsc is back.
+fn on_disk_without_backend(handle: &SandboxHandle) -> bool {
+    #[cfg(feature = "linux")]
+    {
+        handle.isolation == Isolation::Gvisor && crate::linux::gvisor::checkpoint::on_disk(handle)
+    }
+    #[cfg(not(feature = "linux"))]
+    {
+        let _ = handle;
+        false
+    }
+}
+
 impl Runtime for Tiers {
     fn name(&self) -> &'static str {
         "tiers"
@@ -106,9 +121,10 @@ impl Runtime for Tiers {
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
         // Without its backend (runsc removed since), a sandbox whose agent runs is
         // still alive: it is kept, and operations on it say why they cannot run.
+        // One whose memory is on disk is kept too (paused, until runsc is back).
         match self.of(handle) {
             Ok(rt) => rt.is_alive(handle),
-            Err(_) => self.container.is_alive(handle),
+            Err(_) => self.container.is_alive(handle) || on_disk_without_backend(handle),
         }
     }
 
@@ -132,7 +148,10 @@ impl Runtime for Tiers {
     }
 
     fn is_checkpointed(&self, handle: &SandboxHandle) -> bool {
-        self.of(handle).is_ok_and(|rt| rt.is_checkpointed(handle))
+        match self.of(handle) {
+            Ok(rt) => rt.is_checkpointed(handle),
+            Err(_) => on_disk_without_backend(handle),
+        }
     }
 
     fn checkpoint(&self, handle: &SandboxHandle) -> Result<SandboxHandle, RuntimeError> {

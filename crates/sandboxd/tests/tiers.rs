@@ -396,3 +396,41 @@ fn without_runsc_a_gvisor_request_is_refused_clearly_in_each_dialect() {
         "{stderr}"
     );
 }
+
+/// A gVisor sandbox paused to disk on a container-default server outlives a restart
+/// without runsc: it is kept PAUSED (its memory image untouched), not ended as crashed
+/// and removed, and once runsc is back it resumes with its files (found by an outside
+/// review: the router asked the container backend, which saw no agent and ended it).
+#[test]
+fn a_gvisor_sandbox_on_disk_survives_a_restart_without_runsc() {
+    if !runsc_installed() {
+        eprintln!("skipped: runsc is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [("SANDBOXD_NETWORK", "none")];
+    let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
+    set_workspace_tier(dir.path(), "gvisor");
+    let id = server.create_sandbox(MASTER, &json!({"name": "kept", "vcpu": 1, "memoryMb": 256}));
+    let (code, out) = server.exec(MASTER, &id, &["/bin/sh", "-c", "echo kept > /tmp/mark"]);
+    assert_eq!(code, 0, "{out}");
+    let r = server.request("POST", &format!("/v2/sandboxes/{id}/pause"), MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
+    drop(server);
+
+    let missing = dir.path().join("no-runsc-here");
+    let missing = missing.to_str().expect("utf-8");
+    let without = [("SANDBOXD_NETWORK", "none"), ("SANDBOXD_RUNSC", missing)];
+    let server = Server::start_with_env(dir.path(), Some(MASTER), &without);
+    let r = server.request("GET", &format!("/v2/sandboxes/{id}"), MASTER, None);
+    assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
+    drop(server);
+
+    let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
+    let r = server.request("POST", &format!("/v2/sandboxes/{id}/resume"), MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (code, out) = server.exec(MASTER, &id, &["/bin/cat", "/tmp/mark"]);
+    assert_eq!((code, out.trim()), (0, "kept"));
+    server.destroy(MASTER, &id);
+}
