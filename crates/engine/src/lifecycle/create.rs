@@ -209,6 +209,8 @@ impl Engine {
         self.start(&mut entry, network, requests, plan.memory_image)
             .await?;
         *warm = entry.handle.as_ref().map(|h| h.warm);
+        // Its idle time (autoPause) starts now, not when the server started.
+        self.activity.touch(entry.sb.id);
         tm("running");
         drop(admission);
         Ok((entry.sb, true))
