@@ -494,6 +494,17 @@ fn keys_and_permissions() {
         ),
         "UNAUTHENTICATED"
     );
+    // A template from a sandbox (`fromSandbox`) snapshots that sandbox, memory and all:
+    // the key needs the sandbox's read and update too, not only template writes.
+    let templater = make_key(
+        dir.path(),
+        &["--prefix", "or_", "--permission", "sandbox-templates.write"],
+    );
+    let from = json!({"name": "copied", "fromSandbox": id}).to_string();
+    let r = or
+        .with_key(&templater)
+        .send("POST", "/v1/sandbox-templates", &[], &from);
+    assert_eq!(code(&r, 403), "PERMISSION_DENIED", "{}", r.text());
     or.delete(&id);
 }
 

@@ -82,6 +82,10 @@ pub async fn build(
     caller.require(perm::TEMPLATES_WRITE)?;
     let b: BuildBody = read_json(&headers, body, JSON_BODY_LIMIT).await?;
     if let Some(raw) = &b.from_sandbox {
+        // It snapshots that sandbox (on gVisor with its memory, secrets included) and
+        // stops it while it does: the sandbox's own permissions are needed too.
+        caller.require(perm::READ)?;
+        caller.require(perm::UPDATE)?;
         let building = b.from.is_some() || !b.run.is_empty() || b.cpu.is_some();
         if building || b.memory_mib.is_some() || b.disk_mib.is_some() {
             return Err(ApiError::invalid(
