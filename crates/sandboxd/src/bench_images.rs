@@ -207,6 +207,8 @@ fn image_starts(work: &Path, samples: usize) -> Result<()> {
         .stdout(Stdio::null()))?;
     let key = format!("bench-{}", uuid::Uuid::new_v4().simple());
     let room = (SHARED * 2).to_string();
+    // Every create of the run: two untimed, two per sample, then the shared ones.
+    let creates = (2 + 2 * samples + SHARED).to_string();
     let env = [
         ("SANDBOXD_MAX_SANDBOXES", room.as_str()),
         ("SANDBOXD_MAX_VCPU_TOTAL", room.as_str()),
@@ -214,7 +216,7 @@ fn image_starts(work: &Path, samples: usize) -> Result<()> {
         ("SANDBOXD_WORKSPACE_QUOTA_SANDBOXES", room.as_str()),
         ("SANDBOXD_WORKSPACE_QUOTA_VCPU", room.as_str()),
         ("SANDBOXD_WORKSPACE_QUOTA_MEMORY_MB", "10000000"),
-        ("SANDBOXD_CREATE_RATE_BURST", room.as_str()),
+        ("SANDBOXD_CREATE_RATE_BURST", creates.as_str()),
     ];
     let mut server = Serve::start(&dir, &key, "none", &env)?;
     let rt = tokio::runtime::Builder::new_current_thread()
