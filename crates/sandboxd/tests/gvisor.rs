@@ -365,12 +365,42 @@ fn a_restarted_gvisor_server_adopts_its_running_sandboxes() {
     // and its drain at the stop ends those).
     let sentries = sandbox_processes_under(&data);
     assert!(!sentries.is_empty(), "no runsc process for the sandbox");
+    // The sandbox's processes are those in its cgroup (a runsc command the server runs
+    // now and then is in the server's).
+    let cgroup = sentries
+        .iter()
+        .map(|pid| memory_cgroup(*pid))
+        .find(|c| c.starts_with("/sandboxd/"))
+        .expect("the sandbox's cgroup");
+    let sentries: Vec<i32> = sentries
+        .into_iter()
+        .filter(|pid| memory_cgroup(*pid) == cgroup)
+        .collect();
     drop(server); // SIGTERM: sandboxes keep running for the next start
 
-    assert_eq!(
-        processes_under(&data),
-        sentries,
-        "the sandbox did not outlive its server, or the warm pool did"
+    // What stays is the sandbox: its processes, all in its cgroup. A runsc command the
+    // server ran may take a moment to exit after it (waited for, bounded); a warm
+    // entry's sentry would stay, in a cgroup of its own, and fail this.
+    let settled = || {
+        let after = processes_under(&data);
+        sentries.iter().all(|pid| after.contains(pid))
+            && after.iter().all(|pid| memory_cgroup(*pid) == cgroup)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !settled() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let described: Vec<String> = processes_under(&data)
+        .iter()
+        .map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            format!("{pid} in {}: {cmd}", memory_cgroup(*pid))
+        })
+        .collect();
+    assert!(
+        settled(),
+        "the sandbox ({sentries:?} in {cgroup}) did not outlive its server, or the warm pool did: {described:#?}"
     );
     assert_eq!(warm_entry_keys(&data), Vec::<String>::new());
     let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
@@ -593,4 +623,13 @@ fn sandboxd_run_isolation_gvisor_without_runsc_says_why_and_runs_nothing() {
         "ran without gVisor: {stdout}"
     );
     assert!(stderr.contains("needs runsc"), "{stderr}");
+}
+
+/// The memory cgroup `pid` is in (empty once it is gone).
+fn memory_cgroup(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_string()))
+        .unwrap_or_default()
 }
