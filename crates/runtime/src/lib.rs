@@ -232,6 +232,12 @@ pub trait Runtime: Send + Sync + 'static {
         None
     }
 
+    /// Whether sandboxes of tier `isolation` can be pinned to dedicated CPUs here (a
+    /// backend that offers the tier and can pin).
+    fn can_pin(&self, isolation: Isolation) -> bool {
+        self.offers(isolation).is_ok() && self.free_cpus().is_some()
+    }
+
     /// Room for sandboxes' size-limited writable layers; `None` when the backend keeps
     /// no such layers on a filesystem of its own (nothing for admission to account).
     fn disk_space(&self) -> Result<Option<DiskSpace>, RuntimeError> {

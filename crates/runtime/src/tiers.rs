@@ -268,6 +268,12 @@ impl Runtime for Tiers {
         self.container.free_cpus()
     }
 
+    fn can_pin(&self, isolation: Isolation) -> bool {
+        // The free CPUs are the host's, but whether a tier pins is its backend's say.
+        self.backend(isolation)
+            .is_ok_and(|rt| rt.can_pin(isolation))
+    }
+
     fn disk_space(&self) -> Result<Option<DiskSpace>, RuntimeError> {
         self.container.disk_space()
     }

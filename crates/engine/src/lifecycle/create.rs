@@ -179,10 +179,10 @@ impl Engine {
         self.check_capacity(&active, &req)?;
         self.check_disk(space, &active, plan.disk_mb)?;
         tm("checked");
-        self.create_rate.take(ws, self.limits.create_rate)?;
         if let Some(n) = requests.and_then(|r| r.pinned_vcpus) {
-            self.check_pinnable(n).await?;
+            self.check_pinnable(n, plan.isolation).await?;
         }
+        self.create_rate.take(ws, self.limits.create_rate)?;
         let mut entry = Entry {
             sb: Sandbox {
                 id: Uuid::new_v4(),
@@ -374,7 +374,20 @@ impl Engine {
         crate::quota::check(&quota, used, req.resources.vcpu, req.resources.memory_mb)
     }
 
-    async fn check_pinnable(&self, n: u32) -> Result<(), EngineError> {
+    /// Pinning `n` CPUs on tier `isolation`: a tier that never pins is the client's
+    /// mistake (400: the gVisor tier's sentry keeps its own vCPUs, see the README),
+    /// a host without the cpuset controller or free CPUs a shortage.
+    async fn check_pinnable(
+        &self,
+        n: u32,
+        isolation: sandboxd_runtime::Isolation,
+    ) -> Result<(), EngineError> {
+        if isolation != sandboxd_runtime::Isolation::Container && !self.runtime.can_pin(isolation) {
+            return Err(EngineError::invalid(format!(
+                "CPU pinning (dedicated CPUs) is not offered on the {isolation} tier; ask \
+                 for shared placement or the container tier"
+            )));
+        }
         match self.blocking(|rt| rt.free_cpus()).await? {
             None => Err(EngineError::new(
                 ErrorCode::Unavailable,
