@@ -138,6 +138,16 @@ pub trait Runtime: Send + Sync + 'static {
         (Err(err), handle.clone())
     }
 
+    /// Removes the memory snapshot images this backend holds that are not in `keep`
+    /// (left by a crash between taking one and recording it); returns those removed.
+    fn sweep_memory_snapshots(
+        &self,
+        keep: &std::collections::HashSet<std::path::PathBuf>,
+    ) -> Vec<std::path::PathBuf> {
+        let _ = keep;
+        Vec::new()
+    }
+
     /// Starts a sandbox from a memory snapshot's `image`: the processes of the sandbox
     /// it was taken from run on in this one (a fork), over `spec`'s image with the
     /// snapshot's layer last in `extra_layers`, under a fresh writable layer, with

@@ -203,6 +203,17 @@ impl Runtime for Tiers {
         }
     }
 
+    fn sweep_memory_snapshots(
+        &self,
+        keep: &HashSet<std::path::PathBuf>,
+    ) -> Vec<std::path::PathBuf> {
+        // Without runsc the images wait (a later server with it sweeps them).
+        match self.gvisor.get() {
+            Some(Ok(gvisor)) => gvisor.sweep_memory_snapshots(keep),
+            _ => Vec::new(),
+        }
+    }
+
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
         self.of(handle)?.capture_layer(handle)
     }

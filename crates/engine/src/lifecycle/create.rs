@@ -131,6 +131,12 @@ impl Engine {
             None => self.measure_disk(plan.disk_mb).await?,
         };
         tm("planned");
+        // Its memory image is read until the restore is done: a delete of the snapshot
+        // waits for that (taken under admission, where the delete finds the record).
+        let _restoring = match (&plan.memory_image, req.snapshot_id) {
+            (Some(_), Some(snapshot)) => Some(self.memory_pins.pin(snapshot)),
+            _ => None,
+        };
         // A fork starts without a network whatever the server's default (see below).
         let requested_network = match plan.memory_image {
             Some(_) => {
