@@ -15,6 +15,8 @@ pub(crate) struct Entry {
     pub sb: Sandbox,
     pub handle: Option<SandboxHandle>,
     pub extra_layers: Vec<String>,
+    /// The network its create asked for; `None` on records from before it was kept.
+    pub network: Option<crate::egress::RequestedNetwork>,
 }
 
 fn corrupt(what: String) -> EngineError {
@@ -64,6 +66,10 @@ pub(crate) fn entry_to_record(e: &Entry) -> SandboxRecord {
         aliases: sb.aliases.clone(),
         attributes: sb.attributes.clone(),
         isolation: Some(sb.isolation.as_str().to_owned()),
+        network: e
+            .network
+            .as_ref()
+            .and_then(|n| serde_json::to_value(n).ok()),
     }
 }
 
@@ -122,6 +128,8 @@ pub(crate) fn entry_from_record(
         },
         handle,
         extra_layers: r.extra_layers,
+        // One that does not read (written by a newer server) compares as unknown.
+        network: r.network.and_then(|v| serde_json::from_value(v).ok()),
     })
 }
 
@@ -197,6 +205,7 @@ mod tests {
             auto_pause: false,
             auto_paused_at: None,
             isolation: isolation.map(str::to_owned),
+            network: None,
         }
     }
 

@@ -32,6 +32,27 @@ pub fn workspace_policy(store: &dyn Store, ws: &str) -> Result<Option<EgressPoli
     }))
 }
 
+/// What a create asked of the network: its mode (the server's default filled in) and
+/// the sandbox's own egress layer. Recorded with the sandbox, so that a repeated named
+/// create asking for another network is not taken for the same create.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RequestedNetwork {
+    pub mode: NetworkMode,
+    #[serde(default)]
+    pub egress: Option<EgressPolicy>,
+}
+
+impl RequestedNetwork {
+    /// `req`'s network on a server whose default mode is `default`.
+    pub(crate) fn of(req: &CreateSandbox, default: NetworkMode) -> Self {
+        let mode = req.network.unwrap_or(default);
+        RequestedNetwork {
+            mode,
+            egress: req.egress.clone().filter(|_| mode == NetworkMode::Egress),
+        }
+    }
+}
+
 /// Sets (replacing) the workspace's policy; it applies to sandboxes created afterwards.
 pub fn set_workspace_policy(
     store: &dyn Store,

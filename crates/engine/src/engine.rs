@@ -102,6 +102,8 @@ pub struct Engine {
     pub(crate) cpu_readings: crate::usage::CpuReadings,
     /// Each sandbox's last use and operations under way (autoPause picks by it).
     pub(crate) activity: crate::auto_pause::Activity,
+    /// Creates restoring from each memory snapshot now (its delete waits for them).
+    pub(crate) memory_pins: Arc<crate::memory_images::Pins>,
 }
 
 /// How soon a request refused for a busy database may be retried.
@@ -147,6 +149,7 @@ impl Engine {
     pub fn open(config: EngineConfig) -> Result<Arc<Engine>, EngineError> {
         let engine = Self::open_beside(config)?;
         engine.readopt()?;
+        engine.sweep_memory_images();
         let tokio = tokio::runtime::Handle::current();
         tokio.spawn(crate::lifecycle::expiry::run(Arc::downgrade(&engine)));
         let every = engine.limits.auto_pause.interval;
@@ -181,6 +184,7 @@ impl Engine {
             metrics: Default::default(),
             cpu_readings: Default::default(),
             activity: Default::default(),
+            memory_pins: Default::default(),
         });
         Ok(engine)
     }

@@ -18,6 +18,7 @@ pub mod idempotency;
 pub mod image_user;
 mod lifecycle;
 mod locks;
+mod memory_images;
 pub mod metrics;
 pub mod model;
 mod ops;

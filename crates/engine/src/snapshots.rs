@@ -73,6 +73,18 @@ impl Engine {
         let Some(handle) = e.handle.clone() else {
             return Err(wrong_state(&e.sb, "started"));
         };
+        self.filesystem_snapshot(&e, handle, name).await
+    }
+
+    /// A filesystem-only snapshot of `e` (its writable layer captured, the sandbox
+    /// frozen meanwhile), under the caller's lock of it.
+    async fn filesystem_snapshot(
+        &self,
+        e: &crate::convert::Entry,
+        handle: sandboxd_runtime::SandboxHandle,
+        name: Option<String>,
+    ) -> Result<Snapshot, EngineError> {
+        let id = e.sb.id;
         let limit = self.limits.deadlines.snapshot;
         let layer = self
             .bounded(limit, move |rt| rt.capture_layer(&handle), |_, _| {})
@@ -81,13 +93,17 @@ impl Engine {
                 crate::lifecycle::deadline::overdue(&format!("the snapshot of sandbox {id}"), limit)
             })?
             .map_err(|err| runtime_error(&format!("cannot snapshot sandbox {id}"), err))?;
-        let snap = new_snapshot(&e, name, layer, None);
+        let snap = new_snapshot(e, name, layer, None);
         self.record_snapshot(snap).await
     }
 
     /// A snapshot with memory: the sandbox is checkpointed (its processes stop, its
     /// memory and filesystem are taken together) and restored, under the exclusive
-    /// lock since its host processes change.
+    /// lock since its host processes change. Filesystem-only instead (`memory: false`)
+    /// when the checkpoint would cut what is open to the sandbox (an operation, a
+    /// streamed command, a followed log or output, a terminal, a download: the agent
+    /// closes its connections for it), or when the sandbox cannot be checkpointed (a
+    /// process holds a host socket); never refused for either.
     async fn memory_snapshot_steps(
         &self,
         ws: &WorkspaceId,
@@ -101,6 +117,20 @@ impl Engine {
         let Some(handle) = e.handle.clone() else {
             return Err(wrong_state(&e.sb, "started"));
         };
+        if self.activity.idle_since(id).is_none() || self.sessions.running(id) {
+            tracing::info!(sandbox = %id, "snapshot: in use, filesystem only (open streams stay)");
+            return self.filesystem_snapshot(&e, handle, name).await;
+        }
+        // Until its record is stored: the start-up sweep leaves the image alone.
+        let _writing = crate::memory_images::writing(&self.data_dir)
+            .await
+            .map_err(|err| {
+                EngineError::with_source(
+                    ErrorCode::Internal,
+                    "cannot lock the memory snapshots",
+                    err,
+                )
+            })?;
         let snapshot_id = Uuid::new_v4();
         let limit = self.limits.deadlines.snapshot;
         let old = handle.clone();
@@ -126,11 +156,20 @@ impl Engine {
             self.fail_sandbox(&mut e, &err).await?;
             return Err(err);
         };
-        if now != old {
+        let unchanged = now == old;
+        if !unchanged {
             self.adopt_snapshotted(&mut e, now).await?;
         }
-        let taken =
-            taken.map_err(|err| runtime_error(&format!("cannot snapshot sandbox {id}"), err))?;
+        let taken = match taken {
+            // It goes on as it was, untouched: its filesystem alone, as on containers.
+            Err(sandboxd_runtime::RuntimeError::CannotCheckpoint(why)) if unchanged => {
+                tracing::info!(sandbox = %id, reason = %why, "snapshot: no memory, filesystem only");
+                return self.filesystem_snapshot(&e, old, name).await;
+            }
+            taken => {
+                taken.map_err(|err| runtime_error(&format!("cannot snapshot sandbox {id}"), err))?
+            }
+        };
         let mut snap = new_snapshot(&e, name, taken.layer, Some(taken.image));
         snap.id = snapshot_id;
         self.record_snapshot(snap).await
@@ -229,13 +268,54 @@ impl Engine {
         ws: &WorkspaceId,
         id: Uuid,
     ) -> Result<Snapshot, EngineError> {
-        let _admission = self.admission.lock().await; // no sandbox starts on it meanwhile
-        let snap = self.get_snapshot(ws, id).await?;
-        self.store.delete_snapshot(id)?;
-        // Sandboxes started from it run on their own (their memory is theirs).
-        self.delete_memory_image(&snap).await;
-        self.delete_unused_layers(&snap.layers).await?;
+        let snap = {
+            let _admission = self.admission.lock().await; // no sandbox starts on it meanwhile
+            let snap = self.get_snapshot(ws, id).await?;
+            self.store.delete_snapshot(id)?;
+            // Creates from it past admission have their records, which keep its layers.
+            self.delete_unused_layers(&snap.layers).await?;
+            snap
+        };
+        if snap.memory_image.is_some() {
+            // A create restoring from it reads its image until the restore is done: the
+            // image goes after (no new one can start: the record is gone). Sandboxes
+            // started from it run on their own (their memory is theirs).
+            if self.memory_pins.is_pinned(id) {
+                sandboxd_runtime::faults::hit("snapshot_delete.waits");
+                tracing::info!(snapshot = %id, "delete: waiting for the restores from it");
+            }
+            self.memory_pins.unpinned(id).await;
+            self.delete_memory_image(&snap).await;
+        }
         Ok(snap)
+    }
+
+    /// Removes the memory images no snapshot record names (a crash between taking one
+    /// and storing its record), unless one is being taken now (by any process on the
+    /// data dir); at start-up, after re-adoption.
+    pub(crate) fn sweep_memory_images(&self) {
+        let lock = match crate::memory_images::sweeping(&self.data_dir) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => {
+                tracing::info!("a memory snapshot is being taken: images not swept");
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot lock the memory snapshots: images not swept");
+                return;
+            }
+        };
+        let keep = match self.store.snapshot_memory_images() {
+            Ok(paths) => crate::memory_images::recorded(paths),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot list the memory snapshots: images not swept");
+                return;
+            }
+        };
+        for path in self.runtime.sweep_memory_snapshots(&keep) {
+            tracing::info!(path = %path.display(), "removed a memory snapshot image no record names");
+        }
+        drop(lock);
     }
 
     /// Deletes each of `layers` that no snapshot and no active sandbox uses.

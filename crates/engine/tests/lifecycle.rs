@@ -66,6 +66,29 @@ async fn names_are_reused_only_with_the_same_configuration() {
         h.engine.create(&h.ws(), other_env).await.unwrap_err().code,
         ErrorCode::NameTaken
     );
+    // Another autoPause consent, another network mode or egress layer: not a repeat.
+    let spoils: [Spoil; 3] = [
+        |r| r.auto_pause = true,
+        |r| r.network = Some(NetworkMode::Egress),
+        |r| {
+            r.network = Some(NetworkMode::Egress);
+            r.egress = Some(sandboxd_runtime::EgressPolicy {
+                allow: vec!["198.18.0.1".parse().expect("rule")],
+                deny: Vec::new(),
+            });
+        },
+    ];
+    for spoil in spoils {
+        let mut other = request(Some("job"));
+        spoil(&mut other);
+        let err = h.engine.create(&h.ws(), other).await.unwrap_err();
+        assert_eq!(err.code, ErrorCode::NameTaken, "{err}");
+    }
+    // The server's default network asked for by name is the same network.
+    let mut explicit = request(Some("job"));
+    explicit.network = Some(h.engine.limits().default_network);
+    let (same, created) = h.engine.create(&h.ws(), explicit).await.unwrap();
+    assert!(!created && same.id == first.id);
 
     // Another workspace has its own names; a destroyed sandbox frees its name.
     let (elsewhere, created) = h

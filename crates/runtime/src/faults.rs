@@ -13,6 +13,7 @@
 //! - `network.connect`: the sandbox's link made, before its `resolv.conf`;
 //! - `freeze`, `thaw`: pause and resume;
 //! - `capture`: a snapshot's layer captured;
+//! - `snapshot_memory.restore`: a memory snapshot taken, before the sandbox is restored;
 //! - `destroy.cgroup`, `destroy.unmount`, `destroy.dir`: the steps of a teardown;
 //! - in the engine, the store's writes: `store.insert_sandbox`, `store.save` (every
 //!   sandbox update), `store.save.<STATUS>` (an update to that status) and

@@ -138,6 +138,16 @@ pub trait Runtime: Send + Sync + 'static {
         (Err(err), handle.clone())
     }
 
+    /// Removes the memory snapshot images this backend holds that are not in `keep`
+    /// (left by a crash between taking one and recording it); returns those removed.
+    fn sweep_memory_snapshots(
+        &self,
+        keep: &std::collections::HashSet<std::path::PathBuf>,
+    ) -> Vec<std::path::PathBuf> {
+        let _ = keep;
+        Vec::new()
+    }
+
     /// Starts a sandbox from a memory snapshot's `image`: the processes of the sandbox
     /// it was taken from run on in this one (a fork), over `spec`'s image with the
     /// snapshot's layer last in `extra_layers`, under a fresh writable layer, with
@@ -230,6 +240,12 @@ pub trait Runtime: Send + Sync + 'static {
     /// Host CPUs no pinned sandbox holds; `None` when the backend cannot pin.
     fn free_cpus(&self) -> Option<Vec<u32>> {
         None
+    }
+
+    /// Whether sandboxes of tier `isolation` can be pinned to dedicated CPUs here (a
+    /// backend that offers the tier and can pin).
+    fn can_pin(&self, isolation: Isolation) -> bool {
+        self.offers(isolation).is_ok() && self.free_cpus().is_some()
     }
 
     /// Room for sandboxes' size-limited writable layers; `None` when the backend keeps

@@ -203,6 +203,17 @@ impl Runtime for Tiers {
         }
     }
 
+    fn sweep_memory_snapshots(
+        &self,
+        keep: &HashSet<std::path::PathBuf>,
+    ) -> Vec<std::path::PathBuf> {
+        // Without runsc the images wait (a later server with it sweeps them).
+        match self.gvisor.get() {
+            Some(Ok(gvisor)) => gvisor.sweep_memory_snapshots(keep),
+            _ => Vec::new(),
+        }
+    }
+
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
         self.of(handle)?.capture_layer(handle)
     }
@@ -266,6 +277,12 @@ impl Runtime for Tiers {
 
     fn free_cpus(&self) -> Option<Vec<u32>> {
         self.container.free_cpus()
+    }
+
+    fn can_pin(&self, isolation: Isolation) -> bool {
+        // The free CPUs are the host's, but whether a tier pins is its backend's say.
+        self.backend(isolation)
+            .is_ok_and(|rt| rt.can_pin(isolation))
     }
 
     fn disk_space(&self) -> Result<Option<DiskSpace>, RuntimeError> {

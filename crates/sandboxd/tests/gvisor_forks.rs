@@ -264,3 +264,277 @@ fn an_openrelay_template_made_from_a_gvisor_sandbox_starts_forks_of_it() {
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
+
+/// A gVisor server without network (`SANDBOXD_ISOLATION=gvisor`, `SANDBOXD_NETWORK=none`)
+/// over `data`.
+fn gvisor_server(data: &Path) -> serve_bin::Server {
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "none"),
+    ];
+    serve_bin::Server::start_with_env(data, Some(MASTER), &env)
+}
+
+/// Takes an Inngest snapshot of `id`; returns its view.
+fn snapshot(server: &serve_bin::Server, id: &str) -> serde_json::Value {
+    let r = server.request(
+        "POST",
+        &format!("/v2/sandboxes/{id}/snapshots"),
+        MASTER,
+        None,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()["data"].clone()
+}
+
+/// A process of the sandbox holding a host socket (a Unix listener on the root):
+/// gVisor cannot checkpoint it, so the snapshot keeps the filesystem alone, answers
+/// 201 `memory: false` (never a 409) and the sandbox runs on untouched.
+#[test]
+fn a_snapshot_of_a_sandbox_that_cannot_be_checkpointed_is_filesystem_only() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let server = gvisor_server(&data);
+    let source = create(
+        &server,
+        json!({"name": "holder", "vcpu": 1, "memoryMb": 256}),
+    );
+    let listen = "import socket,time\ns=socket.socket(socket.AF_UNIX)\n\
+        s.bind('/root/app.sock')\ns.listen(8)\nopen('/root/listening', 'w').close()\n\
+        time.sleep(3600)\n";
+    let launch = format!(
+        "echo kept > /root/file && printf '%s' \"{listen}\" > /root/listen.py && \
+         (setsid python3 /root/listen.py </dev/null >/dev/null 2>&1 &) && \
+         while [ ! -e /root/listening ]; do sleep 0.05; done"
+    );
+    let (code, out) = sh(&server, &source, &launch);
+    assert_eq!(code, 0, "{out}");
+
+    let snap = snapshot(&server, &source);
+    assert_eq!(
+        (snap["memory"].clone(), snap["memoryPackCount"].clone()),
+        (json!(false), json!(0)),
+        "{snap}"
+    );
+    // The listener runs on (the sandbox went on as it was).
+    let (code, out) = sh(&server, &source, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("/root/listen.py"), "{out}");
+    assert_eq!(
+        entries(&data.join("memory-snapshots")),
+        Vec::<String>::new()
+    );
+    // A sandbox from it has the files (fresh processes).
+    let id = snap["id"].as_str().expect("id");
+    let clone = create(&server, json!({"name": "copy", "snapshotId": id}));
+    let (code, out) = sh(&server, &clone, "cat /root/file");
+    assert_eq!((code, out.trim()), (0, "kept"));
+    for id in [&clone, &source] {
+        server.destroy(MASTER, id);
+    }
+    let r = server.request("DELETE", &format!("/v2/snapshots/{id}"), MASTER, None);
+    assert_eq!(r.status, 204, "{}", r.text());
+    common::wait_for("every sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
+/// An HTTP response read as it streams: NDJSON frames in chunks.
+struct Stream {
+    conn: std::net::TcpStream,
+    raw: Vec<u8>,
+}
+
+impl Stream {
+    fn open(server: &serve_bin::Server, path: &str) -> Stream {
+        use std::io::Write;
+        let mut conn = std::net::TcpStream::connect(server.addr).expect("connect");
+        // A hang guard only: the test waits for output it causes itself.
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+            .expect("timeout");
+        let head = format!(
+            "GET {path} HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {MASTER}\r\n\
+             connection: close\r\n\r\n",
+            server.addr
+        );
+        conn.write_all(head.as_bytes()).expect("send");
+        Stream {
+            conn,
+            raw: Vec::new(),
+        }
+    }
+
+    /// The decoded output of the complete frames so far, and whether the stream ended
+    /// (its last chunk, or an error frame).
+    fn seen(&self) -> (String, bool) {
+        use base64::Engine;
+        let Some(split) = self.raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return (String::new(), false);
+        };
+        let mut rest = &self.raw[split + 4..];
+        let mut body = Vec::new();
+        let mut ended = false;
+        while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size = String::from_utf8_lossy(&rest[..eol]);
+            let size = usize::from_str_radix(size.trim(), 16).expect("chunk size");
+            if size == 0 {
+                ended = true;
+                break;
+            }
+            if rest.len() < eol + 2 + size + 2 {
+                break;
+            }
+            body.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+            rest = &rest[eol + 2 + size + 2..];
+        }
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let complete = text.rsplit_once('\n').map_or("", |(done, _)| done);
+        let mut out = Vec::new();
+        for line in complete.lines() {
+            let frame: serde_json::Value = serde_json::from_str(line).expect("NDJSON frame");
+            ended |= frame["type"] == "error";
+            if let Some(data) = frame["data"].as_str() {
+                out.extend(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(data)
+                        .expect("base64"),
+                );
+            }
+        }
+        (String::from_utf8_lossy(&out).into_owned(), ended)
+    }
+
+    /// Reads until the output holds `want`; panics if the stream ends first.
+    fn read_until(&mut self, want: &str) {
+        use std::io::Read;
+        loop {
+            let (out, ended) = self.seen();
+            if out.contains(want) {
+                return;
+            }
+            assert!(!ended, "the stream ended before {want:?}: {out:?}");
+            let mut buf = [0u8; 4096];
+            let n = self.conn.read(&mut buf).expect("read the stream");
+            assert!(n > 0, "the connection closed before {want:?}: {out:?}");
+            self.raw.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// A client following a process's output while the sandbox is snapshotted: a memory
+/// snapshot would cut it (the agent lets go of every connection for the checkpoint),
+/// so the snapshot is filesystem-only and the stream carries on.
+#[test]
+fn a_snapshot_while_a_stream_is_open_is_filesystem_only_and_the_stream_goes_on() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let server = gvisor_server(&data);
+    let source = create(
+        &server,
+        json!({"name": "streaming", "vcpu": 1, "memoryMb": 256}),
+    );
+    let echo = "echo up; while true; do if [ -e /root/say ]; then cat /root/say; \
+        rm /root/say; fi; sleep 0.05; done";
+    let r = server.request(
+        "POST",
+        &format!("/v2/sandboxes/{source}/processes"),
+        MASTER,
+        Some(&json!({"command": ["/bin/sh", "-c", echo]})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let pid = r.json()["data"]["id"].as_str().expect("id").to_string();
+    let mut stream = Stream::open(
+        &server,
+        &format!("/v2/sandboxes/{source}/processes/{pid}/output/stream?tailBytes=0"),
+    );
+    stream.read_until("up\n");
+
+    let snap = snapshot(&server, &source);
+    assert_eq!(snap["memory"], false, "{snap}");
+    let (code, out) = sh(&server, &source, "echo after-the-snapshot > /root/say");
+    assert_eq!(code, 0, "{out}");
+    stream.read_until("after-the-snapshot\n");
+
+    drop(stream);
+    server.destroy(MASTER, &source);
+    let id = snap["id"].as_str().expect("id");
+    let r = server.request("DELETE", &format!("/v2/snapshots/{id}"), MASTER, None);
+    assert_eq!(r.status, 204, "{}", r.text());
+    common::wait_for("every sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
+/// A memory image no snapshot record names (a crash between taking it and storing its
+/// record) is removed when a server starts, unless a snapshot is being taken then
+/// (the writers' lock is held); recorded images stay and still fork.
+#[test]
+fn memory_images_no_record_names_are_swept_at_start_up_unless_one_is_being_taken() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let server = gvisor_server(&data);
+    let source = create(
+        &server,
+        json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
+    );
+    let snap = snapshot(&server, &source);
+    assert_eq!(snap["memory"], true, "{snap}");
+    let kept = snap["id"].as_str().expect("id").to_string();
+    server.destroy(MASTER, &source);
+    drop(server);
+
+    let orphan = uuid::Uuid::new_v4().to_string();
+    let orphan_dir = data.join("memory-snapshots").join(&orphan);
+    std::fs::create_dir(&orphan_dir).expect("orphan dir");
+    std::fs::write(orphan_dir.join("checkpoint.img"), b"left by a crash").expect("image");
+    let mut want = vec![kept.clone(), orphan.clone()];
+    want.sort();
+
+    // Another process is taking a snapshot (it holds the writers' lock shared).
+    let lock = std::fs::File::create(data.join("memory-snapshots.lock")).expect("lock file");
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor this test owns and keeps open.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_SH) };
+    assert_eq!(rc, 0, "flock");
+    let server = gvisor_server(&data);
+    let mut left = entries(&data.join("memory-snapshots"));
+    left.sort();
+    assert_eq!(left, want, "an image was swept while one was being taken");
+    drop(server);
+    drop(lock);
+
+    let server = gvisor_server(&data);
+    assert_eq!(entries(&data.join("memory-snapshots")), vec![kept.clone()]);
+    let clone = create(&server, json!({"name": "fork", "snapshotId": kept}));
+    server.destroy(MASTER, &clone);
+    let r = server.request("DELETE", &format!("/v2/snapshots/{kept}"), MASTER, None);
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(
+        entries(&data.join("memory-snapshots")),
+        Vec::<String>::new()
+    );
+    common::wait_for("every sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}

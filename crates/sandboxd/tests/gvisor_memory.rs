@@ -399,3 +399,32 @@ fn a_gvisor_sandbox_with_egress_pauses_in_memory_and_resumes() {
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
+
+/// A memory snapshot whose restore fails after its image was taken returns no snapshot,
+/// so it keeps no image either (nothing would ever name or delete it); the sandbox
+/// stays on disk, whole, and a later restore brings it back.
+#[test]
+fn a_memory_snapshot_whose_restore_fails_leaves_no_image() {
+    let scenario = fail::FailScenario::setup();
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let handle = rt.start(&common::spec("default")).expect("start");
+    start_counter(&handle);
+    fail::cfg("snapshot_memory.restore", "return").expect("failpoint");
+    let (taken, now) = rt.snapshot_memory(&handle, uuid::Uuid::new_v4());
+    fail::remove("snapshot_memory.restore");
+    assert!(taken.is_err(), "{taken:?}");
+    let images: Vec<_> = std::fs::read_dir(rt.memory_snapshots_dir())
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(images, Vec::<std::path::PathBuf>::new());
+    assert!(rt.is_checkpointed(&now));
+    let live = rt.restore(&now).expect("restore");
+    let before = count(&live);
+    common::wait_for("the counter continues", || count(&live) > before);
+    rt.destroy(&live).expect("destroy");
+    assert_gone(&rt, &live);
+    scenario.teardown();
+}

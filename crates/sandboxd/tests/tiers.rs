@@ -434,3 +434,43 @@ fn a_gvisor_sandbox_on_disk_survives_a_restart_without_runsc() {
     assert_eq!((code, out.trim()), (0, "kept"));
     server.destroy(MASTER, &id);
 }
+
+/// Pinning (OpenRelay `placement: pinned`, the only dialect with it) on the gVisor tier
+/// is refused up front with a 400, nothing recorded or started: gVisor's sentry keeps
+/// its own vCPUs, so a host cpuset would not be the dedicated CPUs the sandbox sees.
+#[test]
+fn pinning_a_gvisor_sandbox_is_refused_before_anything_starts() {
+    if !runsc_installed() {
+        eprintln!("skipped: runsc is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let env = [
+        ("SANDBOXD_NETWORK", "none"),
+        ("SANDBOXD_ISOLATION", "container"),
+    ];
+    let server = Server::start_with_env(&data, Some(MASTER), &env);
+    let body = json!({"template": "default", "cpu": 1, "placement": "pinned",
+        "isolation": "gvisor", "waitSeconds": 0});
+    let r = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
+    assert_eq!(
+        (r.status, r.json()["code"].clone()),
+        (400, json!("INVALID_REQUEST")),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("pinning"), "{}", r.text());
+    let listed = server.request("GET", "/v1/sandboxes", MASTER, None);
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    assert_eq!(listed.json()["sandboxes"], json!([]), "{}", listed.text());
+    let state_dirs: Vec<_> = std::fs::read_dir(data.join("sandboxes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| !name.starts_with('.')) // the warm pool's entries
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(state_dirs, Vec::<String>::new());
+    drop(server);
+}

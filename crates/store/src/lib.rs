@@ -85,6 +85,8 @@ pub trait Store: Send + Sync + 'static {
     fn delete_snapshot(&self, id: Uuid) -> StoreResult<bool>;
     /// How many snapshots list `digest` among their layers.
     fn snapshots_using_layer(&self, digest: &str) -> StoreResult<u64>;
+    /// The memory image paths of every snapshot that keeps one (any workspace).
+    fn snapshot_memory_images(&self) -> StoreResult<Vec<String>>;
 
     // Secrets (encrypted at rest by the backend).
     fn set_secret(&self, workspace: &str, name: &str, value: &[u8]) -> StoreResult<()>;

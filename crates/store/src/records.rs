@@ -100,6 +100,10 @@ pub struct SandboxRecord {
     /// Its isolation tier's name (`container`, `gvisor`); `None` on rows written before
     /// tiers were recorded (schema version 12): they run on the server's default tier.
     pub isolation: Option<String>,
+    /// The network its create asked for, as the engine's JSON (mode and the sandbox's
+    /// own egress layer), so a repeated named create can be compared; `None` on rows
+    /// written before it was recorded (schema version 15).
+    pub network: Option<Value>,
 }
 
 /// A sandbox list's filter, applied in the query before paging.

@@ -49,6 +49,7 @@ fn sandbox(ws: &str, name: Option<&str>, at: OffsetDateTime) -> SandboxRecord {
         aliases: BTreeMap::new(),
         attributes: BTreeMap::new(),
         isolation: None,
+        network: None,
     }
 }
 

@@ -42,9 +42,16 @@ fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// Same resources, image, snapshot, disk, environment and secrets: a repeated create.
-fn same_config(sb: &Sandbox, plan: &Plan, req: &CreateSandbox) -> bool {
+/// Same resources, image, snapshot, disk, tier, environment, secrets, autoPause consent
+/// and network: a repeated create. A record from before networks were kept matches any.
+fn same_config(
+    existing: &Entry,
+    plan: &Plan,
+    req: &CreateSandbox,
+    network: &crate::egress::RequestedNetwork,
+) -> bool {
     let set = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
+    let sb = &existing.sb;
     sb.resources == req.resources
         && sb.image == plan.image
         && sb.disk_mb.is_none_or(|d| d == plan.disk_mb)
@@ -52,6 +59,8 @@ fn same_config(sb: &Sandbox, plan: &Plan, req: &CreateSandbox) -> bool {
         && sb.snapshot_id == req.snapshot_id
         && sb.environment == req.environment
         && set(&sb.secrets) == set(&req.secrets)
+        && sb.auto_pause == req.auto_pause
+        && existing.network.as_ref().is_none_or(|n| n == network)
 }
 
 impl Engine {
@@ -122,10 +131,23 @@ impl Engine {
             None => self.measure_disk(plan.disk_mb).await?,
         };
         tm("planned");
+        // Its memory image is read until the restore is done: a delete of the snapshot
+        // waits for that (taken under admission, where the delete finds the record).
+        let _restoring = match (&plan.memory_image, req.snapshot_id) {
+            (Some(_), Some(snapshot)) => Some(self.memory_pins.pin(snapshot)),
+            _ => None,
+        };
+        // A fork starts without a network whatever the server's default (see below).
+        let requested_network = match plan.memory_image {
+            Some(_) => {
+                crate::egress::RequestedNetwork::of(&req, sandboxd_runtime::NetworkMode::None)
+            }
+            None => crate::egress::RequestedNetwork::of(&req, self.limits.default_network),
+        };
         if let Some(name) = &req.name {
             if let Some(existing) = self.active_named(ws, name).await? {
-                return match same_config(&existing, &plan, &req) {
-                    true => Ok((existing, false)),
+                return match same_config(&existing, &plan, &req, &requested_network) {
+                    true => Ok((existing.sb, false)),
                     false => Err(EngineError::new(
                         ErrorCode::NameTaken,
                         format!(
@@ -163,10 +185,10 @@ impl Engine {
         self.check_capacity(&active, &req)?;
         self.check_disk(space, &active, plan.disk_mb)?;
         tm("checked");
-        self.create_rate.take(ws, self.limits.create_rate)?;
         if let Some(n) = requests.and_then(|r| r.pinned_vcpus) {
-            self.check_pinnable(n).await?;
+            self.check_pinnable(n, plan.isolation).await?;
         }
+        self.create_rate.take(ws, self.limits.create_rate)?;
         let mut entry = Entry {
             sb: Sandbox {
                 id: Uuid::new_v4(),
@@ -194,6 +216,7 @@ impl Engine {
             },
             handle: None,
             extra_layers: plan.extra_layers,
+            network: Some(requested_network),
         };
         // Held from before the record exists: a PENDING or STARTING record whose lock
         // is free is one no create works on any more (see `lifecycle::stuck`).
@@ -289,15 +312,15 @@ impl Engine {
     }
 
     /// The active sandbox of `ws` named `name`, if any (expired ones are ended first).
-    async fn active_named(&self, ws: &str, name: &str) -> Result<Option<Sandbox>, EngineError> {
+    async fn active_named(&self, ws: &str, name: &str) -> Result<Option<Entry>, EngineError> {
         for rec in self.store.sandboxes_named(ws, name)? {
             let id = rec.id;
             // One left mid-transition by a failed create is no sandbox to hand back.
             self.settle_if_stuck(ws, id).await?;
             self.expire_if_due(ws, id).await?;
-            let sb = self.load(ws, id)?.sb;
-            if sb.status.is_active() {
-                return Ok(Some(sb));
+            let e = self.load(ws, id)?;
+            if e.sb.status.is_active() {
+                return Ok(Some(e));
             }
         }
         Ok(None)
@@ -357,7 +380,20 @@ impl Engine {
         crate::quota::check(&quota, used, req.resources.vcpu, req.resources.memory_mb)
     }
 
-    async fn check_pinnable(&self, n: u32) -> Result<(), EngineError> {
+    /// Pinning `n` CPUs on tier `isolation`: a tier that never pins is the client's
+    /// mistake (400: the gVisor tier's sentry keeps its own vCPUs, see the README),
+    /// a host without the cpuset controller or free CPUs a shortage.
+    async fn check_pinnable(
+        &self,
+        n: u32,
+        isolation: sandboxd_runtime::Isolation,
+    ) -> Result<(), EngineError> {
+        if isolation != sandboxd_runtime::Isolation::Container && !self.runtime.can_pin(isolation) {
+            return Err(EngineError::invalid(format!(
+                "CPU pinning (dedicated CPUs) is not offered on the {isolation} tier; ask \
+                 for shared placement or the container tier"
+            )));
+        }
         match self.blocking(|rt| rt.free_cpus()).await? {
             None => Err(EngineError::new(
                 ErrorCode::Unavailable,

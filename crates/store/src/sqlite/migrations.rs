@@ -231,6 +231,10 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE sandboxes ADD COLUMN auto_paused_at INTEGER;
     UPDATE sandboxes SET auto_pause = 1
         WHERE json_extract(attributes, '$.openrelay.autoPause') = 1;",
+    // 15: the network a sandbox's create asked for (JSON: mode and its own egress
+    // layer), so a repeated named create with another network is no repeat; NULL on
+    // older rows.
+    "ALTER TABLE sandboxes ADD COLUMN network TEXT;",
 ];
 
 /// Brings the database up to the newest schema, one transaction per migration.

@@ -184,6 +184,9 @@ impl Store for SqliteStore {
     fn snapshots_using_layer(&self, digest: &str) -> StoreResult<u64> {
         snapshots::using_layer(&*self.conns.read()?, digest)
     }
+    fn snapshot_memory_images(&self) -> StoreResult<Vec<String>> {
+        snapshots::memory_images(&*self.conns.read()?)
+    }
     fn set_secret(&self, workspace: &str, name: &str, value: &[u8]) -> StoreResult<()> {
         self.conns
             .write_with(|c| secrets::set(c, &self.secrets, workspace, name, value))

@@ -12,7 +12,8 @@ use uuid::Uuid;
 /// The columns written; a read adds the aliases (see [`cols`]).
 const COLS: &str = "id, workspace, name, status, image, vcpu, memory_mb, created_at, \
     started_at, ended_at, expires_at, end_reason, error, snapshot_id, environment, secrets, \
-    metadata, extra_layers, handle, id_slot, disk_mb, attributes, isolation, auto_pause, auto_paused_at";
+    metadata, extra_layers, handle, id_slot, disk_mb, attributes, isolation, auto_pause, auto_paused_at, \
+    network";
 
 /// The columns read: every written one plus the sandbox's aliases.
 fn cols() -> String {
@@ -24,12 +25,8 @@ fn cols() -> String {
 
 fn row(r: &Row) -> rusqlite::Result<SandboxRecord> {
     let handle: Option<String> = r.get("handle")?;
-    let handle = match handle {
-        Some(s) => Some(serde_json::from_str(&s).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
-        })?),
-        None => None,
-    };
+    let handle = opt_json_value(handle)?;
+    let network = opt_json_value(r.get("network")?)?;
     Ok(SandboxRecord {
         id: get_uuid(r, "id")?,
         workspace: r.get("workspace")?,
@@ -57,7 +54,18 @@ fn row(r: &Row) -> rusqlite::Result<SandboxRecord> {
         aliases: get_json(r, "aliases")?,
         attributes: get_json(r, "attributes")?,
         isolation: r.get("isolation")?,
+        network,
     })
+}
+
+/// A nullable JSON text column's value.
+fn opt_json_value(text: Option<String>) -> rusqlite::Result<Option<serde_json::Value>> {
+    match text {
+        Some(s) => Ok(Some(serde_json::from_str(&s).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
+        })?)),
+        None => Ok(None),
+    }
 }
 
 /// Writes every column with `verb` (`INSERT` or `REPLACE` semantics decided by caller SQL).
@@ -90,6 +98,7 @@ fn write(c: &Connection, sql: &str, s: &SandboxRecord) -> rusqlite::Result<usize
             s.isolation,
             s.auto_pause,
             opt_ts(s.auto_paused_at),
+            s.network.as_ref().map(json),
         ],
     )
 }
@@ -98,7 +107,7 @@ pub(super) fn insert(c: &mut Connection, s: &SandboxRecord) -> StoreResult<()> {
     let sql = format!(
         "INSERT INTO sandboxes ({COLS}) VALUES \
          (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24, ?25)"
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)"
     );
     let tx = c.transaction()?;
     write(&tx, &sql, s).map_err(|e| unique_violation(e, || format!("sandbox {}", s.id)))?;
@@ -112,8 +121,8 @@ pub(super) fn update(c: &Connection, s: &SandboxRecord) -> StoreResult<()> {
         vcpu = ?6, memory_mb = ?7, created_at = ?8, started_at = ?9, ended_at = ?10, \
         expires_at = ?11, end_reason = ?12, error = ?13, snapshot_id = ?14, environment = ?15, \
         secrets = ?16, metadata = ?17, extra_layers = ?18, handle = ?19, id_slot = ?20, \
-        disk_mb = ?21, attributes = ?22, isolation = ?23, auto_pause = ?24, auto_paused_at = ?25 \
-        WHERE id = ?1";
+        disk_mb = ?21, attributes = ?22, isolation = ?23, auto_pause = ?24, auto_paused_at = ?25, \
+        network = ?26 WHERE id = ?1";
     match write(c, sql, s)? {
         0 => Err(StoreError::NotFound(format!("sandbox {}", s.id))),
         _ => Ok(()),

@@ -107,6 +107,13 @@ pub(super) fn delete(c: &Connection, id: Uuid) -> StoreResult<bool> {
     Ok(c.execute("DELETE FROM snapshots WHERE id = ?1", [id.to_string()])? > 0)
 }
 
+pub(super) fn memory_images(c: &Connection) -> StoreResult<Vec<String>> {
+    let mut stmt =
+        c.prepare("SELECT memory_image FROM snapshots WHERE memory_image IS NOT NULL")?;
+    let rows = stmt.query_map([], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 pub(super) fn using_layer(c: &Connection, digest: &str) -> StoreResult<u64> {
     let n: i64 = c.query_row(
         "SELECT COUNT(DISTINCT snapshot_id) FROM snapshot_layers WHERE digest = ?1",

@@ -210,8 +210,21 @@ pub use crate::MemorySnapshot;
 /// runs between the two) into `dest` (a new dir), and lets the sandbox go on as it was
 /// (running, frozen, or on disk); returns the snapshot, or why not, and the sandbox's
 /// handle now. When the capture fails `dest` is removed; when the restore after it
-/// fails the sandbox stays on disk (its handle says so).
+/// fails the sandbox stays on disk (its handle says so) and `dest` is removed too: no
+/// snapshot is returned, so nothing would ever delete it.
 pub(super) fn snapshot(
+    rt: &GvisorRuntime,
+    handle: &SandboxHandle,
+    dest: &Path,
+) -> (Result<MemorySnapshot, RuntimeError>, SandboxHandle) {
+    let (taken, now) = snapshot_steps(rt, handle, dest);
+    if taken.is_err() {
+        let _ = std::fs::remove_dir_all(dest);
+    }
+    (taken, now)
+}
+
+fn snapshot_steps(
     rt: &GvisorRuntime,
     handle: &SandboxHandle,
     dest: &Path,
@@ -241,13 +254,12 @@ pub(super) fn snapshot(
             image: dest.to_path_buf(),
         })
     })();
-    if taken.is_err() {
-        let _ = std::fs::remove_dir_all(dest);
-    }
     if was_on_disk {
         return (taken, stored);
     }
-    let live = match restore(rt, &stored) {
+    let restored =
+        crate::faults::check("snapshot_memory.restore").and_then(|()| restore(rt, &stored));
+    let live = match restored {
         Ok(live) => live,
         Err(e) => {
             tracing::error!(id = %handle.id, error = %e, "a sandbox snapshotted with its memory did not come back; it stays on disk");

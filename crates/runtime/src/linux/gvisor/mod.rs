@@ -304,6 +304,28 @@ impl Runtime for GvisorRuntime {
         }
     }
 
+    fn sweep_memory_snapshots(
+        &self,
+        keep: &HashSet<std::path::PathBuf>,
+    ) -> Vec<std::path::PathBuf> {
+        let Ok(entries) = std::fs::read_dir(self.memory_snapshots_dir()) else {
+            return Vec::new();
+        };
+        let mut removed = Vec::new();
+        for path in entries.filter_map(|e| Some(e.ok()?.path())) {
+            if keep.contains(&path) {
+                continue;
+            }
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => removed.push(path),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot remove an unrecorded memory snapshot")
+                }
+            }
+        }
+        removed
+    }
+
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
         crate::faults::check("capture")?;
         // On disk nothing writes: the layer is copied as it is.
