@@ -6,10 +6,12 @@
 
 mod common;
 mod gvisor_common;
+#[path = "gvisor_common/server.rs"]
+mod gvisor_server;
 mod serve_bin;
 
 use gvisor_common::*;
-use sandboxd_runtime::linux::gvisor::GvisorRuntime;
+use gvisor_server::gvisor_data;
 use serde_json::json;
 use std::path::Path;
 
@@ -57,18 +59,11 @@ fn entries(dir: &Path) -> Vec<String> {
 
 #[test]
 fn two_sandboxes_created_from_a_memory_snapshot_each_continue_its_processes() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
-    let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
-        ("SANDBOXD_NETWORK", "none"),
-    ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    };
+    let data = fixture.path.clone();
+    let server = fixture.serve(MASTER, &[]);
     let source = create(
         &server,
         json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
@@ -99,7 +94,7 @@ fn two_sandboxes_created_from_a_memory_snapshot_each_continue_its_processes() {
 
     // The snapshot (its memory image) outlives a server restart.
     drop(server);
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &[]);
     let r = server.request("GET", &format!("/v2/snapshots/{snapshot}"), MASTER, None);
     assert_eq!(r.json()["data"]["memory"], true, "{}", r.text());
 
@@ -196,18 +191,11 @@ fn a_container_sandbox_snapshot_is_filesystem_only_and_says_so() {
 
 #[test]
 fn an_openrelay_template_made_from_a_gvisor_sandbox_starts_forks_of_it() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
-    let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
-        ("SANDBOXD_NETWORK", "none"),
-    ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    };
+    let data = fixture.path.clone();
+    let server = fixture.serve(MASTER, &[]);
     let source = create(
         &server,
         json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
