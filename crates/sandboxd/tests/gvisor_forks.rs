@@ -47,6 +47,21 @@ fn create(server: &serve_bin::Server, body: serde_json::Value) -> String {
     r.json()["data"]["id"].as_str().expect("id").to_string()
 }
 
+/// A sandbox named `source` running the Python counter in the background.
+fn counting_source(server: &serve_bin::Server) -> String {
+    let source = create(
+        server,
+        json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
+    );
+    let launch = format!(
+        "printf '%s' \"{COUNTER}\" > /root/counter.py && \
+         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &"
+    );
+    let (code, out) = sh(server, &source, &launch);
+    assert_eq!(code, 0, "{out}");
+    source
+}
+
 fn entries(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|d| {
@@ -64,16 +79,7 @@ fn two_sandboxes_created_from_a_memory_snapshot_each_continue_its_processes() {
     };
     let data = fixture.path.clone();
     let server = fixture.serve(MASTER, &[]);
-    let source = create(
-        &server,
-        json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
-    );
-    let launch = format!(
-        "printf '%s' \"{COUNTER}\" > /root/counter.py && \
-         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &"
-    );
-    let (code, out) = sh(&server, &source, &launch);
-    assert_eq!(code, 0, "{out}");
+    let source = counting_source(&server);
     for want in 1..=3 {
         assert_eq!(increment(&server, &source), want);
     }
@@ -196,16 +202,7 @@ fn an_openrelay_template_made_from_a_gvisor_sandbox_starts_forks_of_it() {
     };
     let data = fixture.path.clone();
     let server = fixture.serve(MASTER, &[]);
-    let source = create(
-        &server,
-        json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
-    );
-    let launch = format!(
-        "printf '%s' \"{COUNTER}\" > /root/counter.py && \
-         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &"
-    );
-    let (code, out) = sh(&server, &source, &launch);
-    assert_eq!(code, 0, "{out}");
+    let source = counting_source(&server);
     assert_eq!(increment(&server, &source), 1);
 
     // Building from a sandbox takes nothing else.
