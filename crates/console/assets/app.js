@@ -30,6 +30,23 @@ class ApiError extends Error {
   }
 }
 
+// Tries of a GET whose connection fails before any answer: the server closes a
+// keep-alive connection idle for its header-read timeout, and a request the browser
+// sends on it at that moment fails (more likely on a loaded host). Pages that load once
+// would otherwise show "Failed to fetch" for good. Changes are never sent twice.
+const GET_TRIES = 4;
+
+async function send(method, url, init) {
+  for (let tried = 1; ; tried++) {
+    try {
+      return await fetch(url, init);
+    } catch (e) {
+      if (method !== "GET" || tried >= GET_TRIES) throw e;
+      await new Promise((done) => setTimeout(done, 200 * tried));
+    }
+  }
+}
+
 async function api(method, path, body, raw) {
   const headers = {};
   if (method !== "GET") headers["X-CSRF-Token"] = state.csrf;
@@ -39,7 +56,7 @@ async function api(method, path, body, raw) {
     headers["Content-Type"] = "application/json";
     payload = JSON.stringify(body);
   }
-  const res = await fetch("/console/api" + path, { method, headers, body: payload, credentials: "same-origin" });
+  const res = await send(method, "/console/api" + path, { method, headers, body: payload, credentials: "same-origin" });
   if (res.status === 401) {
     signedOut();
     throw new ApiError(401, "unauthorized", "signed out");
@@ -407,7 +424,7 @@ function processesPanel(id) {
     if (reader) reader.cancel();
     output.textContent = "";
     try {
-      const res = await fetch(`/console/api/sandboxes/${id}/processes/${pid}/output`, { credentials: "same-origin" });
+      const res = await send("GET", `/console/api/sandboxes/${id}/processes/${pid}/output`, { credentials: "same-origin" });
       if (!res.ok) throw new ApiError(res.status, "error", await res.text());
       reader = res.body.getReader();
       const dec = new TextDecoder();

@@ -10,7 +10,10 @@ mod browser;
 mod serve_bin;
 
 use browser::Browser;
+use fantoccini::elements::Element;
 use fantoccini::{Client, Locator};
+use sandboxd_runtime::linux::{LinuxConfig, LinuxRuntime};
+use sandboxd_runtime::Runtime;
 use serde_json::json;
 use serve_bin::{http, Server, BIN};
 use std::path::PathBuf;
@@ -51,27 +54,63 @@ fn link(dir: &std::path::Path, server: &Server, extra: &[&str]) -> String {
 
 /// Destroys every sandbox of the server's default workspace that has not ended when
 /// dropped (a failed assertion included): stopping the server would leave them running.
+/// It never panics (a panic while a failed test unwinds would abort the test binary
+/// and leave the server running): a server that does not answer is left to
+/// [`Leftovers`].
 struct Sweep<'s>(&'s Server);
 
 impl Drop for Sweep<'_> {
     fn drop(&mut self) {
         let server = self.0;
-        let listed = server.request("GET", "/v2/sandboxes", MASTER, None).json();
-        let live = listed["data"].as_array().cloned().unwrap_or_default();
-        for sb in live.iter().filter(|sb| sb["status"] != "TERMINATED") {
-            let Some(id) = sb["id"].as_str() else {
-                continue;
+        let deadline = Instant::now() + STEP_LIMIT;
+        // Again while some sandbox has not ended: a create the browser sent may still
+        // be under way when a step gives up.
+        while Instant::now() < deadline {
+            let Ok(listed) = server.try_request("GET", "/v2/sandboxes", MASTER, None) else {
+                return;
             };
-            let path = format!("/v2/sandboxes/{id}");
-            server.request("DELETE", &path, MASTER, None);
-            for _ in 0..600 {
-                let status =
-                    server.request("GET", &path, MASTER, None).json()["data"]["status"].clone();
-                if status == "TERMINATED" || status.is_null() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
+            let listed = listed.json();
+            let live: Vec<String> = listed["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|sb| sb["status"] != "TERMINATED")
+                .filter_map(|sb| sb["id"].as_str().map(str::to_owned))
+                .collect();
+            if live.is_empty() {
+                return;
             }
+            for id in live {
+                let _ = server.try_request("DELETE", &format!("/v2/sandboxes/{id}"), MASTER, None);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Destroys, once the server has stopped (declare it before the server), whatever
+/// sandbox the server left on disk in data dir `.0`: its processes, mounts and cgroups
+/// (a sandbox the [`Sweep`] could not end, e.g. one whose create was cut short).
+struct Leftovers(PathBuf);
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let config = LinuxConfig {
+            data_dir: self.0.clone(),
+            init_exe: BIN.into(),
+            init_args: vec!["__sandbox-init".into()],
+            cgroup_parent: "sandboxd".into(),
+            max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
+        };
+        let Ok(rt) = LinuxRuntime::new(config) else {
+            return;
+        };
+        for handle in rt.stored_handles() {
+            eprintln!(
+                "the server left sandbox {} on disk: destroying it",
+                handle.id
+            );
+            let _ = rt.destroy(&handle);
         }
     }
 }
@@ -85,19 +124,101 @@ fn screenshots() -> PathBuf {
     dir
 }
 
-/// Polls `check` until it gives a value; fails (rather than hangs) after `limit`.
-async fn until<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
+/// What the browser half of the test works with, and what a wait that gives up
+/// reports: the step it waited for, the page (address, error boxes, the HTML of its
+/// `main`), the sandboxes' states through the API, the server's last log lines and a
+/// screenshot.
+struct Scene<'a> {
+    c: &'a Client,
+    server: &'a Server,
+    shots: &'a std::path::Path,
+}
+
+/// How long one step may take on a loaded machine before the test gives up on it.
+const STEP_LIMIT: Duration = Duration::from_secs(120);
+/// Server log lines in a failure's report.
+const LOG_TAIL: usize = 40;
+/// Characters of the page's HTML in a failure's report.
+const HTML_SNIPPET: usize = 4000;
+
+impl Scene<'_> {
+    /// Polls `check` until it gives a value; after [`STEP_LIMIT`], an error naming
+    /// `what` with [`Scene::report`] (rather than a hang or a bare message).
+    async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T, String>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let started = Instant::now();
+        loop {
+            if let Some(v) = check().await {
+                return Ok(v);
+            }
+            if started.elapsed() > STEP_LIMIT {
+                return Err(self.report(what).await);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    /// The state of the page and the server when step `what` gave up.
+    async fn report(&self, what: &str) -> String {
+        let limit = Duration::from_secs(20);
+        let ask = |script: &'static str| async move {
+            match tokio::time::timeout(limit, self.c.execute(script, vec![])).await {
+                Ok(Ok(v)) => v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+                Ok(Err(e)) => format!("(the browser did not answer: {e})"),
+                Err(_) => "(the browser did not answer within 20 s)".to_owned(),
+            }
+        };
+        let url = ask("return location.href").await;
+        let errors = ask("return Array.from(document.querySelectorAll('.error'))\
+             .map(e => e.textContent.trim()).filter(t => t).join(' | ')")
+        .await;
+        let html = ask("const m = document.querySelector('main'); \
+             return m ? m.outerHTML : document.documentElement.outerHTML")
+        .await;
+        let html: String = html.chars().take(HTML_SNIPPET).collect();
+        let shot = match tokio::time::timeout(limit, self.c.screenshot()).await {
+            Ok(Ok(png)) => {
+                let path = self.shots.join("failed.png");
+                match std::fs::write(&path, png) {
+                    Ok(()) => path.display().to_string(),
+                    Err(e) => format!("(not saved: {e})"),
+                }
+            }
+            _ => "(none: the browser did not answer)".to_owned(),
+        };
+        let sandboxes = match self
+            .server
+            .try_request("GET", "/v2/sandboxes", MASTER, None)
+        {
+            Ok(reply) => reply.json()["data"]
+                .as_array()
+                .map(|all| {
+                    all.iter()
+                        .map(|sb| format!("{} {} {}", sb["id"], sb["name"], sb["status"]))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+                .unwrap_or_else(|| reply.text()),
+            Err(e) => format!("(the server did not answer: {e})"),
+        };
+        let log = self.server.log_lines();
+        let tail = log[log.len().saturating_sub(LOG_TAIL)..].join("\n");
+        format!(
+            "gave up waiting for {what} after {STEP_LIMIT:?}\n\
+             page: {url}\nerror boxes: {errors:?}\nscreenshot: {shot}\n\
+             sandboxes (API): {sandboxes}\n\
+             page HTML (first {HTML_SNIPPET} characters):\n{html}\n\
+             server log (last {LOG_TAIL} lines):\n{tail}"
+        )
+    }
+
+    /// Waits for the element `locator` finds, as a named step.
+    async fn element(&self, what: &str, locator: Locator<'_>) -> Result<Element, String> {
+        self.until(what, || async { self.c.find(locator).await.ok() })
+            .await
     }
 }
 
@@ -259,6 +380,7 @@ fn the_api_without_a_session_answers_401_and_nothing_else() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_in_a_browser() {
     let dir = tempfile::tempdir().expect("temp dir");
+    let _leftovers = Leftovers(dir.path().to_owned());
     let server = start_server(dir.path());
     let _sweep = Sweep(&server);
     let api_id = server.create_sandbox(
@@ -309,18 +431,18 @@ async fn drive(
     shots: &std::path::Path,
 ) -> Result<String, String> {
     let c = &b.client;
+    let s = &Scene { c, server, shots };
     let base = format!("http://{}", server.addr);
-    let long = Duration::from_secs(120);
 
     // Sign in: the code leaves the address bar; the API's sandbox is in the table.
     c.goto(&format!("{base}{login}"))
         .await
         .map_err(|e| e.to_string())?;
     let row = format!("tr[data-id=\"{api_id}\"]");
-    until("the API's sandbox in the table", long, || async {
+    s.until("the API's sandbox in the table", || async {
         c.find(Locator::Css(&row)).await.ok()
     })
-    .await;
+    .await?;
     let url = c.current_url().await.map_err(|e| e.to_string())?;
     assert!(!url.as_str().contains("code="), "the code stayed in {url}");
     assert_eq!(
@@ -344,18 +466,16 @@ async fn drive(
     c.goto(&format!("{base}/console/#/create"))
         .await
         .map_err(|e| e.to_string())?;
-    let name = c
-        .wait()
-        .for_element(Locator::Id("create-name"))
-        .await
-        .expect("form");
+    let name = s
+        .element("the create form", Locator::Id("create-name"))
+        .await?;
     name.send_keys("made-in-the-console")
         .await
         .expect("type name");
     let memory = c.find(Locator::Id("create-memory")).await.expect("memory");
     memory.clear().await.expect("clear");
     memory.send_keys("256").await.expect("type memory");
-    until("the template list", long, || async {
+    s.until("the template list", || async {
         let n = js(
             c,
             "return document.querySelectorAll('#create-template option').length",
@@ -363,7 +483,7 @@ async fn drive(
         .await;
         (n.as_u64() > Some(1)).then_some(())
     })
-    .await;
+    .await?;
     c.find(Locator::Css("#create-template option[value=\"python\"]"))
         .await
         .expect("the python template")
@@ -377,12 +497,13 @@ async fn drive(
         .click()
         .await
         .expect("click");
-    let ui_id = until("the new sandbox's page", long, || async {
-        let url = c.current_url().await.ok()?;
-        let id = url.fragment()?.strip_prefix("/sandbox/")?.to_owned();
-        Some(id)
-    })
-    .await;
+    let ui_id = s
+        .until("the new sandbox's page", || async {
+            let url = c.current_url().await.ok()?;
+            let id = url.fragment()?.strip_prefix("/sandbox/")?.to_owned();
+            Some(id)
+        })
+        .await?;
     let got = server.request("GET", &format!("/v2/sandboxes/{ui_id}"), MASTER, None);
     assert_eq!(got.status, 200, "{}", got.text());
     assert_eq!(got.json()["data"]["status"], "RUNNING", "{}", got.text());
@@ -403,10 +524,11 @@ async fn drive(
         .await
         .map_err(|e| e.to_string())?;
     let ui_row = format!("tr[data-id=\"{ui_id}\"]");
-    let text = until("the console's sandbox in the table", long, || async {
-        c.find(Locator::Css(&ui_row)).await.ok()?.text().await.ok()
-    })
-    .await;
+    let text = s
+        .until("the console's sandbox in the table", || async {
+            c.find(Locator::Css(&ui_row)).await.ok()?.text().await.ok()
+        })
+        .await?;
     assert!(text.contains("python"), "{text}");
     c.find(Locator::Css(&row))
         .await
@@ -420,12 +542,13 @@ async fn drive(
                 "const p = document.querySelector('tr[data-id=\"{id}\"] svg.spark.{kind} polyline');\
                  return p ? p.getAttribute('points') : null"
             );
-            let points = until(&format!("a {kind} sparkline of {id}"), long, || async {
-                let got = js(c, &script).await;
-                let points = got.as_str()?.to_owned();
-                (points.split_whitespace().count() >= 2).then_some(points)
-            })
-            .await;
+            let points = s
+                .until(&format!("a {kind} sparkline of {id}"), || async {
+                    let got = js(c, &script).await;
+                    let points = got.as_str()?.to_owned();
+                    (points.split_whitespace().count() >= 2).then_some(points)
+                })
+                .await?;
             for point in points.split_whitespace() {
                 let xy: Vec<f64> = point.split(',').filter_map(|v| v.parse().ok()).collect();
                 assert!(
@@ -441,31 +564,30 @@ async fn drive(
         .map_err(|e| e.to_string())?;
 
     // The terminal: `echo hi`, and `hi` on a line of its own.
-    c.wait()
-        .for_element(Locator::Id("terminal-open"))
-        .await
-        .expect("terminal button")
+    s.element("the terminal button", Locator::Id("terminal-open"))
+        .await?
         .click()
         .await
         .expect("open terminal");
-    until("the terminal's socket", long, || async {
+    s.until("the terminal's socket", || async {
         c.find(Locator::Css("#terminal[data-open]")).await.ok()
     })
-    .await;
-    let keys = c
-        .wait()
-        .for_element(Locator::Css("#terminal .xterm-helper-textarea"))
-        .await
-        .expect("xterm input");
+    .await?;
+    let keys = s
+        .element(
+            "the terminal's input",
+            Locator::Css("#terminal .xterm-helper-textarea"),
+        )
+        .await?;
     keys.send_keys("echo hi\u{E007}").await.expect("type");
     let rows = "return Array.from(document.querySelectorAll('#terminal .xterm-rows > div'))\
                 .map(d => d.textContent.trim())";
-    until("`hi` in the terminal", long, || async {
+    s.until("`hi` in the terminal", || async {
         let lines = js(c, rows).await;
         let lines = lines.as_array()?;
         lines.iter().any(|l| l == "hi").then_some(())
     })
-    .await;
+    .await?;
 
     // Upload through the file browser (into /tmp, the default folder); exec reads it.
     let local = tempfile::tempdir().expect("upload dir");
@@ -483,7 +605,7 @@ async fn drive(
         .click()
         .await
         .expect("upload");
-    until("the upload's end", long, || async {
+    s.until("the upload's end", || async {
         let shown = js(
             c,
             "return document.querySelector('#upload-done') ? 'done' : \
@@ -492,20 +614,20 @@ async fn drive(
         )
         .await;
         match shown.as_str()? {
-            "done" => Some(()),
+            "done" => Some(Ok(())),
             "" => None,
-            error => panic!("the upload failed: {error}"),
+            error => Some(Err(format!("the upload failed: {error}"))),
         }
     })
-    .await;
-    until("the upload in the listing", long, || async {
+    .await??;
+    s.until("the upload in the listing", || async {
         c.find(Locator::Css(
             "#files-list li[data-name=\"console-upload.txt\"]",
         ))
         .await
         .ok()
     })
-    .await;
+    .await?;
     let (code, out) = server.exec(MASTER, &ui_id, &["/bin/cat", "/tmp/console-upload.txt"]);
     assert_eq!((code, out.as_str()), (0, "uploaded through the console\n"));
 
@@ -536,7 +658,7 @@ async fn drive(
         .click()
         .await
         .expect("click");
-    until("the process's output", long, || async {
+    s.until("the process's output", || async {
         let out = c
             .find(Locator::Id("process-output"))
             .await
@@ -547,13 +669,13 @@ async fn drive(
         (out.contains("from-a-process") && out.contains("still-here") && out.contains("[exited 0]"))
             .then_some(())
     })
-    .await;
+    .await?;
     let ended = "#process-rows tr td:nth-child(2)";
-    until("the process's end in its table", long, || async {
+    s.until("the process's end in its table", || async {
         let state = c.find(Locator::Css(ended)).await.ok()?.text().await.ok()?;
         (state == "EXITED").then_some(())
     })
-    .await;
+    .await?;
 
     // The whole page in one picture (the README shows it): a tall window.
     c.set_window_size(1280, 1320)
@@ -574,11 +696,11 @@ async fn drive(
             .await
             .expect("click");
         c.accept_alert().await.map_err(|e| e.to_string())?;
-        until(want, long, || async {
+        s.until(want, || async {
             let got = server.request("GET", &format!("/v2/sandboxes/{ui_id}"), MASTER, None);
             (got.json()["data"]["status"] == want).then_some(())
         })
-        .await;
+        .await?;
     }
     c.find(Locator::Id("action-snapshot"))
         .await
@@ -587,16 +709,17 @@ async fn drive(
         .await
         .expect("click");
     c.accept_alert().await.map_err(|e| e.to_string())?;
-    let saved = until("the snapshot", long, || async {
-        let text = js(
-            c,
-            "return document.querySelector('section .error').textContent",
-        )
-        .await;
-        let text = text.as_str()?.to_owned();
-        text.starts_with("Snapshot ").then_some(text)
-    })
-    .await;
+    let saved = s
+        .until("the snapshot", || async {
+            let text = js(
+                c,
+                "return document.querySelector('section .error').textContent",
+            )
+            .await;
+            let text = text.as_str()?.to_owned();
+            text.starts_with("Snapshot ").then_some(text)
+        })
+        .await?;
     let snapshot_id = saved
         .split_whitespace()
         .nth(1)
@@ -605,45 +728,55 @@ async fn drive(
     c.goto(&format!("{base}/console/#/snapshots"))
         .await
         .map_err(|e| e.to_string())?;
-    until("the snapshot in its table", long, || async {
+    s.until("the snapshot in its table", || async {
         c.find(Locator::Css(&format!("tr[data-id=\"{snapshot_id}\"]")))
             .await
             .ok()
     })
-    .await;
+    .await?;
 
     // The templates page lists the stored images too: the built-in one, used by now.
     c.goto(&format!("{base}/console/#/templates"))
         .await
         .map_err(|e| e.to_string())?;
-    let image = until("the default image in the images table", long, || async {
-        c.find(Locator::Css("table#images tr[data-name=\"default\"]"))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()
-    })
-    .await;
+    let image = s
+        .until("the default image in the images table", || async {
+            c.find(Locator::Css("table#images tr[data-name=\"default\"]"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()
+        })
+        .await?;
     assert!(image.contains("built-in"), "{image}");
 
     for page in ["templates", "snapshots"] {
         c.goto(&format!("{base}/console/#/{page}"))
             .await
             .map_err(|e| e.to_string())?;
-        c.wait()
-            .for_element(Locator::Css(&format!("table#{page} tbody tr")))
-            .await
-            .map_err(|e| e.to_string())?;
+        let rows = format!("table#{page} tbody tr");
+        s.element(&format!("the {page} table's rows"), Locator::Css(&rows))
+            .await?;
         b.screenshot(shots, page).await;
     }
 
-    // The master workspace's keys (the master key among them) and quota.
-    c.goto(&format!("{base}/console/#/account"))
-        .await
-        .map_err(|e| e.to_string())?;
+    // The master workspace's keys (the master key among them) and quota. The page's
+    // first fetch of them fails as a connection the server closed at that moment does
+    // (a loaded CI run saw "Failed to fetch" there, and the page stayed empty): the
+    // page tries again.
+    let failed_once = "const real = window.fetch; window.failedFetches = 0;\
+        window.fetch = function (url, init) {\
+          if (String(url).endsWith('/console/api/account') && window.failedFetches === 0) {\
+            window.failedFetches += 1;\
+            return Promise.reject(new TypeError('Failed to fetch'));\
+          }\
+          return real.call(this, url, init);\
+        };\
+        location.hash = '#/account'; return null";
+    js(c, failed_once).await;
     let master = &MASTER[..12];
-    until("the master key in the keys table", long, || async {
+    s.until("the master key in the keys table", || async {
         let text = c
             .find(Locator::Css("table#keys tbody"))
             .await
@@ -653,7 +786,7 @@ async fn drive(
             .ok()?;
         (text.contains(master) && text.contains("master")).then_some(())
     })
-    .await;
+    .await?;
     let page = c
         .find(Locator::Css("main"))
         .await
@@ -661,6 +794,11 @@ async fn drive(
         .text()
         .await
         .expect("text");
+    assert_eq!(
+        js(c, "return window.failedFetches").await,
+        json!(1),
+        "the injected failure did not happen"
+    );
     assert!(!page.contains(MASTER), "a whole key on the page");
     assert!(page.contains("Active sandboxes"), "{page}");
     b.screenshot(shots, "account").await;
@@ -672,10 +810,10 @@ async fn drive(
     c.goto(&format!("{base}/console/#/sandboxes"))
         .await
         .map_err(|e| e.to_string())?;
-    until("the table in a narrow window", long, || async {
+    s.until("the table in a narrow window", || async {
         c.find(Locator::Css(&row)).await.ok()
     })
-    .await;
+    .await?;
     let wide = js(
         c,
         "return document.documentElement.scrollWidth - window.innerWidth",
@@ -694,20 +832,18 @@ async fn drive(
     c.goto(&format!("{base}/console/#/sandbox/{ui_id}"))
         .await
         .map_err(|e| e.to_string())?;
-    c.wait()
-        .for_element(Locator::Id("action-delete"))
-        .await
-        .expect("delete button")
+    s.element("the delete button", Locator::Id("action-delete"))
+        .await?
         .click()
         .await
         .expect("click delete");
     c.accept_alert().await.map_err(|e| e.to_string())?;
-    until("the deleted sandbox's end", long, || async {
+    s.until("the deleted sandbox's end", || async {
         let got = server.request("GET", &format!("/v2/sandboxes/{ui_id}"), MASTER, None);
         let status = got.json()["data"]["status"].as_str()?.to_owned();
         (status == "TERMINATED").then_some(())
     })
-    .await;
+    .await?;
     Ok(ui_id)
 }
 

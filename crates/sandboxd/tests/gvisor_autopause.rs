@@ -7,9 +7,12 @@
 
 mod common;
 mod gvisor_common;
+#[path = "gvisor_common/server.rs"]
+mod gvisor_server;
 mod serve_bin;
 
 use gvisor_common::*;
+use gvisor_server::gvisor_data;
 use sandboxd_engine::{
     AutoPause, CreateSandbox, Engine, EngineConfig, ExecCommand, Limits, NetworkMode, ProcessExit,
     Resources, Sandbox, SandboxStatus, StartCommand,
@@ -453,20 +456,15 @@ fn a_sandbox_on_disk_expires_and_leaves_no_image() {
 /// wakes it with its processes' memory.
 #[test]
 fn an_openrelay_auto_pause_sandbox_on_disk_wakes_after_a_server_restart() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
+    };
+    let data = fixture.path.clone();
     let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
-        ("SANDBOXD_NETWORK", "none"),
         ("SANDBOXD_AUTO_PAUSE_MEMORY_BUDGET_MB", "1"),
         ("SANDBOXD_AUTO_PAUSE_INTERVAL_MS", "200"),
     ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &env);
     let body = serde_json::json!({"template": "default", "autoPause": true});
     let created = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
     assert_eq!(created.status / 100, 2, "{}", created.text());
@@ -504,12 +502,8 @@ fn an_openrelay_auto_pause_sandbox_on_disk_wakes_after_a_server_restart() {
     let frozen = count();
 
     drop(server);
-    let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
-        ("SANDBOXD_NETWORK", "none"),
-        ("SANDBOXD_AUTO_PAUSE_MEMORY_BUDGET_MB", "0"),
-    ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let env = [("SANDBOXD_AUTO_PAUSE_MEMORY_BUDGET_MB", "0")];
+    let server = fixture.serve(MASTER, &env);
     assert!(image.is_file(), "the restart woke it");
     let cmd = "a=$(cat /root/count); sleep 0.5; echo $a $(cat /root/count)";
     let r = server.request(
@@ -556,20 +550,15 @@ fn sandbox_dirs(data: &std::path::Path) -> std::collections::BTreeSet<String> {
 /// that did not consent stays in memory although it has been idle the longest.
 #[test]
 fn runzivo_and_inngest_sandboxes_consent_with_their_extension_fields() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
+    };
+    let data = fixture.path.clone();
     let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
-        ("SANDBOXD_NETWORK", "none"),
         ("SANDBOXD_AUTO_PAUSE_MEMORY_BUDGET_MB", "1"),
         ("SANDBOXD_AUTO_PAUSE_INTERVAL_MS", "200"),
     ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &env);
     let made = |create: &dyn Fn() -> String| -> (String, String) {
         let before = sandbox_dirs(&data);
         let id = create();

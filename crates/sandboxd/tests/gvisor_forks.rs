@@ -6,10 +6,12 @@
 
 mod common;
 mod gvisor_common;
+#[path = "gvisor_common/server.rs"]
+mod gvisor_server;
 mod serve_bin;
 
 use gvisor_common::*;
-use sandboxd_runtime::linux::gvisor::GvisorRuntime;
+use gvisor_server::gvisor_data;
 use serde_json::json;
 use std::path::Path;
 
@@ -45,6 +47,21 @@ fn create(server: &serve_bin::Server, body: serde_json::Value) -> String {
     r.json()["data"]["id"].as_str().expect("id").to_string()
 }
 
+/// A sandbox named `source` running the Python counter in the background.
+fn counting_source(server: &serve_bin::Server) -> String {
+    let source = create(
+        server,
+        json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
+    );
+    let launch = format!(
+        "printf '%s' \"{COUNTER}\" > /root/counter.py && \
+         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &"
+    );
+    let (code, out) = sh(server, &source, &launch);
+    assert_eq!(code, 0, "{out}");
+    source
+}
+
 fn entries(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|d| {
@@ -57,28 +74,12 @@ fn entries(dir: &Path) -> Vec<String> {
 
 #[test]
 fn two_sandboxes_created_from_a_memory_snapshot_each_continue_its_processes() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
-    let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
-        ("SANDBOXD_NETWORK", "none"),
-    ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
-    let source = create(
-        &server,
-        json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
-    );
-    let launch = format!(
-        "printf '%s' \"{COUNTER}\" > /root/counter.py && \
-         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &"
-    );
-    let (code, out) = sh(&server, &source, &launch);
-    assert_eq!(code, 0, "{out}");
+    };
+    let data = fixture.path.clone();
+    let server = fixture.serve(MASTER, &[]);
+    let source = counting_source(&server);
     for want in 1..=3 {
         assert_eq!(increment(&server, &source), want);
     }
@@ -99,7 +100,7 @@ fn two_sandboxes_created_from_a_memory_snapshot_each_continue_its_processes() {
 
     // The snapshot (its memory image) outlives a server restart.
     drop(server);
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &[]);
     let r = server.request("GET", &format!("/v2/snapshots/{snapshot}"), MASTER, None);
     assert_eq!(r.json()["data"]["memory"], true, "{}", r.text());
 
@@ -196,28 +197,12 @@ fn a_container_sandbox_snapshot_is_filesystem_only_and_says_so() {
 
 #[test]
 fn an_openrelay_template_made_from_a_gvisor_sandbox_starts_forks_of_it() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
-    let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
-        ("SANDBOXD_NETWORK", "none"),
-    ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
-    let source = create(
-        &server,
-        json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
-    );
-    let launch = format!(
-        "printf '%s' \"{COUNTER}\" > /root/counter.py && \
-         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &"
-    );
-    let (code, out) = sh(&server, &source, &launch);
-    assert_eq!(code, 0, "{out}");
+    };
+    let data = fixture.path.clone();
+    let server = fixture.serve(MASTER, &[]);
+    let source = counting_source(&server);
     assert_eq!(increment(&server, &source), 1);
 
     // Building from a sandbox takes nothing else.

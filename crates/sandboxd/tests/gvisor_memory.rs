@@ -5,11 +5,13 @@
 
 mod common;
 mod gvisor_common;
+#[path = "gvisor_common/server.rs"]
+mod gvisor_server;
 mod serve_bin;
 
 use gvisor_common::*;
+use gvisor_server::gvisor_data;
 use sandboxd_agent_protocol::AgentClient;
-use sandboxd_runtime::linux::gvisor::GvisorRuntime;
 use sandboxd_runtime::{Runtime, SandboxHandle};
 
 /// A shell whose counter lives in its memory, written to /root/count every 100 ms.
@@ -184,19 +186,12 @@ fn server_count(server: &serve_bin::Server, id: &str) -> u64 {
 
 #[test]
 fn a_gvisor_server_pauses_to_disk_keeps_it_paused_across_a_restart_and_resumes_it() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
+    };
+    let data = fixture.path.clone();
     // Without egress: a sandbox with egress pauses in memory (the next test).
-    let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
-        ("SANDBOXD_NETWORK", "none"),
-    ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &[]);
     let body = serde_json::json!({"name": "counter", "vcpu": 1, "memoryMb": 256});
     let id = server.create_sandbox(MASTER, &body);
     let background = format!("setsid sh -c '{COUNTER}' </dev/null >/dev/null 2>&1 &");
@@ -222,7 +217,7 @@ fn a_gvisor_server_pauses_to_disk_keeps_it_paused_across_a_restart_and_resumes_i
 
     // A restarted server finds it paused (on disk), not crashed.
     drop(server);
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &[]);
     let r = server.request("GET", &format!("/v2/sandboxes/{id}"), MASTER, None);
     assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
 
@@ -339,18 +334,12 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
 /// memory (frozen, its sentry still there) and resumes from there, never lost.
 #[test]
 fn a_gvisor_sandbox_with_egress_pauses_in_memory_and_resumes() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
-    let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
-        ("SANDBOXD_NETWORK", "egress"),
-    ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    };
+    let data = fixture.path.clone();
+    let env = [("SANDBOXD_NETWORK", "egress")];
+    let server = fixture.serve(MASTER, &env);
     let body = serde_json::json!({"name": "counter", "vcpu": 1, "memoryMb": 256});
     let id = server.create_sandbox(MASTER, &body);
     assert!(

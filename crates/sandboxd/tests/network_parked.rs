@@ -10,28 +10,15 @@
 //! of its own: no other test's sandbox takes its parked network or sees its table.
 
 mod common;
+mod netns_common;
 
 use common::runtime;
-use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
+use netns_common::{counted_nft_in_own_netns, net_runtime, nft, table};
+use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn nft(args: &[&str]) -> Option<String> {
-    let out = Command::new("/usr/sbin/nft")
-        .args(args)
-        .stderr(Stdio::null())
-        .output()
-        .expect("nft");
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn table() -> Option<String> {
-    nft(&["list", "table", "inet", "sandboxd"])
-}
 
 fn chain_named_after(id: &str) -> Option<String> {
     let chain = format!("sb_{}", &id.replace('-', "")[..12]);
@@ -79,14 +66,6 @@ fn reapers(state: &Path) -> Vec<i32> {
         .collect()
 }
 
-fn net_runtime(dir: &Path, state: &Path) -> LinuxRuntime {
-    let mut config = NetConfig::from_host();
-    config.state_dir = state.to_path_buf();
-    // A documentation address: nothing is sent to it (no traffic in this test).
-    config.resolvers = vec!["192.0.2.53".parse().expect("resolver")];
-    LinuxRuntime::with_network(common::raw_runtime(dir), config)
-}
-
 /// Polls `done` for up to a minute (a bound for a loaded machine, not a measure).
 fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -98,34 +77,12 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger() {
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
     // An `nft` first on PATH records each call; nextest runs each test in a process of
     // its own, so this PATH and these variables are this test's alone.
-    let bin = tempfile::tempdir().expect("tempdir");
-    let log = bin.path().join("calls");
-    let wrapper = bin.path().join("nft");
-    let script = format!(
-        "#!/bin/sh\necho \"$@\" >> {}\nexec /usr/sbin/nft \"$@\"\n",
-        log.display()
-    );
-    std::fs::write(&wrapper, script).expect("wrapper");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let path = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    std::env::set_var("PATH", path);
-    std::env::remove_var("SANDBOXD_LIBNFTABLES");
+    let nft_calls = counted_nft_in_own_netns(None);
     // Long enough that nothing parked expires while the test looks at it.
     std::env::set_var("SANDBOXD_NET_LINGER_SECS", "3600");
-    let calls = || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .count()
-    };
+    let calls = || nft_calls.count();
     // Someone else's table, which sandboxd must leave alone.
     assert!(
         nft(&["add", "table", "inet", "other"]).is_some(),

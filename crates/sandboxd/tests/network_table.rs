@@ -7,38 +7,16 @@
 //! table alive nor see it change.
 
 mod common;
+mod netns_common;
 
 use common::runtime;
-use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
+use netns_common::{counted_nft_in_own_netns, net_runtime, nft, table};
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime};
 use std::process::{Command, Stdio};
-
-fn nft(args: &[&str]) -> Option<String> {
-    let out = Command::new("/usr/sbin/nft")
-        .args(args)
-        .stderr(Stdio::null())
-        .output()
-        .expect("nft");
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn table() -> Option<String> {
-    nft(&["list", "table", "inet", "sandboxd"])
-}
 
 fn chain(id: uuid::Uuid) -> Option<String> {
     let chain = format!("sb_{}", &id.simple().to_string()[..12]);
     nft(&["list", "chain", "inet", "sandboxd", &chain])
-}
-
-fn net_runtime(dir: &std::path::Path, state: &std::path::Path) -> LinuxRuntime {
-    let mut config = NetConfig::from_host();
-    config.state_dir = state.to_path_buf();
-    // A documentation address: nothing is sent to it (no traffic in this test).
-    config.resolvers = vec!["192.0.2.53".parse().expect("resolver")];
-    LinuxRuntime::with_network(common::raw_runtime(dir), config)
 }
 
 #[test]
@@ -115,25 +93,7 @@ fn the_table_lives_while_any_sandbox_runs_and_goes_with_the_last() {
 /// be deleted from, and the failed transaction was retried as one run per command.
 #[test]
 fn a_destroy_among_others_is_one_nft_run_and_leaves_no_entry() {
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
-    let bin = tempfile::tempdir().expect("tempdir");
-    let log = bin.path().join("calls");
-    let wrapper = bin.path().join("nft");
-    let script = format!(
-        "#!/bin/sh\necho \"$@\" >> {}\nexec /usr/sbin/nft \"$@\"\n",
-        log.display()
-    );
-    std::fs::write(&wrapper, script).expect("wrapper");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let path = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    // nextest runs each test in a process of its own: this PATH is this test's alone.
-    std::env::set_var("PATH", path);
-    std::env::remove_var("SANDBOXD_LIBNFTABLES");
+    let nft_calls = counted_nft_in_own_netns(None);
 
     let state = tempfile::tempdir().expect("tempdir");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -147,12 +107,7 @@ fn a_destroy_among_others_is_one_nft_run_and_leaves_no_entry() {
     let net = |id| rt.sandbox_address(id).expect("address");
     let b_net = net(b.id);
     let b_slash30 = format!("{}/30", std::net::Ipv4Addr::from(u32::from(b_net) - 2));
-    let calls = || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .count()
-    };
+    let calls = || nft_calls.count();
     let before = calls();
     rt.destroy(&b).expect("destroy b");
     assert_eq!(calls() - before, 1, "nft runs for one destroy");
@@ -172,24 +127,7 @@ fn a_destroy_among_others_is_one_nft_run_and_leaves_no_entry() {
 /// PATH records each call and takes a while, so the starts certainly queue behind it.
 #[test]
 fn starts_arriving_together_share_nft_runs() {
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
-    let bin = tempfile::tempdir().expect("tempdir");
-    let log = bin.path().join("calls");
-    let wrapper = bin.path().join("nft");
-    let script = format!(
-        "#!/bin/sh\necho \"$@\" >> {}\nsleep 0.3\nexec /usr/sbin/nft \"$@\"\n",
-        log.display()
-    );
-    std::fs::write(&wrapper, script).expect("wrapper");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let path = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    std::env::set_var("PATH", path);
-    std::env::remove_var("SANDBOXD_LIBNFTABLES");
+    let nft_calls = counted_nft_in_own_netns(Some("0.3"));
 
     let state = tempfile::tempdir().expect("tempdir");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -200,12 +138,7 @@ fn starts_arriving_together_share_nft_runs() {
             .expect("start")
     };
     let first = start(); // makes the table
-    let calls = || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .count()
-    };
+    let calls = || nft_calls.count();
     let before = calls();
     const TOGETHER: usize = 6;
     let handles: Vec<_> = std::thread::scope(|s| {

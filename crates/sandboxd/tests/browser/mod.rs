@@ -1,7 +1,9 @@
 //! Headless Chromium for tests: Debian's `chromedriver` on a free loopback port, a
 //! WebDriver session (fantoccini) with a temporary profile, and a cleanup that ends
 //! exactly the processes this session started (chromedriver by its PID, Chromium by the
-//! PIDs whose command line names our profile directory) and removes the profile.
+//! PIDs whose command line names our profile directory) and removes the profile and
+//! Chromium's own temporary files (its `TMPDIR` is a directory of ours), also when a
+//! failed test unwinds.
 
 #![allow(dead_code)]
 
@@ -20,7 +22,9 @@ pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub struct Browser {
     pub client: Client,
     driver: Child,
-    profile: tempfile::TempDir,
+    /// Holds `profile/` (the user data dir) and `tmp/` (Chromium's `TMPDIR`: its
+    /// `org.chromium.Chromium.*` singleton dirs, which a killed Chromium leaves).
+    root: tempfile::TempDir,
 }
 
 fn free_port() -> u16 {
@@ -37,12 +41,17 @@ impl Browser {
                 "{bin} is missing: scripts/setup.sh installs Debian's chromium and chromium-driver"
             );
         }
-        let profile = tempfile::Builder::new()
+        let root = tempfile::Builder::new()
             .prefix("sandboxd-console-chromium-")
             .tempdir()
-            .expect("profile dir");
+            .expect("browser temp dir");
+        let (profile, tmp) = (root.path().join("profile"), root.path().join("tmp"));
+        for dir in [&profile, &tmp] {
+            std::fs::create_dir(dir).expect("browser temp subdir");
+        }
         let port = free_port();
         let driver = Command::new(CHROMEDRIVER)
+            .env("TMPDIR", &tmp)
             .arg(format!("--port={port}"))
             .arg("--allowed-ips=127.0.0.1")
             .stdin(Stdio::null())
@@ -68,7 +77,7 @@ impl Browser {
             "--no-first-run".to_owned(),
             "--disable-extensions".to_owned(),
             format!("--window-size={width},{height}"),
-            format!("--user-data-dir={}", profile.path().display()),
+            format!("--user-data-dir={}", profile.display()),
         ];
         caps.insert(
             "goog:chromeOptions".into(),
@@ -89,7 +98,7 @@ impl Browser {
                 }
             },
             driver,
-            profile,
+            root,
         };
         browser.client.set_window_size(width, height).await.ok();
         browser
@@ -111,14 +120,14 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        cleanup(&mut self.driver, self.profile.path());
+        cleanup(&mut self.driver, self.root.path());
     }
 }
 
-/// Kills the Chromium processes whose command line names `profile` (only ours), then
-/// chromedriver by its PID.
-fn cleanup(driver: &mut Child, profile: &Path) {
-    let needle = profile.to_string_lossy().into_owned();
+/// Kills the Chromium processes whose command line names a path under `root` (only
+/// ours), then chromedriver by its PID; dropping `root` then removes the files.
+fn cleanup(driver: &mut Child, root: &Path) {
+    let needle = root.to_string_lossy().into_owned();
     for _ in 0..50 {
         let ours = processes_naming(&needle);
         if ours.is_empty() {

@@ -110,12 +110,25 @@ impl Server {
     }
 
     pub fn request(&self, method: &str, path: &str, key: &str, body: Option<&Value>) -> Reply {
+        self.try_request(method, path, key, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// [`Server::request`], with a connection that fails as an error instead of a panic
+    /// (for cleanup guards, which must not panic while a failed test unwinds).
+    pub fn try_request(
+        &self,
+        method: &str,
+        path: &str,
+        key: &str,
+        body: Option<&Value>,
+    ) -> std::io::Result<Reply> {
         let body = body.map(|b| b.to_string());
         let mut headers = vec![("authorization", format!("Bearer {key}"))];
         if body.is_some() {
             headers.push(("content-type", "application/json".into()));
         }
-        http(
+        try_http(
             self.addr,
             method,
             path,
@@ -219,7 +232,18 @@ pub fn http(
     headers: &[(&str, String)],
     body: &str,
 ) -> Reply {
-    let mut conn = TcpStream::connect(addr).expect("connect to serve");
+    try_http(addr, method, path, headers, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// [`http`], with an I/O failure or a cut-short answer as an error.
+pub fn try_http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &str,
+) -> std::io::Result<Reply> {
+    let mut conn = TcpStream::connect(addr)?;
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
         body.len()
@@ -228,11 +252,17 @@ pub fn http(
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
-    conn.write_all(head.as_bytes()).expect("send head");
-    conn.write_all(body.as_bytes()).expect("send body");
+    conn.write_all(head.as_bytes())?;
+    conn.write_all(body.as_bytes())?;
     let mut raw = Vec::new();
-    conn.read_to_end(&mut raw).expect("read response");
-    parse_response(&raw)
+    conn.read_to_end(&mut raw)?;
+    if !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the answer ended before its head did",
+        ));
+    }
+    Ok(parse_response(&raw))
 }
 
 fn parse_response(raw: &[u8]) -> Reply {

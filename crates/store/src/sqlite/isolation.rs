@@ -1,28 +1,21 @@
 //! Isolation tier choices in SQLite: each workspace's default tier and the tier each
 //! workspace template was built for (no row: none chosen).
 
+use super::workspace_setting::WorkspaceSetting;
 use crate::StoreResult;
 use rusqlite::{params, Connection, OptionalExtension};
 
+const WORKSPACE: WorkspaceSetting = WorkspaceSetting {
+    table: "workspace_isolation",
+    column: "isolation",
+};
+
 pub(super) fn set_workspace(c: &Connection, ws: &str, tier: Option<&str>) -> StoreResult<()> {
-    match tier {
-        Some(tier) => c.execute(
-            "INSERT INTO workspace_isolation (workspace, isolation) VALUES (?1, ?2) \
-             ON CONFLICT (workspace) DO UPDATE SET isolation = ?2",
-            params![ws, tier],
-        )?,
-        None => c.execute("DELETE FROM workspace_isolation WHERE workspace = ?1", [ws])?,
-    };
-    Ok(())
+    WORKSPACE.set(c, ws, tier)
 }
 
 pub(super) fn get_workspace(c: &Connection, ws: &str) -> StoreResult<Option<String>> {
-    Ok(c.query_row(
-        "SELECT isolation FROM workspace_isolation WHERE workspace = ?1",
-        [ws],
-        |r| r.get(0),
-    )
-    .optional()?)
+    WORKSPACE.get(c, ws)
 }
 
 pub(super) fn set_template(
@@ -65,14 +58,7 @@ mod tests {
 
     #[test]
     fn choices_are_set_replaced_cleared_and_kept_apart() {
-        let mut conn = Connection::open_in_memory().expect("open");
-        conn.pragma_update(None, "foreign_keys", "ON").expect("fk");
-        super::super::migrations::migrate(&mut conn).expect("migrate");
-        conn.execute(
-            "INSERT INTO workspaces (id, name, created_at) VALUES ('w', 'W', 1)",
-            [],
-        )
-        .expect("workspace");
+        let conn = super::super::workspace_setting::test_db_with_workspace_w();
         assert_eq!(get_workspace(&conn, "w").expect("get"), None);
         set_workspace(&conn, "w", Some("gvisor")).expect("set");
         set_workspace(&conn, "w", Some("container")).expect("replace");

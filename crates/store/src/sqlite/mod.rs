@@ -17,6 +17,7 @@ mod sandboxes;
 mod secrets;
 mod snapshots;
 mod workspace_images;
+mod workspace_setting;
 
 use crate::crypto::SecretBox;
 use crate::error::StoreError;

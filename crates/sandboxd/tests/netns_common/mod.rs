@@ -1,0 +1,78 @@
+//! What the network-table tests share: `nft` in the test's own network namespace, a
+//! runtime with network state of its own, and a namespace whose `nft` runs are counted
+//! (a recording `nft` first on PATH).
+
+#![allow(dead_code)]
+
+use super::common;
+use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// `nft ARGS…`'s output, `None` when it fails.
+pub fn nft(args: &[&str]) -> Option<String> {
+    let out = Command::new("/usr/sbin/nft")
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .expect("nft");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The shared `inet sandboxd` table as `nft` lists it, if there is one.
+pub fn table() -> Option<String> {
+    nft(&["list", "table", "inet", "sandboxd"])
+}
+
+/// A runtime on `dir` with egress networking whose leases live in `state`.
+pub fn net_runtime(dir: &Path, state: &Path) -> LinuxRuntime {
+    let mut config = NetConfig::from_host();
+    config.state_dir = state.to_path_buf();
+    // A documentation address: nothing is sent to it (no traffic in these tests).
+    config.resolvers = vec!["192.0.2.53".parse().expect("resolver")];
+    LinuxRuntime::with_network(common::raw_runtime(dir), config)
+}
+
+/// The `nft` runs made since [`counted_nft_in_own_netns`], one line of arguments each.
+pub struct NftCalls {
+    log: PathBuf,
+    _bin: tempfile::TempDir,
+}
+
+impl NftCalls {
+    pub fn count(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+}
+
+/// Moves this thread (and what it starts) into a new network namespace and puts a
+/// recording `nft` first on PATH (sleeping `delay` first, e.g. `"0.3"`, so that callers
+/// queue behind it); the in-process libnftables is switched off so every run is seen.
+/// nextest runs each test in a process of its own: the PATH is this test's alone.
+pub fn counted_nft_in_own_netns(delay: Option<&str>) -> NftCalls {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
+    let bin = tempfile::tempdir().expect("tempdir");
+    let log = bin.path().join("calls");
+    let wrapper = bin.path().join("nft");
+    let sleep = delay.map(|d| format!("sleep {d}\n")).unwrap_or_default();
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {}\n{sleep}exec /usr/sbin/nft \"$@\"\n",
+        log.display()
+    );
+    std::fs::write(&wrapper, script).expect("wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    std::env::set_var("PATH", path);
+    std::env::remove_var("SANDBOXD_LIBNFTABLES");
+    NftCalls { log, _bin: bin }
+}
