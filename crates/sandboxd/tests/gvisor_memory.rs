@@ -344,8 +344,9 @@ fn local_probe(server: &serve_bin::Server, id: &str, host: &str) -> String {
 }
 
 /// A sandbox with egress pauses to disk too: its namespace, link, lease and rules stay
-/// while it is on disk, and it resumes with its processes, its address and its policy
-/// (the allowed fake host reached from the same address, the denied one refused).
+/// while it is on disk (across a server restart), and it resumes with its processes,
+/// its address and its policy (the allowed fake host reached from the same address,
+/// the denied one refused).
 #[test]
 fn a_gvisor_sandbox_with_egress_pauses_to_disk_and_resumes_with_its_address_and_policy() {
     if !GvisorRuntime::available() {
@@ -420,6 +421,10 @@ fn a_gvisor_sandbox_with_egress_pauses_to_disk_and_resumes_with_its_address_and_
             .parse::<u64>()
             .expect("number");
 
+    // A restarted server keeps its network while it is on disk, and resumes it.
+    drop(server);
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    assert_eq!(fakenet::leased_address(&id).as_deref(), Some(addr.as_str()));
     let r = server.request("POST", &format!("/v2/sandboxes/{id}/resume"), MASTER, None);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["data"]["status"], "RUNNING", "{}", r.text());
