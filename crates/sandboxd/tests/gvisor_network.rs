@@ -279,3 +279,29 @@ fn a_fork_gets_the_network_its_start_asks_for_not_its_sources() {
             .expect("delete the layer");
     }
 }
+
+/// A sandbox with egress destroyed while it is on disk leaves nothing: its lease, link,
+/// chain and netns mount go with its image.
+#[test]
+fn an_egress_sandbox_destroyed_on_disk_leaves_no_network_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(dir.path(), NetConfig::from_host()) else {
+        return;
+    };
+    let handle =
+        rt.0.start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+            .expect("start");
+    assert!(rt.0.can_checkpoint(&handle));
+    let on_disk = rt.0.checkpoint(&handle).expect("pause to disk");
+    assert!(rt.0.is_checkpointed(&on_disk));
+    assert!(
+        rt.0.sandbox_address(on_disk.id).is_some(),
+        "the lease went at the pause"
+    );
+    rt.0.destroy(&on_disk).expect("destroy");
+    assert!(!link_exists(&on_disk.id.to_string()), "veth left behind");
+    assert!(!nft_has_chain(on_disk.id), "nft chain left behind");
+    assert_eq!(rt.0.sandbox_address(on_disk.id), None, "lease left behind");
+    assert!(!on_disk.state_dir.exists(), "state dir left behind");
+    assert_eq!(common::mounts_under(dir.path()), Vec::<String>::new());
+}
