@@ -22,7 +22,7 @@ fn not_found(id: Uuid) -> EngineError {
 
 impl Engine {
     /// Captures a RUNNING or PAUSED sandbox's filesystem as a snapshot, with its memory
-    /// where the backend can keep it (a gVisor sandbox without egress: taken frozen,
+    /// where the backend can keep it (a gVisor sandbox's: taken frozen,
     /// consistent with the filesystem); the sandbox goes on as it was.
     pub async fn snapshot(
         &self,

@@ -151,13 +151,15 @@ pub trait Runtime: Send + Sync + 'static {
     /// Starts a sandbox from a memory snapshot's `image`: the processes of the sandbox
     /// it was taken from run on in this one (a fork), over `spec`'s image with the
     /// snapshot's layer last in `extra_layers`, under a fresh writable layer, with
-    /// `spec`'s hostname and no network.
+    /// `spec`'s hostname and a network of its own as `network` says (with egress its
+    /// own link, address and rules, which the restored processes' sockets then use).
     fn start_from_memory(
         &self,
         spec: &SandboxSpec,
+        network: &NetworkSpec,
         image: &std::path::Path,
     ) -> Result<SandboxHandle, RuntimeError> {
-        let _ = (spec, image);
+        let _ = (spec, network, image);
         Err(RuntimeError::Unsupported(format!(
             "the {} backend keeps no memory images",
             self.name()

@@ -181,11 +181,12 @@ impl Runtime for Tiers {
     fn start_from_memory(
         &self,
         spec: &SandboxSpec,
+        network: &NetworkSpec,
         image: &std::path::Path,
     ) -> Result<SandboxHandle, RuntimeError> {
         // Memory images are gVisor's alone: a fork runs where its image was taken.
         self.backend(Isolation::Gvisor)?
-            .start_from_memory(spec, image)
+            .start_from_memory(spec, network, image)
     }
 
     fn delete_memory_snapshot(&self, image: &std::path::Path) -> Result<(), RuntimeError> {

@@ -79,7 +79,11 @@ fn fork_once(
     let mut clone_spec = spec();
     clone_spec.extra_layers = vec![snapshot.layer.digest.clone()];
     let clone = runtime
-        .start_from_memory(&clone_spec, &snapshot.image)
+        .start_from_memory(
+            &clone_spec,
+            &sandboxd_runtime::NetworkSpec::none(),
+            &snapshot.image,
+        )
         .context("starting the fork")?;
     made.push(clone.clone());
     // The clone's agent knows the source's process (its output says ready).

@@ -104,6 +104,42 @@ pub fn main(data_dir: &Path, samples: usize) -> Result<()> {
     for touched in TOUCHED_MB {
         checkpoint_rows(&runtime, &rt, n, touched)?;
     }
+    egress_checkpoint_rows(&runtime, &rt, n)
+}
+
+/// Pause to disk and resume of a sandbox with egress (its own netns, link and rules,
+/// which stay while it is on disk; the restore puts its address back) holding the
+/// smallest touched size, `n` samples; prints the rows.
+fn egress_checkpoint_rows(
+    runtime: &GvisorRuntime,
+    rt: &tokio::runtime::Runtime,
+    n: usize,
+) -> Result<()> {
+    let touched = TOUCHED_MB[0];
+    let (mut saves, mut restores) = (vec![], vec![]);
+    for _ in 0..n {
+        let network = sandboxd_runtime::NetworkSpec::egress(vec![]);
+        let handle = runtime.start_with_network(&spec_holding(touched), &network)?;
+        let measured = measure_checkpoint(runtime, rt, &handle, touched);
+        let end = match &measured {
+            Ok((_, _, _, _, live)) => live.clone(),
+            Err(_) => handle.clone(),
+        };
+        runtime.destroy(&end)?;
+        let (save, restore, _, _, _) = measured?;
+        saves.push(save);
+        restores.push(restore);
+    }
+    println!(
+        "{:<58} {:>10.3}ms",
+        format!("gVisor with egress: pause to disk ({touched} MiB touched)"),
+        ms(median(saves))
+    );
+    println!(
+        "{:<58} {:>10.3}ms",
+        format!("gVisor with egress: resume from disk ({touched} MiB touched)"),
+        ms(median(restores))
+    );
     Ok(())
 }
 

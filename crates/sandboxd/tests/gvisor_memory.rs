@@ -4,6 +4,7 @@
 //! Skipped where runsc is missing.
 
 mod common;
+mod fakenet;
 mod gvisor_common;
 #[path = "gvisor_common/server.rs"]
 mod gvisor_server;
@@ -12,7 +13,8 @@ mod serve_bin;
 use gvisor_common::*;
 use gvisor_server::gvisor_data;
 use sandboxd_agent_protocol::AgentClient;
-use sandboxd_runtime::{Runtime, SandboxHandle};
+use sandboxd_runtime::linux::gvisor::GvisorRuntime;
+use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle};
 
 /// A shell whose counter lives in its memory, written to /root/count every 100 ms.
 const COUNTER: &str =
@@ -190,7 +192,6 @@ fn a_gvisor_server_pauses_to_disk_keeps_it_paused_across_a_restart_and_resumes_i
         return;
     };
     let data = fixture.path.clone();
-    // Without egress: a sandbox with egress pauses in memory (the next test).
     let server = fixture.serve(MASTER, &[]);
     let body = serde_json::json!({"name": "counter", "vcpu": 1, "memoryMb": 256});
     let id = server.create_sandbox(MASTER, &body);
@@ -286,7 +287,7 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
             let mut spec = spec.clone();
             spec.id = uuid::Uuid::new_v4();
             spec.hostname = format!("clone-{i}");
-            rt.start_from_memory(&spec, &snapshot.image)
+            rt.start_from_memory(&spec, &NetworkSpec::none(), &snapshot.image)
                 .expect("start a clone")
         })
         .collect();
@@ -330,22 +331,64 @@ fn two_sandboxes_started_from_one_memory_snapshot_each_continue_the_processes() 
     assert!(!snapshot.image.exists());
 }
 
-/// This runsc cannot restore a sandbox's network, so a sandbox with egress pauses in
-/// memory (frozen, its sentry still there) and resumes from there, never lost.
+/// "ok <own address> hello" or "err ...": a TCP connect from inside sandbox `id`.
+fn local_probe(server: &serve_bin::Server, id: &str, host: &str) -> String {
+    let args = ["/usr/bin/python3", "-c", fakenet::LOCAL_PROBE, host, "8080"];
+    let (code, out) = server.exec(MASTER, id, &args);
+    assert_eq!(code, 0, "probe failed: {out}");
+    out.trim().to_string()
+}
+
+/// A sandbox with egress pauses to disk too: its namespace, link, lease and rules stay
+/// while it is on disk (across a server restart), and it resumes with its processes,
+/// its address and its policy (the allowed fake host reached from the same address,
+/// the denied one refused).
 #[test]
-fn a_gvisor_sandbox_with_egress_pauses_in_memory_and_resumes() {
-    let Some(fixture) = gvisor_data() else {
+fn a_gvisor_sandbox_with_egress_pauses_to_disk_and_resumes_with_its_address_and_policy() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
         return;
-    };
-    let data = fixture.path.clone();
-    let env = [("SANDBOXD_NETWORK", "egress")];
-    let server = fixture.serve(MASTER, &env);
+    }
+    let fake = fakenet::FakeNet::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let resolver = fake.addr(2);
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "egress"),
+        ("SANDBOXD_RESOLVERS", resolver.as_str()),
+    ];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let allow = format!("{}.0/29", fake.prefix);
+    let policy = [
+        "network-policy",
+        "set",
+        "--workspace",
+        "default",
+        "--allow",
+        &allow,
+        "--deny",
+        &fake.addr(3),
+        "--data-dir",
+        data.to_str().expect("utf-8"),
+    ];
+    let set = serve_bin::cli(&policy, "");
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
     let body = serde_json::json!({"name": "counter", "vcpu": 1, "memoryMb": 256});
     let id = server.create_sandbox(MASTER, &body);
     assert!(
         data.join(format!("sandboxes/{id}/netns")).exists(),
         "the sandbox has no network namespace of its own"
     );
+    let addr = fakenet::leased_address(&id).expect("a lease");
+    let reached = format!("ok {addr} hello");
+    assert_eq!(local_probe(&server, &id, &fake.addr(2)), reached);
+    assert!(local_probe(&server, &id, &fake.addr(3)).starts_with("err"));
     let background = format!("setsid sh -c '{COUNTER}' </dev/null >/dev/null 2>&1 &");
     let (code, out) = server.exec(MASTER, &id, &["/bin/sh", "-c", &background]);
     assert_eq!(code, 0, "{out}");
@@ -355,21 +398,46 @@ fn a_gvisor_sandbox_with_egress_pauses_in_memory_and_resumes() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
     assert!(
-        !processes_under(&data).is_empty(),
-        "the sentry is gone: it went to disk"
+        data.join(format!("sandboxes/{id}/memory/checkpoint.img"))
+            .is_file(),
+        "no memory image: it did not go to disk"
     );
-    assert!(
-        !data.join(format!("sandboxes/{id}/memory")).exists(),
-        "a memory image was written"
+    assert_eq!(
+        sandbox_processes_under(&data),
+        Vec::<i32>::new(),
+        "runsc processes left while paused to disk"
     );
+    // Its host side stays while it is on disk.
+    assert_eq!(fakenet::leased_address(&id).as_deref(), Some(addr.as_str()));
+    assert!(fakenet::link_exists(&id) && fakenet::chain_exists(&id));
+    let frozen =
+        std::fs::read_to_string(data.join(format!("sandboxes/{id}/layer/upper/root/count")))
+            .expect("count")
+            .trim()
+            .parse::<u64>()
+            .expect("number");
+
+    // A restarted server keeps its network while it is on disk, and resumes it.
+    drop(server);
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    assert_eq!(fakenet::leased_address(&id).as_deref(), Some(addr.as_str()));
     let r = server.request("POST", &format!("/v2/sandboxes/{id}/resume"), MASTER, None);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["data"]["status"], "RUNNING", "{}", r.text());
     let resumed = server_count(&server, &id);
+    assert!(
+        resumed >= frozen,
+        "the counter restarted: {frozen} -> {resumed}"
+    );
     common::wait_for("the counter continues", || {
         server_count(&server, &id) > resumed
     });
-    // Its snapshot keeps its files only, and says so (it cannot be checkpointed).
+    assert_eq!(local_probe(&server, &id, &fake.addr(2)), reached);
+    assert!(
+        local_probe(&server, &id, &fake.addr(3)).starts_with("err"),
+        "the denied address is reachable after the resume"
+    );
+    // Its snapshot keeps its memory now.
     let r = server.request(
         "POST",
         &format!("/v2/sandboxes/{id}/snapshots"),
@@ -377,14 +445,19 @@ fn a_gvisor_sandbox_with_egress_pauses_in_memory_and_resumes() {
         None,
     );
     assert_eq!(r.status, 201, "{}", r.text());
-    assert_eq!(r.json()["data"]["memory"], false, "{}", r.text());
-    assert!(
-        !data.join("memory-snapshots").exists()
-            || std::fs::read_dir(data.join("memory-snapshots")).map_or(0, |d| d.count()) == 0,
-        "a memory image was written"
-    );
+    assert_eq!(r.json()["data"]["memory"], true, "{}", r.text());
+    let snapshot = r.json()["data"]["id"].as_str().expect("id").to_string();
+    assert_eq!(local_probe(&server, &id, &fake.addr(2)), reached);
+    let r = server.request("DELETE", &format!("/v2/snapshots/{snapshot}"), MASTER, None);
+    assert_eq!(r.status, 204, "{}", r.text());
+
     server.destroy(MASTER, &id);
-    common::wait_for("the sandbox gone", || processes_under(&data).is_empty());
+    common::wait_for("the sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
+    assert_eq!(fakenet::leased_address(&id), None, "lease left behind");
+    assert!(!fakenet::link_exists(&id), "veth left behind");
+    assert!(!fakenet::chain_exists(&id), "nft chain left behind");
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }

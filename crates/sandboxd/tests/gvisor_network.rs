@@ -219,3 +219,89 @@ fn a_destroy_failing_on_a_mount_still_removes_the_network() {
         Vec::<String>::new()
     );
 }
+
+/// A fork's network is the one its start asks for, whatever its source had: a clone of
+/// an egress sandbox started without network has only loopback, and a clone of a
+/// sandbox without network started with egress reaches the fake host from its own
+/// address (the memory image holds no link; the restore takes the namespace's).
+#[test]
+fn a_fork_gets_the_network_its_start_asks_for_not_its_sources() {
+    let fake = FakeNet::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = NetConfig::from_host();
+    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
+    let Some(rt) = gvisor(dir.path(), config) else {
+        return;
+    };
+    let fork = |source: SandboxHandle, network: &NetworkSpec| {
+        let (snapshot, source) = rt.0.snapshot_memory(&source, uuid::Uuid::new_v4());
+        let snapshot = snapshot.expect("memory snapshot");
+        let mut spec = common::spec("default");
+        spec.extra_layers = vec![snapshot.layer.digest.clone()];
+        let clone =
+            rt.0.start_from_memory(&spec, network, &snapshot.image)
+                .expect("fork");
+        (source, clone, snapshot)
+    };
+    let with_egress =
+        rt.0.start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+            .expect("start");
+    let (a, a_clone, a_snap) = fork(with_egress, &NetworkSpec::none());
+    assert_eq!(
+        rt.0.sandbox_address(a_clone.id),
+        None,
+        "a lease for no network"
+    );
+    assert!(!link_exists(&a_clone.id.to_string()));
+    let (code, out) = agent_sh(&a_clone, "cat /proc/net/dev");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("eth0"), "an interface without egress: {out}");
+    assert!(probe(&a_clone, &fake.addr(2), 8080).starts_with("err"));
+
+    let without = rt.0.start(&common::spec("default")).expect("start");
+    let (b, b_clone, b_snap) = fork(without, &NetworkSpec::egress(vec![]));
+    let addr = rt.0.sandbox_address(b_clone.id).expect("the fork's lease");
+    assert_eq!(
+        common::python_probe(&b_clone, fakenet::LOCAL_PROBE, &fake.addr(2), 8080),
+        format!("ok {addr} hello")
+    );
+
+    for handle in [&a, &a_clone, &b, &b_clone] {
+        rt.0.destroy(handle).expect("destroy");
+        assert!(!link_exists(&handle.id.to_string()), "veth left behind");
+        assert!(!nft_has_chain(handle.id), "nft chain left behind");
+        assert_eq!(rt.0.sandbox_address(handle.id), None, "lease left behind");
+    }
+    for snapshot in [a_snap, b_snap] {
+        rt.0.delete_memory_snapshot(&snapshot.image)
+            .expect("delete the image");
+        rt.0.delete_layer(&snapshot.layer.digest)
+            .expect("delete the layer");
+    }
+}
+
+/// A sandbox with egress destroyed while it is on disk leaves nothing: its lease, link,
+/// chain and netns mount go with its image.
+#[test]
+fn an_egress_sandbox_destroyed_on_disk_leaves_no_network_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(dir.path(), NetConfig::from_host()) else {
+        return;
+    };
+    let handle =
+        rt.0.start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+            .expect("start");
+    assert!(rt.0.can_checkpoint(&handle));
+    let on_disk = rt.0.checkpoint(&handle).expect("pause to disk");
+    assert!(rt.0.is_checkpointed(&on_disk));
+    assert!(
+        rt.0.sandbox_address(on_disk.id).is_some(),
+        "the lease went at the pause"
+    );
+    rt.0.destroy(&on_disk).expect("destroy");
+    assert!(!link_exists(&on_disk.id.to_string()), "veth left behind");
+    assert!(!nft_has_chain(on_disk.id), "nft chain left behind");
+    assert_eq!(rt.0.sandbox_address(on_disk.id), None, "lease left behind");
+    assert!(!on_disk.state_dir.exists(), "state dir left behind");
+    assert_eq!(common::mounts_under(dir.path()), Vec::<String>::new());
+}

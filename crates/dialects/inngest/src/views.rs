@@ -185,7 +185,7 @@ pub struct SnapshotView {
     expires_at: String,
     source_sandbox_id: Uuid,
     /// sandboxd's extension: whether it keeps the source's memory too (its running
-    /// processes: gVisor sandboxes without egress), so that sandboxes created from it
+    /// processes: gVisor sandboxes, with or without egress), so that sandboxes created from it
     /// start with them running (a fork); `false`: its filesystem only.
     memory: bool,
 }

@@ -104,8 +104,8 @@ pub struct CreateBody {
     #[schema(minimum = 0)]
     pub wait_seconds: Option<u64>,
     /// Consent to be moved to disk when the host needs the memory, and woken by the
-    /// next operation (default false). Only gVisor sandboxes without egress can go to
-    /// disk; elsewhere the consent is kept and reported, and nothing moves.
+    /// next operation (default false). Only gVisor sandboxes can go to disk (with or
+    /// without egress); elsewhere the consent is kept and reported, and nothing moves.
     pub auto_pause: Option<bool>,
     /// sandboxd's extension: the isolation tier, `container` or `gvisor` (absent: the
     /// template's, else the workspace's default, else the server's).

@@ -4,7 +4,7 @@
 //! A sandbox on disk keeps its RUNNING status (its owner did not pause it) with
 //! `auto_paused_at` set; `Engine::shared` restores it before any operation proceeds,
 //! so an operation waits for the restore and is never refused. Only sandboxes the
-//! backend can checkpoint move (gVisor without egress); others keep their consent and
+//! backend can checkpoint move (gVisor, with or without egress); others keep their consent and
 //! stay in memory.
 
 mod activity;

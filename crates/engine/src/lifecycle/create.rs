@@ -157,23 +157,14 @@ impl Engine {
                 };
             }
         }
-        let network = match plan.memory_image {
-            // This runsc cannot give a restored sandbox a network (see the README).
-            Some(_) if req.network == Some(sandboxd_runtime::NetworkMode::Egress) => {
-                return Err(EngineError::invalid(
-                    "a sandbox created from a memory snapshot starts without network \
-                     (gVisor cannot restore one here); ask for network none or use a \
-                     filesystem snapshot",
-                ))
-            }
-            Some(_) => NetworkSpec::none(),
-            None => crate::egress::network_spec(
-                self.store.as_ref(),
-                ws,
-                &req,
-                self.limits.default_network,
-            )?,
-        };
+        // A fork too gets the network its create asks for, under its own workspace's
+        // policy: its own link, address and rules (the memory image holds none of them).
+        let network = crate::egress::network_spec(
+            self.store.as_ref(),
+            ws,
+            &req,
+            self.limits.default_network,
+        )?;
         tm("network spec");
         let active = self
             .store
@@ -454,7 +445,7 @@ impl Engine {
                 limit,
                 move |rt| {
                     let handle = match &memory_image {
-                        Some(image) => rt.start_from_memory(&spec, image)?,
+                        Some(image) => rt.start_from_memory(&spec, &network, image)?,
                         None => rt.start_with_network(&spec, &network)?,
                     };
                     let Some(req) = requests else {

@@ -180,3 +180,39 @@ pub fn link_exists(id: &str) -> bool {
         .map(|s| s.success())
         .unwrap_or(false)
 }
+
+/// Prints "ok <the sandbox's own address> <data>" or "err <exception>" for a TCP
+/// connect from inside a sandbox: the address its network stack sends from.
+pub const LOCAL_PROBE: &str = r#"
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3); print("ok", s.getsockname()[0], s.recv(64).decode())
+except Exception as e:
+    print("err", type(e).__name__)
+"#;
+
+/// The address the host's lease of sandbox `id` gives it (`None`: no lease), from the
+/// host-wide network state every sandboxd on the host shares.
+pub fn leased_address(id: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/run/sandboxd/net/leases/{id}")).ok()?;
+    let net: std::net::Ipv4Addr = text
+        .split_whitespace()
+        .next()?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()?;
+    Some(std::net::Ipv4Addr::from(u32::from(net) + 2).to_string())
+}
+
+/// Whether sandbox `id`'s nftables chain exists.
+pub fn chain_exists(id: &str) -> bool {
+    let simple: String = id.chars().filter(|c| *c != '-').take(12).collect();
+    Command::new("nft")
+        .args(["list", "chain", "inet", "sandboxd", &format!("sb_{simple}")])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}

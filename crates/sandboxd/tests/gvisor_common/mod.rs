@@ -137,7 +137,9 @@ impl Drop for ServerLeftovers {
             cgroup_parent: "sandboxd".into(),
             max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
         };
+        // With the host's network state: a left sandbox's lease and rules go too.
         if let Ok(rt) = GvisorRuntime::new(config) {
+            let rt = rt.with_network(sandboxd_runtime::linux::NetConfig::from_host());
             for handle in rt.stored_handles() {
                 let _ = rt.destroy(&handle);
             }

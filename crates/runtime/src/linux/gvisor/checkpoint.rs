@@ -9,6 +9,11 @@
 //! [`QUIESCED`](super::bundle::QUIESCED) (refusing when a process of the sandbox holds
 //! another host socket); SIGUSR1 makes it listen again, after a restore or when the
 //! checkpoint is given up. A sandbox on disk has a handle with no agent pid.
+//!
+//! A sandbox with egress keeps its network namespace, link, lease and rules while on
+//! disk; its restore puts the address back on the link (runsc took it for the sentry's
+//! stack at start) and runs as `runsc start` does (see `start::run_in_cgroup`), so the
+//! restored sentry's stack takes the same address and route again.
 
 use super::bundle::QUIESCED;
 use super::{start, GvisorRuntime};
@@ -45,13 +50,6 @@ pub(super) fn checkpoint(
 ) -> Result<SandboxHandle, RuntimeError> {
     if on_disk(handle) {
         return Ok(handle.clone());
-    }
-    if handle.state_dir.join(rootfs::NETNS_FILE).exists() {
-        return Err(RuntimeError::CannotCheckpoint(
-            "a gVisor sandbox with egress networking cannot be written to disk with this \
-             runsc (its restore cannot set the network up again); it is paused in memory"
-                .into(),
-        ));
     }
     let id = super::warm::runsc_id(handle);
     // Frozen in memory: it runs a moment to let go of its socket.
@@ -126,8 +124,15 @@ pub(super) fn restore(
         &pid_arg,
         &id,
     ];
+    // With egress it comes back in its own namespace, link, address and rules, which
+    // stayed while it was on disk: its address goes back on the link for runsc to copy.
+    let netns = handle.state_dir.join(rootfs::NETNS_FILE);
+    let egress = netns.exists();
+    if egress {
+        crate::linux::net::netns::readdress(&rt.linux, handle.id, &netns)?;
+    }
     let mut live = handle.clone();
-    let restored = start::run_in_cgroup(rt, handle.id, &handle.state_dir, &args, false)
+    let restored = start::run_in_cgroup(rt, handle.id, &handle.state_dir, &args, egress)
         .and_then(|()| relisten(rt, handle))
         .and_then(|()| start::attach(&mut live));
     if let Err(e) = restored {

@@ -216,11 +216,10 @@ impl Runtime for GvisorRuntime {
         }
     }
 
-    fn can_checkpoint(&self, handle: &SandboxHandle) -> bool {
-        // A sandbox with egress is frozen in memory instead: this runsc's restore would
-        // set its network up again from flags and the namespace, which it refuses here
-        // (see `start::start_container`), so it could not come back from disk.
-        !handle.state_dir.join(super::rootfs::NETNS_FILE).exists()
+    fn can_checkpoint(&self, _handle: &SandboxHandle) -> bool {
+        // With or without egress (see `checkpoint::restore`); a sandbox holding a host
+        // socket is refused by the checkpoint itself, and keeps running.
+        true
     }
 
     fn is_checkpointed(&self, handle: &SandboxHandle) -> bool {
@@ -282,10 +281,11 @@ impl Runtime for GvisorRuntime {
     fn start_from_memory(
         &self,
         spec: &SandboxSpec,
+        network: &NetworkSpec,
         image: &std::path::Path,
     ) -> Result<SandboxHandle, RuntimeError> {
         crate::faults::check("start.gvisor")?;
-        start::start_from(self, spec, &NetworkSpec::none(), Some(image))
+        start::start_from(self, spec, network, Some(image))
     }
 
     fn delete_memory_snapshot(&self, image: &std::path::Path) -> Result<(), RuntimeError> {

@@ -1,5 +1,5 @@
 //! Running `runsc` with the backend's global flags: the ptrace platform, no network
-//! (or, for a `create` with egress, gVisor's own stack over the sandbox's netns), host
+//! (or, with egress, gVisor's own stack over the sandbox's netns), host
 //! Unix sockets the sandbox creates (the agent's), no cgroups of its own, no overlay
 //! of its own (writes reach the host overlay's upper dir, which captures copy).
 
@@ -51,8 +51,9 @@ impl Runsc {
 
     /// [`Runsc::command`] with `--network=<network>`: `sandbox` makes the sentry's own
     /// network stack take over the interfaces, addresses and routes of the network
-    /// namespace the OCI spec names (it matters to `create` and `start`: this runsc
-    /// sets the sandbox's network up when it starts the root container).
+    /// namespace the OCI spec names (it matters to `create`, `start` and `restore`:
+    /// this runsc sets the sandbox's network up when it starts or restores the root
+    /// container, from what the namespace holds then).
     pub fn command_with_network(
         &self,
         log: Option<&Path>,

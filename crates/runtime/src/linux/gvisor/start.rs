@@ -248,24 +248,7 @@ fn start_container(
         &["start", id],
     );
     if egress {
-        // SAFETY: the hook makes only raw syscalls (unshare, mount) on static C strings.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::unshare(libc::CLONE_NEWNS) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let none = std::ptr::null::<libc::c_char>();
-                let private = libc::MS_REC | libc::MS_PRIVATE;
-                if libc::mount(none, c"/".as_ptr(), none, private, std::ptr::null()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let tmpfs = c"tmpfs".as_ptr();
-                if libc::mount(tmpfs, c"/proc/sys/net".as_ptr(), tmpfs, 0, std::ptr::null()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        hide_proc_sys_net(&mut cmd);
     }
     let output = cmd
         .stdout(Stdio::piped())
@@ -280,6 +263,30 @@ fn start_container(
         )));
     }
     Ok(())
+}
+
+/// Makes `cmd` run in a mount namespace of its own with an empty tmpfs over
+/// `/proc/sys/net`, so that this runsc's check for the host's network namespace (the
+/// file `core/rmem_default` there) passes in the sandbox's (see [`start_container`]).
+fn hide_proc_sys_net(cmd: &mut std::process::Command) {
+    // SAFETY: the hook makes only raw syscalls (unshare, mount) on static C strings.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let none = std::ptr::null::<libc::c_char>();
+            let private = libc::MS_REC | libc::MS_PRIVATE;
+            if libc::mount(none, c"/".as_ptr(), none, private, std::ptr::null()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let tmpfs = c"tmpfs".as_ptr();
+            if libc::mount(tmpfs, c"/proc/sys/net".as_ptr(), tmpfs, 0, std::ptr::null()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// The root's `/tmp` (world-writable, sticky), made in the upper dir when the image has
@@ -334,7 +341,11 @@ fn mount_root(state_dir: &Path, layers: &[PathBuf]) -> Result<(), RuntimeError> 
 
 /// `runsc create` or `restore` (`args`), run inside the sandbox's cgroups (joined
 /// between fork and exec) so that the sentry and gofer it forks are limited and killed
-/// with them; the sandbox's own output goes to `agent.log`.
+/// with them; the sandbox's own output goes to `agent.log`. A restore with egress sets
+/// the network up itself (as `runsc start` does), so it runs as [`start_container`]'s
+/// does, `/proc/sys/net` hidden; its sentry and gofer then live in that mount
+/// namespace, which is the host's as it was (private: later host mounts stay unseen,
+/// and none is needed, the root being mounted before).
 pub(super) fn run_in_cgroup(
     rt: &GvisorRuntime,
     id: uuid::Uuid,
@@ -364,6 +375,9 @@ pub(super) fn run_in_cgroup(
         args,
     );
     cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+    if egress && args.first() == Some(&"restore") {
+        hide_proc_sys_net(&mut cmd);
+    }
     // SAFETY: the hook only calls open/write/close (async-signal-safe) on prepared paths.
     unsafe {
         cmd.pre_exec(move || {

@@ -19,6 +19,34 @@ pub fn configure(pid: i32, addr: Ipv4Addr, gateway: Ipv4Addr) -> Result<(), Runt
     })
 }
 
+/// Gives `eth0` in the network namespace kept at `netns` (a bind-mounted nsfs file)
+/// the address `addr/30`, brings it up and routes everything via `gateway`, again: a
+/// gVisor sandbox's runsc takes the address off the link when its network stack takes
+/// it over, so a restore into the same namespace finds none unless it is put back.
+/// A default route already there is kept.
+pub fn configure_at(
+    netns: &std::path::Path,
+    addr: Ipv4Addr,
+    gateway: Ipv4Addr,
+) -> Result<(), RuntimeError> {
+    let ns = std::fs::File::open(netns)
+        .map_err(|e| RuntimeError::Network(format!("opening {}: {e}", netns.display())))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::setns(&ns, CloneFlags::CLONE_NEWNET)
+                .map_err(|e| sys("joining the sandbox's network namespace", e))?;
+            let sock = inet_socket()?;
+            address_and_up(&sock, "eth0", addr)?;
+            match default_route(&sock, gateway) {
+                Ok(()) | Err(nix::Error::EEXIST) => Ok(()),
+                Err(e) => Err(sys("adding the default route", e)),
+            }
+        })
+        .join()
+        .unwrap_or_else(|_| Err(RuntimeError::Network("the netns thread panicked".into())))
+    })
+}
+
 /// Gives interface `name` of our own namespace (the host end) `addr/30` and brings it up.
 pub fn configure_host_end(name: &str, addr: Ipv4Addr) -> Result<(), RuntimeError> {
     address_and_up(&inet_socket()?, name, addr)
@@ -105,6 +133,10 @@ fn set_up(sock: &OwnedFd, name: &str) -> Result<(), RuntimeError> {
 }
 
 fn add_default_route(sock: &OwnedFd, gateway: Ipv4Addr) -> Result<(), RuntimeError> {
+    default_route(sock, gateway).map_err(|e| sys("adding the default route", e))
+}
+
+fn default_route(sock: &OwnedFd, gateway: Ipv4Addr) -> nix::Result<()> {
     // SAFETY: rtentry is plain old data; all-zero is a valid value.
     let mut route: libc::rtentry = unsafe { std::mem::zeroed() };
     route.rt_dst = sockaddr(Ipv4Addr::UNSPECIFIED);
@@ -113,7 +145,7 @@ fn add_default_route(sock: &OwnedFd, gateway: Ipv4Addr) -> Result<(), RuntimeErr
     route.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
     // SAFETY: `route` is a valid rtentry that outlives the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCADDRT, &mut route) } < 0 {
-        return Err(last("adding the default route"));
+        return Err(nix::Error::last());
     }
     Ok(())
 }

@@ -35,6 +35,23 @@ pub(in crate::linux) fn wire_new(
     link::write_resolv_conf(root, &config.resolvers, 0)
 }
 
+/// Puts sandbox `id`'s address and default route back on `eth0` in the namespace kept
+/// at `netns` (runsc took them off when the sandbox's network stack took them over),
+/// for a restore into that same namespace: runsc copies what it finds there again.
+pub(in crate::linux) fn readdress(
+    rt: &LinuxRuntime,
+    id: Uuid,
+    netns: &Path,
+) -> Result<(), RuntimeError> {
+    let config = rt.network.as_ref().ok_or_else(|| {
+        RuntimeError::Network("egress networking is not configured on this server".into())
+    })?;
+    let lease = super::host::HostLock::take(&config.state_dir)?
+        .lease(id)
+        .ok_or_else(|| RuntimeError::Network(format!("sandbox {id} holds no network lease")))?;
+    super::inner::configure_at(netns, lease.sandbox(), lease.host())
+}
+
 /// Makes a network namespace kept at `path`, and runs `f` with the id of a thread that
 /// is in it meanwhile (what the link code takes to name a namespace: `/proc/<tid>` and
 /// rtnetlink's `IFLA_NET_NS_PID` accept a thread's id).
