@@ -1,0 +1,154 @@
+//! Set elements of sandboxd's nftables table, programmed in-process through nfnetlink
+//! with `netlink-packet-netfilter` (MIT): each change is one batch (one kernel
+//! transaction, all or nothing) of NEWSETELEM / DELSETELEM messages; a set's elements
+//! are read back with a GETSETELEM dump. No `nft` process, no GPL library.
+
+use super::nft::TABLE;
+use super::nlsock;
+use netlink_packet_core::{NetlinkMessage, Nla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP};
+use netlink_packet_netfilter::nftables::{
+    DataAttribute, ListAttribute, NfTablesMessage, SetElementAttribute, SetElementList,
+    SetElementMessage, TableAttribute, TableMessage,
+};
+use netlink_packet_netfilter::none::ControlMessage;
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
+use netlink_sys::protocols::NETLINK_NETFILTER;
+use std::io;
+
+/// `NFNL_SUBSYS_NFTABLES`: the subsystem a batch's begin and end name.
+const SUBSYS_NFTABLES: u16 = 10;
+/// `NFTA_DATA_VALUE`, the attribute holding a key's bytes.
+const DATA_VALUE: u16 = 1;
+
+/// One element of set `set`: its key, and for an interval set its (inclusive) end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elem {
+    pub set: &'static str,
+    pub key: Vec<u8>,
+    pub key_end: Option<Vec<u8>>,
+}
+
+fn inet(inner: NfTablesMessage) -> NetlinkMessage<NetfilterMessage> {
+    NetlinkMessage::from(NetfilterMessage::new(
+        NetfilterHeader::new(NetfilterProtoFamily::Inet, 0, 0),
+        inner,
+    ))
+}
+
+fn control(inner: ControlMessage) -> NetlinkMessage<NetfilterMessage> {
+    NetlinkMessage::from(NetfilterMessage::new(
+        NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, SUBSYS_NFTABLES),
+        inner,
+    ))
+}
+
+fn elements_of(set: &str, elems: Vec<ListAttribute<SetElementAttribute>>) -> SetElementMessage {
+    SetElementMessage {
+        attributes: vec![
+            SetElementList::Table(TABLE.into()),
+            SetElementList::Set(set.into()),
+            SetElementList::Elements(elems),
+        ],
+    }
+}
+
+fn element(e: &Elem) -> ListAttribute<SetElementAttribute> {
+    let mut attrs = vec![SetElementAttribute::Key(DataAttribute::Value(
+        e.key.clone(),
+    ))];
+    if let Some(end) = &e.key_end {
+        let value = netlink_packet_core::DefaultNla::new(DATA_VALUE, end.clone());
+        attrs.push(SetElementAttribute::KeyEnd(vec![value]));
+    }
+    ListAttribute::Element(attrs)
+}
+
+/// The batch removing `del` and adding `add`, in that order, in one transaction.
+fn batch(add: &[Elem], del: &[Elem]) -> Vec<(NetlinkMessage<NetfilterMessage>, u16)> {
+    let mut msgs = vec![(control(ControlMessage::BatchBegin), 0)];
+    for e in del {
+        let m = NfTablesMessage::DeleteSetElement(elements_of(e.set, vec![element(e)]));
+        msgs.push((inet(m), NLM_F_ACK));
+    }
+    for e in add {
+        let m = NfTablesMessage::NewSetElement(elements_of(e.set, vec![element(e)]));
+        msgs.push((inet(m), NLM_F_ACK | NLM_F_CREATE));
+    }
+    msgs.push((control(ControlMessage::BatchEnd), 0));
+    msgs
+}
+
+/// Removes `del` and adds `add` in one transaction (nothing at all if either fails).
+pub fn commit(add: &[Elem], del: &[Elem]) -> io::Result<()> {
+    if add.is_empty() && del.is_empty() {
+        return Ok(());
+    }
+    nlsock::transact(NETLINK_NETFILTER, batch(add, del))
+}
+
+/// The elements of set `set` now.
+pub fn list(set: &'static str) -> io::Result<Vec<Elem>> {
+    let request = inet(NfTablesMessage::GetSetElement(SetElementMessage {
+        attributes: vec![
+            SetElementList::Table(TABLE.into()),
+            SetElementList::Set(set.into()),
+        ],
+    }));
+    let answers = nlsock::dump(NETLINK_NETFILTER, request, NLM_F_DUMP)?;
+    let mut out = Vec::new();
+    for answer in answers {
+        let netlink_packet_netfilter::NetfilterMessageInner::NfTables(
+            NfTablesMessage::NewSetElement(msg),
+        ) = answer.inner
+        else {
+            continue;
+        };
+        for attr in msg.attributes {
+            let SetElementList::Elements(elems) = attr else {
+                continue;
+            };
+            for elem in elems {
+                if let ListAttribute::Element(attrs) = elem {
+                    out.extend(parse_element(set, &attrs));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn parse_element(set: &'static str, attrs: &[SetElementAttribute]) -> Option<Elem> {
+    let mut key = None;
+    let mut key_end = None;
+    for a in attrs {
+        match a {
+            SetElementAttribute::Key(DataAttribute::Value(k)) => key = Some(k.clone()),
+            SetElementAttribute::KeyEnd(nlas) => {
+                key_end = nlas.iter().find(|n| n.kind() == DATA_VALUE).map(|n| {
+                    let mut v = vec![0; n.value_len()];
+                    n.emit_value(&mut v);
+                    v
+                })
+            }
+            _ => {}
+        }
+    }
+    Some(Elem {
+        set,
+        key: key?,
+        key_end,
+    })
+}
+
+/// Deletes the whole table (`ENOENT`: there was none).
+pub fn delete_table() -> io::Result<()> {
+    let m = NfTablesMessage::DeleteTable(TableMessage {
+        attributes: vec![TableAttribute::Name(TABLE.into())],
+    });
+    let msgs = vec![
+        (control(ControlMessage::BatchBegin), 0),
+        (inet(m), NLM_F_ACK),
+        (control(ControlMessage::BatchEnd), 0),
+    ];
+    nlsock::transact(NETLINK_NETFILTER, msgs)
+}
