@@ -62,15 +62,14 @@ fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {
     }
 }
 
-fn nft_has_chain(id: uuid::Uuid) -> bool {
-    let chain = format!("sb_{}", &id.simple().to_string()[..12]);
+/// Whether the shared table holds entries (set elements) of sandbox `id`'s interface.
+fn nft_has_entries(id: uuid::Uuid) -> bool {
+    let ifname = format!("\"sbx{}\"", &id.simple().to_string()[..12]);
     Command::new("nft")
-        .args(["list", "chain", "inet", "sandboxd", &chain])
+        .args(["list", "table", "inet", "sandboxd"])
         .stderr(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&ifname))
 }
 
 #[test]
@@ -157,7 +156,7 @@ fn gvisor_egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
     for handle in [&a, &b] {
         rt.0.destroy(handle).expect("destroy");
         assert!(!link_exists(&handle.id.to_string()), "veth left behind");
-        assert!(!nft_has_chain(handle.id), "nft chain left behind");
+        assert!(!nft_has_entries(handle.id), "nft entries left behind");
         assert_eq!(rt.0.sandbox_address(handle.id), None, "lease left behind");
         assert_eq!(
             common::mounts_under(&handle.state_dir),
@@ -211,7 +210,7 @@ fn a_destroy_failing_on_a_mount_still_removes_the_network() {
         "destroy ignored a mount under the state dir"
     );
     assert!(!link_exists(&handle.id.to_string()), "veth left behind");
-    assert!(!nft_has_chain(handle.id), "nft chain left behind");
+    assert!(!nft_has_entries(handle.id), "nft entries left behind");
     assert_eq!(rt.0.sandbox_address(handle.id), None, "lease left behind");
     rt.0.destroy(&handle).expect("destroy again");
     assert_eq!(

@@ -7,8 +7,8 @@ use super::nft::TABLE;
 use super::nlsock;
 use netlink_packet_core::{NetlinkMessage, Nla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP};
 use netlink_packet_netfilter::nftables::{
-    DataAttribute, ListAttribute, NfTablesMessage, SetElementAttribute, SetElementList,
-    SetElementMessage, TableAttribute, TableMessage,
+    DataAttribute, ListAttribute, NfTablesMessage, SetElementAttribute, SetElementFlags,
+    SetElementList, SetElementMessage, TableAttribute, TableMessage, Verdict, VerdictAttribute,
 };
 use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
@@ -20,12 +20,24 @@ const SUBSYS_NFTABLES: u16 = 10;
 /// `NFTA_DATA_VALUE`, the attribute holding a key's bytes.
 const DATA_VALUE: u16 = 1;
 
-/// One element of set `set`: its key, and for an interval set its (inclusive) end.
+/// One element of set `set`: its key; for a concatenated interval set its (inclusive)
+/// end; for a plain interval set whether it ends an interval (`end`: its key is one
+/// past the interval's last address); for a verdict map, the chain it jumps to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Elem {
     pub set: &'static str,
     pub key: Vec<u8>,
     pub key_end: Option<Vec<u8>>,
+    pub end: bool,
+    pub jump: Option<&'static str>,
+}
+
+impl Elem {
+    /// Whether `other` is the same element (whatever it maps to).
+    pub fn same(&self, other: &Elem) -> bool {
+        (self.set, &self.key, &self.key_end, self.end)
+            == (other.set, &other.key, &other.key_end, other.end)
+    }
 }
 
 fn inet(inner: NfTablesMessage) -> NetlinkMessage<NetfilterMessage> {
@@ -59,6 +71,15 @@ fn element(e: &Elem) -> ListAttribute<SetElementAttribute> {
     if let Some(end) = &e.key_end {
         let value = netlink_packet_core::DefaultNla::new(DATA_VALUE, end.clone());
         attrs.push(SetElementAttribute::KeyEnd(vec![value]));
+    }
+    if e.end {
+        attrs.push(SetElementAttribute::Flags(SetElementFlags::IntervalEnd));
+    }
+    if let Some(chain) = e.jump {
+        attrs.push(SetElementAttribute::Data(DataAttribute::Verdict(vec![
+            VerdictAttribute::Code(Verdict::Jump),
+            VerdictAttribute::Chain(chain.into()),
+        ])));
     }
     ListAttribute::Element(attrs)
 }
@@ -120,8 +141,10 @@ pub fn list(set: &'static str) -> io::Result<Vec<Elem>> {
 fn parse_element(set: &'static str, attrs: &[SetElementAttribute]) -> Option<Elem> {
     let mut key = None;
     let mut key_end = None;
+    let mut end = false;
     for a in attrs {
         match a {
+            SetElementAttribute::Flags(f) => end = f.contains(SetElementFlags::IntervalEnd),
             SetElementAttribute::Key(DataAttribute::Value(k)) => key = Some(k.clone()),
             SetElementAttribute::KeyEnd(nlas) => {
                 key_end = nlas.iter().find(|n| n.kind() == DATA_VALUE).map(|n| {
@@ -137,6 +160,8 @@ fn parse_element(set: &'static str, attrs: &[SetElementAttribute]) -> Option<Ele
         set,
         key: key?,
         key_end,
+        end,
+        jump: None,
     })
 }
 

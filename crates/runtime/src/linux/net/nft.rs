@@ -20,44 +20,31 @@ pub const IF_PREFIX: &str = "sbx";
 /// network addresses).
 const BLOCKED: &str = "0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3";
 
-/// Per-sandbox sets keyed by (or starting with) the sandbox's interface name.
-const BY_IFNAME: [&str; 5] = ["owners", "dns", "deny", "restricted", "allow"];
+/// Per-sandbox sets and maps keyed by (or starting with) the sandbox's interface name.
+const BY_IFNAME: [&str; 6] = ["dispatch", "owners", "dns", "deny", "restricted", "allow"];
 /// Of those, the ones a policy fills.
 const POLICY_SETS: [&str; 3] = ["deny", "restricted", "allow"];
 
 /// The shared table. With `guard`, forwarding that involves no sandbox is dropped (set
 /// when sandboxd itself turned `ip_forward` on, so the host does not become a router).
 ///
-/// A packet from a sandbox (its interface `sbx*`) goes through `egress`, whose rules
-/// look up sets keyed by the interface name: its own address (`owners`), its resolvers
-/// (`dns`), its deny ranges, and, when its policy narrows egress (`restricted`), the
-/// ranges every allow layer allows. An interface with no entry in `owners` sends
-/// nothing.
+/// A packet from a sandbox (its interface `sbx*`) is dispatched by interface name to
+/// `egress` (see [`egress_script`]); an interface not in `dispatch` sends nothing.
+/// The base chains, `nets`, `nat_sources` and `dispatch` are as sandboxd made them
+/// when each sandbox had a chain of its own, so sandboxes of both kinds can share a
+/// table while a host upgrades.
 pub fn base_table(guard: bool) -> String {
     let p = IF_PREFIX;
     format!(
         "table inet {TABLE} {{
   set blocked {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {BLOCKED} }} }}
-  set nets {{ type ipv4_addr; }}
+  set nets {{ type ipv4_addr; flags interval; }}
   set nat_sources {{ type ipv4_addr; }}
-  set owners {{ type ifname . ipv4_addr; }}
-  set dns {{ type ifname . ipv4_addr; }}
-  set deny {{ type ifname . ipv4_addr; flags interval; }}
-  set restricted {{ type ifname; }}
-  set allow {{ type ifname . ipv4_addr; flags interval; }}
-  chain egress {{
-    iifname . ip saddr != @owners drop
-    meta nfproto ipv6 drop
-    ip daddr @blocked drop
-    ip daddr & 255.255.255.252 @nets drop
-    iifname . ip daddr @dns meta l4proto {{ tcp, udp }} th dport 53 accept
-    iifname . ip daddr @deny drop
-    iifname @restricted iifname . ip daddr != @allow drop
-    accept
-  }}
+  map dispatch {{ type ifname : verdict; }}
   chain forward {{
     type filter hook forward priority filter - 5; policy accept;
-    iifname \"{p}*\" jump egress
+    iifname \"{p}*\" iifname vmap @dispatch
+    iifname \"{p}*\" drop
     oifname \"{p}*\" ct state established,related accept
     oifname \"{p}*\" drop
 {guard}  }}
@@ -75,9 +62,42 @@ pub fn base_table(guard: bool) -> String {
     oifname != \"{p}*\" ip saddr @nat_sources masquerade
   }}
 }}
-",
-        guard = if guard { "    drop\n" } else { "" }
+{egress}",
+        guard = if guard { "    drop\n" } else { "" },
+        egress = egress_script(),
     )
+}
+
+/// The chain every sandbox's packets go through and the sets it looks up, keyed by the
+/// interface name: its own address (`owners`), its resolvers (`dns`), its deny ranges,
+/// and, when its policy narrows egress (`restricted`), the ranges every allow layer
+/// allows. Idempotent: it also adds them to a table made before they existed.
+pub fn egress_script() -> String {
+    let t = TABLE;
+    let mut s = String::new();
+    for set in [
+        "owners { type ifname . ipv4_addr; }",
+        "dns { type ifname . ipv4_addr; }",
+        "deny { type ifname . ipv4_addr; flags interval; }",
+        "restricted { type ifname; }",
+        "allow { type ifname . ipv4_addr; flags interval; }",
+    ] {
+        s += &format!("add set inet {t} {set}\n");
+    }
+    s += &format!("add chain inet {t} egress\nflush chain inet {t} egress\n");
+    for rule in [
+        "iifname . ip saddr != @owners drop",
+        "meta nfproto ipv6 drop",
+        "ip daddr @blocked drop",
+        "ip daddr @nets drop",
+        "iifname . ip daddr @dns meta l4proto { tcp, udp } th dport 53 accept",
+        "iifname . ip daddr @deny drop",
+        "iifname @restricted iifname . ip daddr != @allow drop",
+        "accept",
+    ] {
+        s += &format!("add rule inet {t} egress {rule}\n");
+    }
+    s
 }
 
 /// What one sandbox's entries enforce, with domains already resolved.
@@ -108,7 +128,21 @@ fn single(set: &'static str, key: Vec<u8>) -> Elem {
         set,
         key,
         key_end: None,
+        end: false,
+        jump: None,
     }
+}
+
+/// The two elements of `nets` bounding a sandbox's /30 (start, and end one past it).
+fn net_elements(net: Cidr) -> [Elem; 2] {
+    let start = u32::from(net.network());
+    [
+        single("nets", start.to_be_bytes().to_vec()),
+        Elem {
+            end: true,
+            ..single("nets", start.wrapping_add(4).to_be_bytes().to_vec())
+        },
+    ]
 }
 
 /// Inclusive address ranges of `cidrs`, sorted and merged (overlapping or adjacent
@@ -156,9 +190,8 @@ pub fn intersect(a: &[(u32, u32)], b: &[(u32, u32)]) -> Vec<(u32, u32)> {
 /// allow (none: it reaches nothing but its resolvers).
 pub fn policy_elements(ifname: &str, policy: &Policy) -> Vec<Elem> {
     let range = |set, (s, e): (u32, u32)| Elem {
-        set,
-        key: concat(ifname, s),
         key_end: Some(concat(ifname, e)),
+        ..single(set, concat(ifname, s))
     };
     let mut out: Vec<Elem> = ranges(&policy.deny)
         .into_iter()
@@ -174,19 +207,24 @@ pub fn policy_elements(ifname: &str, policy: &Policy) -> Vec<Elem> {
 }
 
 /// Every element of a sandbox: its /30 among the sandbox networks, its address as a
-/// NAT source and as its interface's own, its resolvers, and its policy's.
+/// NAT source and as its interface's own, its resolvers, its policy's, and last (once
+/// the rest is in place) its interface's entry to `egress`.
 pub fn sandbox_elements(r: &SandboxRules) -> Vec<Elem> {
-    let mut out = vec![
-        single("nets", u32::from(r.net.network()).to_be_bytes().to_vec()),
+    let mut out = Vec::from(net_elements(r.net));
+    out.extend([
         single("nat_sources", r.addr.octets().to_vec()),
         single("owners", concat(r.ifname, u32::from(r.addr))),
-    ];
+    ]);
     out.extend(
         r.resolvers
             .iter()
             .map(|d| single("dns", concat(r.ifname, u32::from(*d)))),
     );
     out.extend(policy_elements(r.ifname, r.policy));
+    out.push(Elem {
+        jump: Some("egress"),
+        ..single("dispatch", ifname_key(r.ifname))
+    });
     out
 }
 
@@ -208,9 +246,18 @@ fn nft_err(what: &str, e: std::io::Error) -> RuntimeError {
     RuntimeError::Network(format!("nftables ({what}): {e}"))
 }
 
-/// Adds a sandbox's elements in one transaction.
+/// Adds a sandbox's elements in one transaction. A table made before `egress`
+/// existed (by an older sandboxd, its sandboxes still running) gets it first.
 pub fn add_sandbox(elems: &[Elem]) -> Result<(), RuntimeError> {
-    nfset::commit(elems, &[]).map_err(|e| nft_err("adding a sandbox's entries", e))
+    let what = "adding a sandbox's entries";
+    match nfset::commit(elems, &[]) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            tracing::info!("adding the egress chain to a table an older sandboxd made");
+            apply(&egress_script())?;
+            nfset::commit(elems, &[]).map_err(|e| nft_err(what, e))
+        }
+        other => other.map_err(|e| nft_err(what, e)),
+    }
 }
 
 /// Gives the sandbox on `ifname` `policy` instead of the one it had: its policy
@@ -227,13 +274,12 @@ pub fn remove_sandbox(ifname: &str, net: Option<(Cidr, Ipv4Addr)>) -> Result<(),
     let what = "removing a sandbox's entries";
     let mut del = owned(ifname, &BY_IFNAME).map_err(|e| nft_err(what, e))?;
     if let Some((net, addr)) = net {
-        let ours = [
-            single("nets", u32::from(net.network()).to_be_bytes().to_vec()),
-            single("nat_sources", addr.octets().to_vec()),
-        ];
-        for e in ours {
-            let present = nfset::list(e.set).map_err(|x| nft_err(what, x))?;
-            if present.contains(&e) {
+        let nets = nfset::list("nets").map_err(|x| nft_err(what, x))?;
+        let sources = nfset::list("nat_sources").map_err(|x| nft_err(what, x))?;
+        let [start, end] = net_elements(net);
+        let source = single("nat_sources", addr.octets().to_vec());
+        for (e, present) in [(start, &nets), (end, &nets), (source, &sources)] {
+            if present.iter().any(|p| p.same(&e)) {
                 del.push(e);
             }
         }
@@ -365,27 +411,43 @@ mod tests {
         let e = sandbox_elements(&r);
         let key = |set: &str| e.iter().find(|e| e.set == set).map(|e| e.key.clone());
         assert_eq!(key("nets"), Some(vec![10, 213, 0, 4]));
+        let nets: Vec<_> = e.iter().filter(|e| e.set == "nets").collect();
+        assert_eq!(
+            (nets[1].key.clone(), nets[1].end),
+            (vec![10, 213, 0, 8], true)
+        );
+        let dispatch = e.last().expect("elements");
+        assert_eq!((dispatch.set, dispatch.jump), ("dispatch", Some("egress")));
         assert_eq!(key("nat_sources"), Some(vec![10, 213, 0, 6]));
         assert_eq!(key("owners"), Some(concat("sbxabc", ip("10.213.0.6"))));
         assert_eq!(key("dns"), Some(concat("sbxabc", ip("192.0.2.53"))));
         assert_eq!(ifname_key("sbxabc").len(), 16);
-        let base = base_table(false);
-        assert!(base.contains("169.254.0.0/16") && base.contains("127.0.0.0/8"));
+        let base = egress_script();
+        let table = base_table(false);
+        assert!(table.contains("169.254.0.0/16") && table.contains("127.0.0.0/8"));
+        assert!(table.ends_with(&base));
         let at = |n: &str| base.find(n).unwrap_or_else(|| panic!("{n} missing"));
         assert!(at("@owners drop") < at("@blocked drop"));
         assert!(at("@blocked drop") < at("@nets drop"));
         assert!(at("@nets drop") < at("th dport 53 accept"));
+        assert!(at("flush chain") < at("@owners drop"));
         assert!(at("th dport 53 accept") < at("@deny drop"));
         assert!(at("@deny drop") < at("!= @allow drop"));
         assert!(base_table(true).contains("    drop\n  }"));
+        assert!(table.contains("iifname vmap @dispatch"));
     }
 
     /// The elements reach the kernel as `nft` shows them, and go again, in a network
-    /// namespace of the test's own (needs root).
+    /// namespace of the test's own (needs root). The table is one an older sandboxd
+    /// made (no `egress` yet): the first add upgrades it.
     #[test]
     fn elements_round_trip_through_the_kernel() {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
-        apply(&base_table(false)).expect("the table");
+        let older = base_table(false);
+        let older = older
+            .strip_suffix(&egress_script())
+            .expect("the base chains");
+        apply(older).expect("the table");
         let policy = Policy {
             deny: cidrs(&["198.18.0.9", "10.0.0.0/8"]),
             allow: vec![cidrs(&["198.18.0.0/15"])],
@@ -423,8 +485,10 @@ mod tests {
             "\"sbxaaaaaaaaaaaa\" . 10.0.0.0/8",
             "\"sbxaaaaaaaaaaaa\" . 198.18.0.9",
             "\"sbxaaaaaaaaaaaa\" . 198.18.0.0/15",
-            "10.213.0.4",
+            "10.213.0.4/30",
+            "10.213.0.8/30",
             "10.213.0.6",
+            "\"sbxaaaaaaaaaaaa\" : jump egress",
         ] {
             assert!(text.contains(want), "{want} missing in {text}");
         }
