@@ -113,7 +113,7 @@ fn the_table_lives_while_any_sandbox_runs_and_goes_with_the_last() {
 /// address, resolvers, policy, NAT source and its /30 in `nets`) with no `nft` run at
 /// all (in-process): an `nft` first on PATH records each call.
 #[test]
-fn a_destroy_among_others_is_one_nft_run_and_leaves_no_entry() {
+fn a_destroy_among_others_runs_no_nft_and_leaves_no_entry() {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
     let bin = tempfile::tempdir().expect("tempdir");
     let log = bin.path().join("calls");
