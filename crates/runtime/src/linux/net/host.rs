@@ -49,10 +49,10 @@ fn flock(dir: &Path, name: &str) -> Result<std::fs::File, RuntimeError> {
         .map_err(|e| net_err("locking the network state", e))
 }
 
-/// Held while a sandbox's rules are added to or removed from the shared table: `nft`
-/// merges interval-set elements from what it read before its commit, so two runs at
-/// once can fail each other. Separate from [`HostLock`], so that handing a lease over
-/// does not wait for an `nft` run.
+/// Held while a sandbox's set elements are added to or removed from the shared table
+/// (a removal reads the sets before its commit, and two changes at once would
+/// interleave). Separate from [`HostLock`], so that handing a lease over
+/// does not wait for another sandbox's elements.
 pub struct RulesLock(#[allow(dead_code)] std::fs::File);
 
 impl RulesLock {
@@ -149,7 +149,7 @@ impl HostLock {
 
     /// Whether the shared table must be made: no lease exists (the table is only
     /// there while one does, so whatever a crash left is replaced; no look at the
-    /// ruleset, which would cost an `nft` run).
+    /// ruleset).
     pub fn table_missing(&self) -> bool {
         self.leases().is_empty()
     }

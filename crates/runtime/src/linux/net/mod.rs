@@ -103,7 +103,7 @@ impl LinuxRuntime {
 
 /// Starts the sandbox and gives it its network; removes everything if either fails.
 ///
-/// The host side (lease, firewall chain keyed by the interface name) is made on a
+/// The host side (lease, firewall entries keyed by the interface name) is made on a
 /// second thread while the sandbox starts, so its cost overlaps the start; the rules
 /// are in place before the link exists.
 pub(super) fn start(
