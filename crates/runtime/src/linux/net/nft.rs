@@ -228,13 +228,21 @@ pub fn sandbox_elements(r: &SandboxRules) -> Vec<Elem> {
     out
 }
 
+/// The elements of `set` now; none when it (or the table) is not there.
+fn present(set: &'static str) -> std::io::Result<Vec<Elem>> {
+    match nfset::list(set) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Vec::new()),
+        other => other,
+    }
+}
+
 /// The elements of `sets` that are `ifname`'s, as the kernel has them now.
 fn owned(ifname: &str, sets: &[&'static str]) -> std::io::Result<Vec<Elem>> {
     let prefix = ifname_key(ifname);
     let mut out = Vec::new();
     for set in sets {
         out.extend(
-            nfset::list(set)?
+            present(set)?
                 .into_iter()
                 .filter(|e| e.key.starts_with(&prefix)),
         );
@@ -274,8 +282,8 @@ pub fn remove_sandbox(ifname: &str, net: Option<(Cidr, Ipv4Addr)>) -> Result<(),
     let what = "removing a sandbox's entries";
     let mut del = owned(ifname, &BY_IFNAME).map_err(|e| nft_err(what, e))?;
     if let Some((net, addr)) = net {
-        let nets = nfset::list("nets").map_err(|x| nft_err(what, x))?;
-        let sources = nfset::list("nat_sources").map_err(|x| nft_err(what, x))?;
+        let nets = present("nets").map_err(|x| nft_err(what, x))?;
+        let sources = present("nat_sources").map_err(|x| nft_err(what, x))?;
         let [start, end] = net_elements(net);
         let source = single("nat_sources", addr.octets().to_vec());
         for (e, present) in [(start, &nets), (end, &nets), (source, &sources)] {
@@ -517,6 +525,7 @@ mod tests {
             "{text}"
         );
         nfset::delete_table().expect("delete the table");
+        remove_sandbox("sbxbbbbbbbbbbbb", Some((net, addr))).expect("no table: nothing to remove");
         assert_eq!(
             nfset::delete_table().map_err(|e| e.raw_os_error()),
             Err(Some(libc::ENOENT))
