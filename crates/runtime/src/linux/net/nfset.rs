@@ -84,16 +84,21 @@ fn element(e: &Elem) -> ListAttribute<SetElementAttribute> {
     ListAttribute::Element(attrs)
 }
 
-/// The batch removing `del` and adding `add`, in that order, in one transaction.
+/// The batch removing `del` and adding `add`, in that order, in one transaction: one
+/// message per run of elements of the same set.
 fn batch(add: &[Elem], del: &[Elem]) -> Vec<(NetlinkMessage<NetfilterMessage>, u16)> {
     let mut msgs = vec![(control(ControlMessage::BatchBegin), 0)];
-    for e in del {
-        let m = NfTablesMessage::DeleteSetElement(elements_of(e.set, vec![element(e)]));
-        msgs.push((inet(m), NLM_F_ACK));
-    }
-    for e in add {
-        let m = NfTablesMessage::NewSetElement(elements_of(e.set, vec![element(e)]));
-        msgs.push((inet(m), NLM_F_ACK | NLM_F_CREATE));
+    for (elems, adding) in [(del, false), (add, true)] {
+        for run in elems.chunk_by(|a, b| a.set == b.set) {
+            let list = elements_of(run[0].set, run.iter().map(element).collect());
+            msgs.push(match adding {
+                true => (
+                    inet(NfTablesMessage::NewSetElement(list)),
+                    NLM_F_ACK | NLM_F_CREATE,
+                ),
+                false => (inet(NfTablesMessage::DeleteSetElement(list)), NLM_F_ACK),
+            });
+        }
     }
     msgs.push((control(ControlMessage::BatchEnd), 0));
     msgs
@@ -176,4 +181,36 @@ pub fn delete_table() -> io::Result<()> {
         (control(ControlMessage::BatchEnd), 0),
     ];
     nlsock::transact(NETLINK_NETFILTER, msgs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_is_one_message_per_run_of_one_set_between_begin_and_end() {
+        let e = |set, k: u8| Elem {
+            set,
+            key: vec![k; 4],
+            key_end: None,
+            end: false,
+            jump: None,
+        };
+        let add = [e("nets", 1), e("nets", 2), e("owners", 3), e("nets", 4)];
+        let del = [e("dns", 5)];
+        let msgs = batch(&add, &del);
+        assert_eq!(msgs.len(), 6, "begin, dns, nets, owners, nets, end");
+        let kinds: Vec<u16> = msgs
+            .iter()
+            .map(|(m, _)| {
+                let mut m = m.clone();
+                m.finalize();
+                m.header.message_type
+            })
+            .collect();
+        // NFNL_MSG_BATCH_BEGIN/END, then (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_*SETELEM.
+        assert_eq!(kinds, [16, 0x0a0e, 0x0a0c, 0x0a0c, 0x0a0c, 17]);
+        assert!(msgs[1..5].iter().all(|(_, f)| f & NLM_F_ACK != 0));
+        assert_eq!(msgs[0].1 & NLM_F_ACK, 0, "the batch's begin asks no ack");
+    }
 }
