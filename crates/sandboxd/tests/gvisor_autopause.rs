@@ -672,7 +672,7 @@ fn an_egress_sandbox_moves_to_disk_and_wakes_with_its_address_and_policy() {
         "a sentry on disk"
     );
     assert_eq!(fakenet::leased_address(&id).as_deref(), Some(addr.as_str()));
-    assert!(fakenet::link_exists(&id) && fakenet::chain_exists(&id));
+    assert!(fakenet::link_exists(&id) && fakenet::nft_entries_exist(&id));
     let on_disk: u64 =
         std::fs::read_to_string(data.join(format!("sandboxes/{id}/layer/upper/root/count")))
             .expect("count")
@@ -712,7 +712,7 @@ fn an_egress_sandbox_moves_to_disk_and_wakes_with_its_address_and_policy() {
     });
     assert_eq!(fakenet::leased_address(&id), None, "lease left behind");
     assert!(!fakenet::link_exists(&id), "veth left behind");
-    assert!(!fakenet::chain_exists(&id), "nft chain left behind");
+    assert!(!fakenet::nft_entries_exist(&id), "nft entries left behind");
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }

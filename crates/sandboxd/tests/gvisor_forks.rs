@@ -647,7 +647,7 @@ fn forks_of_an_egress_sandbox_get_their_own_address_and_their_workspace_policy()
             "{addr} is another sandbox's: {seen:?}"
         );
         seen.push(addr.clone());
-        assert!(fakenet::link_exists(clone) && fakenet::chain_exists(clone));
+        assert!(fakenet::link_exists(clone) && fakenet::nft_entries_exist(clone));
         // Its own stack sends from its own address (not the source's the image held).
         assert_eq!(
             local_probe(&server, clone, &fake.addr(2)),
@@ -669,7 +669,7 @@ fn forks_of_an_egress_sandbox_get_their_own_address_and_their_workspace_policy()
         server.destroy(MASTER, id);
         assert_eq!(fakenet::leased_address(id), None, "lease of {id} left");
         assert!(!fakenet::link_exists(id), "veth of {id} left");
-        assert!(!fakenet::chain_exists(id), "nft chain of {id} left");
+        assert!(!fakenet::nft_entries_exist(id), "nft entries of {id} left");
     }
     let r = server.request("DELETE", &format!("/v2/snapshots/{snapshot}"), MASTER, None);
     assert_eq!(r.status, 204, "{}", r.text());

@@ -409,7 +409,7 @@ fn a_gvisor_sandbox_with_egress_pauses_to_disk_and_resumes_with_its_address_and_
     );
     // Its host side stays while it is on disk.
     assert_eq!(fakenet::leased_address(&id).as_deref(), Some(addr.as_str()));
-    assert!(fakenet::link_exists(&id) && fakenet::chain_exists(&id));
+    assert!(fakenet::link_exists(&id) && fakenet::nft_entries_exist(&id));
     let frozen =
         std::fs::read_to_string(data.join(format!("sandboxes/{id}/layer/upper/root/count")))
             .expect("count")
@@ -457,7 +457,7 @@ fn a_gvisor_sandbox_with_egress_pauses_to_disk_and_resumes_with_its_address_and_
     });
     assert_eq!(fakenet::leased_address(&id), None, "lease left behind");
     assert!(!fakenet::link_exists(&id), "veth left behind");
-    assert!(!fakenet::chain_exists(&id), "nft chain left behind");
+    assert!(!fakenet::nft_entries_exist(&id), "nft entries left behind");
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }

@@ -62,15 +62,14 @@ fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {
     }
 }
 
-fn nft_has_chain(id: uuid::Uuid) -> bool {
-    let chain = format!("sb_{}", &id.simple().to_string()[..12]);
+/// Whether the shared table holds entries (set elements) of sandbox `id`'s interface.
+fn nft_has_entries(id: uuid::Uuid) -> bool {
+    let ifname = format!("\"sbx{}\"", &id.simple().to_string()[..12]);
     Command::new("nft")
-        .args(["list", "chain", "inet", "sandboxd", &chain])
+        .args(["list", "table", "inet", "sandboxd"])
         .stderr(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&ifname))
 }
 
 #[test]
@@ -157,7 +156,7 @@ fn gvisor_egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
     for handle in [&a, &b] {
         rt.0.destroy(handle).expect("destroy");
         assert!(!link_exists(&handle.id.to_string()), "veth left behind");
-        assert!(!nft_has_chain(handle.id), "nft chain left behind");
+        assert!(!nft_has_entries(handle.id), "nft entries left behind");
         assert_eq!(rt.0.sandbox_address(handle.id), None, "lease left behind");
         assert_eq!(
             common::mounts_under(&handle.state_dir),
@@ -211,7 +210,7 @@ fn a_destroy_failing_on_a_mount_still_removes_the_network() {
         "destroy ignored a mount under the state dir"
     );
     assert!(!link_exists(&handle.id.to_string()), "veth left behind");
-    assert!(!nft_has_chain(handle.id), "nft chain left behind");
+    assert!(!nft_has_entries(handle.id), "nft entries left behind");
     assert_eq!(rt.0.sandbox_address(handle.id), None, "lease left behind");
     rt.0.destroy(&handle).expect("destroy again");
     assert_eq!(
@@ -269,7 +268,7 @@ fn a_fork_gets_the_network_its_start_asks_for_not_its_sources() {
     for handle in [&a, &a_clone, &b, &b_clone] {
         rt.0.destroy(handle).expect("destroy");
         assert!(!link_exists(&handle.id.to_string()), "veth left behind");
-        assert!(!nft_has_chain(handle.id), "nft chain left behind");
+        assert!(!nft_has_entries(handle.id), "nft entries left behind");
         assert_eq!(rt.0.sandbox_address(handle.id), None, "lease left behind");
     }
     for snapshot in [a_snap, b_snap] {
@@ -300,7 +299,7 @@ fn an_egress_sandbox_destroyed_on_disk_leaves_no_network_behind() {
     );
     rt.0.destroy(&on_disk).expect("destroy");
     assert!(!link_exists(&on_disk.id.to_string()), "veth left behind");
-    assert!(!nft_has_chain(on_disk.id), "nft chain left behind");
+    assert!(!nft_has_entries(on_disk.id), "nft entries left behind");
     assert_eq!(rt.0.sandbox_address(on_disk.id), None, "lease left behind");
     assert!(!on_disk.state_dir.exists(), "state dir left behind");
     assert_eq!(common::mounts_under(dir.path()), Vec::<String>::new());

@@ -35,15 +35,14 @@ fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {
     }
 }
 
-fn nft_has_chain(id: uuid::Uuid) -> bool {
-    let chain = format!("sb_{}", &id.simple().to_string()[..12]);
+/// Whether the shared table holds entries (set elements) of sandbox `id`'s interface.
+fn nft_has_entries(id: uuid::Uuid) -> bool {
+    let ifname = format!("\"sbx{}\"", &id.simple().to_string()[..12]);
     Command::new("nft")
-        .args(["list", "chain", "inet", "sandboxd", &chain])
+        .args(["list", "table", "inet", "sandboxd"])
         .stderr(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&ifname))
 }
 
 fn link_exists(id: uuid::Uuid) -> bool {
@@ -155,7 +154,7 @@ fn egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
     for handle in [&a, &b] {
         net_rt.destroy(handle).expect("destroy");
         assert!(!link_exists(handle.id), "veth left behind");
-        assert!(!nft_has_chain(handle.id), "nft chain left behind");
+        assert!(!nft_has_entries(handle.id), "nft entries left behind");
         assert_eq!(net_rt.sandbox_address(handle.id), None, "lease left behind");
     }
     let leases_left = std::fs::read_dir("/run/sandboxd/net/leases")

@@ -20,9 +20,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn chain_named_after(id: &str) -> Option<String> {
-    let chain = format!("sb_{}", &id.replace('-', "")[..12]);
-    nft(&["list", "chain", "inet", "sandboxd", &chain])
+/// The table's listing if it holds entries of the interface named after `id`.
+fn entries_named_after(id: &str) -> Option<String> {
+    let ifname = format!("\"sbx{}\"", &id.replace('-', "")[..12]);
+    table().filter(|t| t.contains(&ifname))
 }
 
 fn link_named_after(id: &str) -> bool {
@@ -110,7 +111,7 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
     one_shot.destroy(&a).expect("destroy a");
     assert!(table().is_some(), "the table went with the run's sandbox");
     assert!(
-        chain_named_after(&a_name).is_some(),
+        entries_named_after(&a_name).is_some(),
         "a's chain was removed"
     );
     assert!(!link_named_after(&a_name), "a's link is left");
@@ -149,7 +150,10 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
         "a sandbox with a policy took the parked network"
     );
     one_shot.destroy(&c).expect("destroy c");
-    assert!(chain_named_after(&c_name).is_none(), "c's chain was kept");
+    assert!(
+        entries_named_after(&c_name).is_none(),
+        "c's entries were kept"
+    );
     assert_eq!(
         names(&state.path().join("parked")),
         std::slice::from_ref(&a_name)
@@ -162,7 +166,10 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
     assert_eq!(named_after(state.path(), d.id), Some(a_name.clone()));
     let e = start(&one_shot, &plain);
     server.destroy(&d).expect("destroy d");
-    assert!(chain_named_after(&a_name).is_none(), "d's chain was kept");
+    assert!(
+        entries_named_after(&a_name).is_none(),
+        "d's entries were kept"
+    );
     one_shot.destroy(&e).expect("destroy e");
     let e_name = names(&state.path().join("parked"));
     assert_eq!(e_name.len(), 1, "e's network was not parked");
@@ -176,7 +183,7 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
     eventually("the killed reaper is gone", || {
         reapers(state.path()).is_empty()
     });
-    assert!(table().is_some() && chain_named_after(&e_name[0]).is_some());
+    assert!(table().is_some() && entries_named_after(&e_name[0]).is_some());
     std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
     let _reopened = net_runtime(server_dir.path(), state.path());
     eventually("the table outlived the linger", || table().is_none());

@@ -104,14 +104,14 @@ fn table_exists() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn chain_exists(id: uuid::Uuid) -> bool {
-    let chain = format!("sb_{}", &id.simple().to_string()[..12]);
+/// Whether the shared table holds entries (set elements) of sandbox `id`'s interface.
+fn entries_exist(id: uuid::Uuid) -> bool {
+    let ifname = format!("\"sbx{}\"", &id.simple().to_string()[..12]);
     Command::new(NFT)
-        .args(["list", "chain", "inet", "sandboxd", &chain])
-        .stdout(std::process::Stdio::null())
+        .args(["list", "table", "inet", "sandboxd"])
         .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&ifname))
 }
 
 #[test]
@@ -136,7 +136,7 @@ fn sandboxes_leave_the_rest_of_the_ruleset_alone_and_share_one_table() {
     let b = rt
         .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
         .expect("start b");
-    assert!(table_exists() && chain_exists(a.id) && chain_exists(b.id));
+    assert!(table_exists() && entries_exist(a.id) && entries_exist(b.id));
     let during = other_tables();
 
     rt.destroy(&a).expect("destroy a");
@@ -144,10 +144,10 @@ fn sandboxes_leave_the_rest_of_the_ruleset_alone_and_share_one_table() {
         table_exists(),
         "the shared table went away while a sandbox still runs"
     );
-    assert!(chain_exists(b.id), "destroying a touched b's chain");
-    assert!(!chain_exists(a.id), "a's chain stayed");
+    assert!(entries_exist(b.id), "destroying a touched b's entries");
+    assert!(!entries_exist(a.id), "a's entries stayed");
     rt.destroy(&b).expect("destroy b");
-    assert!(!chain_exists(b.id), "b's chain stayed");
+    assert!(!entries_exist(b.id), "b's entries stayed");
     let after = other_tables();
     drop(cleanup);
 
@@ -157,8 +157,11 @@ fn sandboxes_leave_the_rest_of_the_ruleset_alone_and_share_one_table() {
     assert_eq!(before.get(&ours), after.get(&ours), "the test's own table");
 }
 
-/// Programming a sandbox's network spawns no `nft` or `ip` process: tools of those
-/// names first on PATH record any call (and then do the real thing).
+/// Programming a sandbox's network spawns no `nft` or `ip` process, and needs no
+/// GPL library loaded (libnftables stays off): tools of those names first on PATH
+/// record any call (and then do the real thing). Only making the shared table, when
+/// the host has none, runs an `nft` script: a first sandbox keeps it while the others
+/// start and end, and its own destroy deletes the table in-process.
 #[test]
 fn start_and_destroy_spawn_no_nft_or_ip() {
     let bin = tempfile::tempdir().expect("tempdir");
@@ -180,27 +183,38 @@ fn start_and_destroy_spawn_no_nft_or_ip() {
     );
     // nextest runs each test in a process of its own: this PATH is this test's alone.
     std::env::set_var("PATH", path);
-    // In-process nftables is the operator's opt-in (libnftables is GPL-2.0).
-    std::env::set_var("SANDBOXD_LIBNFTABLES", "1");
+    std::env::remove_var("SANDBOXD_LIBNFTABLES");
+    // A network namespace and network state of the test's own: the table is made here
+    // (by the keeper) whatever other tests on the host do.
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
+    let state = tempfile::tempdir().expect("tempdir");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let cleanup = runtime(dir.path());
     let mut config = NetConfig::from_host();
+    config.state_dir = state.path().to_path_buf();
     config.resolvers = vec!["192.0.2.53".parse().expect("resolver")];
     let rt = LinuxRuntime::with_network(common::raw_runtime(dir.path()), config);
+    let start = |network: &NetworkSpec| {
+        rt.start_with_network(&common::spec("default"), network)
+            .expect("start")
+    };
+    let keeper = start(&NetworkSpec::egress(vec![]));
+    assert!(table_exists() && entries_exist(keeper.id));
+    std::fs::write(&log, "").expect("clear the log");
+
     let policy = EgressPolicy {
-        allow: vec![],
+        allow: vec!["198.51.100.0/24".parse().expect("allow")],
         deny: vec!["198.51.100.7".parse().expect("deny")],
     };
-    let a = rt
-        .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![policy]))
-        .expect("start a");
-    let b = rt
-        .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
-        .expect("start b");
-    assert!(chain_exists(a.id) && chain_exists(b.id));
+    let a = start(&NetworkSpec::egress(vec![policy]));
+    let b = start(&NetworkSpec::egress(vec![]));
+    assert!(entries_exist(a.id) && entries_exist(b.id));
     rt.destroy(&a).expect("destroy a");
     rt.destroy(&b).expect("destroy b");
+    assert!(!entries_exist(a.id) && !entries_exist(b.id));
+    rt.destroy(&keeper).expect("destroy the keeper");
+    assert!(!table_exists(), "the table outlived the last sandbox");
     drop(cleanup);
     let calls = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(

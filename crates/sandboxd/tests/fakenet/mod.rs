@@ -205,14 +205,14 @@ pub fn leased_address(id: &str) -> Option<String> {
     Some(std::net::Ipv4Addr::from(u32::from(net) + 2).to_string())
 }
 
-/// Whether sandbox `id`'s nftables chain exists.
-pub fn chain_exists(id: &str) -> bool {
+/// Whether the shared `inet sandboxd` table holds sandbox `id`'s entries (the set
+/// elements keyed by its interface).
+pub fn nft_entries_exist(id: &str) -> bool {
     let simple: String = id.chars().filter(|c| *c != '-').take(12).collect();
+    let ifname = format!("\"sbx{simple}\"");
     Command::new("nft")
-        .args(["list", "chain", "inet", "sandboxd", &format!("sb_{simple}")])
+        .args(["list", "table", "inet", "sandboxd"])
         .stderr(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&ifname))
 }

@@ -1,19 +1,21 @@
 //! Group commit of nftables changes: starts that arrive together (a burst of creates,
-//! entries refilled side by side) share one transaction. A caller queues its script
-//! and waits for the rules lock; whichever takes it first applies every script queued
-//! by then in one `nft` run, and the others find theirs done. A batch that fails is
-//! applied again one script at a time, so each caller gets its own script's result.
+//! entries refilled side by side) share one transaction. A caller queues its set
+//! elements and waits for the rules lock; whichever takes it first adds every element
+//! queued by then in one netlink batch, and the others find theirs done. A batch that
+//! fails is applied again one caller's elements at a time, so each caller gets its own
+//! result.
 
 use super::host::RulesLock;
+use super::nfset::Elem;
 use super::nft;
 use crate::RuntimeError;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// A queued script and where its result goes.
+/// Queued elements and where their result goes.
 struct Pending {
-    script: String,
+    elems: Vec<Elem>,
     done: Arc<Mutex<Option<Result<(), RuntimeError>>>>,
 }
 
@@ -34,16 +36,16 @@ fn queue(dir: &Path) -> Arc<Queue> {
     queues.entry(dir.to_path_buf()).or_default().clone()
 }
 
-/// Applies `script` under the rules lock of `dir`, in one transaction with the scripts
-/// of callers waiting at the same time.
-pub(super) fn apply(dir: &Path, script: String) -> Result<(), RuntimeError> {
+/// Adds `elems` under the rules lock of `dir`, in one transaction with the elements of
+/// callers waiting at the same time.
+pub(super) fn add(dir: &Path, elems: Vec<Elem>) -> Result<(), RuntimeError> {
     let q = queue(dir);
     let done = Arc::new(Mutex::new(None));
     q.pending
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .push(Pending {
-            script,
+            elems,
             done: done.clone(),
         });
     let _applying = q.applying.lock().unwrap_or_else(|p| p.into_inner());
@@ -68,11 +70,11 @@ pub(super) fn apply(dir: &Path, script: String) -> Result<(), RuntimeError> {
     })
 }
 
-/// One transaction for the whole batch; on failure, one per script.
+/// One transaction for the whole batch; on failure, one per caller.
 fn apply_batch(batch: &[Pending]) {
     if batch.len() > 1 {
-        let joined: String = batch.iter().map(|p| p.script.as_str()).collect();
-        if nft::apply(&joined).is_ok() {
+        let joined: Vec<Elem> = batch.iter().flat_map(|p| p.elems.iter().cloned()).collect();
+        if nft::add_sandbox(&joined).is_ok() {
             for p in batch {
                 set(&p.done, Ok(()));
             }
@@ -80,7 +82,7 @@ fn apply_batch(batch: &[Pending]) {
         }
     }
     for p in batch {
-        set(&p.done, nft::apply(&p.script));
+        set(&p.done, nft::add_sandbox(&p.elems));
     }
 }
 

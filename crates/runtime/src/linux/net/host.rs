@@ -49,10 +49,10 @@ fn flock(dir: &Path, name: &str) -> Result<std::fs::File, RuntimeError> {
         .map_err(|e| net_err("locking the network state", e))
 }
 
-/// Held while a sandbox's rules are added to or removed from the shared table: `nft`
-/// merges interval-set elements from what it read before its commit, so two runs at
-/// once can fail each other. Separate from [`HostLock`], so that handing a lease over
-/// does not wait for an `nft` run.
+/// Held while a sandbox's set elements are added to or removed from the shared table
+/// (a removal reads the sets before its commit, and two changes at once would
+/// interleave). Separate from [`HostLock`], so that handing a lease over
+/// does not wait for another sandbox's elements.
 pub struct RulesLock(#[allow(dead_code)] std::fs::File);
 
 impl RulesLock {
@@ -149,7 +149,7 @@ impl HostLock {
 
     /// Whether the shared table must be made: no lease exists (the table is only
     /// there while one does, so whatever a crash left is replaced; no look at the
-    /// ruleset, which would cost an `nft` run).
+    /// ruleset).
     pub fn table_missing(&self) -> bool {
         self.leases().is_empty()
     }
@@ -166,12 +166,11 @@ impl HostLock {
         names.len() == 1 && names[0].to_string_lossy() == id.to_string()
     }
 
-    /// Makes the shared table together with `rules` (the first sandbox's) in one
-    /// transaction, turning `ip_forward` on (and remembering that we did, so the table
-    /// drops unrelated forwarding) when it was off. Only while no lease but the
-    /// caller's exists (see [`HostLock::table_missing`]): no one else changes the
-    /// table meanwhile.
-    pub fn make_table_with(&self, rules: &str) -> Result<(), RuntimeError> {
+    /// Makes the shared table (its sets and chains; no sandbox's elements), turning
+    /// `ip_forward` on (and remembering that we did, so the table drops unrelated
+    /// forwarding) when it was off. Only while no lease but the caller's exists (see
+    /// [`HostLock::table_missing`]): no one else changes the table meanwhile.
+    pub fn make_table(&self) -> Result<(), RuntimeError> {
         let marker = self.dir.join("forward-enabled");
         let on = std::fs::read_to_string(IP_FORWARD)
             .map_err(|e| net_err("reading ip_forward", e))?
@@ -185,7 +184,7 @@ impl HostLock {
             "add table inet {t}\ndelete table inet {t}\n",
             t = nft::TABLE
         );
-        nft::apply(&(fresh + &nft::base_table(marker.exists()) + rules))?;
+        nft::apply(&(fresh + &nft::base_table(marker.exists())))?;
         if !on {
             std::fs::write(IP_FORWARD, "1").map_err(|e| net_err("enabling ip_forward", e))?;
         }
@@ -198,7 +197,11 @@ impl HostLock {
         if !self.leases().is_empty() {
             return;
         }
-        let _ = nft::apply(&format!("delete table inet {}", nft::TABLE));
+        if let Err(e) = super::nfset::delete_table() {
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                tracing::warn!(error = %e, "deleting the shared nftables table");
+            }
+        }
         let marker = self.dir.join("forward-enabled");
         if marker.exists() && std::fs::write(IP_FORWARD, "0").is_ok() {
             let _ = std::fs::remove_file(marker);

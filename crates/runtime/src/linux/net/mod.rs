@@ -10,7 +10,9 @@ mod libnft;
 mod link;
 mod netlink;
 pub(super) mod netns;
+mod nfset;
 mod nft;
+mod nlsock;
 pub(super) mod parked;
 pub(super) mod policy;
 pub(super) mod spares;
@@ -101,7 +103,7 @@ impl LinuxRuntime {
 
 /// Starts the sandbox and gives it its network; removes everything if either fails.
 ///
-/// The host side (lease, firewall chain keyed by the interface name) is made on a
+/// The host side (lease, firewall entries keyed by the interface name) is made on a
 /// second thread while the sandbox starts, so its cost overlaps the start; the rules
 /// are in place before the link exists.
 pub(super) fn start(
@@ -190,61 +192,52 @@ pub(super) fn start(
     }
 }
 
-/// Host side, before the sandbox's namespace exists: the lease and the sandbox's chain.
+/// Host side, before the sandbox's namespace exists: the lease and the sandbox's set
+/// elements (in-process, one transaction shared with starts arriving together).
 fn prepare(config: &NetConfig, id: Uuid, policy: &Policy) -> Result<host::Lease, RuntimeError> {
-    let (ifname, key) = names(id);
-    let allow = &policy.allow;
-    let rules = |lease: &host::Lease| nft::SandboxRules {
-        key: &key,
-        ifname: &ifname,
-        net: lease.net,
-        addr: lease.sandbox(),
-        resolvers: &config.resolvers,
-        deny: policy.deny.clone(),
-        allow: policy.allow.clone(),
+    let (ifname, _) = names(id);
+    let elements = |lease: &host::Lease| {
+        nft::sandbox_elements(&nft::SandboxRules {
+            ifname: &ifname,
+            net: lease.net,
+            addr: lease.sandbox(),
+            resolvers: &config.resolvers,
+            policy,
+        })
     };
     // The host lock only for the table and the lease (the table stays while a lease
-    // exists): a start handing a lease over does not wait for the rules of another.
-    // The first sandbox makes the table and its own rules in one transaction.
+    // exists): a start handing a lease over does not wait for the elements of another.
+    // The first sandbox makes the table (one script) and then adds its elements.
     let (lease, made) = {
         let lock = HostLock::take(&config.state_dir)?;
         let missing = lock.table_missing();
-        let plain = policy.deny.is_empty() && allow.is_empty();
-        let lease = lock.allocate(id, config.pool, allow.len(), plain)?;
+        let lease = lock.allocate(id, config.pool, policy.allow.len(), policy.is_open())?;
         if missing {
-            lock.make_table_with(&nft::add_sandbox(&rules(&lease)))?;
+            lock.make_table()?;
+            nft::add_sandbox(&elements(&lease))?;
         }
         (lease, missing)
     };
     if !made {
-        batch::apply(&config.state_dir, nft::add_sandbox(&rules(&lease)))?;
+        batch::add(&config.state_dir, elements(&lease))?;
     }
     crate::faults::check("network.prepare")?;
     Ok(lease)
 }
 
-/// Gives sandbox `id`, holding `lease` of a host side made with no policy (a warm
-/// entry's), `policy` instead: its lease records the allow sets first (so a teardown
-/// after a failure finds them), then one transaction rewrites its chain and fills its
-/// sets.
+/// Gives sandbox `id`, holding `lease` of a host side made under another policy (a
+/// warm entry's), `policy` instead: its lease records the policy first, then one
+/// transaction swaps its policy's set elements.
 fn retarget(
     config: &NetConfig,
     id: Uuid,
     lease: &host::Lease,
     policy: &Policy,
 ) -> Result<(), RuntimeError> {
-    let (ifname, key) = lease_names(id, lease);
+    let (ifname, _) = lease_names(id, lease);
     HostLock::take(&config.state_dir)?.set_allow_layers(id, policy.allow.len())?;
     let _rules = RulesLock::take(&config.state_dir)?;
-    nft::apply(&nft::retarget(&nft::SandboxRules {
-        key: &key,
-        ifname: &ifname,
-        net: lease.net,
-        addr: lease.sandbox(),
-        resolvers: &config.resolvers,
-        deny: policy.deny.clone(),
-        allow: policy.allow.clone(),
-    }))
+    nft::retarget(&ifname, policy)
 }
 
 /// Once the sandbox runs: its link into the namespace, and its `resolv.conf`.
@@ -296,9 +289,9 @@ fn teardown(config: &NetConfig, id: Uuid) {
     let Some(lease) = held.lease(id) else {
         return;
     };
-    let (ifname, key) = lease_names(id, &lease);
-    // The last lease on the host: deleting the table removes the rules too (one `nft`
-    // run, not two), under the lock no new lease is made without.
+    let (ifname, _) = lease_names(id, &lease);
+    // The last lease on the host: deleting the table removes the elements too (one
+    // transaction, not two), under the lock no new lease is made without.
     if held.only_lease(id) {
         link::delete(&ifname);
         held.release(id);
@@ -308,12 +301,11 @@ fn teardown(config: &NetConfig, id: Uuid) {
     drop(held);
     link::delete(&ifname);
     match RulesLock::take(&config.state_dir) {
-        Ok(_rules) => nft::remove_sandbox(
-            &key,
-            &ifname,
-            Some((lease.net, lease.sandbox())),
-            lease.allow_layers,
-        ),
+        Ok(_rules) => {
+            if let Err(e) = nft::remove_sandbox(&ifname, Some((lease.net, lease.sandbox()))) {
+                tracing::error!(%id, error = %e, "removing a network's nftables entries");
+            }
+        }
         Err(e) => tracing::error!(%id, error = %e, "cannot lock the rules to remove a network's"),
     }
     if let Some(lock) = lock("release a lease") {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use uuid::Uuid;
 
-/// Makes sandbox `id`'s host side (lease, firewall chain) under `network`'s policy, a
+/// Makes sandbox `id`'s host side (lease, firewall entries) under `network`'s policy, a
 /// new network namespace kept at `netns` with the link's inner end as its addressed
 /// `eth0` and default route, and `etc/resolv.conf` under `root`. What it made is
 /// removed by [`super::detach`] and by unmounting `netns`, also after a failure.

@@ -1,4 +1,4 @@
-//! Parked egress networks: the host side (lease, firewall chain) of a one-shot run's
+//! Parked egress networks: the host side (lease, firewall entries) of a one-shot run's
 //! sandbox without a policy, kept after its sandbox ends for the next sandbox without
 //! one to take over as it is, so that back-to-back `sandboxd run`s pay no `nft` run at
 //! all, and the shared table is not torn down and rebuilt by each.

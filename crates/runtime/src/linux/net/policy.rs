@@ -1,4 +1,4 @@
-//! A sandbox's policy layers resolved to what its chain enforces, comparable so that a
+//! A sandbox's policy layers resolved to what its set elements enforce, comparable so that a
 //! warm entry made for one policy serves the next start under it; domain rules resolve
 //! through a small cache that keeps each answer for its TTL (see `dns`).
 
@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
-/// What a sandbox's chain enforces: the union of its layers' deny lists, and one allow
+/// What a sandbox's set elements enforce: the union of its layers' deny lists, and one allow
 /// list per layer that has one. Open (both empty) is the default: egress only.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {

@@ -1,4 +1,4 @@
-//! Spare host sides of egress networks: a lease and a firewall chain with no policy
+//! Spare host sides of egress networks: a lease and a firewall entries with no policy
 //! of their own, made in the background, so that a sandbox whose policy layers are all
 //! empty (the default) takes one instead of running `nft` on its start path.
 //!

@@ -1,0 +1,216 @@
+//! Set elements of sandboxd's nftables table, programmed in-process through nfnetlink
+//! with `netlink-packet-netfilter` (MIT): each change is one batch (one kernel
+//! transaction, all or nothing) of NEWSETELEM / DELSETELEM messages; a set's elements
+//! are read back with a GETSETELEM dump. No `nft` process, no GPL library.
+
+use super::nft::TABLE;
+use super::nlsock;
+use netlink_packet_core::{NetlinkMessage, Nla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP};
+use netlink_packet_netfilter::nftables::{
+    DataAttribute, ListAttribute, NfTablesMessage, SetElementAttribute, SetElementFlags,
+    SetElementList, SetElementMessage, TableAttribute, TableMessage, Verdict, VerdictAttribute,
+};
+use netlink_packet_netfilter::none::ControlMessage;
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
+use netlink_sys::protocols::NETLINK_NETFILTER;
+use std::io;
+
+/// `NFNL_SUBSYS_NFTABLES`: the subsystem a batch's begin and end name.
+const SUBSYS_NFTABLES: u16 = 10;
+/// `NFTA_DATA_VALUE`, the attribute holding a key's bytes.
+const DATA_VALUE: u16 = 1;
+
+/// One element of set `set`: its key; for a concatenated interval set its (inclusive)
+/// end; for a plain interval set whether it ends an interval (`end`: its key is one
+/// past the interval's last address); for a verdict map, the chain it jumps to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elem {
+    pub set: &'static str,
+    pub key: Vec<u8>,
+    pub key_end: Option<Vec<u8>>,
+    pub end: bool,
+    pub jump: Option<&'static str>,
+}
+
+impl Elem {
+    /// Whether `other` is the same element (whatever it maps to).
+    pub fn same(&self, other: &Elem) -> bool {
+        (self.set, &self.key, &self.key_end, self.end)
+            == (other.set, &other.key, &other.key_end, other.end)
+    }
+}
+
+fn inet(inner: NfTablesMessage) -> NetlinkMessage<NetfilterMessage> {
+    NetlinkMessage::from(NetfilterMessage::new(
+        NetfilterHeader::new(NetfilterProtoFamily::Inet, 0, 0),
+        inner,
+    ))
+}
+
+fn control(inner: ControlMessage) -> NetlinkMessage<NetfilterMessage> {
+    NetlinkMessage::from(NetfilterMessage::new(
+        NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, SUBSYS_NFTABLES),
+        inner,
+    ))
+}
+
+fn elements_of(set: &str, elems: Vec<ListAttribute<SetElementAttribute>>) -> SetElementMessage {
+    SetElementMessage {
+        attributes: vec![
+            SetElementList::Table(TABLE.into()),
+            SetElementList::Set(set.into()),
+            SetElementList::Elements(elems),
+        ],
+    }
+}
+
+fn element(e: &Elem) -> ListAttribute<SetElementAttribute> {
+    let mut attrs = vec![SetElementAttribute::Key(DataAttribute::Value(
+        e.key.clone(),
+    ))];
+    if let Some(end) = &e.key_end {
+        let value = netlink_packet_core::DefaultNla::new(DATA_VALUE, end.clone());
+        attrs.push(SetElementAttribute::KeyEnd(vec![value]));
+    }
+    if e.end {
+        attrs.push(SetElementAttribute::Flags(SetElementFlags::IntervalEnd));
+    }
+    if let Some(chain) = e.jump {
+        attrs.push(SetElementAttribute::Data(DataAttribute::Verdict(vec![
+            VerdictAttribute::Code(Verdict::Jump),
+            VerdictAttribute::Chain(chain.into()),
+        ])));
+    }
+    ListAttribute::Element(attrs)
+}
+
+/// The batch removing `del` and adding `add`, in that order, in one transaction: one
+/// message per run of elements of the same set.
+fn batch(add: &[Elem], del: &[Elem]) -> Vec<(NetlinkMessage<NetfilterMessage>, u16)> {
+    let mut msgs = vec![(control(ControlMessage::BatchBegin), 0)];
+    for (elems, adding) in [(del, false), (add, true)] {
+        for run in elems.chunk_by(|a, b| a.set == b.set) {
+            let list = elements_of(run[0].set, run.iter().map(element).collect());
+            msgs.push(match adding {
+                true => (
+                    inet(NfTablesMessage::NewSetElement(list)),
+                    NLM_F_ACK | NLM_F_CREATE,
+                ),
+                false => (inet(NfTablesMessage::DeleteSetElement(list)), NLM_F_ACK),
+            });
+        }
+    }
+    msgs.push((control(ControlMessage::BatchEnd), 0));
+    msgs
+}
+
+/// Removes `del` and adds `add` in one transaction (nothing at all if either fails).
+pub fn commit(add: &[Elem], del: &[Elem]) -> io::Result<()> {
+    if add.is_empty() && del.is_empty() {
+        return Ok(());
+    }
+    nlsock::transact(NETLINK_NETFILTER, batch(add, del))
+}
+
+/// The elements of set `set` now.
+pub fn list(set: &'static str) -> io::Result<Vec<Elem>> {
+    let request = inet(NfTablesMessage::GetSetElement(SetElementMessage {
+        attributes: vec![
+            SetElementList::Table(TABLE.into()),
+            SetElementList::Set(set.into()),
+        ],
+    }));
+    let answers = nlsock::dump(NETLINK_NETFILTER, request, NLM_F_DUMP)?;
+    let mut out = Vec::new();
+    for answer in answers {
+        let netlink_packet_netfilter::NetfilterMessageInner::NfTables(
+            NfTablesMessage::NewSetElement(msg),
+        ) = answer.inner
+        else {
+            continue;
+        };
+        for attr in msg.attributes {
+            let SetElementList::Elements(elems) = attr else {
+                continue;
+            };
+            for elem in elems {
+                if let ListAttribute::Element(attrs) = elem {
+                    out.extend(parse_element(set, &attrs));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn parse_element(set: &'static str, attrs: &[SetElementAttribute]) -> Option<Elem> {
+    let mut key = None;
+    let mut key_end = None;
+    let mut end = false;
+    for a in attrs {
+        match a {
+            SetElementAttribute::Flags(f) => end = f.contains(SetElementFlags::IntervalEnd),
+            SetElementAttribute::Key(DataAttribute::Value(k)) => key = Some(k.clone()),
+            SetElementAttribute::KeyEnd(nlas) => {
+                key_end = nlas.iter().find(|n| n.kind() == DATA_VALUE).map(|n| {
+                    let mut v = vec![0; n.value_len()];
+                    n.emit_value(&mut v);
+                    v
+                })
+            }
+            _ => {}
+        }
+    }
+    Some(Elem {
+        set,
+        key: key?,
+        key_end,
+        end,
+        jump: None,
+    })
+}
+
+/// Deletes the whole table (`ENOENT`: there was none).
+pub fn delete_table() -> io::Result<()> {
+    let m = NfTablesMessage::DeleteTable(TableMessage {
+        attributes: vec![TableAttribute::Name(TABLE.into())],
+    });
+    let msgs = vec![
+        (control(ControlMessage::BatchBegin), 0),
+        (inet(m), NLM_F_ACK),
+        (control(ControlMessage::BatchEnd), 0),
+    ];
+    nlsock::transact(NETLINK_NETFILTER, msgs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_is_one_message_per_run_of_one_set_between_begin_and_end() {
+        let e = |set, k: u8| Elem {
+            set,
+            key: vec![k; 4],
+            key_end: None,
+            end: false,
+            jump: None,
+        };
+        let add = [e("nets", 1), e("nets", 2), e("owners", 3), e("nets", 4)];
+        let del = [e("dns", 5)];
+        let msgs = batch(&add, &del);
+        assert_eq!(msgs.len(), 6, "begin, dns, nets, owners, nets, end");
+        let kinds: Vec<u16> = msgs
+            .iter()
+            .map(|(m, _)| {
+                let mut m = m.clone();
+                m.finalize();
+                m.header.message_type
+            })
+            .collect();
+        // NFNL_MSG_BATCH_BEGIN/END, then (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_*SETELEM.
+        assert_eq!(kinds, [16, 0x0a0e, 0x0a0c, 0x0a0c, 0x0a0c, 17]);
+        assert!(msgs[1..5].iter().all(|(_, f)| f & NLM_F_ACK != 0));
+        assert_eq!(msgs[0].1 & NLM_F_ACK, 0, "the batch's begin asks no ack");
+    }
+}

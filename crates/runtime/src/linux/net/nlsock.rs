@@ -1,0 +1,131 @@
+//! One netlink request/acknowledge exchange over a `netlink-sys` socket, for any
+//! `netlink-packet-*` message family: a batch of requests whose acks are awaited, or a
+//! dump whose answers are collected.
+
+use netlink_packet_core::{
+    NetlinkDeserializable, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_ACK,
+    NLM_F_REQUEST,
+};
+use netlink_sys::{Socket, SocketAddr};
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// A reply not seen within this long is an error, not a hang (the kernel answers at
+/// once; this only bounds a lost answer).
+const REPLY_TIMEOUT: libc::timeval = libc::timeval {
+    tv_sec: 10,
+    tv_usec: 0,
+};
+
+fn open(protocol: isize) -> io::Result<Socket> {
+    let mut sock = Socket::new(protocol)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    // SAFETY: setsockopt on a socket we own with a timeval of its own size.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&REPLY_TIMEOUT as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sock)
+}
+
+fn bad(e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}
+
+/// Serializes `msgs` (numbered from 1, `flags` plus request) into one buffer.
+fn serialize<I: NetlinkSerializable>(msgs: Vec<(NetlinkMessage<I>, u16)>) -> (Vec<u8>, u32) {
+    let mut out = Vec::new();
+    let mut seq = 0;
+    for (mut msg, flags) in msgs {
+        seq += 1;
+        msg.header.flags = flags | NLM_F_REQUEST;
+        msg.header.sequence_number = seq;
+        msg.finalize();
+        let at = out.len();
+        out.resize(at + msg.buffer_len(), 0);
+        msg.serialize(&mut out[at..]);
+    }
+    (out, seq)
+}
+
+/// Reads datagrams, handing each message to `each` until it says to stop (`Some`).
+fn read<I, T>(
+    sock: &Socket,
+    mut each: impl FnMut(NetlinkMessage<I>) -> io::Result<Option<T>>,
+) -> io::Result<T>
+where
+    I: NetlinkDeserializable,
+{
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = match sock.recv(&mut &mut buf[..], 0) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let mut rest = &buf[..n.min(buf.len())];
+        while !rest.is_empty() {
+            let msg = NetlinkMessage::<I>::deserialize(rest).map_err(bad)?;
+            let len = (msg.header.length as usize + 3) & !3;
+            if let Some(done) = each(msg)? {
+                return Ok(done);
+            }
+            rest = rest.get(len.max(1)..).unwrap_or_default();
+        }
+    }
+}
+
+/// Sends `msgs` in one write, each asking for an ack except where `flags` say
+/// otherwise, and waits for every ack; the first error answers for the whole send
+/// (nfnetlink batches are all or nothing).
+pub fn transact<I>(protocol: isize, msgs: Vec<(NetlinkMessage<I>, u16)>) -> io::Result<()>
+where
+    I: NetlinkSerializable + NetlinkDeserializable,
+{
+    let acked = msgs.iter().filter(|(_, f)| f & NLM_F_ACK != 0).count();
+    let (bytes, _) = serialize(msgs);
+    let sock = open(protocol)?;
+    sock.send(&bytes, 0)?;
+    if acked == 0 {
+        return Ok(());
+    }
+    let mut seen = 0;
+    read(&sock, |msg: NetlinkMessage<I>| match msg.payload {
+        NetlinkPayload::Error(e) if e.code.is_some() => Err(e.to_io()),
+        NetlinkPayload::Error(_) => {
+            seen += 1;
+            Ok((seen == acked).then_some(()))
+        }
+        _ => Ok(None),
+    })
+}
+
+/// Sends the dump request `msg` and returns the messages answering it.
+pub fn dump<I>(protocol: isize, msg: NetlinkMessage<I>, flags: u16) -> io::Result<Vec<I>>
+where
+    I: NetlinkSerializable + NetlinkDeserializable,
+{
+    let (bytes, _) = serialize(vec![(msg, flags)]);
+    let sock = open(protocol)?;
+    sock.send(&bytes, 0)?;
+    let mut got = Vec::new();
+    read(&sock, |msg: NetlinkMessage<I>| match msg.payload {
+        NetlinkPayload::Done(_) => Ok(Some(())),
+        NetlinkPayload::Error(e) if e.code.is_some() => Err(e.to_io()),
+        NetlinkPayload::InnerMessage(m) => {
+            got.push(m);
+            Ok(None)
+        }
+        _ => Ok(None),
+    })?;
+    Ok(got)
+}
