@@ -225,3 +225,45 @@ fn a_warm_gvisor_sandbox_serves_a_start_of_another_hostname_under_that_name() {
         "runsc processes left"
     );
 }
+
+#[test]
+fn an_entry_without_an_owner_is_removed_by_the_next_runtime_however_young() {
+    let data = tempfile::tempdir().expect("tempdir");
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    // A running entry whose removal was cut short after its owner mark went (a kill -9
+    // mid-drain): the pool is forgotten, never drained, as the killed server's was.
+    let rt = raw_gvisor(data.path())
+        .with_warm_pool(1)
+        .expect("warm pool");
+    rt.fill_warm_pool(DISK_MB);
+    wait_ready(&rt, 1);
+    let key = entry_keys(data.path()).pop().expect("an entry");
+    let dir = data.path().join("sandboxes").join(format!(".gvwarm-{key}"));
+    std::fs::remove_file(dir.join("owner")).expect("remove the owner mark");
+    assert!(!processes_naming(&key).is_empty(), "the entry runs");
+    std::mem::forget(rt);
+    // And an empty one, as a make leaves in its first instant.
+    let empty = data
+        .path()
+        .join("sandboxes")
+        .join(format!(".gvwarm-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir(&empty).expect("empty entry dir");
+
+    // The next runtime, opened within the minute, removes both.
+    let next = Gvisor(raw_gvisor(data.path()));
+    assert_eq!(
+        entry_keys(data.path()),
+        Vec::<String>::new(),
+        "entry dirs left"
+    );
+    assert_key_gone(&next, &key);
+    assert_eq!(common::mounts_under(data.path()), Vec::<String>::new());
+    assert_eq!(
+        processes_under(data.path()),
+        Vec::<i32>::new(),
+        "runsc processes left"
+    );
+}

@@ -183,9 +183,13 @@ impl Runtime for GvisorRuntime {
     fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
         crate::faults::check("start.gvisor")?;
         if let Some(pool) = &self.warm {
-            let layers = self.linux.layer_stack(spec).map(|(layers, _pin)| layers);
-            if let Some(handle) = layers.ok().and_then(|l| pool.take(self, spec, &l)) {
-                return Ok(handle);
+            // The layers stay pinned (the collector lock held shared) until the taken
+            // entry's dir, which lists them, has its new name: a collection reading the
+            // state dirs meanwhile could miss a dir being renamed.
+            if let Ok((layers, _pin)) = self.linux.layer_stack(spec) {
+                if let Some(handle) = pool.take(self, spec, &layers) {
+                    return Ok(handle);
+                }
             }
         }
         start::start(self, spec, &NetworkSpec::none())

@@ -343,12 +343,10 @@ impl Shared {
             .linux
             .sandboxes_dir()
             .join(format!("{DIR_PREFIX}{key}"));
-        let handle = start::start_at(&self.maker, &spec, &NetworkSpec::none(), None, dir)?;
-        let owner = handle.state_dir.join(OWNER);
-        if let Err(e) = std::fs::write(&owner, refill::owner_mark()) {
-            let _ = destroy::destroy(&self.maker, &handle);
-            return Err(io("writing a warm gVisor sandbox's owner", &owner)(e));
-        }
+        // The owner goes in first: an entry dir without one is no make under way.
+        let mark = refill::owner_mark();
+        let first = Some((OWNER, mark.as_str()));
+        let handle = start::start_at(&self.maker, &spec, &NetworkSpec::none(), None, dir, first)?;
         Ok(Entry {
             handle,
             shape: shape.clone(),
@@ -357,7 +355,7 @@ impl Shared {
 }
 
 /// Destroys the entries under the data dir whose owner is gone (a server killed before
-/// it drained its pool), and those left half-made long ago.
+/// it drained its pool) or that have none (a make or removal cut short).
 pub(super) fn sweep_stale(rt: &GvisorRuntime) {
     let Ok(dirs) = std::fs::read_dir(rt.linux.sandboxes_dir()) else {
         return;
@@ -372,13 +370,20 @@ pub(super) fn sweep_stale(rt: &GvisorRuntime) {
         };
         let stale = match std::fs::read_to_string(dir.path().join(OWNER)) {
             Ok(owner) => !refill::owner_alive(&owner),
-            // Being made now, or left half-made by a start that died.
-            Err(_) => dir
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age.as_secs() >= 60),
+            // A make writes the owner into the dir before anything else, so a dir
+            // without one is either a make in its first instant (empty: `rmdir` takes
+            // it only while empty, and that make then fails cleanly on its owner
+            // write) or what a killed process left while making or removing an entry
+            // (a removal may take the owner before the rest): removed whatever its age,
+            // as the container tier's warm inits are (`warm/entry.rs`).
+            Err(_) => {
+                let empty = std::fs::read_dir(dir.path()).is_ok_and(|mut d| d.next().is_none());
+                if empty {
+                    let _ = std::fs::remove_dir(dir.path());
+                    continue;
+                }
+                !dir.path().join(OWNER).exists()
+            }
         };
         if stale {
             let handle = SandboxHandle {
