@@ -72,6 +72,9 @@ struct Shared {
     /// Makes and destroys entries: a runtime of its own over the same data dir.
     maker: GvisorRuntime,
     size: usize,
+    /// Filled for what starts ask ([`GvisorWarm::demand`]), not only for the shape
+    /// [`GvisorWarm::prefer`] names.
+    on_demand: bool,
     entries: Mutex<Vec<Entry>>,
     shape: Mutex<Option<Shape>>,
     filling: AtomicBool,
@@ -85,11 +88,12 @@ pub(super) struct GvisorWarm(Arc<Shared>);
 
 impl GvisorWarm {
     /// A pool of `size` entries made by `maker`, filled once [`GvisorWarm::prefer`] says
-    /// for what.
-    pub fn new(maker: GvisorRuntime, size: usize) -> Self {
+    /// for what, or (`on_demand`) once a start [`GvisorWarm::demand`]s one.
+    pub fn new(maker: GvisorRuntime, size: usize, on_demand: bool) -> Self {
         GvisorWarm(Arc::new(Shared {
             maker,
             size,
+            on_demand,
             entries: Mutex::new(Vec::new()),
             shape: Mutex::new(None),
             filling: AtomicBool::new(false),
@@ -105,6 +109,25 @@ impl GvisorWarm {
             *s = Some(shape);
         }
         self.refill();
+    }
+
+    /// A start of `shape` found no entry and started cold: an on-demand pool makes
+    /// entries of that shape from now on (the first such start begins the pool; a
+    /// later one of another shape moves it there). A pool filled for one shape only
+    /// ([`GvisorWarm::prefer`]) keeps it.
+    pub fn demand(&self, shape: Shape) {
+        if !self.0.on_demand {
+            return;
+        }
+        let same = self
+            .0
+            .shape
+            .lock()
+            .is_ok_and(|s| s.as_ref() == Some(&shape));
+        match same {
+            true => self.refill(),
+            false => self.prefer(shape),
+        }
     }
 
     /// Entries ready to be taken.
