@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 /// Most warm gVisor sandboxes a server keeps for creates asking for gVisor when its
-/// default is another tier (each is a running sentry and gofer, some 50 MiB): enough
+/// default is another tier (each is a running sentry and gofer): enough
 /// for creates coming one after another, as the container tier's base pool is.
 const GVISOR_ON_DEMAND: usize = 2;
 
