@@ -196,9 +196,13 @@ impl GvisorWarm {
                 }
             }
             Some(entry) => {
-                // Not for this start after all: back for the next one.
-                if let Ok(mut entries) = self.0.entries.lock() {
-                    entries.push(entry);
+                // Not for this start after all: back for the next one, unless the pool
+                // was drained meanwhile (nothing would remove it then).
+                match self.0.entries.lock() {
+                    Ok(mut entries) if !self.0.closed.load(Ordering::Acquire) => {
+                        entries.push(entry)
+                    }
+                    _ => self.0.discard(entry),
                 }
                 None
             }
