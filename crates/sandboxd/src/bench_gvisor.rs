@@ -194,7 +194,13 @@ fn http_create_first_exec(
     let mut server = Serve::start(&dir, &key, "none", &[("SANDBOXD_ISOLATION", tier)])?;
     if container_default {
         let set = std::process::Command::new(std::env::current_exe()?)
-            .args(["workspace", "set-isolation", "default", "gvisor", "--data-dir"])
+            .args([
+                "workspace",
+                "set-isolation",
+                "default",
+                "gvisor",
+                "--data-dir",
+            ])
             .arg(&dir)
             .output()
             .context("sandboxd workspace set-isolation")?;
