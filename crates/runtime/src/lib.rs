@@ -239,6 +239,15 @@ pub trait Runtime: Send + Sync + 'static {
         None
     }
 
+    /// [`Runtime::warm_pool`] by the tier whose sandboxes each pool starts (a backend
+    /// of both tiers keeps one per tier); the default names the container tier.
+    fn warm_pools(&self) -> Vec<(Isolation, WarmPoolStats)> {
+        self.warm_pool()
+            .map(|p| (Isolation::Container, p))
+            .into_iter()
+            .collect()
+    }
+
     /// Host CPUs no pinned sandbox holds; `None` when the backend cannot pin.
     fn free_cpus(&self) -> Option<Vec<u32>> {
         None

@@ -5,7 +5,8 @@
 //!
 //! Both backends share the data dir's layer store, images and disk (the gVisor
 //! backend builds on the container one), so image, layer and disk calls go to the
-//! container backend, as do the warm pool's figures and CPU pinning's free CPUs.
+//! container backend, as do CPU pinning's free CPUs; the warm pools' figures are
+//! both backends' (each keeps a pool of its own).
 
 use crate::{
     DiskSpace, ExitWatch, ImageFile, ImageLayers, Isolation, Layer, MemorySnapshot, NetworkSpec,
@@ -273,7 +274,26 @@ impl Runtime for Tiers {
     }
 
     fn warm_pool(&self) -> Option<WarmPoolStats> {
-        self.container.warm_pool()
+        // Both pools summed (the gVisor one only once open: asking never opens it).
+        let pools = self.warm_pools();
+        (!pools.is_empty()).then(|| {
+            pools
+                .iter()
+                .fold(WarmPoolStats::default(), |sum, (_, p)| WarmPoolStats {
+                    ready: sum.ready + p.ready,
+                    hits: sum.hits + p.hits,
+                    misses: sum.misses + p.misses,
+                    target: sum.target + p.target,
+                })
+        })
+    }
+
+    fn warm_pools(&self) -> Vec<(Isolation, WarmPoolStats)> {
+        let mut pools = self.container.warm_pools();
+        if let Some(Ok(gvisor)) = self.gvisor.get() {
+            pools.extend(gvisor.warm_pools());
+        }
+        pools
     }
 
     fn free_cpus(&self) -> Option<Vec<u32>> {
@@ -300,6 +320,20 @@ mod tests {
     struct Fake {
         tier: Isolation,
         calls: Mutex<Vec<&'static str>>,
+    }
+
+    /// What each fake's warm pool says: told apart by tier.
+    fn pool_of(tier: Isolation) -> WarmPoolStats {
+        let n = match tier {
+            Isolation::Container => 1,
+            Isolation::Gvisor => 10,
+        };
+        WarmPoolStats {
+            ready: n,
+            hits: 2 * n,
+            misses: 3 * n,
+            target: 4 * n,
+        }
     }
 
     impl Fake {
@@ -372,6 +406,45 @@ mod tests {
         fn delete_layer(&self, _: &str) -> Result<(), RuntimeError> {
             Ok(())
         }
+        fn warm_pool(&self) -> Option<WarmPoolStats> {
+            Some(pool_of(self.tier))
+        }
+        fn warm_pools(&self) -> Vec<(Isolation, WarmPoolStats)> {
+            vec![(self.tier, pool_of(self.tier))]
+        }
+    }
+
+    #[test]
+    fn warm_pool_figures_are_both_tiers_and_a_lazy_gvisor_is_not_opened_for_them() {
+        let (c, g) = (
+            Fake::new(Isolation::Container),
+            Fake::new(Isolation::Gvisor),
+        );
+        let tiers = Tiers::new(c.clone(), Ok(g.clone() as Arc<dyn Runtime>));
+        assert_eq!(
+            tiers.warm_pools(),
+            [
+                (Isolation::Container, pool_of(Isolation::Container)),
+                (Isolation::Gvisor, pool_of(Isolation::Gvisor)),
+            ]
+        );
+        let sum = tiers.warm_pool().expect("pools");
+        assert_eq!(
+            (sum.ready, sum.hits, sum.misses, sum.target),
+            (11, 22, 33, 44)
+        );
+
+        let opened = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = opened.clone();
+        let lazy = Tiers::lazy(
+            c.clone(),
+            Box::new(move || {
+                seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok(g as Arc<dyn Runtime>)
+            }),
+        );
+        assert_eq!(lazy.warm_pool(), Some(pool_of(Isolation::Container)));
+        assert!(!opened.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     fn spec(isolation: Isolation) -> SandboxSpec {

@@ -54,23 +54,37 @@ pub fn gvisor_backend(
     resolvers: Option<Vec<Ipv4Addr>>,
     max_ptys: u32,
 ) -> Result<Arc<dyn Runtime>, String> {
-    gvisor_tier(data_dir, resolvers, max_ptys, 0).map(|g| g as Arc<dyn Runtime>)
+    gvisor_tier(data_dir, resolvers, max_ptys, GvisorPool::None).map(|g| g as Arc<dyn Runtime>)
 }
 
-/// [`gvisor_backend`], keeping a warm pool of `warm` sandboxes (0 = none; filled once
-/// [`GvisorRuntime::fill_warm_pool`] is called).
+/// The warm gVisor sandboxes a server keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GvisorPool {
+    None,
+    /// This many, filled once [`GvisorRuntime::fill_warm_pool`] is called.
+    Filled(usize),
+    /// Up to this many, from the first gVisor start that could have taken one on
+    /// ([`GvisorRuntime::with_warm_pool_on_demand`]).
+    OnDemand(usize),
+}
+
+/// [`gvisor_backend`], keeping the warm gVisor sandboxes `pool` says.
 pub fn gvisor_tier(
     data_dir: &Path,
     resolvers: Option<Vec<Ipv4Addr>>,
     max_ptys: u32,
-    warm: usize,
+    pool: GvisorPool,
 ) -> Result<Arc<GvisorRuntime>, String> {
     if !GvisorRuntime::available() {
         return Err(runsc::missing_reason());
     }
     match open_gvisor(data_dir, resolvers, max_ptys).and_then(|g| {
-        g.with_warm_pool(warm)
-            .context("starting the gVisor warm pool")
+        match pool {
+            GvisorPool::None => Ok(g),
+            GvisorPool::Filled(n) => g.with_warm_pool(n),
+            GvisorPool::OnDemand(n) => g.with_warm_pool_on_demand(n),
+        }
+        .context("starting the gVisor warm pool")
     }) {
         Ok(gvisor) => Ok(Arc::new(gvisor)),
         Err(e) => Err(format!("{e:#}")),

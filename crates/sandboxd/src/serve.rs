@@ -15,6 +15,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// Most warm gVisor sandboxes a server keeps for creates asking for gVisor when its
+/// default is another tier (each is a running sentry and gofer): enough
+/// for creates coming one after another, as the container tier's base pool is.
+const GVISOR_ON_DEMAND: usize = 2;
+
 /// Name of the database file in the data directory.
 pub const DATABASE_FILE: &str = "sandboxd.db";
 
@@ -87,13 +92,17 @@ async fn run(config: ServerConfig) -> Result<()> {
     // its sandboxes then); without it, gVisor requests are refused with the reason.
     // On a gVisor-default server without default network, `warm_inits` sandboxes run
     // ahead of time for creates of the default image and disk (any name; see
-    // gvisor/warm.rs); a container-default server keeps no warm gVisor sandboxes.
+    // gvisor/warm.rs). Any other server keeps none until a gVisor create without
+    // network (asked by a request, template or workspace) starts cold; from then on it
+    // keeps up to GVISOR_ON_DEMAND of that create's image and disk.
     let limits = config.limits();
     let gvisor_warm = match config.isolation == Isolation::Gvisor
         && limits.default_network == sandboxd_runtime::NetworkMode::None
     {
-        true => config.warm_inits as usize,
-        false => 0,
+        true => crate::runtime::GvisorPool::Filled(config.warm_inits as usize),
+        false => {
+            crate::runtime::GvisorPool::OnDemand((config.warm_inits as usize).min(GVISOR_ON_DEMAND))
+        }
     };
     let gvisor = crate::runtime::gvisor_tier(
         &config.data_dir,
@@ -125,7 +134,7 @@ async fn run(config: ServerConfig) -> Result<()> {
     })
     .context("opening the engine")?;
     // Filled once the engine's reconcile is done (it keeps only entries already made).
-    if let Some(gvisor) = &gvisor_pool {
+    if let (Some(gvisor), crate::runtime::GvisorPool::Filled(_)) = (&gvisor_pool, gvisor_warm) {
         gvisor.fill_warm_pool(limits.disk_mb_per_sandbox);
     }
     crate::layer_collector::spawn(config.data_dir.clone(), config.layer_gc);

@@ -2,10 +2,14 @@
 //! as a hit), which then works as any (exec, files, its own limits, pause to disk and
 //! back, reconcile keeps it), a start of another hostname takes one too and has its
 //! own name inside, a start it cannot serve starts cold, and the drain leaves
-//! nothing of the entries behind. Skipped where runsc is missing.
+//! nothing of the entries behind; an owner-less entry is swept however young; a
+//! container-default server keeps a pool from its first gVisor create on, reports it
+//! under `tier="gvisor"`, and drains it at stop. Skipped where runsc is missing.
 
 mod common;
+mod exposition;
 mod gvisor_common;
+mod serve_bin;
 
 use gvisor_common::*;
 use sandboxd_agent_protocol::AgentClient;
@@ -224,4 +228,150 @@ fn a_warm_gvisor_sandbox_serves_a_start_of_another_hostname_under_that_name() {
         Vec::<i32>::new(),
         "runsc processes left"
     );
+}
+
+#[test]
+fn an_entry_without_an_owner_is_removed_by_the_next_runtime_however_young() {
+    let data = tempfile::tempdir().expect("tempdir");
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    // A running entry whose removal was cut short after its owner mark went (a kill -9
+    // mid-drain): the pool is forgotten, never drained, as the killed server's was.
+    let rt = raw_gvisor(data.path())
+        .with_warm_pool(1)
+        .expect("warm pool");
+    rt.fill_warm_pool(DISK_MB);
+    wait_ready(&rt, 1);
+    let key = entry_keys(data.path()).pop().expect("an entry");
+    let dir = data.path().join("sandboxes").join(format!(".gvwarm-{key}"));
+    std::fs::remove_file(dir.join("owner")).expect("remove the owner mark");
+    assert!(!processes_naming(&key).is_empty(), "the entry runs");
+    std::mem::forget(rt);
+    // And an empty one, as a make leaves in its first instant.
+    let empty = data
+        .path()
+        .join("sandboxes")
+        .join(format!(".gvwarm-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir(&empty).expect("empty entry dir");
+
+    // The next runtime, opened within the minute, removes both.
+    let next = Gvisor(raw_gvisor(data.path()));
+    assert_eq!(
+        entry_keys(data.path()),
+        Vec::<String>::new(),
+        "entry dirs left"
+    );
+    assert_key_gone(&next, &key);
+    assert_eq!(common::mounts_under(data.path()), Vec::<String>::new());
+    assert_eq!(
+        processes_under(data.path()),
+        Vec::<i32>::new(),
+        "runsc processes left"
+    );
+}
+
+/// Warm entries under `data` whose owner mark is written (a make writes it first, so
+/// with two marked, the first of them is in the pool: entries are made in turn).
+fn marked_entries(data: &Path) -> usize {
+    warm_entry_keys(data)
+        .iter()
+        .filter(|k| {
+            data.join("sandboxes")
+                .join(format!(".gvwarm-{k}/owner"))
+                .exists()
+        })
+        .count()
+}
+
+#[test]
+fn a_container_server_keeps_warm_gvisor_sandboxes_from_its_first_gvisor_create_and_drains_them() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    use exposition::{scrape, value, MASTER};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let env = [
+        ("SANDBOXD_ISOLATION", "container"),
+        ("SANDBOXD_NETWORK", "none"),
+    ];
+    let (server, metrics) = exposition::start(&data, &env);
+    let gvisor_figure = |name: &str| value(&scrape(metrics).1, name, &[("tier", "gvisor")]);
+
+    // Container creates spend nothing on gVisor.
+    let plain = server.create_sandbox(
+        MASTER,
+        &serde_json::json!({"name": "plain", "vcpu": 1, "memoryMb": 256}),
+    );
+    assert_eq!(warm_entry_keys(&data), Vec::<String>::new());
+    assert_eq!(processes_under(&data), Vec::<i32>::new());
+
+    // The workspace's tier goes to gvisor: the first gVisor create starts cold and
+    // begins the pool.
+    let dir_arg = data.to_str().expect("utf-8 dir");
+    let args = [
+        "workspace",
+        "set-isolation",
+        "default",
+        "gvisor",
+        "--data-dir",
+        dir_arg,
+    ];
+    let out = serve_bin::cli(&args, "");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "gvisor");
+    let n = std::cell::Cell::new(0);
+    let create_gvisor = || {
+        n.set(n.get() + 1);
+        let body =
+            serde_json::json!({"name": format!("gv-{}", n.get()), "vcpu": 1, "memoryMb": 256});
+        server.create_sandbox(MASTER, &body)
+    };
+    let first = create_gvisor();
+    assert_eq!(gvisor_figure("sandboxd_warm_pool_misses_total"), 1.0);
+    assert_eq!(gvisor_figure("sandboxd_warm_pool_hits_total"), 0.0);
+    common::wait_for("the gVisor pool filled", || marked_entries(&data) >= 2);
+    assert!(gvisor_figure("sandboxd_warm_pool_ready") >= 1.0);
+
+    // The next one takes an entry, and runs under gVisor.
+    let second = create_gvisor();
+    assert_eq!(gvisor_figure("sandboxd_warm_pool_hits_total"), 1.0);
+    assert_eq!(
+        value(
+            &scrape(metrics).1,
+            "sandboxd_warm_pool_hits_total",
+            &[("tier", "container")]
+        ) + value(
+            &scrape(metrics).1,
+            "sandboxd_warm_pool_misses_total",
+            &[("tier", "container")]
+        ),
+        1.0,
+        "the container create counts on its own tier"
+    );
+    let runsc_id = std::fs::read_to_string(data.join("sandboxes").join(&second).join("runsc-id"))
+        .expect("the second create took a warm entry");
+    let (code, out) = server.exec(MASTER, &second, &["/bin/sh", "-c", "dmesg | head -3"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("gVisor"), "not under gVisor: {out}");
+
+    for id in [&first, &second, &plain] {
+        server.destroy(MASTER, id);
+    }
+    common::wait_for("the sandboxes gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
+    let mut keys = warm_entry_keys(&data);
+    keys.push(runsc_id.trim().to_owned());
+    drop(server);
+    // The stop drains the pool: nothing of the entries (or the taken one) is left.
+    assert_eq!(warm_entry_keys(&data), Vec::<String>::new());
+    assert_eq!(processes_under(&data), Vec::<i32>::new());
+    for key in &keys {
+        assert_eq!(cgroups_named(key), Vec::<std::path::PathBuf>::new());
+    }
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }

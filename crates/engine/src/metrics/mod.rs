@@ -77,6 +77,12 @@ struct StateLabels {
     tier: &'static str,
 }
 
+/// The isolation tier whose warm pool a figure is of.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabels {
+    tier: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StoreLabels {
     operation: &'static str,
@@ -120,9 +126,9 @@ pub struct Metrics {
     http_seconds: HistogramFamily<HttpRouteLabels>,
     store_seconds: HistogramFamily<StoreLabels>,
     sandboxes: Family<StateLabels, Gauge>,
-    warm_ready: Gauge,
-    warm_hits: Counter,
-    warm_misses: Counter,
+    warm_ready: Family<TierLabels, Gauge>,
+    warm_hits: Family<TierLabels, Counter>,
+    warm_misses: Family<TierLabels, Counter>,
     agent_errors: Counter,
     disk_bytes: Family<DiskLabels, Gauge>,
     cpu_seconds: Counter<f64, AtomicU64>,
@@ -151,9 +157,9 @@ impl Metrics {
             http_seconds: Family::new_with_constructor(seconds_histogram),
             store_seconds: Family::new_with_constructor(seconds_histogram),
             sandboxes: Family::default(),
-            warm_ready: Gauge::default(),
-            warm_hits: Counter::default(),
-            warm_misses: Counter::default(),
+            warm_ready: Family::default(),
+            warm_hits: Family::default(),
+            warm_misses: Family::default(),
             agent_errors: Counter::default(),
             disk_bytes: Family::default(),
             cpu_seconds: Counter::default(),
@@ -203,17 +209,17 @@ impl Metrics {
         );
         r.register(
             "warm_pool_ready",
-            "Warm sandbox inits ready to be taken",
+            "Warm sandbox inits (gVisor: warm sandboxes) ready to be taken, by tier",
             m.warm_ready.clone(),
         );
         r.register(
             "warm_pool_hits",
-            "Sandbox starts that took a warm init",
+            "Sandbox starts that took a warm init, by tier",
             m.warm_hits.clone(),
         );
         r.register(
             "warm_pool_misses",
-            "Sandbox starts that found no fitting warm init",
+            "Sandbox starts that found no fitting warm init, by tier (a backend without a pool counts none)",
             m.warm_misses.clone(),
         );
         r.register(
@@ -251,6 +257,12 @@ impl Metrics {
         }
         for start in ["warm", "cold"] {
             drop(m.create_seconds.get_or_create(&StartLabels { start }));
+        }
+        for tier in refresh::TIERS {
+            let labels = TierLabels { tier };
+            drop(m.warm_ready.get_or_create(&labels));
+            drop(m.warm_hits.get_or_create(&labels));
+            drop(m.warm_misses.get_or_create(&labels));
         }
         for mode in ["captured", "streamed"] {
             drop(m.exec_seconds.get_or_create(&ExecLabels { mode }));

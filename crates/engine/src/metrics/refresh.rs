@@ -2,7 +2,7 @@
 //! pool from the backend, the data directory's disk use (measured at most every
 //! [`DISK_MEASURE_EVERY`]), and the server process's CPU time and memory.
 
-use super::{DiskLabels, Metrics, StateLabels, AGENT_CONNECTION_ERRORS};
+use super::{DiskLabels, Metrics, StateLabels, TierLabels, AGENT_CONNECTION_ERRORS};
 use crate::engine::Engine;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -23,13 +23,14 @@ const STATES: [&str; 7] = [
 ];
 
 /// Every isolation tier label.
-const TIERS: [&str; 2] = ["container", "gvisor"];
+pub(super) const TIERS: [&str; 2] = ["container", "gvisor"];
 
 /// Totals of counters kept elsewhere, as far as they were added here.
 #[derive(Default)]
 pub(super) struct Seen {
-    warm_hits: u64,
-    warm_misses: u64,
+    /// Warm pool hits and misses by tier (as [`TIERS`]).
+    warm_hits: [u64; 2],
+    warm_misses: [u64; 2],
     agent_errors: u64,
     cpu_seconds: f64,
 }
@@ -81,13 +82,21 @@ impl Engine {
             }
         }
         let mut seen = m.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(pool) = self.runtime.warm_pool() {
-            m.warm_ready.set(pool.ready as i64);
-            m.warm_hits.inc_by(pool.hits.saturating_sub(seen.warm_hits));
+        for (isolation, pool) in self.runtime.warm_pools() {
+            let tier = isolation.as_str();
+            let Some(i) = TIERS.iter().position(|t| *t == tier) else {
+                continue;
+            };
+            let labels = TierLabels { tier: TIERS[i] };
+            m.warm_ready.get_or_create(&labels).set(pool.ready as i64);
+            m.warm_hits
+                .get_or_create(&labels)
+                .inc_by(pool.hits.saturating_sub(seen.warm_hits[i]));
             m.warm_misses
-                .inc_by(pool.misses.saturating_sub(seen.warm_misses));
-            seen.warm_hits = seen.warm_hits.max(pool.hits);
-            seen.warm_misses = seen.warm_misses.max(pool.misses);
+                .get_or_create(&labels)
+                .inc_by(pool.misses.saturating_sub(seen.warm_misses[i]));
+            seen.warm_hits[i] = seen.warm_hits[i].max(pool.hits);
+            seen.warm_misses[i] = seen.warm_misses[i].max(pool.misses);
         }
         let errors = AGENT_CONNECTION_ERRORS.load(Ordering::Relaxed);
         m.agent_errors

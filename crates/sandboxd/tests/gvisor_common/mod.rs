@@ -183,15 +183,25 @@ pub fn warm_entry_keys(data: &Path) -> Vec<String> {
 
 /// runsc processes under `data` of its sandboxes, not of a server's warm pool: a
 /// pool's entries run under the data dir too (named by their keys, which a taken
-/// entry keeps, so this counts processes naming a key whose entry dir is still there).
+/// entry keeps, so this leaves out processes naming a key whose entry dir is there).
+/// The entry dirs are read before and after the scan of processes: an entry made
+/// meanwhile (its dir comes before its first runsc process, and goes after its last)
+/// would otherwise count as a sandbox (the likely cause of one extra pid, gone after
+/// the stop, in a CI run of `a_restarted_gvisor_server_adopts_its_running_sandboxes`).
 pub fn sandbox_processes_under(data: &Path) -> Vec<i32> {
-    let pool: Vec<i32> = warm_entry_keys(data)
-        .iter()
-        .flat_map(|key| processes_naming(key))
-        .collect();
-    processes_under(data)
+    let mut keys = warm_entry_keys(data);
+    let scanned: Vec<(i32, String)> = processes_under(data)
         .into_iter()
-        .filter(|pid| !pool.contains(pid))
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            Some((pid, String::from_utf8_lossy(&cmdline).into_owned()))
+        })
+        .collect();
+    keys.extend(warm_entry_keys(data));
+    scanned
+        .into_iter()
+        .filter(|(_, cmdline)| !keys.iter().any(|k| cmdline.contains(k.as_str())))
+        .map(|(pid, _)| pid)
         .collect()
 }
 

@@ -73,12 +73,26 @@ impl GvisorRuntime {
     /// once [`GvisorRuntime::fill_warm_pool`] says their disk size: a start of the
     /// default image, that disk and no network takes one, and sets its hostname when it
     /// is not [`WARM_HOSTNAME`] (see `warm.rs`).
-    pub fn with_warm_pool(mut self, count: usize) -> Result<Self, RuntimeError> {
+    pub fn with_warm_pool(self, count: usize) -> Result<Self, RuntimeError> {
+        self.warm_pool(count, false)
+    }
+
+    /// Keeps up to `count` sandboxes started ahead of time (0 = none) once starts ask
+    /// for them: nothing runs until the first start without network and without extra
+    /// layers (a request's, template's or workspace's gVisor tier on a server whose
+    /// default is another) starts cold; entries of its image and disk size are then
+    /// made in the background for the next ones. A later cold start of another image or
+    /// disk moves the pool there. For servers whose gVisor creates are occasional.
+    pub fn with_warm_pool_on_demand(self, count: usize) -> Result<Self, RuntimeError> {
+        self.warm_pool(count, true)
+    }
+
+    fn warm_pool(mut self, count: usize, on_demand: bool) -> Result<Self, RuntimeError> {
         self.warm = match count {
             0 => None,
             _ => {
                 let maker = GvisorRuntime::new(self.linux.config.clone())?;
-                Some(warm::GvisorWarm::new(maker, count))
+                Some(warm::GvisorWarm::new(maker, count, on_demand))
             }
         };
         Ok(self)
@@ -183,10 +197,30 @@ impl Runtime for GvisorRuntime {
     fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
         crate::faults::check("start.gvisor")?;
         if let Some(pool) = &self.warm {
-            let layers = self.linux.layer_stack(spec).map(|(layers, _pin)| layers);
-            if let Some(handle) = layers.ok().and_then(|l| pool.take(self, spec, &l)) {
-                return Ok(handle);
+            // The layers stay pinned (the collector lock held shared) until the taken
+            // entry's dir, which lists them, has its new name: a collection reading the
+            // state dirs meanwhile could miss a dir being renamed.
+            let layers = match self.linux.layer_stack(spec) {
+                Ok((layers, _pin)) => {
+                    if let Some(handle) = pool.take(self, spec, &layers) {
+                        return Ok(handle);
+                    }
+                    Some(layers)
+                }
+                Err(_) => None,
+            };
+            let started = start::start(self, spec, &NetworkSpec::none());
+            // Asked for once this start is done, so that making entries does not compete
+            // with it.
+            if let (Some(layers), true) = (layers, spec.extra_layers.is_empty() && started.is_ok())
+            {
+                pool.demand(warm::Shape {
+                    image: spec.image.clone(),
+                    layers,
+                    disk_mb: spec.disk_mb,
+                });
             }
+            return started;
         }
         start::start(self, spec, &NetworkSpec::none())
     }
@@ -394,6 +428,13 @@ impl Runtime for GvisorRuntime {
 
     fn warm_pool(&self) -> Option<crate::WarmPoolStats> {
         self.warm.as_ref().map(|pool| pool.stats())
+    }
+
+    fn warm_pools(&self) -> Vec<(crate::Isolation, crate::WarmPoolStats)> {
+        self.warm_pool()
+            .map(|p| (crate::Isolation::Gvisor, p))
+            .into_iter()
+            .collect()
     }
 
     fn resolve_image(&self, name: &str) -> Result<ImageLayers, RuntimeError> {

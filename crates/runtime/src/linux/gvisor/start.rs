@@ -41,22 +41,33 @@ pub(super) fn start_from(
     image: Option<&Path>,
 ) -> Result<SandboxHandle, RuntimeError> {
     let state_dir = rt.linux.sandboxes_dir().join(spec.id.to_string());
-    start_at(rt, spec, network, image, state_dir)
+    start_at(rt, spec, network, image, state_dir, None)
 }
 
-/// [`start_from`] in `state_dir` (a warm entry's lives under another name until taken).
+/// [`start_from`] in `state_dir` (a warm entry's lives under another name until taken),
+/// writing `first` (a file name and its text) into it before anything else (a warm
+/// entry's owner mark, so that a dir without one is never a make under way).
 pub(super) fn start_at(
     rt: &GvisorRuntime,
     spec: &SandboxSpec,
     network: &NetworkSpec,
     image: Option<&Path>,
     state_dir: PathBuf,
+    first: Option<(&str, &str)>,
 ) -> Result<SandboxHandle, RuntimeError> {
     let (layers, pin) = rt.linux.layer_stack(spec)?;
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&state_dir)
         .map_err(io("creating the sandbox state dir", &state_dir))?;
+    if let Some((name, text)) = first {
+        let path = state_dir.join(name);
+        if let Err(e) = std::fs::write(&path, text) {
+            // Gone already when a sweep took the dir while it was empty.
+            let _ = std::fs::remove_dir_all(&state_dir);
+            return Err(io("writing the sandbox's first file", &path)(e));
+        }
+    }
     if let Err(e) = pin.write(&state_dir) {
         let _ = std::fs::remove_dir_all(&state_dir);
         return Err(e);

@@ -72,6 +72,9 @@ struct Shared {
     /// Makes and destroys entries: a runtime of its own over the same data dir.
     maker: GvisorRuntime,
     size: usize,
+    /// Filled for what starts ask ([`GvisorWarm::demand`]), not only for the shape
+    /// [`GvisorWarm::prefer`] names.
+    on_demand: bool,
     entries: Mutex<Vec<Entry>>,
     shape: Mutex<Option<Shape>>,
     filling: AtomicBool,
@@ -85,11 +88,12 @@ pub(super) struct GvisorWarm(Arc<Shared>);
 
 impl GvisorWarm {
     /// A pool of `size` entries made by `maker`, filled once [`GvisorWarm::prefer`] says
-    /// for what.
-    pub fn new(maker: GvisorRuntime, size: usize) -> Self {
+    /// for what, or (`on_demand`) once a start [`GvisorWarm::demand`]s one.
+    pub fn new(maker: GvisorRuntime, size: usize, on_demand: bool) -> Self {
         GvisorWarm(Arc::new(Shared {
             maker,
             size,
+            on_demand,
             entries: Mutex::new(Vec::new()),
             shape: Mutex::new(None),
             filling: AtomicBool::new(false),
@@ -105,6 +109,25 @@ impl GvisorWarm {
             *s = Some(shape);
         }
         self.refill();
+    }
+
+    /// A start of `shape` found no entry and started cold: an on-demand pool makes
+    /// entries of that shape from now on (the first such start begins the pool; a
+    /// later one of another shape moves it there). A pool filled for one shape only
+    /// ([`GvisorWarm::prefer`]) keeps it.
+    pub fn demand(&self, shape: Shape) {
+        if !self.0.on_demand {
+            return;
+        }
+        let same = self
+            .0
+            .shape
+            .lock()
+            .is_ok_and(|s| s.as_ref() == Some(&shape));
+        match same {
+            true => self.refill(),
+            false => self.prefer(shape),
+        }
     }
 
     /// Entries ready to be taken.
@@ -173,9 +196,13 @@ impl GvisorWarm {
                 }
             }
             Some(entry) => {
-                // Not for this start after all: back for the next one.
-                if let Ok(mut entries) = self.0.entries.lock() {
-                    entries.push(entry);
+                // Not for this start after all: back for the next one, unless the pool
+                // was drained meanwhile (nothing would remove it then).
+                match self.0.entries.lock() {
+                    Ok(mut entries) if !self.0.closed.load(Ordering::Acquire) => {
+                        entries.push(entry)
+                    }
+                    _ => self.0.discard(entry),
                 }
                 None
             }
@@ -343,12 +370,10 @@ impl Shared {
             .linux
             .sandboxes_dir()
             .join(format!("{DIR_PREFIX}{key}"));
-        let handle = start::start_at(&self.maker, &spec, &NetworkSpec::none(), None, dir)?;
-        let owner = handle.state_dir.join(OWNER);
-        if let Err(e) = std::fs::write(&owner, refill::owner_mark()) {
-            let _ = destroy::destroy(&self.maker, &handle);
-            return Err(io("writing a warm gVisor sandbox's owner", &owner)(e));
-        }
+        // The owner goes in first: an entry dir without one is no make under way.
+        let mark = refill::owner_mark();
+        let first = Some((OWNER, mark.as_str()));
+        let handle = start::start_at(&self.maker, &spec, &NetworkSpec::none(), None, dir, first)?;
         Ok(Entry {
             handle,
             shape: shape.clone(),
@@ -357,7 +382,7 @@ impl Shared {
 }
 
 /// Destroys the entries under the data dir whose owner is gone (a server killed before
-/// it drained its pool), and those left half-made long ago.
+/// it drained its pool) or that have none (a make or removal cut short).
 pub(super) fn sweep_stale(rt: &GvisorRuntime) {
     let Ok(dirs) = std::fs::read_dir(rt.linux.sandboxes_dir()) else {
         return;
@@ -372,13 +397,20 @@ pub(super) fn sweep_stale(rt: &GvisorRuntime) {
         };
         let stale = match std::fs::read_to_string(dir.path().join(OWNER)) {
             Ok(owner) => !refill::owner_alive(&owner),
-            // Being made now, or left half-made by a start that died.
-            Err(_) => dir
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age.as_secs() >= 60),
+            // A make writes the owner into the dir before anything else, so a dir
+            // without one is either a make in its first instant (empty: `rmdir` takes
+            // it only while empty, and that make then fails cleanly on its owner
+            // write) or what a killed process left while making or removing an entry
+            // (a removal may take the owner before the rest): removed whatever its age,
+            // as the container tier's warm inits are (`warm/entry.rs`).
+            Err(_) => {
+                let empty = std::fs::read_dir(dir.path()).is_ok_and(|mut d| d.next().is_none());
+                if empty {
+                    let _ = std::fs::remove_dir(dir.path());
+                    continue;
+                }
+                !dir.path().join(OWNER).exists()
+            }
         };
         if stale {
             let handle = SandboxHandle {
