@@ -96,11 +96,12 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger() {
+/// Enters a network namespace of this test's own and puts an `nft` first on PATH that
+/// records each call (nextest runs each test in a process of its own, so this PATH and
+/// these variables are this test's alone); parked networks linger an hour. Returns the
+/// wrapper's dir and a count of the calls so far.
+fn counted_nft_in_own_netns() -> (tempfile::TempDir, impl Fn() -> usize) {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
-    // An `nft` first on PATH records each call; nextest runs each test in a process of
-    // its own, so this PATH and these variables are this test's alone.
     let bin = tempfile::tempdir().expect("tempdir");
     let log = bin.path().join("calls");
     let wrapper = bin.path().join("nft");
@@ -120,12 +121,18 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
     std::env::remove_var("SANDBOXD_LIBNFTABLES");
     // Long enough that nothing parked expires while the test looks at it.
     std::env::set_var("SANDBOXD_NET_LINGER_SECS", "3600");
-    let calls = || {
+    let calls = move || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
             .lines()
             .count()
     };
+    (bin, calls)
+}
+
+#[test]
+fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger() {
+    let (_bin, calls) = counted_nft_in_own_netns();
     // Someone else's table, which sandboxd must leave alone.
     assert!(
         nft(&["add", "table", "inet", "other"]).is_some(),
@@ -232,4 +239,58 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
         nft(&["list", "table", "inet", "other"]).is_some(),
         "another table was touched"
     );
+}
+
+#[test]
+fn a_run_beside_a_server_takes_a_server_spare_which_the_server_then_leaves_alone() {
+    let (_bin, calls) = counted_nft_in_own_netns();
+    let state = tempfile::tempdir().expect("tempdir");
+    let (run_dir, server_dir) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let _cleanup = (runtime(run_dir.path()), runtime(server_dir.path()));
+    let plain = NetworkSpec::egress(vec![]);
+    let start = |rt: &LinuxRuntime, net: &NetworkSpec| {
+        rt.start_with_network(&common::spec("default"), net)
+            .expect("start")
+    };
+    // A server's runtime: one warm init (not wired) and one spare network.
+    let server = net_runtime(server_dir.path(), state.path()).with_warm_inits(1);
+    server.fill_warm_inits(0, false);
+    eventually("the server's spare", || server.spare_networks_ready() == 1);
+    let spare = names(&state.path().join("spares"));
+    assert_eq!(spare.len(), 1, "one spare marker");
+
+    // The run's start takes it: no network setup of its own.
+    let one_shot = net_runtime(run_dir.path(), state.path()).with_parked_networks();
+    let before = calls();
+    let a = start(&one_shot, &plain);
+    assert_eq!(named_after(state.path(), a.id).as_ref(), Some(&spare[0]));
+    assert_eq!(
+        calls() - before,
+        0,
+        "nft runs for a run's start beside a server"
+    );
+    assert!(one_shot.sandbox_address(a.id).is_some());
+
+    // The server's next start finds its spare gone and makes a network of its own;
+    // its stop removes its own spares and not the run's network.
+    let b = start(&server, &plain);
+    let b_name = named_after(state.path(), b.id).expect("b's lease");
+    assert_ne!(b_name, spare[0], "the server took the claimed spare");
+    server.destroy(&b).expect("destroy b");
+    drop(server);
+    assert!(
+        chain_named_after(&spare[0]).is_some() && link_named_after(&spare[0]),
+        "the server's stop removed the run's network"
+    );
+    assert_eq!(names(&state.path().join("spares")), Vec::<String>::new());
+    // Parked at destroy (see the test above) for a reaper that lingers no more.
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
+    one_shot.destroy(&a).expect("destroy a");
+    eventually("the table outlived the linger", || table().is_none());
+    eventually("the reaper stays", || reapers(state.path()).is_empty());
+    assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
+    assert!(!link_named_after(&spare[0]));
 }
