@@ -31,7 +31,8 @@ pub struct BenchArgs {
     /// Only the gVisor tier's rows (needs runsc; see bench_gvisor.rs).
     #[arg(long)]
     pub gvisor: bool,
-    /// Only the "fast on every path" rows: policy creates and bursts (`bench_speed`).
+    /// Only the "fast on every path" rows: one-shot runs, policy creates and bursts
+    /// (`bench_speed`).
     #[arg(long)]
     pub speed_only: bool,
 }
@@ -52,7 +53,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
         return crate::bench_images::main(args.samples.max(3));
     }
     if args.speed_only {
-        let speed = crate::bench_speed::measure(args.samples.max(3))?;
+        let speed = crate::bench_speed::measure(args.samples.max(3), &args.data_dir)?;
         crate::bench_speed::print(&speed);
         return Ok(());
     }
@@ -112,7 +113,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
     let http = crate::bench_http::measure(n, "none")?;
     let http_egress = crate::bench_http::measure(n, "egress")?;
     let load = crate::bench_http::load(args.load)?;
-    let speed = crate::bench_speed::measure(n)?;
+    let speed = crate::bench_speed::measure(n, &args.data_dir)?;
 
     let rows = [
         Row {

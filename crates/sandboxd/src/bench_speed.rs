@@ -1,9 +1,11 @@
 //! `sandboxd bench` rows of the "fast on every path" work: through a real egress
 //! `sandboxd serve`, spaced creates with a workspace egress policy beside the same
 //! without one, and bursts of concurrent creates (the whole burst's time and its
-//! throughput, beside one spaced create); and `runsc do /bin/true` for scale.
+//! throughput, beside one spaced create); one-shot `sandboxd run -- /bin/true` beside
+//! bubblewrap, alone on the host and beside that server; and `runsc do /bin/true` for
+//! scale.
 
-use crate::bench_base::{median, Paired, PairedSamples};
+use crate::bench_base::{self, median, Paired, PairedSamples};
 use crate::bench_http::{Api, Serve, CREATE_SPACING};
 use crate::serve::DATABASE_FILE;
 use anyhow::{Context, Result};
@@ -30,14 +32,24 @@ pub struct SpeedFigures {
     pub burst_again: Duration,
     /// `runsc do /bin/true` (gVisor), when runsc is installed.
     pub runsc: Option<Duration>,
+    /// `sandboxd run [--network none] -- /bin/true` in turn with bubblewrap, no server
+    /// running on the bench's data dir, and (egress) while the bench's server runs.
+    pub run_egress: Paired,
+    pub run_none: Paired,
+    pub run_beside: Paired,
 }
 
-/// Runs a fresh egress server and measures (see [`SpeedFigures`]).
-pub fn measure(samples: usize) -> Result<SpeedFigures> {
+/// Runs a fresh egress server and measures (see [`SpeedFigures`]); one-shot runs use
+/// `run_dir`.
+pub fn measure(samples: usize, run_dir: &std::path::Path) -> Result<SpeedFigures> {
+    let run = |network| move || bench_base::sandboxd_run(run_dir, network);
+    let run_egress = bench_base::paired(samples, run("egress"), bench_base::bwrap)?;
+    let run_none = bench_base::paired(samples, run("none"), bench_base::bwrap)?;
     let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
     let dir = std::env::temp_dir().join(format!("sandboxd-bench-{short}"));
     let key = format!("bench-{}", uuid::Uuid::new_v4().simple());
     let mut server = Serve::start(&dir, &key, "egress", &[])?;
+    let run_beside = bench_base::paired(samples, run("egress"), bench_base::bwrap);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -53,7 +65,14 @@ pub fn measure(samples: usize) -> Result<SpeedFigures> {
         eprintln!("bench: cannot remove {}: {e}", dir.display());
     }
     let runsc = runsc_do().ok();
-    figures.map(|f| SpeedFigures { runsc, ..f })
+    let run_beside = run_beside?;
+    figures.map(|f| SpeedFigures {
+        runsc,
+        run_egress,
+        run_none,
+        run_beside,
+        ..f
+    })
 }
 
 /// Sets (`Some`) or clears the default workspace's egress policy in the server's store.
@@ -120,6 +139,9 @@ async fn measure_on(
         burst,
         burst_again,
         runsc: None,
+        run_egress: Paired::default(),
+        run_none: Paired::default(),
+        run_beside: Paired::default(),
     })
 }
 
@@ -178,6 +200,24 @@ pub fn print(f: &SpeedFigures) {
     let row = |name: &str, value: String, ratio: String, target: &str| {
         println!("{name:<58} {value:>12} {ratio:>10} {target:>8}");
     };
+    for (name, run) in [
+        (
+            "sandboxd run -- /bin/true (egress network, default)",
+            f.run_egress,
+        ),
+        (
+            "  ... the same beside a running egress server",
+            f.run_beside,
+        ),
+        ("sandboxd run --network none -- /bin/true", f.run_none),
+    ] {
+        row(
+            name,
+            format!("{:.3}ms", ms(run.median)),
+            format!("{:.2}x bwrap", ratio(run.median, run.baseline)),
+            "<= 3x",
+        );
+    }
     row(
         "HTTP: spaced create -> first exec, workspace policy",
         format!("{:.3}ms", ms(f.policy_creates.median)),
@@ -211,9 +251,13 @@ pub fn print(f: &SpeedFigures) {
     }
     println!(
         "* policy creates alternate with creates without one (medians {:.3}ms / {:.3}ms); \
-         spaced create without policy {:.3}ms",
+         spaced create without policy {:.3}ms; runs alternate with \
+         `bwrap --unshare-all` (medians {:.3} / {:.3} / {:.3}ms)",
         ms(f.policy_creates.median),
         ms(f.policy_creates.baseline),
-        ms(f.spaced)
+        ms(f.spaced),
+        ms(f.run_egress.baseline),
+        ms(f.run_beside.baseline),
+        ms(f.run_none.baseline),
     );
 }

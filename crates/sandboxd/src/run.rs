@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// A command run by `sandboxd run` has no timeout of its own: this is "never".
 const NO_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -87,6 +87,12 @@ pub enum NetworkArg {
 }
 
 pub fn main(args: RunArgs) -> Result<ExitCode> {
+    STARTED.get_or_init(Instant::now);
+    // Quiet unless asked: `RUST_LOG=sandboxd=debug,sandboxd_runtime=debug` shows the
+    // run's phases and each start's, with times since the process started.
+    if std::env::var_os("RUST_LOG").is_some() {
+        crate::serve::init_logging();
+    }
     let mut config = ServerConfig::load(args.config.as_deref())?;
     config.data_dir = args.data_dir.clone();
     if let Some(tier) = args.isolation {
@@ -99,9 +105,20 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         .context("building the async runtime")?;
     let code = rt.block_on(run(config, &args))?;
     rt.shutdown_timeout(Duration::from_secs(1));
+    phase("runtime shut down");
     // Earlier runs' disk images, removed in the background since the start.
     sandboxd_runtime::linux::wait_for_disk_trash();
+    phase("disk trash emptied");
     Ok(ExitCode::from(code))
+}
+
+/// When [`main`] began.
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
+/// Logs (debug) that the run reached `name`, with the time since [`main`] began.
+fn phase(name: &str) {
+    let ms = STARTED.get_or_init(Instant::now).elapsed().as_secs_f64() * 1e3;
+    tracing::debug!(phase = name, ms, "run");
 }
 
 /// The engine over the data directory, beside a running server: its store and the
@@ -159,8 +176,10 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
             .context("opening the sandbox database")?;
         ensure_image(&config, &store, &args.image).await?;
     }
+    phase("started");
     let (engine, _store) = open_engine_for(&config, true)?;
     engine.accounts().ensure_default_workspace()?;
+    phase("engine open");
     let ws = DEFAULT_WORKSPACE.to_owned();
     let request = CreateSandbox {
         name: None,
@@ -186,11 +205,14 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
         .create(&ws, request)
         .await
         .context("starting the sandbox")?;
+    phase("created");
     let outcome = run_in(&engine, &ws, sb.id, args).await;
+    phase("command ended");
     let destroyed = engine
         .destroy(&ws, sb.id)
         .await
         .context("destroying the sandbox");
+    phase("destroyed");
     let code = outcome?;
     destroyed?;
     Ok(code)

@@ -87,6 +87,8 @@ async fn run(config: ServerConfig) -> Result<()> {
         // (On a gVisor-default server they follow the first container start.)
         let egress = limits.default_network == sandboxd_runtime::NetworkMode::Egress;
         linux.fill_warm_inits(limits.disk_mb_per_sandbox, egress);
+        // Grown ahead: the first burst of creates starts warm, as later ones do.
+        linux.grow_warm_inits(config.warm_inits_start as usize);
     }
     // The gVisor tier is opened at start when runsc is there (it re-adopts and cleans
     // its sandboxes then); without it, gVisor requests are refused with the reason.

@@ -197,3 +197,60 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
         "another table was touched"
     );
 }
+
+#[test]
+fn a_run_beside_a_server_takes_a_server_spare_which_the_server_then_leaves_alone() {
+    let nft_calls = counted_nft_in_own_netns(None);
+    // Long enough that nothing parked expires while the test looks at it.
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "3600");
+    let calls = || nft_calls.count();
+    let state = tempfile::tempdir().expect("tempdir");
+    let (run_dir, server_dir) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let _cleanup = (runtime(run_dir.path()), runtime(server_dir.path()));
+    let plain = NetworkSpec::egress(vec![]);
+    let start = |rt: &LinuxRuntime, net: &NetworkSpec| {
+        rt.start_with_network(&common::spec("default"), net)
+            .expect("start")
+    };
+    // A server's runtime: one warm init (not wired) and one spare network.
+    let server = net_runtime(server_dir.path(), state.path()).with_warm_inits(1);
+    server.fill_warm_inits(0, false);
+    eventually("the server's spare", || server.spare_networks_ready() == 1);
+    let spare = names(&state.path().join("spares"));
+    assert_eq!(spare.len(), 1, "one spare marker");
+
+    // The run's start takes it: no network setup of its own.
+    let one_shot = net_runtime(run_dir.path(), state.path()).with_parked_networks();
+    let before = calls();
+    let a = start(&one_shot, &plain);
+    assert_eq!(named_after(state.path(), a.id).as_ref(), Some(&spare[0]));
+    assert_eq!(
+        calls() - before,
+        0,
+        "nft runs for a run's start beside a server"
+    );
+    assert!(one_shot.sandbox_address(a.id).is_some());
+
+    // The server's next start finds its spare gone and makes a network of its own;
+    // its stop removes its own spares and not the run's network.
+    let b = start(&server, &plain);
+    let b_name = named_after(state.path(), b.id).expect("b's lease");
+    assert_ne!(b_name, spare[0], "the server took the claimed spare");
+    server.destroy(&b).expect("destroy b");
+    drop(server);
+    assert!(
+        entries_named_after(&spare[0]).is_some() && link_named_after(&spare[0]),
+        "the server's stop removed the run's network"
+    );
+    assert_eq!(names(&state.path().join("spares")), Vec::<String>::new());
+    // Parked at destroy (see the test above) for a reaper that lingers no more.
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
+    one_shot.destroy(&a).expect("destroy a");
+    eventually("the table outlived the linger", || table().is_none());
+    eventually("the reaper stays", || reapers(state.path()).is_empty());
+    assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
+    assert!(!link_named_after(&spare[0]));
+}

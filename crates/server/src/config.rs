@@ -59,6 +59,11 @@ pub struct ServerConfig {
     /// How far the warm pool may grow while creates outrun its refill (32 by default;
     /// below `warm_inits`: no growth); it shrinks back after quiet minutes.
     pub warm_inits_max: u32,
+    /// The warm pool's size from the server's start, so that a first burst of creates
+    /// starts warm (20 by default, about 1 MiB of host memory each; at most
+    /// `warm_inits_max`; at or below `warm_inits`: the base only). It shrinks back to
+    /// `warm_inits` like a pool a burst grew, at a create after quiet minutes.
+    pub warm_inits_start: u32,
     /// Images (other than `default`) whose next create is kept warm: the last this many
     /// images that creates used each keep one warm init parked in their root (2 by
     /// default; 0: image creates take a warm init without a root and mount theirs).
@@ -108,6 +113,7 @@ impl Default for ServerConfig {
             resolvers: None,
             warm_inits: 2,
             warm_inits_max: 32,
+            warm_inits_start: 20,
             warm_images: 2,
             connections: ConnectionLimits::default(),
             max_ptys_per_sandbox: 64,
@@ -145,6 +151,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("resolvers", &self.resolvers)
             .field("warm_inits", &self.warm_inits)
             .field("warm_inits_max", &self.warm_inits_max)
+            .field("warm_inits_start", &self.warm_inits_start)
             .field("warm_images", &self.warm_images)
             .field("connections", &self.connections)
             .field("max_ptys_per_sandbox", &self.max_ptys_per_sandbox)
@@ -202,6 +209,7 @@ struct FileLayer {
     resolvers: Option<Vec<std::net::Ipv4Addr>>,
     warm_inits: Option<u32>,
     warm_inits_max: Option<u32>,
+    warm_inits_start: Option<u32>,
     warm_images: Option<u32>,
     connections: Option<connections::ConnectionsLayer>,
     max_ptys_per_sandbox: Option<u32>,
@@ -281,6 +289,7 @@ impl ServerConfig {
             resolvers: env_resolvers(&env)?,
             warm_inits: env_number(&env, "SANDBOXD_WARM_INITS")?,
             warm_inits_max: env_number(&env, "SANDBOXD_WARM_INITS_MAX")?,
+            warm_inits_start: env_number(&env, "SANDBOXD_WARM_INITS_START")?,
             warm_images: env_number(&env, "SANDBOXD_WARM_IMAGES")?,
             connections: connections::ConnectionsLayer::from_env(&env)?,
             max_ptys_per_sandbox: env_number(&env, "SANDBOXD_MAX_PTYS_PER_SANDBOX")?,
@@ -371,6 +380,9 @@ impl ServerConfig {
         }
         if let Some(n) = layer.warm_inits_max {
             self.warm_inits_max = n;
+        }
+        if let Some(n) = layer.warm_inits_start {
+            self.warm_inits_start = n;
         }
         if let Some(n) = layer.warm_images {
             self.warm_images = n;
@@ -612,6 +624,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.warm_inits_max, 9);
+        assert_eq!(load(None, &[]).unwrap().warm_inits_start, 20);
+        let c = load(
+            Some("warm_inits_start = 4\n"),
+            &[("SANDBOXD_WARM_INITS_START", "0")],
+        )
+        .unwrap();
+        assert_eq!(c.warm_inits_start, 0);
         assert_eq!(load(None, &[]).unwrap().warm_images, 2);
         assert_eq!(load(Some("warm_images = 0\n"), &[]).unwrap().warm_images, 0);
         let c = load(Some("warm_images = 4\n"), &[("SANDBOXD_WARM_IMAGES", "1")]).unwrap();

@@ -222,6 +222,15 @@ impl LinuxRuntime {
         }
     }
 
+    /// Grows the warm pool to `n` entries now (up to its max; none without warm inits),
+    /// ahead of any burst: a server's first burst starts warm. It shrinks back to its
+    /// base size like a pool a burst grew (at a start after quiet minutes).
+    pub fn grow_warm_inits(&self, n: usize) {
+        if let Some(pool) = &self.warm {
+            pool.grow_to(n);
+        }
+    }
+
     /// Whether this runtime keeps warm inits.
     pub fn warm_inits_enabled(&self) -> bool {
         self.warm.is_some()

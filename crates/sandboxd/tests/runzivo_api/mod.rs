@@ -127,6 +127,8 @@ impl Server {
             // Tests share the host's disk and write little (see full_disk.rs).
             .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
             .env("SANDBOXD_METRICS_LISTEN", "none")
+            // The warm pool at its base size (see serve_bin's Server).
+            .env("SANDBOXD_WARM_INITS_START", "0")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

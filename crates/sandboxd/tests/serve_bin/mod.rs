@@ -46,6 +46,9 @@ impl Server {
         // No metrics listener unless a test asks for one (on a port of its own): the
         // default 127.0.0.1:9464 is one port for every server of the host.
         cmd.env("SANDBOXD_METRICS_LISTEN", "none");
+        // The pool at its base size (2) unless a test asks: most tests count entries,
+        // and 20 started ahead per server would only slow the suite.
+        cmd.env("SANDBOXD_WARM_INITS_START", "0");
         cmd.envs(env.iter().copied());
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)

@@ -144,9 +144,13 @@ pub(super) fn start(
         (Some(spares), true) => spares.take(spec.id),
         _ => None,
     };
-    // A network a one-shot run parked (this process's or another's).
+    // A network a one-shot run parked (this process's or another's); for a one-shot
+    // run, else a spare of a server running beside it.
     let spare = match (spare, no_rules) {
-        (None, true) => parked::take(config, spec.id),
+        (None, true) => parked::take(config, spec.id).or_else(|| match rt.park_networks {
+            true => spares::claim(config, spec.id),
+            false => None,
+        }),
         (spare, _) => spare,
     };
     let (prepared, started) = match spare {

@@ -5,6 +5,11 @@
 //! A spare is named after an id of its own (its lease records that, so teardown finds
 //! its interface and chain). Each has a marker `spares/<id>` holding its owner's PID
 //! and start time; a runtime opening the network state removes spares whose owner died.
+//!
+//! A one-shot process (`sandboxd run`) beside a server may [`claim`] one of the
+//! server's spares once it is made (its marker then says [`CLAIMABLE`]). Whoever
+//! removes the marker under the host lock owns the spare: the pool skips a spare whose
+//! marker is gone, and never removes it.
 
 use super::host::{HostLock, Lease};
 use super::policy::Policy;
@@ -15,6 +20,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use uuid::Uuid;
+
+/// The marker's word for a finished spare of a pool, which another process may claim.
+const CLAIMABLE: &str = "claimable";
 
 struct Shared {
     config: NetConfig,
@@ -44,15 +52,19 @@ impl SpareNets {
         }))
     }
 
-    /// Hands a spare's lease (and so its chain) to sandbox `id`, if there is one.
+    /// Hands a spare's lease (and so its chain) to sandbox `id`, if there is one (not
+    /// claimed by another process meanwhile).
     pub fn take(&self, id: Uuid) -> Option<Lease> {
-        let spare = self.0.spares.lock().ok()?.pop()?;
-        match hand_over(&self.0.config, spare, id) {
-            Ok(lease) => Some(lease),
-            Err(e) => {
-                tracing::warn!(%spare, error = %e, "cannot hand over a spare network");
-                super::teardown(&self.0.config, spare);
-                None
+        loop {
+            let spare = self.0.spares.lock().ok()?.pop()?;
+            match take_own(&self.0.config, spare, id) {
+                Ok(Some(lease)) => return Some(lease),
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(%spare, error = %e, "cannot hand over a spare network");
+                    super::teardown(&self.0.config, spare);
+                    return None;
+                }
             }
         }
     }
@@ -101,7 +113,10 @@ impl Shared {
             }
             let closed = self.closed.load(Ordering::Acquire);
             match self.spares.lock() {
-                Ok(mut s) if !closed && s.len() < self.size => s.push(id),
+                Ok(mut s) if !closed && s.len() < self.size => {
+                    s.push(id);
+                    mark_claimable(&self.config, id);
+                }
                 _ => {
                     self.remove(id);
                     return;
@@ -114,9 +129,60 @@ impl Shared {
         make(&self.config, id, &Policy::default()).map(|_| ())
     }
 
+    /// Removes spare `id` unless another process claimed it.
     fn remove(&self, id: Uuid) {
-        remove(&self.config, id);
+        let ours = HostLock::take(&self.config.state_dir)
+            .is_ok_and(|_lock| std::fs::remove_file(marker(&self.config, id)).is_ok());
+        if ours {
+            super::teardown(&self.config, id);
+        }
     }
+}
+
+/// Marks spare `id` of this process's pool as one another process may [`claim`].
+fn mark_claimable(config: &NetConfig, id: Uuid) {
+    let mark = format!("{} {CLAIMABLE}", refill::owner_mark());
+    if let Err(e) = std::fs::write(marker(config, id), mark) {
+        tracing::debug!(%id, error = %e, "marking a spare network claimable");
+    }
+}
+
+/// Spare `spare` of this process's pool for sandbox `id`, under the host lock: `None`
+/// when another process claimed it (its marker is gone).
+fn take_own(config: &NetConfig, spare: Uuid, id: Uuid) -> Result<Option<Lease>, RuntimeError> {
+    let lock = HostLock::take(&config.state_dir)?;
+    if std::fs::remove_file(marker(config, spare)).is_err() {
+        return Ok(None);
+    }
+    lock.hand_over(spare, id).map(Some)
+}
+
+/// Hands a finished spare of another live process's pool (a server's, beside a
+/// one-shot run) to sandbox `id`, if there is one: no network setup on this start.
+pub(super) fn claim(config: &NetConfig, id: Uuid) -> Option<Lease> {
+    let lock = HostLock::take(&config.state_dir).ok()?;
+    let entries = std::fs::read_dir(config.state_dir.join("spares")).ok()?;
+    for entry in entries.filter_map(|e| e.ok()) {
+        let Ok(spare) = Uuid::parse_str(&entry.file_name().to_string_lossy()) else {
+            continue;
+        };
+        let mark = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let claimable = mark.split_whitespace().any(|w| w == CLAIMABLE);
+        if !claimable || !refill::owner_alive(&mark) {
+            continue;
+        }
+        // Removed under the host lock: from now on its pool does not count it as its own.
+        if std::fs::remove_file(entry.path()).is_err() {
+            continue;
+        }
+        match lock.hand_over(spare, id) {
+            Ok(lease) => return Some(lease),
+            Err(e) => {
+                tracing::warn!(%spare, error = %e, "a claimed spare network without its lease")
+            }
+        }
+    }
+    None
 }
 
 /// Makes a spare host side named after `id`: the marker first (so a crash mid-way is

@@ -3,7 +3,9 @@
 //! start of it found none, half as many again as that burst has had
 //! starts so far ([`ahead`]: the next burst like it, a little larger, starts warm), up
 //! to a maximum; back to the base once no burst has grown it for [`SHRINK_AFTER`]
-//! (checked at the next start: an idle pool keeps what it grew to).
+//! (checked at the next start: an idle pool keeps what it grew to). A pool may also
+//! start grown ([`Demand::grow_to`]: a server ready for a first burst), which counts
+//! as grown at that moment.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +36,15 @@ impl Demand {
             last_grown: None,
             burst: 0,
             last_start: None,
+        }
+    }
+
+    /// Grows the pool to `n` entries (up to the max) at `now`, as a burst of that size
+    /// would: ahead of any burst, it shrinks back like a grown one.
+    pub fn grow_to(&mut self, n: usize, now: Instant) {
+        if n > self.target {
+            self.target = n.min(self.max);
+            self.last_grown = Some(now);
         }
     }
 
@@ -158,6 +169,32 @@ mod tests {
         d.started(last + SHRINK_AFTER);
         d.took(last + SHRINK_AFTER, 1);
         assert_eq!(d.target(), 2, "back to the base");
+    }
+
+    #[test]
+    fn a_pool_grown_ahead_keeps_its_size_then_shrinks_like_a_grown_one() {
+        let t0 = Instant::now();
+        let mut d = Demand::new(2, 16);
+        d.grow_to(1, t0);
+        assert_eq!(d.target(), 2, "never below the base");
+        d.grow_to(40, t0);
+        assert_eq!(d.target(), 16, "capped at the max");
+        let mut d = Demand::new(2, 32);
+        d.grow_to(20, t0);
+        let ms = Duration::from_millis(2);
+        for i in 0..20 {
+            d.started(t0 + BURST_GAP + ms * i);
+            d.took(t0 + BURST_GAP + ms * i, 19 - i as usize);
+        }
+        assert_eq!(d.target(), 30, "a burst taking the last grows it further");
+        let mut d = Demand::new(2, 32);
+        d.grow_to(20, t0);
+        d.started(t0 + SHRINK_AFTER / 2);
+        d.took(t0 + SHRINK_AFTER / 2, 19);
+        assert_eq!(d.target(), 20, "kept while recent");
+        d.started(t0 + SHRINK_AFTER);
+        d.took(t0 + SHRINK_AFTER, 19);
+        assert_eq!(d.target(), 2, "back to the base after quiet");
     }
 
     #[test]

@@ -250,6 +250,15 @@ impl WarmPool {
         }
     }
 
+    /// Grows the pool to `n` entries of the wanted shape now (up to its max), ahead of
+    /// any burst, and refills it; it shrinks back to its base like a pool a burst grew.
+    pub fn grow_to(&self, n: usize) {
+        if let Ok(mut d) = self.0.demand.lock() {
+            d.grow_to(n, Instant::now());
+        }
+        self.refill();
+    }
+
     /// Entries of the wanted shape the pool aims to keep now.
     pub fn target(&self) -> usize {
         self.0.demand.lock().map_or(0, |d| d.target())

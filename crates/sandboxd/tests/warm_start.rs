@@ -1,0 +1,117 @@
+//! A server's warm pool grown at its start (`warm_inits_start`): the entries are made
+//! ahead of any create, a first burst takes them, and the stop drains every entry
+//! (dirs, mounts, id slots, cgroups, wired networks).
+
+mod common;
+mod serve_bin;
+
+use serde_json::json;
+use serve_bin::Server;
+use std::path::Path;
+
+const MASTER: &str = "warm-start-test-master-key-0123456789";
+/// The pool's size from the start (the default base is 2).
+const START: usize = 6;
+
+/// Limits that admit the whole burst at once.
+const ROOMY: [(&str, &str); 4] = [
+    ("SANDBOXD_MAX_SANDBOXES", "64"),
+    ("SANDBOXD_WORKSPACE_QUOTA_SANDBOXES", "64"),
+    ("SANDBOXD_CREATE_RATE_BURST", "64"),
+    ("SANDBOXD_WARM_INITS_START", "6"),
+];
+
+/// Keys of the warm entries under `data` (`.warm-<key>`), those marked ready only
+/// when `ready`.
+fn entries(data: &Path, ready: bool) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(data.join("sandboxes")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| !ready || e.path().join("ready").exists())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(".warm-").map(str::to_owned)
+        })
+        .collect()
+}
+
+/// What entry `key` may have left on the host: its cgroups and its network lease.
+fn host_traces(key: &str) -> Vec<String> {
+    let mut left = Vec::new();
+    for ctrl in std::fs::read_dir("/sys/fs/cgroup").expect("cgroup root") {
+        let dir = ctrl.expect("controller").path().join("sandboxd").join(key);
+        if dir.exists() {
+            left.push(dir.display().to_string());
+        }
+    }
+    let lease = Path::new("/run/sandboxd/net/leases").join(key);
+    if lease.exists() {
+        left.push(lease.display().to_string());
+    }
+    left
+}
+
+#[test]
+fn a_server_grows_its_pool_at_start_a_burst_takes_it_and_the_stop_drains_it() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let data_dir = data.path().canonicalize().expect("canonical");
+    let server = Server::start_with_env(&data_dir, Some(MASTER), &ROOMY);
+    // Before any create: the pool holds the start size of the default shape.
+    common::wait_for("the pool grown at start", || {
+        entries(&data_dir, true).len() >= START
+    });
+    let ahead = entries(&data_dir, true);
+    let made: Vec<String> = std::thread::scope(|s| {
+        let creates: Vec<_> = (0..START)
+            .map(|i| {
+                let server = &server;
+                s.spawn(move || {
+                    let body = json!({"name": format!("first-{i}"), "vcpu": 1, "memoryMb": 128});
+                    server.create_sandbox(MASTER, &body)
+                })
+            })
+            .collect();
+        creates
+            .into_iter()
+            .map(|c| c.join().expect("a create of the burst"))
+            .collect()
+    });
+    // The burst took entries made ahead (renamed into sandboxes; the refill is not
+    // allowed to drop a fitting entry).
+    let still = entries(&data_dir, false);
+    let taken = ahead.iter().filter(|k| !still.contains(k)).count();
+    let runs: Vec<(i64, String)> = made
+        .iter()
+        .map(|id| server.exec(MASTER, id, &["/bin/echo", "ok"]))
+        .collect();
+    for id in &made {
+        server.destroy(MASTER, id);
+    }
+    assert!(
+        taken >= START - 1,
+        "the first burst took {taken} of the {} entries made ahead",
+        ahead.len()
+    );
+    for (code, out) in &runs {
+        assert_eq!((*code, out.trim()), (0, "ok"));
+    }
+    let before_stop = entries(&data_dir, false);
+    drop(server);
+    assert_eq!(
+        entries(&data_dir, false),
+        Vec::<String>::new(),
+        "entries left"
+    );
+    assert_eq!(
+        common::mounts_under(&data_dir.join("sandboxes")),
+        Vec::<String>::new()
+    );
+    assert_eq!(common::slot_leases(&data_dir), Vec::<String>::new());
+    let traces: Vec<String> = ahead
+        .iter()
+        .chain(&before_stop)
+        .flat_map(|k| host_traces(k))
+        .collect();
+    assert_eq!(traces, Vec::<String>::new(), "cgroups or leases left");
+}
