@@ -84,6 +84,23 @@ async fn names_are_reused_only_with_the_same_configuration() {
         let err = h.engine.create(&h.ws(), other).await.unwrap_err();
         assert_eq!(err.code, ErrorCode::NameTaken, "{err}");
     }
+    // With the mode kept egress, another egress layer alone is not a repeat either.
+    let policy = |rule: &str| sandboxd_runtime::EgressPolicy {
+        allow: vec![rule.parse().expect("rule")],
+        deny: Vec::new(),
+    };
+    let mut walled = request(Some("walled"));
+    walled.network = Some(NetworkMode::Egress);
+    walled.egress = Some(policy("198.18.0.1"));
+    let (walled_sb, created) = h.engine.create(&h.ws(), walled.clone()).await.unwrap();
+    assert!(created);
+    let (same, created) = h.engine.create(&h.ws(), walled.clone()).await.unwrap();
+    assert!(!created && same.id == walled_sb.id);
+    let mut other_policy = walled;
+    other_policy.egress = Some(policy("198.18.0.2"));
+    let err = h.engine.create(&h.ws(), other_policy).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::NameTaken, "{err}");
+    h.engine.destroy(&h.ws(), walled_sb.id).await.unwrap();
     // The server's default network asked for by name is the same network.
     let mut explicit = request(Some("job"));
     explicit.network = Some(h.engine.limits().default_network);

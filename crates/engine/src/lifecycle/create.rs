@@ -137,13 +137,10 @@ impl Engine {
             (Some(_), Some(snapshot)) => Some(self.memory_pins.pin(snapshot)),
             _ => None,
         };
-        // A fork starts without a network whatever the server's default (see below).
-        let requested_network = match plan.memory_image {
-            Some(_) => {
-                crate::egress::RequestedNetwork::of(&req, sandboxd_runtime::NetworkMode::None)
-            }
-            None => crate::egress::RequestedNetwork::of(&req, self.limits.default_network),
-        };
+        // As recorded, and compared for a repeated name, it is the network `network_spec`
+        // gives below (a fork's too).
+        let requested_network =
+            crate::egress::RequestedNetwork::of(&req, self.limits.default_network);
         if let Some(name) = &req.name {
             if let Some(existing) = self.active_named(ws, name).await? {
                 return match same_config(&existing, &plan, &req, &requested_network) {

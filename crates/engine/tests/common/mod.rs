@@ -17,6 +17,7 @@ pub struct FakeState {
     pub frozen: HashSet<Uuid>,
     pub destroyed: Vec<Uuid>,
     pub specs: HashMap<Uuid, SandboxSpec>,
+    pub networks: HashMap<Uuid, NetworkMode>,
     pub layers: HashSet<String>,
     pub deleted_layers: Vec<String>,
     pub fail_start: bool,
@@ -62,6 +63,16 @@ impl Runtime for FakeRuntime {
             warm: false,
             isolation: Default::default(),
         })
+    }
+    /// Any network: its mode is recorded; no link is made.
+    fn start_with_network(
+        &self,
+        spec: &SandboxSpec,
+        network: &NetworkSpec,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        let handle = self.start(spec)?;
+        self.state().networks.insert(spec.id, network.mode);
+        Ok(handle)
     }
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
         self.state().alive.contains(&handle.id)
