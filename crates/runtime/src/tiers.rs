@@ -301,9 +301,14 @@ impl Runtime for Tiers {
     }
 
     fn can_pin(&self, isolation: Isolation) -> bool {
-        // The free CPUs are the host's, but whether a tier pins is its backend's say.
-        self.backend(isolation)
-            .is_ok_and(|rt| rt.can_pin(isolation))
+        // The free CPUs are the host's, but whether a tier pins is its backend's say;
+        // gVisor never does (not even asked: its backend may not be open).
+        match isolation {
+            Isolation::Gvisor => false,
+            Isolation::Container => self
+                .backend(isolation)
+                .is_ok_and(|rt| rt.can_pin(isolation)),
+        }
     }
 
     fn disk_space(&self) -> Result<Option<DiskSpace>, RuntimeError> {

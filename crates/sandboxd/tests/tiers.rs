@@ -438,6 +438,7 @@ fn a_gvisor_sandbox_on_disk_survives_a_restart_without_runsc() {
 /// Pinning (OpenRelay `placement: pinned`, the only dialect with it) on the gVisor tier
 /// is refused up front with a 400, nothing recorded or started: gVisor's sentry keeps
 /// its own vCPUs, so a host cpuset would not be the dedicated CPUs the sandbox sees.
+/// Also on a server full (and a workspace at its quota): the 400, not a 503 or 429.
 #[test]
 fn pinning_a_gvisor_sandbox_is_refused_before_anything_starts() {
     if !runsc_installed() {
@@ -449,8 +450,14 @@ fn pinning_a_gvisor_sandbox_is_refused_before_anything_starts() {
     let env = [
         ("SANDBOXD_NETWORK", "none"),
         ("SANDBOXD_ISOLATION", "container"),
+        ("SANDBOXD_MAX_SANDBOXES", "1"),
+        ("SANDBOXD_WORKSPACE_QUOTA_SANDBOXES", "1"),
     ];
     let server = Server::start_with_env(&data, Some(MASTER), &env);
+    let body = json!({"template": "default", "cpu": 1, "waitSeconds": 0});
+    let r = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
+    assert_eq!(r.status / 100, 2, "{}", r.text());
+    let filler = r.json()["id"].as_str().expect("id").to_owned();
     let body = json!({"template": "default", "cpu": 1, "placement": "pinned",
         "isolation": "gvisor", "waitSeconds": 0});
     let r = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
@@ -463,7 +470,15 @@ fn pinning_a_gvisor_sandbox_is_refused_before_anything_starts() {
     assert!(r.text().contains("pinning"), "{}", r.text());
     let listed = server.request("GET", "/v1/sandboxes", MASTER, None);
     assert_eq!(listed.status, 200, "{}", listed.text());
-    assert_eq!(listed.json()["sandboxes"], json!([]), "{}", listed.text());
+    let ids: Vec<_> = listed.json()["sandboxes"]
+        .as_array()
+        .expect("sandboxes")
+        .iter()
+        .map(|s| s["id"].clone())
+        .collect();
+    assert_eq!(ids, vec![json!(filler)], "{}", listed.text());
+    let r = server.request("DELETE", &format!("/v1/sandboxes/{filler}"), MASTER, None);
+    assert_eq!(r.status / 100, 2, "{}", r.text());
     let state_dirs: Vec<_> = std::fs::read_dir(data.join("sandboxes"))
         .map(|d| {
             d.filter_map(|e| e.ok()?.file_name().into_string().ok())

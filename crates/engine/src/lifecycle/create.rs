@@ -166,15 +166,20 @@ impl Engine {
         let active = self
             .store
             .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;
-        // The client's own limits first: a request that can never fit (400) or that is
-        // past its workspace's quota (429) is no shortage a retry could wait out (503).
+        // The client's own limits first: a request that can never fit (400: too big, or
+        // pinned on a tier that does not pin) or that is past its workspace's quota
+        // (429) is no shortage a retry could wait out (503).
+        let pinned = requests.and_then(|r| r.pinned_vcpus);
+        if pinned.is_some() {
+            self.check_tier_pins(plan.isolation)?;
+        }
         self.check_fits(&req)?;
         self.check_quota(&active, ws, &req)?;
         self.check_capacity(&active, &req)?;
         self.check_disk(space, &active, plan.disk_mb)?;
         tm("checked");
-        if let Some(n) = requests.and_then(|r| r.pinned_vcpus) {
-            self.check_pinnable(n, plan.isolation).await?;
+        if let Some(n) = pinned {
+            self.check_pinnable(n).await?;
         }
         self.create_rate.take(ws, self.limits.create_rate)?;
         let mut entry = Entry {
@@ -368,20 +373,21 @@ impl Engine {
         crate::quota::check(&quota, used, req.resources.vcpu, req.resources.memory_mb)
     }
 
-    /// Pinning `n` CPUs on tier `isolation`: a tier that never pins is the client's
-    /// mistake (400: the gVisor tier's sentry keeps its own vCPUs, see the README),
-    /// a host without the cpuset controller or free CPUs a shortage.
-    async fn check_pinnable(
-        &self,
-        n: u32,
-        isolation: sandboxd_runtime::Isolation,
-    ) -> Result<(), EngineError> {
-        if isolation != sandboxd_runtime::Isolation::Container && !self.runtime.can_pin(isolation) {
-            return Err(EngineError::invalid(format!(
+    /// Pinning on tier `isolation`: a tier that never pins is the client's mistake
+    /// (400: the gVisor tier's sentry keeps its own vCPUs, see the README).
+    fn check_tier_pins(&self, isolation: sandboxd_runtime::Isolation) -> Result<(), EngineError> {
+        match isolation == sandboxd_runtime::Isolation::Container || self.runtime.can_pin(isolation)
+        {
+            true => Ok(()),
+            false => Err(EngineError::invalid(format!(
                 "CPU pinning (dedicated CPUs) is not offered on the {isolation} tier; ask \
                  for shared placement or the container tier"
-            )));
+            ))),
         }
+    }
+
+    /// Pinning `n` CPUs: a host without the cpuset controller or free CPUs is a shortage.
+    async fn check_pinnable(&self, n: u32) -> Result<(), EngineError> {
         match self.blocking(|rt| rt.free_cpus()).await? {
             None => Err(EngineError::new(
                 ErrorCode::Unavailable,

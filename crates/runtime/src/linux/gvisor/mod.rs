@@ -194,6 +194,12 @@ impl Runtime for GvisorRuntime {
         }
     }
 
+    fn can_pin(&self, _: crate::Isolation) -> bool {
+        // The sentry keeps its own vCPU count and a restore from disk starts host
+        // processes outside any cpuset: dedicated CPUs would not hold (README).
+        false
+    }
+
     fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
         crate::faults::check("start.gvisor")?;
         if let Some(pool) = &self.warm {
