@@ -12,6 +12,8 @@
 //! - `network.prepare`: the host side of an egress network leased and ruled;
 //! - `network.connect`: the sandbox's link made, before its `resolv.conf`;
 //! - `freeze`, `thaw`: pause and resume;
+//! - `checkpoint.quiesce`: on gVisor, the agent taken not to let go of its socket in
+//!   time for a checkpoint;
 //! - `capture`: a snapshot's layer captured;
 //! - `snapshot_memory.restore`: a memory snapshot taken, before the sandbox is restored;
 //! - `destroy.cgroup`, `destroy.unmount`, `destroy.dir`: the steps of a teardown;

@@ -490,3 +490,32 @@ fn a_memory_snapshot_whose_restore_fails_leaves_no_image() {
     assert_gone(&rt, &live);
     scenario.teardown();
 }
+
+/// A frozen sandbox whose checkpoint is given up before it ran (its agent did not let
+/// go of its socket in time) is frozen again, as its owner left it, and answers once
+/// thawed.
+#[test]
+fn a_frozen_sandbox_whose_checkpoint_is_given_up_is_frozen_again() {
+    let scenario = fail::FailScenario::setup();
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let handle = rt.start(&common::spec("default")).expect("start");
+    rt.freeze(&handle).expect("freeze");
+    fail::cfg("checkpoint.quiesce", "return").expect("failpoint");
+    let err = rt.checkpoint(&handle).expect_err("checkpointed");
+    fail::remove("checkpoint.quiesce");
+    let frozen = rt.is_paused(&handle);
+    rt.thaw(&handle).expect("thaw");
+    let (code, out) = common::agent_sh(&handle, "echo still-here");
+    rt.destroy(&handle).expect("destroy");
+    assert_gone(&rt, &handle);
+    scenario.teardown();
+    assert!(
+        matches!(err, sandboxd_runtime::RuntimeError::CannotCheckpoint(_)),
+        "{err}"
+    );
+    assert!(frozen, "the sandbox runs after its checkpoint was given up");
+    assert_eq!((code, out.as_str()), (Some(0), "still-here\n"));
+}

@@ -175,7 +175,8 @@ impl GvisorRuntime {
         &self.runsc.root
     }
 
-    fn is_paused(&self, handle: &SandboxHandle) -> bool {
+    /// Whether the sandbox is frozen in memory (`runsc pause`).
+    pub fn is_paused(&self, handle: &SandboxHandle) -> bool {
         self.runsc.status(&warm::runsc_id(handle)).as_deref() == Some("paused")
     }
 }
