@@ -268,26 +268,50 @@ impl Engine {
         ws: &WorkspaceId,
         id: Uuid,
     ) -> Result<Snapshot, EngineError> {
-        let snap = {
+        let (snap, layers) = {
             let _admission = self.admission.lock().await; // no sandbox starts on it meanwhile
             let snap = self.get_snapshot(ws, id).await?;
             self.store.delete_snapshot(id)?;
             // Creates from it past admission have their records, which keep its layers.
-            self.delete_unused_layers(&snap.layers).await?;
-            snap
+            let layers = self.delete_unused_layers(&snap.layers).await;
+            (snap, layers)
         };
-        if snap.memory_image.is_some() {
-            // A create restoring from it reads its image until the restore is done: the
-            // image goes after (no new one can start: the record is gone). Sandboxes
-            // started from it run on their own (their memory is theirs).
-            if self.memory_pins.is_pinned(id) {
+        // Its image goes whatever became of its layers (the record naming it is gone),
+        // by a task of its own: a client gone meanwhile does not leave it behind.
+        if let Some(removal) = self.remove_memory_image_after_restores(&snap) {
+            if let Err(err) = removal.await {
+                tracing::warn!(snapshot = %id, error = %err, "a memory image's removal failed");
+            }
+        }
+        layers?;
+        Ok(snap)
+    }
+
+    /// Spawns the removal of a deleted snapshot's memory image (if it has one). A
+    /// create restoring from it reads its image until the restore is done: the image
+    /// goes after (no new one can start: the record is gone). Sandboxes started from
+    /// it run on their own (their memory is theirs).
+    fn remove_memory_image_after_restores(
+        &self,
+        snap: &Snapshot,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let image = snap.memory_image.clone()?;
+        let (id, pins, runtime) = (snap.id, self.memory_pins.clone(), self.runtime.clone());
+        Some(tokio::spawn(async move {
+            if pins.is_pinned(id) {
                 sandboxd_runtime::faults::hit("snapshot_delete.waits");
                 tracing::info!(snapshot = %id, "delete: waiting for the restores from it");
             }
-            self.memory_pins.unpinned(id).await;
-            self.delete_memory_image(&snap).await;
-        }
-        Ok(snap)
+            pins.unpinned(id).await;
+            let removed =
+                tokio::task::spawn_blocking(move || runtime.delete_memory_snapshot(&image)).await;
+            if let Err(err) = removed
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                tracing::warn!(snapshot = %id, error = %err, "cannot delete a memory snapshot's image");
+            }
+        }))
     }
 
     /// Removes the memory images no snapshot record names (a crash between taking one

@@ -66,6 +66,17 @@ impl Drop for Release {
 
 #[test]
 fn a_snapshot_deleted_during_a_create_from_it_waits_for_the_restore() {
+    deleted_during_a_create(false);
+}
+
+/// The delete's caller gone (its request dropped) while it waits: the image still goes
+/// once the restore is done.
+#[test]
+fn a_snapshot_delete_abandoned_while_it_waits_still_removes_the_image() {
+    deleted_during_a_create(true);
+}
+
+fn deleted_during_a_create(abandon: bool) {
     if !GvisorRuntime::available() {
         eprintln!("runsc is not installed: skipping");
         return;
@@ -144,11 +155,27 @@ fn a_snapshot_deleted_during_a_create_from_it_waits_for_the_restore() {
             ErrorCode::SnapshotNotFound
         );
 
+        if abandon {
+            delete.abort();
+        }
         fail::remove("start.gvisor");
         let (fork, created) = fork.await.expect("join").expect("the fork");
         assert!(created && fork.status == SandboxStatus::Running);
-        delete.await.expect("join").expect("the delete");
-        assert!(!image.exists(), "the image outlived the delete");
+        match abandon {
+            true => {
+                assert!(delete.await.is_err_and(|e| e.is_cancelled()));
+                let gone = image.clone();
+                tokio::task::spawn_blocking(move || {
+                    common::wait_for("the image goes", || !gone.exists())
+                })
+                .await
+                .expect("the image outlived the abandoned delete");
+            }
+            false => {
+                delete.await.expect("join").expect("the delete");
+                assert!(!image.exists(), "the image outlived the delete");
+            }
+        }
         // The fork runs the source's processes (a fresh sandbox has no such sleep).
         let ps = "cat /proc/[0-9]*/cmdline | tr '\\0' ' '";
         assert!(sh(&engine, fork.id, ps).await.contains("sleep 3601"));
