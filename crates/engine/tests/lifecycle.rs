@@ -123,6 +123,31 @@ async fn names_are_reused_only_with_the_same_configuration() {
     assert!(created && fresh.id != first.id);
 }
 
+/// A fork (a create from a memory snapshot) gets the server's default network, and a
+/// repeated named fork compares with that: on a server whose default is egress, the
+/// same fork again is the same sandbox.
+#[tokio::test]
+async fn a_named_fork_is_reused_on_a_server_whose_default_network_is_egress() {
+    let h = Harness::with_limits(Limits {
+        default_network: NetworkMode::Egress,
+        ..limits()
+    });
+    h.runtime.state().memory = true;
+    let (source, _) = h.engine.create(&h.ws(), request(None)).await.unwrap();
+    let snap = h.engine.snapshot(&h.ws(), source.id, None).await.unwrap();
+    assert!(snap.memory_image.is_some(), "{snap:?}");
+    let mut fork = request(Some("fork"));
+    fork.snapshot_id = Some(snap.id);
+    let (first, created) = h.engine.create(&h.ws(), fork.clone()).await.unwrap();
+    assert!(created);
+    assert_eq!(h.runtime.state().networks[&first.id], NetworkMode::Egress);
+    let (again, created) = h.engine.create(&h.ws(), fork.clone()).await.unwrap();
+    assert!(!created && again.id == first.id);
+    fork.network = Some(NetworkMode::None);
+    let err = h.engine.create(&h.ws(), fork).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::NameTaken, "{err}");
+}
+
 /// A change that makes a create request invalid.
 type Spoil = fn(&mut CreateSandbox);
 

@@ -21,6 +21,8 @@ pub struct FakeState {
     pub layers: HashSet<String>,
     pub deleted_layers: Vec<String>,
     pub fail_start: bool,
+    /// Takes memory snapshots (as gVisor does; as a container backend, none, when off).
+    pub memory: bool,
 }
 
 /// A `Runtime` that keeps sandboxes as entries in memory; its agent sockets lead nowhere.
@@ -73,6 +75,35 @@ impl Runtime for FakeRuntime {
         let handle = self.start(spec)?;
         self.state().networks.insert(spec.id, network.mode);
         Ok(handle)
+    }
+    fn offers(&self, isolation: Isolation) -> Result<(), RuntimeError> {
+        match (isolation, self.state().memory) {
+            (Isolation::Gvisor, false) => Err(RuntimeError::Unsupported("no gvisor".into())),
+            _ => Ok(()),
+        }
+    }
+    fn can_snapshot_memory(&self, _: &SandboxHandle) -> bool {
+        self.state().memory
+    }
+    /// Its "image" a path no file is at.
+    fn snapshot_memory(
+        &self,
+        handle: &SandboxHandle,
+        id: Uuid,
+    ) -> (Result<MemorySnapshot, RuntimeError>, SandboxHandle) {
+        let taken = self.capture_layer(handle).map(|layer| MemorySnapshot {
+            layer,
+            image: self.socket_dir.join(format!("memory-{id}")),
+        });
+        (taken, handle.clone())
+    }
+    fn start_from_memory(
+        &self,
+        spec: &SandboxSpec,
+        network: &NetworkSpec,
+        _: &std::path::Path,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        self.start_with_network(spec, network)
     }
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
         self.state().alive.contains(&handle.id)
