@@ -342,12 +342,29 @@ impl Runtime for GvisorRuntime {
         &self,
         keep: &HashSet<std::path::PathBuf>,
     ) -> Vec<std::path::PathBuf> {
-        let Ok(entries) = std::fs::read_dir(self.memory_snapshots_dir()) else {
+        let dir = self.memory_snapshots_dir();
+        // Records naming images elsewhere (a data dir moved or restored at another
+        // path): their names cannot be matched safely, so nothing is removed.
+        if let Some(other) = keep.iter().find(|p| p.parent() != Some(dir.as_path())) {
+            tracing::warn!(
+                recorded = %other.display(),
+                dir = %dir.display(),
+                "a recorded memory image lies outside this data dir's memory snapshots: images not swept"
+            );
+            return Vec::new();
+        }
+        // Compared by snapshot id (the dir's name), only on dirs named as ids.
+        let kept: HashSet<&std::ffi::OsStr> = keep.iter().filter_map(|p| p.file_name()).collect();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
             return Vec::new();
         };
         let mut removed = Vec::new();
         for path in entries.filter_map(|e| Some(e.ok()?.path())) {
-            if keep.contains(&path) {
+            let Some(name) = path.file_name() else {
+                continue;
+            };
+            let is_id = name.to_str().is_some_and(|n| Uuid::parse_str(n).is_ok());
+            if !is_id || kept.contains(name) {
                 continue;
             }
             match std::fs::remove_dir_all(&path) {
