@@ -462,6 +462,73 @@ fn a_gvisor_sandbox_with_egress_pauses_to_disk_and_resumes_with_its_address_and_
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
 
+/// A sandbox with egress on disk whose network's host side did not survive (a host
+/// restart empties the lease dir, a tmpfs, and drops its namespace's mount) cannot be
+/// restored: a restarted server ends it, with its leftovers, instead of keeping it
+/// paused with every wake failing.
+#[test]
+fn a_gvisor_sandbox_on_disk_whose_network_is_gone_ends_at_start_up() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let fake = fakenet::FakeNet::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let resolver = fake.addr(2);
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "egress"),
+        ("SANDBOXD_RESOLVERS", resolver.as_str()),
+    ];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let body = serde_json::json!({"name": "rebooted", "vcpu": 1, "memoryMb": 256});
+    let id = server.create_sandbox(MASTER, &body);
+    let r = server.request("POST", &format!("/v2/sandboxes/{id}/pause"), MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        data.join(format!("sandboxes/{id}/memory/checkpoint.img"))
+            .is_file(),
+        "no memory image: it did not go to disk"
+    );
+
+    // The host restarts: the namespace's mount is gone. (So are the lease and the
+    // nftables table, which a shared host cannot drop here: the lease stays, for the
+    // teardown to find this sandbox's entries by.)
+    drop(server);
+    let netns =
+        std::ffi::CString::new(format!("{}/sandboxes/{id}/netns", data.display())).expect("path");
+    // SAFETY: umount2(2) on a NUL-terminated path this test made the sandbox own.
+    let rc = unsafe { libc::umount2(netns.as_ptr(), libc::MNT_DETACH) };
+    assert_eq!(rc, 0, "umount netns");
+
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let r = server.request("GET", &format!("/v2/sandboxes/{id}"), MASTER, None);
+    let status = r.json()["data"]["status"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        status == "TERMINATED" || status == "FAILED",
+        "kept though it cannot be restored: {}",
+        r.text()
+    );
+    let r = server.request("POST", &format!("/v2/sandboxes/{id}/resume"), MASTER, None);
+    assert!(
+        (400..500).contains(&r.status),
+        "resuming an ended sandbox: {} {}",
+        r.status,
+        r.text()
+    );
+    assert_eq!(sandbox_processes_under(&data), Vec::<i32>::new());
+    assert!(!fakenet::link_exists(&id), "veth left behind");
+    assert!(!fakenet::nft_entries_exist(&id), "nft entries left behind");
+    assert_eq!(fakenet::leased_address(&id), None, "lease left behind");
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
 /// A memory snapshot whose restore fails after its image was taken returns no snapshot,
 /// so it keeps no image either (nothing would ever name or delete it); the sandbox
 /// stays on disk, whole, and a later restore brings it back.

@@ -238,9 +238,16 @@ impl Runtime for GvisorRuntime {
     }
 
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
-        // On disk, a sandbox lives in its memory image.
-        checkpoint::on_disk(handle)
-            || super::sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
+        // On disk, a sandbox lives in its memory image, as long as what its restore
+        // needs on the host does (not after a host restart for one with egress).
+        if checkpoint::on_disk(handle) {
+            let lost = checkpoint::network_lost(self, handle);
+            if let Some(why) = &lost {
+                tracing::warn!(sandbox = %handle.id, "on disk but cannot be restored: {why}");
+            }
+            return lost.is_none();
+        }
+        super::sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
     }
 
     fn watch_exit(&self, handle: &SandboxHandle) -> ExitWatch {
