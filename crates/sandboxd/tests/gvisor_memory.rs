@@ -557,3 +557,53 @@ fn a_memory_snapshot_whose_restore_fails_leaves_no_image() {
     assert_gone(&rt, &live);
     scenario.teardown();
 }
+
+/// A server killed in the middle of a restore from disk (the sentry restored and
+/// running, the handle and the image still saying on disk) leaves a sentry nothing
+/// manages: the next server's start-up ends it and its runsc state, and the sandbox,
+/// still on disk, restores from its image.
+#[test]
+fn a_restore_a_killed_server_left_running_is_ended_at_start_up() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let handle = rt.start(&common::spec("default")).expect("start");
+    start_counter(&handle);
+    let on_disk = rt.checkpoint(&handle).expect("checkpoint");
+    let image = sandboxd_runtime::linux::gvisor::checkpoint::image_dir(&on_disk.state_dir);
+    let aside = data.path().join("image-aside");
+    let cp = |from: &std::path::Path, to: &std::path::Path| {
+        let ok = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(to)
+            .status()
+            .expect("cp");
+        assert!(ok.success(), "cp {} {}", from.display(), to.display());
+    };
+    cp(&image, &aside);
+    let _live = rt.restore(&on_disk).expect("restore");
+    // Killed before it recorded the restore: the image and the handle on disk stay.
+    cp(&aside, &image);
+    std::fs::remove_dir_all(&aside).expect("image aside");
+    std::fs::write(
+        on_disk.state_dir.join("handle.json"),
+        serde_json::to_vec_pretty(&on_disk).expect("json"),
+    )
+    .expect("handle");
+    assert!(
+        !rt.cgroups().procs(on_disk.id).is_empty(),
+        "no restored sentry"
+    );
+
+    let keep: std::collections::HashSet<_> = [on_disk.id].into();
+    rt.reconcile(&keep, &Default::default());
+    assert_eq!(rt.cgroups().procs(on_disk.id), Vec::<i32>::new());
+    assert!(rt.is_checkpointed(&on_disk));
+    let live = rt.restore(&on_disk).expect("restore after the start-up");
+    let before = count(&live);
+    common::wait_for("the counter continues", || count(&live) > before);
+    rt.destroy(&live).expect("destroy");
+    assert_gone(&rt, &live);
+}

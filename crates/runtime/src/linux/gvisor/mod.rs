@@ -26,6 +26,7 @@
 mod bundle;
 pub mod checkpoint;
 mod destroy;
+mod interrupted;
 pub mod runsc;
 mod start;
 mod warm;
@@ -417,6 +418,7 @@ impl Runtime for GvisorRuntime {
         // are killed with their cgroups by the container tier's reconcile). A kept
         // sandbox made from a warm entry runs in the entry's container; the pool's own
         // entries are kept too.
+        interrupted::clear(self, keep);
         let sandboxes = self.linux.sandboxes_dir();
         let mut containers: HashSet<Uuid> = keep
             .iter()
