@@ -516,8 +516,17 @@ fn memory_images_no_record_names_are_swept_at_start_up_unless_one_is_being_taken
         "{}-moved",
         data.file_name().expect("name").to_string_lossy()
     ));
+    /// Moves the data dir back (also on a failure: the clean-ups look for it there).
+    struct MoveBack<'a>(&'a Path, &'a Path);
+    impl Drop for MoveBack<'_> {
+        fn drop(&mut self) {
+            if self.0.exists() {
+                let _ = std::fs::rename(self.0, self.1);
+            }
+        }
+    }
     std::fs::rename(&data, &moved).expect("move the data dir");
-    let _moved_leftovers = ServerLeftovers(moved.clone());
+    let move_back = MoveBack(&moved, &data);
     let server = gvisor_server(&moved);
     let mut left = entries(&moved.join("memory-snapshots"));
     left.sort();
@@ -525,7 +534,8 @@ fn memory_images_no_record_names_are_swept_at_start_up_unless_one_is_being_taken
     want.sort();
     assert_eq!(left, want, "images were swept in a moved data dir");
     drop(server);
-    std::fs::rename(&moved, &data).expect("move the data dir back");
+    drop(move_back);
+    assert!(data.is_dir(), "the data dir was not moved back");
 
     // Back in place: only the orphan goes; a dir not named as a snapshot id stays.
     let server = gvisor_server(&data);
