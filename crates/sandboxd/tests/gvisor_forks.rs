@@ -509,8 +509,42 @@ fn memory_images_no_record_names_are_swept_at_start_up_unless_one_is_being_taken
     drop(server);
     drop(lock);
 
+    // A data dir moved elsewhere: its records name the old paths, so nothing is swept.
+    let foreign = "not-a-snapshot".to_string();
+    std::fs::create_dir(data.join("memory-snapshots").join(&foreign)).expect("foreign dir");
+    let moved = data.with_file_name(format!(
+        "{}-moved",
+        data.file_name().expect("name").to_string_lossy()
+    ));
+    /// Moves the data dir back (also on a failure: the clean-ups look for it there).
+    struct MoveBack<'a>(&'a Path, &'a Path);
+    impl Drop for MoveBack<'_> {
+        fn drop(&mut self) {
+            if self.0.exists() {
+                let _ = std::fs::rename(self.0, self.1);
+            }
+        }
+    }
+    std::fs::rename(&data, &moved).expect("move the data dir");
+    let move_back = MoveBack(&moved, &data);
+    let server = gvisor_server(&moved);
+    let mut left = entries(&moved.join("memory-snapshots"));
+    left.sort();
+    let mut want = vec![kept.clone(), orphan.clone(), foreign.clone()];
+    want.sort();
+    assert_eq!(left, want, "images were swept in a moved data dir");
+    drop(server);
+    drop(move_back);
+    assert!(data.is_dir(), "the data dir was not moved back");
+
+    // Back in place: only the orphan goes; a dir not named as a snapshot id stays.
     let server = gvisor_server(&data);
-    assert_eq!(entries(&data.join("memory-snapshots")), vec![kept.clone()]);
+    let mut left = entries(&data.join("memory-snapshots"));
+    left.sort();
+    let mut want = vec![kept.clone(), foreign.clone()];
+    want.sort();
+    assert_eq!(left, want);
+    std::fs::remove_dir(data.join("memory-snapshots").join(&foreign)).expect("foreign dir");
     let clone = create(&server, json!({"name": "fork", "snapshotId": kept}));
     server.destroy(MASTER, &clone);
     let r = server.request("DELETE", &format!("/v2/snapshots/{kept}"), MASTER, None);

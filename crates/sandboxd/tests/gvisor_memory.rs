@@ -462,6 +462,73 @@ fn a_gvisor_sandbox_with_egress_pauses_to_disk_and_resumes_with_its_address_and_
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }
 
+/// A sandbox with egress on disk whose network's host side did not survive (a host
+/// restart empties the lease dir, a tmpfs, and drops its namespace's mount) cannot be
+/// restored: a restarted server ends it, with its leftovers, instead of keeping it
+/// paused with every wake failing.
+#[test]
+fn a_gvisor_sandbox_on_disk_whose_network_is_gone_ends_at_start_up() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let fake = fakenet::FakeNet::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let _leftovers = ServerLeftovers(data.clone());
+    let resolver = fake.addr(2);
+    let env = [
+        ("SANDBOXD_ISOLATION", "gvisor"),
+        ("SANDBOXD_NETWORK", "egress"),
+        ("SANDBOXD_RESOLVERS", resolver.as_str()),
+    ];
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let body = serde_json::json!({"name": "rebooted", "vcpu": 1, "memoryMb": 256});
+    let id = server.create_sandbox(MASTER, &body);
+    let r = server.request("POST", &format!("/v2/sandboxes/{id}/pause"), MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        data.join(format!("sandboxes/{id}/memory/checkpoint.img"))
+            .is_file(),
+        "no memory image: it did not go to disk"
+    );
+
+    // The host restarts: the namespace's mount is gone. (So are the lease and the
+    // nftables table, which a shared host cannot drop here: the lease stays, for the
+    // teardown to find this sandbox's entries by.)
+    drop(server);
+    let netns =
+        std::ffi::CString::new(format!("{}/sandboxes/{id}/netns", data.display())).expect("path");
+    // SAFETY: umount2(2) on a NUL-terminated path this test made the sandbox own.
+    let rc = unsafe { libc::umount2(netns.as_ptr(), libc::MNT_DETACH) };
+    assert_eq!(rc, 0, "umount netns");
+
+    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let r = server.request("GET", &format!("/v2/sandboxes/{id}"), MASTER, None);
+    let status = r.json()["data"]["status"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        status == "TERMINATED" || status == "FAILED",
+        "kept though it cannot be restored: {}",
+        r.text()
+    );
+    let r = server.request("POST", &format!("/v2/sandboxes/{id}/resume"), MASTER, None);
+    assert!(
+        (400..500).contains(&r.status),
+        "resuming an ended sandbox: {} {}",
+        r.status,
+        r.text()
+    );
+    assert_eq!(sandbox_processes_under(&data), Vec::<i32>::new());
+    assert!(!fakenet::link_exists(&id), "veth left behind");
+    assert!(!fakenet::nft_entries_exist(&id), "nft entries left behind");
+    assert_eq!(fakenet::leased_address(&id), None, "lease left behind");
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
 /// A memory snapshot whose restore fails after its image was taken returns no snapshot,
 /// so it keeps no image either (nothing would ever name or delete it); the sandbox
 /// stays on disk, whole, and a later restore brings it back.
@@ -518,4 +585,54 @@ fn a_frozen_sandbox_whose_checkpoint_is_given_up_is_frozen_again() {
     );
     assert!(frozen, "the sandbox runs after its checkpoint was given up");
     assert_eq!((code, out.as_str()), (Some(0), "still-here\n"));
+}
+
+/// A server killed in the middle of a restore from disk (the sentry restored and
+/// running, the handle and the image still saying on disk) leaves a sentry nothing
+/// manages: the next server's start-up ends it and its runsc state, and the sandbox,
+/// still on disk, restores from its image.
+#[test]
+fn a_restore_a_killed_server_left_running_is_ended_at_start_up() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let handle = rt.start(&common::spec("default")).expect("start");
+    start_counter(&handle);
+    let on_disk = rt.checkpoint(&handle).expect("checkpoint");
+    let image = sandboxd_runtime::linux::gvisor::checkpoint::image_dir(&on_disk.state_dir);
+    let aside = data.path().join("image-aside");
+    let cp = |from: &std::path::Path, to: &std::path::Path| {
+        let ok = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(to)
+            .status()
+            .expect("cp");
+        assert!(ok.success(), "cp {} {}", from.display(), to.display());
+    };
+    cp(&image, &aside);
+    let _live = rt.restore(&on_disk).expect("restore");
+    // Killed before it recorded the restore: the image and the handle on disk stay.
+    cp(&aside, &image);
+    std::fs::remove_dir_all(&aside).expect("image aside");
+    std::fs::write(
+        on_disk.state_dir.join("handle.json"),
+        serde_json::to_vec_pretty(&on_disk).expect("json"),
+    )
+    .expect("handle");
+    assert!(
+        !rt.cgroups().procs(on_disk.id).is_empty(),
+        "no restored sentry"
+    );
+
+    let keep: std::collections::HashSet<_> = [on_disk.id].into();
+    rt.reconcile(&keep, &Default::default());
+    assert_eq!(rt.cgroups().procs(on_disk.id), Vec::<i32>::new());
+    assert!(rt.is_checkpointed(&on_disk));
+    let live = rt.restore(&on_disk).expect("restore after the start-up");
+    let before = count(&live);
+    common::wait_for("the counter continues", || count(&live) > before);
+    rt.destroy(&live).expect("destroy");
+    assert_gone(&rt, &live);
 }

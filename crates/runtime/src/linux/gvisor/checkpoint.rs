@@ -41,6 +41,16 @@ pub fn on_disk(handle: &SandboxHandle) -> bool {
             .is_file()
 }
 
+/// Why a sandbox on disk with egress can no longer be restored (its network's host
+/// side did not survive: see [`crate::linux::net::netns::lost`]), or `None`.
+pub fn network_lost(rt: &GvisorRuntime, handle: &SandboxHandle) -> Option<String> {
+    let netns = handle.state_dir.join(rootfs::NETNS_FILE);
+    if !netns.exists() {
+        return None; // no egress
+    }
+    crate::linux::net::netns::lost(&rt.linux, handle.id, &netns)
+}
+
 /// Writes the sandbox's memory to disk and ends its host processes; returns its handle
 /// on disk. When the sandbox cannot be checkpointed it keeps running and the error is
 /// [`RuntimeError::CannotCheckpoint`].
@@ -150,6 +160,9 @@ pub(super) fn restore(
     let netns = handle.state_dir.join(rootfs::NETNS_FILE);
     let egress = netns.exists();
     if egress {
+        if let Some(why) = network_lost(rt, handle) {
+            return Err(RuntimeError::Network(format!("cannot restore: {why}")));
+        }
         crate::linux::net::netns::readdress(&rt.linux, handle.id, &netns)?;
     }
     let mut live = handle.clone();

@@ -26,6 +26,7 @@
 mod bundle;
 pub mod checkpoint;
 mod destroy;
+mod interrupted;
 pub mod runsc;
 mod start;
 mod warm;
@@ -245,9 +246,16 @@ impl Runtime for GvisorRuntime {
     }
 
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
-        // On disk, a sandbox lives in its memory image.
-        checkpoint::on_disk(handle)
-            || super::sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
+        // On disk, a sandbox lives in its memory image, as long as what its restore
+        // needs on the host does (not after a host restart for one with egress).
+        if checkpoint::on_disk(handle) {
+            let lost = checkpoint::network_lost(self, handle);
+            if let Some(why) = &lost {
+                tracing::warn!(sandbox = %handle.id, "on disk but cannot be restored: {why}");
+            }
+            return lost.is_none();
+        }
+        super::sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks)
     }
 
     fn watch_exit(&self, handle: &SandboxHandle) -> ExitWatch {
@@ -349,12 +357,29 @@ impl Runtime for GvisorRuntime {
         &self,
         keep: &HashSet<std::path::PathBuf>,
     ) -> Vec<std::path::PathBuf> {
-        let Ok(entries) = std::fs::read_dir(self.memory_snapshots_dir()) else {
+        let dir = self.memory_snapshots_dir();
+        // Records naming images elsewhere (a data dir moved or restored at another
+        // path): their names cannot be matched safely, so nothing is removed.
+        if let Some(other) = keep.iter().find(|p| p.parent() != Some(dir.as_path())) {
+            tracing::warn!(
+                recorded = %other.display(),
+                dir = %dir.display(),
+                "a recorded memory image lies outside this data dir's memory snapshots: images not swept"
+            );
+            return Vec::new();
+        }
+        // Compared by snapshot id (the dir's name), only on dirs named as ids.
+        let kept: HashSet<&std::ffi::OsStr> = keep.iter().filter_map(|p| p.file_name()).collect();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
             return Vec::new();
         };
         let mut removed = Vec::new();
         for path in entries.filter_map(|e| Some(e.ok()?.path())) {
-            if keep.contains(&path) {
+            let Some(name) = path.file_name() else {
+                continue;
+            };
+            let is_id = name.to_str().is_some_and(|n| Uuid::parse_str(n).is_ok());
+            if !is_id || kept.contains(name) {
                 continue;
             }
             match std::fs::remove_dir_all(&path) {
@@ -400,6 +425,7 @@ impl Runtime for GvisorRuntime {
         // are killed with their cgroups by the container tier's reconcile). A kept
         // sandbox made from a warm entry runs in the entry's container; the pool's own
         // entries are kept too.
+        interrupted::clear(self, keep);
         let sandboxes = self.linux.sandboxes_dir();
         let mut containers: HashSet<Uuid> = keep
             .iter()

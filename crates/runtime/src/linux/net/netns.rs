@@ -52,6 +52,29 @@ pub(in crate::linux) fn readdress(
     super::inner::configure_at(netns, lease.sandbox(), lease.host())
 }
 
+/// Why sandbox `id`'s network, kept at `netns` while it is on disk, can no longer be
+/// restored into (its lease or its namespace's mount is gone: a host reboot empties
+/// the lease dir, a tmpfs, and drops the mount), or `None` while both are there.
+pub(in crate::linux) fn lost(rt: &LinuxRuntime, id: Uuid, netns: &Path) -> Option<String> {
+    /// `statfs(2)`'s type of a namespace file (linux/magic.h).
+    const NSFS_MAGIC: u64 = 0x6e73_6673;
+    // Only what is surely gone counts: a server started without egress, or a lock it
+    // cannot take, is an error of the restore itself (a later server may do it).
+    let config = rt.network.as_ref()?;
+    let lock = super::host::HostLock::take(&config.state_dir).ok()?;
+    if lock.lease(id).is_none() {
+        return Some(format!(
+            "sandbox {id}'s network lease is gone (a host restart?)"
+        ));
+    }
+    match rustix::fs::statfs(netns) {
+        Ok(fs) if fs.f_type as u64 != NSFS_MAGIC => Some(format!(
+            "sandbox {id}'s network namespace is gone (a host restart?)"
+        )),
+        _ => None,
+    }
+}
+
 /// Makes a network namespace kept at `path`, and runs `f` with the id of a thread that
 /// is in it meanwhile (what the link code takes to name a namespace: `/proc/<tid>` and
 /// rtnetlink's `IFLA_NET_NS_PID` accept a thread's id).
