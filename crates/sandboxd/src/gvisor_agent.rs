@@ -7,7 +7,8 @@
 //! agent closes its listener and every connection, checks that no other process holds
 //! a socket bound on a host-backed path, and writes the verdict to [`QUIESCED`] in the
 //! socket dir (`ok`, or what blocks a checkpoint). On SIGUSR1 (after a restore, or
-//! when the host gives up on the checkpoint) it listens again. Processes, their output
+//! when the host gives up on the checkpoint) it listens again; a repeat of SIGUSR1 while
+//! it listens is dropped before its next verdict. Processes, their output
 //! rings and the log live on in memory meanwhile.
 
 use clap::Args;
@@ -82,6 +83,12 @@ async fn serve(socket: &Path) -> std::io::Result<()> {
                 blocking.join(", ")
             ),
         };
+        // The host sends SIGUSR1 again while a restored sandbox does not accept (one
+        // can be lost early in a restore): repeats still pending are stale. Dropped
+        // before the verdict, after which the host's next one is meant.
+        while let Ok(Some(())) =
+            tokio::time::timeout(std::time::Duration::ZERO, relisten.recv()).await
+        {}
         std::fs::write(&verdict, text)?;
         relisten.recv().await;
     }

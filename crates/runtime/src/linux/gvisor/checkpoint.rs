@@ -222,17 +222,34 @@ fn quiesce(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<String, Runtime
 /// them, so the agent cannot remove it itself.
 pub(super) fn relisten(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
     let _ = std::fs::remove_file(&handle.agent_socket);
-    // A sandbox just restored may not take signals yet (its control server refuses
-    // connections a moment after `restore --detach` returned).
+    // A sandbox just restored may not take signals yet: its control server refuses
+    // connections a moment after `restore --detach` returned, and (seen under load) a
+    // signal it accepted that early can be lost. So the signal is sent again each
+    // RESEND while the socket does not accept (the agent ignores a repeat: it drains
+    // stale ones before it next waits for one).
+    const RESEND: Duration = Duration::from_secs(1);
     let deadline = Instant::now() + QUIESCE_TIMEOUT;
     let id = super::warm::runsc_id(handle);
-    while let Err(e) = rt.runsc.run(None, &["kill", &id, "USR1"]) {
-        if Instant::now() >= deadline {
-            return Err(e);
+    loop {
+        let sent = rt.runsc.run(None, &["kill", &id, "USR1"]);
+        let until = (Instant::now() + RESEND).min(deadline);
+        while sent.is_ok() && Instant::now() < until {
+            if std::os::unix::net::UnixStream::connect(&handle.agent_socket).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_micros(500));
         }
-        std::thread::sleep(Duration::from_millis(10));
+        if Instant::now() >= deadline {
+            sent?;
+            return Err(RuntimeError::AgentStart(format!(
+                "agent socket {} does not accept after a restore",
+                handle.agent_socket.display()
+            )));
+        }
+        if sent.is_err() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
-    crate::linux::init_process::wait_connectable(&handle.agent_socket)
 }
 
 /// Waits (bounded) until no process is left in the sandbox's cgroup and its sentry is
