@@ -615,23 +615,19 @@ fn runzivo_and_inngest_sandboxes_consent_with_their_extension_fields() {
 /// its address and its policy (the denied fake host still refused).
 #[test]
 fn an_egress_sandbox_moves_to_disk_and_wakes_with_its_address_and_policy() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
+    };
+    let data = fixture.path.clone();
     let fake = fakenet::FakeNet::new();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
     let resolver = fake.addr(2);
     let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
         ("SANDBOXD_NETWORK", "egress"),
         ("SANDBOXD_RESOLVERS", resolver.as_str()),
         ("SANDBOXD_AUTO_PAUSE_MEMORY_BUDGET_MB", "1"),
         ("SANDBOXD_AUTO_PAUSE_INTERVAL_MS", "200"),
     ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &env);
     let body = serde_json::json!({
         "template": "default",
         "autoPause": true,

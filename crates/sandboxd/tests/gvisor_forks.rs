@@ -598,21 +598,17 @@ fn local_probe(server: &serve_bin::Server, id: &str, host: &str) -> String {
 /// chain go with it.
 #[test]
 fn forks_of_an_egress_sandbox_get_their_own_address_and_their_workspace_policy() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
+    };
+    let data = fixture.path.clone();
     let fake = fakenet::FakeNet::new();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
     let resolver = fake.addr(2);
     let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
         ("SANDBOXD_NETWORK", "egress"),
         ("SANDBOXD_RESOLVERS", resolver.as_str()),
     ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &env);
     set_policy(&data, &fake, &fake.addr(3));
     let source = create(
         &server,

@@ -13,7 +13,6 @@ mod serve_bin;
 use gvisor_common::*;
 use gvisor_server::gvisor_data;
 use sandboxd_agent_protocol::AgentClient;
-use sandboxd_runtime::linux::gvisor::GvisorRuntime;
 use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle};
 
 /// A shell whose counter lives in its memory, written to /root/count every 100 ms.
@@ -345,21 +344,17 @@ fn local_probe(server: &serve_bin::Server, id: &str, host: &str) -> String {
 /// the denied one refused).
 #[test]
 fn a_gvisor_sandbox_with_egress_pauses_to_disk_and_resumes_with_its_address_and_policy() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
+    };
+    let data = fixture.path.clone();
     let fake = fakenet::FakeNet::new();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
     let resolver = fake.addr(2);
     let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
         ("SANDBOXD_NETWORK", "egress"),
         ("SANDBOXD_RESOLVERS", resolver.as_str()),
     ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &env);
     let allow = format!("{}.0/29", fake.prefix);
     let policy = [
         "network-policy",
@@ -419,7 +414,7 @@ fn a_gvisor_sandbox_with_egress_pauses_to_disk_and_resumes_with_its_address_and_
 
     // A restarted server keeps its network while it is on disk, and resumes it.
     drop(server);
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &env);
     assert_eq!(fakenet::leased_address(&id).as_deref(), Some(addr.as_str()));
     let r = server.request("POST", &format!("/v2/sandboxes/{id}/resume"), MASTER, None);
     assert_eq!(r.status, 200, "{}", r.text());
@@ -468,21 +463,17 @@ fn a_gvisor_sandbox_with_egress_pauses_to_disk_and_resumes_with_its_address_and_
 /// paused with every wake failing.
 #[test]
 fn a_gvisor_sandbox_on_disk_whose_network_is_gone_ends_at_start_up() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
+    };
+    let data = fixture.path.clone();
     let fake = fakenet::FakeNet::new();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
     let resolver = fake.addr(2);
     let env = [
-        ("SANDBOXD_ISOLATION", "gvisor"),
         ("SANDBOXD_NETWORK", "egress"),
         ("SANDBOXD_RESOLVERS", resolver.as_str()),
     ];
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &env);
     let body = serde_json::json!({"name": "rebooted", "vcpu": 1, "memoryMb": 256});
     let id = server.create_sandbox(MASTER, &body);
     let r = server.request("POST", &format!("/v2/sandboxes/{id}/pause"), MASTER, None);
@@ -503,7 +494,7 @@ fn a_gvisor_sandbox_on_disk_whose_network_is_gone_ends_at_start_up() {
     let rc = unsafe { libc::umount2(netns.as_ptr(), libc::MNT_DETACH) };
     assert_eq!(rc, 0, "umount netns");
 
-    let server = serve_bin::Server::start_with_env(&data, Some(MASTER), &env);
+    let server = fixture.serve(MASTER, &env);
     let r = server.request("GET", &format!("/v2/sandboxes/{id}"), MASTER, None);
     let status = r.json()["data"]["status"]
         .as_str()
