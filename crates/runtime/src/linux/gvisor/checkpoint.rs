@@ -186,8 +186,11 @@ pub(super) fn restore(
         }
         return Err(e);
     }
-    let _ = std::fs::remove_dir_all(image_dir(&handle.state_dir));
+    // The live handle is saved before the image goes: a crash between the two leaves
+    // a running sandbox recorded as running (and an image its destroy removes), not a
+    // handle on disk whose image is gone (which would look crashed).
     start::save_handle(&live)?;
+    let _ = std::fs::remove_dir_all(image_dir(&handle.state_dir));
     Ok(live)
 }
 

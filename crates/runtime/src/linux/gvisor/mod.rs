@@ -265,10 +265,20 @@ impl Runtime for GvisorRuntime {
         }
     }
 
-    fn can_checkpoint(&self, _handle: &SandboxHandle) -> bool {
-        // With or without egress (see `checkpoint::restore`); a sandbox holding a host
-        // socket is refused by the checkpoint itself, and keeps running.
-        true
+    fn can_checkpoint(&self, handle: &SandboxHandle) -> bool {
+        // Not with egress: this runsc cannot save a TCP endpoint of the sandbox's link
+        // (eth0) that is connected or closing (TIME_WAIT included, for a minute after a
+        // connection the sandbox closed first), and a checkpoint that meets one fails
+        // and ends the sandbox — its processes and memory lost. Nothing on the host can
+        // tell such endpoints beforehand, so an egress sandbox pauses in memory and its
+        // snapshots are filesystem-only. (`checkpoint`/`restore` themselves handle a
+        // network: a fork of a sandbox without one can be restored with egress.) A
+        // sandbox holding a host socket is refused by the checkpoint's own check, and
+        // keeps running.
+        !handle
+            .state_dir
+            .join(crate::linux::rootfs::NETNS_FILE)
+            .exists()
     }
 
     fn is_checkpointed(&self, handle: &SandboxHandle) -> bool {
