@@ -40,6 +40,9 @@ pub(super) fn clear(rt: &GvisorRuntime, keep: &HashSet<Uuid>) {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        // Reaped (bounded) before runsc's state goes: a sentry or gofer still exiting
+        // would meet the next restore.
+        super::destroy::reap(&pids);
         rt.runsc.delete(&id);
         for file in rt.runsc.state_files(&id) {
             let _ = std::fs::remove_file(file);
