@@ -12,7 +12,6 @@ mod serve_bin;
 
 use gvisor_common::*;
 use gvisor_server::gvisor_data;
-use sandboxd_runtime::linux::gvisor::GvisorRuntime;
 use serde_json::json;
 use std::path::Path;
 
@@ -278,14 +277,11 @@ fn snapshot(server: &serve_bin::Server, id: &str) -> serde_json::Value {
 /// 201 `memory: false` (never a 409) and the sandbox runs on untouched.
 #[test]
 fn a_snapshot_of_a_sandbox_that_cannot_be_checkpointed_is_filesystem_only() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
-    let server = gvisor_server(&data);
+    };
+    let data = fixture.path.clone();
+    let server = fixture.serve(MASTER, &[]);
     let source = create(
         &server,
         json!({"name": "holder", "vcpu": 1, "memoryMb": 256}),
@@ -419,14 +415,11 @@ impl Stream {
 /// so the snapshot is filesystem-only and the stream carries on.
 #[test]
 fn a_snapshot_while_a_stream_is_open_is_filesystem_only_and_the_stream_goes_on() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
-    let server = gvisor_server(&data);
+    };
+    let data = fixture.path.clone();
+    let server = fixture.serve(MASTER, &[]);
     let source = create(
         &server,
         json!({"name": "streaming", "vcpu": 1, "memoryMb": 256}),
@@ -470,14 +463,11 @@ fn a_snapshot_while_a_stream_is_open_is_filesystem_only_and_the_stream_goes_on()
 /// (the writers' lock is held); recorded images stay and still fork.
 #[test]
 fn memory_images_no_record_names_are_swept_at_start_up_unless_one_is_being_taken() {
-    if !GvisorRuntime::available() {
-        eprintln!("runsc is not installed: skipping");
+    let Some(fixture) = gvisor_data() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().canonicalize().expect("canonical");
-    let _leftovers = ServerLeftovers(data.clone());
-    let server = gvisor_server(&data);
+    };
+    let data = fixture.path.clone();
+    let server = fixture.serve(MASTER, &[]);
     let source = create(
         &server,
         json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
