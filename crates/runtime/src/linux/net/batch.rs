@@ -1,9 +1,9 @@
 //! Group commit of nftables changes: starts that arrive together (a burst of creates,
 //! entries refilled side by side) share one transaction. A caller queues its set
 //! elements and waits for the rules lock; whichever takes it first adds every element
-//! queued by then in one netlink batch, and the others find theirs done. A batch that
-//! fails is applied again one caller's elements at a time, so each caller gets its own
-//! result.
+//! queued by then in one netlink batch (several when many are queued, each holding
+//! whole callers), and the others find theirs done. A batch that fails is applied
+//! again one caller's elements at a time, so each caller gets its own result.
 
 use super::host::RulesLock;
 use super::nfset::Elem;
@@ -70,8 +70,37 @@ pub(super) fn add(dir: &Path, elems: Vec<Elem>) -> Result<(), RuntimeError> {
     })
 }
 
-/// One transaction for the whole batch; on failure, one per caller.
+/// A joined transaction takes callers until it holds about this many elements (a
+/// caller's are never split), so a burst makes a few transactions of bounded size.
+const JOINED_ELEMENTS: usize = 1024;
+
+/// The batch in runs of whole callers of at most [`JOINED_ELEMENTS`] elements (or
+/// one caller, however many it has).
+fn runs<T>(batch: &[T], len: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let (mut start, mut elems) = (0, 0);
+    for (i, p) in batch.iter().enumerate() {
+        if i > start && elems + len(p) > JOINED_ELEMENTS {
+            out.push(&batch[start..i]);
+            (start, elems) = (i, 0);
+        }
+        elems += len(p);
+    }
+    if start < batch.len() {
+        out.push(&batch[start..]);
+    }
+    out
+}
+
+/// One transaction per run of callers; on failure, one per caller of the run.
 fn apply_batch(batch: &[Pending]) {
+    for run in runs(batch, |p| p.elems.len()) {
+        apply_run(run);
+    }
+}
+
+/// One transaction for `batch`; on failure, one per caller.
+fn apply_run(batch: &[Pending]) {
     if batch.len() > 1 {
         let joined: Vec<Elem> = batch.iter().flat_map(|p| p.elems.iter().cloned()).collect();
         if nft::add_sandbox(&joined).is_ok() {
@@ -92,4 +121,106 @@ fn set(done: &Mutex<Option<Result<(), RuntimeError>>>, result: Result<(), Runtim
 
 fn take(done: &Mutex<Option<Result<(), RuntimeError>>>) -> Option<Result<(), RuntimeError>> {
     done.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linux::net::nfset;
+    use crate::linux::net::nft::{SandboxRules, TABLE};
+    use crate::linux::net::policy::Policy;
+    use crate::Cidr;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn runs_hold_whole_callers_and_bound_the_joined_ones() {
+        let sizes = [600, 600, 10, 2000, 1, 1];
+        let r = runs(&sizes, |n| *n);
+        assert_eq!(r, [&[600][..], &[600, 10], &[2000], &[1, 1]]);
+        assert!(runs(&[] as &[usize], |n| *n).is_empty());
+    }
+
+    fn sandboxes(n: u32, policy: &Policy) -> Vec<Vec<Elem>> {
+        let resolvers = [Ipv4Addr::new(192, 0, 2, 53)];
+        (0..n)
+            .map(|i| {
+                let base = u32::from(Ipv4Addr::new(10, 213, 0, 0)) + 4 * i;
+                nft::sandbox_elements(&SandboxRules {
+                    ifname: &format!("sbx{i:012}"),
+                    net: Cidr {
+                        addr: Ipv4Addr::from(base),
+                        prefix: 30,
+                    },
+                    addr: Ipv4Addr::from(base + 2),
+                    resolvers: &resolvers,
+                    policy,
+                })
+            })
+            .collect()
+    }
+
+    fn restricted() -> Policy {
+        let cidrs = |l: &[&str]| l.iter().map(|c| c.parse().expect("cidr")).collect();
+        Policy {
+            deny: cidrs(&["198.18.0.9", "10.0.0.0/8"]),
+            allow: vec![cidrs(&["198.18.0.0/15"])],
+        }
+    }
+
+    fn fresh_table() {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
+        nft::apply(&nft::base_table(false)).expect("the table");
+    }
+
+    /// A large joined add (one transaction of 40 sandboxes, then of 400) reports the
+    /// success it is, with every element in place: its replies fit the socket, and the
+    /// send fits its buffer (in a network namespace of the test's own; needs root).
+    #[test]
+    fn a_large_joined_add_reports_its_commit() {
+        fresh_table();
+        let policy = restricted();
+        for (from, n) in [(0, 40), (40, 400)] {
+            let all = sandboxes(from + n, &policy);
+            let joined: Vec<Elem> = all[from as usize..].concat();
+            nft::add_sandbox(&joined).expect("the joined add");
+            let now = nfset::list("dispatch").expect("dispatch");
+            assert_eq!(now.len(), (from + n) as usize, "{TABLE}: dispatch");
+            assert!(nfset::list("allow").expect("allow").len() >= (from + n) as usize);
+        }
+    }
+
+    /// A burst of 400 starts queued together: each caller is told it succeeded and its
+    /// elements are all there.
+    #[test]
+    fn a_burst_of_starts_is_committed_in_bounded_transactions() {
+        fresh_table();
+        let policy = restricted();
+        let pending: Vec<Pending> = sandboxes(400, &policy)
+            .into_iter()
+            .map(|elems| Pending {
+                elems,
+                done: Arc::new(Mutex::new(None)),
+            })
+            .collect();
+        assert!(
+            runs(&pending, |p| p.elems.len()).len() > 1,
+            "several transactions"
+        );
+        apply_batch(&pending);
+        for (i, p) in pending.iter().enumerate() {
+            match take(&p.done) {
+                Some(Ok(())) => {}
+                other => panic!("caller {i}: {other:?}"),
+            }
+        }
+        for set in ["dispatch", "owners", "restricted", "nat_sources"] {
+            assert_eq!(nfset::list(set).expect("list").len(), 400, "{set}");
+        }
+        let all: Vec<Elem> = pending.iter().flat_map(|p| p.elems.clone()).collect();
+        assert!(nfset::in_place(&all, &[]).expect("read back"));
+        let gone = &pending[7].elems;
+        nfset::commit(&[], gone).expect("remove one");
+        assert!(!nfset::in_place(&all, &[]).expect("read back"));
+        assert!(nfset::in_place(&[], gone).expect("read back"));
+    }
 }

@@ -85,31 +85,62 @@ fn element(e: &Elem) -> ListAttribute<SetElementAttribute> {
 }
 
 /// The batch removing `del` and adding `add`, in that order, in one transaction: one
-/// message per run of elements of the same set.
+/// message per run of elements of the same set. Only the last asks for an ack: the
+/// kernel reports an error of any message anyway, before that ack, and an ack for
+/// every message (each of a large batch's) can overrun the socket (`ENOBUFS`).
 fn batch(add: &[Elem], del: &[Elem]) -> Vec<(NetlinkMessage<NetfilterMessage>, u16)> {
     let mut msgs = vec![(control(ControlMessage::BatchBegin), 0)];
     for (elems, adding) in [(del, false), (add, true)] {
         for run in elems.chunk_by(|a, b| a.set == b.set) {
             let list = elements_of(run[0].set, run.iter().map(element).collect());
             msgs.push(match adding {
-                true => (
-                    inet(NfTablesMessage::NewSetElement(list)),
-                    NLM_F_ACK | NLM_F_CREATE,
-                ),
-                false => (inet(NfTablesMessage::DeleteSetElement(list)), NLM_F_ACK),
+                true => (inet(NfTablesMessage::NewSetElement(list)), NLM_F_CREATE),
+                false => (inet(NfTablesMessage::DeleteSetElement(list)), 0),
             });
         }
+    }
+    if let Some((_, flags)) = msgs.last_mut() {
+        *flags |= NLM_F_ACK;
     }
     msgs.push((control(ControlMessage::BatchEnd), 0));
     msgs
 }
 
 /// Removes `del` and adds `add` in one transaction (nothing at all if either fails).
+/// When the replies were lost (`ENOBUFS`), the sets are read again: the change is
+/// done if every element of `add` is there and none of `del`.
 pub fn commit(add: &[Elem], del: &[Elem]) -> io::Result<()> {
     if add.is_empty() && del.is_empty() {
         return Ok(());
     }
-    nlsock::transact(NETLINK_NETFILTER, batch(add, del))
+    match nlsock::transact(NETLINK_NETFILTER, batch(add, del)) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => match in_place(add, del) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(e),
+            Err(read) => Err(io::Error::new(
+                read.kind(),
+                format!("{e}; reading the sets back to learn whether it took effect: {read}"),
+            )),
+        },
+        other => other,
+    }
+}
+
+/// Whether the sets hold every element of `add` and none of `del`.
+pub(super) fn in_place(add: &[Elem], del: &[Elem]) -> io::Result<bool> {
+    let mut sets: Vec<&'static str> = add.iter().chain(del).map(|e| e.set).collect();
+    sets.sort_unstable();
+    sets.dedup();
+    for set in sets {
+        let now = list(set)?;
+        let has = |e: &Elem| now.iter().any(|n| n.same(e));
+        let added = add.iter().filter(|e| e.set == set).all(has);
+        let removed = !del.iter().filter(|e| e.set == set).any(has);
+        if !(added && removed) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The elements of set `set` now.
@@ -210,7 +241,12 @@ mod tests {
             .collect();
         // NFNL_MSG_BATCH_BEGIN/END, then (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_*SETELEM.
         assert_eq!(kinds, [16, 0x0a0e, 0x0a0c, 0x0a0c, 0x0a0c, 17]);
-        assert!(msgs[1..5].iter().all(|(_, f)| f & NLM_F_ACK != 0));
-        assert_eq!(msgs[0].1 & NLM_F_ACK, 0, "the batch's begin asks no ack");
+        let acked: Vec<bool> = msgs.iter().map(|(_, f)| f & NLM_F_ACK != 0).collect();
+        assert_eq!(
+            acked,
+            [false, false, false, false, true, false],
+            "the last asks"
+        );
+        assert!(msgs[2..5].iter().all(|(_, f)| f & NLM_F_CREATE != 0));
     }
 }

@@ -17,24 +17,49 @@ const REPLY_TIMEOUT: libc::timeval = libc::timeval {
     tv_usec: 0,
 };
 
-fn open(protocol: isize) -> io::Result<Socket> {
-    let mut sock = Socket::new(protocol)?;
-    sock.bind_auto()?;
-    sock.connect(&SocketAddr::new(0, 0))?;
-    // SAFETY: setsockopt on a socket we own with a timeval of its own size.
+/// A send larger than this (about what a socket's default send buffer takes) makes
+/// the socket's send buffer big enough for it first.
+const DEFAULT_SEND: usize = 64 << 10;
+
+/// Sets socket option `name` of level `SOL_SOCKET` to `value`.
+fn set_option<T>(sock: &Socket, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: setsockopt on a socket we own with a value of its own size.
     let rc = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&REPLY_TIMEOUT as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    match rc {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
     }
+}
+
+/// A socket whose acks carry no copy of the request (`NETLINK_CAP_ACK`): an error
+/// names its message by sequence number, and acks stay small.
+fn open(protocol: isize) -> io::Result<Socket> {
+    let mut sock = Socket::new(protocol)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    set_option(&sock, libc::SO_RCVTIMEO, &REPLY_TIMEOUT)?;
+    sock.set_cap_ack(true)?;
     Ok(sock)
+}
+
+/// Lets `sock` send `len` bytes in one message: netlink refuses (`EMSGSIZE`) a
+/// message larger than the send buffer, which is capped by `wmem_max` unless forced
+/// (`CAP_NET_ADMIN`, which programming nftables needs anyway).
+fn room_to_send(sock: &Socket, len: usize) -> io::Result<()> {
+    if len <= DEFAULT_SEND {
+        return Ok(());
+    }
+    let size = libc::c_int::try_from(len + 4096).unwrap_or(libc::c_int::MAX);
+    set_option(sock, libc::SO_SNDBUFFORCE, &size)
+        .or_else(|_| set_option(sock, libc::SO_SNDBUF, &size))
 }
 
 fn bad(e: impl std::fmt::Display) -> io::Error {
@@ -84,9 +109,11 @@ where
     }
 }
 
-/// Sends `msgs` in one write, each asking for an ack except where `flags` say
-/// otherwise, and waits for every ack; the first error answers for the whole send
-/// (nfnetlink batches are all or nothing).
+/// Sends `msgs` in one write and waits for the acks of those whose `flags` ask for
+/// one; the first error answers for the whole send (nfnetlink batches are all or
+/// nothing, and report an error of any message, asked or not, before the acks of
+/// the messages after it). An `ENOBUFS` means replies were lost: whether the
+/// request took effect is unknown.
 pub fn transact<I>(protocol: isize, msgs: Vec<(NetlinkMessage<I>, u16)>) -> io::Result<()>
 where
     I: NetlinkSerializable + NetlinkDeserializable,
@@ -94,6 +121,7 @@ where
     let acked = msgs.iter().filter(|(_, f)| f & NLM_F_ACK != 0).count();
     let (bytes, _) = serialize(msgs);
     let sock = open(protocol)?;
+    room_to_send(&sock, bytes.len())?;
     sock.send(&bytes, 0)?;
     if acked == 0 {
         return Ok(());
