@@ -147,10 +147,12 @@ pub(super) fn start(
     // A network a one-shot run parked (this process's or another's); for a one-shot
     // run, else a spare of a server running beside it.
     let spare = match (spare, no_rules) {
-        (None, true) => parked::take(config, spec.id).or_else(|| match rt.park_networks {
-            true => spares::claim(config, spec.id),
-            false => None,
-        }),
+        (None, true) => parked::take(config, spec.id)
+            .or_else(|| match rt.park_networks {
+                true => spares::claim(config, spec.id),
+                false => None,
+            })
+            .and_then(|lease| adopt(config, spec.id, lease)),
         (spare, _) => spare,
     };
     let (prepared, started) = match spare {
@@ -192,6 +194,23 @@ pub(super) fn start(
                 tracing::error!(id = %spec.id, error = %cleanup, "cleaning up after a failed network setup");
             }
             Err(e)
+        }
+    }
+}
+
+/// A host side another process made (a parked network, a server's spare) for sandbox
+/// `id`, its DNS entries made this process's resolvers, the ones its `resolv.conf`
+/// names; `None` (the lease released) when that fails.
+fn adopt(config: &NetConfig, id: Uuid, lease: host::Lease) -> Option<host::Lease> {
+    let (ifname, _) = lease_names(id, &lease);
+    let set = RulesLock::take(&config.state_dir)
+        .and_then(|_rules| nft::set_resolvers(&ifname, &config.resolvers));
+    match set {
+        Ok(_) => Some(lease),
+        Err(e) => {
+            tracing::warn!(%id, error = %e, "cannot give a taken network this process's resolvers");
+            teardown(config, id);
+            None
         }
     }
 }

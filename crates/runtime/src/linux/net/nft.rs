@@ -206,6 +206,14 @@ pub fn policy_elements(ifname: &str, policy: &Policy) -> Vec<Elem> {
     out
 }
 
+/// The elements letting the sandbox on `ifname` reach `resolvers` over DNS.
+fn dns_elements(ifname: &str, resolvers: &[Ipv4Addr]) -> Vec<Elem> {
+    resolvers
+        .iter()
+        .map(|d| single("dns", concat(ifname, u32::from(*d))))
+        .collect()
+}
+
 /// Every element of a sandbox: its /30 among the sandbox networks, its address as a
 /// NAT source and as its interface's own, its resolvers, its policy's, and last (once
 /// the rest is in place) its interface's entry to `egress`.
@@ -215,11 +223,7 @@ pub fn sandbox_elements(r: &SandboxRules) -> Vec<Elem> {
         single("nat_sources", r.addr.octets().to_vec()),
         single("owners", concat(r.ifname, u32::from(r.addr))),
     ]);
-    out.extend(
-        r.resolvers
-            .iter()
-            .map(|d| single("dns", concat(r.ifname, u32::from(*d)))),
-    );
+    out.extend(dns_elements(r.ifname, r.resolvers));
     out.extend(policy_elements(r.ifname, r.policy));
     out.push(Elem {
         jump: Some("egress"),
@@ -274,6 +278,24 @@ pub fn retarget(ifname: &str, policy: &Policy) -> Result<(), RuntimeError> {
     let what = "changing a sandbox's policy";
     let old = owned(ifname, &POLICY_SETS).map_err(|e| nft_err(what, e))?;
     nfset::commit(&policy_elements(ifname, policy), &old).map_err(|e| nft_err(what, e))
+}
+
+/// Lets the sandbox on `ifname` reach `resolvers` over DNS and no other resolver: the
+/// elements it lacks added and those of other resolvers removed, in one transaction
+/// (none when it has them already). True when anything changed.
+pub fn set_resolvers(ifname: &str, resolvers: &[Ipv4Addr]) -> Result<bool, RuntimeError> {
+    let what = "changing a sandbox's resolvers";
+    let old = owned(ifname, &["dns"]).map_err(|e| nft_err(what, e))?;
+    let new = dns_elements(ifname, resolvers);
+    let missing = |from: &[Elem], of: &[Elem]| -> Vec<Elem> {
+        from.iter()
+            .filter(|e| !of.iter().any(|o| o.same(e)))
+            .cloned()
+            .collect()
+    };
+    let (add, del) = (missing(&new, &old), missing(&old, &new));
+    nfset::commit(&add, &del).map_err(|e| nft_err(what, e))?;
+    Ok(!(add.is_empty() && del.is_empty()))
 }
 
 /// Removes every element of the sandbox on `ifname` (and with `net`, its /30 and

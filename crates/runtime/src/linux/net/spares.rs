@@ -74,9 +74,14 @@ impl SpareNets {
         refill::spawn(&self.0, |s| &s.filling, "spare-nets", Shared::fill);
     }
 
-    /// Spares ready to be taken.
+    /// Spares ready to be taken (not claimed by another process); one claimed since
+    /// the last look starts a refill.
     pub fn ready(&self) -> usize {
-        self.0.spares.lock().map_or(0, |s| s.len())
+        let (ready, claimed) = self.0.unclaimed();
+        if claimed > 0 {
+            self.refill();
+        }
+        ready
     }
 
     /// Removes every spare (also run on drop).
@@ -100,9 +105,20 @@ impl Drop for SpareNets {
 }
 
 impl Shared {
+    /// Forgets the spares another process claimed (their markers gone: see [`claim`]):
+    /// how many are left, and how many went.
+    fn unclaimed(&self) -> (usize, usize) {
+        let Ok(mut spares) = self.spares.lock() else {
+            return (0, 0);
+        };
+        let before = spares.len();
+        spares.retain(|id| marker(&self.config, *id).exists());
+        (spares.len(), before - spares.len())
+    }
+
     fn fill(&self) {
         while !self.closed.load(Ordering::Acquire) {
-            if self.spares.lock().map_or(true, |s| s.len() >= self.size) {
+            if self.unclaimed().0 >= self.size {
                 return;
             }
             let id = Uuid::new_v4();
