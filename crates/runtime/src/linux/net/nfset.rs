@@ -249,4 +249,36 @@ mod tests {
         );
         assert!(msgs[2..5].iter().all(|(_, f)| f & NLM_F_CREATE != 0));
     }
+
+    /// With an ack asked of the last message only, an error of an earlier one still
+    /// fails the batch, and nothing of it is committed (in a network namespace of the
+    /// test's own; needs root).
+    #[test]
+    fn an_error_of_any_message_fails_the_batch_and_commits_nothing() {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
+        super::super::nft::apply(&super::super::nft::base_table(false)).expect("the table");
+        let e = |set, key: Vec<u8>| Elem {
+            set,
+            key,
+            key_end: None,
+            end: false,
+            jump: None,
+        };
+        let source = |i: u8| e("nat_sources", vec![10, 213, 0, i]);
+        let enoent = |r: io::Result<()>| r.map_err(|e| e.raw_os_error());
+        // A missing set first, good elements after it (the acked message among them).
+        let add = [e("nosuchset", vec![1; 4]), source(2), source(6)];
+        assert_eq!(enoent(commit(&add, &[])), Err(Some(libc::ENOENT)));
+        // The acked (last) message is the bad one.
+        let add = [source(2), e("nosuchset", vec![1; 4])];
+        assert_eq!(enoent(commit(&add, &[])), Err(Some(libc::ENOENT)));
+        // Removing an element that is not there, before a good add.
+        assert_eq!(
+            enoent(commit(&[source(10)], &[source(14)])),
+            Err(Some(libc::ENOENT))
+        );
+        assert_eq!(list("nat_sources").expect("list"), Vec::new());
+        commit(&[source(2), source(6)], &[]).expect("a good batch");
+        assert_eq!(list("nat_sources").expect("list").len(), 2);
+    }
 }
