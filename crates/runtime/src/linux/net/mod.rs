@@ -203,10 +203,14 @@ pub(super) fn start(
 /// names; `None` (the lease released) when that fails.
 fn adopt(config: &NetConfig, id: Uuid, lease: host::Lease) -> Option<host::Lease> {
     let (ifname, _) = lease_names(id, &lease);
-    let set = RulesLock::take(&config.state_dir)
-        .and_then(|_rules| nft::set_resolvers(&ifname, &config.resolvers));
+    // Read without the rules lock (a run's usual case: the same resolvers).
+    let set = match nft::has_resolvers(&ifname, &config.resolvers) {
+        Ok(true) => Ok(()),
+        _ => RulesLock::take(&config.state_dir)
+            .and_then(|_rules| nft::set_resolvers(&ifname, &config.resolvers)),
+    };
     match set {
-        Ok(_) => Some(lease),
+        Ok(()) => Some(lease),
         Err(e) => {
             tracing::warn!(%id, error = %e, "cannot give a taken network this process's resolvers");
             teardown(config, id);

@@ -280,12 +280,13 @@ pub fn retarget(ifname: &str, policy: &Policy) -> Result<(), RuntimeError> {
     nfset::commit(&policy_elements(ifname, policy), &old).map_err(|e| nft_err(what, e))
 }
 
-/// Lets the sandbox on `ifname` reach `resolvers` over DNS and no other resolver: the
-/// elements it lacks added and those of other resolvers removed, in one transaction
-/// (none when it has them already). True when anything changed.
-pub fn set_resolvers(ifname: &str, resolvers: &[Ipv4Addr]) -> Result<bool, RuntimeError> {
-    let what = "changing a sandbox's resolvers";
-    let old = owned(ifname, &["dns"]).map_err(|e| nft_err(what, e))?;
+/// The DNS elements the sandbox on `ifname` lacks to reach `resolvers`, and those it
+/// has of other resolvers, as the kernel has them now.
+fn resolver_changes(
+    ifname: &str,
+    resolvers: &[Ipv4Addr],
+) -> std::io::Result<(Vec<Elem>, Vec<Elem>)> {
+    let old = owned(ifname, &["dns"])?;
     let new = dns_elements(ifname, resolvers);
     let missing = |from: &[Elem], of: &[Elem]| -> Vec<Elem> {
         from.iter()
@@ -293,9 +294,23 @@ pub fn set_resolvers(ifname: &str, resolvers: &[Ipv4Addr]) -> Result<bool, Runti
             .cloned()
             .collect()
     };
-    let (add, del) = (missing(&new, &old), missing(&old, &new));
-    nfset::commit(&add, &del).map_err(|e| nft_err(what, e))?;
-    Ok(!(add.is_empty() && del.is_empty()))
+    Ok((missing(&new, &old), missing(&old, &new)))
+}
+
+/// Whether the sandbox on `ifname` may reach over DNS exactly `resolvers`.
+pub fn has_resolvers(ifname: &str, resolvers: &[Ipv4Addr]) -> Result<bool, RuntimeError> {
+    let (add, del) = resolver_changes(ifname, resolvers)
+        .map_err(|e| nft_err("reading a sandbox's resolvers", e))?;
+    Ok(add.is_empty() && del.is_empty())
+}
+
+/// Lets the sandbox on `ifname` reach `resolvers` over DNS and no other resolver: the
+/// elements it lacks added and those of other resolvers removed, in one transaction
+/// (none when it has them already).
+pub fn set_resolvers(ifname: &str, resolvers: &[Ipv4Addr]) -> Result<(), RuntimeError> {
+    let what = "changing a sandbox's resolvers";
+    let (add, del) = resolver_changes(ifname, resolvers).map_err(|e| nft_err(what, e))?;
+    nfset::commit(&add, &del).map_err(|e| nft_err(what, e))
 }
 
 /// Removes every element of the sandbox on `ifname` (and with `net`, its /30 and
