@@ -4,7 +4,7 @@
 //! network done. The spare's marker (see `spares`) covers a crash before the claim.
 
 use super::policy::Policy;
-use super::{link, spares, NetConfig};
+use super::{link, resolv, spares, NetConfig};
 use crate::linux::warm::Warm;
 use crate::linux::LinuxRuntime;
 use crate::{RuntimeError, SandboxSpec};
@@ -22,7 +22,7 @@ pub(in crate::linux) fn wire(
     let lease = spares::make(config, key, policy)?;
     let (ifname, _) = super::lease_names(key, &lease);
     link::create(&ifname, pid, &lease)?;
-    link::stage_resolv_conf(upper, &config.resolvers, owner)
+    resolv::stage_resolv_conf(upper, &config.resolvers, owner)
 }
 
 /// Removes what [`wire`] made (idempotent).
