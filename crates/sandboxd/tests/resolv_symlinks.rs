@@ -1,0 +1,202 @@
+//! An image's `/etc` (or `/etc/resolv.conf`) that is a symlink aimed out of the
+//! sandbox's root — absolute, or climbing with `../..` — never makes the host write,
+//! chown or delete anything outside the root when a sandbox starts with egress: cold,
+//! from a wired warm entry, and on the gVisor tier. The symlinks aim at a directory the
+//! test owns (never the host's `/etc`). The sandbox still starts; its resolver config
+//! is written where the symlink leads *within its root*, or not at all.
+
+mod common;
+mod registry;
+
+use common::{raw_runtime, wait_for};
+use registry::sandboxd;
+use sandboxd_runtime::linux::gvisor::GvisorRuntime;
+use sandboxd_runtime::linux::{LinuxConfig, LinuxRuntime, NetConfig};
+use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const IMAGES: [&str; 4] = ["etc-abs", "etc-climb", "resolv-abs", "etc-inner"];
+const RESOLVER: &str = "192.0.2.53";
+
+/// Destroys every sandbox still on disk (network included), drains the warm entries
+/// and drops the cgroup parent, e.g. after a failed assertion.
+struct Cleanup<'a>(&'a LinuxRuntime);
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        for handle in self.0.stored_handles() {
+            let _ = self.0.destroy(&handle);
+        }
+        self.0.drain_warm_inits();
+        self.0.cgroups().remove_parent_if_unused();
+    }
+}
+
+/// The test's host dir the images aim at (with one file, `resolv.conf`), and the data
+/// dir with the images imported as `<layout>:v1`.
+fn setup(work: &Path) -> (PathBuf, PathBuf) {
+    let outside = work.join("outside");
+    std::fs::create_dir(&outside).expect("outside");
+    std::fs::write(outside.join("resolv.conf"), "host's\n").expect("host file");
+    let layouts = work.join("layouts");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_etc_links.py");
+    registry::run(
+        Command::new("python3")
+            .arg(script)
+            .arg(&layouts)
+            .arg(&outside),
+    );
+    let data = work.join("data");
+    std::fs::create_dir(&data).expect("data");
+    for name in IMAGES {
+        let dir = layouts.join(name);
+        let image = format!("{name}:v1");
+        let out = sandboxd(
+            &data,
+            &[
+                "images",
+                "import",
+                dir.to_str().expect("utf-8"),
+                "--name",
+                &image,
+            ],
+        );
+        assert!(out.status.success(), "{}", registry::text(&out));
+    }
+    (outside, data)
+}
+
+/// Nothing in `outside` changed: its one file, with its text, owner and kind.
+fn assert_outside_untouched(outside: &Path, case: &str) {
+    let names: Vec<_> = std::fs::read_dir(outside)
+        .expect("outside")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(
+        names,
+        ["resolv.conf"],
+        "{case}: files appeared outside the root"
+    );
+    let file = outside.join("resolv.conf");
+    let meta = std::fs::symlink_metadata(&file).expect("stat");
+    assert!(meta.is_file(), "{case}: the host file was replaced");
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (0, 0),
+        "{case}: the host file was chowned"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("read"),
+        "host's\n",
+        "{case}: the host file was rewritten"
+    );
+}
+
+/// The resolver config the host wrote in `handle`'s root, where image `image` puts
+/// `/etc` within it (`None` where that is nowhere).
+fn resolv_conf_in_root(handle: &SandboxHandle, image: &str) -> Option<String> {
+    let root = handle.state_dir.join("rootfs");
+    let file = match image {
+        "resolv-abs" => root.join("etc/resolv.conf"),
+        "etc-inner" => root.join("private/etc/resolv.conf"),
+        _ => return None,
+    };
+    let meta = std::fs::symlink_metadata(&file).expect("resolv.conf in the root");
+    assert!(meta.is_file(), "{image}: {} is no file", file.display());
+    Some(std::fs::read_to_string(&file).expect("read"))
+}
+
+fn check_start(handle: &SandboxHandle, image: &str, outside: &Path, case: &str) {
+    assert_outside_untouched(outside, case);
+    if let Some(text) = resolv_conf_in_root(handle, image) {
+        assert!(
+            text.contains(&format!("nameserver {RESOLVER}")),
+            "{case}: {text}"
+        );
+    }
+}
+
+fn net_config() -> NetConfig {
+    let mut config = NetConfig::from_host();
+    config.resolvers = vec![RESOLVER.parse().expect("resolver")];
+    config
+}
+
+#[test]
+fn etc_symlinks_of_an_image_keep_resolv_conf_inside_the_root_cold_and_warm() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let (outside, data) = setup(work.path());
+    let rt = LinuxRuntime::with_network(raw_runtime(&data), net_config()).with_warm_inits(1);
+    let _cleanup = Cleanup(&rt);
+    rt.fill_warm_inits(0, true);
+    let egress = NetworkSpec::egress(vec![]);
+    for image in IMAGES {
+        let name = format!("{image}:v1");
+        // Cold: the first start of the image.
+        let cold = rt
+            .start_with_network(&common::spec(&name), &egress)
+            .unwrap_or_else(|e| panic!("{image}: cold start: {e}"));
+        check_start(&cold, image, &outside, &format!("{image} cold"));
+        rt.destroy(&cold).expect("destroy");
+        assert_outside_untouched(&outside, &format!("{image} destroyed"));
+        // Warm: an entry wired and parked in the image since.
+        wait_for("a warm entry in the image", || {
+            !rt.warm_inits_parked_in(&name).is_empty()
+        });
+        let warm = rt
+            .start_with_network(&common::spec(&name), &egress)
+            .unwrap_or_else(|e| panic!("{image}: warm start: {e}"));
+        assert!(warm.warm, "{image}: the second start was cold");
+        assert_outside_untouched(&outside, &format!("{image} warm"));
+        rt.destroy(&warm).expect("destroy");
+        assert_outside_untouched(&outside, &format!("{image} warm destroyed"));
+    }
+}
+
+#[test]
+fn etc_symlinks_of_an_image_keep_resolv_conf_inside_the_root_on_gvisor() {
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let work = tempfile::tempdir().expect("tempdir");
+    let (outside, data) = setup(work.path());
+    let rt = GvisorRuntime::new(LinuxConfig {
+        data_dir: data.clone(),
+        init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
+        init_args: vec!["__sandbox-init".into()],
+        cgroup_parent: format!(
+            "sandboxd-test-{}",
+            work.path()
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("x")
+                .trim_start_matches('.')
+        ),
+        max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
+    })
+    .expect("gvisor runtime")
+    .with_network(net_config());
+    struct Destroy<'a>(&'a GvisorRuntime);
+    impl Drop for Destroy<'_> {
+        fn drop(&mut self) {
+            for handle in self.0.stored_handles() {
+                let _ = self.0.destroy(&handle);
+            }
+            self.0.cgroups().remove_parent_if_unused();
+        }
+    }
+    let _cleanup = Destroy(&rt);
+    let egress = NetworkSpec::egress(vec![]);
+    for image in IMAGES {
+        let name = format!("{image}:v1");
+        let sb = rt
+            .start_with_network(&common::spec(&name), &egress)
+            .unwrap_or_else(|e| panic!("{image}: gVisor start: {e}"));
+        check_start(&sb, image, &outside, &format!("{image} gVisor"));
+        rt.destroy(&sb).expect("destroy");
+        assert_outside_untouched(&outside, &format!("{image} gVisor destroyed"));
+    }
+}
