@@ -5,7 +5,8 @@ sandbox's root, into OUT/<name>/ (tag `v1`). OUTSIDE is the host directory they 
 
 etc-abs: etc -> OUTSIDE. etc-climb: etc -> ../../.. (far past the host's /) then
 OUTSIDE. resolv-abs: a real etc whose resolv.conf -> OUTSIDE/resolv.conf. etc-inner:
-etc -> /private/etc, a directory of the image (the resolver config belongs there)."""
+etc -> /private/etc, a directory of the image (the resolver config belongs there).
+usr-abs: usr -> OUTSIDE/mnt (where the test mounts a tmpfs of its own)."""
 import hashlib, io, json, os, sys, tarfile
 
 out, outside = sys.argv[1], sys.argv[2]
@@ -56,3 +57,4 @@ layout("etc-abs", [sym("etc", outside)])
 layout("etc-climb", [sym("etc", "../" * 64 + outside.lstrip("/"))])
 layout("resolv-abs", [d("etc"), sym("etc/resolv.conf", outside + "/resolv.conf")])
 layout("etc-inner", [d("private"), d("private/etc"), sym("etc", "/private/etc")])
+layout("usr-abs", [sym("usr", outside + "/mnt")])

@@ -1,9 +1,11 @@
-//! An image's `/etc` (or `/etc/resolv.conf`) that is a symlink aimed out of the
-//! sandbox's root — absolute, or climbing with `../..` — never makes the host write,
-//! chown or delete anything outside the root when a sandbox starts with egress: cold,
-//! from a wired warm entry, and on the gVisor tier. The symlinks aim at a directory the
-//! test owns (never the host's `/etc`). The sandbox still starts; its resolver config
-//! is written where the symlink leads *within its root*, or not at all.
+//! Host-side work in a sandbox's root never follows the root's symlinks out of it. An
+//! image's `/etc` (or `/etc/resolv.conf`) that is a symlink aimed out of the root —
+//! absolute, or climbing with `../..` — never makes the host write, chown or delete
+//! anything outside the root when a sandbox starts with egress: cold, from a wired warm
+//! entry, and on the gVisor tier; the sandbox still starts, its resolver config written
+//! where the symlink leads *within its root*, or not at all. An image's `/usr` that is
+//! a symlink to a host mount point is not unmounted on the host when the sandbox ends.
+//! The symlinks aim at a directory (and a tmpfs) the test owns, never the host's own.
 
 mod common;
 mod registry;
@@ -18,6 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const IMAGES: [&str; 4] = ["etc-abs", "etc-climb", "resolv-abs", "etc-inner"];
+/// Every layout of `make_etc_links.py`.
+const LAYOUTS: [&str; 5] = ["etc-abs", "etc-climb", "resolv-abs", "etc-inner", "usr-abs"];
 const RESOLVER: &str = "192.0.2.53";
 
 /// Destroys every sandbox still on disk (network included), drains the warm entries
@@ -50,7 +54,7 @@ fn setup(work: &Path) -> (PathBuf, PathBuf) {
     );
     let data = work.join("data");
     std::fs::create_dir(&data).expect("data");
-    for name in IMAGES {
+    for name in LAYOUTS {
         let dir = layouts.join(name);
         let image = format!("{name}:v1");
         let out = sandboxd(
@@ -155,6 +159,37 @@ fn etc_symlinks_of_an_image_keep_resolv_conf_inside_the_root_cold_and_warm() {
     }
 }
 
+/// The gVisor tier over `data` (its cgroup parent named after `work`), with egress.
+fn gvisor(work: &Path, data: &Path) -> GvisorRuntime {
+    GvisorRuntime::new(LinuxConfig {
+        data_dir: data.to_path_buf(),
+        init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
+        init_args: vec!["__sandbox-init".into()],
+        cgroup_parent: format!(
+            "sandboxd-test-{}",
+            work.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("x")
+                .trim_start_matches('.')
+        ),
+        max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
+    })
+    .expect("gvisor runtime")
+    .with_network(net_config())
+}
+
+/// Destroys what a failed gVisor test left and drops its cgroup parent.
+struct GvisorCleanup<'a>(&'a GvisorRuntime);
+
+impl Drop for GvisorCleanup<'_> {
+    fn drop(&mut self) {
+        for handle in self.0.stored_handles() {
+            let _ = self.0.destroy(&handle);
+        }
+        self.0.cgroups().remove_parent_if_unused();
+    }
+}
+
 #[test]
 fn etc_symlinks_of_an_image_keep_resolv_conf_inside_the_root_on_gvisor() {
     if !GvisorRuntime::available() {
@@ -163,32 +198,8 @@ fn etc_symlinks_of_an_image_keep_resolv_conf_inside_the_root_on_gvisor() {
     }
     let work = tempfile::tempdir().expect("tempdir");
     let (outside, data) = setup(work.path());
-    let rt = GvisorRuntime::new(LinuxConfig {
-        data_dir: data.clone(),
-        init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
-        init_args: vec!["__sandbox-init".into()],
-        cgroup_parent: format!(
-            "sandboxd-test-{}",
-            work.path()
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("x")
-                .trim_start_matches('.')
-        ),
-        max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
-    })
-    .expect("gvisor runtime")
-    .with_network(net_config());
-    struct Destroy<'a>(&'a GvisorRuntime);
-    impl Drop for Destroy<'_> {
-        fn drop(&mut self) {
-            for handle in self.0.stored_handles() {
-                let _ = self.0.destroy(&handle);
-            }
-            self.0.cgroups().remove_parent_if_unused();
-        }
-    }
-    let _cleanup = Destroy(&rt);
+    let rt = gvisor(work.path(), &data);
+    let _cleanup = GvisorCleanup(&rt);
     let egress = NetworkSpec::egress(vec![]);
     for image in IMAGES {
         let name = format!("{image}:v1");
@@ -198,5 +209,72 @@ fn etc_symlinks_of_an_image_keep_resolv_conf_inside_the_root_on_gvisor() {
         check_start(&sb, image, &outside, &format!("{image} gVisor"));
         rt.destroy(&sb).expect("destroy");
         assert_outside_untouched(&outside, &format!("{image} gVisor destroyed"));
+    }
+}
+
+/// A tmpfs the test mounts at `dir` (with a file `mark`), unmounted when dropped.
+struct OwnMount(PathBuf);
+
+impl OwnMount {
+    fn new(dir: PathBuf) -> OwnMount {
+        std::fs::create_dir(&dir).expect("mount point");
+        registry::run(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=64k", "own"])
+                .arg(&dir),
+        );
+        let mount = OwnMount(dir);
+        std::fs::write(mount.0.join("mark"), "here\n").expect("mark");
+        mount
+    }
+
+    fn is_mounted(&self) -> bool {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let dir = self.0.display().to_string();
+        info.lines()
+            .any(|l| l.split(' ').nth(4) == Some(dir.as_str()))
+    }
+}
+
+impl Drop for OwnMount {
+    fn drop(&mut self) {
+        while self.is_mounted() {
+            if nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+fn assert_mount_kept(mount: &OwnMount, case: &str) {
+    assert!(
+        mount.is_mounted(),
+        "{case}: the host's mount under the image's /usr symlink was unmounted"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mount.0.join("mark"))
+            .ok()
+            .as_deref(),
+        Some("here\n"),
+        "{case}"
+    );
+}
+
+#[test]
+fn a_usr_symlink_to_a_host_mount_is_not_unmounted_when_the_sandbox_ends() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let (outside, data) = setup(work.path());
+    let mount = OwnMount::new(outside.join("mnt"));
+    let rt = raw_runtime(&data);
+    let _cleanup = Cleanup(&rt);
+    let sb = rt.start(&common::spec("usr-abs:v1")).expect("start");
+    rt.destroy(&sb).expect("destroy");
+    assert_mount_kept(&mount, "container tier");
+    if GvisorRuntime::available() {
+        let rt = gvisor(work.path(), &data);
+        let _cleanup = GvisorCleanup(&rt);
+        let sb = rt.start(&common::spec("usr-abs:v1")).expect("gVisor start");
+        rt.destroy(&sb).expect("gVisor destroy");
+        assert_mount_kept(&mount, "gVisor tier");
     }
 }
