@@ -15,7 +15,7 @@ use std::io::Write;
 use std::net::Ipv4Addr;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const RESOLVE: ResolveFlags = ResolveFlags::IN_ROOT.union(ResolveFlags::NO_MAGICLINKS);
 
@@ -60,6 +60,30 @@ pub fn stage_resolv_conf(
         std::os::unix::fs::chown(&path, Some(owner), Some(owner)).map_err(resolv_err(&path))?;
     }
     Ok(())
+}
+
+/// Before `layers` (top first) are mounted over a wired warm entry's upper dir `upper`
+/// (never under a mounted overlay yet, so the host's alone): when the image's `etc` is
+/// no directory (a symlink), the `etc` staged there would hide it, so the staged files
+/// go. Whether they went: then the caller writes the file into the mounted root with
+/// [`write_resolv_conf`], where the image's link leads.
+pub fn unstage_over_linked_etc(upper: &Path, layers: &[PathBuf]) -> Result<bool, RuntimeError> {
+    let linked = layers
+        .iter()
+        .find_map(|layer| std::fs::symlink_metadata(layer.join("etc")).ok())
+        .is_some_and(|m| !m.is_dir() && !is_whiteout(&m));
+    let (etc, file) = (upper.join("etc"), upper.join("etc/resolv.conf"));
+    if !linked || !std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) {
+        return Ok(false);
+    }
+    std::fs::remove_file(&file).map_err(resolv_err(&file))?;
+    std::fs::remove_dir(&etc).map_err(resolv_err(&etc))?;
+    Ok(true)
+}
+
+fn is_whiteout(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    meta.file_type().is_char_device() && meta.rdev() == 0
 }
 
 /// Writes `etc/resolv.conf` in the sandbox's root `root` (as the sandbox resolves it),
