@@ -86,6 +86,14 @@ async fn serve(socket: &Path) -> std::io::Result<()> {
         // The host sends SIGUSR1 again while a restored sandbox does not accept (one
         // can be lost early in a restore): repeats still pending are stale. Dropped
         // before the verdict, after which the host's next one is meant.
+        //
+        // No stale one slips past this drain: tokio's signal driver marks every signal
+        // delivered so far in the same pass that wakes `quiesce`, so each SIGUSR1
+        // delivered before the SIGUSR2 is seen here. A SIGUSR1 delivered later is the
+        // host's own give-up (meant), or, if gVisor ever delivered a restore's repeat
+        // only after a whole later quiesce began (not seen), the agent would listen
+        // again after `ok` and that checkpoint would fail on its socket; the host's
+        // verdict could then carry a generation number (not done: unobserved).
         while let Ok(Some(())) =
             tokio::time::timeout(std::time::Duration::ZERO, relisten.recv()).await
         {}

@@ -135,7 +135,7 @@ pub fn unmount_root(state_dir: &Path) -> Result<(), RuntimeError> {
     // A gVisor sandbox's network namespace, kept by a bind mount (see `net::netns`).
     targets.push(state_dir.join(NETNS_FILE));
     for target in targets {
-        if target.exists() {
+        if target.symlink_metadata().is_ok() {
             sys::detach(&target).map_err(io("unmounting", &target))?;
         }
     }

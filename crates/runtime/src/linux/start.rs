@@ -271,7 +271,19 @@ fn prepare_and_go(
         }
     };
     let host_usr = rt.wants_host_usr(&spec.image);
+    // A wired warm entry staged its resolv.conf for any image; not over an `etc` link.
+    let restage = match (&stage, &rt.network) {
+        (Stage::Warm, Some(_)) => {
+            let upper = rootfs::upper(&handle.state_dir);
+            crate::linux::net::wired::unstage_over_linked_etc(&upper, layers)?
+        }
+        _ => false,
+    };
     rootfs::mount_root(&handle.state_dir, layers, &userns, host_usr)?;
+    if let (true, Some(net)) = (restage, &rt.network) {
+        let root = rootfs::rootfs(&handle.state_dir);
+        crate::linux::net::wired::write_after_mount(net, &root, handle.host_id_base)?;
+    }
     faults::check("start.mount_root")?;
     let config = InitConfig {
         rootfs: rootfs::rootfs(&handle.state_dir),

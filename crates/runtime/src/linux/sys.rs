@@ -88,7 +88,10 @@ pub fn idmapped_bind(
 
 /// Lazily detaches whatever is mounted at `path`; "nothing mounted" is not an error.
 pub fn detach(path: &Path) -> std::io::Result<()> {
-    match nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH) {
+    // Never through a symlink: a path in a sandbox's root (its `/usr`) is the image's
+    // or the sandbox's to make a link to any host mount point.
+    let flags = nix::mount::MntFlags::MNT_DETACH | nix::mount::MntFlags::UMOUNT_NOFOLLOW;
+    match nix::mount::umount2(path, flags) {
         Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => Ok(()),
         Err(e) => Err(e.into()),
     }

@@ -15,6 +15,7 @@ mod nft;
 mod nlsock;
 pub(super) mod parked;
 pub(super) mod policy;
+mod resolv;
 pub(super) mod spares;
 pub(super) mod wired;
 
@@ -276,7 +277,7 @@ fn connect(
     let (ifname, _) = lease_names(handle.id, lease);
     link::create(&ifname, handle.agent_pid, lease)?;
     crate::faults::check("network.connect")?;
-    link::write_resolv_conf(
+    resolv::write_resolv_conf(
         &rootfs::rootfs(&handle.state_dir),
         &config.resolvers,
         handle.host_id_base,

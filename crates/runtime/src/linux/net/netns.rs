@@ -3,7 +3,7 @@
 //! is handed the file, and the sentry's own network stack takes over the link, address
 //! and route it finds there.
 
-use super::{link, names, policy, prepare};
+use super::{link, names, policy, prepare, resolv};
 use crate::linux::{io, LinuxRuntime};
 use crate::{NetworkSpec, RuntimeError};
 use nix::mount::{mount, MsFlags};
@@ -32,7 +32,7 @@ pub(in crate::linux) fn wire_new(
     let (ifname, _) = names(id);
     holding_new_netns(netns, |tid| link::create(&ifname, tid, &lease))?;
     crate::faults::check("network.connect")?;
-    link::write_resolv_conf(root, &config.resolvers, 0)
+    resolv::write_resolv_conf(root, &config.resolvers, 0)
 }
 
 /// Puts sandbox `id`'s address and default route back on `eth0` in the namespace kept

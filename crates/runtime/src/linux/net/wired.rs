@@ -4,7 +4,7 @@
 //! network done. The spare's marker (see `spares`) covers a crash before the claim.
 
 use super::policy::Policy;
-use super::{link, spares, NetConfig};
+use super::{link, resolv, spares, NetConfig};
 use crate::linux::warm::Warm;
 use crate::linux::LinuxRuntime;
 use crate::{RuntimeError, SandboxSpec};
@@ -22,7 +22,26 @@ pub(in crate::linux) fn wire(
     let lease = spares::make(config, key, policy)?;
     let (ifname, _) = super::lease_names(key, &lease);
     link::create(&ifname, pid, &lease)?;
-    link::stage_resolv_conf(upper, &config.resolvers, owner)
+    resolv::stage_resolv_conf(upper, &config.resolvers, owner)
+}
+
+/// Before `layers` are mounted over wired warm entry's upper dir `upper`: takes back the
+/// staged `resolv.conf` where its `etc` would hide an image's `etc` link; whether it
+/// did (then [`write_after_mount`] is due).
+pub(in crate::linux) fn unstage_over_linked_etc(
+    upper: &Path,
+    layers: &[PathBuf],
+) -> Result<bool, RuntimeError> {
+    resolv::unstage_over_linked_etc(upper, layers)
+}
+
+/// Writes the resolver config into the mounted `root` (after [`unstage_over_linked_etc`]).
+pub(in crate::linux) fn write_after_mount(
+    config: &NetConfig,
+    root: &Path,
+    owner: u32,
+) -> Result<(), RuntimeError> {
+    resolv::write_resolv_conf(root, &config.resolvers, owner)
 }
 
 /// Removes what [`wire`] made (idempotent).

@@ -136,7 +136,13 @@ impl Maker {
             return Ok(None);
         };
         self.pin(dir, image, layers)?;
+        let restage = shape.wired
+            && self.net.is_some()
+            && wired::unstage_over_linked_etc(&rootfs::upper(dir), layers)?;
         rootfs::mount_root(dir, layers, &userns, image == crate::linux::DEFAULT_IMAGE)?;
+        if let (true, Some(net)) = (restage, &self.net) {
+            wired::write_after_mount(net, &rootfs::rootfs(dir), host_id_base)?;
+        }
         self.park(key, dir, made).map(Some)
     }
 
