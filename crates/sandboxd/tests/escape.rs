@@ -373,7 +373,7 @@ fn with_root_on_fd_9(cmd: &mut std::process::Command) {
 fn sandboxd_run_passes_no_inherited_descriptor_into_the_sandbox() {
     let data = tempfile::tempdir().expect("tempdir");
     let mut cmd = std::process::Command::new(serve_bin::BIN);
-    cmd.args(["run", "--network", "none", "--data-dir"])
+    cmd.args(["run", "--wait-cleanup", "--network", "none", "--data-dir"])
         .arg(data.path())
         .args(["--", "/usr/bin/python3", "-c", FD_SCRIPT])
         .arg(data.path())
