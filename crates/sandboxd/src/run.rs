@@ -217,10 +217,14 @@ async fn run(
         attributes: BTreeMap::new(),
         isolation: args.isolation.map(Isolation::from),
     };
-    let (sb, _) = engine
-        .create(&ws, request)
-        .await
-        .context("starting the sandbox")?;
+    let (sb, _) = match engine.create(&ws, request).await {
+        Ok(created) => created,
+        Err(e) => {
+            // The engine undid the start: nothing of this run is left to end.
+            marker.remove();
+            return Err(e).context("starting the sandbox");
+        }
+    };
     phase("created");
     let recorded = marker.record(sb.id);
     let outcome = match recorded {

@@ -9,7 +9,7 @@
 //! (`run_markers`).
 
 use anyhow::{Context, Result};
-use nix::sys::signal::{kill, raise, signal, SigSet, SigHandler, Signal};
+use nix::sys::signal::{kill, raise, signal, SigHandler, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
@@ -48,11 +48,18 @@ pub fn split() -> Result<HandOff> {
     forwarded()
         .thread_block()
         .context("blocking the forwarded signals")?;
+    let parent = nix::unistd::getpid();
     // SAFETY: the process is single-threaded here (`run::main` calls this first), so
     // the child may run any code.
     match unsafe { fork() }.context("forking the run's worker")? {
         ForkResult::Child => {
             drop(read);
+            // The waiting process killed outright (-9) ends the command as a SIGTERM
+            // would; its death before this call shows as a new parent.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).context("the worker's death signal")?;
+            if nix::unistd::getppid() != parent {
+                let _ = raise(Signal::SIGTERM);
+            }
             forwarded()
                 .thread_unblock()
                 .context("unblocking the signals in the worker")?;
@@ -157,6 +164,8 @@ impl HandOff {
             }
         }
         let _ = nix::unistd::setsid();
+        // The waiting process exits once it has the status: that must not end us.
+        let _ = nix::sys::prctl::set_pdeathsig(None);
         let mut status = self.status;
         let _ = status.write_all(&[code]);
     }

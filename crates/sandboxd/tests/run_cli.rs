@@ -63,7 +63,10 @@ fn a_run_is_recorded_ended_and_exits_with_the_commands_status() {
     let bare = run(data.path(), &[], &["true"]);
     assert_eq!(bare.status.code(), Some(0), "a bare name is found in PATH");
 
-    assert_eq!(serve_bin::wait_for_runs(data.path()), Vec::<std::path::PathBuf>::new());
+    assert_eq!(
+        serve_bin::wait_for_runs(data.path()),
+        Vec::<std::path::PathBuf>::new()
+    );
     let store = SqliteStore::open(data.path().join("sandboxd.db")).expect("the run's store");
     let runs = store
         .list_sandboxes("default", SandboxFilter::default(), 10, None)

@@ -32,7 +32,8 @@ fn start_ready(data: &Path, script: &str) -> (Child, BufReader<std::process::Chi
         .expect("spawn sandboxd run");
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     let mut line = String::new();
-    out.read_line(&mut line).expect("read the command's first line");
+    out.read_line(&mut line)
+        .expect("read the command's first line");
     assert_eq!(line, "ready\n", "the command started");
     (child, out)
 }
@@ -92,7 +93,11 @@ fn cgroups_of(id: &str) -> Vec<PathBuf> {
     let root = Path::new("/sys/fs/cgroup");
     let mut dirs = vec![root.join("sandboxd").join(id)];
     if let Ok(ctrls) = std::fs::read_dir(root) {
-        dirs.extend(ctrls.filter_map(|e| e.ok()).map(|e| e.path().join("sandboxd").join(id)));
+        dirs.extend(
+            ctrls
+                .filter_map(|e| e.ok())
+                .map(|e| e.path().join("sandboxd").join(id)),
+        );
     }
     dirs.into_iter().filter(|d| d.exists()).collect()
 }
@@ -139,7 +144,12 @@ fn a_fast_writers_output_is_complete_and_in_order_when_the_run_returns() {
     let out = run_cmd(&data, &["/bin/sh", "-c", script])
         .output()
         .expect("run");
-    assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut want = Vec::new();
     for i in 0..20000 {
         want.extend_from_slice(format!("{i}\n").as_bytes());
@@ -162,9 +172,18 @@ fn two_runs_at_once_both_finish_and_leave_nothing() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn b");
-    let (a, b) = (a.wait_with_output().expect("a"), b.wait_with_output().expect("b"));
-    assert_eq!((a.status.code(), a.stdout.as_slice()), (Some(1), &b"a\n"[..]));
-    assert_eq!((b.status.code(), b.stdout.as_slice()), (Some(2), &b"b\n"[..]));
+    let (a, b) = (
+        a.wait_with_output().expect("a"),
+        b.wait_with_output().expect("b"),
+    );
+    assert_eq!(
+        (a.status.code(), a.stdout.as_slice()),
+        (Some(1), &b"a\n"[..])
+    );
+    assert_eq!(
+        (b.status.code(), b.stdout.as_slice()),
+        (Some(2), &b"b\n"[..])
+    );
     assert_eq!(assert_clean(&data), 2);
 }
 
@@ -178,7 +197,11 @@ fn ctrl_c_ends_the_command_and_its_sandbox() {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait_with_output().expect("wait").status;
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(status.signal(), Some(libc::SIGINT), "ends by its Ctrl-C: {status:?}");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGINT),
+        "ends by its Ctrl-C: {status:?}"
+    );
     assert_eq!(assert_clean(&data), 1);
 }
 
@@ -245,4 +268,16 @@ fn a_worker_killed_mid_teardown_is_finished_by_the_next_run() {
     let next = run_cmd(&data, &["/bin/true"]).output().expect("next run");
     assert_eq!(next.status.code(), Some(0), "{next:?}");
     assert!(assert_clean(&data) >= 2);
+}
+
+/// Regression: `kill -9` of the process the caller waits for (a supervisor's timeout)
+/// used to leave the sandbox and its command running for good; now the worker ends the
+/// command and tears the sandbox down by itself.
+#[test]
+fn killing_the_waiting_process_ends_the_command_and_its_sandbox() {
+    let (_keep, data) = data_dir();
+    let (mut child, _out) = start_ready(&data, "echo ready; exec sleep 1000");
+    sigkill(child.id() as i32);
+    child.wait().expect("wait");
+    assert_eq!(assert_clean(&data), 1);
 }
