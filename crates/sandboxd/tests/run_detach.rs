@@ -154,7 +154,7 @@ fn a_fast_writers_output_is_complete_and_in_order_when_the_run_returns() {
     for i in 0..20000 {
         want.extend_from_slice(format!("{i}\n").as_bytes());
     }
-    want.extend(std::iter::repeat(0u8).take(3_000_000));
+    want.extend(std::iter::repeat_n(0u8, 3_000_000));
     assert_eq!(out.stdout.len(), want.len(), "every byte of stdout");
     assert!(out.stdout == want, "stdout in order");
     assert!(String::from_utf8_lossy(&out.stderr).contains("to-stderr\n"));

@@ -343,23 +343,6 @@ pub fn cli_status(args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().expect("wait for sandboxd")
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn parses_the_listening_line() {
-        let line = "2026-11-30T15:00:00Z  INFO sandboxd_server::serve: listening on 127.0.0.1:4321";
-        assert_eq!(
-            super::listening_addr(line),
-            Some("127.0.0.1:4321".parse().unwrap())
-        );
-        let json = r#"{"timestamp":"…","level":"INFO","message":"listening on 127.0.0.1:4321","target":"sandboxd_server::serve"}"#;
-        assert_eq!(
-            super::listening_addr(json),
-            Some("127.0.0.1:4321".parse().unwrap())
-        );
-    }
-}
-
 /// Waits until every `sandboxd run` on `data` has finished the teardown it goes on with
 /// after returning (each run's worker holds a lock on its marker under `data/runs` until
 /// then); returns the markers left by runs that died before finishing (none held).
@@ -397,5 +380,22 @@ pub fn wait_for_runs(data: &Path) -> Vec<std::path::PathBuf> {
         if !waited {
             return dead;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_the_listening_line() {
+        let line = "2026-11-30T15:00:00Z  INFO sandboxd_server::serve: listening on 127.0.0.1:4321";
+        assert_eq!(
+            super::listening_addr(line),
+            Some("127.0.0.1:4321".parse().unwrap())
+        );
+        let json = r#"{"timestamp":"…","level":"INFO","message":"listening on 127.0.0.1:4321","target":"sandboxd_server::serve"}"#;
+        assert_eq!(
+            super::listening_addr(json),
+            Some("127.0.0.1:4321".parse().unwrap())
+        );
     }
 }
