@@ -127,3 +127,29 @@ pub async fn sweep(engine: &Engine, data_dir: &Path) {
         }
     }
 }
+
+/// Blocks until no live run on `data_dir` is still tearing its sandbox down (each
+/// worker holds its marker's lock until it is done); dead runs' markers are left.
+pub fn wait_all(data_dir: &Path) {
+    loop {
+        let Ok(entries) = std::fs::read_dir(dir(data_dir)) else {
+            return;
+        };
+        let mut waited = false;
+        for entry in entries.filter_map(|e| e.ok()) {
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let Ok(file) = File::open(entry.path()) else {
+                continue;
+            };
+            if let Err((file, _)) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                waited = true;
+                let _ = Flock::lock(file, FlockArg::LockExclusive);
+            }
+        }
+        if !waited {
+            return;
+        }
+    }
+}
