@@ -373,7 +373,7 @@ fn with_root_on_fd_9(cmd: &mut std::process::Command) {
 fn sandboxd_run_passes_no_inherited_descriptor_into_the_sandbox() {
     let data = tempfile::tempdir().expect("tempdir");
     let mut cmd = std::process::Command::new(serve_bin::BIN);
-    cmd.args(["run", "--wait-cleanup", "--network", "none", "--data-dir"])
+    cmd.args(["run", "--network", "none", "--data-dir"])
         .arg(data.path())
         .args(["--", "/usr/bin/python3", "-c", FD_SCRIPT])
         .arg(data.path())
@@ -382,6 +382,8 @@ fn sandboxd_run_passes_no_inherited_descriptor_into_the_sandbox() {
         .stdin(std::process::Stdio::null());
     with_root_on_fd_9(&mut cmd);
     let out = cmd.output().expect("run sandboxd run");
+    // The run's teardown goes on after it returns: over before the data dir goes.
+    serve_bin::wait_for_runs(data.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
