@@ -58,8 +58,12 @@ pub fn sandboxd_run(data_dir: &Path, network: &str) -> Result<Duration> {
         .args(["--network", network, "--", "/bin/true"])
         .status()
         .context("running sandboxd run")?;
+    let took = t.elapsed();
     anyhow::ensure!(ok.success(), "sandboxd run failed: {ok}");
-    Ok(t.elapsed())
+    // Its teardown goes on after the return: not timed, but over before the next
+    // sample (a baseline sample must not share the CPUs with it).
+    crate::run_markers::wait_all(data_dir);
+    Ok(took)
 }
 
 /// `n` samples of `sample`, each taken in turn with one of `baseline`.

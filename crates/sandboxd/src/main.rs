@@ -26,6 +26,8 @@ mod layer_collector;
 mod network_policy;
 mod quota;
 mod run;
+mod run_detach;
+mod run_markers;
 mod runtime;
 mod secrets;
 mod serve;

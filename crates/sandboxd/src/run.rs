@@ -3,6 +3,7 @@
 //! with its output passed through, exit with its status, and destroy the sandbox. An
 //! `--image` that is not stored is pulled first.
 
+use crate::run_markers::RunMarker;
 use crate::serve::DATABASE_FILE;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -58,6 +59,10 @@ pub struct RunArgs {
     /// configuration's `isolation`, or SANDBOXD_ISOLATION].
     #[arg(long, value_enum)]
     pub isolation: Option<IsolationArg>,
+    /// Return only once the sandbox is torn down (by default the run returns as soon
+    /// as the command is done, and a detached worker finishes the teardown).
+    #[arg(long = "wait-cleanup")]
+    pub wait_cleanup: bool,
     /// The command and its arguments; a bare name is looked up in the sandbox's PATH.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -88,6 +93,11 @@ pub enum NetworkArg {
 
 pub fn main(args: RunArgs) -> Result<ExitCode> {
     STARTED.get_or_init(Instant::now);
+    // First, while the process has one thread: the caller waits for the command only.
+    let handoff = match args.wait_cleanup {
+        true => None,
+        false => Some(crate::run_detach::split()?),
+    };
     // Quiet unless asked: `RUST_LOG=sandboxd=debug,sandboxd_runtime=debug` shows the
     // run's phases and each start's, with times since the process started.
     if std::env::var_os("RUST_LOG").is_some() {
@@ -103,7 +113,7 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("building the async runtime")?;
-    let code = rt.block_on(run(config, &args))?;
+    let code = rt.block_on(run(config, &args, handoff))?;
     rt.shutdown_timeout(Duration::from_secs(1));
     phase("runtime shut down");
     // Earlier runs' disk images, removed in the background since the start.
@@ -165,8 +175,13 @@ fn open_engine_for(
     Ok((engine, store))
 }
 
-/// Creates the sandbox, runs the command, destroys the sandbox; the exit status byte.
-async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
+/// Creates the sandbox, runs the command, hands its status over (when detached), destroys
+/// the sandbox and those of dead runs; the exit status byte.
+async fn run(
+    config: ServerConfig,
+    args: &RunArgs,
+    handoff: Option<crate::run_detach::HandOff>,
+) -> Result<u8> {
     let network = match args.network {
         Some(NetworkArg::Egress) | None => NetworkMode::Egress,
         Some(NetworkArg::None) => NetworkMode::None,
@@ -179,6 +194,7 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
     phase("started");
     let (engine, _store) = open_engine_for(&config, true)?;
     engine.accounts().ensure_default_workspace()?;
+    let mut marker = RunMarker::take(&config.data_dir)?;
     phase("engine open");
     let ws = DEFAULT_WORKSPACE.to_owned();
     let request = CreateSandbox {
@@ -201,18 +217,34 @@ async fn run(config: ServerConfig, args: &RunArgs) -> Result<u8> {
         attributes: BTreeMap::new(),
         isolation: args.isolation.map(Isolation::from),
     };
-    let (sb, _) = engine
-        .create(&ws, request)
-        .await
-        .context("starting the sandbox")?;
+    let (sb, _) = match engine.create(&ws, request).await {
+        Ok(created) => created,
+        Err(e) => {
+            // The engine undid the start: nothing of this run is left to end.
+            marker.remove();
+            return Err(e).context("starting the sandbox");
+        }
+    };
     phase("created");
-    let outcome = run_in(&engine, &ws, sb.id, args).await;
+    let recorded = marker.record(sb.id);
+    let outcome = match recorded {
+        Ok(()) => run_in(&engine, &ws, sb.id, args).await,
+        Err(e) => Err(e),
+    };
     phase("command ended");
+    if let (Ok(code), Some(handoff)) = (&outcome, handoff) {
+        phase("status handed over");
+        handoff.finish(*code);
+    }
     let destroyed = engine
         .destroy(&ws, sb.id)
         .await
         .context("destroying the sandbox");
     phase("destroyed");
+    if destroyed.is_ok() {
+        crate::run_markers::sweep(&engine, &config.data_dir).await;
+        marker.remove();
+    }
     let code = outcome?;
     destroyed?;
     Ok(code)
@@ -270,11 +302,18 @@ async fn run_in(engine: &Arc<Engine>, ws: &String, id: uuid::Uuid, args: &RunArg
         on_cap: OnCap::Discard,
         max_sessions: 1,
     };
+    let mut signals = Signals::new()?;
     let mut events = engine
         .exec_stream(ws, id, cmd)
         .await
         .context("starting the command")?;
-    while let Some(event) = events.next().await {
+    loop {
+        let event = tokio::select! {
+            event = events.next() => event,
+            // Ctrl-C, SIGTERM…: the command is killed with its sandbox, 128+N.
+            signo = signals.next() => return Ok(128 + signo as u8),
+        };
+        let Some(event) = event else { break };
         match event {
             ExecEvent::Output { stream, data } => match stream {
                 StreamKind::Stdout => std::io::stdout().write_all(&data)?,
@@ -291,4 +330,32 @@ async fn run_in(engine: &Arc<Engine>, ws: &String, id: uuid::Uuid, args: &RunArg
         }
     }
     bail!("the output stream ended before the command exited")
+}
+
+/// The signals that end a run (the waiting process forwards them): they kill the
+/// command with its sandbox, which is torn down as after any command.
+struct Signals(Vec<(i32, tokio::signal::unix::Signal)>);
+
+impl Signals {
+    fn new() -> Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut all = Vec::new();
+        for signo in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+            let stream = signal(SignalKind::from_raw(signo)).context("catching signals")?;
+            all.push((signo, stream));
+        }
+        Ok(Signals(all))
+    }
+
+    /// The next signal's number.
+    async fn next(&mut self) -> i32 {
+        let waits = self.0.iter_mut().map(|(signo, stream)| {
+            let signo = *signo;
+            Box::pin(async move {
+                stream.recv().await;
+                signo
+            })
+        });
+        futures_util::future::select_all(waits).await.0
+    }
 }

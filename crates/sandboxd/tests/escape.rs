@@ -382,6 +382,8 @@ fn sandboxd_run_passes_no_inherited_descriptor_into_the_sandbox() {
         .stdin(std::process::Stdio::null());
     with_root_on_fd_9(&mut cmd);
     let out = cmd.output().expect("run sandboxd run");
+    // The run's teardown goes on after it returns: over before the data dir goes.
+    serve_bin::wait_for_runs(data.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

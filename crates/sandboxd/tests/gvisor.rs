@@ -460,7 +460,13 @@ fn sandboxd_run_isolation_gvisor_runs_under_gvisor_within_its_disk_limit() {
     let script = "dmesg | head -1; \
         dd if=/dev/zero of=/root/fill bs=1M count=64 2>&1; exit 5";
     let out = std::process::Command::new(serve_bin::BIN)
-        .args(["run", "--isolation", "gvisor", "--data-dir"])
+        .args([
+            "run",
+            "--wait-cleanup",
+            "--isolation",
+            "gvisor",
+            "--data-dir",
+        ])
         .arg(&data)
         .args(["--", "/bin/sh", "-c", script])
         .env("SANDBOXD_DISK_MB_PER_SANDBOX", "32")
@@ -607,7 +613,13 @@ fn a_pty_terminal_works_under_gvisor() {
 fn sandboxd_run_isolation_gvisor_without_runsc_says_why_and_runs_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = std::process::Command::new(serve_bin::BIN)
-        .args(["run", "--isolation", "gvisor", "--data-dir"])
+        .args([
+            "run",
+            "--wait-cleanup",
+            "--isolation",
+            "gvisor",
+            "--data-dir",
+        ])
         .arg(dir.path())
         .args(["--", "/bin/sh", "-c", "echo ran-anyway"])
         .env("PATH", dir.path().join("no-such-bin"))

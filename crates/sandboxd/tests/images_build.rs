@@ -48,7 +48,19 @@ fn build_ok(data: &Path, name: &str, dir: &Path, extra: &[&str]) -> String {
 
 /// Runs `script` with `shell -c` in a sandbox of `image` (cwd: the image's); stdout.
 fn inside(data: &Path, image: &str, shell: &str, script: &str) -> String {
-    let out = tool(data, &["run", "--image", image, "--", shell, "-c", script]);
+    let out = tool(
+        data,
+        &[
+            "run",
+            "--wait-cleanup",
+            "--image",
+            image,
+            "--",
+            shell,
+            "-c",
+            script,
+        ],
+    );
     assert!(out.status.success(), "run in {image}: {}", text(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

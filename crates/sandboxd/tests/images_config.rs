@@ -52,7 +52,15 @@ fn openrelay_inngest_and_run_honour_user_env_and_workdir() {
     // `sandboxd run` (before the server: one process at a time on the data dir is
     // not needed, but it keeps this part independent of the server).
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-        .args(["run", "--network", "none", "--image", user, "--data-dir"])
+        .args([
+            "run",
+            "--wait-cleanup",
+            "--network",
+            "none",
+            "--image",
+            user,
+            "--data-dir",
+        ])
         .arg(data.path())
         .args(["--", "/probe", "IMAGE_VAR"])
         .output()

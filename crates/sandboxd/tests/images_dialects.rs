@@ -94,7 +94,15 @@ fn run_pulls_a_missing_image_and_runs_in_it() {
     let data = tempfile::tempdir().expect("tempdir");
     let run = |image: &str| {
         std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-            .args(["run", "--network", "none", "--image", image, "--data-dir"])
+            .args([
+                "run",
+                "--wait-cleanup",
+                "--network",
+                "none",
+                "--image",
+                image,
+                "--data-dir",
+            ])
             .arg(data.path())
             .args(["--", "/usr/bin/cat", "/etc/greeting"])
             .output()

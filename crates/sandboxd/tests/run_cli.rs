@@ -1,6 +1,8 @@
 //! `sandboxd run` goes through the engine: the server's defaults apply (its default
 //! disk size is a real limit), the sandbox is recorded and ended in the server's store,
-//! and the exit status is the command's, 128+N for signal N.
+//! and the exit status is the command's, 128+N for signal N. It returns once the
+//! command is done, with all its output; the teardown goes on in its worker, and what a
+//! worker killed before finishing (or a run killed outright) leaves, the next run ends.
 
 mod serve_bin;
 
@@ -61,6 +63,10 @@ fn a_run_is_recorded_ended_and_exits_with_the_commands_status() {
     let bare = run(data.path(), &[], &["true"]);
     assert_eq!(bare.status.code(), Some(0), "a bare name is found in PATH");
 
+    assert_eq!(
+        serve_bin::wait_for_runs(data.path()),
+        Vec::<std::path::PathBuf>::new()
+    );
     let store = SqliteStore::open(data.path().join("sandboxd.db")).expect("the run's store");
     let runs = store
         .list_sandboxes("default", SandboxFilter::default(), 10, None)
@@ -110,6 +116,7 @@ fn a_run_detaches_its_disk_and_the_next_run_removes_what_earlier_ones_left() {
     let data = data.path().canonicalize().expect("canonical");
     let first = run(&data, &[], &["/bin/true"]);
     assert_eq!(first.status.code(), Some(0), "{first:?}");
+    assert!(serve_bin::wait_for_runs(&data).is_empty());
     assert_eq!(
         loops_under(&data),
         Vec::<String>::new(),
@@ -124,6 +131,7 @@ fn a_run_detaches_its_disk_and_the_next_run_removes_what_earlier_ones_left() {
 
     let second = run(&data, &[], &["/bin/true"]);
     assert_eq!(second.status.code(), Some(0), "{second:?}");
+    assert!(serve_bin::wait_for_runs(&data).is_empty());
     assert_eq!(
         loops_under(&data),
         Vec::<String>::new(),

@@ -343,6 +343,46 @@ pub fn cli_status(args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().expect("wait for sandboxd")
 }
 
+/// Waits until every `sandboxd run` on `data` has finished the teardown it goes on with
+/// after returning (each run's worker holds a lock on its marker under `data/runs` until
+/// then); returns the markers left by runs that died before finishing (none held).
+pub fn wait_for_runs(data: &Path) -> Vec<std::path::PathBuf> {
+    use nix::fcntl::{Flock, FlockArg};
+    loop {
+        let markers: Vec<_> = std::fs::read_dir(data.join("runs"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut dead = Vec::new();
+        let mut waited = false;
+        for marker in markers {
+            let Ok(file) = std::fs::File::open(&marker) else {
+                continue;
+            };
+            let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(held) => held,
+                Err((file, _)) => {
+                    // Blocks until the run's worker ends.
+                    waited = true;
+                    let _ = Flock::lock(file, FlockArg::LockExclusive);
+                    continue;
+                }
+            };
+            if marker.exists() {
+                dead.push(marker);
+            }
+            drop(file);
+        }
+        if !waited {
+            return dead;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

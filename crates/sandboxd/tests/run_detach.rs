@@ -1,0 +1,283 @@
+//! `sandboxd run` returns once its command is done and a detached worker tears the
+//! sandbox down: the output is complete and in order at the return, Ctrl-C ends the
+//! command and its sandbox, two runs at once both finish clean, and what a run killed
+//! outright, or a worker killed -9 mid-teardown, leaves is ended by the next run (no
+//! mount, loop device, cgroup, process, sandbox dir or live record left).
+
+mod serve_bin;
+
+use sandboxd_store::{SandboxFilter, SqliteStore, Store};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// `sandboxd run --network none --data-dir DATA -- argv…`, not yet started.
+fn run_cmd(data: &Path, argv: &[&str]) -> Command {
+    let mut cmd = Command::new(serve_bin::BIN);
+    cmd.args(["run", "--network", "none", "--data-dir"])
+        .arg(data)
+        .arg("--")
+        .args(argv)
+        .env_remove("SANDBOXD_DATA_DIR")
+        .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Starts a run whose command prints `ready` first, and waits for that line.
+fn start_ready(data: &Path, script: &str) -> (Child, BufReader<std::process::ChildStdout>) {
+    let mut child = run_cmd(data, &["/bin/sh", "-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn sandboxd run");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line)
+        .expect("read the command's first line");
+    assert_eq!(line, "ready\n", "the command started");
+    (child, out)
+}
+
+/// The live markers' `pid` and `sandbox` lines: (worker pid, sandbox id).
+fn markers(data: &Path) -> Vec<(i32, Option<uuid::Uuid>)> {
+    let Ok(dir) = std::fs::read_dir(data.join("runs")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .map(|text| {
+            let field = |key: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_owned()))
+            };
+            let pid = field("pid ").and_then(|p| p.parse().ok()).unwrap_or(0);
+            let id = field("sandbox ").and_then(|s| uuid::Uuid::parse_str(&s).ok());
+            (pid, id)
+        })
+        .collect()
+}
+
+fn sigkill(pid: i32) {
+    // SAFETY: kill(2) on a pid this test started (directly or as its run's worker).
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// Mount points at or under `data`.
+fn mounts_under(data: &Path) -> Vec<String> {
+    let prefix = data.display().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+        .filter(|m| m.starts_with(&prefix))
+        .collect()
+}
+
+/// Loop devices whose backing file lies under `data`.
+fn loops_under(data: &Path) -> Vec<String> {
+    let data = data.display().to_string();
+    std::fs::read_dir("/sys/block")
+        .expect("/sys/block")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("loop/backing_file"))
+                .is_ok_and(|f| f.starts_with(&data))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The cgroup directories of sandbox `id` that exist (any hierarchy, v1 or v2).
+fn cgroups_of(id: &str) -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    let mut dirs = vec![root.join("sandboxd").join(id)];
+    if let Ok(ctrls) = std::fs::read_dir(root) {
+        dirs.extend(
+            ctrls
+                .filter_map(|e| e.ok())
+                .map(|e| e.path().join("sandboxd").join(id)),
+        );
+    }
+    dirs.into_iter().filter(|d| d.exists()).collect()
+}
+
+/// Waits for every run's teardown, then checks that nothing of any sandbox is left
+/// under `data` or on the host, and that every record ended; returns the record count.
+fn assert_clean(data: &Path) -> usize {
+    assert_eq!(
+        serve_bin::wait_for_runs(data),
+        Vec::<PathBuf>::new(),
+        "no dead run's marker is left"
+    );
+    let left: Vec<_> = std::fs::read_dir(data.join("sandboxes"))
+        .expect("sandboxes")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "sandbox dirs left: {left:?}");
+    assert_eq!(mounts_under(data), Vec::<String>::new(), "mounts left");
+    assert_eq!(loops_under(data), Vec::<String>::new(), "loop devices left");
+    let store = SqliteStore::open(data.join("sandboxd.db")).expect("store");
+    let all = store
+        .list_sandboxes("default", SandboxFilter::default(), 100, None)
+        .expect("list");
+    for sb in &all {
+        assert_eq!(sb.status, "TERMINATED", "sandbox {}", sb.id);
+        let id = sb.id.to_string();
+        assert_eq!(cgroups_of(&id), Vec::<PathBuf>::new(), "cgroups of {id}");
+    }
+    all.len()
+}
+
+fn data_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().canonicalize().expect("canonical");
+    (dir, path)
+}
+
+#[test]
+fn a_fast_writers_output_is_complete_and_in_order_when_the_run_returns() {
+    let (_keep, data) = data_dir();
+    let script = "i=0; while [ $i -lt 20000 ]; do echo $i; i=$((i+1)); done; \
+                  echo to-stderr >&2; head -c 3000000 /dev/zero; exit 7";
+    let out = run_cmd(&data, &["/bin/sh", "-c", script])
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut want = Vec::new();
+    for i in 0..20000 {
+        want.extend_from_slice(format!("{i}\n").as_bytes());
+    }
+    want.extend(std::iter::repeat_n(0u8, 3_000_000));
+    assert_eq!(out.stdout.len(), want.len(), "every byte of stdout");
+    assert!(out.stdout == want, "stdout in order");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("to-stderr\n"));
+    assert_eq!(assert_clean(&data), 1);
+}
+
+#[test]
+fn two_runs_at_once_both_finish_and_leave_nothing() {
+    let (_keep, data) = data_dir();
+    let a = run_cmd(&data, &["/bin/sh", "-c", "echo a; exit 1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn a");
+    let b = run_cmd(&data, &["/bin/sh", "-c", "echo b; exit 2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn b");
+    let (a, b) = (
+        a.wait_with_output().expect("a"),
+        b.wait_with_output().expect("b"),
+    );
+    assert_eq!(
+        (a.status.code(), a.stdout.as_slice()),
+        (Some(1), &b"a\n"[..])
+    );
+    assert_eq!(
+        (b.status.code(), b.stdout.as_slice()),
+        (Some(2), &b"b\n"[..])
+    );
+    assert_eq!(assert_clean(&data), 2);
+}
+
+/// Regression: a run ended by Ctrl-C (SIGINT to the process the shell waits for) used
+/// to die at once and leave its sandbox running, recorded RUNNING, with its mounts.
+#[test]
+fn ctrl_c_ends_the_command_and_its_sandbox() {
+    let (_keep, data) = data_dir();
+    let (child, _out) = start_ready(&data, "echo ready; exec sleep 1000");
+    // SAFETY: kill(2) on the child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait_with_output().expect("wait").status;
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGINT),
+        "ends by its Ctrl-C: {status:?}"
+    );
+    assert_eq!(assert_clean(&data), 1);
+}
+
+/// Regression: a run killed -9 while its command ran (the process the shell waits for
+/// and its worker) used to leave its sandbox for good; the next run ends it.
+#[test]
+fn a_run_killed_outright_is_ended_by_the_next_run() {
+    let (_keep, data) = data_dir();
+    let (mut child, _out) = start_ready(&data, "echo ready; exec sleep 1000");
+    for (pid, _) in markers(&data) {
+        sigkill(pid);
+    }
+    sigkill(child.id() as i32);
+    child.wait().expect("wait");
+    let next = run_cmd(&data, &["/bin/true"]).output().expect("next run");
+    assert_eq!(next.status.code(), Some(0), "{next:?}");
+    assert_eq!(assert_clean(&data), 2);
+}
+
+/// A worker killed -9 in the middle of its teardown (held up on purpose: this test pins
+/// the sandbox's disk open, so the teardown waits for the loop device's release after
+/// the sandbox's processes, cgroups and mounts are gone) leaves a marker; the next run
+/// finishes that teardown.
+#[test]
+fn a_worker_killed_mid_teardown_is_finished_by_the_next_run() {
+    let (_keep, data) = data_dir();
+    let mut caught = 0;
+    for _ in 0..3 {
+        let script = "echo ready; while [ ! -e /workspace/go ]; do sleep 0.02; done; echo done";
+        let (child, mut out) = start_ready(&data, script);
+        let found = markers(&data);
+        let live: Vec<_> = found.iter().filter(|(_, id)| id.is_some()).collect();
+        assert_eq!(live.len(), 1, "one live run: {found:?}");
+        let (worker, id) = (live[0].0, live[0].1.expect("recorded"));
+        let state = data.join("sandboxes").join(id.to_string());
+        let handle: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(state.join("handle.json")).expect("handle"))
+                .expect("handle json");
+        let agent = handle["agent_pid"].as_i64().expect("agent pid");
+        let workspace = PathBuf::from(format!("/proc/{agent}/root/workspace"));
+        let pin = std::fs::File::open(&workspace).expect("pin the sandbox's disk");
+        std::fs::write(workspace.join("go"), b"").expect("go");
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).expect("rest of the output");
+        assert_eq!(rest, "done\n");
+        let status = child.wait_with_output().expect("wait").status;
+        assert_eq!(status.code(), Some(0));
+        // The teardown reaches the disk's release: cgroups and mounts gone.
+        let id = id.to_string();
+        while (!cgroups_of(&id).is_empty() || !mounts_under(&state).is_empty())
+            && state.join("handle.json").exists()
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        sigkill(worker);
+        let dead = serve_bin::wait_for_runs(&data);
+        drop(pin);
+        caught += usize::from(!dead.is_empty());
+        if caught > 0 {
+            break;
+        }
+    }
+    assert!(caught > 0, "no worker was caught mid-teardown in 3 tries");
+    let next = run_cmd(&data, &["/bin/true"]).output().expect("next run");
+    assert_eq!(next.status.code(), Some(0), "{next:?}");
+    assert!(assert_clean(&data) >= 2);
+}
+
+/// Regression: `kill -9` of the process the caller waits for (a supervisor's timeout)
+/// used to leave the sandbox and its command running for good; now the worker ends the
+/// command and tears the sandbox down by itself.
+#[test]
+fn killing_the_waiting_process_ends_the_command_and_its_sandbox() {
+    let (_keep, data) = data_dir();
+    let (mut child, _out) = start_ready(&data, "echo ready; exec sleep 1000");
+    sigkill(child.id() as i32);
+    child.wait().expect("wait");
+    assert_eq!(assert_clean(&data), 1);
+}
