@@ -61,6 +61,8 @@ pub(super) fn checkpoint(
     if on_disk(handle) {
         return Ok(handle.clone());
     }
+    // What its cgroup must be made with again after a host restart (see `remount`).
+    super::remount::save_limits(rt, handle)?;
     let id = super::warm::runsc_id(handle);
     // Frozen in memory: it runs a moment to let go of its socket.
     let was_frozen = rt.is_paused(handle);
@@ -165,6 +167,8 @@ pub(super) fn restore(
         }
         crate::linux::net::netns::readdress(&rt.linux, handle.id, &netns)?;
     }
+    // After a host restart: its root mounted and its cgroup made again.
+    super::remount::ensure(rt, handle)?;
     let mut live = handle.clone();
     let restored = start::run_in_cgroup(rt, handle.id, &handle.state_dir, &args, egress)
         .and_then(|()| relisten(rt, handle))

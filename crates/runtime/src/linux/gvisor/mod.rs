@@ -27,6 +27,7 @@ mod bundle;
 pub mod checkpoint;
 mod destroy;
 mod interrupted;
+mod remount;
 pub mod runsc;
 mod start;
 mod warm;
@@ -249,7 +250,8 @@ impl Runtime for GvisorRuntime {
         // On disk, a sandbox lives in its memory image, as long as what its restore
         // needs on the host does (not after a host restart for one with egress).
         if checkpoint::on_disk(handle) {
-            let lost = checkpoint::network_lost(self, handle);
+            let lost =
+                checkpoint::network_lost(self, handle).or_else(|| remount::lost(self, handle));
             if let Some(why) = &lost {
                 tracing::warn!(sandbox = %handle.id, "on disk but cannot be restored: {why}");
             }
@@ -436,6 +438,15 @@ impl Runtime for GvisorRuntime {
         // sandbox made from a warm entry runs in the entry's container; the pool's own
         // entries are kept too.
         interrupted::clear(self, keep);
+        // Kept sandboxes on disk whose root a host restart unmounted: mounted again now,
+        // so that their files (captures, the next restore) are there.
+        for handle in self.stored_handles() {
+            if keep.contains(&handle.id) && checkpoint::on_disk(&handle) {
+                if let Err(e) = remount::ensure(self, &handle) {
+                    tracing::error!(sandbox = %handle.id, error = %e, "cannot mount the root of a sandbox on disk again; its restore will fail");
+                }
+            }
+        }
         let sandboxes = self.linux.sandboxes_dir();
         let mut containers: HashSet<Uuid> = keep
             .iter()
