@@ -31,6 +31,8 @@ mod remount;
 pub mod runsc;
 mod start;
 mod warm;
+mod warm_watch;
+pub(in crate::linux) use warm::DIR_PREFIX as WARM_DIR_PREFIX;
 
 use super::{capture, layers::remove_tree, LinuxConfig, LinuxRuntime};
 use crate::{
