@@ -299,6 +299,10 @@ impl Runtime for GvisorRuntime {
         checkpoint::restore(self, handle)
     }
 
+    fn restored(&self, handle: &SandboxHandle) -> Option<SandboxHandle> {
+        checkpoint::restored(self, handle)
+    }
+
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         crate::faults::check("freeze")?;
         if checkpoint::on_disk(handle) || self.is_paused(handle) {
