@@ -111,6 +111,8 @@ fn a_resume_the_store_did_not_record_keeps_the_restored_sandbox() {
             limits: Limits {
                 default_network: NetworkMode::None,
                 isolation: sandboxd_runtime::Isolation::Gvisor,
+                // Small: the host's free disk, which admission counts, is shared.
+                disk_mb_per_sandbox: 256,
                 ..Limits::default()
             },
         })

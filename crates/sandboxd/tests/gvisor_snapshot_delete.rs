@@ -102,6 +102,8 @@ fn deleted_during_a_create(abandon: bool) {
             limits: Limits {
                 default_network: NetworkMode::None,
                 isolation: sandboxd_runtime::Isolation::Gvisor,
+                // Small: the host's free disk, which admission counts, is shared.
+                disk_mb_per_sandbox: 256,
                 ..Limits::default()
             },
         })
@@ -218,6 +220,8 @@ fn a_fork_past_its_start_deadline_holds_its_snapshot_until_the_restore_ends() {
             limits: Limits {
                 default_network: NetworkMode::None,
                 isolation: sandboxd_runtime::Isolation::Gvisor,
+                // Small: the host's free disk, which admission counts, is shared.
+                disk_mb_per_sandbox: 256,
                 // Long enough for the source's cold start on a loaded machine; the
                 // fork's start, held at a failpoint, misses it whatever its length.
                 deadlines: Deadlines {
