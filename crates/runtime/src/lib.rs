@@ -112,6 +112,15 @@ pub trait Runtime: Send + Sync + 'static {
         Ok(handle.clone())
     }
 
+    /// At start-up, for a handle the server recorded: the sandbox's running handle when
+    /// a restore (or a memory snapshot's checkpoint and restore) finished after that
+    /// record and the server was killed before recording its result, or `None`. What
+    /// the restore had left (its image) is removed.
+    fn restored(&self, handle: &SandboxHandle) -> Option<SandboxHandle> {
+        let _ = handle;
+        None
+    }
+
     /// Whether [`Runtime::snapshot_memory`] can keep this sandbox's memory (backends
     /// without memory images, or a sandbox the backend cannot checkpoint, do not).
     fn can_snapshot_memory(&self, handle: &SandboxHandle) -> bool {

@@ -163,6 +163,10 @@ impl Runtime for Tiers {
         self.of(handle)?.restore(handle)
     }
 
+    fn restored(&self, handle: &SandboxHandle) -> Option<SandboxHandle> {
+        self.of(handle).ok()?.restored(handle)
+    }
+
     fn can_snapshot_memory(&self, handle: &SandboxHandle) -> bool {
         self.of(handle)
             .is_ok_and(|rt| rt.can_snapshot_memory(handle))

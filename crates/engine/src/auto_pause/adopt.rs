@@ -1,5 +1,6 @@
-//! Re-adoption of a sandbox whose move to disk the server did not record before it
-//! stopped (the checkpoint finished, the record still names the running sentry).
+//! Re-adoption of a sandbox whose move to disk, or back from it, the server did not
+//! record before it stopped (the checkpoint or restore finished, the record still
+//! names the sentry before it).
 
 use crate::convert::Entry;
 use crate::state::SandboxStatus;
@@ -25,5 +26,17 @@ pub(crate) fn recover_on_disk(rt: &dyn Runtime, e: &mut Entry) -> bool {
     }
     e.handle = Some(on_disk);
     e.sb.auto_paused_at = Some(OffsetDateTime::now_utc());
+    true
+}
+
+/// If a restore of `e` finished but was not recorded (the record still names the
+/// handle before it, on disk or a sentry since replaced), records the running handle
+/// the runtime saved; returns whether it did.
+pub(crate) fn recover_restored(rt: &dyn Runtime, e: &mut Entry) -> bool {
+    let Some(live) = e.handle.as_ref().and_then(|h| rt.restored(h)) else {
+        return false;
+    };
+    e.handle = Some(live);
+    e.sb.auto_paused_at = None;
     true
 }

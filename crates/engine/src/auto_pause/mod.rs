@@ -14,7 +14,7 @@ mod sweep;
 mod wake;
 
 pub(crate) use activity::{Activity, Busy};
-pub(crate) use adopt::recover_on_disk;
+pub(crate) use adopt::{recover_on_disk, recover_restored};
 pub use pressure::host_available_mb;
 pub(crate) use sweep::run;
 

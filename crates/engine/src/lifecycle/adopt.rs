@@ -46,6 +46,8 @@ impl Engine {
             let mut e = entry_from_record(rec, self.limits.isolation)?;
             if crate::auto_pause::recover_on_disk(self.runtime.as_ref(), &mut e) {
                 tracing::info!(sandbox = %e.sb.id, "found on disk: the next operation wakes it");
+            } else if crate::auto_pause::recover_restored(self.runtime.as_ref(), &mut e) {
+                tracing::info!(sandbox = %e.sb.id, "found restored: adopted running");
             }
             match settle(self.runtime.as_ref(), &e) {
                 Ok(status) => {

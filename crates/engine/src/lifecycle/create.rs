@@ -13,6 +13,9 @@ use std::collections::BTreeSet;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+/// A fork's memory image and the pin that keeps its snapshot from being removed.
+type MemoryImage = (std::path::PathBuf, Option<crate::memory_images::Pin>);
+
 /// The image, layers, expiry and disk size a request resolves to.
 struct Plan {
     image: String,
@@ -132,8 +135,9 @@ impl Engine {
         };
         tm("planned");
         // Its memory image is read until the restore is done: a delete of the snapshot
-        // waits for that (taken under admission, where the delete finds the record).
-        let _restoring = match (&plan.memory_image, req.snapshot_id) {
+        // waits for that (taken under admission, where the delete finds the record). The
+        // start holds it, past its deadline too: until the runtime call has returned.
+        let restoring = match (&plan.memory_image, req.snapshot_id) {
             (Some(_), Some(snapshot)) => Some(self.memory_pins.pin(snapshot)),
             _ => None,
         };
@@ -222,8 +226,8 @@ impl Engine {
         // sees them taken.
         let pinning = requests.is_some_and(|r| r.pinned_vcpus.is_some());
         let admission = pinning.then_some(admission);
-        self.start(&mut entry, network, requests, plan.memory_image)
-            .await?;
+        let memory = plan.memory_image.map(|image| (image, restoring));
+        self.start(&mut entry, network, requests, memory).await?;
         *warm = entry.handle.as_ref().map(|h| h.warm);
         // Its idle time (autoPause) starts now, not when the server started.
         self.activity.touch(entry.sb.id);
@@ -407,13 +411,16 @@ impl Engine {
     /// PENDING → STARTING → (runtime start, requests applied) → RUNNING. On any
     /// failure (the backend's, a store write's, the start deadline) nothing of the
     /// sandbox is left on the host and its record is FAILED (`start_failed`), or, when
-    /// even that write fails, left for `lifecycle::stuck` to settle.
+    /// even that write fails, left for `lifecycle::stuck` to settle. A fork's memory
+    /// image comes with the pin of its snapshot, released once the runtime's start has
+    /// returned (past the deadline, the restore goes on in the background and still
+    /// reads the image).
     async fn start(
         &self,
         e: &mut Entry,
         network: NetworkSpec,
         requests: Option<Requests>,
-        memory_image: Option<std::path::PathBuf>,
+        memory_image: Option<MemoryImage>,
     ) -> Result<(), EngineError> {
         let started = self.start_steps(e, network, requests, memory_image).await;
         if let Err(err) = &started {
@@ -427,7 +434,7 @@ impl Engine {
         e: &mut Entry,
         network: NetworkSpec,
         requests: Option<Requests>,
-        memory_image: Option<std::path::PathBuf>,
+        memory_image: Option<MemoryImage>,
     ) -> Result<(), EngineError> {
         self.transition(e, SandboxStatus::Starting)?;
         tracing::debug!(id = %e.sb.id, "create: starting persisted");
@@ -447,8 +454,10 @@ impl Engine {
             .bounded(
                 limit,
                 move |rt| {
-                    let handle = match &memory_image {
-                        Some(image) => rt.start_from_memory(&spec, &network, image)?,
+                    let handle = match memory_image {
+                        Some((image, _restoring)) => {
+                            rt.start_from_memory(&spec, &network, &image)?
+                        }
                         None => rt.start_with_network(&spec, &network)?,
                     };
                     let Some(req) = requests else {

@@ -233,6 +233,26 @@ impl Cgroups {
         Ok(())
     }
 
+    /// The limits written in the sandbox's cgroup (as [`Cgroups::set_limits`] writes
+    /// them), or `None` when it has none or is gone.
+    pub fn limits(&self, id: Uuid) -> Option<Limits> {
+        let (quota, memory) = match self {
+            Cgroups::V1 { .. } => (
+                read_u64(&self.file("cpu", id, "cpu.cfs_quota_us"))?,
+                read_u64(&self.file("memory", id, "memory.limit_in_bytes"))?,
+            ),
+            Cgroups::V2 { .. } => (
+                read_u64(&self.file("cpu", id, "cpu.max"))?,
+                read_u64(&self.file("memory", id, "memory.max"))?,
+            ),
+        };
+        Some(Limits {
+            vcpu: u32::try_from(quota / CFS_PERIOD_US).ok()?,
+            memory_mb: u32::try_from(memory >> 20).ok()?,
+            pids_max: u32::try_from(read_u64(&self.file("pids", id, "pids.max"))?).ok()?,
+        })
+    }
+
     /// Moves `pid` (and so everything it forks later) into the sandbox's cgroup.
     pub fn attach(&self, id: Uuid, pid: i32) -> Result<(), RuntimeError> {
         for dir in self.dirs(id) {

@@ -79,7 +79,28 @@ pub fn mount_limited(data_dir: &Path, state_dir: &Path, disk_mb: u32) -> Result<
         copy_sparse(&template, &img).map_err(io("copying the disk image", &img))?;
     }
     super::disk_spares::refill(&template);
-    let device = attach(&img).map_err(io("attaching a loop device", &img))?;
+    mount_image(state_dir, &img)
+}
+
+/// Loop-mounts a sandbox's existing disk image on [`layer_dir`] again: after a host
+/// restart, which took the mount and the loop device, of a sandbox whose memory stayed
+/// on disk (gVisor). Does nothing when the layer is mounted.
+pub fn remount(state_dir: &Path) -> Result<(), RuntimeError> {
+    let img = image(state_dir);
+    if super::sys::is_mount_point(&layer_dir(state_dir)) {
+        return Ok(());
+    }
+    mount_image(state_dir, &img)
+}
+
+/// Whether the sandbox has a disk of its own (an image in its state dir).
+pub fn has_image(state_dir: &Path) -> bool {
+    image(state_dir).is_file()
+}
+
+/// Attaches `img` to a loop device, records which, and mounts it on [`layer_dir`].
+fn mount_image(state_dir: &Path, img: &Path) -> Result<(), RuntimeError> {
+    let device = attach(img).map_err(io("attaching a loop device", img))?;
     let name = device.1.file_name().unwrap_or_default();
     let record = state_dir.join(DEVICE_NAME);
     std::fs::write(&record, name.as_encoded_bytes())

@@ -79,9 +79,12 @@ pub fn pinned_by_live_warm_inits(sandboxes_dir: &Path) -> HashSet<String> {
     })
 }
 
+/// A warm entry's dir: the container tier's or the gVisor tier's.
 fn is_warm(dir: &Path) -> bool {
-    dir.file_name()
-        .is_some_and(|n| n.to_string_lossy().starts_with(super::warm::DIR_PREFIX))
+    dir.file_name().is_some_and(|n| {
+        let n = n.to_string_lossy();
+        n.starts_with(super::warm::DIR_PREFIX) || n.starts_with(super::gvisor::WARM_DIR_PREFIX)
+    })
 }
 
 fn pinned_where(sandboxes_dir: &Path, wanted: impl Fn(&Path) -> bool) -> HashSet<String> {

@@ -112,6 +112,17 @@ pub fn lock_exclusive(path: &Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
+/// Whether another filesystem is mounted at `path` (its device differs from its
+/// parent's); false when it does not exist.
+pub fn is_mount_point(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let parent = path.parent().unwrap_or(path);
+    match (std::fs::metadata(path), std::fs::metadata(parent)) {
+        (Ok(a), Ok(b)) => a.dev() != b.dev(),
+        _ => false,
+    }
+}
+
 /// Process state letter and start time (field 22, in clock ticks) of `pid`.
 pub fn proc_stat(pid: i32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -61,6 +61,8 @@ pub(super) fn checkpoint(
     if on_disk(handle) {
         return Ok(handle.clone());
     }
+    // What its cgroup must be made with again after a host restart (see `remount`).
+    super::remount::save_limits(rt, handle)?;
     let id = super::warm::runsc_id(handle);
     // Frozen in memory: it runs a moment to let go of its socket.
     let was_frozen = rt.is_paused(handle);
@@ -165,6 +167,8 @@ pub(super) fn restore(
         }
         crate::linux::net::netns::readdress(&rt.linux, handle.id, &netns)?;
     }
+    // After a host restart: its root mounted and its cgroup made again.
+    super::remount::ensure(rt, handle)?;
     let mut live = handle.clone();
     let restored = start::run_in_cgroup(rt, handle.id, &handle.state_dir, &args, egress)
         .and_then(|()| relisten(rt, handle))
@@ -190,8 +194,31 @@ pub(super) fn restore(
     // a running sandbox recorded as running (and an image its destroy removes), not a
     // handle on disk whose image is gone (which would look crashed).
     start::save_handle(&live)?;
+    // A test's crash between the two.
+    crate::faults::hit("restore.saved");
     let _ = std::fs::remove_dir_all(image_dir(&handle.state_dir));
     Ok(live)
+}
+
+/// The running handle a restore saved in the sandbox's state dir when it differs from
+/// the recorded `handle` (a server killed after the restore, before recording it) and
+/// that sandbox runs; the image the restore had not removed yet goes.
+pub(super) fn restored(rt: &GvisorRuntime, handle: &SandboxHandle) -> Option<SandboxHandle> {
+    let path = handle.state_dir.join("handle.json");
+    let saved: SandboxHandle = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let same =
+        (saved.agent_pid, saved.agent_start_ticks) == (handle.agent_pid, handle.agent_start_ticks);
+    if same
+        || saved.id != handle.id
+        || saved.agent_pid == 0
+        || !sys::is_same_live_process(saved.agent_pid, saved.agent_start_ticks)
+        || !rt.linux.cgroups.holds(handle.id, saved.agent_pid)
+    {
+        return None;
+    }
+    tracing::warn!(sandbox = %handle.id, "restored before the server stopped, which did not record it: adopted running");
+    let _ = std::fs::remove_dir_all(image_dir(&handle.state_dir));
+    Some(saved)
 }
 
 /// Asks the agent to let go of its socket; returns its verdict (`ok`, or why not).

@@ -27,9 +27,12 @@ mod bundle;
 pub mod checkpoint;
 mod destroy;
 mod interrupted;
+mod remount;
 pub mod runsc;
 mod start;
 mod warm;
+mod warm_watch;
+pub(in crate::linux) use warm::DIR_PREFIX as WARM_DIR_PREFIX;
 
 use super::{capture, layers::remove_tree, LinuxConfig, LinuxRuntime};
 use crate::{
@@ -249,7 +252,8 @@ impl Runtime for GvisorRuntime {
         // On disk, a sandbox lives in its memory image, as long as what its restore
         // needs on the host does (not after a host restart for one with egress).
         if checkpoint::on_disk(handle) {
-            let lost = checkpoint::network_lost(self, handle);
+            let lost =
+                checkpoint::network_lost(self, handle).or_else(|| remount::lost(self, handle));
             if let Some(why) = &lost {
                 tracing::warn!(sandbox = %handle.id, "on disk but cannot be restored: {why}");
             }
@@ -293,6 +297,10 @@ impl Runtime for GvisorRuntime {
     fn restore(&self, handle: &SandboxHandle) -> Result<SandboxHandle, RuntimeError> {
         crate::faults::check("restore")?;
         checkpoint::restore(self, handle)
+    }
+
+    fn restored(&self, handle: &SandboxHandle) -> Option<SandboxHandle> {
+        checkpoint::restored(self, handle)
     }
 
     fn freeze(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
@@ -436,6 +444,15 @@ impl Runtime for GvisorRuntime {
         // sandbox made from a warm entry runs in the entry's container; the pool's own
         // entries are kept too.
         interrupted::clear(self, keep);
+        // Kept sandboxes on disk whose root a host restart unmounted: mounted again now,
+        // so that their files (captures, the next restore) are there.
+        for handle in self.stored_handles() {
+            if keep.contains(&handle.id) && checkpoint::on_disk(&handle) {
+                if let Err(e) = remount::ensure(self, &handle) {
+                    tracing::error!(sandbox = %handle.id, error = %e, "cannot mount the root of a sandbox on disk again; its restore will fail");
+                }
+            }
+        }
         let sandboxes = self.linux.sandboxes_dir();
         let mut containers: HashSet<Uuid> = keep
             .iter()

@@ -327,7 +327,7 @@ fn network_flag(egress: bool) -> &'static str {
 /// The overlay of `layers` (top first, used in place: overlayfs never writes a lower
 /// dir) under the writable upper dir, at `rootfs/`. Ownership stays as stored (0-based):
 /// the sentry is the sandbox's kernel, and the gofer writes as host root.
-fn mount_root(state_dir: &Path, layers: &[PathBuf]) -> Result<(), RuntimeError> {
+pub(super) fn mount_root(state_dir: &Path, layers: &[PathBuf]) -> Result<(), RuntimeError> {
     let upper = rootfs::upper(state_dir);
     let work = upper.with_file_name("work");
     let lowers: Vec<String> = layers.iter().map(|l| l.display().to_string()).collect();

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
 /// Name prefix of a warm entry's state dir under `sandboxes/`.
-pub(super) const DIR_PREFIX: &str = ".gvwarm-";
+pub(in crate::linux) const DIR_PREFIX: &str = ".gvwarm-";
 /// File in a sandbox's state dir naming its runsc container, when that is not its id
 /// (a sandbox made from a warm entry keeps the entry's container).
 pub(super) const RUNSC_ID: &str = "runsc-id";
@@ -68,7 +68,7 @@ struct Entry {
     shape: Shape,
 }
 
-struct Shared {
+pub(super) struct Shared {
     /// Makes and destroys entries: a runtime of its own over the same data dir.
     maker: GvisorRuntime,
     size: usize,
@@ -79,6 +79,8 @@ struct Shared {
     shape: Mutex<Option<Shape>>,
     filling: AtomicBool,
     closed: AtomicBool,
+    /// Whether the image records are watched (see `warm_watch`).
+    watching: AtomicBool,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -98,15 +100,21 @@ impl GvisorWarm {
             shape: Mutex::new(None),
             filling: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            watching: AtomicBool::new(false),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }))
     }
 
-    /// Makes entries of `shape` from now on (in the background).
+    /// Makes entries of `shape` from now on (in the background), until its image is
+    /// removed or moves to other layers (the image records are watched from the first
+    /// shape on: `warm_watch`).
     pub fn prefer(&self, shape: Shape) {
         if let Ok(mut s) = self.0.shape.lock() {
             *s = Some(shape);
+        }
+        if !self.0.watching.swap(true, Ordering::AcqRel) {
+            super::warm_watch::watch(&self.0);
         }
         self.refill();
     }
@@ -220,7 +228,7 @@ impl GvisorWarm {
     }
 
     fn refill(&self) {
-        refill::spawn(&self.0, |s| &s.filling, "gvisor-warm", Shared::fill);
+        self.0.refill();
     }
 
     /// Destroys every entry and makes no more (also run on drop).
@@ -304,6 +312,40 @@ fn hand_over(
 }
 
 impl Shared {
+    pub(super) fn refill(self: &Arc<Self>) {
+        refill::spawn(self, |s| &s.filling, "gvisor-warm", Shared::fill);
+    }
+
+    /// Whether a refill runs now.
+    pub(super) fn filling(&self) -> bool {
+        self.filling.load(Ordering::Acquire)
+    }
+
+    pub(super) fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The data dir (its image records).
+    pub(super) fn data_dir(&self) -> &Path {
+        &self.maker.linux.config.data_dir
+    }
+
+    /// Forgets the shape entries are made for when its image no longer resolves to its
+    /// layers (removed, or its name moved); its entries go at the next refill. Returns
+    /// whether it did.
+    pub(super) fn forget_removed_image(&self) -> bool {
+        let Ok(mut shape) = self.shape.lock() else {
+            return false;
+        };
+        let gone = shape.as_ref().is_some_and(|s| {
+            !crate::linux::warm::still_stacks(self.data_dir(), &s.image, &s.layers)
+        });
+        if gone {
+            *shape = None;
+        }
+        gone
+    }
+
     fn discard(&self, entry: Entry) {
         if let Err(e) = destroy::destroy(&self.maker, &entry.handle) {
             tracing::warn!(key = %entry.handle.id, error = %e, "removing a warm gVisor sandbox");
@@ -316,6 +358,11 @@ impl Shared {
                 return;
             }
             let Some(shape) = self.shape.lock().ok().and_then(|s| s.clone()) else {
+                // No shape (any more: its image was removed): no entry serves a start.
+                let stale = self.entries.lock().map(|mut e| std::mem::take(&mut *e));
+                for entry in stale.unwrap_or_default() {
+                    self.discard(entry);
+                }
                 return;
             };
             let (stale, have) = match self.entries.lock() {
@@ -342,8 +389,13 @@ impl Shared {
                 }
             };
             let closed = self.closed.load(Ordering::Acquire);
+            // Made for a shape forgotten meanwhile (its image removed): not kept.
+            let current = self
+                .shape
+                .lock()
+                .is_ok_and(|s| s.as_ref() == Some(&entry.shape));
             match self.entries.lock() {
-                Ok(mut e) if !closed && e.len() < self.size => e.push(entry),
+                Ok(mut e) if !closed && current && e.len() < self.size => e.push(entry),
                 _ => {
                     self.discard(entry);
                     return;

@@ -77,7 +77,7 @@ impl Recent {
 }
 
 /// Whether image `name` in `data_dir` resolves to exactly `layers` (top first).
-pub(super) fn still_stacks(data_dir: &Path, name: &str, layers: &[PathBuf]) -> bool {
+pub(in crate::linux) fn still_stacks(data_dir: &Path, name: &str, layers: &[PathBuf]) -> bool {
     let Ok(store) = LayerStore::new(data_dir) else {
         return false;
     };

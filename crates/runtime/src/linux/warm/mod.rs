@@ -21,6 +21,7 @@
 mod demand;
 mod entry;
 mod images;
+pub(super) use images::still_stacks;
 
 use super::cgroup::Cgroups;
 use super::net::policy::Policy;
