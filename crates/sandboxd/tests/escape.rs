@@ -198,7 +198,10 @@ const GVISOR_EXPECTED: &[(&str, &str)] = &[
     ("unshare(CLONE_NEWNS)", "succeeded"),
     // runsc 20240729's sentry also lets a user namespace's owner mount: the tmpfs is a
     // sentry object in the sentry's own mount namespace, no host mount.
-    ("unshare(CLONE_NEWUSER | CLONE_NEWNS) then mount tmpfs", "succeeded"),
+    (
+        "unshare(CLONE_NEWUSER | CLONE_NEWNS) then mount tmpfs",
+        "succeeded",
+    ),
     // runsc 20240729's sentry has a /proc/sysrq-trigger of its own (mode 0200, in its
     // own procfs: no host file behind it); the open succeeds, a write fails with EIO
     // and nothing reaches the host's SysRq (checked: `echo h` inside logs nothing on the
