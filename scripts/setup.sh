@@ -5,9 +5,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in util-linux iproute2 nftables libnftables1 bubblewrap e2fsprogs python3 bash coreutils procps docker-registry skopeo umoci apache2-utils runsc; do
+for pkg in util-linux iproute2 nftables libnftables1 bubblewrap e2fsprogs python3 bash coreutils procps docker-registry skopeo umoci apache2-utils; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+# runsc (the gVisor tier) from bookworm-backports (release 20240729): unlike bookworm's
+# 20221219 it has --net-disconnect-ok, which lets a sandbox with egress be checkpointed
+# (pause to disk, memory snapshots, forks). The CI tests expect it (SANDBOXD_CI).
+backports="deb http://deb.debian.org/debian bookworm-backports main"
+if ! grep -rqsF "$backports" /etc/apt/sources.list /etc/apt/sources.list.d/ \
+    && ! grep -rqsE '^Suites:.*bookworm-backports' /etc/apt/sources.list.d/; then
+    echo "$backports" >/etc/apt/sources.list.d/bookworm-backports.list
+    apt-get update -qq
+fi
+runsc_flags="$(runsc flags 2>&1 || true)"
+if [[ "$runsc_flags" != *-net-disconnect-ok* ]]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm-backports runsc
+fi
 # promtool and a real Prometheus for the monitoring tests (crates/sandboxd/tests/metrics*.rs).
 dpkg -s prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 # Headless Chromium and its WebDriver for the web console's browser test (tests/console.rs).

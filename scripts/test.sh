@@ -21,8 +21,9 @@ if [ -f tests/inngest-sdk/package.json ]; then
     (cd tests/inngest-sdk && SANDBOXD_BIN="$OLDPWD/target/debug/sandboxd" npm test) 2>&1 \
         | tee "$logs/node.log" || status=1
     # The same suite against a server whose default tier is gVisor (scripts/setup.sh
-    # installs runsc; without it this run is counted as failed).
-    if command -v runsc >/dev/null; then
+    # installs runsc; without it this run is counted as failed). SANDBOXD_RUNSC, when set,
+    # names the runsc the server uses, as it does for the server.
+    if [ -x "${SANDBOXD_RUNSC:-}" ] || { [ -z "${SANDBOXD_RUNSC:-}" ] && command -v runsc >/dev/null; }; then
         (cd tests/inngest-sdk && SANDBOXD_ISOLATION=gvisor \
             SANDBOXD_BIN="$OLDPWD/target/debug/sandboxd" npm test) 2>&1 \
             | tee "$logs/node-gvisor.log" || status=1

@@ -411,7 +411,10 @@ pub(crate) async fn said_ready(client: &AgentClient, id: uuid::Uuid) -> Result<b
 
 fn runsc_do_true() -> Result<Duration> {
     let t = Instant::now();
-    let status = std::process::Command::new("runsc")
+    // The runsc the tier uses (`SANDBOXD_RUNSC`, else on `PATH`), so that the pair compares
+    // like with like.
+    let exe = sandboxd_runtime::linux::gvisor::runsc::find().context("runsc not found")?;
+    let status = std::process::Command::new(exe)
         .args(["--platform=ptrace", "--network=none", "do", "/bin/true"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

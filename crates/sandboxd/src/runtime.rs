@@ -44,6 +44,16 @@ pub fn open_gvisor(
         .with_context(|| format!("resolving data directory {}", data_dir.display()))?;
     let runtime = GvisorRuntime::new(linux_config(data_dir, max_ptys)?)
         .context("opening the gVisor sandbox backend")?;
+    let features = runtime.runsc_features();
+    tracing::info!(
+        runsc = %features.version,
+        egress_checkpoints = features.net_disconnect_ok,
+        "gVisor tier: {}",
+        match features.net_disconnect_ok {
+            true => "sandboxes with egress can pause to disk (open TCP connections are reset)",
+            false => "this runsc has no --net-disconnect-ok: sandboxes with egress pause in memory",
+        }
+    );
     Ok(runtime.with_network(net_config(resolvers)))
 }
 

@@ -196,6 +196,17 @@ const GVISOR_EXPECTED: &[(&str, &str)] = &[
     ("unshare(CLONE_NEWUSER)", "succeeded"),
     ("clone(CLONE_NEWUSER)", "succeeded"),
     ("unshare(CLONE_NEWNS)", "succeeded"),
+    // runsc 20240729's sentry also lets a user namespace's owner mount: the tmpfs is a
+    // sentry object in the sentry's own mount namespace, no host mount.
+    (
+        "unshare(CLONE_NEWUSER | CLONE_NEWNS) then mount tmpfs",
+        "succeeded",
+    ),
+    // runsc 20240729's sentry has a /proc/sysrq-trigger of its own (mode 0200, in its
+    // own procfs: no host file behind it); the open succeeds, a write fails with EIO
+    // and nothing reaches the host's SysRq (checked: `echo h` inside logs nothing on the
+    // host).
+    ("open /proc/sysrq-trigger for writing", "succeeded"),
     // This sentry's /proc/<pid>/status has no NoNewPrivs line; the flag itself is set
     // (the OCI spec asks for it, and prctl(PR_GET_NO_NEW_PRIVS) answers 1 inside).
     ("/proc/self/status NoNewPrivs is 1", "NoNewPrivs: missing"),

@@ -6,6 +6,7 @@
 //! runsc is missing.
 
 mod common;
+mod fakenet;
 mod gvisor_common;
 #[path = "gvisor_common/server.rs"]
 mod gvisor_server;
@@ -605,6 +606,113 @@ fn runzivo_and_inngest_sandboxes_consent_with_their_extension_fields() {
         sandbox_processes_under(&data).is_empty()
     });
     common::wait_for("every state dir gone", || sandbox_dirs(&data).is_empty());
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
+/// A sandbox with egress moves too, with a runsc that has `--net-disconnect-ok` (HTTP, OpenRelay's `autoPause` and `egress`): on disk
+/// it keeps its lease, link and rules, and the exec that wakes it finds its processes,
+/// its address and its policy (the denied fake host still refused).
+#[test]
+fn an_egress_sandbox_moves_to_disk_and_wakes_with_its_address_and_policy() {
+    let Some(fixture) = gvisor_data() else {
+        return;
+    };
+    if !runsc_disconnects() {
+        eprintln!("skipping: an egress sandbox stays in memory on this runsc");
+        return;
+    }
+    let data = fixture.path.clone();
+    let fake = fakenet::FakeNet::new();
+    let resolver = fake.addr(2);
+    let env = [
+        ("SANDBOXD_NETWORK", "egress"),
+        ("SANDBOXD_RESOLVERS", resolver.as_str()),
+        ("SANDBOXD_AUTO_PAUSE_MEMORY_BUDGET_MB", "1"),
+        ("SANDBOXD_AUTO_PAUSE_INTERVAL_MS", "200"),
+    ];
+    let server = fixture.serve(MASTER, &env);
+    let body = serde_json::json!({
+        "template": "default",
+        "autoPause": true,
+        "egress": {"deny": [fake.addr(3)]},
+    });
+    let created = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
+    assert_eq!(created.status / 100, 2, "{}", created.text());
+    let id = created.json()["id"].as_str().expect("id").to_owned();
+    let addr = fakenet::leased_address(&id).expect("a lease");
+    let exec = format!("/v1/sandboxes/{id}/exec");
+    let run = |cmd: &str| -> String {
+        let body = serde_json::json!({ "cmd": cmd });
+        let r = server.request("POST", &exec, MASTER, Some(&body));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["exitCode"], 0, "{}", r.text());
+        r.json()["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let start = format!(
+        "cat > /root/counter.py <<'EOF'\n{COUNTER}EOF\n\
+         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &\n\
+         while [ ! -s /root/count ]; do sleep 0.1; done"
+    );
+    run(&start);
+    let path = format!("/v1/sandboxes/{id}");
+    common::wait_for("the sandbox recorded on disk", || {
+        server.request("GET", &path, MASTER, None).json()["autoPausedAt"].is_string()
+    });
+    assert!(
+        image(&data, id.parse().expect("uuid")).is_file(),
+        "no memory image"
+    );
+    assert!(
+        sandbox_processes_under(&data).is_empty(),
+        "a sentry on disk"
+    );
+    assert_eq!(fakenet::leased_address(&id).as_deref(), Some(addr.as_str()));
+    assert!(fakenet::link_exists(&id) && fakenet::nft_entries_exist(&id));
+    let on_disk: u64 =
+        std::fs::read_to_string(data.join(format!("sandboxes/{id}/layer/upper/root/count")))
+            .expect("count")
+            .trim()
+            .parse()
+            .expect("number");
+
+    // One exec wakes it and probes: the counter went on, same address, same policy.
+    let probe = |host: &str| {
+        format!(
+            "python3 -c '{}' {host} 8080",
+            fakenet::LOCAL_PROBE.replace('\'', "\"")
+        )
+    };
+    let out = run(&format!(
+        "cat /root/count; echo; {}; {}",
+        probe(&fake.addr(2)),
+        probe(&fake.addr(3))
+    ));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let woke: u64 = lines[0].parse().expect("number");
+    assert!(
+        woke >= on_disk,
+        "the counter restarted: {on_disk} -> {woke}"
+    );
+    assert_eq!(lines[1], format!("ok {addr} hello"));
+    assert!(
+        lines[2].starts_with("err"),
+        "the denied host is reachable: {out}"
+    );
+
+    let del = server.request("DELETE", &path, MASTER, None);
+    assert_eq!(del.status / 100, 2, "{}", del.text());
+    common::wait_for("the sandbox gone", || {
+        sandbox_processes_under(&data).is_empty() && sandbox_dir_names(&data).is_empty()
+    });
+    assert_eq!(fakenet::leased_address(&id), None, "lease left behind");
+    assert!(!fakenet::link_exists(&id), "veth left behind");
+    assert!(!fakenet::nft_entries_exist(&id), "nft entries left behind");
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
 }

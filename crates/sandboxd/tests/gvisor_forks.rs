@@ -5,6 +5,7 @@
 //! snapshot stays filesystem-only and says so. Skipped where runsc is missing.
 
 mod common;
+mod fakenet;
 mod gvisor_common;
 #[path = "gvisor_common/server.rs"]
 mod gvisor_server;
@@ -547,4 +548,259 @@ fn memory_images_no_record_names_are_swept_at_start_up_unless_one_is_being_taken
     });
     drop(server);
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
+/// Sets workspace `default`'s egress policy: the fake host's /29 allowed, `deny` denied.
+fn set_policy(data: &Path, fake: &fakenet::FakeNet, deny: &str) {
+    let allow = format!("{}.0/29", fake.prefix);
+    let args = [
+        "network-policy",
+        "set",
+        "--workspace",
+        "default",
+        "--allow",
+        &allow,
+        "--deny",
+        deny,
+        "--data-dir",
+        data.to_str().expect("utf-8"),
+    ];
+    let out = serve_bin::cli(&args, "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// "ok <own address> hello" or "err ...": a TCP connect from inside sandbox `id`.
+fn local_probe(server: &serve_bin::Server, id: &str, host: &str) -> String {
+    let args = ["/usr/bin/python3", "-c", fakenet::LOCAL_PROBE, host, "8080"];
+    let (code, out) = server.exec(MASTER, id, &args);
+    assert_eq!(code, 0, "probe failed: {out}");
+    out.trim().to_string()
+}
+
+/// Forks of a sandbox with egress (with a runsc that has `--net-disconnect-ok`; Inngest `snapshotId`, an OpenRelay template
+/// `fromSandbox`) each get a network of their own: their own namespace, link, lease
+/// and address, under the policy their workspace has when they are made (here changed
+/// after the source started: .3 allowed, .4 denied), and each one's lease, link and
+/// chain go with it.
+#[test]
+fn forks_of_an_egress_sandbox_get_their_own_address_and_their_workspace_policy() {
+    let Some(fixture) = gvisor_data() else {
+        return;
+    };
+    if !runsc_disconnects() {
+        eprintln!("skipping: an egress sandbox's snapshot keeps no memory on this runsc");
+        return;
+    }
+    let data = fixture.path.clone();
+    let fake = fakenet::FakeNet::new();
+    let resolver = fake.addr(2);
+    let env = [
+        ("SANDBOXD_NETWORK", "egress"),
+        ("SANDBOXD_RESOLVERS", resolver.as_str()),
+    ];
+    let server = fixture.serve(MASTER, &env);
+    set_policy(&data, &fake, &fake.addr(3));
+    let source = create(
+        &server,
+        json!({"name": "source", "vcpu": 1, "memoryMb": 256}),
+    );
+    let source_addr = fakenet::leased_address(&source).expect("the source's lease");
+    let launch = format!(
+        "printf '%s' \"{COUNTER}\" > /root/counter.py && \
+         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &"
+    );
+    let (code, out) = sh(&server, &source, &launch);
+    assert_eq!(code, 0, "{out}");
+    for want in 1..=3 {
+        assert_eq!(increment(&server, &source), want);
+    }
+    assert!(local_probe(&server, &source, &fake.addr(3)).starts_with("err"));
+
+    let r = server.request(
+        "POST",
+        &format!("/v2/sandboxes/{source}/snapshots"),
+        MASTER,
+        Some(&json!({"name": "counting"})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["data"]["memory"], true, "{}", r.text());
+    let snapshot = r.json()["data"]["id"].as_str().expect("id").to_string();
+    let r = server.request(
+        "POST",
+        "/v1/sandbox-templates",
+        MASTER,
+        Some(&json!({"name": "forked", "fromSandbox": source})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["memory"], true, "{}", r.text());
+    assert_eq!(
+        local_probe(&server, &source, &fake.addr(2)),
+        format!("ok {source_addr} hello"),
+        "the source's network after its snapshots"
+    );
+
+    // The workspace's policy changes before the forks are made.
+    set_policy(&data, &fake, &fake.addr(4));
+    let mut clones: Vec<String> = ["fork-a", "fork-b"]
+        .iter()
+        .map(|name| create(&server, json!({"name": name, "snapshotId": snapshot})))
+        .collect();
+    let r = server.request(
+        "POST",
+        "/v1/sandboxes",
+        MASTER,
+        Some(&json!({"template": "forked"})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    clones.push(r.json()["id"].as_str().expect("id").to_string());
+
+    let mut seen = vec![source_addr.clone()];
+    for clone in &clones {
+        assert_eq!(
+            increment(&server, clone),
+            4,
+            "the fork restarted its counter"
+        );
+        let addr = fakenet::leased_address(clone).expect("a lease of its own");
+        assert!(
+            !seen.contains(&addr),
+            "{addr} is another sandbox's: {seen:?}"
+        );
+        seen.push(addr.clone());
+        assert!(fakenet::link_exists(clone) && fakenet::nft_entries_exist(clone));
+        // Its own stack sends from its own address (not the source's the image held).
+        assert_eq!(
+            local_probe(&server, clone, &fake.addr(2)),
+            format!("ok {addr} hello")
+        );
+        assert_eq!(
+            local_probe(&server, clone, &fake.addr(3)),
+            format!("ok {addr} hello"),
+            "the fork carries the source's old policy"
+        );
+        assert!(
+            local_probe(&server, clone, &fake.addr(4)).starts_with("err"),
+            "the fork is not under its workspace's policy"
+        );
+    }
+    assert_eq!(increment(&server, &source), 4);
+
+    for id in clones.iter().chain([&source]) {
+        server.destroy(MASTER, id);
+        assert_eq!(fakenet::leased_address(id), None, "lease of {id} left");
+        assert!(!fakenet::link_exists(id), "veth of {id} left");
+        assert!(!fakenet::nft_entries_exist(id), "nft entries of {id} left");
+    }
+    let r = server.request("DELETE", &format!("/v2/snapshots/{snapshot}"), MASTER, None);
+    assert_eq!(r.status, 204, "{}", r.text());
+    let r = server.request("DELETE", "/v1/sandbox-templates/forked", MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    common::wait_for("every sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+    assert_eq!(
+        entries(&data.join("memory-snapshots")),
+        Vec::<String>::new()
+    );
+}
+
+/// On a server whose default network is egress, a fork made from a memory snapshot of a
+/// source without network (OpenRelay `network: {"mode": "none"}`) gets the network its
+/// own create asks for: its own namespace, link, lease and address, from which it
+/// reaches the fake host, under the workspace's policy; it continues the source's
+/// processes, and the source keeps only its loopback. (Any runsc: the source has no TCP
+/// endpoint on a link to save.)
+#[test]
+fn a_fork_of_a_networkless_source_on_an_egress_server_gets_its_own_egress_address() {
+    let Some(fixture) = gvisor_data() else {
+        return;
+    };
+    let data = fixture.path.clone();
+    let fake = fakenet::FakeNet::new();
+    let resolver = fake.addr(2);
+    let env = [
+        ("SANDBOXD_NETWORK", "egress"),
+        ("SANDBOXD_RESOLVERS", resolver.as_str()),
+    ];
+    let server = fixture.serve(MASTER, &env);
+    set_policy(&data, &fake, &fake.addr(3));
+    let body = json!({"template": "default", "network": {"mode": "none"}});
+    let r = server.request("POST", "/v1/sandboxes", MASTER, Some(&body));
+    assert_eq!(r.status / 100, 2, "{}", r.text());
+    let source = r.json()["id"].as_str().expect("id").to_string();
+    assert_eq!(
+        fakenet::leased_address(&source),
+        None,
+        "the source has a lease"
+    );
+    assert!(!fakenet::link_exists(&source), "the source has a link");
+    let launch = format!(
+        "printf '%s' \"{COUNTER}\" > /root/counter.py && \
+         setsid python3 /root/counter.py </dev/null >/dev/null 2>&1 &"
+    );
+    let (code, out) = sh(&server, &source, &launch);
+    assert_eq!(code, 0, "{out}");
+    for want in 1..=2 {
+        assert_eq!(increment(&server, &source), want);
+    }
+    assert!(local_probe(&server, &source, &fake.addr(2)).starts_with("err"));
+
+    let r = server.request(
+        "POST",
+        &format!("/v2/sandboxes/{source}/snapshots"),
+        MASTER,
+        None,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["data"]["memory"], true, "{}", r.text());
+    let snapshot = r.json()["data"]["id"].as_str().expect("id").to_string();
+    let fork = create(&server, json!({"name": "fork", "snapshotId": snapshot}));
+    assert_eq!(
+        increment(&server, &fork),
+        3,
+        "the fork restarted its counter"
+    );
+    assert!(
+        data.join(format!("sandboxes/{fork}/netns")).exists(),
+        "the fork has no network namespace of its own"
+    );
+    let addr = fakenet::leased_address(&fork).expect("a lease of its own");
+    assert!(fakenet::link_exists(&fork) && fakenet::nft_entries_exist(&fork));
+    assert_eq!(
+        local_probe(&server, &fork, &fake.addr(2)),
+        format!("ok {addr} hello")
+    );
+    assert!(
+        local_probe(&server, &fork, &fake.addr(3)).starts_with("err"),
+        "the fork is not under its workspace's policy"
+    );
+    assert!(
+        local_probe(&server, &source, &fake.addr(2)).starts_with("err"),
+        "the source reaches out after its fork"
+    );
+    assert_eq!(increment(&server, &source), 3);
+
+    for id in [&fork, &source] {
+        server.destroy(MASTER, id);
+    }
+    assert_eq!(fakenet::leased_address(&fork), None, "lease left");
+    assert!(!fakenet::link_exists(&fork), "veth left");
+    assert!(!fakenet::nft_entries_exist(&fork), "nft entries left");
+    let r = server.request("DELETE", &format!("/v2/snapshots/{snapshot}"), MASTER, None);
+    assert_eq!(r.status, 204, "{}", r.text());
+    common::wait_for("every sandbox gone", || {
+        sandbox_processes_under(&data).is_empty()
+    });
+    drop(server);
+    assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+    assert_eq!(
+        entries(&data.join("memory-snapshots")),
+        Vec::<String>::new()
+    );
 }

@@ -338,17 +338,19 @@ fn local_probe(server: &serve_bin::Server, id: &str, host: &str) -> String {
     out.trim().to_string()
 }
 
-/// A sandbox with egress pauses in memory, never to disk: this runsc cannot save a TCP
-/// endpoint of its link that is connected or closing, and a checkpoint that meets one
-/// ends the sandbox (seen: a probe's connection in TIME_WAIT made the pause a 503 and
-/// the sandbox was lost). Here a process holds a connection to the fake host open across
-/// the pause; the sandbox comes back with its processes, its address and its policy,
-/// and its snapshot is filesystem-only, the sandbox running on.
+/// A sandbox with egress holding a connection pauses and resumes whole. With a runsc
+/// that has `--net-disconnect-ok` it goes to disk (image written, no host process left,
+/// its namespace, link, lease and rules kept across a server restart) and comes back
+/// with its processes, memory, address and policy, the held connection reset by the
+/// save. With an older runsc (which cannot save such a connection: a checkpoint that
+/// met one ended the sandbox, a 503) it pauses in memory and the connection survives.
+/// Either way the connection's holder runs on and reports what its socket says after.
 #[test]
-fn a_gvisor_sandbox_with_egress_holding_a_connection_pauses_in_memory_and_resumes_whole() {
+fn a_gvisor_sandbox_with_egress_holding_a_connection_pauses_and_resumes_whole() {
     let Some(fixture) = gvisor_data() else {
         return;
     };
+    let to_disk = runsc_disconnects();
     let data = fixture.path.clone();
     let fake = fakenet::FakeNet::new();
     let resolver = fake.addr(2);
@@ -391,10 +393,15 @@ fn a_gvisor_sandbox_with_egress_holding_a_connection_pauses_in_memory_and_resume
     assert_eq!(code, 0, "{out}");
     common::wait_for("the counter counts", || server_count(&server, &id) >= 5);
 
-    // A connection to the allowed fake host, held open by a process across the pause.
+    // A connection to the allowed fake host (which sent "hello" and closed its end),
+    // held by a process across the pause, which reads and writes it once told to.
     let hold = format!(
-        "import socket,time\ns=socket.create_connection(('{}', 8080))\n\
-         open('/root/connected','w').close()\ntime.sleep(3600)\n",
+        "import socket,time,os\ns=socket.create_connection(('{}', 8080))\n\
+         open('/root/connected','w').close()\n\
+         while not os.path.exists('/root/go'): time.sleep(0.05)\n\
+         try: r=repr(s.recv(16))\nexcept Exception as e: r=type(e).__name__\n\
+         try: s.send(b'x'); w='sent'\nexcept Exception as e: w=type(e).__name__\n\
+         open('/root/result','w').write(r+' '+w)\ntime.sleep(3600)\n",
         fake.addr(2)
     );
     let launch = format!(
@@ -408,14 +415,35 @@ fn a_gvisor_sandbox_with_egress_holding_a_connection_pauses_in_memory_and_resume
     let r = server.request("POST", &format!("/v2/sandboxes/{id}/pause"), MASTER, None);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
-    assert!(
-        !data.join(format!("sandboxes/{id}/memory")).exists(),
-        "a memory image was written"
-    );
-    assert!(
-        !sandbox_processes_under(&data).is_empty(),
-        "the sentry is gone: it went to disk"
-    );
+    let server = if to_disk {
+        assert!(
+            data.join(format!("sandboxes/{id}/memory/checkpoint.img"))
+                .is_file(),
+            "no memory image: it did not go to disk"
+        );
+        assert_eq!(
+            sandbox_processes_under(&data),
+            Vec::<i32>::new(),
+            "runsc processes left while paused to disk"
+        );
+        // Its host side stays while it is on disk, across a server restart.
+        assert_eq!(fakenet::leased_address(&id).as_deref(), Some(addr.as_str()));
+        assert!(fakenet::link_exists(&id) && fakenet::nft_entries_exist(&id));
+        drop(server);
+        let server = fixture.serve(MASTER, &env);
+        assert_eq!(fakenet::leased_address(&id).as_deref(), Some(addr.as_str()));
+        server
+    } else {
+        assert!(
+            !data.join(format!("sandboxes/{id}/memory")).exists(),
+            "a memory image was written"
+        );
+        assert!(
+            !sandbox_processes_under(&data).is_empty(),
+            "the sentry is gone: it went to disk"
+        );
+        server
+    };
     let r = server.request("POST", &format!("/v2/sandboxes/{id}/resume"), MASTER, None);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["data"]["status"], "RUNNING", "{}", r.text());
@@ -433,12 +461,32 @@ fn a_gvisor_sandbox_with_egress_holding_a_connection_pauses_in_memory_and_resume
         out.contains("/root/hold.py"),
         "the connection's holder is gone: {out}"
     );
+    let (code, out) = server.exec(
+        MASTER,
+        &id,
+        &[
+            "/bin/sh",
+            "-c",
+            "touch /root/go; while [ ! -s /root/result ]; do sleep 0.05; done; cat /root/result",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    match to_disk {
+        // Reset by the save: reading it says aborted, writing it a broken pipe.
+        true => assert_eq!(
+            out.trim(),
+            "ConnectionAbortedError BrokenPipeError",
+            "the held connection after the save"
+        ),
+        false => assert_eq!(out.trim(), "b'hello' sent", "the held connection"),
+    }
     assert_eq!(local_probe(&server, &id, &fake.addr(2)), reached);
     assert!(
         local_probe(&server, &id, &fake.addr(3)).starts_with("err"),
         "the denied address is reachable after the resume"
     );
-    // Its snapshot keeps its files only, and the sandbox runs on.
+    // Its snapshot keeps its memory when it can go to disk (else its files only), and
+    // the sandbox runs on.
     let r = server.request(
         "POST",
         &format!("/v2/sandboxes/{id}/snapshots"),
@@ -446,7 +494,7 @@ fn a_gvisor_sandbox_with_egress_holding_a_connection_pauses_in_memory_and_resume
         None,
     );
     assert_eq!(r.status, 201, "{}", r.text());
-    assert_eq!(r.json()["data"]["memory"], false, "{}", r.text());
+    assert_eq!(r.json()["data"]["memory"], to_disk, "{}", r.text());
     let snapshot = r.json()["data"]["id"].as_str().expect("id").to_string();
     assert_eq!(local_probe(&server, &id, &fake.addr(2)), reached);
     let r = server.request("DELETE", &format!("/v2/snapshots/{snapshot}"), MASTER, None);

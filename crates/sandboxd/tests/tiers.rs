@@ -15,9 +15,9 @@ const MASTER: &str = "tiers-test-master-key";
 const RUNZIVO: &str = "/v1/customer/tenants/default/sandboxes";
 const TEMPLATES: &str = "/v1/sandbox-templates";
 
+/// Whether the server would find runsc (`SANDBOXD_RUNSC`, else `PATH`), as it does.
 fn runsc_installed() -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("runsc").is_file()))
+    sandboxd_runtime::linux::gvisor::GvisorRuntime::available()
 }
 
 fn host_release() -> String {

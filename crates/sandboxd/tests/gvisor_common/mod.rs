@@ -57,6 +57,37 @@ pub fn raw_gvisor(data_dir: &Path) -> GvisorRuntime {
     .expect("gvisor runtime")
 }
 
+/// Whether the runsc the server will use has `--net-disconnect-ok`, so that sandboxes
+/// with egress go to disk (pause, memory snapshots, forks, autoPause). Without it a test
+/// of that says so and is skipped, except where the new runsc is expected: in CI
+/// (`SANDBOXD_CI`, set by `.ci/run`, whose `scripts/setup.sh` installs runsc from
+/// bookworm-backports) or with `SANDBOXD_EXPECT_RUNSC_DISCONNECT=1`, where it fails.
+pub fn runsc_disconnects() -> bool {
+    use sandboxd_runtime::linux::gvisor::{features::Features, runsc};
+    let Some(exe) = runsc::find() else {
+        return false;
+    };
+    let features = Features::detect(&exe);
+    if features.net_disconnect_ok {
+        return true;
+    }
+    let expected = std::env::var_os("SANDBOXD_CI").is_some()
+        || std::env::var_os("SANDBOXD_EXPECT_RUNSC_DISCONNECT").is_some_and(|v| v == "1");
+    assert!(
+        !expected,
+        "{} ({}) has no --net-disconnect-ok, and this run expects it: install runsc from \
+         bookworm-backports (scripts/setup.sh) or point SANDBOXD_RUNSC at one",
+        exe.display(),
+        features.version
+    );
+    eprintln!(
+        "{} ({}) has no --net-disconnect-ok: sandboxes with egress stay in memory",
+        exe.display(),
+        features.version
+    );
+    false
+}
+
 pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

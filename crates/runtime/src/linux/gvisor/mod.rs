@@ -26,6 +26,7 @@
 mod bundle;
 pub mod checkpoint;
 mod destroy;
+pub mod features;
 mod interrupted;
 mod remount;
 pub mod runsc;
@@ -66,7 +67,11 @@ impl GvisorRuntime {
         std::fs::create_dir_all(&root).map_err(super::io("creating the runsc root", &root))?;
         let rt = GvisorRuntime {
             linux: LinuxRuntime::new(config)?,
-            runsc: Runsc { exe, root },
+            runsc: Runsc {
+                features: features::Features::detect(&exe),
+                exe,
+                root,
+            },
             warm: None,
         };
         warm::sweep_stale(&rt);
@@ -159,7 +164,12 @@ impl GvisorRuntime {
         self.linux.sandbox_address(id)
     }
 
-    /// Whether `runsc` is installed (on `PATH`).
+    /// What the `runsc` in use supports.
+    pub fn runsc_features(&self) -> &features::Features {
+        &self.runsc.features
+    }
+
+    /// Whether `runsc` is installed (`SANDBOXD_RUNSC`, else on `PATH`).
     pub fn available() -> bool {
         runsc::find().is_some()
     }
@@ -270,19 +280,20 @@ impl Runtime for GvisorRuntime {
     }
 
     fn can_checkpoint(&self, handle: &SandboxHandle) -> bool {
-        // Not with egress: this runsc cannot save a TCP endpoint of the sandbox's link
-        // (eth0) that is connected or closing (TIME_WAIT included, for a minute after a
-        // connection the sandbox closed first), and a checkpoint that meets one fails
-        // and ends the sandbox — its processes and memory lost. Nothing on the host can
-        // tell such endpoints beforehand, so an egress sandbox pauses in memory and its
-        // snapshots are filesystem-only. (`checkpoint`/`restore` themselves handle a
-        // network: a fork of a sandbox without one can be restored with egress.) A
-        // sandbox holding a host socket is refused by the checkpoint's own check, and
-        // keeps running.
-        !handle
-            .state_dir
-            .join(crate::linux::rootfs::NETNS_FILE)
-            .exists()
+        // With egress only when this runsc has `--net-disconnect-ok`: then a checkpoint
+        // resets the link's open TCP connections (connected or closing, TIME_WAIT
+        // included) and goes on. An older runsc cannot save such an endpoint and a
+        // checkpoint that meets one fails and ends the sandbox, its processes and memory
+        // lost; nothing on the host can tell such endpoints beforehand, so there an
+        // egress sandbox pauses in memory and its snapshots are filesystem-only.
+        // (`checkpoint`/`restore` themselves handle a network: a fork of a sandbox
+        // without one can be restored with egress.) A sandbox holding a host socket is
+        // refused by the checkpoint's own check, and keeps running.
+        self.runsc.features.net_disconnect_ok
+            || !handle
+                .state_dir
+                .join(crate::linux::rootfs::NETNS_FILE)
+                .exists()
     }
 
     fn is_checkpointed(&self, handle: &SandboxHandle) -> bool {

@@ -1,8 +1,10 @@
 //! Running `runsc` with the backend's global flags: the ptrace platform, no network
 //! (or, with egress, gVisor's own stack over the sandbox's netns), host
 //! Unix sockets the sandbox creates (the agent's), no cgroups of its own, no overlay
-//! of its own (writes reach the host overlay's upper dir, which captures copy).
+//! of its own (writes reach the host overlay's upper dir, which captures copy), and,
+//! when this runsc has it, `--net-disconnect-ok` (see [`super::features`]).
 
+use super::features::{Features, NET_DISCONNECT_OK};
 use crate::RuntimeError;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -14,6 +16,8 @@ pub struct Runsc {
     pub exe: PathBuf,
     /// Its `--root` (container state files).
     pub root: PathBuf,
+    /// What it supports (read once, when the tier opens).
+    pub features: Features,
 }
 
 /// The variable naming the `runsc` binary to use instead of the one on `PATH`.
@@ -73,6 +77,12 @@ impl Runsc {
                 "--file-access=shared",
             ])
             .stdin(Stdio::null());
+        // A checkpoint resets the link's open TCP connections instead of failing (and
+        // ending the sandbox) on them. Given to every command: `create`/`start`/
+        // `restore` set the link's capabilities, and the flags must agree across them.
+        if self.features.net_disconnect_ok {
+            cmd.arg(format!("--{NET_DISCONNECT_OK}"));
+        }
         if let Some(log) = log {
             cmd.arg(format!("--log={}", log.display()));
         }
@@ -126,7 +136,36 @@ impl Runsc {
     /// Removes runsc's state of container `id` (killing what is left of it); unknown
     /// ids are fine.
     pub fn delete(&self, id: &str) {
+        self.end_own_processes(id);
         let _ = self.run(None, &["delete", "--force", id]);
+    }
+
+    /// Kills and reaps the sentry and gofer of container `id` when they are this
+    /// process's children (it started them, or is their subreaper): `delete --force`
+    /// of runsc 20240729 kills them, then waits until they are gone, which a zombie
+    /// child never is (seen: a reconcile of sandboxes this process started hung there).
+    /// Their pids come from runsc's state file; a pid that is not our child is left
+    /// alone (it may be reused).
+    fn end_own_processes(&self, id: &str) {
+        let me = std::process::id() as i32;
+        let ours: Vec<i32> = self
+            .state_files(id)
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "state"))
+            .filter_map(|f| std::fs::read(f).ok())
+            .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .flat_map(|state| [state["goferPid"].as_i64(), state["sandbox"]["pid"].as_i64()])
+            .flatten()
+            .filter_map(|pid| i32::try_from(pid).ok())
+            .filter(|&pid| pid > 0 && parent_of(pid) == Some(me))
+            .collect();
+        for &pid in &ours {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        super::destroy::reap(&ours);
     }
 
     /// Every file runsc keeps under its root for container `id`.
@@ -140,4 +179,12 @@ impl Runsc {
             .map(|e| e.path())
             .collect()
     }
+}
+
+/// The parent pid of `pid` (from `/proc/<pid>/stat`), or `None` when it is gone.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid ...": comm may hold spaces and parens; it ends at the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
