@@ -26,6 +26,7 @@ mod layer_collector;
 mod network_policy;
 mod quota;
 mod run;
+mod run_orphans;
 mod runtime;
 mod secrets;
 mod serve;

@@ -126,15 +126,19 @@ async fn run(config: ServerConfig) -> Result<()> {
         linux.clone(),
         gvisor.map(|g| g as Arc<dyn Runtime>),
     ));
-    let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
-        .context("opening the sandbox database")?;
+    let store = Arc::new(
+        SqliteStore::open(config.data_dir.join(DATABASE_FILE))
+            .context("opening the sandbox database")?,
+    );
     let engine: Arc<Engine> = Engine::open(EngineConfig {
         data_dir: config.data_dir.clone(),
         runtime,
-        store: Arc::new(store),
+        store: store.clone(),
         limits: config.limits(),
     })
     .context("opening the engine")?;
+    // Sandboxes of runs killed beside this server are ended within seconds.
+    crate::run_orphans::spawn_sweeper(&engine, store, linux.clone());
     // Filled once the engine's reconcile is done (it keeps only entries already made).
     if let (Some(gvisor), crate::runtime::GvisorPool::Filled(_)) = (&gvisor_pool, gvisor_warm) {
         gvisor.fill_warm_pool(limits.disk_mb_per_sandbox);
