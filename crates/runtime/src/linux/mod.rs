@@ -183,6 +183,15 @@ impl LinuxRuntime {
         self
     }
 
+    /// Keeps no more warm inits (of any shape) than `max` less the sandboxes running on
+    /// the data dir: a server's `max_sandboxes` (and memory budget) bound the pool too.
+    pub fn cap_warm_inits(self, max: usize) -> Self {
+        if let Some(pool) = &self.warm {
+            pool.cap_at(max);
+        }
+        self
+    }
+
     /// Keeps one warm init parked in the root of each of the last `count` images that
     /// starts used (other than the one [`LinuxRuntime::fill_warm_inits`] mounts; 0:
     /// none; 2 unless set). Needs warm inits.
