@@ -41,7 +41,7 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
     // number to build its cache), which then overlaps the server's answer to the
     // create and the client's first request. Nothing runs in the sandbox before: the
     // listener only accepts once the agent serves, after the confinement is in place.
-    let (listener, _config, parked) = match entered.ready() {
+    let (listener, _config, parked, tether) = match entered.ready() {
         Ok(ready) => ready,
         Err(e) => {
             eprintln!("sandbox init failed: {e}");
@@ -60,6 +60,14 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
             if parked.wait_for_start().is_err() {
                 std::process::exit(0);
             }
+        });
+    }
+    // A tethered sandbox (a one-shot run's) ends with the process that started it:
+    // PID 1's exit makes the kernel kill every other process of the sandbox.
+    if let Some(tether) = tether {
+        std::thread::spawn(move || {
+            tether.wait_until_gone();
+            std::process::exit(0);
         });
     }
     let confine: ConfineFn = Arc::new(|| {

@@ -28,6 +28,7 @@ mod quota;
 mod run;
 mod run_detach;
 mod run_markers;
+mod run_orphans;
 mod runtime;
 mod secrets;
 mod serve;

@@ -12,6 +12,7 @@ use sandboxd_engine::{
     CreateSandbox, Engine, EngineConfig, ExecEvent, OnCap, Resources, StreamCommand, StreamKind,
     DEFAULT_WORKSPACE,
 };
+use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{NetworkMode, Runtime};
 use sandboxd_server::{Isolation, ServerConfig};
 use sandboxd_store::SqliteStore;
@@ -134,26 +135,31 @@ fn phase(name: &str) {
 /// The engine over the data directory, beside a running server: its store and the
 /// runtime of the configuration's isolation tier.
 pub(crate) fn open_engine(config: &ServerConfig) -> Result<(Arc<Engine>, Arc<SqliteStore>)> {
-    open_engine_for(config, false)
+    open_engine_for(config, false).map(|(engine, store, _)| (engine, store))
 }
 
 /// [`open_engine`]; a `one_shot` process leaves its sandboxes' disk images for the next
 /// process opening the data dir to remove, rather than wait for that at its exit, and
 /// parks its sandboxes' plain egress networks for the next run (see the runtime's
-/// `with_parked_networks`).
+/// `with_parked_networks`), and ties its sandboxes to itself (`with_tethered_sandboxes`:
+/// none outlives the process). Also returns the container backend.
 fn open_engine_for(
     config: &ServerConfig,
     one_shot: bool,
-) -> Result<(Arc<Engine>, Arc<SqliteStore>)> {
+) -> Result<(Arc<Engine>, Arc<SqliteStore>, Arc<LinuxRuntime>)> {
     let linux = crate::runtime::open_linux(
         &config.data_dir,
         config.resolvers.clone(),
         config.max_ptys_per_sandbox,
     )?;
-    let container: Arc<dyn Runtime> = match one_shot {
-        true => Arc::new(linux.with_deferred_disk_removal().with_parked_networks()),
-        false => Arc::new(linux),
-    };
+    let linux = Arc::new(match one_shot {
+        true => linux
+            .with_deferred_disk_removal()
+            .with_parked_networks()
+            .with_tethered_sandboxes(),
+        false => linux,
+    });
+    let container: Arc<dyn Runtime> = linux.clone();
     // The gVisor tier is opened only when a sandbox runs on it.
     let runtime: Arc<dyn Runtime> = Arc::new(crate::runtime::lazy_tiers(
         container,
@@ -172,7 +178,7 @@ fn open_engine_for(
         limits: config.limits(),
     })
     .context("opening the engine")?;
-    Ok((engine, store))
+    Ok((engine, store, linux))
 }
 
 /// Creates the sandbox, runs the command, hands its status over (when detached), destroys
@@ -192,10 +198,14 @@ async fn run(
         ensure_image(&config, &store, &args.image).await?;
     }
     phase("started");
-    let (engine, _store) = open_engine_for(&config, true)?;
+    let (engine, store, linux) = open_engine_for(&config, true)?;
     engine.accounts().ensure_default_workspace()?;
     let mut marker = RunMarker::take(&config.data_dir)?;
     phase("engine open");
+    // Earlier runs killed before they destroyed their sandboxes.
+    if crate::run_orphans::sweep(&engine, &store, &linux).await > 0 {
+        phase("orphans swept");
+    }
     let ws = DEFAULT_WORKSPACE.to_owned();
     let request = CreateSandbox {
         name: None,

@@ -72,14 +72,19 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn run(config: ServerConfig) -> Result<()> {
+    let cap = warm_cap(&config);
     let linux: Arc<LinuxRuntime> = Arc::new(
         crate::runtime::open_linux(
             &config.data_dir,
             config.resolvers.clone(),
             config.max_ptys_per_sandbox,
         )?
-        .with_growing_warm_inits(config.warm_inits as usize, config.warm_inits_max as usize)
-        .with_warm_images(config.warm_images as usize),
+        .with_growing_warm_inits(
+            (config.warm_inits as usize).min(cap),
+            (config.warm_inits_max as usize).min(cap),
+        )
+        .with_warm_images(config.warm_images as usize)
+        .cap_warm_inits(cap),
     );
     if config.isolation == Isolation::Container {
         let limits = config.limits();
@@ -88,7 +93,7 @@ async fn run(config: ServerConfig) -> Result<()> {
         let egress = limits.default_network == sandboxd_runtime::NetworkMode::Egress;
         linux.fill_warm_inits(limits.disk_mb_per_sandbox, egress);
         // Grown ahead: the first burst of creates starts warm, as later ones do.
-        linux.grow_warm_inits(config.warm_inits_start as usize);
+        linux.grow_warm_inits((config.warm_inits_start as usize).min(cap));
     }
     // The gVisor tier is opened at start when runsc is there (it re-adopts and cleans
     // its sandboxes then); without it, gVisor requests are refused with the reason.
@@ -101,7 +106,7 @@ async fn run(config: ServerConfig) -> Result<()> {
     let gvisor_warm = match config.isolation == Isolation::Gvisor
         && limits.default_network == sandboxd_runtime::NetworkMode::None
     {
-        true => crate::runtime::GvisorPool::Filled(config.warm_inits as usize),
+        true => crate::runtime::GvisorPool::Filled((config.warm_inits as usize).min(cap)),
         false => {
             crate::runtime::GvisorPool::OnDemand((config.warm_inits as usize).min(GVISOR_ON_DEMAND))
         }
@@ -126,15 +131,19 @@ async fn run(config: ServerConfig) -> Result<()> {
         linux.clone(),
         gvisor.map(|g| g as Arc<dyn Runtime>),
     ));
-    let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
-        .context("opening the sandbox database")?;
+    let store = Arc::new(
+        SqliteStore::open(config.data_dir.join(DATABASE_FILE))
+            .context("opening the sandbox database")?,
+    );
     let engine: Arc<Engine> = Engine::open(EngineConfig {
         data_dir: config.data_dir.clone(),
         runtime,
-        store: Arc::new(store),
+        store: store.clone(),
         limits: config.limits(),
     })
     .context("opening the engine")?;
+    // Sandboxes of runs killed beside this server are ended within seconds.
+    crate::run_orphans::spawn_sweeper(&engine, store, linux.clone());
     // Filled once the engine's reconcile is done (it keeps only entries already made).
     if let (Some(gvisor), crate::runtime::GvisorPool::Filled(_)) = (&gvisor_pool, gvisor_warm) {
         gvisor.fill_warm_pool(limits.disk_mb_per_sandbox);
@@ -151,6 +160,20 @@ async fn run(config: ServerConfig) -> Result<()> {
     })
     .await?;
     served
+}
+
+/// Host memory one warm init holds, rounded up (measured: ~2.9 MiB private each).
+const WARM_INIT_MIB: u64 = 3;
+
+/// The most warm inits a server keeps, sandboxes included: no more than it may run
+/// (`max_sandboxes`), and with an autoPause memory budget, no more than an eighth of
+/// that budget holds.
+fn warm_cap(config: &ServerConfig) -> usize {
+    let by_count = config.max_sandboxes as usize;
+    match config.auto_pause.memory_budget_mb {
+        0 => by_count,
+        mib => by_count.min((mib / 8 / WARM_INIT_MIB) as usize),
+    }
 }
 
 /// Logs text to stderr, `info` unless `RUST_LOG` says otherwise.

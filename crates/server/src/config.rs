@@ -60,9 +60,12 @@ pub struct ServerConfig {
     /// below `warm_inits`: no growth); it shrinks back after quiet minutes.
     pub warm_inits_max: u32,
     /// The warm pool's size from the server's start, so that a first burst of creates
-    /// starts warm (20 by default, about 1 MiB of host memory each; at most
-    /// `warm_inits_max`; at or below `warm_inits`: the base only). It shrinks back to
-    /// `warm_inits` like a pool a burst grew, at a create after quiet minutes.
+    /// starts warm (20 by default, about 3 MiB of host memory each, ~2.9 MiB measured;
+    /// at most `warm_inits_max`; at or below `warm_inits`: the base only). It shrinks
+    /// back to `warm_inits` like a pool a burst grew, at a create after quiet minutes.
+    /// The pool (all three sizes, and its entries of every shape) never exceeds
+    /// `max_sandboxes` less the sandboxes running, nor, with an autoPause memory
+    /// budget, an eighth of that budget at 3 MiB each.
     pub warm_inits_start: u32,
     /// Images (other than `default`) whose next create is kept warm: the last this many
     /// images that creates used each keep one warm init parked in their root (2 by

@@ -31,6 +31,10 @@ pub struct InitConfig {
     /// PTYs the sandbox may have open at once (its devpts `max=`); 0 leaves the kernel's.
     #[serde(default)]
     pub max_ptys: u32,
+    /// Tied to the backend's process (a one-shot run's): PID 1 keeps the handshake and
+    /// exits, ending the sandbox, once the backend's end closes (see `tether`).
+    #[serde(default)]
+    pub tethered: bool,
 }
 
 /// One handshake message.
@@ -167,6 +171,7 @@ mod tests {
             hostname: "h x".into(),
             park: true,
             max_ptys: 64,
+            tethered: true,
         });
         for msg in [
             Msg::UserNs,

@@ -25,6 +25,7 @@ mod rootfs;
 mod slots;
 mod start;
 mod sys;
+mod tether;
 mod unpark;
 mod usage;
 mod warm;
@@ -44,6 +45,7 @@ pub use bounds::{open_files_limit, DEFAULT_MAX_PTYS};
 pub use cgroup::Cgroups;
 pub use images::DEFAULT_IMAGE;
 pub use net::NetConfig;
+pub use tether::Orphan;
 
 /// The detached process removing parked egress networks once they have lingered
 /// untaken (the sandboxd binary's hidden `__net-reaper STATE_DIR`).
@@ -99,6 +101,8 @@ pub struct LinuxRuntime {
     /// Whether this runtime made its parent cgroup: it removes it again at
     /// [`LinuxRuntime::drain_warm_inits`] and on drop if no sandbox is left in it.
     made_cgroup_parent: bool,
+    /// Ties started sandboxes to this process (`tether`); `None` lets them outlive it.
+    tethers: Option<tether::Tethers>,
 }
 
 impl LinuxRuntime {
@@ -135,6 +139,7 @@ impl LinuxRuntime {
             defer_disk_removal: false,
             park_networks: false,
             made_cgroup_parent,
+            tethers: None,
         })
     }
 
@@ -175,6 +180,15 @@ impl LinuxRuntime {
             (Some(net), true) => Some(net::spares::SpareNets::new(net.clone(), count)),
             _ => None,
         };
+        self
+    }
+
+    /// Keeps no more warm inits (of any shape) than `max` less the sandboxes running on
+    /// the data dir: a server's `max_sandboxes` (and memory budget) bound the pool too.
+    pub fn cap_warm_inits(self, max: usize) -> Self {
+        if let Some(pool) = &self.warm {
+            pool.cap_at(max);
+        }
         self
     }
 
@@ -396,7 +410,11 @@ impl Runtime for LinuxRuntime {
 
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         destroy::destroy(self, handle)?;
-        net::detach(self, handle.id)
+        net::detach(self, handle.id)?;
+        if let Some(tethers) = &self.tethers {
+            tethers.release(handle.id);
+        }
+        Ok(())
     }
 
     fn reconcile(&self, keep: &HashSet<Uuid>, ended: &HashSet<Uuid>) -> Vec<Uuid> {

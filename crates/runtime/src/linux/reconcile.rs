@@ -61,7 +61,7 @@ fn stored_handle(dir: &Path) -> Option<SandboxHandle> {
 
 /// What a start interrupted before writing its handle left to go by: the id (which
 /// names its cgroups), the dir (its mounts and disk) and the slot recorded for it.
-fn partial_handle(rt: &LinuxRuntime, id: Uuid, dir: &Path) -> SandboxHandle {
+pub(super) fn partial_handle(rt: &LinuxRuntime, id: Uuid, dir: &Path) -> SandboxHandle {
     SandboxHandle {
         id,
         agent_pid: 0,

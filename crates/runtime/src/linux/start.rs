@@ -105,8 +105,12 @@ fn start_in(
         isolation: Default::default(),
     };
     let mut init: Option<Child> = None;
-    let launched = pin
-        .write(&handle.state_dir)
+    let marked = match &rt.tethers {
+        Some(tethers) => tethers.mark(spec.id, &handle.state_dir),
+        None => Ok(()),
+    };
+    let launched = marked
+        .and_then(|()| pin.write(&handle.state_dir))
         .and_then(|()| launch(rt, spec, layers, &mut handle, &mut init, warm));
     match launched {
         Ok(()) => Ok(handle),
@@ -115,8 +119,15 @@ fn start_in(
                 let _ = child.kill();
                 let _ = child.wait();
             }
-            if let Err(cleanup) = destroy::destroy(rt, &handle) {
-                tracing::error!(id = %spec.id, error = %cleanup, "cleaning up a failed start");
+            match destroy::destroy(rt, &handle) {
+                Ok(()) => {
+                    if let Some(tethers) = &rt.tethers {
+                        tethers.release(spec.id);
+                    }
+                }
+                Err(cleanup) => {
+                    tracing::error!(id = %spec.id, error = %cleanup, "cleaning up a failed start")
+                }
             }
             Err(e)
         }
@@ -221,6 +232,9 @@ fn launch(
         let _ = child.wait(); // the intermediate process exits once it has reported
     }
     super::bounds::limit_open_files(pid1, spec.pids_max)?;
+    if let Some(tethers) = &rt.tethers {
+        tethers.hold(spec.id, ours);
+    }
     tm("ready");
     finish(handle)
 }
@@ -291,6 +305,7 @@ fn prepare_and_go(
         hostname: spec.hostname.clone(),
         park: false,
         max_ptys,
+        tethered: rt.tethers.is_some(),
     };
     ours.send(&Msg::Go(config)).map_err(agent_err)?;
     Ok(())

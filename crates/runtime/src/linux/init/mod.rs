@@ -53,6 +53,22 @@ pub struct Entered {
 /// The handshake of a parked PID 1, kept until its sandbox starts.
 pub struct Parked(Channel);
 
+/// The handshake a tethered PID 1 keeps (see [`InitConfig::tethered`]).
+pub struct Tether(Channel);
+
+impl Tether {
+    /// Blocks until the backend's end of the handshake closes (its process is gone).
+    pub fn wait_until_gone(self) {
+        use super::handshake::HandshakeError;
+        loop {
+            match self.0.recv(GO_TIMEOUT) {
+                Ok(_) | Err(HandshakeError::Sys(nix::Error::EINTR)) => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
+
 impl Parked {
     /// Blocks until the backend says the sandbox starts (`Ok`), or is gone without it
     /// (`Err`: the entry will never be used, and PID 1 should exit).
@@ -66,12 +82,20 @@ impl Parked {
 
 impl Entered {
     /// Tells the backend the agent is about to serve. A parked PID 1 (see
-    /// [`InitConfig::park`]) keeps the handshake to learn that its sandbox starts;
-    /// otherwise it is closed.
-    pub fn ready(self) -> Result<(UnixListener, InitConfig, Option<Parked>), InitError> {
+    /// [`InitConfig::park`]) keeps the handshake to learn that its sandbox starts,
+    /// and a tethered one ([`InitConfig::tethered`]) keeps it to watch for the backend's
+    /// exit; otherwise it is closed.
+    #[allow(clippy::type_complexity)]
+    pub fn ready(
+        self,
+    ) -> Result<(UnixListener, InitConfig, Option<Parked>, Option<Tether>), InitError> {
         self.channel.send(&Msg::Ready)?;
-        let parked = self.config.park.then_some(Parked(self.channel));
-        Ok((self.listener, self.config, parked))
+        let (parked, tether) = match (self.config.park, self.config.tethered) {
+            (true, _) => (Some(Parked(self.channel)), None),
+            (false, true) => (None, Some(Tether(self.channel))),
+            (false, false) => (None, None),
+        };
+        Ok((self.listener, self.config, parked, tether))
     }
 
     /// Reports a failure of the caller's own last steps to the backend.

@@ -183,6 +183,7 @@ impl Maker {
             hostname: "sandbox".into(),
             park: true,
             max_ptys: self.config.max_ptys_per_sandbox,
+            tethered: false,
         };
         ours.send(&Msg::Go(config))
             .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;

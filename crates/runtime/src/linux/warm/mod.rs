@@ -34,7 +34,7 @@ use entry::Maker;
 pub(super) use entry::Warm;
 pub(super) use entry::{DIR_PREFIX, SLOT_FILE};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,8 @@ struct Shared {
     closed: AtomicBool,
     /// The images of recent starts kept one parked entry each.
     images: images::Recent,
+    /// Sandboxes and entries together at most (see [`WarmPool::cap_at`]).
+    cap: AtomicUsize,
 }
 
 /// The pool; dropping it ends and removes every entry.
@@ -104,6 +106,7 @@ impl WarmPool {
             filling: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             images: images::Recent::new(images::DEFAULT_COUNT),
+            cap: AtomicUsize::new(usize::MAX),
         };
         Ok(WarmPool(Arc::new(shared)))
     }
@@ -262,7 +265,14 @@ impl WarmPool {
 
     /// Entries of the wanted shape the pool aims to keep now.
     pub fn target(&self) -> usize {
-        self.0.demand.lock().map_or(0, |d| d.target())
+        let target = self.0.demand.lock().map_or(0, |d| d.target());
+        target.min(self.0.room())
+    }
+
+    /// Keeps at most `max` minus the sandboxes of the data dir entries, of all shapes:
+    /// none is made that no create could take (a server's `max_sandboxes`).
+    pub fn cap_at(&self, max: usize) {
+        self.0.cap.store(max, Ordering::Release);
     }
 
     /// A start found nothing: if it asked for what the pool makes, the pool was too
@@ -363,7 +373,27 @@ impl Shared {
             shapes.push(Shape { root: None, ..want });
         }
         shapes.extend(self.images.current(&self.maker));
+        shapes.truncate(self.room());
         Some(shapes)
+    }
+
+    /// Entries the cap leaves room for: the cap less the data dir's sandboxes.
+    fn room(&self) -> usize {
+        let cap = self.cap.load(Ordering::Acquire);
+        if cap == usize::MAX {
+            return cap;
+        }
+        let sandboxes =
+            std::fs::read_dir(self.maker.config.data_dir.join("sandboxes")).map_or(0, |d| {
+                d.flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_str()
+                            .is_some_and(|n| n.parse::<uuid::Uuid>().is_ok())
+                    })
+                    .count()
+            });
+        cap.saturating_sub(sandboxes)
     }
 
     /// Waits until starts pause or the pool has nothing left for them; `false` once the

@@ -1,0 +1,67 @@
+//! Sandboxes of one-shot runs killed before they destroyed them (their owner mark is
+//! unlocked; see the runtime's `tether`): ended through the engine, so the store
+//! records them TERMINATED, and whatever the runtime still holds of them (mounts, disk,
+//! cgroups, id slot, network lease) removed. The next run sweeps at its start; a
+//! server sweeps every [`SWEEP_EVERY`] while it runs.
+
+use sandboxd_engine::Engine;
+use sandboxd_runtime::linux::LinuxRuntime;
+use sandboxd_store::{SqliteStore, Store};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a server looks for orphaned run sandboxes.
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Ends every orphaned run sandbox of the data dir; how many there were.
+pub(crate) async fn sweep(
+    engine: &Engine,
+    store: &SqliteStore,
+    linux: &Arc<LinuxRuntime>,
+) -> usize {
+    let found = {
+        let linux = linux.clone();
+        tokio::task::spawn_blocking(move || linux.orphans())
+            .await
+            .unwrap_or_default()
+    };
+    let count = found.len();
+    for orphan in found {
+        let id = orphan.id;
+        tracing::info!(sandbox = %id, "ending a run's sandbox its killed process left");
+        match store.get_sandbox(id) {
+            Ok(Some(rec)) => {
+                if let Err(e) = engine.destroy(&rec.workspace, id).await {
+                    tracing::warn!(sandbox = %id, error = %e, "ending an orphaned run sandbox");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(sandbox = %id, error = %e, "reading an orphaned run sandbox"),
+        }
+        // What the engine did not reach (a start killed before its handle was saved).
+        let linux = linux.clone();
+        let removed = tokio::task::spawn_blocking(move || linux.remove_orphan(&orphan)).await;
+        if let Ok(Err(e)) = removed {
+            tracing::warn!(sandbox = %id, error = %e, "removing an orphaned run sandbox");
+        }
+    }
+    count
+}
+
+/// Sweeps every [`SWEEP_EVERY`] for as long as the engine lives.
+pub(crate) fn spawn_sweeper(
+    engine: &Arc<Engine>,
+    store: Arc<SqliteStore>,
+    linux: Arc<LinuxRuntime>,
+) {
+    let engine = Arc::downgrade(engine);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(SWEEP_EVERY).await;
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
+            sweep(&engine, &store, &linux).await;
+        }
+    });
+}

@@ -1,0 +1,245 @@
+//! A `sandboxd run` killed with SIGKILL mid-command leaves nothing running: its
+//! sandbox's processes end with it, and the rest (state dir, mounts, loop device,
+//! cgroups, network namespace, network lease, the store's RUNNING record) is removed by
+//! the next run on the data dir, or within seconds by a server running beside it.
+//! With egress and without, with and without a server.
+
+mod serve_bin;
+
+use sandboxd_store::{SqliteStore, Store};
+use serve_bin::{Server, BIN};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// How long anything polled here may take on a loaded machine.
+const BOUND: Duration = Duration::from_secs(120);
+
+/// `sandboxd run` on `data` with `network`, `argv` after `--`.
+fn run_cmd(data: &Path, network: &str, argv: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "--network", network, "--data-dir"])
+        .arg(data)
+        .arg("--")
+        .args(argv)
+        .env_remove("SANDBOXD_DATA_DIR")
+        .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+        // A network the sweep parks is removed soon after (not in 30 s).
+        .env("SANDBOXD_NET_LINGER_SECS", "1")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Starts a run whose command prints `started` then sleeps, and waits for the line.
+fn start_sleeping_run(data: &Path, network: &str) -> Child {
+    let mut child = run_cmd(
+        data,
+        network,
+        &["/bin/sh", "-c", "echo started; exec sleep 600"],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("spawn sandboxd run");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the run's output");
+    assert_eq!(line, "started\n", "the command runs");
+    child
+}
+
+/// Polls `done` until it holds, or panics with `what` after [`BOUND`].
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < BOUND, "still after {BOUND:?}: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The only sandbox dir of the data dir (the run's).
+fn the_sandbox(data: &Path) -> Uuid {
+    let ids: Vec<Uuid> = std::fs::read_dir(data.join("sandboxes"))
+        .expect("sandboxes dir")
+        .filter_map(|e| Uuid::parse_str(e.ok()?.file_name().to_str()?).ok())
+        .collect();
+    assert_eq!(ids.len(), 1, "one sandbox: {ids:?}");
+    ids[0]
+}
+
+/// (pid, start time) of every process in a cgroup named `id`.
+fn processes_of(id: Uuid) -> Vec<(i32, String)> {
+    let id = id.to_string();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&id))
+        })
+        .filter_map(|pid| Some((pid, start_time(pid)?)))
+        .collect()
+}
+
+/// Field 22 of /proc/PID/stat.
+fn start_time(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(19).map(str::to_owned)
+}
+
+/// What the host holds of sandbox `id` of `data`, as readable names (empty: nothing).
+fn leftovers(data: &Path, id: Uuid, netns: &str, loops: &[String]) -> Vec<String> {
+    let mut left = Vec::new();
+    let sid = id.to_string();
+    if data.join("sandboxes").join(&sid).exists() {
+        left.push("state dir".into());
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    for line in mounts
+        .lines()
+        .filter(|l| l.contains(&sid) || l.contains(netns))
+    {
+        left.push(format!("mount {line}"));
+    }
+    // Its disk's device, unless detached or reused by another sandbox's disk (its
+    // image keeps its name when deleted, and goes to the trash when a run removes it).
+    for dev in loops {
+        let backing = std::fs::read_to_string(format!("/sys/block/{dev}/loop/backing_file"));
+        if backing.is_ok_and(|f| f.contains(&sid) || f.contains("/disk-trash/")) {
+            left.push(format!("loop device {dev}"));
+        }
+    }
+    for cg in cgroup_dirs(id) {
+        left.push(format!("cgroup {}", cg.display()));
+    }
+    for (pid, _) in processes_of(id) {
+        left.push(format!("process {pid}"));
+    }
+    if processes_in_netns(netns) > 0 {
+        left.push(format!("processes in {netns}"));
+    }
+    let net = Path::new("/run/sandboxd/net");
+    for kind in ["leases", "parked"] {
+        if net.join(kind).join(&sid).exists() {
+            left.push(format!("network {kind}/{sid}"));
+        }
+    }
+    match SqliteStore::open(data.join("sandboxd.db")).map(|s| s.get_sandbox(id)) {
+        Ok(Ok(Some(rec))) if rec.status == "TERMINATED" => {}
+        Ok(Ok(Some(rec))) => left.push(format!("store record {}", rec.status)),
+        other => left.push(format!("store record: {:?}", other.map(|r| r.map(|_| ())))),
+    }
+    left
+}
+
+/// Loop devices backed by a file of sandbox `id`'s state dir.
+fn loops_of(id: Uuid) -> Vec<String> {
+    let sid = id.to_string();
+    std::fs::read_dir("/sys/block")
+        .expect("/sys/block")
+        .flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("loop/backing_file"))
+                .is_ok_and(|f| f.contains(&sid))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Directories of cgroups named `id`, under any hierarchy's `sandboxd` parent.
+fn cgroup_dirs(id: Uuid) -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    let mut candidates = vec![root.join("sandboxd").join(id.to_string())];
+    for e in std::fs::read_dir(root).expect("/sys/fs/cgroup").flatten() {
+        candidates.push(e.path().join("sandboxd").join(id.to_string()));
+    }
+    candidates.into_iter().filter(|p| p.exists()).collect()
+}
+
+/// Processes of the host in network namespace `netns` (`net:[INODE]`).
+fn processes_in_netns(netns: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_link(e.path().join("ns/net")).is_ok_and(|l| l.to_string_lossy() == netns)
+        })
+        .count()
+}
+
+/// Kills a sleeping run with SIGKILL (beside a server if `server`), checks its
+/// sandbox's processes end on their own, and that the rest goes: by the next run, or
+/// by the server.
+fn killed_run_leaves_nothing(network: &str, server: bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let server = server.then(|| {
+        Server::start_with_env(
+            &data,
+            None,
+            &[
+                ("SANDBOXD_NETWORK", network),
+                ("SANDBOXD_NET_LINGER_SECS", "1"),
+            ],
+        )
+    });
+    let mut run = start_sleeping_run(&data, network);
+    let id = the_sandbox(&data);
+    let procs = processes_of(id);
+    assert!(procs.len() >= 2, "the agent and the command: {procs:?}");
+    let netns = std::fs::read_link(format!("/proc/{}/ns/net", procs[0].0))
+        .expect("the sandbox's netns")
+        .to_string_lossy()
+        .into_owned();
+    assert!(!cgroup_dirs(id).is_empty(), "the sandbox has its cgroups");
+    let loops = loops_of(id);
+    assert!(!loops.is_empty(), "the sandbox has its disk");
+
+    run.kill().expect("SIGKILL the run");
+    run.wait().expect("reap the run");
+    wait_until("the killed run's sandbox processes end", || {
+        procs
+            .iter()
+            .all(|(pid, t)| start_time(*pid).as_ref() != Some(t))
+    });
+
+    if server.is_none() {
+        let next = run_cmd(&data, network, &["/bin/true"])
+            .output()
+            .expect("the next run");
+        assert_eq!(next.status.code(), Some(0), "{next:?}");
+    }
+    let mut left = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < BOUND {
+        left = leftovers(&data, id, &netns, &loops);
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(left.is_empty(), "the killed run's sandbox left: {left:#?}");
+    drop(server);
+}
+
+#[test]
+fn a_killed_egress_run_leaves_nothing_after_the_next_run() {
+    killed_run_leaves_nothing("egress", false);
+}
+
+#[test]
+fn a_killed_offline_run_leaves_nothing_after_the_next_run() {
+    killed_run_leaves_nothing("none", false);
+}
+
+#[test]
+fn a_killed_egress_run_beside_a_server_leaves_nothing() {
+    killed_run_leaves_nothing("egress", true);
+}
+
+#[test]
+fn a_killed_offline_run_beside_a_server_leaves_nothing() {
+    killed_run_leaves_nothing("none", true);
+}
