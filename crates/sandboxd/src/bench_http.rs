@@ -349,6 +349,17 @@ impl Api {
         })
     }
 
+    /// A fresh connection to `addr` (a keep-alive connection idle for longer than the
+    /// server's header read timeout, 10 s, is closed by the server).
+    pub(crate) async fn reconnect(&mut self, addr: SocketAddr) -> Result<()> {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        self.sender = sender;
+        Ok(())
+    }
+
     pub(crate) async fn call(
         &mut self,
         method: &str,
@@ -419,6 +430,7 @@ impl Api {
         // The warm path is measured on a server at rest: once its pool (grown to
         // `warm_inits_start` at its start) reports full, not while it fills beside it.
         let (filled, _) = server.pool_full().await?;
+        self.reconnect(server.addr).await?;
         // Creates spaced out (untimed) so that each finds the server's warm inits
         // refilled, then the same back to back, where most start cold.
         // Each is destroyed before the next baseline sample, so that the host's mount
@@ -437,10 +449,12 @@ impl Api {
         // The first burst outran the pool, which grew by one for each create it missed
         // (up to the server's warm_inits_max); once it reports full it meets the next.
         server.pool_full().await?;
+        self.reconnect(server.addr).await?;
         let burst_again = self.burst(n).await?;
         // Exec round trips on a server at rest again (the pool refilled after the
         // bursts), like the spaced creates.
         server.pool_full().await?;
+        self.reconnect(server.addr).await?;
         let mut execs = PairedSamples::default();
         for _ in 0..n * 4 {
             let base = bench_base::fork_exec()?;

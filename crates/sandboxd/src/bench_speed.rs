@@ -124,6 +124,7 @@ async fn measure_on(
     server.pool_full().await?;
     let burst_again = burst_of(addr, key).await?;
     server.pool_full().await?;
+    api.reconnect(addr).await?;
     // Documentation ranges: the policy's cost, not its effect, is measured.
     let policy = EgressPolicy {
         allow: vec![],
