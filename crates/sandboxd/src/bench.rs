@@ -35,6 +35,10 @@ pub struct BenchArgs {
     /// (`bench_speed`).
     #[arg(long)]
     pub speed_only: bool,
+    /// Only the HTTP warm-path rows (spaced creates, bursts, exec round trip) on a
+    /// loopback and an egress server (`bench_http`).
+    #[arg(long, hide = true)]
+    pub http_only: bool,
 }
 
 /// One reported line: a measure, its median, and its ratio to a baseline.
@@ -56,6 +60,9 @@ pub fn main(args: BenchArgs) -> Result<()> {
         let speed = crate::bench_speed::measure(args.samples.max(3), &args.data_dir)?;
         crate::bench_speed::print(&speed);
         return Ok(());
+    }
+    if args.http_only {
+        return crate::bench_http::main(args.samples.max(3));
     }
     if args.gvisor {
         return crate::bench_gvisor::main(&args.data_dir, args.samples);

@@ -19,10 +19,6 @@ use std::time::{Duration, Instant};
 /// Pause before each spaced create: a warm init refills in about 20-30 ms here.
 pub const CREATE_SPACING: Duration = Duration::from_millis(150);
 
-/// Pause after a burst for the grown pool to refill (about 20 entries here take well
-/// under a second).
-const POOL_REGROW: Duration = Duration::from_secs(3);
-
 /// Medians measured through `sandboxd serve`.
 pub struct HttpFigures {
     /// POST /v2/sandboxes (answered RUNNING) then POST …/exec `/bin/true` answered,
@@ -31,10 +27,12 @@ pub struct HttpFigures {
     pub create_first_exec: Paired,
     /// The same, creates back to back (faster than warm inits refill).
     pub create_first_exec_burst: Duration,
-    /// Another such burst once the pool grew for the first and refilled.
+    /// Another such burst once the pool grew for the first and reported full.
     pub create_first_exec_burst_again: Duration,
     /// POST …/exec `/bin/true` on a running sandbox, in turn with fork+exec samples.
     pub exec_round_trip: Paired,
+    /// From the server's spawn until it reported its warm pool full (after one create).
+    pub pool_filled: Duration,
 }
 
 /// Starts a server on a fresh temporary data directory (short, so that agent socket
@@ -50,7 +48,7 @@ pub fn measure(samples: usize, network: &str) -> Result<HttpFigures> {
         .build()?;
     let figures = rt.block_on(async {
         let mut api = Api::connect(server.addr, &key).await?;
-        let figures = api.measure(samples).await;
+        let figures = api.measure(samples, &server).await;
         let cleanup = api.destroy_all().await;
         let figures = figures?;
         cleanup.map(|()| figures)
@@ -60,6 +58,57 @@ pub fn measure(samples: usize, network: &str) -> Result<HttpFigures> {
         eprintln!("bench: cannot remove {}: {e}", dir.display());
     }
     figures
+}
+
+/// `sandboxd bench --http-only`: the HTTP rows of a loopback and an egress server.
+pub fn main(samples: usize) -> Result<()> {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+    for network in ["none", "egress"] {
+        let f = measure(samples, network)?;
+        let row = |name: &str, value: Duration, ratio: String| {
+            println!(
+                "HTTP ({network}): {name:<44} {:>10.3}ms {ratio:>22}",
+                ms(value)
+            );
+        };
+        row(
+            "pool full after the server's spawn",
+            f.pool_filled,
+            String::new(),
+        );
+        let c = f.create_first_exec;
+        row(
+            "create -> first exec (spaced)",
+            c.median,
+            format!(
+                "{:.2}x unshare* {:.3}ms",
+                ratio(c.median, c.baseline),
+                ms(c.baseline)
+            ),
+        );
+        row(
+            "create -> first exec (burst)",
+            f.create_first_exec_burst,
+            String::new(),
+        );
+        row(
+            "create -> first exec (2nd burst)",
+            f.create_first_exec_burst_again,
+            String::new(),
+        );
+        let e = f.exec_round_trip;
+        row(
+            "exec round trip",
+            e.median,
+            format!(
+                "{:.2}x fork+exec* {:.3}ms",
+                ratio(e.median, e.baseline),
+                ms(e.baseline)
+            ),
+        );
+    }
+    Ok(())
 }
 
 /// What `n` concurrent create → exec → destroy sequences through HTTP met.
@@ -154,7 +203,14 @@ pub fn load(n: usize) -> Result<LoadFigures> {
 pub(crate) struct Serve {
     child: Child,
     pub(crate) addr: SocketAddr,
+    /// Its metrics listener (loopback, port 0).
+    pub(crate) metrics: SocketAddr,
+    /// When it was spawned.
+    pub(crate) started: Instant,
 }
+
+/// How long [`Serve::pool_full`] waits at most.
+const POOL_FULL_WAIT: Duration = Duration::from_secs(300);
 
 impl Serve {
     pub(crate) fn start(
@@ -164,6 +220,7 @@ impl Serve {
         env: &[(&str, &str)],
     ) -> Result<Serve> {
         let exe = std::env::current_exe().context("locating the sandboxd binary")?;
+        let started = Instant::now();
         let mut child = Command::new(exe)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir)
@@ -172,7 +229,7 @@ impl Serve {
             // Hundreds of idle sandboxes with the default 10 GiB disk: promise far more
             // disk than the host has (they write next to nothing).
             .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
-            .env("SANDBOXD_METRICS_LISTEN", "none")
+            .env("SANDBOXD_METRICS_LISTEN", "127.0.0.1:0")
             .env(
                 "RUST_LOG",
                 std::env::var("SANDBOXD_BENCH_SERVE_LOG")
@@ -187,14 +244,22 @@ impl Serve {
             .context("starting sandboxd serve")?;
         let stderr = child.stderr.take().context("serve stderr")?;
         let mut lines = BufReader::new(stderr).lines();
-        let addr = loop {
+        let (mut addr, mut metrics) = (None, None);
+        let (addr, metrics) = loop {
+            if let (Some(a), Some(m)) = (addr, metrics) {
+                break (a, m);
+            }
             let Some(line) = lines.next().transpose()? else {
                 let status = child.wait()?;
                 bail!("sandboxd serve exited before listening: {status}");
             };
             let found = line.split("listening on ").nth(1);
-            if let Some(addr) = found.and_then(|r| r.split_whitespace().next()) {
-                break addr.parse().context("parsing the listening address")?;
+            if let Some(a) = found.and_then(|r| r.split_whitespace().next()) {
+                addr = Some(a.parse().context("parsing the listening address")?);
+            }
+            let found = line.split("metrics at http://").nth(1);
+            if let Some(m) = found.and_then(|r| r.split('/').next()) {
+                metrics = Some(m.parse().context("parsing the metrics address")?);
             }
         };
         // Keep draining its log so the server never blocks on a full pipe.
@@ -207,7 +272,30 @@ impl Serve {
                 }
             })
         });
-        Ok(Serve { child, addr })
+        Ok(Serve {
+            child,
+            addr,
+            metrics,
+            started,
+        })
+    }
+
+    /// Waits until the server reports its container warm pool full through its
+    /// metrics (`sandboxd_warm_pool_ready` at `sandboxd_warm_pool_target`), as an
+    /// operator would see it; returns the time since the server was spawned and the
+    /// pool's target.
+    pub(crate) async fn pool_full(&self) -> Result<(Duration, u64)> {
+        loop {
+            let (ready, target) = warm_pool(self.metrics).await?;
+            if target > 0 && ready >= target {
+                return Ok((self.started.elapsed(), target));
+            }
+            ensure!(
+                self.started.elapsed() < POOL_FULL_WAIT,
+                "the warm pool is not full after {POOL_FULL_WAIT:?}: {ready} of {target}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// SIGTERM and wait: a graceful stop.
@@ -216,6 +304,29 @@ impl Serve {
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let _ = self.child.wait();
     }
+}
+
+/// The container warm pool's `(ready, target)` from the metrics at `addr`.
+async fn warm_pool(addr: SocketAddr) -> Result<(u64, u64)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await?;
+    let figure = |name: &str| {
+        let prefix = format!("{name}{{tier=\"container\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map(|v| v as u64)
+            .with_context(|| format!("no {name} in the server's metrics"))
+    };
+    Ok((
+        figure("sandboxd_warm_pool_ready")?,
+        figure("sandboxd_warm_pool_target")?,
+    ))
 }
 
 /// One keep-alive HTTP/1.1 connection to the server, with the key.
@@ -236,6 +347,17 @@ impl Api {
             auth: format!("Bearer {key}"),
             made: Vec::new(),
         })
+    }
+
+    /// A fresh connection to `addr` (a keep-alive connection idle for longer than the
+    /// server's header read timeout, 10 s, is closed by the server).
+    pub(crate) async fn reconnect(&mut self, addr: SocketAddr) -> Result<()> {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        self.sender = sender;
+        Ok(())
     }
 
     pub(crate) async fn call(
@@ -302,9 +424,13 @@ impl Api {
         Ok(())
     }
 
-    async fn measure(&mut self, n: usize) -> Result<HttpFigures> {
+    async fn measure(&mut self, n: usize, server: &Serve) -> Result<HttpFigures> {
         let warm = self.create().await?; // imports the image once
         self.exec_true(&warm).await?;
+        // The warm path is measured on a server at rest: once its pool (grown to
+        // `warm_inits_start` at its start) reports full, not while it fills beside it.
+        let (filled, _) = server.pool_full().await?;
+        self.reconnect(server.addr).await?;
         // Creates spaced out (untimed) so that each finds the server's warm inits
         // refilled, then the same back to back, where most start cold.
         // Each is destroyed before the next baseline sample, so that the host's mount
@@ -321,9 +447,14 @@ impl Api {
         }
         let burst = self.burst(n).await?;
         // The first burst outran the pool, which grew by one for each create it missed
-        // (up to the server's warm_inits_max); once refilled it meets the next one.
-        tokio::time::sleep(POOL_REGROW).await;
+        // (up to the server's warm_inits_max); once it reports full it meets the next.
+        server.pool_full().await?;
+        self.reconnect(server.addr).await?;
         let burst_again = self.burst(n).await?;
+        // Exec round trips on a server at rest again (the pool refilled after the
+        // bursts), like the spaced creates.
+        server.pool_full().await?;
+        self.reconnect(server.addr).await?;
         let mut execs = PairedSamples::default();
         for _ in 0..n * 4 {
             let base = bench_base::fork_exec()?;
@@ -336,6 +467,7 @@ impl Api {
             create_first_exec_burst: median(burst),
             create_first_exec_burst_again: median(burst_again),
             exec_round_trip: execs.medians(),
+            pool_filled: filled,
         })
     }
 

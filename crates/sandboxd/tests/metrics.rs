@@ -89,6 +89,9 @@ fn exposition_passes_promtool_and_counters_move() {
     let hits = value(&text, "sandboxd_warm_pool_hits_total", &[]);
     let misses = value(&text, "sandboxd_warm_pool_misses_total", &[]);
     assert_eq!(hits + misses, 2.0, "{text}");
+    // What the pool aims to hold: at least its base of two (more once a burst grew it).
+    let target = value(&text, "sandboxd_warm_pool_target", &[("tier", "container")]);
+    assert!(target >= 2.0, "warm pool target {target}: {text}");
     let starts = |start| {
         value(
             &text,

@@ -364,3 +364,50 @@ fn a_burst_that_takes_every_entry_grows_the_pool_before_any_start_misses() {
     rt.drain_warm_inits();
     assert_pool_gone(&rt, data.path());
 }
+
+#[test]
+fn a_quiet_refill_overlaps_its_makes_within_its_bound_and_the_entries_all_work() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let rt = growing_warm_runtime(data.path(), 2, 12);
+    // Grown ahead of any start (as `serve` does with `warm_inits_start`): no start
+    // comes, so the refill may make more than the two a burst's refill makes at once.
+    rt.fill_warm_inits(64, false);
+    rt.grow_warm_inits(10);
+    wait_ready(&rt, 10);
+    let peak = rt.warm_inits_making_peak();
+    assert!(
+        (3..=4).contains(&peak),
+        "entries made at once: {peak} (more than 2, at most 4)"
+    );
+    // Exactly the target: makes in flight together did not overshoot it.
+    wait_held(&rt, 11);
+    assert_eq!(
+        (rt.warm_inits_ready(), rt.warm_inits_held()),
+        (10, 11),
+        "the target and the one kept for other layer stacks"
+    );
+    assert_eq!(
+        warm_dirs(data.path()).len(),
+        11,
+        "no entry dir beyond the pool's"
+    );
+    let mut want = spec("default");
+    want.disk_mb = 64;
+    let handles: Vec<_> = (0..10)
+        .map(|_| {
+            rt.start(&sandboxd_runtime::SandboxSpec {
+                id: uuid::Uuid::new_v4(),
+                ..want.clone()
+            })
+            .expect("start")
+        })
+        .collect();
+    for h in &handles {
+        assert!(h.state_dir.join("owner").exists(), "started warm");
+        assert_eq!(sh_ok(h, "echo up"), "up\n");
+        rt.destroy(h).expect("destroy");
+        assert_gone(&rt, data.path(), h);
+    }
+    rt.drain_warm_inits();
+    assert_pool_gone(&rt, data.path());
+}

@@ -115,3 +115,55 @@ fn a_server_grows_its_pool_at_start_a_burst_takes_it_and_the_stop_drains_it() {
         .collect();
     assert_eq!(traces, Vec::<String>::new(), "cgroups or leases left");
 }
+
+#[test]
+fn a_server_killed_while_filling_its_pool_leaves_nothing_once_restarted_and_stopped() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let data_dir = data.path().canonicalize().expect("canonical");
+    let env = [("SANDBOXD_WARM_INITS_START", "12")];
+    let server = Server::start_with_env(&data_dir, Some(MASTER), &env);
+    // Killed once a few entries are ready, while the rest are being made.
+    common::wait_for("a first entries ready", || {
+        entries(&data_dir, true).len() >= 2
+    });
+    server.kill9();
+    let killed = entries(&data_dir, false);
+    assert!(
+        !killed.is_empty(),
+        "the killed server left entries to sweep"
+    );
+    // The next server sweeps them before it listens, and fills a pool of its own.
+    let server = Server::start_with_env(&data_dir, Some(MASTER), &env);
+    let left: Vec<String> = entries(&data_dir, false)
+        .into_iter()
+        .filter(|k| killed.contains(k))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "the killed server's entries");
+    let traces: Vec<String> = killed.iter().flat_map(|k| host_traces(k)).collect();
+    assert_eq!(
+        traces,
+        Vec::<String>::new(),
+        "the killed server's cgroups or leases"
+    );
+    common::wait_for("the new pool full", || entries(&data_dir, true).len() >= 12);
+    let id = server.create_sandbox(
+        MASTER,
+        &json!({"name": "after", "vcpu": 1, "memoryMb": 128}),
+    );
+    assert_eq!(server.exec(MASTER, &id, &["/bin/echo", "ok"]).0, 0);
+    server.destroy(MASTER, &id);
+    let before_stop = entries(&data_dir, false);
+    drop(server);
+    assert_eq!(
+        entries(&data_dir, false),
+        Vec::<String>::new(),
+        "entries left"
+    );
+    assert_eq!(
+        common::mounts_under(&data_dir.join("sandboxes")),
+        Vec::<String>::new()
+    );
+    assert_eq!(common::slot_leases(&data_dir), Vec::<String>::new());
+    let traces: Vec<String> = before_stop.iter().flat_map(|k| host_traces(k)).collect();
+    assert_eq!(traces, Vec::<String>::new(), "cgroups or leases left");
+}

@@ -127,6 +127,7 @@ pub struct Metrics {
     store_seconds: HistogramFamily<StoreLabels>,
     sandboxes: Family<StateLabels, Gauge>,
     warm_ready: Family<TierLabels, Gauge>,
+    warm_target: Family<TierLabels, Gauge>,
     warm_hits: Family<TierLabels, Counter>,
     warm_misses: Family<TierLabels, Counter>,
     agent_errors: Counter,
@@ -158,6 +159,7 @@ impl Metrics {
             store_seconds: Family::new_with_constructor(seconds_histogram),
             sandboxes: Family::default(),
             warm_ready: Family::default(),
+            warm_target: Family::default(),
             warm_hits: Family::default(),
             warm_misses: Family::default(),
             agent_errors: Counter::default(),
@@ -213,6 +215,11 @@ impl Metrics {
             m.warm_ready.clone(),
         );
         r.register(
+            "warm_pool_target",
+            "Warm inits the pool aims to hold now (its base, its start size, or more while bursts grow it), by tier: ready at target means full",
+            m.warm_target.clone(),
+        );
+        r.register(
             "warm_pool_hits",
             "Sandbox starts that took a warm init, by tier",
             m.warm_hits.clone(),
@@ -261,6 +268,7 @@ impl Metrics {
         for tier in refresh::TIERS {
             let labels = TierLabels { tier };
             drop(m.warm_ready.get_or_create(&labels));
+            drop(m.warm_target.get_or_create(&labels));
             drop(m.warm_hits.get_or_create(&labels));
             drop(m.warm_misses.get_or_create(&labels));
         }

@@ -89,6 +89,7 @@ impl Engine {
             };
             let labels = TierLabels { tier: TIERS[i] };
             m.warm_ready.get_or_create(&labels).set(pool.ready as i64);
+            m.warm_target.get_or_create(&labels).set(pool.target as i64);
             m.warm_hits
                 .get_or_create(&labels)
                 .inc_by(pool.hits.saturating_sub(seen.warm_hits[i]));

@@ -261,6 +261,12 @@ impl LinuxRuntime {
         self.warm.as_ref().map_or(0, |pool| pool.target())
     }
 
+    /// The most warm inits this runtime's refills have made at once so far (a refill
+    /// overlaps its makes, within a fixed bound).
+    pub fn warm_inits_making_peak(&self) -> usize {
+        self.warm.as_ref().map_or(0, |pool| pool.making_peak())
+    }
+
     /// Wired warm inits made for the policy of a recent start, ready now.
     pub fn warm_inits_with_policy(&self) -> usize {
         self.warm

@@ -38,8 +38,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Entries a refill makes at once.
+/// Entries a refill makes at once while starts come (when the pool has none left for
+/// them: otherwise it waits for a pause).
 const PARALLEL: usize = 2;
+/// Entries a refill makes at once while no start has come for [`PAUSE`] (the fill at a
+/// server's start, the refill after a burst).
+const PARALLEL_QUIET: usize = 4;
 /// How long starts must pause before a refill makes entries while some are left.
 const PAUSE: Duration = Duration::from_millis(50);
 /// Wired entries kept for the policy of the last start that had one (at most the
@@ -70,6 +74,8 @@ struct Shared {
     policy: Mutex<Policy>,
     preferred: AtomicBool,
     filling: AtomicBool,
+    /// The most entries refills have made at once (never above [`PARALLEL_QUIET`]).
+    making_peak: AtomicUsize,
     closed: AtomicBool,
     /// The images of recent starts kept one parked entry each.
     images: images::Recent,
@@ -104,6 +110,7 @@ impl WarmPool {
             policy: Mutex::new(Policy::default()),
             preferred: AtomicBool::new(false),
             filling: AtomicBool::new(false),
+            making_peak: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             images: images::Recent::new(images::DEFAULT_COUNT),
             cap: AtomicUsize::new(usize::MAX),
@@ -126,6 +133,11 @@ impl WarmPool {
     /// Every entry ready to be taken, the one kept for other layer stacks included.
     pub fn held(&self) -> usize {
         self.0.entries.lock().map_or(0, |e| e.len())
+    }
+
+    /// The most entries refills have made at once so far.
+    pub fn making_peak(&self) -> usize {
+        self.0.making_peak.load(Ordering::Acquire)
     }
 
     /// Entries wired for a policy of their own, ready to be taken.
@@ -451,56 +463,158 @@ impl Shared {
             if missing.is_empty() || !self.wait_for_pause() {
                 return;
             }
-            // A few at once: most of making one is waiting (the exec, the RCU grace
-            // period of the first cgroup move), which entries made together share.
-            let made: Vec<Result<Warm, RuntimeError>> = std::thread::scope(|s| {
-                let makers: Vec<_> = missing
-                    .iter()
-                    .take(PARALLEL)
-                    .map(|shape| s.spawn(|| self.maker.make(shape)))
-                    .collect();
-                makers
-                    .into_iter()
-                    .map(|m| {
-                        m.join().unwrap_or_else(|_| {
-                            Err(RuntimeError::AgentStart(
-                                "making a warm init panicked".into(),
-                            ))
-                        })
-                    })
-                    .collect()
-            });
-            let mut failed = false;
-            for result in made {
-                let warm = match result {
-                    Ok(warm) => warm,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot prepare a warm sandbox init");
-                        failed = true;
-                        continue;
-                    }
-                };
-                let closed = self.closed.load(Ordering::Acquire);
-                match self.entries.lock() {
-                    Ok(mut e) if !closed && e.len() < wanted.len() => {
-                        // Under the lock: once the mark is there, a start finds the entry.
-                        let mark = warm.dir.join(entry::READY_FILE);
-                        if let Err(err) = std::fs::write(&mark, b"") {
-                            tracing::debug!(error = %err, "marking a warm init ready");
-                        }
-                        e.push(warm)
-                    }
-                    _ => {
-                        self.maker.discard(warm);
-                        failed = true;
-                    }
+            // Several makers at once, each taking the next missing entry as soon as its
+            // last is done (no batch waits for its slowest): most of making one is
+            // waiting (the exec, the RCU grace period of the first cgroup move, the
+            // loop device), which entries made together share, and the rest spreads
+            // over the host's CPUs.
+            let making = Making::default();
+            std::thread::scope(|s| {
+                for _ in 0..PARALLEL_QUIET {
+                    s.spawn(|| self.make_while_missing(&making));
                 }
-            }
-            if failed {
+            });
+            if making.failed.load(Ordering::Acquire) {
                 return;
             }
         }
     }
+
+    /// One maker of a refill: makes missing entries one after another until none is
+    /// left to make, the pool closes, or a make fails.
+    fn make_while_missing(&self, making: &Making) {
+        loop {
+            if making.failed.load(Ordering::Acquire) || !self.wait_for_pause() {
+                return;
+            }
+            let shape = match self.claim(making) {
+                Claim::Make(shape) => shape,
+                Claim::Busy => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                Claim::Done => return,
+            };
+            let made =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.maker.make(&shape)))
+                    .unwrap_or_else(|_| {
+                        Err(RuntimeError::AgentStart(
+                            "making a warm init panicked".into(),
+                        ))
+                    });
+            if !self.add(shape, made, making) {
+                making.failed.store(true, Ordering::Release);
+                return;
+            }
+        }
+    }
+
+    /// The next entry to make (recorded as in the making), if one is missing and fewer
+    /// than the bound are in the making: [`PARALLEL`] while starts come,
+    /// [`PARALLEL_QUIET`] once they paused.
+    fn claim(&self, making: &Making) -> Claim {
+        let Some(wanted) = self.wanted() else {
+            return Claim::Done;
+        };
+        let quiet = self
+            .demand
+            .lock()
+            .map_or(Duration::ZERO, |d| d.quiet_for(Instant::now()));
+        let bound = match quiet >= PAUSE {
+            true => PARALLEL_QUIET,
+            false => PARALLEL,
+        };
+        let Ok(entries) = self.entries.lock() else {
+            return Claim::Done;
+        };
+        let Ok(mut shapes) = making.shapes.lock() else {
+            return Claim::Done;
+        };
+        let mut missing = wanted;
+        for shape in entries.iter().map(|w| &w.shape).chain(shapes.iter()) {
+            if let Some(i) = missing.iter().position(|s| s == shape) {
+                missing.remove(i);
+            }
+        }
+        let Some(shape) = missing.into_iter().next() else {
+            return Claim::Done;
+        };
+        if shapes.len() >= bound {
+            return Claim::Busy;
+        }
+        shapes.push(shape.clone());
+        self.making_peak.fetch_max(shapes.len(), Ordering::AcqRel);
+        Claim::Make(shape)
+    }
+
+    /// Adds an entry made for `shape` to the pool if the pool still wants one of that
+    /// shape and is open (else removes it again); `false` when none was added.
+    fn add(&self, shape: Shape, made: Result<Warm, RuntimeError>, making: &Making) -> bool {
+        let done = |shapes: &mut Vec<Shape>| {
+            if let Some(i) = shapes.iter().position(|s| *s == shape) {
+                shapes.swap_remove(i);
+            }
+        };
+        let warm = match made {
+            Ok(warm) => warm,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot prepare a warm sandbox init");
+                if let Ok(mut shapes) = making.shapes.lock() {
+                    done(&mut shapes);
+                }
+                return false;
+            }
+        };
+        let wanted = self.wanted().unwrap_or_default();
+        let closed = self.closed.load(Ordering::Acquire);
+        let kept = match self.entries.lock() {
+            Ok(mut e) => {
+                let want = wanted.iter().filter(|s| **s == shape).count();
+                let have = e.iter().filter(|w| w.shape == shape).count();
+                if let Ok(mut shapes) = making.shapes.lock() {
+                    done(&mut shapes);
+                }
+                if !closed && have < want {
+                    // Under the lock: once the mark is there, a start finds the entry.
+                    let mark = warm.dir.join(entry::READY_FILE);
+                    if let Err(err) = std::fs::write(&mark, b"") {
+                        tracing::debug!(error = %err, "marking a warm init ready");
+                    }
+                    e.push(warm);
+                    None
+                } else {
+                    Some(warm)
+                }
+            }
+            Err(_) => Some(warm),
+        };
+        match kept {
+            None => true,
+            Some(warm) => {
+                self.maker.discard(warm);
+                false
+            }
+        }
+    }
+}
+
+/// What a maker of a refill does next.
+enum Claim {
+    /// Make an entry of this shape.
+    Make(Shape),
+    /// Wait: as many as the bound allows are in the making.
+    Busy,
+    /// Stop: nothing is left to make.
+    Done,
+}
+
+/// The entries one refill is making.
+#[derive(Default)]
+struct Making {
+    /// The shapes in the making now.
+    shapes: Mutex<Vec<Shape>>,
+    /// A make failed or its entry was not wanted any more: the refill stops.
+    failed: AtomicBool,
 }
 
 /// Removes the entries under `data_dir` whose owning process is gone (one killed before
