@@ -222,6 +222,9 @@ fn killed_run_leaves_nothing(network: &str, server: bool) {
     }
     assert!(left.is_empty(), "the killed run's sandbox left: {left:#?}");
     drop(server);
+    // The next run's own teardown is detached: let it end before the data dir goes
+    // (else it can make `disk-trash` in a dir being removed, and the temp dir stays).
+    serve_bin::wait_for_runs(&data);
 }
 
 #[test]
