@@ -172,7 +172,16 @@ fn warm_cap(config: &ServerConfig) -> usize {
     let by_count = config.max_sandboxes as usize;
     match config.auto_pause.memory_budget_mb {
         0 => by_count,
-        mib => by_count.min((mib / 8 / WARM_INIT_MIB) as usize),
+        mib => {
+            let by_budget = (mib / 8 / WARM_INIT_MIB) as usize;
+            if by_budget == 0 {
+                tracing::warn!(
+                    memory_budget_mb = mib,
+                    "the memory budget leaves no room for warm inits (an eighth of it at {WARM_INIT_MIB} MiB each): every start is cold"
+                );
+            }
+            by_count.min(by_budget)
+        }
     }
 }
 
