@@ -342,15 +342,17 @@ async fn run_in(engine: &Arc<Engine>, ws: &String, id: uuid::Uuid, args: &RunArg
     bail!("the output stream ended before the command exited")
 }
 
-/// The signals that end a run (the waiting process forwards them): they kill the
-/// command with its sandbox, which is torn down as after any command.
+/// The signals that end a run (the waiting process forwards them), unless ignored when
+/// the run began: they kill the command with its sandbox, torn down as after any command.
 struct Signals(Vec<(i32, tokio::signal::unix::Signal)>);
 
 impl Signals {
     fn new() -> Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut all = Vec::new();
-        for signo in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // Not those the caller ignores (`nohup`, `&`): a handler would undo SIG_IGN.
+        for signo in crate::run_detach::honoured() {
+            let signo = signo as i32;
             let stream = signal(SignalKind::from_raw(signo)).context("catching signals")?;
             all.push((signo, stream));
         }

@@ -281,3 +281,52 @@ fn killing_the_waiting_process_ends_the_command_and_its_sandbox() {
     child.wait().expect("wait");
     assert_eq!(assert_clean(&data), 1);
 }
+
+/// Regression: a run started with SIGHUP ignored (`nohup sandboxd run …`, or `&` in a
+/// script) was ended by the SIGHUP it ignores: the waiting process blocked it (a blocked
+/// signal queues even when ignored) and forwarded it, and the worker's handler replaced
+/// the inherited SIG_IGN. Now the signal reaches neither, and the command finishes.
+#[test]
+fn an_ignored_sighup_leaves_the_run_alone() {
+    use std::os::unix::process::CommandExt;
+    let (_keep, data) = data_dir();
+    let script = "echo ready; while [ ! -e /workspace/go ]; do sleep 0.02; done; echo done; exit 5";
+    let mut cmd = run_cmd(&data, &["/bin/sh", "-c", script]);
+    cmd.stdout(Stdio::piped());
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn sandboxd run");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("first line");
+    assert_eq!(line, "ready\n");
+    let found = markers(&data);
+    let live: Vec<_> = found.iter().filter(|(_, id)| id.is_some()).collect();
+    assert_eq!(live.len(), 1, "one live run: {found:?}");
+    let (worker, id) = (live[0].0, live[0].1.expect("recorded"));
+    // A hangup reaches the whole foreground group: the waiting process and the worker.
+    for pid in [child.id() as i32, worker] {
+        // SAFETY: kill(2) on the run this test started and its worker.
+        unsafe { libc::kill(pid, libc::SIGHUP) };
+    }
+    let state = data.join("sandboxes").join(id.to_string());
+    let handle: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("handle.json")).expect("handle"))
+            .expect("handle json");
+    let agent = handle["agent_pid"].as_i64().expect("agent pid");
+    std::fs::write(format!("/proc/{agent}/root/workspace/go"), b"").expect("go");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).expect("rest of the output");
+    let status = child.wait().expect("wait");
+    assert_eq!(
+        (status.code(), rest.as_str()),
+        (Some(5), "done\n"),
+        "{status:?}"
+    );
+    assert_eq!(assert_clean(&data), 1);
+}
