@@ -251,9 +251,12 @@ async fn run(
         .await
         .context("destroying the sandbox");
     phase("destroyed");
-    if destroyed.is_ok() {
-        crate::run_markers::sweep(&engine, &config.data_dir).await;
-        marker.remove();
+    match destroyed.is_ok() {
+        true => {
+            crate::run_markers::sweep(&engine, &config.data_dir).await;
+            marker.remove();
+        }
+        false => marker.keep_until_exit(),
     }
     let code = outcome?;
     destroyed?;

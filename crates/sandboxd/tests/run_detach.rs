@@ -330,3 +330,41 @@ fn an_ignored_sighup_leaves_the_run_alone() {
     );
     assert_eq!(assert_clean(&data), 1);
 }
+
+/// Regression: the two sweeps of killed runs took different locks (the `runs/` marker's,
+/// the sandbox's `owner` mark's), so two processes could destroy one dead run's sandbox
+/// at once. Here the test holds the owner mark of a killed run's sandbox, as a sweeper
+/// ending it would: the next run (both its sweeps) must leave that sandbox alone, and
+/// the run after the lock's release ends it.
+#[test]
+fn a_dead_runs_sandbox_held_by_a_sweeper_is_left_to_it() {
+    use nix::fcntl::{Flock, FlockArg};
+    let (_keep, data) = data_dir();
+    let (mut child, _out) = start_ready(&data, "echo ready; exec sleep 1000");
+    let found = markers(&data);
+    let id = found.iter().find_map(|(_, id)| *id).expect("recorded");
+    for (pid, _) in &found {
+        sigkill(*pid);
+    }
+    sigkill(child.id() as i32);
+    child.wait().expect("wait");
+    // The worker's lock goes when the kernel has ended it: wait for that.
+    serve_bin::wait_for_runs(&data);
+    let state = data.join("sandboxes").join(id.to_string());
+    let owner = std::fs::File::open(state.join("owner")).expect("owner mark");
+    let held = Flock::lock(owner, FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .expect("the dead run's owner mark is free");
+    let next = run_cmd(&data, &["/bin/true"]).output().expect("next run");
+    assert_eq!(next.status.code(), Some(0), "{next:?}");
+    // The next run's detached worker has swept (or skipped) by the time it ends.
+    serve_bin::wait_for_runs(&data);
+    assert!(
+        state.join("handle.json").exists(),
+        "a sandbox another sweeper holds was destroyed"
+    );
+    drop(held);
+    let last = run_cmd(&data, &["/bin/true"]).output().expect("last run");
+    assert_eq!(last.status.code(), Some(0), "{last:?}");
+    assert_eq!(assert_clean(&data), 3);
+}

@@ -27,6 +27,12 @@ use uuid::Uuid;
 /// The owner mark's name in a sandbox's state dir.
 const MARK: &str = "owner";
 
+/// Sandbox `id`'s owner mark in data dir `data_dir` (the lock every sweeper of a dead
+/// run's sandbox takes before it ends it, so two never end one at once).
+pub fn owner_mark(data_dir: &Path, id: Uuid) -> std::path::PathBuf {
+    data_dir.join("sandboxes").join(id.to_string()).join(MARK)
+}
+
 /// What a tethering runtime holds for each sandbox it started: the mark's lock, and
 /// the host end of the handshake once PID 1 serves.
 #[derive(Default)]
