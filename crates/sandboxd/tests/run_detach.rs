@@ -368,3 +368,32 @@ fn a_dead_runs_sandbox_held_by_a_sweeper_is_left_to_it() {
     assert_eq!(last.status.code(), Some(0), "{last:?}");
     assert_eq!(assert_clean(&data), 3);
 }
+
+/// Regression: Ctrl-C while the sandbox was being created (or its image pulled) killed
+/// the worker outright (no handler yet), leaving a half-made sandbox for the next run.
+/// Now the create finishes, the sandbox is destroyed and the run ends by its Ctrl-C.
+/// The create is held up in the runtime (`start.handle`, after the state dir is made).
+#[test]
+fn ctrl_c_during_the_create_ends_the_run_and_its_sandbox() {
+    let (_keep, data) = data_dir();
+    let child = run_cmd(&data, &["/bin/sh", "-c", "echo ran"])
+        .env("SANDBOXD_FAILPOINTS", "start.handle=sleep(4000)")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn sandboxd run");
+    let sandboxes = data.join("sandboxes");
+    while std::fs::read_dir(&sandboxes).map_or(true, |mut d| d.next().is_none()) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: kill(2) on the child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().expect("wait");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        (out.status.signal(), out.stdout.as_slice()),
+        (Some(libc::SIGINT), &b""[..]),
+        "ends by its Ctrl-C, before the command: {:?}",
+        out.status
+    );
+    assert_eq!(assert_clean(&data), 1);
+}
