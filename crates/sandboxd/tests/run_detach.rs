@@ -397,3 +397,23 @@ fn ctrl_c_during_the_create_ends_the_run_and_its_sandbox() {
     );
     assert_eq!(assert_clean(&data), 1);
 }
+
+/// Regression: the waiting process killed -9 while the sandbox was being created sent
+/// the worker its parent-death SIGTERM before it caught any signal, so it died with no
+/// teardown. Now the create finishes and the worker destroys the sandbox by itself.
+#[test]
+fn killing_the_waiting_process_during_the_create_ends_the_sandbox() {
+    let (_keep, data) = data_dir();
+    let mut child = run_cmd(&data, &["/bin/sh", "-c", "echo ran"])
+        .env("SANDBOXD_FAILPOINTS", "start.handle=sleep(4000)")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn sandboxd run");
+    let sandboxes = data.join("sandboxes");
+    while std::fs::read_dir(&sandboxes).map_or(true, |mut d| d.next().is_none()) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    sigkill(child.id() as i32);
+    child.wait().expect("wait");
+    assert_eq!(assert_clean(&data), 1);
+}
