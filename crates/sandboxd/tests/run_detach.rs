@@ -417,3 +417,37 @@ fn killing_the_waiting_process_during_the_create_ends_the_sandbox() {
     child.wait().expect("wait");
     assert_eq!(assert_clean(&data), 1);
 }
+
+/// Regression: a server starting beside a run still creating its sandbox removed that
+/// sandbox's dir (no live record claimed it yet) under the run. A sandbox whose owner
+/// mark a live run holds is now left to that run.
+#[test]
+fn a_server_starting_beside_a_run_mid_create_leaves_its_sandbox() {
+    let (_keep, data) = data_dir();
+    let child = run_cmd(&data, &["/bin/sh", "-c", "echo ran; exit 3"])
+        .env("SANDBOXD_FAILPOINTS", "start.handle=sleep(4000)")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandboxd run");
+    let sandboxes = data.join("sandboxes");
+    let owned = |d: std::fs::DirEntry| d.path().join("owner").exists();
+    while !std::fs::read_dir(&sandboxes).is_ok_and(|d| d.flatten().any(owned)) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Started (its start-up reconcile done) and stopped while the create is held up.
+    // (No warm pool: a stopped server keeps its entries for the next.)
+    drop(serve_bin::Server::start_with_env(
+        &data,
+        None,
+        &[("SANDBOXD_WARM_INITS", "0")],
+    ));
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(
+        (out.status.code(), out.stdout.as_slice()),
+        (Some(3), &b"ran\n"[..]),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(assert_clean(&data), 1);
+}

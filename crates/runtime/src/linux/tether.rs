@@ -87,6 +87,19 @@ pub struct Orphan {
     _lock: File,
 }
 
+/// The lock of the owner mark in `state_dir`: `Ok(Some)` now ours, `Ok(None)` no mark
+/// there (an untethered sandbox), `Err(())` held by a live process (its run).
+pub(super) fn lock_mark(state_dir: &Path) -> Result<Option<File>, ()> {
+    let Ok(file) = File::open(state_dir.join(MARK)) else {
+        return Ok(None);
+    };
+    match try_lock(&file) {
+        Ok(true) => Ok(Some(file)),
+        Ok(false) => Err(()),
+        Err(_) => Ok(None),
+    }
+}
+
 /// `flock(LOCK_EX | LOCK_NB)`: whether the lock is now ours.
 fn try_lock(file: &File) -> std::io::Result<bool> {
     // SAFETY: flock on an fd we own, without blocking.
