@@ -155,8 +155,12 @@ fn worker_end(worker: Pid) -> i32 {
     }
 }
 
-/// Ends this process by `sig` (its default action), else with 128 + its number.
+/// Ends this process by `sig` (its default action), else with 128 + its number. Never
+/// with a core dump (SIGQUIT's default): the caller asked the run to end, not for a
+/// core of this relay.
 fn die_by(sig: Signal) -> i32 {
+    use nix::sys::resource::{setrlimit, Resource};
+    let _ = setrlimit(Resource::RLIMIT_CORE, 0, 0);
     // SAFETY: restoring the default action of a signal; no handler is installed.
     let _ = unsafe { signal(sig, SigHandler::SigDfl) };
     let mut set = SigSet::empty();

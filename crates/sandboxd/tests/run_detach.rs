@@ -451,3 +451,40 @@ fn a_server_starting_beside_a_run_mid_create_leaves_its_sandbox() {
     );
     assert_eq!(assert_clean(&data), 1);
 }
+
+/// Regression: Ctrl-\ (SIGQUIT) to a run made the waiting process, re-raising it to end
+/// by it, dump core (into the caller's directory, when core files are allowed). It
+/// still ends by SIGQUIT, with no core.
+#[test]
+fn ctrl_backslash_ends_the_run_without_a_core_dump() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let (_keep, data) = data_dir();
+    let cwd = tempfile::tempdir().expect("the caller's directory");
+    let mut cmd = run_cmd(&data, &["/bin/sh", "-c", "echo ready; exec sleep 1000"]);
+    cmd.stdout(Stdio::piped()).current_dir(cwd.path());
+    // SAFETY: only setrlimit(2), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let unlimited = libc::rlimit {
+                rlim_cur: libc::RLIM_INFINITY,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &unlimited);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn sandboxd run");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("first line");
+    assert_eq!(line, "ready\n");
+    // SAFETY: kill(2) on the child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
+    let status = child.wait().expect("wait");
+    assert_eq!(
+        (status.signal(), status.core_dumped()),
+        (Some(libc::SIGQUIT), false),
+        "{status:?}"
+    );
+    assert_eq!(assert_clean(&data), 1);
+}
