@@ -1,7 +1,8 @@
 //! Fault injection points for tests: with the `failpoints` feature (never in release
 //! builds) a test makes a named step fail (`fail::cfg(name, "return")`) or hang
 //! (`"sleep(ms)"`, `"pause"`) through the `fail` crate; without it every point is
-//! nothing at all.
+//! nothing at all. A `sandboxd run` configures them from `SANDBOXD_FAILPOINTS`
+//! ([`from_env`]).
 //!
 //! The points, in the order a sandbox meets them:
 //! - `start.disk`: the sandbox's state dirs made and its disk mounted (cold start);
@@ -37,6 +38,24 @@ pub fn hit(name: &str) -> bool {
     let _ = name;
     false
 }
+
+/// Configures the points `SANDBOXD_FAILPOINTS` names (`name=actions;…`, as for
+/// `fail::cfg`), for tests of a whole process (`sandboxd run`).
+#[cfg(feature = "failpoints")]
+pub fn from_env() {
+    let Ok(spec) = std::env::var("SANDBOXD_FAILPOINTS") else {
+        return;
+    };
+    for pair in spec.split(';') {
+        if let Some((name, actions)) = pair.split_once('=') {
+            let _ = fail::cfg(name.trim(), actions.trim());
+        }
+    }
+}
+
+/// Nothing, without the `failpoints` feature.
+#[cfg(not(feature = "failpoints"))]
+pub fn from_env() {}
 
 /// `Err(RuntimeError::Injected)` when a test asked step `name` to fail.
 pub fn check(name: &'static str) -> Result<(), RuntimeError> {

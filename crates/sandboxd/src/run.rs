@@ -7,7 +7,7 @@ use crate::run_markers::RunMarker;
 use crate::serve::DATABASE_FILE;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use sandboxd_engine::{
     CreateSandbox, Engine, EngineConfig, ExecEvent, OnCap, Resources, StreamCommand, StreamKind,
     DEFAULT_WORKSPACE,
@@ -99,6 +99,8 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         true => None,
         false => Some(crate::run_detach::split()?),
     };
+    // Tests' fault injection points (only in builds with the `failpoints` feature).
+    sandboxd_runtime::faults::from_env();
     // Quiet unless asked: `RUST_LOG=sandboxd=debug,sandboxd_runtime=debug` shows the
     // run's phases and each start's, with times since the process started.
     if std::env::var_os("RUST_LOG").is_some() {
@@ -192,10 +194,16 @@ async fn run(
         Some(NetworkArg::Egress) | None => NetworkMode::Egress,
         Some(NetworkArg::None) => NetworkMode::None,
     };
+    // From the start: a Ctrl-C or SIGTERM before the command (a pull, the create) ends
+    // the run cleanly too, rather than kill the worker with no teardown.
+    let mut signals = Signals::new()?;
     if args.image != "default" {
         let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
             .context("opening the sandbox database")?;
-        ensure_image(&config, &store, &args.image).await?;
+        tokio::select! {
+            pulled = ensure_image(&config, &store, &args.image) => pulled?,
+            signo = signals.next() => return Ok(stopped_early(handoff, signo)),
+        }
     }
     phase("started");
     let (engine, store, linux) = open_engine_for(&config, true)?;
@@ -227,19 +235,38 @@ async fn run(
         attributes: BTreeMap::new(),
         isolation: args.isolation.map(Isolation::from),
     };
-    let (sb, _) = match engine.create(&ws, request).await {
+    if let Some(signo) = signals.next().now_or_never() {
+        marker.remove();
+        return Ok(stopped_early(handoff, signo));
+    }
+    // A signal meanwhile lets the create finish (the engine then knows the sandbox),
+    // and the run ends by it once the sandbox is destroyed.
+    let create = engine.create(&ws, request);
+    tokio::pin!(create);
+    let mut stopped = None;
+    let created = loop {
+        tokio::select! {
+            created = &mut create => break created,
+            signo = signals.next(), if stopped.is_none() => stopped = Some(signo),
+        }
+    };
+    let (sb, _) = match created {
         Ok(created) => created,
         Err(e) => {
             // The engine undid the start: nothing of this run is left to end.
             marker.remove();
+            if let Some(signo) = stopped {
+                return Ok(stopped_early(handoff, signo));
+            }
             return Err(e).context("starting the sandbox");
         }
     };
     phase("created");
     let recorded = marker.record(sb.id);
-    let outcome = match recorded {
-        Ok(()) => run_in(&engine, &ws, sb.id, args).await,
-        Err(e) => Err(e),
+    let outcome = match (recorded, stopped) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Some(signo)) => Ok(128 + signo as u8),
+        (Ok(()), None) => run_in(&engine, &ws, sb.id, args, &mut signals).await,
     };
     phase("command ended");
     if let (Ok(code), Some(handoff)) = (&outcome, handoff) {
@@ -251,13 +278,25 @@ async fn run(
         .await
         .context("destroying the sandbox");
     phase("destroyed");
-    if destroyed.is_ok() {
-        crate::run_markers::sweep(&engine, &config.data_dir).await;
-        marker.remove();
+    match destroyed.is_ok() {
+        true => {
+            crate::run_markers::sweep(&engine, &config.data_dir).await;
+            marker.remove();
+        }
+        false => marker.keep_until_exit(),
     }
     let code = outcome?;
     destroyed?;
     Ok(code)
+}
+
+/// The status of a run ended by signal `signo` before its sandbox existed: handed over.
+fn stopped_early(handoff: Option<crate::run_detach::HandOff>, signo: i32) -> u8 {
+    let code = 128 + signo as u8;
+    if let Some(handoff) = handoff {
+        handoff.finish(code);
+    }
+    code
 }
 
 /// Pulls `image` unless it is stored already.
@@ -282,7 +321,13 @@ pub(crate) async fn ensure_image(
 }
 
 /// Runs the command through the engine's stream; the exit status byte.
-async fn run_in(engine: &Arc<Engine>, ws: &String, id: uuid::Uuid, args: &RunArgs) -> Result<u8> {
+async fn run_in(
+    engine: &Arc<Engine>,
+    ws: &String,
+    id: uuid::Uuid,
+    args: &RunArgs,
+    signals: &mut Signals,
+) -> Result<u8> {
     let mut env = BTreeMap::new();
     for pair in &args.env {
         let (k, v) = pair
@@ -312,7 +357,6 @@ async fn run_in(engine: &Arc<Engine>, ws: &String, id: uuid::Uuid, args: &RunArg
         on_cap: OnCap::Discard,
         max_sessions: 1,
     };
-    let mut signals = Signals::new()?;
     let mut events = engine
         .exec_stream(ws, id, cmd)
         .await
@@ -342,15 +386,17 @@ async fn run_in(engine: &Arc<Engine>, ws: &String, id: uuid::Uuid, args: &RunArg
     bail!("the output stream ended before the command exited")
 }
 
-/// The signals that end a run (the waiting process forwards them): they kill the
-/// command with its sandbox, which is torn down as after any command.
+/// The signals that end a run (the waiting process forwards them), unless ignored when
+/// the run began: they kill the command with its sandbox, torn down as after any command.
 struct Signals(Vec<(i32, tokio::signal::unix::Signal)>);
 
 impl Signals {
     fn new() -> Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut all = Vec::new();
-        for signo in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // Not those the caller ignores (`nohup`, `&`): a handler would undo SIG_IGN.
+        for signo in crate::run_detach::honoured() {
+            let signo = signo as i32;
             let stream = signal(SignalKind::from_raw(signo)).context("catching signals")?;
             all.push((signo, stream));
         }

@@ -1,6 +1,7 @@
 //! `sandboxd run` returns as soon as its command is done: the process the caller waits
 //! for forks a worker at once (while still single-threaded) and only relays, forwarding
-//! SIGINT/SIGTERM/SIGHUP/SIGQUIT to the worker; the worker creates the sandbox, runs the
+//! SIGINT/SIGTERM/SIGHUP/SIGQUIT to the worker (those it ignores, as under `nohup` or a
+//! script's `&`, stay ignored by both); the worker creates the sandbox, runs the
 //! command, passes its output through, then [`HandOff::finish`]es: its stdio goes to
 //! /dev/null, it leaves the caller's session, and the status byte goes to the waiting
 //! process, which exits with it. The worker then tears the sandbox down on its own (the
@@ -30,10 +31,27 @@ pub struct HandOff {
     status: File,
 }
 
-fn forwarded() -> SigSet {
+/// Whether this process ignores `sig` (SIG_IGN, as `nohup` and a non-interactive
+/// shell's `&` leave SIGHUP, SIGINT and SIGQUIT): such a signal is neither forwarded
+/// nor caught, so the run lives on as its caller asked.
+pub fn ignored(sig: Signal) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into `old`,
+    // a zeroed plain C struct we own.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: see above; `sig` is a valid signal number.
+    let rc = unsafe { libc::sigaction(sig as libc::c_int, std::ptr::null(), &mut old) };
+    rc == 0 && old.sa_sigaction == libc::SIG_IGN
+}
+
+/// The forwarded signals this process does not ignore.
+pub fn honoured() -> Vec<Signal> {
+    FORWARDED.into_iter().filter(|s| !ignored(*s)).collect()
+}
+
+fn set_of(signals: &[Signal]) -> SigSet {
     let mut set = SigSet::empty();
-    for s in FORWARDED {
-        set.add(s);
+    for s in signals {
+        set.add(*s);
     }
     set
 }
@@ -44,8 +62,10 @@ fn forwarded() -> SigSet {
 pub fn split() -> Result<HandOff> {
     let (read, write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("making the status pipe")?;
+    // Read before blocking: a blocked signal is queued even when it is ignored.
+    let forwarded = set_of(&honoured());
     // Blocked before the fork, so none arriving meanwhile is lost or kills the waiter.
-    forwarded()
+    forwarded
         .thread_block()
         .context("blocking the forwarded signals")?;
     let parent = nix::unistd::getpid();
@@ -60,7 +80,7 @@ pub fn split() -> Result<HandOff> {
             if nix::unistd::getppid() != parent {
                 let _ = raise(Signal::SIGTERM);
             }
-            forwarded()
+            forwarded
                 .thread_unblock()
                 .context("unblocking the signals in the worker")?;
             Ok(HandOff {
@@ -69,19 +89,19 @@ pub fn split() -> Result<HandOff> {
         }
         ForkResult::Parent { child } => {
             drop(write);
-            wait_and_exit(read, child)
+            wait_and_exit(read, child, forwarded)
         }
     }
 }
 
 /// The waiting process: relays signals until the status byte (or the worker's end).
-fn wait_and_exit(read: OwnedFd, worker: Pid) -> ! {
-    let code = relay(read, worker).unwrap_or(1);
+fn wait_and_exit(read: OwnedFd, worker: Pid, forwarded: SigSet) -> ! {
+    let code = relay(read, worker, &forwarded).unwrap_or(1);
     std::process::exit(code)
 }
 
-fn relay(read: OwnedFd, worker: Pid) -> Result<i32> {
-    let signals = SignalFd::with_flags(&forwarded(), SfdFlags::SFD_CLOEXEC)?;
+fn relay(read: OwnedFd, worker: Pid, forwarded: &SigSet) -> Result<i32> {
+    let signals = SignalFd::with_flags(forwarded, SfdFlags::SFD_CLOEXEC)?;
     let mut status = File::from(read);
     let mut forwarded_last = None;
     loop {
@@ -135,8 +155,12 @@ fn worker_end(worker: Pid) -> i32 {
     }
 }
 
-/// Ends this process by `sig` (its default action), else with 128 + its number.
+/// Ends this process by `sig` (its default action), else with 128 + its number. Never
+/// with a core dump (SIGQUIT's default): the caller asked the run to end, not for a
+/// core of this relay.
 fn die_by(sig: Signal) -> i32 {
+    use nix::sys::resource::{setrlimit, Resource};
+    let _ = setrlimit(Resource::RLIMIT_CORE, 0, 0);
     // SAFETY: restoring the default action of a signal; no handler is installed.
     let _ = unsafe { signal(sig, SigHandler::SigDfl) };
     let mut set = SigSet::empty();

@@ -58,6 +58,13 @@ impl RunMarker {
         writeln!(self.file, "sandbox {id}").context("recording the run's sandbox")
     }
 
+    /// The run's teardown failed: the marker stays, locked until this process exits (no
+    /// other run's sweep may end the sandbox while this one still lives), then for the
+    /// next sweep to try again.
+    pub fn keep_until_exit(self) {
+        std::mem::forget(self.file);
+    }
+
     /// The run finished its teardown: the marker goes (unlinked while still locked).
     pub fn remove(self) {
         let _ = std::fs::remove_file(&self.path);
@@ -113,17 +120,43 @@ pub async fn sweep(engine: &Engine, data_dir: &Path) {
     for (path, mut lock) in dead(data_dir) {
         let done = match sandbox_of(&mut lock) {
             None => true,
-            Some(id) => match engine.destroy(&DEFAULT_WORKSPACE.to_owned(), id).await {
-                Ok(_) => true,
-                Err(e) if e.code == ErrorCode::SandboxNotFound => true,
-                Err(e) => {
-                    tracing::warn!(sandbox = %id, error = %e, "cannot end a dead run's sandbox");
-                    false
-                }
-            },
+            Some(id) => {
+                // Held by this sweep through the destroy; skipped (marker left for the
+                // next sweep) when another sweeper (`run_orphans`) holds it.
+                let Some(_owner) = owner_lock(data_dir, id) else {
+                    continue;
+                };
+                destroyed(engine, id).await
+            }
         };
         if done {
             let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// The lock of sandbox `id`'s owner mark, which `run_orphans` also takes: `Some` when
+/// it is now ours or there is no mark (a gVisor sandbox, or a state dir gone already),
+/// `None` when another process holds it.
+fn owner_lock(data_dir: &Path, id: Uuid) -> Option<Option<Flock<File>>> {
+    let mark = sandboxd_runtime::linux::owner_mark(data_dir, id);
+    let Ok(file) = File::open(&mark) else {
+        return Some(None);
+    };
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(held) => Some(Some(held)),
+        Err(_) => None,
+    }
+}
+
+/// Ends the dead run's sandbox `id`: whether it is gone now.
+async fn destroyed(engine: &Engine, id: Uuid) -> bool {
+    match engine.destroy(&DEFAULT_WORKSPACE.to_owned(), id).await {
+        Ok(_) => true,
+        Err(e) if e.code == ErrorCode::SandboxNotFound => true,
+        Err(e) => {
+            tracing::warn!(sandbox = %id, error = %e, "cannot end a dead run's sandbox");
+            false
         }
     }
 }

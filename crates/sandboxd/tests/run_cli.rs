@@ -39,6 +39,8 @@ fn the_servers_default_disk_size_limits_a_run() {
         "64 MiB fit a 32 MiB disk: {stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The detached teardown ends before the temp dir goes (it left `disk-trash` behind).
+    assert!(serve_bin::wait_for_runs(data.path()).is_empty());
 }
 
 #[test]

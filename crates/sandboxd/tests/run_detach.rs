@@ -281,3 +281,210 @@ fn killing_the_waiting_process_ends_the_command_and_its_sandbox() {
     child.wait().expect("wait");
     assert_eq!(assert_clean(&data), 1);
 }
+
+/// Regression: a run started with SIGHUP ignored (`nohup sandboxd run …`, or `&` in a
+/// script) was ended by the SIGHUP it ignores: the waiting process blocked it (a blocked
+/// signal queues even when ignored) and forwarded it, and the worker's handler replaced
+/// the inherited SIG_IGN. Now the signal reaches neither, and the command finishes.
+#[test]
+fn an_ignored_sighup_leaves_the_run_alone() {
+    use std::os::unix::process::CommandExt;
+    let (_keep, data) = data_dir();
+    let script = "echo ready; while [ ! -e /workspace/go ]; do sleep 0.02; done; echo done; exit 5";
+    let mut cmd = run_cmd(&data, &["/bin/sh", "-c", script]);
+    cmd.stdout(Stdio::piped());
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn sandboxd run");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("first line");
+    assert_eq!(line, "ready\n");
+    let found = markers(&data);
+    let live: Vec<_> = found.iter().filter(|(_, id)| id.is_some()).collect();
+    assert_eq!(live.len(), 1, "one live run: {found:?}");
+    let (worker, id) = (live[0].0, live[0].1.expect("recorded"));
+    // A hangup reaches the whole foreground group: the waiting process and the worker.
+    for pid in [child.id() as i32, worker] {
+        // SAFETY: kill(2) on the run this test started and its worker.
+        unsafe { libc::kill(pid, libc::SIGHUP) };
+    }
+    let state = data.join("sandboxes").join(id.to_string());
+    let handle: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("handle.json")).expect("handle"))
+            .expect("handle json");
+    let agent = handle["agent_pid"].as_i64().expect("agent pid");
+    std::fs::write(format!("/proc/{agent}/root/workspace/go"), b"").expect("go");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).expect("rest of the output");
+    let status = child.wait().expect("wait");
+    assert_eq!(
+        (status.code(), rest.as_str()),
+        (Some(5), "done\n"),
+        "{status:?}"
+    );
+    assert_eq!(assert_clean(&data), 1);
+}
+
+/// Regression: the two sweeps of killed runs took different locks (the `runs/` marker's,
+/// the sandbox's `owner` mark's), so two processes could destroy one dead run's sandbox
+/// at once. Here the test holds the owner mark of a killed run's sandbox, as a sweeper
+/// ending it would: the next run (both its sweeps) must leave that sandbox alone, and
+/// the run after the lock's release ends it.
+#[test]
+fn a_dead_runs_sandbox_held_by_a_sweeper_is_left_to_it() {
+    use nix::fcntl::{Flock, FlockArg};
+    let (_keep, data) = data_dir();
+    let (mut child, _out) = start_ready(&data, "echo ready; exec sleep 1000");
+    let found = markers(&data);
+    let id = found.iter().find_map(|(_, id)| *id).expect("recorded");
+    for (pid, _) in &found {
+        sigkill(*pid);
+    }
+    sigkill(child.id() as i32);
+    child.wait().expect("wait");
+    // The worker's lock goes when the kernel has ended it: wait for that.
+    serve_bin::wait_for_runs(&data);
+    let state = data.join("sandboxes").join(id.to_string());
+    let owner = std::fs::File::open(state.join("owner")).expect("owner mark");
+    let held = Flock::lock(owner, FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .expect("the dead run's owner mark is free");
+    let next = run_cmd(&data, &["/bin/true"]).output().expect("next run");
+    assert_eq!(next.status.code(), Some(0), "{next:?}");
+    // The next run's detached worker has swept (or skipped) by the time it ends.
+    serve_bin::wait_for_runs(&data);
+    assert!(
+        state.join("handle.json").exists(),
+        "a sandbox another sweeper holds was destroyed"
+    );
+    drop(held);
+    let last = run_cmd(&data, &["/bin/true"]).output().expect("last run");
+    assert_eq!(last.status.code(), Some(0), "{last:?}");
+    assert_eq!(assert_clean(&data), 3);
+}
+
+/// Regression: Ctrl-C while the sandbox was being created (or its image pulled) killed
+/// the worker outright (no handler yet), leaving a half-made sandbox for the next run.
+/// Now the create finishes, the sandbox is destroyed and the run ends by its Ctrl-C.
+/// The create is held up in the runtime (`start.handle`, after the state dir is made).
+#[test]
+fn ctrl_c_during_the_create_ends_the_run_and_its_sandbox() {
+    let (_keep, data) = data_dir();
+    let child = run_cmd(&data, &["/bin/sh", "-c", "echo ran"])
+        .env("SANDBOXD_FAILPOINTS", "start.handle=sleep(4000)")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn sandboxd run");
+    let sandboxes = data.join("sandboxes");
+    while std::fs::read_dir(&sandboxes).map_or(true, |mut d| d.next().is_none()) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: kill(2) on the child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().expect("wait");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        (out.status.signal(), out.stdout.as_slice()),
+        (Some(libc::SIGINT), &b""[..]),
+        "ends by its Ctrl-C, before the command: {:?}",
+        out.status
+    );
+    assert_eq!(assert_clean(&data), 1);
+}
+
+/// Regression: the waiting process killed -9 while the sandbox was being created sent
+/// the worker its parent-death SIGTERM before it caught any signal, so it died with no
+/// teardown. Now the create finishes and the worker destroys the sandbox by itself.
+#[test]
+fn killing_the_waiting_process_during_the_create_ends_the_sandbox() {
+    let (_keep, data) = data_dir();
+    let mut child = run_cmd(&data, &["/bin/sh", "-c", "echo ran"])
+        .env("SANDBOXD_FAILPOINTS", "start.handle=sleep(4000)")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn sandboxd run");
+    let sandboxes = data.join("sandboxes");
+    while std::fs::read_dir(&sandboxes).map_or(true, |mut d| d.next().is_none()) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    sigkill(child.id() as i32);
+    child.wait().expect("wait");
+    assert_eq!(assert_clean(&data), 1);
+}
+
+/// Regression: a server starting beside a run still creating its sandbox removed that
+/// sandbox's dir (no live record claimed it yet) under the run. A sandbox whose owner
+/// mark a live run holds is now left to that run.
+#[test]
+fn a_server_starting_beside_a_run_mid_create_leaves_its_sandbox() {
+    let (_keep, data) = data_dir();
+    let child = run_cmd(&data, &["/bin/sh", "-c", "echo ran; exit 3"])
+        .env("SANDBOXD_FAILPOINTS", "start.handle=sleep(4000)")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandboxd run");
+    let sandboxes = data.join("sandboxes");
+    let owned = |d: std::fs::DirEntry| d.path().join("owner").exists();
+    while !std::fs::read_dir(&sandboxes).is_ok_and(|d| d.flatten().any(owned)) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Started (its start-up reconcile done) and stopped while the create is held up.
+    // (No warm pool: a stopped server keeps its entries for the next.)
+    drop(serve_bin::Server::start_with_env(
+        &data,
+        None,
+        &[("SANDBOXD_WARM_INITS", "0")],
+    ));
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(
+        (out.status.code(), out.stdout.as_slice()),
+        (Some(3), &b"ran\n"[..]),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(assert_clean(&data), 1);
+}
+
+/// Regression: Ctrl-\ (SIGQUIT) to a run made the waiting process, re-raising it to end
+/// by it, dump core (into the caller's directory, when core files are allowed). It
+/// still ends by SIGQUIT, with no core.
+#[test]
+fn ctrl_backslash_ends_the_run_without_a_core_dump() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let (_keep, data) = data_dir();
+    let cwd = tempfile::tempdir().expect("the caller's directory");
+    let mut cmd = run_cmd(&data, &["/bin/sh", "-c", "echo ready; exec sleep 1000"]);
+    cmd.stdout(Stdio::piped()).current_dir(cwd.path());
+    // SAFETY: only setrlimit(2), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let unlimited = libc::rlimit {
+                rlim_cur: libc::RLIM_INFINITY,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &unlimited);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn sandboxd run");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("first line");
+    assert_eq!(line, "ready\n");
+    // SAFETY: kill(2) on the child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
+    let status = child.wait().expect("wait");
+    assert_eq!(
+        (status.signal(), status.core_dumped()),
+        (Some(libc::SIGQUIT), false),
+        "{status:?}"
+    );
+    assert_eq!(assert_clean(&data), 1);
+}

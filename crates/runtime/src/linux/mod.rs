@@ -45,7 +45,7 @@ pub use bounds::{open_files_limit, DEFAULT_MAX_PTYS};
 pub use cgroup::Cgroups;
 pub use images::DEFAULT_IMAGE;
 pub use net::NetConfig;
-pub use tether::Orphan;
+pub use tether::{owner_mark, Orphan};
 
 /// The detached process removing parked egress networks once they have lingered
 /// untaken (the sandboxd binary's hidden `__net-reaper STATE_DIR`).

@@ -2,6 +2,7 @@
 //! live record claims: a start a crash interrupted (dir, mounts, loop device, cgroups,
 //! slot, network lease), and any agent it left running (found through its cgroup).
 //!
+//! A sandbox whose owner mark a live `sandboxd run` holds (see `tether`) is that run's.
 //! Only `sandboxes/<uuid>` directories are looked at: the cgroup parent and the network
 //! state are shared with other servers on the host, so what they hold is only removed
 //! for a sandbox whose directory is ours.
@@ -42,6 +43,12 @@ pub(super) fn reconcile(
             continue;
         }
         let dir = entry.path();
+        // A live `sandboxd run` still holds it (mid-create, so no record claims it
+        // yet): that run ends it. Held while destroyed, away from other sweepers.
+        let Ok(_owner) = super::tether::lock_mark(&dir) else {
+            tracing::info!(sandbox = %id, "left to the live run that owns it");
+            continue;
+        };
         let handle = stored_handle(&dir).unwrap_or_else(|| partial_handle(rt, id, &dir));
         match rt.destroy(&handle) {
             Ok(()) => removed.push(id),

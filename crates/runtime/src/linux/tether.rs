@@ -27,6 +27,12 @@ use uuid::Uuid;
 /// The owner mark's name in a sandbox's state dir.
 const MARK: &str = "owner";
 
+/// Sandbox `id`'s owner mark in data dir `data_dir` (the lock every sweeper of a dead
+/// run's sandbox takes before it ends it, so two never end one at once).
+pub fn owner_mark(data_dir: &Path, id: Uuid) -> std::path::PathBuf {
+    data_dir.join("sandboxes").join(id.to_string()).join(MARK)
+}
+
 /// What a tethering runtime holds for each sandbox it started: the mark's lock, and
 /// the host end of the handshake once PID 1 serves.
 #[derive(Default)]
@@ -79,6 +85,19 @@ impl Tethers {
 pub struct Orphan {
     pub id: Uuid,
     _lock: File,
+}
+
+/// The lock of the owner mark in `state_dir`: `Ok(Some)` now ours, `Ok(None)` no mark
+/// there (an untethered sandbox), `Err(())` held by a live process (its run).
+pub(super) fn lock_mark(state_dir: &Path) -> Result<Option<File>, ()> {
+    let Ok(file) = File::open(state_dir.join(MARK)) else {
+        return Ok(None);
+    };
+    match try_lock(&file) {
+        Ok(true) => Ok(Some(file)),
+        Ok(false) => Err(()),
+        Err(_) => Ok(None),
+    }
 }
 
 /// `flock(LOCK_EX | LOCK_NB)`: whether the lock is now ours.
