@@ -332,7 +332,7 @@ fn an_ignored_sighup_leaves_the_run_alone() {
 }
 
 /// Regression: the two sweeps of killed runs took different locks (the `runs/` marker's,
-/// the sandbox's `owner` mark's), so two processes could destroy one dead run's sandbox
+/// the sandbox's `run-owner` mark's), so two processes could destroy one dead run's sandbox
 /// at once. Here the test holds the owner mark of a killed run's sandbox, as a sweeper
 /// ending it would: the next run (both its sweeps) must leave that sandbox alone, and
 /// the run after the lock's release ends it.
@@ -351,7 +351,7 @@ fn a_dead_runs_sandbox_held_by_a_sweeper_is_left_to_it() {
     // The worker's lock goes when the kernel has ended it: wait for that.
     serve_bin::wait_for_runs(&data);
     let state = data.join("sandboxes").join(id.to_string());
-    let owner = std::fs::File::open(state.join("owner")).expect("owner mark");
+    let owner = std::fs::File::open(state.join("run-owner")).expect("owner mark");
     let held = Flock::lock(owner, FlockArg::LockExclusiveNonblock)
         .map_err(|(_, e)| e)
         .expect("the dead run's owner mark is free");
@@ -431,7 +431,7 @@ fn a_server_starting_beside_a_run_mid_create_leaves_its_sandbox() {
         .spawn()
         .expect("spawn sandboxd run");
     let sandboxes = data.join("sandboxes");
-    let owned = |d: std::fs::DirEntry| d.path().join("owner").exists();
+    let owned = |d: std::fs::DirEntry| d.path().join("run-owner").exists();
     while !std::fs::read_dir(&sandboxes).is_ok_and(|d| d.flatten().any(owned)) {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }

@@ -246,3 +246,30 @@ fn a_killed_egress_run_beside_a_server_leaves_nothing() {
 fn a_killed_offline_run_beside_a_server_leaves_nothing() {
     killed_run_leaves_nothing("none", true);
 }
+
+/// A server's own sandboxes are never taken for a killed run's: one made from a warm init
+/// (whose dir carries the warm pool's `owner` file, not a run's mark) still runs after
+/// several periods of the server's sweep of dead runs' sandboxes (every 5 s). The sweep
+/// once read the warm pool's file as a run's free mark and ended such sandboxes.
+#[test]
+fn a_servers_sandbox_from_a_warm_init_outlives_the_dead_run_sweep() {
+    const KEY: &str = "signkey-test-00112233445566778899aabbccddeeff";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let server = Server::start_with_env(&data, Some(KEY), &[("SANDBOXD_NETWORK", "none")]);
+    let id = server.create_sandbox(
+        KEY,
+        &serde_json::json!({"name": "kept", "vcpu": 1, "memoryMb": 256}),
+    );
+    let state = data.join("sandboxes").join(&id);
+    assert!(
+        state.join("owner").exists(),
+        "the sandbox came from a warm init (its dir holds the pool's owner file)"
+    );
+    // Three sweep periods; no timing is asserted, only that the sandbox is still there.
+    std::thread::sleep(Duration::from_secs(16));
+    let (code, out) = server.exec(KEY, &id, &["/bin/echo", "still here"]);
+    assert_eq!((code, out.trim()), (0, "still here"));
+    server.destroy(KEY, &id);
+    drop(server);
+}

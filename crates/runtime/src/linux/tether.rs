@@ -3,7 +3,7 @@
 //!
 //! - its PID 1 keeps the start handshake open and exits (the kernel then kills every
 //!   process of the sandbox) once the starter's end closes, which its death does;
-//! - its state dir holds an owner mark, `owner`, under an exclusive `flock` the starter
+//! - its state dir holds an owner mark, `run-owner`, under an exclusive `flock` the starter
 //!   holds until it destroys the sandbox. A free lock means a dead owner: the next
 //!   process opening the data dir (a run, or a server) removes such an orphan with its
 //!   mounts, disk, cgroups, id slot and network lease ([`LinuxRuntime::orphans`],
@@ -24,8 +24,10 @@ use std::path::Path;
 use std::sync::Mutex;
 use uuid::Uuid;
 
-/// The owner mark's name in a sandbox's state dir.
-const MARK: &str = "owner";
+/// The owner mark's name in a sandbox's state dir. Not `owner`: that is the warm pool's
+/// own (unlocked) file, which a sandbox made from a warm init carries into its state dir;
+/// read as a run's free mark, it made the sweep end servers' sandboxes.
+pub(crate) const MARK: &str = "run-owner";
 
 /// Sandbox `id`'s owner mark in data dir `data_dir` (the lock every sweeper of a dead
 /// run's sandbox takes before it ends it, so two never end one at once).
