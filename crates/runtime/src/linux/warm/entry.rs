@@ -59,16 +59,7 @@ impl Maker {
     /// Spawns an init into a fresh cgroup, waits for its user namespace, gives it an id
     /// range, and mounts and wires what `shape` says.
     pub fn make(&self, shape: &Shape) -> Result<Warm, RuntimeError> {
-        let key = Uuid::new_v4();
-        let dir = self
-            .config
-            .data_dir
-            .join("sandboxes")
-            .join(format!("{DIR_PREFIX}{key}"));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(io("creating a warm init's dir", &dir))?;
+        let (key, dir) = self.make_dir()?;
         let mut made: Option<(Child, Channel)> = None;
         let mut base = None;
         let result = self.set_up(key, &dir, shape, &mut made, &mut base);
@@ -95,6 +86,39 @@ impl Maker {
         }
     }
 
+    /// Makes an entry's dir with its owner mark in it. Another runtime opening the data
+    /// dir (the server's gVisor tier, a `sandboxd run`) sweeps entry dirs without an
+    /// owner and may take an empty one in its first instant: the owner write then finds
+    /// no dir, and a new dir is made (a few times at most), so that the pool's fill does
+    /// not stop on it.
+    fn make_dir(&self) -> Result<(Uuid, std::path::PathBuf), RuntimeError> {
+        let mut tries = 0;
+        loop {
+            let key = Uuid::new_v4();
+            let dir = self
+                .config
+                .data_dir
+                .join("sandboxes")
+                .join(format!("{DIR_PREFIX}{key}"));
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .map_err(io("creating a warm init's dir", &dir))?;
+            let owner_file = dir.join("owner");
+            match std::fs::write(&owner_file, refill::owner_mark()) {
+                Ok(()) => return Ok((key, dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 5 => {
+                    tracing::debug!(dir = %dir.display(), "a sweep took a new warm init's dir; making another");
+                    tries += 1;
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(io("writing a warm init's owner", &owner_file)(e));
+                }
+            }
+        }
+    }
+
     fn set_up(
         &self,
         key: Uuid,
@@ -103,9 +127,6 @@ impl Maker {
         made: &mut Option<(Child, Channel)>,
         base: &mut Option<u32>,
     ) -> Result<Option<(i32, u64)>, RuntimeError> {
-        let owner_file = dir.join("owner");
-        std::fs::write(&owner_file, refill::owner_mark())
-            .map_err(io("writing a warm init's owner", &owner_file))?;
         let (ours, theirs) =
             handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
         let log = dir.join("init.log");
