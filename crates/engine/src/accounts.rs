@@ -238,14 +238,21 @@ impl<'s> Accounts<'s> {
     pub fn ensure_default_workspace(&self) -> Result<Workspace, EngineError> {
         match self.store.get_workspace(DEFAULT_WORKSPACE)? {
             Some(ws) => Ok(ws),
-            None => self.create_workspace_with_id(
+            None => match self.create_workspace_with_id(
                 DEFAULT_WORKSPACE,
                 "Default",
                 DEFAULT_WORKSPACE_ALIASES
                     .iter()
                     .map(|(d, a)| (d.to_string(), a.to_string()))
                     .collect(),
-            ),
+            ) {
+                // Another process on the data dir (two `sandboxd run`s started together
+                // on a fresh one) made it between the read and the insert: use theirs.
+                Err(e) if e.code == ErrorCode::NameTaken => {
+                    self.store.get_workspace(DEFAULT_WORKSPACE)?.ok_or(e)
+                }
+                made => made,
+            },
         }
     }
 
