@@ -369,6 +369,29 @@ fn a_dead_runs_sandbox_held_by_a_sweeper_is_left_to_it() {
     assert_eq!(assert_clean(&data), 3);
 }
 
+/// Spawns a run of `script` whose create is held up in the runtime for 4 s
+/// (`start.handle`, after the state dir and the run's owner mark are made), and returns
+/// once that sandbox dir with its mark exists.
+fn start_held_in_create(data: &Path, script: &str, stdout: Stdio, stderr: Stdio) -> Child {
+    let child = run_cmd(data, &["/bin/sh", "-c", script])
+        .env("SANDBOXD_FAILPOINTS", "start.handle=sleep(4000)")
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn sandboxd run");
+    let sandboxes = data.join("sandboxes");
+    let owned = |d: std::fs::DirEntry| d.path().join("run-owner").exists();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_dir(&sandboxes).is_ok_and(|d| d.flatten().any(owned)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never made its sandbox dir"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child
+}
+
 /// Regression: Ctrl-C while the sandbox was being created (or its image pulled) killed
 /// the worker outright (no handler yet), leaving a half-made sandbox for the next run.
 /// Now the create finishes, the sandbox is destroyed and the run ends by its Ctrl-C.
@@ -376,15 +399,7 @@ fn a_dead_runs_sandbox_held_by_a_sweeper_is_left_to_it() {
 #[test]
 fn ctrl_c_during_the_create_ends_the_run_and_its_sandbox() {
     let (_keep, data) = data_dir();
-    let child = run_cmd(&data, &["/bin/sh", "-c", "echo ran"])
-        .env("SANDBOXD_FAILPOINTS", "start.handle=sleep(4000)")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn sandboxd run");
-    let sandboxes = data.join("sandboxes");
-    while std::fs::read_dir(&sandboxes).map_or(true, |mut d| d.next().is_none()) {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let child = start_held_in_create(&data, "echo ran", Stdio::piped(), Stdio::inherit());
     // SAFETY: kill(2) on the child this test spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().expect("wait");
@@ -404,15 +419,7 @@ fn ctrl_c_during_the_create_ends_the_run_and_its_sandbox() {
 #[test]
 fn killing_the_waiting_process_during_the_create_ends_the_sandbox() {
     let (_keep, data) = data_dir();
-    let mut child = run_cmd(&data, &["/bin/sh", "-c", "echo ran"])
-        .env("SANDBOXD_FAILPOINTS", "start.handle=sleep(4000)")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn sandboxd run");
-    let sandboxes = data.join("sandboxes");
-    while std::fs::read_dir(&sandboxes).map_or(true, |mut d| d.next().is_none()) {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let mut child = start_held_in_create(&data, "echo ran", Stdio::null(), Stdio::inherit());
     sigkill(child.id() as i32);
     child.wait().expect("wait");
     assert_eq!(assert_clean(&data), 1);
@@ -424,17 +431,7 @@ fn killing_the_waiting_process_during_the_create_ends_the_sandbox() {
 #[test]
 fn a_server_starting_beside_a_run_mid_create_leaves_its_sandbox() {
     let (_keep, data) = data_dir();
-    let child = run_cmd(&data, &["/bin/sh", "-c", "echo ran; exit 3"])
-        .env("SANDBOXD_FAILPOINTS", "start.handle=sleep(4000)")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sandboxd run");
-    let sandboxes = data.join("sandboxes");
-    let owned = |d: std::fs::DirEntry| d.path().join("run-owner").exists();
-    while !std::fs::read_dir(&sandboxes).is_ok_and(|d| d.flatten().any(owned)) {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let child = start_held_in_create(&data, "echo ran; exit 3", Stdio::piped(), Stdio::piped());
     // Started (its start-up reconcile done) and stopped while the create is held up.
     // (No warm pool: a stopped server keeps its entries for the next.)
     drop(serve_bin::Server::start_with_env(
