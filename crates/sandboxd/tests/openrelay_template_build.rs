@@ -190,8 +190,9 @@ fn a_server_killed_mid_build_destroys_the_builder_once_restarted() {
     common::wait_for("the build sandbox", || !sandbox_dirs(&data).is_empty());
     let builders = sandbox_dirs(&data);
     // Running its step (not still starting): its mounts and cgroups are all there.
+    let builder_dir = data.join("sandboxes").join(&builders[0]);
     common::wait_for("the builder's mounts", || {
-        !common::mounts_under(&data.join("sandboxes")).is_empty()
+        !common::mounts_under(&builder_dir).is_empty()
     });
     server.kill9();
     drop(conn);
