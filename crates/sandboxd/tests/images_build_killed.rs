@@ -63,7 +63,11 @@ fn a_build_killed_mid_step_leaves_no_step_sandbox() {
     assert_eq!(made["result"]["stdout"], "ok\n", "{made}");
     or.delete(made["id"].as_str().expect("id"));
     drop(or);
-    assert_eq!(common::mounts_under(&data), Vec::<String>::new(), "mounts left");
+    assert_eq!(
+        common::mounts_under(&data),
+        Vec::<String>::new(),
+        "mounts left"
+    );
     let loops = Command::new("losetup").arg("-a").output().expect("losetup");
     let loops = String::from_utf8_lossy(&loops.stdout).into_owned();
     let prefix = data.display().to_string();
