@@ -431,7 +431,8 @@ function processesPanel(id) {
       state.stops.push(() => reader && reader.cancel());
       for (;;) {
         const { value, done } = await reader.read();
-        if (done) break;
+        // At the end: a character the output stopped part-way through becomes U+FFFD.
+        if (done) { output.textContent += dec.decode(); break; }
         output.textContent += dec.decode(value, { stream: true });
         output.scrollTop = output.scrollHeight;
       }

@@ -110,6 +110,29 @@ pub struct TemplateBuild {
     pub isolation: Option<sandboxd_runtime::Isolation>,
 }
 
+/// The attribute key that marks a template's build sandbox, written with its record at
+/// insert: re-adoption destroys a sandbox carrying it (its build died with the server
+/// that ran it). Engine-owned; no dialect uses this key.
+pub const BUILDER_ATTRIBUTE: &str = "sandboxd.template_build";
+
+/// How long a build sandbox may live at most (its expiry, a backstop to the build's own
+/// destroy): every step's time limit, plus time for the snapshot and the start.
+fn builder_lifetime(build: &TemplateBuild) -> Duration {
+    const MARGIN: Duration = Duration::from_secs(15 * 60);
+    let steps = u32::try_from(build.steps.len()).unwrap_or(u32::MAX);
+    build
+        .step_timeout
+        .checked_mul(steps)
+        .and_then(|t| t.checked_add(MARGIN))
+        .unwrap_or(Duration::from_secs(86_400))
+        .min(Duration::from_secs(86_400 * 7))
+}
+
+/// Whether `sb` is a template's build sandbox (see [`BUILDER_ATTRIBUTE`]).
+pub(crate) fn is_builder(sb: &crate::model::Sandbox) -> bool {
+    sb.attributes.contains_key(BUILDER_ATTRIBUTE)
+}
+
 fn not_found(name: &str) -> EngineError {
     EngineError::new(
         ErrorCode::ImageNotFound,
@@ -293,15 +316,34 @@ impl Engine {
     /// Starts a sandbox from `from`, runs the steps, snapshots it as template `name`
     /// (replacing an older template of that name) and destroys the build sandbox;
     /// audited as `template.build` (after the build sandbox's own entries).
+    ///
+    /// The build runs in a task the engine owns, not in the caller's future: a caller
+    /// that goes away (an HTTP client that disconnects, a CLI interrupted) leaves the
+    /// build to finish, as an OpenRelay command runs on whether or not its client keeps
+    /// reading; the template is made and the build sandbox destroyed all the same. The
+    /// build sandbox carries [`BUILDER_ATTRIBUTE`] from its insert on, so a server
+    /// killed mid-build destroys it when it starts again (re-adoption).
     pub async fn build_template(
         &self,
         ws: &WorkspaceId,
         build: TemplateBuild,
     ) -> Result<Template, EngineError> {
-        let name = build.name.clone();
-        let built = self.build_template_unaudited(ws, build).await;
-        self.audit(ws, "template.build", Some(name), &built);
-        built
+        let Some(me) = self.me.upgrade() else {
+            return Err(EngineError::new(
+                ErrorCode::Unavailable,
+                "the engine is shutting down",
+            ));
+        };
+        let ws = ws.clone();
+        let task = tokio::spawn(async move {
+            let name = build.name.clone();
+            let built = me.build_template_unaudited(&ws, build).await;
+            me.audit(&ws, "template.build", Some(name), &built);
+            built
+        });
+        task.await.map_err(|e| {
+            EngineError::with_source(ErrorCode::Internal, "the template build task failed", e)
+        })?
     }
 
     async fn build_template_unaudited(
@@ -326,6 +368,11 @@ impl Engine {
         request.disk_mb = build.disk_mb;
         let isolation = build.isolation.or(base.isolation);
         request.isolation = isolation;
+        request.timeout = Some(builder_lifetime(&build));
+        request.attributes.insert(
+            BUILDER_ATTRIBUTE.to_owned(),
+            serde_json::json!({ "template": build.name }),
+        );
         let (sb, _) = self.create(ws, request).await?;
         let built = self.run_steps_and_snapshot(ws, sb.id, &build).await;
         if let Err(e) = self.destroy(ws, sb.id).await {

@@ -102,8 +102,12 @@ async fn build(config: ServerConfig, args: DockerfileBuild) -> Result<()> {
             .with_context(|| format!("--build-arg {pair:?} is not KEY=VALUE"))?;
         build_args.insert(k.to_owned(), v.to_owned());
     }
-    let (engine, store) = crate::run::open_engine(&config)?;
+    // Tethered: a build killed outright (SIGKILL) takes its RUN sandbox with it; what
+    // is left of it (mounts, disk, cgroups, record) the next build or a server's sweep
+    // removes. SIGINT is handled below (the step's sandbox is destroyed).
+    let (engine, store, linux) = crate::run::open_engine_tethered(&config)?;
     engine.accounts().ensure_default_workspace()?;
+    crate::run_orphans::sweep(&engine, &store, &linux).await;
     let images = Images::open(&config.data_dir)?;
     let (tx, interrupted) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

@@ -135,12 +135,7 @@ fn phase(name: &str) {
 }
 
 /// The engine over the data directory, beside a running server: its store and the
-/// runtime of the configuration's isolation tier.
-pub(crate) fn open_engine(config: &ServerConfig) -> Result<(Arc<Engine>, Arc<SqliteStore>)> {
-    open_engine_for(config, false).map(|(engine, store, _)| (engine, store))
-}
-
-/// [`open_engine`]; a `one_shot` process leaves its sandboxes' disk images for the next
+/// runtime of the configuration's isolation tier; a `one_shot` process leaves its sandboxes' disk images for the next
 /// process opening the data dir to remove, rather than wait for that at its exit, and
 /// parks its sandboxes' plain egress networks for the next run (see the runtime's
 /// `with_parked_networks`), and ties its sandboxes to itself (`with_tethered_sandboxes`:
@@ -149,18 +144,34 @@ fn open_engine_for(
     config: &ServerConfig,
     one_shot: bool,
 ) -> Result<(Arc<Engine>, Arc<SqliteStore>, Arc<LinuxRuntime>)> {
-    let linux = crate::runtime::open_linux(
-        &config.data_dir,
-        config.resolvers.clone(),
-        config.max_ptys_per_sandbox,
-    )?;
-    let linux = Arc::new(match one_shot {
+    open_engine_with(config, |linux| match one_shot {
         true => linux
             .with_deferred_disk_removal()
             .with_parked_networks()
             .with_tethered_sandboxes(),
         false => linux,
-    });
+    })
+}
+
+/// An engine beside a running server (see [`open_engine_for`]) whose container sandboxes are tied to this process (none outlives
+/// it, even killed with SIGKILL: see the runtime's `tether`): a Dockerfile build's RUN
+/// sandboxes. Also returns the container backend, for [`crate::run_orphans::sweep`].
+pub(crate) fn open_engine_tethered(
+    config: &ServerConfig,
+) -> Result<(Arc<Engine>, Arc<SqliteStore>, Arc<LinuxRuntime>)> {
+    open_engine_with(config, LinuxRuntime::with_tethered_sandboxes)
+}
+
+fn open_engine_with(
+    config: &ServerConfig,
+    configure: impl FnOnce(LinuxRuntime) -> LinuxRuntime,
+) -> Result<(Arc<Engine>, Arc<SqliteStore>, Arc<LinuxRuntime>)> {
+    let linux = crate::runtime::open_linux(
+        &config.data_dir,
+        config.resolvers.clone(),
+        config.max_ptys_per_sandbox,
+    )?;
+    let linux = Arc::new(configure(linux));
     let container: Arc<dyn Runtime> = linux.clone();
     // The gVisor tier is opened only when a sandbox runs on it.
     let runtime: Arc<dyn Runtime> = Arc::new(crate::runtime::lazy_tiers(

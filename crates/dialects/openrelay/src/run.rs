@@ -35,6 +35,14 @@ impl Utf8Carry {
         self.0 = rest;
         text
     }
+
+    /// At the end of the output: what is still carried (a character the output ended
+    /// part-way through) as U+FFFD, since no more bytes will complete it.
+    fn finish(&mut self) -> String {
+        let text = String::from_utf8_lossy(&self.0).into_owned();
+        self.0.clear();
+        text
+    }
 }
 
 /// Runs `spec` in sandbox `id`, emitting `Started`, output and one `Exit` event;
@@ -94,25 +102,15 @@ async fn drive(
         exec_id: result.exec_id.clone(),
     })
     .await;
-    let (mut so, mut se) = (Utf8Carry::default(), Utf8Carry::default());
+    let mut carries = Carries::default();
     while let Some(event) = events.next().await {
         match event {
             ExecEvent::Output { stream, data } => {
-                let (carry, buf) = match stream {
-                    StreamKind::Stdout => (&mut so, &mut result.stdout),
-                    StreamKind::Stderr => (&mut se, &mut result.stderr),
-                };
-                let text = carry.push(&data);
-                buf.push_str(&text);
-                if !text.is_empty() {
-                    out.emit(match stream {
-                        StreamKind::Stdout => Event::Stdout { data: text },
-                        StreamKind::Stderr => Event::Stderr { data: text },
-                    })
-                    .await;
-                }
+                let text = carries.of(stream).push(&data);
+                deliver(stream, text, out, result).await;
             }
             ExecEvent::Exit(end) => {
+                carries.finish(out, result).await;
                 result.truncated = end.truncated;
                 if let Some(why) = end.sandbox_ended {
                     return Err(ended_under_it(Some(why)));
@@ -122,7 +120,49 @@ async fn drive(
             }
         }
     }
+    carries.finish(out, result).await;
     Err(ended_under_it(None))
+}
+
+/// The carry of each stream.
+#[derive(Default)]
+struct Carries {
+    stdout: Utf8Carry,
+    stderr: Utf8Carry,
+}
+
+impl Carries {
+    fn of(&mut self, stream: StreamKind) -> &mut Utf8Carry {
+        match stream {
+            StreamKind::Stdout => &mut self.stdout,
+            StreamKind::Stderr => &mut self.stderr,
+        }
+    }
+
+    /// Delivers what each stream still carries once its output has ended.
+    async fn finish(&mut self, out: &mut Emitter, result: &mut ResultView) {
+        for stream in [StreamKind::Stdout, StreamKind::Stderr] {
+            let text = self.of(stream).finish();
+            deliver(stream, text, out, result).await;
+        }
+    }
+}
+
+/// Appends `text` to the result's stream and emits it as an event (unless empty).
+async fn deliver(stream: StreamKind, text: String, out: &mut Emitter, result: &mut ResultView) {
+    if text.is_empty() {
+        return;
+    }
+    let buf = match stream {
+        StreamKind::Stdout => &mut result.stdout,
+        StreamKind::Stderr => &mut result.stderr,
+    };
+    buf.push_str(&text);
+    out.emit(match stream {
+        StreamKind::Stdout => Event::Stdout { data: text },
+        StreamKind::Stderr => Event::Stderr { data: text },
+    })
+    .await;
 }
 
 /// The result's error when the sandbox ended before its command did, saying how.
@@ -155,5 +195,13 @@ mod tests {
         assert_eq!(c.push(&euro[..1]), "");
         assert_eq!(c.push(&euro[1..]), "€");
         assert_eq!(c.push(b"a\xffb"), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn a_character_cut_by_the_end_becomes_a_replacement() {
+        let mut c = Utf8Carry::default();
+        assert_eq!(c.push(b"ab\xe2\x82"), "ab");
+        assert_eq!(c.finish(), "\u{fffd}");
+        assert_eq!(c.finish(), "", "finished: nothing is carried any more");
     }
 }

@@ -20,6 +20,11 @@ fn settle(rt: &dyn Runtime, e: &Entry) -> Result<SandboxStatus, EndReason> {
     if e.sb.status == Terminating {
         return Err(e.sb.end_reason.unwrap_or(EndReason::Destroyed));
     }
+    if crate::templates::is_builder(&e.sb) {
+        // A template's build sandbox: its build ran in the server that stopped, so no
+        // one will snapshot or destroy it.
+        return Err(EndReason::Destroyed);
+    }
     if !rt.is_alive(&handle) {
         return Err(EndReason::Crashed);
     }
