@@ -421,6 +421,9 @@ impl Runtime for LinuxRuntime {
         cancel: &crate::Cancel,
     ) -> Result<Layer, RuntimeError> {
         crate::faults::check("capture")?;
+        cancel
+            .check()
+            .map_err(io("capturing a layer", &handle.state_dir))?;
         capture::capture(self, handle, cancel)
     }
 

@@ -435,6 +435,9 @@ impl Runtime for GvisorRuntime {
         cancel: &crate::Cancel,
     ) -> Result<Layer, RuntimeError> {
         crate::faults::check("capture")?;
+        cancel
+            .check()
+            .map_err(super::io("capturing a layer", &handle.state_dir))?;
         // On disk nothing writes: the layer is copied as it is.
         let was_paused = checkpoint::on_disk(handle) || self.is_paused(handle);
         if !was_paused {
