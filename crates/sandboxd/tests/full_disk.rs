@@ -502,3 +502,46 @@ fn a_create_refused_for_room_that_may_come_back_is_a_shortage_in_each_dialect() 
     let id = s.create_sandbox(KEY, &body(128));
     s.destroy(KEY, &id);
 }
+
+/// A gVisor snapshot keeps the sandbox's memory: its image may take the memory limit,
+/// which is reserved too; past the room the other sandbox is owed it is refused.
+#[test]
+fn a_memory_snapshot_is_admitted_for_its_memory_limit_too() {
+    if !Path::new("/usr/bin/runsc").exists() {
+        assert!(
+            std::env::var_os("SANDBOXD_CI").is_none(),
+            "runsc is missing"
+        );
+        return;
+    }
+    let fs = SmallFs::sized("400M");
+    let s = serve(
+        &fs,
+        &[
+            ("SANDBOXD_DISK_MB_PER_SANDBOX", "100"),
+            ("SANDBOXD_ISOLATION", "gvisor"),
+        ],
+    );
+    let source = s.create_sandbox(KEY, &body(256));
+    let _other = s.create_sandbox(KEY, &body(128));
+    let r = s.request(
+        "POST",
+        &format!("/v2/sandboxes/{source}/snapshots"),
+        KEY,
+        Some(&json!({})),
+    );
+    assert_eq!(
+        r.status,
+        503,
+        "256 MiB of memory image past ~100 MiB of room: {}",
+        r.text()
+    );
+    assert_eq!(r.json()["errors"][0]["code"], "compute_unavailable");
+    assert!(r.header("retry-after").is_some());
+    let got = s.request("GET", &format!("/v2/sandboxes/{source}"), KEY, None);
+    assert_eq!(
+        got.json()["data"]["status"],
+        "RUNNING",
+        "the source runs on"
+    );
+}
