@@ -2,6 +2,8 @@
 //! filled, in the room the data dir has for them (its free space plus what their sparse
 //! images already occupy) times the operator's overcommit, minus a reserve kept for the
 //! database and the server. A create past it is refused before anything is made.
+//! A snapshot is admitted the same way: what it may write must fit in that room less
+//! what the active sandboxes may still write into their layers (see `snapshot_admission`).
 
 use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
@@ -39,21 +41,42 @@ pub fn budget_mb(space: DiskSpace, policy: DiskPolicy) -> u64 {
 }
 
 /// Admits a `want_mb` layer next to `committed_mb` already promised. A layer larger
-/// than the whole budget could never fit: `InvalidArgument`. One that fits only once
-/// other sandboxes end: `CapacityExhausted`, retry later.
+/// than the filesystem could ever hold for sandboxes, when the client asked for that
+/// size (`asked`), is its mistake: `InvalidArgument`. Anything else that does not fit
+/// now is a shortage: `CapacityExhausted`, retry later (a size the client did not ask
+/// for, the server's default or a snapshot's, which could never fit, is the operator's
+/// to fix: no retry is offered).
 pub fn admit(
     space: DiskSpace,
     policy: DiskPolicy,
     committed_mb: u64,
     want_mb: u32,
+    asked: bool,
 ) -> Result<(), EngineError> {
     let budget = budget_mb(space, policy);
+    let ever = budget_mb(
+        DiskSpace {
+            available: space.total,
+            layers: 0,
+            total: space.total,
+        },
+        policy,
+    );
     let want = u64::from(want_mb);
-    if want > budget {
+    if want > ever && asked {
         return Err(EngineError::invalid(format!(
-            "the disk ({want} MiB) is larger than this server can hold for sandboxes \
-             ({budget} MiB); ask for a smaller disk_mb"
+            "the disk ({want} MiB) is larger than this server can ever hold for sandboxes \
+             ({ever} MiB); ask for a smaller disk_mb"
         )));
+    }
+    if want > ever {
+        return Err(EngineError::new(
+            ErrorCode::CapacityExhausted,
+            format!(
+                "this server cannot hold a sandbox disk of {want} MiB (at most {ever} MiB): \
+                 its operator must lower the default disk size"
+            ),
+        ));
     }
     if committed_mb.saturating_add(want) > budget {
         let free = budget.saturating_sub(committed_mb);
@@ -61,12 +84,43 @@ pub fn admit(
             ErrorCode::CapacityExhausted,
             format!(
                 "the server has {free} MiB of disk left for sandboxes, {want} MiB asked; \
-                 retry once other sandboxes end"
+                 retry once other sandboxes end or snapshots are deleted"
             ),
         )
         .retry_after(Duration::from_secs(5)));
     }
     Ok(())
+}
+
+/// Admits a snapshot that may write `want` bytes: they must fit in the room left once
+/// the `committed_mb` layers are promised and `reserved` bytes are held for snapshots
+/// being written, or it is refused as a shortage (retry once sandboxes end or
+/// snapshots are deleted).
+pub fn admit_snapshot(
+    space: DiskSpace,
+    policy: DiskPolicy,
+    committed_mb: u64,
+    reserved: u64,
+    want: u64,
+) -> Result<(), EngineError> {
+    let budget = budget_mb(space, policy).saturating_mul(MIB);
+    let room = budget
+        .saturating_sub(committed_mb.saturating_mul(MIB))
+        .saturating_sub(reserved);
+    if want <= room {
+        return Ok(());
+    }
+    Err(EngineError::new(
+        ErrorCode::CapacityExhausted,
+        format!(
+            "not enough disk for this snapshot: it may take {} MiB, and the server has {} MiB \
+             left beside what its sandboxes may still write; retry once sandboxes end or \
+             snapshots are deleted",
+            want.div_ceil(MIB),
+            room / MIB
+        ),
+    )
+    .retry_after(Duration::from_secs(30)))
 }
 
 impl Engine {
@@ -85,23 +139,30 @@ impl Engine {
             .map_err(|e| crate::engine::runtime_error("cannot measure the disk", e))
     }
 
-    /// Whether a `disk_mb` layer fits in `space` next to the layers of the `active`
-    /// sandboxes.
+    /// Whether a `disk_mb` layer (`asked` by the client) fits in `space` next to the
+    /// layers of the `active` sandboxes and the snapshots being written.
     pub(crate) fn check_disk(
         &self,
         space: Option<DiskSpace>,
         active: &[SandboxRecord],
         disk_mb: u32,
+        asked: bool,
     ) -> Result<(), EngineError> {
         let Some(space) = space else {
             return Ok(());
         };
+        let reserved = self.disk_reservations.reserved().div_ceil(MIB);
+        let committed = self.committed_mb(active).saturating_add(reserved);
+        admit(space, self.limits.disk_policy, committed, disk_mb, asked)
+    }
+
+    /// MiB the limited layers of the `active` sandboxes are promised.
+    pub(crate) fn committed_mb(&self, active: &[SandboxRecord]) -> u64 {
         let default = self.limits.disk_mb_per_sandbox;
-        let committed = active
+        active
             .iter()
             .map(|r| u64::from(r.disk_mb.unwrap_or(default)))
-            .sum();
-        admit(space, self.limits.disk_policy, committed, disk_mb)
+            .sum()
     }
 }
 
@@ -113,6 +174,7 @@ mod tests {
         DiskSpace {
             available: available_mb * MIB,
             layers: layers_mb * MIB,
+            total: 2000 * MIB,
         }
     }
 
@@ -142,8 +204,11 @@ mod tests {
     fn at_the_edge_then_past_it_temporarily_then_forever() {
         let p = DiskPolicy::default();
         let s = space(1064, 0);
-        assert!(admit(s, p, 900, 100).is_ok(), "exactly the budget fits");
-        let later = admit(s, p, 901, 100).unwrap_err();
+        assert!(
+            admit(s, p, 900, 100, true).is_ok(),
+            "exactly the budget fits"
+        );
+        let later = admit(s, p, 901, 100, true).unwrap_err();
         assert_eq!(later.code, ErrorCode::CapacityExhausted);
         assert_eq!(later.retry_after, Some(Duration::from_secs(5)));
         assert!(
@@ -151,8 +216,29 @@ mod tests {
             "{}",
             later.message
         );
-        let never = admit(s, p, 0, 1001).unwrap_err();
+        // Past today's room, within the filesystem's: a shortage, not the client's fault.
+        let short = admit(s, p, 0, 1001, true).unwrap_err();
+        assert_eq!(short.code, ErrorCode::CapacityExhausted);
+        assert!(short.retry_after.is_some());
+        let never = admit(s, p, 0, 1937, true).unwrap_err();
         assert_eq!(never.code, ErrorCode::InvalidArgument);
-        assert!(never.message.contains("(1000 MiB)"), "{}", never.message);
+        assert!(never.message.contains("(1936 MiB)"), "{}", never.message);
+        // The server's own default that could never fit: not blamed on the client.
+        let default = admit(s, p, 0, 1937, false).unwrap_err();
+        assert_eq!(default.code, ErrorCode::CapacityExhausted);
+        assert_eq!(default.retry_after, None);
+    }
+
+    #[test]
+    fn a_snapshot_fits_only_beside_what_sandboxes_may_still_write() {
+        let p = DiskPolicy::default();
+        let s = space(1064, 0); // budget 1000 MiB
+        assert!(admit_snapshot(s, p, 900, 0, 100 * MIB).is_ok());
+        let e = admit_snapshot(s, p, 900, 1, 100 * MIB).unwrap_err();
+        assert_eq!(e.code, ErrorCode::CapacityExhausted);
+        assert!(e.retry_after.is_some());
+        assert!(admit_snapshot(s, p, 900, 40 * MIB, 60 * MIB).is_ok());
+        assert!(admit_snapshot(s, p, 2000, 0, 0).is_ok(), "nothing to write");
+        assert!(admit_snapshot(s, p, 2000, 0, 1).is_err());
     }
 }

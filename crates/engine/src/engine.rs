@@ -104,6 +104,8 @@ pub struct Engine {
     pub(crate) activity: crate::auto_pause::Activity,
     /// Creates restoring from each memory snapshot now (its delete waits for them).
     pub(crate) memory_pins: Arc<crate::memory_images::Pins>,
+    /// Room held on the data dir for snapshots being written.
+    pub(crate) disk_reservations: crate::disk_reservations::DiskReservations,
 }
 
 /// How soon a request refused for a busy database may be retried.
@@ -185,6 +187,7 @@ impl Engine {
             cpu_readings: Default::default(),
             activity: Default::default(),
             memory_pins: Default::default(),
+            disk_reservations: Default::default(),
         });
         Ok(engine)
     }

@@ -86,13 +86,32 @@ impl Engine {
     ) -> Result<Snapshot, EngineError> {
         let id = e.sb.id;
         let limit = self.limits.deadlines.snapshot;
+        let _room = self.reserve_snapshot(&handle, 0).await?;
+        // Past the deadline the copy and digest stop; a layer committed all the same
+        // goes unless a record uses it.
+        let cancel = sandboxd_runtime::Cancel::new();
+        let stop = cancel.clone();
+        let store = self.store.clone();
         let layer = self
-            .bounded(limit, move |rt| rt.capture_layer(&handle), |_, _| {})
-            .await?
-            .ok_or_else(|| {
-                crate::lifecycle::deadline::overdue(&format!("the snapshot of sandbox {id}"), limit)
-            })?
-            .map_err(|err| runtime_error(&format!("cannot snapshot sandbox {id}"), err))?;
+            .bounded(
+                limit,
+                move |rt| rt.capture_layer_until(&handle, &cancel),
+                move |rt, layer| {
+                    if let Ok(layer) = layer {
+                        drop_unrecorded_layer(store.as_ref(), rt, &layer.digest);
+                    }
+                },
+            )
+            .await?;
+        let Some(layer) = layer else {
+            stop.cancel();
+            return Err(crate::lifecycle::deadline::overdue(
+                &format!("the snapshot of sandbox {id}"),
+                limit,
+            ));
+        };
+        let layer =
+            layer.map_err(|err| runtime_error(&format!("cannot snapshot sandbox {id}"), err))?;
         let snap = new_snapshot(e, name, layer, None);
         self.record_snapshot(snap).await
     }
@@ -133,6 +152,9 @@ impl Engine {
             })?;
         let snapshot_id = Uuid::new_v4();
         let limit = self.limits.deadlines.snapshot;
+        let memory_bytes = u64::from(e.sb.resources.memory_mb) << 20;
+        let room = self.reserve_snapshot(&handle, memory_bytes).await?;
+        let store = self.store.clone();
         let old = handle.clone();
         let Some((taken, now)) = self
             .bounded(
@@ -140,9 +162,10 @@ impl Engine {
                 move |rt| rt.snapshot_memory(&handle, snapshot_id),
                 // Done past the deadline: the sandbox is FAILED (destroyed) already;
                 // what was taken goes.
-                |rt, (taken, now)| {
+                move |rt, (taken, now)| {
                     if let Ok(m) = taken {
                         let _ = rt.delete_memory_snapshot(&m.image);
+                        drop_unrecorded_layer(store.as_ref(), rt, &m.layer.digest);
                     }
                     let _ = rt.destroy(&now);
                 },
@@ -164,6 +187,7 @@ impl Engine {
             // It goes on as it was, untouched: its filesystem alone, as on containers.
             Err(sandboxd_runtime::RuntimeError::CannotCheckpoint(why)) if unchanged => {
                 tracing::info!(sandbox = %id, reason = %why, "snapshot: no memory, filesystem only");
+                drop(room); // the filesystem snapshot reserves its own
                 return self.filesystem_snapshot(&e, old, name).await;
             }
             taken => {
@@ -357,6 +381,36 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+/// Deletes a layer a snapshot committed after its caller gave up on it, unless a
+/// snapshot record or an active sandbox uses it (the same content captured again).
+fn drop_unrecorded_layer(
+    store: &dyn sandboxd_store::Store,
+    rt: &dyn sandboxd_runtime::Runtime,
+    digest: &str,
+) {
+    let active = store.sandboxes_in_status(&ACTIVE_STATUSES);
+    let in_use = match (store.snapshots_using_layer(digest), active) {
+        (Ok(n), Ok(active)) => {
+            n > 0
+                || active
+                    .iter()
+                    .any(|s| s.extra_layers.iter().any(|l| l == digest))
+        }
+        _ => true, // unknown: kept (a prune finds it later)
+    };
+    if in_use {
+        return;
+    }
+    match rt.delete_layer(digest) {
+        Ok(()) => {
+            tracing::info!(layer = %digest, "removed a layer captured past its snapshot's deadline")
+        }
+        Err(err) => {
+            tracing::warn!(layer = %digest, error = %err, "cannot remove a layer captured past its deadline")
+        }
     }
 }
 

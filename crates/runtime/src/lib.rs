@@ -1,6 +1,7 @@
 //! Runtime backends: the `Runtime` trait the engine drives, and the backends that
 //! implement it with kernel isolation (Linux-native namespaces + overlayfs + cgroups).
 
+pub mod cancel;
 pub mod error;
 pub mod faults;
 pub mod isolation;
@@ -8,6 +9,7 @@ pub mod network;
 pub mod spec;
 pub mod tiers;
 
+pub use cancel::Cancel;
 pub use error::RuntimeError;
 pub use isolation::{Isolation, UnknownIsolation};
 pub use network::*;
@@ -184,6 +186,25 @@ pub trait Runtime: Send + Sync + 'static {
     /// Captures the sandbox's writable filesystem layer as a content-addressed layer in
     /// the layer store and returns it. The sandbox keeps running.
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError>;
+
+    /// [`Runtime::capture_layer`], stopping (and leaving nothing behind) once `cancel`
+    /// is set: the caller no longer waits. The default cannot stop.
+    fn capture_layer_until(
+        &self,
+        handle: &SandboxHandle,
+        cancel: &Cancel,
+    ) -> Result<Layer, RuntimeError> {
+        let _ = cancel;
+        self.capture_layer(handle)
+    }
+
+    /// The most bytes a capture of this sandbox's writable layer would store now (what
+    /// its files occupy); `None` when the backend keeps no layers on the data dir's
+    /// filesystem (nothing for disk admission to account).
+    fn snapshot_bound(&self, handle: &SandboxHandle) -> Result<Option<u64>, RuntimeError> {
+        let _ = handle;
+        Ok(None)
+    }
 
     /// Kills every process and removes every mount, cgroup and directory the sandbox
     /// had. Idempotent: destroying an already-destroyed sandbox succeeds.

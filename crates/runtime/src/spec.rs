@@ -147,6 +147,9 @@ pub struct DiskSpace {
     /// Bytes the existing sandboxes' layer images occupy (they count as room for those
     /// layers, which may grow back into it).
     pub layers: u64,
+    /// Bytes the filesystem could ever hold for unprivileged writers (its size less the
+    /// blocks reserved for root): what nothing that ends or is deleted can raise.
+    pub total: u64,
 }
 
 /// Resource usage of a sandbox.

@@ -224,6 +224,18 @@ impl Runtime for Tiers {
         self.of(handle)?.capture_layer(handle)
     }
 
+    fn capture_layer_until(
+        &self,
+        handle: &SandboxHandle,
+        cancel: &crate::Cancel,
+    ) -> Result<Layer, RuntimeError> {
+        self.of(handle)?.capture_layer_until(handle, cancel)
+    }
+
+    fn snapshot_bound(&self, handle: &SandboxHandle) -> Result<Option<u64>, RuntimeError> {
+        self.of(handle)?.snapshot_bound(handle)
+    }
+
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         // Without its backend, the container one removes what it can (processes by
         // their cgroup, mounts, dirs, network).

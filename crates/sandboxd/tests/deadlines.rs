@@ -152,3 +152,62 @@ async fn a_hung_snapshot_gives_up_at_its_deadline_and_the_sandbox_runs_on() {
     f.finish().await;
     scenario.teardown();
 }
+
+/// The layer directories of the data dir's store (scratch dirs included).
+fn layer_dirs(data: &std::path::Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(data.join("layers"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A capture released past its snapshot's deadline stops (its caller gave up): it
+/// leaves no layer that no snapshot records, and no scratch dir.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_capture_past_its_deadline_stops_and_leaves_no_unrecorded_layer() {
+    let scenario = fail::FailScenario::setup();
+    let f = Fixture::new(short(), false);
+    let ws = f.ws();
+    let (sb, _) = f.engine.create(&ws, request("late")).await.expect("create");
+    f.engine
+        .exec(
+            &ws,
+            sb.id,
+            sandboxd_engine::ExecCommand {
+                argv: vec![
+                    "/bin/sh".into(),
+                    "-c".into(),
+                    "echo mine > /mine; sync".into(),
+                ],
+                env: None,
+                cwd: None,
+                timeout: Duration::from_secs(60),
+                max_output_bytes: 1 << 20,
+            },
+        )
+        .await
+        .expect("exec");
+    let before = layer_dirs(&f.data);
+    fail::cfg("capture", "1*pause").expect("failpoint");
+    let err = f
+        .engine
+        .snapshot(&ws, sb.id, None)
+        .await
+        .expect_err("the capture hangs");
+    assert!(err.message.contains("did not finish within"), "{err}");
+    fail::remove("capture"); // the late capture goes on, told to stop
+                             // Time for it to finish (it copies a few bytes); nothing may be left of it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        layer_dirs(&f.data),
+        before,
+        "a layer no snapshot records, or a scratch dir"
+    );
+    let snap = f.engine.snapshot(&ws, sb.id, None).await.expect("snapshot");
+    assert!(layer_dirs(&f.data).contains(&snap.digest));
+    f.finish().await;
+    scenario.teardown();
+}

@@ -23,11 +23,16 @@ struct SmallFs {
 
 impl SmallFs {
     fn new() -> SmallFs {
+        Self::sized("300M")
+    }
+
+    /// A filesystem of `size` (`truncate -s` syntax).
+    fn sized(size: &str) -> SmallFs {
         let tmp = tempfile::tempdir().expect("temp dir");
         let img = tmp.path().join("fs.img");
         let mnt = tmp.path().join("mnt");
         std::fs::create_dir(&mnt).expect("mkdir mnt");
-        run("truncate", &["-s", "300M", path(&img)]);
+        run("truncate", &["-s", size, path(&img)]);
         run("mkfs.ext4", &["-q", path(&img)]);
         run("mount", &["-o", "loop", path(&img), path(&mnt)]);
         SmallFs { tmp }
@@ -227,9 +232,16 @@ fn creates_are_admitted_only_for_disks_the_host_can_hold() {
     let fs = SmallFs::new();
     {
         let s = serve(&fs, &[("SANDBOXD_DISK_MB_PER_SANDBOX", "4096")]);
+        // The server's default, which Inngest clients cannot ask about: not their 400.
         let r = create(&s);
-        assert_eq!(r.status, 400, "a 4 GiB disk on 300 MiB: {}", r.text());
-        assert_eq!(r.json()["errors"][0]["code"], "invalid_field_format");
+        assert_eq!(
+            r.status,
+            503,
+            "a 4 GiB default disk on 300 MiB: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["errors"][0]["code"], "compute_unavailable");
+        assert!(r.text().contains("operator"), "{}", r.text());
         assert_eq!((active(&s), fs.state_dirs()), (0, 0));
         assert!(fs.layer_devices().is_empty());
     }
@@ -308,4 +320,228 @@ fn an_upload_the_full_host_cannot_store_is_507_and_delete_still_works() {
     assert!(fs.layer_devices().is_empty());
     let again = s.create_sandbox(KEY, &body(256));
     s.destroy(KEY, &again);
+}
+
+/// Lines the kernel logged about lost writes on any of `devices` (loop devices of the
+/// small filesystem's layers), among the `dmesg` lines past the first `skip`.
+fn lost_writes(skip: usize, devices: &[String]) -> Vec<String> {
+    let out = Command::new("dmesg").output().expect("dmesg");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(skip)
+        .filter(|l| devices.iter().any(|d| l.contains(d.as_str())))
+        .filter(|l| {
+            l.contains("lost async page write")
+                || l.contains("data loss")
+                || l.contains("I/O error")
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+fn dmesg_lines() -> usize {
+    let out = Command::new("dmesg").output().expect("dmesg");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// Snapshots are admitted like layers: one that would eat the room an admitted sandbox
+/// is owed is refused as a shortage (503, Retry-After), and that sandbox can then fill
+/// its own disk with no I/O error and without filling the host.
+#[test]
+fn snapshots_are_refused_before_they_eat_the_room_another_sandbox_is_owed() {
+    let fs = SmallFs::sized("400M");
+    let s = serve(&fs, &[("SANDBOXD_DISK_MB_PER_SANDBOX", "100")]);
+    let writer = s.create_sandbox(KEY, &body(128));
+    let other = s.create_sandbox(KEY, &body(128));
+    let devices = fs.layer_devices();
+    let skip = dmesg_lines();
+    // Small: fits beside what both sandboxes may still write.
+    let (code, out) = s.exec(
+        KEY,
+        &writer,
+        &["/bin/sh", "-c", "echo small > /small; sync"],
+    );
+    assert_eq!(code, 0, "{out}");
+    let snapshot = |s: &Server| {
+        s.request(
+            "POST",
+            &format!("/v2/sandboxes/{writer}/snapshots"),
+            KEY,
+            Some(&json!({})),
+        )
+    };
+    let r = snapshot(&s);
+    assert_eq!(r.status, 201, "a small snapshot fits: {}", r.text());
+    // 70 MiB snapshots of new data each time, until they are refused.
+    let mut refused = None;
+    for round in 0..4 {
+        let fill =
+            format!("rm -f /data*; dd if=/dev/urandom of=/data{round} bs=1M count=70 2>&1; sync");
+        let (code, out) = s.exec(KEY, &writer, &["/bin/sh", "-c", &fill]);
+        assert_eq!(code, 0, "{out}");
+        let r = snapshot(&s);
+        if r.status != 201 {
+            refused = Some(r);
+            break;
+        }
+    }
+    // The other sandbox fills its own disk: ENOSPC inside at its limit, nothing lost.
+    let (_, out) = s.exec(
+        KEY,
+        &other,
+        &[
+            "/bin/sh",
+            "-c",
+            "dd if=/dev/urandom of=/fill bs=1M count=200 2>&1; sync; echo synced $?",
+        ],
+    );
+    let lost = lost_writes(skip, &devices);
+    assert!(lost.is_empty(), "the kernel lost writes: {lost:?}");
+    assert!(fs.available() > 0, "the host's filesystem filled");
+    assert!(out.contains("No space left on device"), "{out}");
+    assert!(out.contains("synced 0"), "{out}");
+    let r = refused.expect("snapshots past the room other is owed are refused");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(
+        r.json()["errors"][0]["code"],
+        "compute_unavailable",
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.header("retry-after").is_some(),
+        "a shortage says when to retry"
+    );
+    assert!(r.text().contains("snapshot"), "{}", r.text());
+    s.destroy(KEY, &other);
+    s.destroy(KEY, &writer);
+}
+
+/// A create refused for disk room that may come back (the host's filesystem is busy
+/// with other files) is a shortage in each dialect's shape, 503 with Retry-After; only
+/// a disk the client asked for that the filesystem could never hold is its 400.
+#[test]
+fn a_create_refused_for_room_that_may_come_back_is_a_shortage_in_each_dialect() {
+    use sandboxd_engine::accounts::Accounts;
+    let fs = SmallFs::new();
+    std::fs::create_dir_all(fs.data()).expect("data dir");
+    let runzivo_key = {
+        let store =
+            sandboxd_store::SqliteStore::open(fs.data().join("sandboxd.db")).expect("store");
+        let accounts = Accounts::new(&store);
+        let ws = accounts
+            .create_workspace("Disk", [("runzivo".into(), "t_disk".into())].into())
+            .expect("workspace");
+        accounts
+            .create_key(Some(&ws.id), vec!["sandboxes:write".into()], vec![])
+            .expect("key")
+    };
+    let s = serve(&fs, &[("SANDBOXD_DISK_MB_PER_SANDBOX", "100")]);
+    // Room that comes back: a host file takes most of the filesystem for now.
+    let filler = fs.mnt().join("filler");
+    let left = fs.available() / MIB;
+    run(
+        "fallocate",
+        &[
+            "-l",
+            &format!("{}M", left.saturating_sub(60)),
+            path(&filler),
+        ],
+    );
+
+    let r = create(&s);
+    assert_eq!(r.status, 503, "Inngest: {}", r.text());
+    assert_eq!(r.json()["errors"][0]["code"], "compute_unavailable");
+    assert!(r.header("retry-after").is_some());
+
+    let or = |body: serde_json::Value| {
+        serve_bin::http(
+            s.addr,
+            "POST",
+            "/v1/sandboxes",
+            &[
+                ("authorization", format!("Bearer {KEY}")),
+                ("content-type", "application/json".into()),
+            ],
+            &body.to_string(),
+        )
+    };
+    let r = or(json!({"template": "default", "waitSeconds": 0}));
+    assert_eq!(r.status, 503, "OpenRelay: {}", r.text());
+    assert_eq!(r.json()["code"], "CAPACITY_EXHAUSTED", "{}", r.text());
+    assert!(r.header("retry-after").is_some());
+
+    let rz = |body: serde_json::Value| {
+        serve_bin::http(
+            s.addr,
+            "POST",
+            "/v1/customer/tenants/t_disk/sandboxes",
+            &[
+                ("authorization", format!("Bearer {runzivo_key}")),
+                ("content-type", "application/json".into()),
+            ],
+            &body.to_string(),
+        )
+    };
+    let r = rz(json!({"disk_mb": 100}));
+    assert_eq!(r.status, 503, "Runzivo: {}", r.text());
+    assert_eq!(
+        r.json()["error"]["code"],
+        "sandboxes_unavailable",
+        "{}",
+        r.text()
+    );
+    assert!(r.header("retry-after").is_some());
+    // A size the filesystem could never hold is the client's mistake.
+    let r = rz(json!({"disk_mb": 4000}));
+    assert_eq!(r.status, 400, "Runzivo: {}", r.text());
+    assert!(r.text().contains("disk_mb"), "{}", r.text());
+    assert_eq!((active(&s), fs.state_dirs()), (0, 0), "nothing half-made");
+
+    std::fs::remove_file(&filler).expect("remove filler");
+    let id = s.create_sandbox(KEY, &body(128));
+    s.destroy(KEY, &id);
+}
+
+/// A gVisor snapshot keeps the sandbox's memory: its image may take the memory limit,
+/// which is reserved too; past the room the other sandbox is owed it is refused.
+#[test]
+fn a_memory_snapshot_is_admitted_for_its_memory_limit_too() {
+    if !Path::new("/usr/bin/runsc").exists() {
+        assert!(
+            std::env::var_os("SANDBOXD_CI").is_none(),
+            "runsc is missing"
+        );
+        return;
+    }
+    let fs = SmallFs::sized("400M");
+    let s = serve(
+        &fs,
+        &[
+            ("SANDBOXD_DISK_MB_PER_SANDBOX", "100"),
+            ("SANDBOXD_ISOLATION", "gvisor"),
+        ],
+    );
+    let source = s.create_sandbox(KEY, &body(256));
+    let _other = s.create_sandbox(KEY, &body(128));
+    let r = s.request(
+        "POST",
+        &format!("/v2/sandboxes/{source}/snapshots"),
+        KEY,
+        Some(&json!({})),
+    );
+    assert_eq!(
+        r.status,
+        503,
+        "256 MiB of memory image past ~100 MiB of room: {}",
+        r.text()
+    );
+    assert_eq!(r.json()["errors"][0]["code"], "compute_unavailable");
+    assert!(r.header("retry-after").is_some());
+    let got = s.request("GET", &format!("/v2/sandboxes/{source}"), KEY, None);
+    assert_eq!(
+        got.json()["data"]["status"],
+        "RUNNING",
+        "the source runs on"
+    );
 }

@@ -120,6 +120,8 @@ impl Engine {
             None => Some(self.plan(ws, &req).await?),
             Some(_) => None,
         };
+        // A snapshot written meanwhile (its reservation given back) is in a later measure.
+        let epoch = self.disk_reservations.epoch();
         let space = match &early {
             Some(plan) => Some(self.measure_disk(plan.disk_mb).await?),
             None => None,
@@ -130,8 +132,8 @@ impl Engine {
             None => self.plan(ws, &req).await?,
         };
         let space = match space {
-            Some(space) => space,
-            None => self.measure_disk(plan.disk_mb).await?,
+            Some(space) if self.disk_reservations.epoch() == epoch => space,
+            _ => self.measure_disk(plan.disk_mb).await?,
         };
         tm("planned");
         // Its memory image is read until the restore is done: a delete of the snapshot
@@ -180,7 +182,7 @@ impl Engine {
         self.check_fits(&req)?;
         self.check_quota(&active, ws, &req)?;
         self.check_capacity(&active, &req)?;
-        self.check_disk(space, &active, plan.disk_mb)?;
+        self.check_disk(space, &active, plan.disk_mb, req.disk_mb.is_some())?;
         tm("checked");
         if let Some(n) = pinned {
             self.check_pinnable(n).await?;

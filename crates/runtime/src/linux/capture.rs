@@ -3,13 +3,17 @@
 
 use super::layers::remove_tree;
 use super::{rootfs, slots, LinuxRuntime};
-use crate::{Layer, RuntimeError, SandboxHandle};
+use crate::{Cancel, Layer, RuntimeError, SandboxHandle};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-pub(super) fn capture(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
+pub(super) fn capture(
+    rt: &LinuxRuntime,
+    handle: &SandboxHandle,
+    cancel: &Cancel,
+) -> Result<Layer, RuntimeError> {
     let upper = rootfs::upper(&handle.state_dir);
     if !upper.is_dir() {
         return Err(RuntimeError::Io {
@@ -23,15 +27,15 @@ pub(super) fn capture(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<Layer
     if !was_frozen {
         rt.cgroups.set_frozen(handle.id, true)?;
     }
-    let mut copied =
-        sync_fs(&rootfs::rootfs(&handle.state_dir)).and_then(|()| copy_tree(&upper, &scratch));
+    let mut copied = sync_fs(&rootfs::rootfs(&handle.state_dir))
+        .and_then(|()| copy_tree(&upper, &scratch, cancel));
     if !was_frozen {
         let thawed = rt.cgroups.set_frozen(handle.id, false);
         copied = copied.and(thawed);
     }
     let result = copied
         .and_then(|()| shift_ids(&scratch, handle.host_id_base))
-        .and_then(|()| rt.layers.commit(&scratch));
+        .and_then(|()| rt.layers.commit_until(&scratch, cancel));
     if result.is_err() {
         remove_tree(&scratch);
     }
@@ -40,9 +44,13 @@ pub(super) fn capture(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<Layer
 
 /// Syncs the sandbox's root and copies its upper dir into `scratch` as it is on the host
 /// (the caller keeps the sandbox still meanwhile).
-pub(super) fn copy_upper(handle: &SandboxHandle, scratch: &Path) -> Result<(), RuntimeError> {
+pub(super) fn copy_upper(
+    handle: &SandboxHandle,
+    scratch: &Path,
+    cancel: &Cancel,
+) -> Result<(), RuntimeError> {
     let upper = rootfs::upper(&handle.state_dir);
-    sync_fs(&rootfs::rootfs(&handle.state_dir)).and_then(|()| copy_tree(&upper, scratch))
+    sync_fs(&rootfs::rootfs(&handle.state_dir)).and_then(|()| copy_tree(&upper, scratch, cancel))
 }
 
 fn sync_fs(dir: &Path) -> Result<(), RuntimeError> {
@@ -62,26 +70,37 @@ fn sync_fs(dir: &Path) -> Result<(), RuntimeError> {
     Ok(())
 }
 
-/// `cp -a` keeps modes, ownership, whiteouts (0:0 char devices) and xattrs (opaque dirs).
-fn copy_tree(from: &Path, to: &Path) -> Result<(), RuntimeError> {
-    let status = Command::new("cp")
+/// `cp -a` keeps modes, ownership, whiteouts (0:0 char devices), xattrs (opaque dirs)
+/// and holes (it seeks past them); killed once `cancel` is set.
+fn copy_tree(from: &Path, to: &Path, cancel: &Cancel) -> Result<(), RuntimeError> {
+    let failed = |what, source| RuntimeError::Io {
+        what,
+        path: from.to_path_buf(),
+        source,
+    };
+    let mut child = Command::new("cp")
         .arg("-a")
         .arg("--")
         .arg(from.join("."))
         .arg(to)
-        .status();
-    match status {
-        Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(RuntimeError::Io {
-            what: "copying the upper layer",
-            path: from.to_path_buf(),
-            source: std::io::Error::other(format!("cp exited with {s}")),
-        }),
-        Err(source) => Err(RuntimeError::Io {
-            what: "running cp",
-            path: from.to_path_buf(),
-            source,
-        }),
+        .spawn()
+        .map_err(|e| failed("running cp", e))?;
+    loop {
+        if let Some(s) = child.try_wait().map_err(|e| failed("waiting for cp", e))? {
+            return match s.success() {
+                true => Ok(()),
+                false => Err(failed(
+                    "copying the upper layer",
+                    std::io::Error::other(format!("cp exited with {s}")),
+                )),
+            };
+        }
+        if let Err(stopped) = cancel.check() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(failed("copying the upper layer", stopped));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

@@ -19,9 +19,15 @@ pub fn measure(data_dir: &Path) -> Result<DiskSpace, RuntimeError> {
         source,
     })?;
     let available = vfs.blocks_available().saturating_mul(vfs.fragment_size());
+    let root_only = vfs.blocks_free().saturating_sub(vfs.blocks_available());
+    let total = vfs
+        .blocks()
+        .saturating_sub(root_only)
+        .saturating_mul(vfs.fragment_size());
     Ok(DiskSpace {
         available,
         layers: layers_occupy(&sandboxes)?,
+        total,
     })
 }
 
@@ -66,5 +72,6 @@ mod tests {
             space.layers
         );
         assert!(space.available > 0);
+        assert!(space.total >= space.available, "{space:?}");
     }
 }

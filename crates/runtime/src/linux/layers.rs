@@ -5,9 +5,16 @@
 //! gid, size, content, link target, device numbers (overlay whiteouts are 0:0 char
 //! devices) and `trusted.overlay.opaque` as a PAX xattr. Modification times are written
 //! as 0: they are not part of a layer's identity, so equal trees dedup.
+//!
+//! A regular file with holes (SEEK_DATA/SEEK_HOLE) is hashed as a GNU sparse 0.1 entry:
+//! PAX `GNU.sparse.size` (its length) and `GNU.sparse.map` (`offset,length,...` of its
+//! data runs), then only the data runs' bytes, so that hashing costs what the file
+//! stores. A file without holes is hashed as before (existing layers keep their
+//! digests); a file whose zeros are written, not holes, hashes unlike its sparse twin.
 
 use super::io;
-use crate::{Layer, RuntimeError};
+use super::sparse;
+use crate::{Cancel, Layer, RuntimeError};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -61,7 +68,14 @@ impl LayerStore {
 
     /// Digests `dir` and moves it into the store (dropping it if that layer exists).
     pub fn commit(&self, dir: &Path) -> Result<Layer, RuntimeError> {
-        let (digest, size_bytes) = digest_tree(dir)?;
+        self.commit_until(dir, &Cancel::new())
+    }
+
+    /// [`LayerStore::commit`], given up (`dir` left to the caller) once `cancel` is set
+    /// before the layer is in the store.
+    pub fn commit_until(&self, dir: &Path, cancel: &Cancel) -> Result<Layer, RuntimeError> {
+        let (digest, size_bytes) = digest_tree_until(dir, cancel)?;
+        cancel.check().map_err(io("storing a layer", dir))?;
         let target = self.root.join(&digest);
         if target.exists() {
             remove_tree(dir);
@@ -93,8 +107,14 @@ pub fn remove_tree(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// sha256 of the canonical tar stream of `dir`, and the sum of its regular file sizes.
+/// sha256 of the canonical tar stream of `dir`, and the bytes its regular files store
+/// (their data runs: holes are not counted).
 pub fn digest_tree(dir: &Path) -> Result<(String, u64), RuntimeError> {
+    digest_tree_until(dir, &Cancel::new())
+}
+
+/// [`digest_tree`], stopped with an `Interrupted` error once `cancel` is set.
+pub fn digest_tree_until(dir: &Path, cancel: &Cancel) -> Result<(String, u64), RuntimeError> {
     let mut builder = tar::Builder::new(HashWriter(Sha256::new()));
     let mut size = 0u64;
     let walk = walkdir::WalkDir::new(dir)
@@ -114,7 +134,8 @@ pub fn digest_tree(dir: &Path) -> Result<(String, u64), RuntimeError> {
             path: path.to_path_buf(),
             source: e.into(),
         })?;
-        append_entry(&mut builder, path, rel, &meta, &mut size)
+        cancel.check().map_err(io("hashing a layer", dir))?;
+        append_entry(&mut builder, path, rel, &meta, &mut size, cancel)
             .map_err(io("hashing a layer entry", path))?;
     }
     let hasher = builder.into_inner().map_err(io("hashing a layer", dir))?;
@@ -127,11 +148,33 @@ fn append_entry(
     rel: &Path,
     meta: &std::fs::Metadata,
     size: &mut u64,
+    cancel: &Cancel,
 ) -> std::io::Result<()> {
+    let ft = meta.file_type();
+    // A regular file's data runs (all of it when it has no holes).
+    let file = match ft.is_file() {
+        true => {
+            let file = std::fs::File::open(path)?;
+            let runs = sparse::data_runs(&file, meta.len(), cancel)?;
+            Some((file, runs))
+        }
+        false => None,
+    };
+    let holed = file
+        .as_ref()
+        .filter(|(_, runs)| !sparse::is_dense(runs, meta.len()))
+        .map(|(_, runs)| sparse_pax(runs, meta.len()));
     let opaque = xattr_value(path, "trusted.overlay.opaque");
-    if let Some(value) = &opaque {
-        builder
-            .append_pax_extensions([("SCHILY.xattr.trusted.overlay.opaque", value.as_slice())])?;
+    let mut pax: Vec<(&str, Vec<u8>)> = Vec::new();
+    if let Some((map, real)) = holed {
+        pax.push(("GNU.sparse.map", map.into_bytes()));
+        pax.push(("GNU.sparse.size", real.into_bytes()));
+    }
+    if let Some(value) = opaque {
+        pax.push(("SCHILY.xattr.trusted.overlay.opaque", value));
+    }
+    if !pax.is_empty() {
+        builder.append_pax_extensions(pax.iter().map(|(k, v)| (*k, v.as_slice())))?;
     }
     let mut header = tar::Header::new_gnu();
     header.set_mode(meta.mode() & 0o7777);
@@ -139,15 +182,19 @@ fn append_entry(
     header.set_gid(u64::from(meta.gid()));
     header.set_mtime(0);
     header.set_size(0);
-    let ft = meta.file_type();
     if ft.is_symlink() {
         header.set_entry_type(tar::EntryType::Symlink);
         builder.append_link(&mut header, rel, std::fs::read_link(path)?)?;
-    } else if ft.is_file() {
+    } else if let Some((file, runs)) = &file {
+        let stored: u64 = runs.iter().map(|r| r.1).sum();
         header.set_entry_type(tar::EntryType::Regular);
-        header.set_size(meta.len());
-        *size += meta.len();
-        builder.append_data(&mut header, rel, std::fs::File::open(path)?)?;
+        header.set_size(stored);
+        *size += stored;
+        builder.append_data(
+            &mut header,
+            rel,
+            sparse::RunsReader::new(file, runs, cancel),
+        )?;
     } else {
         header.set_entry_type(match () {
             _ if ft.is_dir() => tar::EntryType::Directory,
@@ -162,6 +209,13 @@ fn append_entry(
         builder.append_data(&mut header, rel, std::io::empty())?;
     }
     Ok(())
+}
+
+/// PAX `GNU.sparse.map` and `GNU.sparse.size` values of a file of `len` bytes whose
+/// data lies in `runs`.
+fn sparse_pax(runs: &[(u64, u64)], len: u64) -> (String, String) {
+    let map: Vec<String> = runs.iter().map(|(o, l)| format!("{o},{l}")).collect();
+    (map.join(","), len.to_string())
 }
 
 /// Value of one extended attribute of `path` (not following symlinks), if set.
@@ -205,6 +259,40 @@ mod tests {
         assert_eq!(digest_tree(a.path()).expect("digest").0, d1);
         std::fs::write(a.path().join("etc/x"), "hellO").expect("write");
         assert_ne!(digest_tree(a.path()).expect("digest").0, d1);
+    }
+
+    #[test]
+    fn a_sparse_file_hashes_its_data_not_its_length_and_dense_digests_stay() {
+        let a = tempfile::tempdir().expect("tempdir");
+        // A file without holes hashes as a plain tar entry of its bytes, as before.
+        std::fs::write(a.path().join("x"), "hello").expect("write");
+        let (dense, _) = digest_tree(a.path()).expect("digest");
+        let meta = std::fs::metadata(a.path().join("x")).expect("meta");
+        let mut b = tar::Builder::new(HashWriter(Sha256::new()));
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(meta.mode() & 0o7777);
+        h.set_uid(u64::from(meta.uid()));
+        h.set_gid(u64::from(meta.gid()));
+        h.set_mtime(0);
+        h.set_size(5);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, "x", &b"hello"[..]).expect("append");
+        let old = hex::encode(b.into_inner().expect("finish").0.finalize());
+        assert_eq!(
+            dense, old,
+            "the digest of a tree without holes is unchanged"
+        );
+        let big = std::fs::File::create(a.path().join("big")).expect("create");
+        big.set_len(1 << 40).expect("1 TiB, all hole");
+        std::os::unix::fs::FileExt::write_all_at(&big, b"data", 1 << 30).expect("write");
+        big.sync_all().expect("sync");
+        let (sparse, size) = digest_tree(a.path()).expect("digest");
+        assert!(size < 1 << 20, "stored bytes, not the length: {size}");
+        std::os::unix::fs::FileExt::write_all_at(&big, b"Data", 1 << 30).expect("write");
+        assert_ne!(digest_tree(a.path()).expect("digest").0, sparse);
+        let cancel = Cancel::new();
+        cancel.cancel();
+        assert!(digest_tree_until(a.path(), &cancel).is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod bounds;
 mod capture;
+mod capture_bound;
 mod cgroup;
 mod destroy;
 mod disk;
@@ -23,6 +24,7 @@ mod refill;
 mod requests;
 mod rootfs;
 mod slots;
+mod sparse;
 mod start;
 mod sys;
 mod tether;
@@ -410,8 +412,23 @@ impl Runtime for LinuxRuntime {
     }
 
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
+        self.capture_layer_until(handle, &crate::Cancel::new())
+    }
+
+    fn capture_layer_until(
+        &self,
+        handle: &SandboxHandle,
+        cancel: &crate::Cancel,
+    ) -> Result<Layer, RuntimeError> {
         crate::faults::check("capture")?;
-        capture::capture(self, handle)
+        cancel
+            .check()
+            .map_err(io("capturing a layer", &handle.state_dir))?;
+        capture::capture(self, handle, cancel)
+    }
+
+    fn snapshot_bound(&self, handle: &SandboxHandle) -> Result<Option<u64>, RuntimeError> {
+        capture_bound::upper_bytes(handle).map(Some)
     }
 
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {

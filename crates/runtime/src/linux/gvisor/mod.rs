@@ -422,14 +422,29 @@ impl Runtime for GvisorRuntime {
     }
 
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {
+        self.capture_layer_until(handle, &crate::Cancel::new())
+    }
+
+    fn snapshot_bound(&self, handle: &SandboxHandle) -> Result<Option<u64>, RuntimeError> {
+        super::capture_bound::upper_bytes(handle).map(Some)
+    }
+
+    fn capture_layer_until(
+        &self,
+        handle: &SandboxHandle,
+        cancel: &crate::Cancel,
+    ) -> Result<Layer, RuntimeError> {
         crate::faults::check("capture")?;
+        cancel
+            .check()
+            .map_err(super::io("capturing a layer", &handle.state_dir))?;
         // On disk nothing writes: the layer is copied as it is.
         let was_paused = checkpoint::on_disk(handle) || self.is_paused(handle);
         if !was_paused {
             self.freeze(handle)?;
         }
         let scratch = self.linux.layers.scratch()?;
-        let mut copied = capture::copy_upper(handle, &scratch);
+        let mut copied = capture::copy_upper(handle, &scratch, cancel);
         if !was_paused {
             copied = copied.and(self.thaw(handle));
         }
@@ -438,7 +453,7 @@ impl Runtime for GvisorRuntime {
         if agent_dir.is_dir() {
             remove_tree(&agent_dir);
         }
-        let result = copied.and_then(|()| self.linux.layers.commit(&scratch));
+        let result = copied.and_then(|()| self.linux.layers.commit_until(&scratch, cancel));
         if result.is_err() {
             remove_tree(&scratch);
         }
