@@ -3,7 +3,6 @@
 //! with its output passed through, exit with its status, and destroy the sandbox. An
 //! `--image` that is not stored is pulled first.
 
-use crate::run_markers::RunMarker;
 use crate::serve::DATABASE_FILE;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -12,7 +11,7 @@ use sandboxd_engine::{
     CreateSandbox, Engine, EngineConfig, ExecEvent, OnCap, Resources, StreamCommand, StreamKind,
     DEFAULT_WORKSPACE,
 };
-use sandboxd_runtime::linux::LinuxRuntime;
+use sandboxd_runtime::linux::{LinuxRuntime, Tethers};
 use sandboxd_runtime::{NetworkMode, Runtime};
 use sandboxd_server::{Isolation, ServerConfig};
 use sandboxd_store::SqliteStore;
@@ -137,37 +136,45 @@ fn phase(name: &str) {
 /// The engine over the data directory, beside a running server: its store and the
 /// runtime of the configuration's isolation tier.
 pub(crate) fn open_engine(config: &ServerConfig) -> Result<(Arc<Engine>, Arc<SqliteStore>)> {
-    open_engine_for(config, false).map(|(engine, store, _)| (engine, store))
+    open_engine_for(config, None).map(|opened| (opened.engine, opened.store))
 }
 
-/// [`open_engine`]; a `one_shot` process leaves its sandboxes' disk images for the next
-/// process opening the data dir to remove, rather than wait for that at its exit, and
-/// parks its sandboxes' plain egress networks for the next run (see the runtime's
-/// `with_parked_networks`), and ties its sandboxes to itself (`with_tethered_sandboxes`:
-/// none outlives the process). Also returns the container backend.
-fn open_engine_for(
-    config: &ServerConfig,
-    one_shot: bool,
-) -> Result<(Arc<Engine>, Arc<SqliteStore>, Arc<LinuxRuntime>)> {
+/// What [`open_engine_for`] opens.
+struct Opened {
+    engine: Arc<Engine>,
+    store: Arc<SqliteStore>,
+    /// The container backend.
+    linux: Arc<LinuxRuntime>,
+    /// Both tiers, as the engine has them.
+    tiers: Arc<dyn Runtime>,
+}
+
+/// [`open_engine`]; a one-shot process (with its `tethers`) leaves its sandboxes' disk
+/// images for the next process opening the data dir to remove, rather than wait for
+/// that at its exit, and parks its sandboxes' plain egress networks for the next run
+/// (see the runtime's `with_parked_networks`), and ties its sandboxes, on both tiers,
+/// to itself (`with_tethers`: none outlives the process).
+fn open_engine_for(config: &ServerConfig, one_shot: Option<&Arc<Tethers>>) -> Result<Opened> {
     let linux = crate::runtime::open_linux(
         &config.data_dir,
         config.resolvers.clone(),
         config.max_ptys_per_sandbox,
     )?;
     let linux = Arc::new(match one_shot {
-        true => linux
+        Some(tethers) => linux
             .with_deferred_disk_removal()
             .with_parked_networks()
-            .with_tethered_sandboxes(),
-        false => linux,
+            .with_tethers(tethers.clone()),
+        None => linux,
     });
     let container: Arc<dyn Runtime> = linux.clone();
     // The gVisor tier is opened only when a sandbox runs on it.
-    let runtime: Arc<dyn Runtime> = Arc::new(crate::runtime::lazy_tiers(
+    let tiers: Arc<dyn Runtime> = Arc::new(crate::runtime::lazy_tiers(
         container,
         &config.data_dir,
         config.resolvers.clone(),
         config.max_ptys_per_sandbox,
+        one_shot.cloned(),
     ));
     let store = Arc::new(
         SqliteStore::open(config.data_dir.join(DATABASE_FILE))
@@ -175,12 +182,17 @@ fn open_engine_for(
     );
     let engine = Engine::open_beside(EngineConfig {
         data_dir: config.data_dir.clone(),
-        runtime,
+        runtime: tiers.clone(),
         store: store.clone(),
         limits: config.limits(),
     })
     .context("opening the engine")?;
-    Ok((engine, store, linux))
+    Ok(Opened {
+        engine,
+        store,
+        linux,
+        tiers,
+    })
 }
 
 /// Creates the sandbox, runs the command, hands its status over (when detached), destroys
@@ -206,12 +218,17 @@ async fn run(
         }
     }
     phase("started");
-    let (engine, store, linux) = open_engine_for(&config, true)?;
+    let tethers = Tethers::new();
+    let Opened {
+        engine,
+        store,
+        linux,
+        tiers,
+    } = open_engine_for(&config, Some(&tethers))?;
     engine.accounts().ensure_default_workspace()?;
-    let mut marker = RunMarker::take(&config.data_dir)?;
     phase("engine open");
-    // Earlier runs killed before they destroyed their sandboxes.
-    if crate::run_orphans::sweep(&engine, &store, &linux).await > 0 {
+    // Earlier runs killed before they finished their teardown.
+    if crate::run_orphans::sweep(&engine, &store, &linux, &tiers).await > 0 {
         phase("orphans swept");
     }
     let ws = DEFAULT_WORKSPACE.to_owned();
@@ -236,7 +253,6 @@ async fn run(
         isolation: args.isolation.map(Isolation::from),
     };
     if let Some(signo) = signals.next().now_or_never() {
-        marker.remove();
         return Ok(stopped_early(handoff, signo));
     }
     // A signal meanwhile lets the create finish (the engine then knows the sandbox),
@@ -254,7 +270,7 @@ async fn run(
         Ok(created) => created,
         Err(e) => {
             // The engine undid the start: nothing of this run is left to end.
-            marker.remove();
+            tethers.finish_released();
             if let Some(signo) = stopped {
                 return Ok(stopped_early(handoff, signo));
             }
@@ -262,11 +278,9 @@ async fn run(
         }
     };
     phase("created");
-    let recorded = marker.record(sb.id);
-    let outcome = match (recorded, stopped) {
-        (Err(e), _) => Err(e),
-        (Ok(()), Some(signo)) => Ok(128 + signo as u8),
-        (Ok(()), None) => run_in(&engine, &ws, sb.id, args, &mut signals).await,
+    let outcome = match stopped {
+        Some(signo) => Ok(128 + signo as u8),
+        None => run_in(&engine, &ws, sb.id, args, &mut signals).await,
     };
     phase("command ended");
     if let (Ok(code), Some(handoff)) = (&outcome, handoff) {
@@ -278,13 +292,9 @@ async fn run(
         .await
         .context("destroying the sandbox");
     phase("destroyed");
-    match destroyed.is_ok() {
-        true => {
-            crate::run_markers::sweep(&engine, &config.data_dir).await;
-            marker.remove();
-        }
-        false => marker.keep_until_exit(),
-    }
+    // Its owner mark goes once the record is ended too (a failed destroy keeps it
+    // locked until this process exits, then for the next sweep).
+    tethers.finish_released();
     let code = outcome?;
     destroyed?;
     Ok(code)

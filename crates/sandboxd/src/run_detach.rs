@@ -7,7 +7,7 @@
 //! process, which exits with it. The worker then tears the sandbox down on its own (the
 //! wait for the kernel to end the killed PID 1 and its namespaces is no longer the
 //! caller's). A worker killed before it finished is swept by the next run
-//! (`run_markers`).
+//! (the owner mark of its sandbox: `run_orphans`).
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{kill, raise, signal, SigHandler, SigSet, Signal};

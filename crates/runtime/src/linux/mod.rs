@@ -45,7 +45,7 @@ pub use bounds::{open_files_limit, DEFAULT_MAX_PTYS};
 pub use cgroup::Cgroups;
 pub use images::DEFAULT_IMAGE;
 pub use net::NetConfig;
-pub use tether::{owner_mark, Orphan};
+pub use tether::{owner_mark, wait_for_runs, Orphan, Tethers};
 
 /// The detached process removing parked egress networks once they have lingered
 /// untaken (the sandboxd binary's hidden `__net-reaper STATE_DIR`).
@@ -102,7 +102,7 @@ pub struct LinuxRuntime {
     /// [`LinuxRuntime::drain_warm_inits`] and on drop if no sandbox is left in it.
     made_cgroup_parent: bool,
     /// Ties started sandboxes to this process (`tether`); `None` lets them outlive it.
-    tethers: Option<tether::Tethers>,
+    tethers: Option<std::sync::Arc<tether::Tethers>>,
 }
 
 impl LinuxRuntime {
