@@ -250,6 +250,12 @@ impl LinuxRuntime {
         self.warm.is_some()
     }
 
+    /// Whether the warm pool is refilling (making inits, or waiting to retry a failed
+    /// make).
+    pub fn warm_inits_refilling(&self) -> bool {
+        self.warm.as_ref().is_some_and(|pool| pool.refilling())
+    }
+
     /// Warm inits ready to be taken now.
     pub fn warm_inits_ready(&self) -> usize {
         self.warm.as_ref().map_or(0, |pool| pool.ready())

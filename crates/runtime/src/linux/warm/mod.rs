@@ -49,6 +49,17 @@ const PAUSE: Duration = Duration::from_millis(50);
 /// Wired entries kept for the policy of the last start that had one (at most the
 /// pool's target).
 const POLICY_ENTRIES: usize = 2;
+/// Failed makes one refill retries (each after [`backoff`]) before it gives up until
+/// the next start or [`TICK`].
+const RETRIES: u32 = 5;
+/// How often a pool that was ever filled checks it is at its target, and refills if
+/// not (a refill that gave up, entries claimed away): it recovers with no start.
+const TICK: Duration = Duration::from_secs(5);
+
+/// The wait before retry `n` (1-based) of a failed make: 250 ms, doubling, at most 4 s.
+fn backoff(n: u32) -> Duration {
+    Duration::from_millis(250 << n.saturating_sub(1).min(4))
+}
 
 /// What entries are made for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -74,6 +85,8 @@ struct Shared {
     policy: Mutex<Policy>,
     preferred: AtomicBool,
     filling: AtomicBool,
+    /// Whether a refill was ever asked for (the [`TICK`] refills only such a pool).
+    started: AtomicBool,
     /// The most entries refills have made at once (never above [`PARALLEL_QUIET`]).
     making_peak: AtomicUsize,
     closed: AtomicBool,
@@ -110,12 +123,20 @@ impl WarmPool {
             policy: Mutex::new(Policy::default()),
             preferred: AtomicBool::new(false),
             filling: AtomicBool::new(false),
+            started: AtomicBool::new(false),
             making_peak: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             images: images::Recent::new(images::DEFAULT_COUNT),
             cap: AtomicUsize::new(usize::MAX),
         };
-        Ok(WarmPool(Arc::new(shared)))
+        let shared = Arc::new(shared);
+        spawn_tick(Arc::downgrade(&shared));
+        Ok(WarmPool(shared))
+    }
+
+    /// Whether a refill is under way (making entries, or waiting to retry a failed make).
+    pub fn refilling(&self) -> bool {
+        self.0.filling.load(Ordering::Acquire)
     }
 
     /// Entries of the wanted shape ready to be taken (not counting the one kept for
@@ -328,7 +349,8 @@ impl WarmPool {
     }
 
     fn refill(&self) {
-        refill::spawn(&self.0, |s| &s.filling, "warm-inits", Shared::fill);
+        self.0.started.store(true, Ordering::Release);
+        Shared::refill(&self.0);
     }
 
     /// Ends an entry that will not be used and removes what it made.
@@ -364,7 +386,65 @@ impl Drop for WarmPool {
     }
 }
 
+/// Every [`TICK`], for as long as the pool lives: a refill if it was ever filled and is
+/// short of what it wants (a refill gave up on failed makes, or nothing started since
+/// entries went).
+fn spawn_tick(shared: std::sync::Weak<Shared>) {
+    let spawned = std::thread::Builder::new()
+        .name("warm-inits-tick".into())
+        .spawn(move || loop {
+            std::thread::sleep(TICK);
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            if shared.closed.load(Ordering::Acquire) {
+                return;
+            }
+            if shared.started.load(Ordering::Acquire)
+                && !shared.filling.load(Ordering::Acquire)
+                && shared.short()
+            {
+                tracing::info!("the warm pool is below its target: refilling");
+                Shared::refill(&shared);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no periodic refill of the warm pool");
+    }
+}
+
 impl Shared {
+    fn refill(shared: &Arc<Shared>) {
+        refill::spawn(shared, |s| &s.filling, "warm-inits", Shared::fill);
+    }
+
+    /// Whether entries the pool wants are missing.
+    fn short(&self) -> bool {
+        let Some(mut missing) = self.wanted() else {
+            return false;
+        };
+        if let Ok(entries) = self.entries.lock() {
+            for w in entries.iter() {
+                if let Some(i) = missing.iter().position(|s| *s == w.shape) {
+                    missing.swap_remove(i);
+                }
+            }
+        }
+        !missing.is_empty()
+    }
+
+    /// Sleeps `wait` unless the pool closes meanwhile; `false` once it is closed.
+    fn sleep_open(&self, wait: Duration) -> bool {
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if self.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20).min(wait));
+        }
+        !self.closed.load(Ordering::Acquire)
+    }
+
     /// The entries the pool keeps: the target number of the wanted shape and, when that
     /// has a root parked, one without (for starts of other layer stacks: snapshots,
     /// other images), and one parked in each recent image that still resolves to the
@@ -433,6 +513,7 @@ impl Shared {
     }
 
     fn fill(&self) {
+        let mut failures = 0;
         loop {
             let Some(wanted) = self.wanted() else {
                 return;
@@ -474,9 +555,33 @@ impl Shared {
                     s.spawn(|| self.make_while_missing(&making));
                 }
             });
+            if making.errored.load(Ordering::Acquire) {
+                // A make failed (a temporary shortage, a sweep racing it): tried again
+                // a few times, waiting longer each time, then left to the next start
+                // or tick.
+                failures += 1;
+                if failures > RETRIES {
+                    tracing::warn!(
+                        tries = failures,
+                        "warm inits: making one keeps failing; trying again at the next start or in {TICK:?}"
+                    );
+                    return;
+                }
+                let wait = backoff(failures);
+                tracing::info!(
+                    retry = failures,
+                    ?wait,
+                    "warm inits: a make failed; retrying"
+                );
+                if !self.sleep_open(wait) {
+                    return;
+                }
+                continue;
+            }
             if making.failed.load(Ordering::Acquire) {
                 return;
             }
+            failures = 0;
         }
     }
 
@@ -562,6 +667,7 @@ impl Shared {
                 if let Ok(mut shapes) = making.shapes.lock() {
                     done(&mut shapes);
                 }
+                making.errored.store(true, Ordering::Release);
                 return false;
             }
         };
@@ -615,6 +721,8 @@ struct Making {
     shapes: Mutex<Vec<Shape>>,
     /// A make failed or its entry was not wanted any more: the refill stops.
     failed: AtomicBool,
+    /// A make failed: the refill tries again after a while (see [`RETRIES`]).
+    errored: AtomicBool,
 }
 
 /// Removes the entries under `data_dir` whose owning process is gone (one killed before
