@@ -397,7 +397,8 @@ async fn run_in(
 }
 
 /// The signals that end a run (the waiting process forwards them), unless ignored when
-/// the run began: they kill the command with its sandbox, torn down as after any command.
+/// the run began, and the worker's parent-death signal: they kill the command with its
+/// sandbox, torn down as after any command.
 struct Signals(Vec<(i32, tokio::signal::unix::Signal)>);
 
 impl Signals {
@@ -405,10 +406,16 @@ impl Signals {
         use tokio::signal::unix::{signal, SignalKind};
         let mut all = Vec::new();
         // Not those the caller ignores (`nohup`, `&`): a handler would undo SIG_IGN.
-        for signo in crate::run_detach::honoured() {
-            let signo = signo as i32;
-            let stream = signal(SignalKind::from_raw(signo)).context("catching signals")?;
-            all.push((signo, stream));
+        // The parent-death signal always: the waiting process killed outright.
+        let death = crate::run_detach::DEATH;
+        for signo in crate::run_detach::honoured().into_iter().chain([death]) {
+            let stream = signal(SignalKind::from_raw(signo as i32)).context("catching signals")?;
+            // Reported as the SIGTERM it stands for.
+            let reported = match signo == death {
+                true => nix::sys::signal::Signal::SIGTERM as i32,
+                false => signo as i32,
+            };
+            all.push((reported, stream));
         }
         Ok(Signals(all))
     }

@@ -492,3 +492,44 @@ fn ctrl_backslash_ends_the_run_without_a_core_dump() {
     );
     assert_eq!(assert_clean(&data), 1);
 }
+
+/// Regression: a caller that ignores SIGTERM (`trap '' TERM`, inherited by the run) and
+/// then kills the waiting process with -9 left the command running: the worker's
+/// parent-death signal was SIGTERM, which it ignored too. The worker now has a death
+/// signal of its own that it always handles, and ends the command and its sandbox.
+#[test]
+fn killing_the_waiting_process_of_a_caller_ignoring_sigterm_ends_the_command() {
+    let (_keep, data) = data_dir();
+    let run = format!(
+        "trap '' TERM; exec {} run --network none --data-dir {} -- \
+         /bin/sh -c 'echo ready; exec sleep 1000'",
+        serve_bin::BIN,
+        data.display()
+    );
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", &run])
+        .env_remove("SANDBOXD_DATA_DIR")
+        .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the shell");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("the command's first line");
+    assert_eq!(line, "ready\n", "the command started");
+    let found = markers(&data);
+    assert_eq!(found.len(), 1, "one run: {found:?}");
+    sigkill(child.id() as i32);
+    child.wait().expect("wait");
+    // Bounded: with the command running on, the worker never lets its mark go.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !markers(&data).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command still runs a minute after its run was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(assert_clean(&data), 1);
+}
