@@ -19,7 +19,7 @@
 //! - `restore.saved`: on gVisor, a restore's live handle saved, before its image goes;
 //! - `snapshot_memory.restore`: a memory snapshot taken, before the sandbox is restored;
 //! - `destroy.cgroup`, `destroy.unmount`, `destroy.dir`: the steps of a teardown;
-//! - `warm.make`: a warm init about to be made (the container tier's pool);
+//! - `warm.make`: a warm pool's entry about to be made (either tier's pool);
 //! - in the engine, the store's writes: `store.insert_sandbox`, `store.save` (every
 //!   sandbox update), `store.save.<STATUS>` (an update to that status) and
 //!   `store.insert_snapshot`.

@@ -36,6 +36,33 @@ pub(super) fn spawn<S: Send + Sync + 'static>(
     }
 }
 
+/// Failed makes in a row one refill retries before it gives up (until the next start,
+/// or a pool's tick).
+const RETRIES: u32 = 5;
+
+/// After the `failures`-th failed make in a row (1-based) of a refill of `what`: waits
+/// (250 ms, doubling, at most 4 s) and says to retry, unless the retries are spent or
+/// `closed` is set meanwhile. Logged either way.
+pub(super) fn retry_after_failure(failures: u32, closed: &AtomicBool, what: &str) -> bool {
+    if failures > RETRIES {
+        tracing::warn!(
+            tries = failures,
+            "{what}: making one keeps failing; giving up until the next refill"
+        );
+        return false;
+    }
+    let wait = Duration::from_millis(250 << (failures.saturating_sub(1)).min(4));
+    tracing::info!(retry = failures, ?wait, "{what}: a make failed; retrying");
+    let until = Instant::now() + wait;
+    while Instant::now() < until {
+        if closed.load(Ordering::Acquire) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    !closed.load(Ordering::Acquire)
+}
+
 /// Waits (bounded) until no refill runs: one in flight removes its own entry once it
 /// sees the pool closed.
 pub(super) fn wait_idle(filling: &AtomicBool) {

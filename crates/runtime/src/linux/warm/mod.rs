@@ -49,17 +49,9 @@ const PAUSE: Duration = Duration::from_millis(50);
 /// Wired entries kept for the policy of the last start that had one (at most the
 /// pool's target).
 const POLICY_ENTRIES: usize = 2;
-/// Failed makes one refill retries (each after [`backoff`]) before it gives up until
-/// the next start or [`TICK`].
-const RETRIES: u32 = 5;
 /// How often a pool that was ever filled checks it is at its target, and refills if
 /// not (a refill that gave up, entries claimed away): it recovers with no start.
 const TICK: Duration = Duration::from_secs(5);
-
-/// The wait before retry `n` (1-based) of a failed make: 250 ms, doubling, at most 4 s.
-fn backoff(n: u32) -> Duration {
-    Duration::from_millis(250 << n.saturating_sub(1).min(4))
-}
 
 /// What entries are made for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -433,18 +425,6 @@ impl Shared {
         !missing.is_empty()
     }
 
-    /// Sleeps `wait` unless the pool closes meanwhile; `false` once it is closed.
-    fn sleep_open(&self, wait: Duration) -> bool {
-        let until = Instant::now() + wait;
-        while Instant::now() < until {
-            if self.closed.load(Ordering::Acquire) {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20).min(wait));
-        }
-        !self.closed.load(Ordering::Acquire)
-    }
-
     /// The entries the pool keeps: the target number of the wanted shape and, when that
     /// has a root parked, one without (for starts of other layer stacks: snapshots,
     /// other images), and one parked in each recent image that still resolves to the
@@ -560,20 +540,7 @@ impl Shared {
                 // a few times, waiting longer each time, then left to the next start
                 // or tick.
                 failures += 1;
-                if failures > RETRIES {
-                    tracing::warn!(
-                        tries = failures,
-                        "warm inits: making one keeps failing; trying again at the next start or in {TICK:?}"
-                    );
-                    return;
-                }
-                let wait = backoff(failures);
-                tracing::info!(
-                    retry = failures,
-                    ?wait,
-                    "warm inits: a make failed; retrying"
-                );
-                if !self.sleep_open(wait) {
+                if !refill::retry_after_failure(failures, &self.closed, "warm inits") {
                     return;
                 }
                 continue;
