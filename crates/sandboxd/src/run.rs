@@ -292,6 +292,9 @@ async fn run(
         .await
         .context("destroying the sandbox");
     phase("destroyed");
+    // The parent cgroup this run made, unless another's sandboxes are in it (another
+    // process finding it gone makes it again).
+    linux.remove_cgroup_parent_if_made();
     // Its owner mark goes once the record is ended too (a failed destroy keeps it
     // locked until this process exits, then for the next sweep).
     tethers.finish_released();

@@ -139,7 +139,26 @@ fn linux_config(data_dir: std::path::PathBuf, max_ptys: u32) -> Result<LinuxConf
         data_dir,
         init_exe: std::env::current_exe().context("locating the sandboxd binary")?,
         init_args: vec!["__sandbox-init".into()],
-        cgroup_parent: "sandboxd".into(),
+        cgroup_parent: cgroup_parent()?,
         max_ptys_per_sandbox: max_ptys,
     })
+}
+
+/// The parent cgroup of the sandboxes: `SANDBOXD_CGROUP_PARENT` (one plain name, under
+/// each hierarchy's root), else `sandboxd`.
+fn cgroup_parent() -> Result<String> {
+    let Ok(name) = std::env::var("SANDBOXD_CGROUP_PARENT") else {
+        return Ok("sandboxd".into());
+    };
+    let plain = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    anyhow::ensure!(
+        plain,
+        "SANDBOXD_CGROUP_PARENT {name:?} is not a plain cgroup name (letters, digits, '-', '_', '.')"
+    );
+    Ok(name)
 }

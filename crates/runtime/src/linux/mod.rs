@@ -305,6 +305,14 @@ impl LinuxRuntime {
         }
     }
 
+    /// Removes the parent cgroup if this runtime made it and nothing is in it (as a
+    /// drain does): for a one-shot process, whose runtime is not dropped at its end.
+    pub fn remove_cgroup_parent_if_made(&self) {
+        if self.made_cgroup_parent {
+            self.cgroups.remove_parent_if_unused();
+        }
+    }
+
     /// The cgroup hierarchy detected at start-up.
     pub fn cgroups(&self) -> &Cgroups {
         &self.cgroups
