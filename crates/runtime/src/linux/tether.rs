@@ -84,14 +84,20 @@ impl Tethers {
             .write(true)
             .open(&fresh)
             .map_err(io)?;
-        if !try_lock(&file).map_err(io)? {
-            return Err(RuntimeError::Unsupported(format!(
+        let placed = match try_lock(&file) {
+            Ok(true) => writeln!(file, "pid {}", std::process::id())
+                .and_then(|()| std::fs::rename(&fresh, &path))
+                .map_err(io),
+            Ok(false) => Err(RuntimeError::Unsupported(format!(
                 "{} is locked by another process",
                 fresh.display()
-            )));
+            ))),
+            Err(e) => Err(io(e)),
+        };
+        if let Err(e) = placed {
+            let _ = std::fs::remove_file(&fresh);
+            return Err(e);
         }
-        writeln!(file, "pid {}", std::process::id()).map_err(io)?;
-        std::fs::rename(&fresh, &path).map_err(io)?;
         self.lock().insert(
             id,
             Tether {
