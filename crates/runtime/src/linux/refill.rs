@@ -36,6 +36,38 @@ pub(super) fn spawn<S: Send + Sync + 'static>(
     }
 }
 
+/// How often a pool that was ever filled checks it is at its size, and refills if not
+/// (a refill that gave up, entries claimed away): it recovers with no start.
+pub(super) const TICK: Duration = Duration::from_secs(5);
+
+/// Every [`TICK`], for as long as the pool `shared` lives (dropped, or `closed`): calls
+/// `refill` when `due` says so (`due` sees whether a refill runs already).
+pub(super) fn spawn_tick<S: Send + Sync + 'static>(
+    shared: std::sync::Weak<S>,
+    name: &str,
+    closed: fn(&S) -> &AtomicBool,
+    due: fn(&S) -> bool,
+    refill: fn(&Arc<S>),
+) {
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || loop {
+            std::thread::sleep(TICK);
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            if closed(&shared).load(Ordering::Acquire) {
+                return;
+            }
+            if due(&shared) {
+                refill(&shared);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no periodic refill ({name})");
+    }
+}
+
 /// Failed makes in a row one refill retries before it gives up (until the next start,
 /// or a pool's tick).
 const RETRIES: u32 = 5;

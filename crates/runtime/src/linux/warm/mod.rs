@@ -49,9 +49,6 @@ const PAUSE: Duration = Duration::from_millis(50);
 /// Wired entries kept for the policy of the last start that had one (at most the
 /// pool's target).
 const POLICY_ENTRIES: usize = 2;
-/// How often a pool that was ever filled checks it is at its target, and refills if
-/// not (a refill that gave up, entries claimed away): it recovers with no start.
-const TICK: Duration = Duration::from_secs(5);
 
 /// What entries are made for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -77,7 +74,7 @@ struct Shared {
     policy: Mutex<Policy>,
     preferred: AtomicBool,
     filling: AtomicBool,
-    /// Whether a refill was ever asked for (the [`TICK`] refills only such a pool).
+    /// Whether a refill was ever asked for (the periodic tick refills only such a pool).
     started: AtomicBool,
     /// The most entries refills have made at once (never above [`PARALLEL_QUIET`]).
     making_peak: AtomicUsize,
@@ -122,7 +119,13 @@ impl WarmPool {
             cap: AtomicUsize::new(usize::MAX),
         };
         let shared = Arc::new(shared);
-        spawn_tick(Arc::downgrade(&shared));
+        refill::spawn_tick(
+            Arc::downgrade(&shared),
+            "warm-inits-tick",
+            |s| &s.closed,
+            Shared::due,
+            Shared::refill,
+        );
         Ok(WarmPool(shared))
     }
 
@@ -378,36 +381,21 @@ impl Drop for WarmPool {
     }
 }
 
-/// Every [`TICK`], for as long as the pool lives: a refill if it was ever filled and is
-/// short of what it wants (a refill gave up on failed makes, or nothing started since
-/// entries went).
-fn spawn_tick(shared: std::sync::Weak<Shared>) {
-    let spawned = std::thread::Builder::new()
-        .name("warm-inits-tick".into())
-        .spawn(move || loop {
-            std::thread::sleep(TICK);
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            if shared.closed.load(Ordering::Acquire) {
-                return;
-            }
-            if shared.started.load(Ordering::Acquire)
-                && !shared.filling.load(Ordering::Acquire)
-                && shared.short()
-            {
-                tracing::info!("the warm pool is below its target: refilling");
-                Shared::refill(&shared);
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "no periodic refill of the warm pool");
-    }
-}
-
 impl Shared {
     fn refill(shared: &Arc<Shared>) {
         refill::spawn(shared, |s| &s.filling, "warm-inits", Shared::fill);
+    }
+
+    /// For the periodic tick: whether the pool, once filled, is short of entries with
+    /// no refill under way.
+    fn due(&self) -> bool {
+        let due = self.started.load(Ordering::Acquire)
+            && !self.filling.load(Ordering::Acquire)
+            && self.short();
+        if due {
+            tracing::info!("the warm pool is below its target: refilling");
+        }
+        due
     }
 
     /// Whether entries the pool wants are missing.
