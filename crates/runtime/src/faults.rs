@@ -10,6 +10,8 @@
 //! - `start.mount_root`: its root mounted through the user namespace;
 //! - `start.handshake`: PID 1 attached, before its `Ready`;
 //! - `start.handle`: the agent ready, before `handle.json` is written;
+//! - `start.gvisor.handle`: on gVisor, the container created and started, before the
+//!   agent is attached and `handle.json` written;
 //! - `network.prepare`: the host side of an egress network leased and ruled;
 //! - `network.connect`: the sandbox's link made, before its `resolv.conf`;
 //! - `freeze`, `thaw`: pause and resume;

@@ -2,8 +2,9 @@
 //! for and its worker) leaves its sandbox's sentry running (gVisor's PID 1 is not
 //! tethered); its owner mark, the one killed-run mechanism of both tiers, lets the next
 //! run end it and remove everything else (state dir, mounts, cgroups, runsc state, the
-//! store's RUNNING record). And a data dir of an older binary, whose gVisor run sandbox
-//! has only a `runs/` marker and no owner mark, still gets it ended.
+//! store's RUNNING record). A data dir of an older binary, whose gVisor run sandbox
+//! has only a `runs/` marker and no owner mark, still gets it ended. And a server
+//! starting beside a gVisor run mid-create leaves that run's runsc container alone.
 
 mod common;
 mod gvisor_common;
@@ -184,4 +185,47 @@ fn an_older_binarys_runs_marker_still_ends_its_gvisor_sandbox() {
     .expect("an older binary's marker");
     next_run_ends(&data.path, id, &["--network", "none"]);
     assert!(!runs.exists(), "runs/ is removed once its markers are");
+}
+
+/// A server starting beside a gVisor run still creating its sandbox (no record yet)
+/// leaves that sandbox's runsc container alone: its owner mark is held. The create is
+/// held up after `runsc start` (`start.gvisor.handle`).
+#[test]
+fn a_server_starting_beside_a_gvisor_run_mid_create_leaves_its_sandbox() {
+    let Some(data) = gvisor_server::gvisor_data() else {
+        return;
+    };
+    let child = run_cmd(&data.path, &GVISOR, &["/bin/sh", "-c", "echo ran; exit 3"])
+        .env("SANDBOXD_FAILPOINTS", "start.gvisor.handle=sleep(6000)")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandboxd run");
+    // Its runsc container exists (runsc's state under the data dir) and its mark too.
+    let runsc = data.path.join("runsc");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_dir(&runsc).is_ok_and(|d| d.flatten().any(|e| e.path().is_file())) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never made its runsc container"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Started (its start-up reconcile done) and stopped while the create is held up.
+    drop(serve_bin::Server::start_with_env(
+        &data.path,
+        None,
+        &[("SANDBOXD_WARM_INITS", "0")],
+    ));
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(
+        (out.status.code(), out.stdout.as_slice()),
+        (Some(3), &b"ran\n"[..]),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        serve_bin::wait_for_runs(&data.path),
+        Vec::<std::path::PathBuf>::new()
+    );
 }

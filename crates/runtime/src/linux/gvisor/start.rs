@@ -152,6 +152,7 @@ fn launch(
             set_hostname(rt, &id, &spec.hostname)?;
         }
     }
+    crate::faults::check("start.gvisor.handle")?;
     attach(handle)?;
     save_handle(handle)
 }
