@@ -19,6 +19,16 @@ if ! grep -rqsF "$backports" /etc/apt/sources.list /etc/apt/sources.list.d/ \
 fi
 runsc_flags="$(runsc flags 2>&1 || true)"
 if [[ "$runsc_flags" != *-net-disconnect-ok* ]]; then
+    # A runsc of another release may not restore memory images the installed one took:
+    # no change while the default data dirs hold any (SANDBOXD_SETUP_FORCE_RUNSC=1 to
+    # change it anyway; those sandboxes may then fail to wake).
+    if command -v runsc >/dev/null && [ "${SANDBOXD_SETUP_FORCE_RUNSC:-}" != 1 ] \
+        && ! images="$(bash scripts/gvisor-images-on-disk.sh ./.sandboxd "${SANDBOXD_DATA_DIR:-./.sandboxd}" /var/lib/sandboxd)"; then
+        echo "setup.sh: not changing runsc ($(runsc --version 2>/dev/null | head -1)): gVisor sandboxes or memory snapshots are on disk, and another runsc may not restore them:" >&2
+        echo "$images" >&2
+        echo "Wake (or delete) them first, or set SANDBOXD_SETUP_FORCE_RUNSC=1." >&2
+        exit 1
+    fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm-backports runsc
 fi

@@ -10,6 +10,8 @@
 //! - `start.mount_root`: its root mounted through the user namespace;
 //! - `start.handshake`: PID 1 attached, before its `Ready`;
 //! - `start.handle`: the agent ready, before `handle.json` is written;
+//! - `start.gvisor.handle`: on gVisor, the container created and started, before the
+//!   agent is attached and `handle.json` written;
 //! - `network.prepare`: the host side of an egress network leased and ruled;
 //! - `network.connect`: the sandbox's link made, before its `resolv.conf`;
 //! - `freeze`, `thaw`: pause and resume;
@@ -19,6 +21,7 @@
 //! - `restore.saved`: on gVisor, a restore's live handle saved, before its image goes;
 //! - `snapshot_memory.restore`: a memory snapshot taken, before the sandbox is restored;
 //! - `destroy.cgroup`, `destroy.unmount`, `destroy.dir`: the steps of a teardown;
+//! - `warm.make`: a warm pool's entry about to be made (either tier's pool);
 //! - in the engine, the store's writes: `store.insert_sandbox`, `store.save` (every
 //!   sandbox update), `store.save.<STATUS>` (an update to that status) and
 //!   `store.insert_snapshot`.

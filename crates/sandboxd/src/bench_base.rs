@@ -62,7 +62,7 @@ pub fn sandboxd_run(data_dir: &Path, network: &str) -> Result<Duration> {
     anyhow::ensure!(ok.success(), "sandboxd run failed: {ok}");
     // Its teardown goes on after the return: not timed, but over before the next
     // sample (a baseline sample must not share the CPUs with it).
-    crate::run_markers::wait_all(data_dir);
+    sandboxd_runtime::linux::wait_for_runs(data_dir);
     Ok(took)
 }
 

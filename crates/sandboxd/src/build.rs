@@ -105,9 +105,15 @@ async fn build(config: ServerConfig, args: DockerfileBuild) -> Result<()> {
     // Tethered: a build killed outright (SIGKILL) takes its RUN sandbox with it; what
     // is left of it (mounts, disk, cgroups, record) the next build or a server's sweep
     // removes. SIGINT is handled below (the step's sandbox is destroyed).
-    let (engine, store, linux) = crate::run::open_engine_tethered(&config)?;
+    let tethers = sandboxd_runtime::linux::Tethers::new();
+    let crate::run::Opened {
+        engine,
+        store,
+        linux,
+        tiers,
+    } = crate::run::open_engine_tethered(&config, &tethers)?;
     engine.accounts().ensure_default_workspace()?;
-    crate::run_orphans::sweep(&engine, &store, &linux).await;
+    crate::run_orphans::sweep(&engine, &store, &linux, &tiers).await;
     let images = Images::open(&config.data_dir)?;
     let (tx, interrupted) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -131,8 +137,11 @@ async fn build(config: ServerConfig, args: DockerfileBuild) -> Result<()> {
         },
         disk_mb: args.disk_mb,
     };
-    let state = b.steps(&steps, &build_args).await?;
-    b.save(&args.name, state)
+    let built = b.steps(&steps, &build_args).await;
+    // The step sandboxes' owner marks go once their records are ended (a failed destroy
+    // keeps its mark locked until this process exits, then for the next sweep).
+    tethers.finish_released();
+    b.save(&args.name, built?)
 }
 
 /// Variables while building: build args in scope, then ENV on top.

@@ -3,7 +3,6 @@
 //! with its output passed through, exit with its status, and destroy the sandbox. An
 //! `--image` that is not stored is pulled first.
 
-use crate::run_markers::RunMarker;
 use crate::serve::DATABASE_FILE;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -12,7 +11,7 @@ use sandboxd_engine::{
     CreateSandbox, Engine, EngineConfig, ExecEvent, OnCap, Resources, StreamCommand, StreamKind,
     DEFAULT_WORKSPACE,
 };
-use sandboxd_runtime::linux::LinuxRuntime;
+use sandboxd_runtime::linux::{LinuxRuntime, Tethers};
 use sandboxd_runtime::{NetworkMode, Runtime};
 use sandboxd_server::{Isolation, ServerConfig};
 use sandboxd_store::SqliteStore;
@@ -134,51 +133,71 @@ fn phase(name: &str) {
     tracing::debug!(phase = name, ms, "run");
 }
 
-/// The engine over the data directory, beside a running server: its store and the
-/// runtime of the configuration's isolation tier; a `one_shot` process leaves its sandboxes' disk images for the next
-/// process opening the data dir to remove, rather than wait for that at its exit, and
-/// parks its sandboxes' plain egress networks for the next run (see the runtime's
-/// `with_parked_networks`), and ties its sandboxes to itself (`with_tethered_sandboxes`:
-/// none outlives the process). Also returns the container backend.
-fn open_engine_for(
-    config: &ServerConfig,
-    one_shot: bool,
-) -> Result<(Arc<Engine>, Arc<SqliteStore>, Arc<LinuxRuntime>)> {
-    open_engine_with(config, |linux| match one_shot {
-        true => linux
-            .with_deferred_disk_removal()
-            .with_parked_networks()
-            .with_tethered_sandboxes(),
-        false => linux,
-    })
+/// What [`open_engine_for`] opens.
+pub(crate) struct Opened {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) store: Arc<SqliteStore>,
+    /// The container backend.
+    pub(crate) linux: Arc<LinuxRuntime>,
+    /// Both tiers, as the engine has them.
+    pub(crate) tiers: Arc<dyn Runtime>,
 }
 
-/// An engine beside a running server (see [`open_engine_for`]) whose container sandboxes are tied to this process (none outlives
-/// it, even killed with SIGKILL: see the runtime's `tether`): a Dockerfile build's RUN
-/// sandboxes. Also returns the container backend, for [`crate::run_orphans::sweep`].
+/// How the opening process ties the sandboxes it starts to itself.
+enum Tie<'a> {
+    /// Tethered, on both tiers (`with_tethers`: none outlives the process, even killed
+    /// with SIGKILL; what is left the next run, build or a server's sweep removes): a
+    /// Dockerfile build's RUN sandboxes.
+    Tethered(&'a Arc<Tethers>),
+    /// Tethered, and one-shot: leaves its sandboxes' disk images for the next process
+    /// opening the data dir to remove, rather than wait for that at its exit, and parks
+    /// its sandboxes' plain egress networks for the next run (see the runtime's
+    /// `with_parked_networks`): `sandboxd run`.
+    OneShot(&'a Arc<Tethers>),
+}
+
+/// The engine over the data directory, beside a running server (its store and the
+/// runtime of the configuration's isolation tier), for a one-shot run tied to this
+/// process by `tethers` (see [`Tie::OneShot`]).
+fn open_engine_for(config: &ServerConfig, tethers: &Arc<Tethers>) -> Result<Opened> {
+    open_engine_tied(config, Tie::OneShot(tethers))
+}
+
+/// The engine over the data directory (as [`open_engine_for`]) whose sandboxes, on both
+/// tiers, are tied to this process by `tethers` (see [`Tie::Tethered`]): a Dockerfile
+/// build's RUN sandboxes.
 pub(crate) fn open_engine_tethered(
     config: &ServerConfig,
-) -> Result<(Arc<Engine>, Arc<SqliteStore>, Arc<LinuxRuntime>)> {
-    open_engine_with(config, LinuxRuntime::with_tethered_sandboxes)
+    tethers: &Arc<Tethers>,
+) -> Result<Opened> {
+    open_engine_tied(config, Tie::Tethered(tethers))
 }
 
-fn open_engine_with(
-    config: &ServerConfig,
-    configure: impl FnOnce(LinuxRuntime) -> LinuxRuntime,
-) -> Result<(Arc<Engine>, Arc<SqliteStore>, Arc<LinuxRuntime>)> {
+fn open_engine_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Opened> {
     let linux = crate::runtime::open_linux(
         &config.data_dir,
         config.resolvers.clone(),
         config.max_ptys_per_sandbox,
     )?;
-    let linux = Arc::new(configure(linux));
+    let (linux, tethers) = match tie {
+        Tie::Tethered(tethers) => (linux.with_tethers(tethers.clone()), tethers),
+        Tie::OneShot(tethers) => (
+            linux
+                .with_deferred_disk_removal()
+                .with_parked_networks()
+                .with_tethers(tethers.clone()),
+            tethers,
+        ),
+    };
+    let linux = Arc::new(linux);
     let container: Arc<dyn Runtime> = linux.clone();
     // The gVisor tier is opened only when a sandbox runs on it.
-    let runtime: Arc<dyn Runtime> = Arc::new(crate::runtime::lazy_tiers(
+    let tiers: Arc<dyn Runtime> = Arc::new(crate::runtime::lazy_tiers(
         container,
         &config.data_dir,
         config.resolvers.clone(),
         config.max_ptys_per_sandbox,
+        Some(tethers.clone()),
     ));
     let store = Arc::new(
         SqliteStore::open(config.data_dir.join(DATABASE_FILE))
@@ -186,12 +205,17 @@ fn open_engine_with(
     );
     let engine = Engine::open_beside(EngineConfig {
         data_dir: config.data_dir.clone(),
-        runtime,
+        runtime: tiers.clone(),
         store: store.clone(),
         limits: config.limits(),
     })
     .context("opening the engine")?;
-    Ok((engine, store, linux))
+    Ok(Opened {
+        engine,
+        store,
+        linux,
+        tiers,
+    })
 }
 
 /// Creates the sandbox, runs the command, hands its status over (when detached), destroys
@@ -217,12 +241,17 @@ async fn run(
         }
     }
     phase("started");
-    let (engine, store, linux) = open_engine_for(&config, true)?;
+    let tethers = Tethers::new();
+    let Opened {
+        engine,
+        store,
+        linux,
+        tiers,
+    } = open_engine_for(&config, &tethers)?;
     engine.accounts().ensure_default_workspace()?;
-    let mut marker = RunMarker::take(&config.data_dir)?;
     phase("engine open");
-    // Earlier runs killed before they destroyed their sandboxes.
-    if crate::run_orphans::sweep(&engine, &store, &linux).await > 0 {
+    // Earlier runs killed before they finished their teardown.
+    if crate::run_orphans::sweep(&engine, &store, &linux, &tiers).await > 0 {
         phase("orphans swept");
     }
     let ws = DEFAULT_WORKSPACE.to_owned();
@@ -247,7 +276,6 @@ async fn run(
         isolation: args.isolation.map(Isolation::from),
     };
     if let Some(signo) = signals.next().now_or_never() {
-        marker.remove();
         return Ok(stopped_early(handoff, signo));
     }
     // A signal meanwhile lets the create finish (the engine then knows the sandbox),
@@ -265,7 +293,7 @@ async fn run(
         Ok(created) => created,
         Err(e) => {
             // The engine undid the start: nothing of this run is left to end.
-            marker.remove();
+            tethers.finish_released();
             if let Some(signo) = stopped {
                 return Ok(stopped_early(handoff, signo));
             }
@@ -273,11 +301,9 @@ async fn run(
         }
     };
     phase("created");
-    let recorded = marker.record(sb.id);
-    let outcome = match (recorded, stopped) {
-        (Err(e), _) => Err(e),
-        (Ok(()), Some(signo)) => Ok(128 + signo as u8),
-        (Ok(()), None) => run_in(&engine, &ws, sb.id, args, &mut signals).await,
+    let outcome = match stopped {
+        Some(signo) => Ok(128 + signo as u8),
+        None => run_in(&engine, &ws, sb.id, args, &mut signals).await,
     };
     phase("command ended");
     if let (Ok(code), Some(handoff)) = (&outcome, handoff) {
@@ -289,13 +315,12 @@ async fn run(
         .await
         .context("destroying the sandbox");
     phase("destroyed");
-    match destroyed.is_ok() {
-        true => {
-            crate::run_markers::sweep(&engine, &config.data_dir).await;
-            marker.remove();
-        }
-        false => marker.keep_until_exit(),
-    }
+    // The parent cgroup this run made, unless another's sandboxes are in it (another
+    // process finding it gone makes it again).
+    linux.remove_cgroup_parent_if_made();
+    // Its owner mark goes once the record is ended too (a failed destroy keeps it
+    // locked until this process exits, then for the next sweep).
+    tethers.finish_released();
     let code = outcome?;
     destroyed?;
     Ok(code)
@@ -398,7 +423,8 @@ async fn run_in(
 }
 
 /// The signals that end a run (the waiting process forwards them), unless ignored when
-/// the run began: they kill the command with its sandbox, torn down as after any command.
+/// the run began, and the worker's parent-death signal: they kill the command with its
+/// sandbox, torn down as after any command.
 struct Signals(Vec<(i32, tokio::signal::unix::Signal)>);
 
 impl Signals {
@@ -406,10 +432,16 @@ impl Signals {
         use tokio::signal::unix::{signal, SignalKind};
         let mut all = Vec::new();
         // Not those the caller ignores (`nohup`, `&`): a handler would undo SIG_IGN.
-        for signo in crate::run_detach::honoured() {
-            let signo = signo as i32;
-            let stream = signal(SignalKind::from_raw(signo)).context("catching signals")?;
-            all.push((signo, stream));
+        // The parent-death signal always: the waiting process killed outright.
+        let death = crate::run_detach::DEATH;
+        for signo in crate::run_detach::honoured().into_iter().chain([death]) {
+            let stream = signal(SignalKind::from_raw(signo as i32)).context("catching signals")?;
+            // Reported as the SIGTERM it stands for.
+            let reported = match signo == death {
+                true => nix::sys::signal::Signal::SIGTERM as i32,
+                false => signo as i32,
+            };
+            all.push((reported, stream));
         }
         Ok(Signals(all))
     }

@@ -7,7 +7,7 @@
 //! process, which exits with it. The worker then tears the sandbox down on its own (the
 //! wait for the kernel to end the killed PID 1 and its namespaces is no longer the
 //! caller's). A worker killed before it finished is swept by the next run
-//! (`run_markers`).
+//! (the owner mark of its sandbox: `run_orphans`).
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{kill, raise, signal, SigHandler, SigSet, Signal};
@@ -25,6 +25,10 @@ const FORWARDED: [Signal; 4] = [
     Signal::SIGHUP,
     Signal::SIGQUIT,
 ];
+
+/// The worker's parent-death signal: its own, always handled (whatever the caller
+/// ignores, SIGTERM included), it ends the command and its sandbox as SIGTERM would.
+pub const DEATH: Signal = Signal::SIGUSR2;
 
 /// The worker's end of the status pipe.
 pub struct HandOff {
@@ -75,10 +79,14 @@ pub fn split() -> Result<HandOff> {
         ForkResult::Child => {
             drop(read);
             // The waiting process killed outright (-9) ends the command as a SIGTERM
-            // would; its death before this call shows as a new parent.
-            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).context("the worker's death signal")?;
+            // would, even when the caller ignores SIGTERM: the worker's own [`DEATH`]
+            // signal (not ignored, whatever the caller's dispositions; handled from the
+            // run's start). Its death before this call shows as a new parent.
+            // SAFETY: restoring a signal's default action; no handler is installed.
+            unsafe { signal(DEATH, SigHandler::SigDfl) }.context("the worker's death signal")?;
+            nix::sys::prctl::set_pdeathsig(DEATH).context("the worker's death signal")?;
             if nix::unistd::getppid() != parent {
-                let _ = raise(Signal::SIGTERM);
+                let _ = raise(DEATH);
             }
             forwarded
                 .thread_unblock()

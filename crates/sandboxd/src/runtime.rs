@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use sandboxd_runtime::linux::gvisor::{runsc, GvisorRuntime};
-use sandboxd_runtime::linux::{LinuxConfig, LinuxRuntime, NetConfig};
+use sandboxd_runtime::linux::{LinuxConfig, LinuxRuntime, NetConfig, Tethers};
 use sandboxd_runtime::tiers::Tiers;
 use sandboxd_runtime::Runtime;
 use std::net::Ipv4Addr;
@@ -57,20 +57,28 @@ pub fn open_gvisor(
     Ok(runtime.with_network(net_config(resolvers)))
 }
 
-/// The gVisor backend as [`Tiers`] takes it: opened, or why it cannot be (`runsc`
-/// missing, or the backend failing to open).
+/// The gVisor backend as [`Tiers`] takes it: opened, tying its sandboxes to this
+/// process with `tethers` if any, or why it cannot be (`runsc` missing, or the backend
+/// failing to open).
 pub fn gvisor_backend(
     data_dir: &Path,
     resolvers: Option<Vec<Ipv4Addr>>,
     max_ptys: u32,
+    tethers: Option<Arc<Tethers>>,
 ) -> Result<Arc<dyn Runtime>, String> {
-    gvisor_tier(data_dir, resolvers, max_ptys, GvisorPool::None).map(|g| g as Arc<dyn Runtime>)
+    if !GvisorRuntime::available() {
+        return Err(runsc::missing_reason());
+    }
+    let gvisor = open_gvisor(data_dir, resolvers, max_ptys).map_err(|e| format!("{e:#}"))?;
+    Ok(match tethers {
+        Some(tethers) => Arc::new(gvisor.with_tethers(tethers)),
+        None => Arc::new(gvisor),
+    })
 }
 
 /// The warm gVisor sandboxes a server keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GvisorPool {
-    None,
     /// This many, filled once [`GvisorRuntime::fill_warm_pool`] is called.
     Filled(usize),
     /// Up to this many, from the first gVisor start that could have taken one on
@@ -90,7 +98,6 @@ pub fn gvisor_tier(
     }
     match open_gvisor(data_dir, resolvers, max_ptys).and_then(|g| {
         match pool {
-            GvisorPool::None => Ok(g),
             GvisorPool::Filled(n) => g.with_warm_pool(n),
             GvisorPool::OnDemand(n) => g.with_warm_pool_on_demand(n),
         }
@@ -102,17 +109,18 @@ pub fn gvisor_tier(
 }
 
 /// Both tiers over `container`, the gVisor one opened when first needed (for
-/// short-lived processes).
+/// short-lived processes), tying its sandboxes to this process with `tethers` if any.
 pub fn lazy_tiers(
     container: Arc<dyn Runtime>,
     data_dir: &Path,
     resolvers: Option<Vec<Ipv4Addr>>,
     max_ptys: u32,
+    tethers: Option<Arc<Tethers>>,
 ) -> Tiers {
     let data_dir = data_dir.to_owned();
     Tiers::lazy(
         container,
-        Box::new(move || gvisor_backend(&data_dir, resolvers, max_ptys)),
+        Box::new(move || gvisor_backend(&data_dir, resolvers, max_ptys, tethers)),
     )
 }
 
@@ -131,7 +139,26 @@ fn linux_config(data_dir: std::path::PathBuf, max_ptys: u32) -> Result<LinuxConf
         data_dir,
         init_exe: std::env::current_exe().context("locating the sandboxd binary")?,
         init_args: vec!["__sandbox-init".into()],
-        cgroup_parent: "sandboxd".into(),
+        cgroup_parent: cgroup_parent()?,
         max_ptys_per_sandbox: max_ptys,
     })
+}
+
+/// The parent cgroup of the sandboxes: `SANDBOXD_CGROUP_PARENT` (one plain name, under
+/// each hierarchy's root), else `sandboxd`.
+fn cgroup_parent() -> Result<String> {
+    let Ok(name) = std::env::var("SANDBOXD_CGROUP_PARENT") else {
+        return Ok("sandboxd".into());
+    };
+    let plain = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    anyhow::ensure!(
+        plain,
+        "SANDBOXD_CGROUP_PARENT {name:?} is not a plain cgroup name (letters, digits, '-', '_', '.')"
+    );
+    Ok(name)
 }

@@ -137,13 +137,13 @@ async fn run(config: ServerConfig) -> Result<()> {
     );
     let engine: Arc<Engine> = Engine::open(EngineConfig {
         data_dir: config.data_dir.clone(),
-        runtime,
+        runtime: runtime.clone(),
         store: store.clone(),
         limits: config.limits(),
     })
     .context("opening the engine")?;
     // Sandboxes of runs killed beside this server are ended within seconds.
-    crate::run_orphans::spawn_sweeper(&engine, store, linux.clone());
+    crate::run_orphans::spawn_sweeper(&engine, store, linux.clone(), runtime);
     // Filled once the engine's reconcile is done (it keeps only entries already made).
     if let (Some(gvisor), crate::runtime::GvisorPool::Filled(_)) = (&gvisor_pool, gvisor_warm) {
         gvisor.fill_warm_pool(limits.disk_mb_per_sandbox);

@@ -149,3 +149,35 @@ fn a_run_on_a_claimed_spare_reaches_the_resolver_it_is_told_of() {
     eventually("the table outlived the linger", || table().is_none());
     assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
 }
+
+/// Regression: a server made a spare for one a run claimed only when it next looked at
+/// its count (a start, its metrics); a quiet server stayed without. Its periodic tick now
+/// makes another, with no look at all (only the markers on disk are watched here).
+#[test]
+fn a_quiet_server_whose_spare_a_run_claimed_makes_another_on_its_own() {
+    in_own_netns();
+    let state = tempfile::tempdir().expect("tempdir");
+    let (run_dir, server_dir) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let _cleanup = (runtime(run_dir.path()), runtime(server_dir.path()));
+    let spares = state.path().join("spares");
+    let server = net_runtime(server_dir.path(), state.path()).with_warm_inits(1);
+    server.fill_warm_inits(0, false);
+    eventually("the server's spare", || names(&spares).len() == 1);
+    let first = names(&spares);
+
+    let one_shot = net_runtime(run_dir.path(), state.path()).with_parked_networks();
+    let a = start(&one_shot);
+    assert_eq!(named_after(state.path(), a.id).as_ref(), Some(&first[0]));
+    eventually("the server made no spare for the claimed one", || {
+        let now = names(&spares);
+        now.len() == 1 && now[0] != first[0]
+    });
+    drop(server);
+    assert_eq!(names(&spares), Vec::<String>::new(), "spares left");
+    one_shot.destroy(&a).expect("destroy a");
+    eventually("the table outlived the linger", || table().is_none());
+    assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
+}

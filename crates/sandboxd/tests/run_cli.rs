@@ -154,3 +154,55 @@ fn a_run_detaches_its_disk_and_the_next_run_removes_what_earlier_ones_left() {
         .collect();
     assert!(images.is_empty(), "no sandbox dir remains: {images:?}");
 }
+
+/// Regression: a run that made the sandboxes' parent cgroup left it behind, empty, once
+/// done (a server removes the one it made when it stops; a run never did). Here the
+/// parent is one of the test's own (`SANDBOXD_CGROUP_PARENT`).
+#[test]
+fn a_run_removes_the_parent_cgroup_it_made_once_done() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let parent = format!(
+        "sandboxd-test-run-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let dirs = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir("/sys/fs/cgroup")
+            .expect("cgroup root")
+            .flatten()
+            .map(|c| c.path().join(&parent))
+            .filter(|d| d.exists())
+            .collect()
+    };
+    assert_eq!(dirs(), Vec::<std::path::PathBuf>::new(), "a fresh name");
+    let out = run(
+        data.path(),
+        &[("SANDBOXD_CGROUP_PARENT", parent.as_str())],
+        &["/bin/true"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(serve_bin::wait_for_runs(data.path()).is_empty());
+    let left = dirs();
+    for d in &left {
+        let _ = std::fs::remove_dir(d);
+    }
+    assert_eq!(
+        left,
+        Vec::<std::path::PathBuf>::new(),
+        "parent cgroups left"
+    );
+}
+
+/// A parent cgroup name that is no plain name (a path out of the hierarchy) is refused
+/// with a clear error, before anything is made.
+#[test]
+fn a_cgroup_parent_that_is_a_path_is_refused() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = run(
+        data.path(),
+        &[("SANDBOXD_CGROUP_PARENT", "../escape")],
+        &["/bin/true"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("SANDBOXD_CGROUP_PARENT"), "{stderr}");
+}

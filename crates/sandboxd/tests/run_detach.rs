@@ -38,22 +38,23 @@ fn start_ready(data: &Path, script: &str) -> (Child, BufReader<std::process::Chi
     (child, out)
 }
 
-/// The live markers' `pid` and `sandbox` lines: (worker pid, sandbox id).
+/// The runs' owner marks (`sandboxes/<id>.run-owner`, whose `pid` line names the run's
+/// worker): (worker pid, sandbox id).
 fn markers(data: &Path) -> Vec<(i32, Option<uuid::Uuid>)> {
-    let Ok(dir) = std::fs::read_dir(data.join("runs")) else {
+    let Ok(dir) = std::fs::read_dir(data.join("sandboxes")) else {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok())
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .map(|text| {
-            let field = |key: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_owned()))
-            };
-            let pid = field("pid ").and_then(|p| p.parse().ok()).unwrap_or(0);
-            let id = field("sandbox ").and_then(|s| uuid::Uuid::parse_str(&s).ok());
-            (pid, id)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let id = uuid::Uuid::parse_str(name.strip_suffix(".run-owner")?).ok()?;
+            let text = std::fs::read_to_string(e.path()).ok()?;
+            let pid = text
+                .lines()
+                .find_map(|l| l.strip_prefix("pid "))
+                .and_then(|p| p.trim().parse().ok())
+                .unwrap_or(0);
+            Some((pid, Some(id)))
         })
         .collect()
 }
@@ -333,9 +334,9 @@ fn an_ignored_sighup_leaves_the_run_alone() {
 
 /// Regression: the two sweeps of killed runs took different locks (the `runs/` marker's,
 /// the sandbox's `run-owner` mark's), so two processes could destroy one dead run's sandbox
-/// at once. Here the test holds the owner mark of a killed run's sandbox, as a sweeper
-/// ending it would: the next run (both its sweeps) must leave that sandbox alone, and
-/// the run after the lock's release ends it.
+/// at once; now the owner mark is the only one. Here the test holds the owner mark of a
+/// killed run's sandbox, as a sweeper ending it would: the next run must leave that
+/// sandbox alone, and the run after the lock's release ends it.
 #[test]
 fn a_dead_runs_sandbox_held_by_a_sweeper_is_left_to_it() {
     use nix::fcntl::{Flock, FlockArg};
@@ -351,14 +352,15 @@ fn a_dead_runs_sandbox_held_by_a_sweeper_is_left_to_it() {
     // The worker's lock goes when the kernel has ended it: wait for that.
     serve_bin::wait_for_runs(&data);
     let state = data.join("sandboxes").join(id.to_string());
-    let owner = std::fs::File::open(state.join("run-owner")).expect("owner mark");
+    let mark = data.join("sandboxes").join(format!("{id}.run-owner"));
+    let owner = std::fs::File::open(&mark).expect("owner mark");
     let held = Flock::lock(owner, FlockArg::LockExclusiveNonblock)
         .map_err(|(_, e)| e)
         .expect("the dead run's owner mark is free");
     let next = run_cmd(&data, &["/bin/true"]).output().expect("next run");
     assert_eq!(next.status.code(), Some(0), "{next:?}");
     // The next run's detached worker has swept (or skipped) by the time it ends.
-    serve_bin::wait_for_runs(&data);
+    serve_bin::wait_for_runs_but(&data, Some(&mark));
     assert!(
         state.join("handle.json").exists(),
         "a sandbox another sweeper holds was destroyed"
@@ -380,7 +382,12 @@ fn start_held_in_create(data: &Path, script: &str, stdout: Stdio, stderr: Stdio)
         .spawn()
         .expect("spawn sandboxd run");
     let sandboxes = data.join("sandboxes");
-    let owned = |d: std::fs::DirEntry| d.path().join("run-owner").exists();
+    // A sandbox dir beside its run's owner mark.
+    let owned = |d: std::fs::DirEntry| {
+        let name = d.file_name().to_string_lossy().into_owned();
+        name.strip_suffix(".run-owner")
+            .is_some_and(|id| !id.starts_with('.') && sandboxes.join(id).is_dir())
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !std::fs::read_dir(&sandboxes).is_ok_and(|d| d.flatten().any(owned)) {
         assert!(
@@ -483,5 +490,46 @@ fn ctrl_backslash_ends_the_run_without_a_core_dump() {
         (Some(libc::SIGQUIT), false),
         "{status:?}"
     );
+    assert_eq!(assert_clean(&data), 1);
+}
+
+/// Regression: a caller that ignores SIGTERM (`trap '' TERM`, inherited by the run) and
+/// then kills the waiting process with -9 left the command running: the worker's
+/// parent-death signal was SIGTERM, which it ignored too. The worker now has a death
+/// signal of its own that it always handles, and ends the command and its sandbox.
+#[test]
+fn killing_the_waiting_process_of_a_caller_ignoring_sigterm_ends_the_command() {
+    let (_keep, data) = data_dir();
+    let run = format!(
+        "trap '' TERM; exec {} run --network none --data-dir {} -- \
+         /bin/sh -c 'echo ready; exec sleep 1000'",
+        serve_bin::BIN,
+        data.display()
+    );
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", &run])
+        .env_remove("SANDBOXD_DATA_DIR")
+        .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the shell");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("the command's first line");
+    assert_eq!(line, "ready\n", "the command started");
+    let found = markers(&data);
+    assert_eq!(found.len(), 1, "one run: {found:?}");
+    sigkill(child.id() as i32);
+    child.wait().expect("wait");
+    // Bounded: with the command running on, the worker never lets its mark go.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !markers(&data).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command still runs a minute after its run was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert_eq!(assert_clean(&data), 1);
 }

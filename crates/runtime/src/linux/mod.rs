@@ -47,7 +47,7 @@ pub use bounds::{open_files_limit, DEFAULT_MAX_PTYS};
 pub use cgroup::Cgroups;
 pub use images::DEFAULT_IMAGE;
 pub use net::NetConfig;
-pub use tether::{owner_mark, Orphan};
+pub use tether::{owner_mark, wait_for_runs, Orphan, Tethers};
 
 /// The detached process removing parked egress networks once they have lingered
 /// untaken (the sandboxd binary's hidden `__net-reaper STATE_DIR`).
@@ -104,7 +104,7 @@ pub struct LinuxRuntime {
     /// [`LinuxRuntime::drain_warm_inits`] and on drop if no sandbox is left in it.
     made_cgroup_parent: bool,
     /// Ties started sandboxes to this process (`tether`); `None` lets them outlive it.
-    tethers: Option<tether::Tethers>,
+    tethers: Option<std::sync::Arc<tether::Tethers>>,
 }
 
 impl LinuxRuntime {
@@ -252,6 +252,12 @@ impl LinuxRuntime {
         self.warm.is_some()
     }
 
+    /// Whether the warm pool is refilling (making inits, or waiting to retry a failed
+    /// make).
+    pub fn warm_inits_refilling(&self) -> bool {
+        self.warm.as_ref().is_some_and(|pool| pool.refilling())
+    }
+
     /// Warm inits ready to be taken now.
     pub fn warm_inits_ready(&self) -> usize {
         self.warm.as_ref().map_or(0, |pool| pool.ready())
@@ -296,6 +302,14 @@ impl LinuxRuntime {
             spares.drain();
         }
         // Sandboxes left running keep it (the rmdir of a parent in use fails).
+        if self.made_cgroup_parent {
+            self.cgroups.remove_parent_if_unused();
+        }
+    }
+
+    /// Removes the parent cgroup if this runtime made it and nothing is in it (as a
+    /// drain does): for a one-shot process, whose runtime is not dropped at its end.
+    pub fn remove_cgroup_parent_if_made(&self) {
         if self.made_cgroup_parent {
             self.cgroups.remove_parent_if_unused();
         }

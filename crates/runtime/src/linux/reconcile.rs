@@ -45,7 +45,7 @@ pub(super) fn reconcile(
         let dir = entry.path();
         // A live `sandboxd run` still holds it (mid-create, so no record claims it
         // yet): that run ends it. Held while destroyed, away from other sweepers.
-        let Ok(_owner) = super::tether::lock_mark(&dir) else {
+        let Ok(_owner) = super::tether::lock_mark(&rt.sandboxes_dir(), id) else {
             tracing::info!(sandbox = %id, "left to the live run that owns it");
             continue;
         };

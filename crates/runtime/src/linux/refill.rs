@@ -36,6 +36,65 @@ pub(super) fn spawn<S: Send + Sync + 'static>(
     }
 }
 
+/// How often a pool that was ever filled checks it is at its size, and refills if not
+/// (a refill that gave up, entries claimed away): it recovers with no start.
+pub(super) const TICK: Duration = Duration::from_secs(5);
+
+/// Every [`TICK`], for as long as the pool `shared` lives (dropped, or `closed`): calls
+/// `refill` when `due` says so (`due` sees whether a refill runs already).
+pub(super) fn spawn_tick<S: Send + Sync + 'static>(
+    shared: std::sync::Weak<S>,
+    name: &str,
+    closed: fn(&S) -> &AtomicBool,
+    due: fn(&S) -> bool,
+    refill: fn(&Arc<S>),
+) {
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || loop {
+            std::thread::sleep(TICK);
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            if closed(&shared).load(Ordering::Acquire) {
+                return;
+            }
+            if due(&shared) {
+                refill(&shared);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no periodic refill ({name})");
+    }
+}
+
+/// Failed makes in a row one refill retries before it gives up (until the next start,
+/// or a pool's tick).
+const RETRIES: u32 = 5;
+
+/// After the `failures`-th failed make in a row (1-based) of a refill of `what`: waits
+/// (250 ms, doubling, at most 4 s) and says to retry, unless the retries are spent or
+/// `closed` is set meanwhile. Logged either way.
+pub(super) fn retry_after_failure(failures: u32, closed: &AtomicBool, what: &str) -> bool {
+    if failures > RETRIES {
+        tracing::warn!(
+            tries = failures,
+            "{what}: making one keeps failing; giving up until the next refill"
+        );
+        return false;
+    }
+    let wait = Duration::from_millis(250 << (failures.saturating_sub(1)).min(4));
+    tracing::info!(retry = failures, ?wait, "{what}: a make failed; retrying");
+    let until = Instant::now() + wait;
+    while Instant::now() < until {
+        if closed.load(Ordering::Acquire) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    !closed.load(Ordering::Acquire)
+}
+
 /// Waits (bounded) until no refill runs: one in flight removes its own entry once it
 /// sees the pool closed.
 pub(super) fn wait_idle(filling: &AtomicBool) {

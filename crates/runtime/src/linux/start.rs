@@ -81,18 +81,29 @@ fn start_in(
     host_id_base: u32,
     warm: Option<Warm>,
 ) -> Result<SandboxHandle, RuntimeError> {
+    // A tethered sandbox's owner mark comes first: a sweeper never sees its dir unowned.
+    let marked = match &rt.tethers {
+        Some(tethers) => tethers.mark(spec.id, &rt.sandboxes_dir()),
+        None => Ok(()),
+    };
     // 0700: the agent socket and the sandbox's files are for host root only (a warm
     // entry's dir was made so).
-    let made = match &warm {
-        Some(w) => std::fs::rename(&w.dir, &state_dir),
-        None => std::fs::DirBuilder::new().mode(0o700).create(&state_dir),
-    };
+    let made = marked.and_then(|()| {
+        match &warm {
+            Some(w) => std::fs::rename(&w.dir, &state_dir),
+            None => std::fs::DirBuilder::new().mode(0o700).create(&state_dir),
+        }
+        .map_err(io("creating the sandbox state dir", &state_dir))
+    });
     if let Err(e) = made {
         if let (Some(w), Some(pool)) = (warm, &rt.warm) {
             pool.discard(w);
         }
         rt.slots.free(host_id_base, spec.id);
-        return Err(io("creating the sandbox state dir", &state_dir)(e));
+        if let Some(tethers) = &rt.tethers {
+            tethers.release(spec.id);
+        }
+        return Err(e);
     }
     let mut handle = SandboxHandle {
         id: spec.id,
@@ -105,12 +116,8 @@ fn start_in(
         isolation: Default::default(),
     };
     let mut init: Option<Child> = None;
-    let marked = match &rt.tethers {
-        Some(tethers) => tethers.mark(spec.id, &handle.state_dir),
-        None => Ok(()),
-    };
-    let launched = marked
-        .and_then(|()| pin.write(&handle.state_dir))
+    let launched = pin
+        .write(&handle.state_dir)
         .and_then(|()| launch(rt, spec, layers, &mut handle, &mut init, warm));
     match launched {
         Ok(()) => Ok(handle),

@@ -1,105 +1,224 @@
 //! Sandboxes tied to the process that started them (a one-shot `sandboxd run`), so that
-//! none outlives it, even killed with SIGKILL:
+//! none outlives it, even killed with SIGKILL. This is the only mechanism for runs killed
+//! before their teardown finished, on both tiers:
 //!
-//! - its PID 1 keeps the start handshake open and exits (the kernel then kills every
-//!   process of the sandbox) once the starter's end closes, which its death does;
-//! - its state dir holds an owner mark, `run-owner`, under an exclusive `flock` the starter
-//!   holds until it destroys the sandbox. A free lock means a dead owner: the next
-//!   process opening the data dir (a run, or a server) removes such an orphan with its
-//!   mounts, disk, cgroups, id slot and network lease ([`LinuxRuntime::orphans`],
-//!   [`LinuxRuntime::remove_orphan`]). Taking the lock also keeps two sweepers apart.
+//! - a container's PID 1 keeps the start handshake open and exits (the kernel then kills
+//!   every process of the sandbox) once the starter's end closes, which its death does;
+//! - each sandbox has an owner mark, `sandboxes/<id>.run-owner` (beside its state dir,
+//!   so that it outlives the dir's removal), under an exclusive `flock` its starter takes
+//!   before the state dir exists and holds until its whole teardown is done (the
+//!   engine's record ended too; [`Tethers::finish_released`] then removes the mark). A
+//!   free lock means a dead owner: the next process opening the data dir (a run, or a
+//!   server every few seconds) ends such an orphan through the engine and removes what
+//!   is left of it ([`LinuxRuntime::orphans`], [`LinuxRuntime::remove_orphan`]), gVisor
+//!   sandboxes included (their sentry is not tethered: it runs until that sweep).
+//!   Taking the lock also keeps two sweepers apart, and a server's start-up reconcile
+//!   away from a live run's sandbox.
+//!
+//! Data dirs of older binaries: their mark was `<id>/run-owner` inside the state dir;
+//! such a mark is still honoured (held: left alone; free: an orphan).
 //!
 //! Not covered: a start killed between claiming its network (a parked or spare one) and
-//! making its state dir leaves that lease behind (a server's start-up reconcile does
-//! not see it either); warm inits are never tethered (a tethered runtime starts cold).
+//! making its mark leaves that lease behind (a server's start-up reconcile does not see
+//! it either); warm inits are never tethered (a tethered runtime starts cold).
 
 use super::handshake::Channel;
 use super::LinuxRuntime;
-use crate::{Runtime, RuntimeError, SandboxHandle};
+use crate::{Isolation, Runtime, RuntimeError, SandboxHandle};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::path::Path;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
-/// The owner mark's name in a sandbox's state dir. Not `owner`: that is the warm pool's
-/// own (unlocked) file, which a sandbox made from a warm init carries into its state dir;
-/// read as a run's free mark, it made the sweep end servers' sandboxes.
+/// The owner mark's suffix. Not `owner`: that is the warm pool's own (unlocked) file,
+/// which a sandbox made from a warm init carries into its state dir; read as a run's
+/// free mark, it made the sweep end servers' sandboxes.
 pub(crate) const MARK: &str = "run-owner";
 
 /// Sandbox `id`'s owner mark in data dir `data_dir` (the lock every sweeper of a dead
 /// run's sandbox takes before it ends it, so two never end one at once).
-pub fn owner_mark(data_dir: &Path, id: Uuid) -> std::path::PathBuf {
-    data_dir.join("sandboxes").join(id.to_string()).join(MARK)
+pub fn owner_mark(data_dir: &Path, id: Uuid) -> PathBuf {
+    mark_in(&data_dir.join("sandboxes"), id)
 }
 
-/// What a tethering runtime holds for each sandbox it started: the mark's lock, and
-/// the host end of the handshake once PID 1 serves.
+fn mark_in(sandboxes: &Path, id: Uuid) -> PathBuf {
+    sandboxes.join(format!("{id}.{MARK}"))
+}
+
+/// An older binary's mark, inside the state dir.
+fn legacy_mark(sandboxes: &Path, id: Uuid) -> PathBuf {
+    sandboxes.join(id.to_string()).join(MARK)
+}
+
+/// One sandbox's tether: its mark, locked, and the host end of a container's handshake
+/// once PID 1 serves (`None` on gVisor, and once destroyed).
+struct Tether {
+    mark: PathBuf,
+    lock: File,
+    channel: Option<Channel>,
+    destroyed: bool,
+}
+
+/// What a tethering process holds for each sandbox it started; shared by its tiers.
 #[derive(Default)]
-pub(super) struct Tethers(Mutex<HashMap<Uuid, (File, Option<Channel>)>>);
+pub struct Tethers(Mutex<HashMap<Uuid, Tether>>);
 
 impl Tethers {
-    /// Writes the owner mark into `state_dir` (this process's pid, for people) and keeps
-    /// it locked for sandbox `id`.
-    pub(super) fn mark(&self, id: Uuid, state_dir: &Path) -> Result<(), RuntimeError> {
-        // Made under another name and locked first: a sweeper never sees it unlocked.
-        let path = state_dir.join(MARK);
-        let fresh = state_dir.join(format!(".{MARK}"));
+    /// For [`LinuxRuntime::with_tethers`] and the gVisor tier's.
+    pub fn new() -> Arc<Tethers> {
+        Arc::new(Tethers::default())
+    }
+
+    /// Makes sandbox `id`'s owner mark in `sandboxes` (this process's pid inside, for
+    /// people) and keeps it locked. Before the state dir exists.
+    pub(crate) fn mark(&self, id: Uuid, sandboxes: &Path) -> Result<(), RuntimeError> {
+        // Made under a dot name and locked first: a sweeper never sees it unlocked.
+        let path = mark_in(sandboxes, id);
+        let fresh = sandboxes.join(format!(".{id}.{MARK}"));
         let io = |e| super::io("writing the sandbox's owner mark", &fresh)(e);
         let mut file = std::fs::OpenOptions::new()
             .create_new(true)
             .write(true)
             .open(&fresh)
             .map_err(io)?;
-        if !try_lock(&file).map_err(io)? {
-            return Err(RuntimeError::Unsupported(format!(
+        let placed = match try_lock(&file) {
+            Ok(true) => writeln!(file, "pid {}", std::process::id())
+                .and_then(|()| std::fs::rename(&fresh, &path))
+                .map_err(io),
+            Ok(false) => Err(RuntimeError::Unsupported(format!(
                 "{} is locked by another process",
                 fresh.display()
-            )));
+            ))),
+            Err(e) => Err(io(e)),
+        };
+        if let Err(e) = placed {
+            let _ = std::fs::remove_file(&fresh);
+            return Err(e);
         }
-        writeln!(file, "{}", std::process::id()).map_err(io)?;
-        std::fs::rename(&fresh, &path).map_err(io)?;
-        self.lock().insert(id, (file, None));
+        self.lock().insert(
+            id,
+            Tether {
+                mark: path,
+                lock: file,
+                channel: None,
+                destroyed: false,
+            },
+        );
         Ok(())
     }
 
     /// Keeps the host end of sandbox `id`'s handshake open while this process lives.
     pub(super) fn hold(&self, id: Uuid, channel: Channel) {
-        if let Some(entry) = self.lock().get_mut(&id) {
-            entry.1 = Some(channel);
+        if let Some(tether) = self.lock().get_mut(&id) {
+            tether.channel = Some(channel);
         }
     }
 
-    /// Lets sandbox `id` go: its PID 1 exits if it still runs, and its mark is unlocked.
-    pub(super) fn release(&self, id: Uuid) {
-        self.lock().remove(&id);
+    /// Sandbox `id` is destroyed: its PID 1 exits if it still ran; its mark stays
+    /// locked until [`Tethers::finish_released`] (the rest of the teardown).
+    pub(crate) fn release(&self, id: Uuid) {
+        if let Some(tether) = self.lock().get_mut(&id) {
+            tether.channel = None;
+            tether.destroyed = true;
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, (File, Option<Channel>)>> {
+    /// Removes the marks of the sandboxes this process destroyed (call once their
+    /// records are ended): a waiter sees their teardown done. A sandbox whose destroy
+    /// failed keeps its mark locked until this process exits, then for the next sweep.
+    pub fn finish_released(&self) {
+        let mut all = self.lock();
+        let done: Vec<Uuid> = all
+            .iter()
+            .filter(|(_, t)| t.destroyed)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in done {
+            if let Some(tether) = all.remove(&id) {
+                // Unlinked while still locked: a sweeper that opened it before sees
+                // it gone once it has the lock.
+                let _ = std::fs::remove_file(&tether.mark);
+                drop(tether.lock);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Tether>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Blocks until no live process holds an owner mark of data dir `data_dir` (every run
+/// has finished its teardown); dead runs' marks are left.
+pub fn wait_for_runs(data_dir: &Path) {
+    let sandboxes = data_dir.join("sandboxes");
+    loop {
+        let mut waited = false;
+        for (_, path) in marks(&sandboxes) {
+            let Ok(file) = File::open(&path) else {
+                continue;
+            };
+            if !try_lock(&file).unwrap_or(true) {
+                waited = true;
+                // SAFETY: a blocking flock on an fd we own.
+                unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            }
+        }
+        if !waited {
+            return;
+        }
+    }
+}
+
+/// The owner marks in `sandboxes`: beside the state dirs, and older binaries' inside.
+fn marks(sandboxes: &Path) -> Vec<(Uuid, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(sandboxes) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(id) = name
+            .strip_suffix(MARK)
+            .and_then(|n| n.strip_suffix('.'))
+            .and_then(|n| Uuid::parse_str(n).ok())
+        {
+            found.push((id, entry.path()));
+        } else if let Ok(id) = Uuid::parse_str(name) {
+            let legacy = legacy_mark(sandboxes, id);
+            if legacy.exists() {
+                found.push((id, legacy));
+            }
+        }
+    }
+    found
 }
 
 /// A sandbox whose owner mark nobody holds: its starter is dead. The mark stays locked
 /// by this value, so no other sweeper removes it at the same time.
 pub struct Orphan {
     pub id: Uuid,
+    mark: PathBuf,
     _lock: File,
 }
 
-/// The lock of the owner mark in `state_dir`: `Ok(Some)` now ours, `Ok(None)` no mark
-/// there (an untethered sandbox), `Err(())` held by a live process (its run).
-pub(super) fn lock_mark(state_dir: &Path) -> Result<Option<File>, ()> {
-    let Ok(file) = File::open(state_dir.join(MARK)) else {
-        return Ok(None);
-    };
-    match try_lock(&file) {
-        Ok(true) => Ok(Some(file)),
-        Ok(false) => Err(()),
-        Err(_) => Ok(None),
+/// The lock of sandbox `id`'s owner mark in `sandboxes`: `Ok(Some)` now ours, `Ok(None)`
+/// no mark (an untethered sandbox), `Err(())` held by a live process (its run).
+pub(super) fn lock_mark(sandboxes: &Path, id: Uuid) -> Result<Option<File>, ()> {
+    let mut held = None;
+    for path in [mark_in(sandboxes, id), legacy_mark(sandboxes, id)] {
+        let Ok(file) = File::open(path) else { continue };
+        match try_lock(&file) {
+            Ok(true) => held = Some(file),
+            Ok(false) => return Err(()),
+            Err(_) => {}
+        }
     }
+    Ok(held)
 }
 
 /// `flock(LOCK_EX | LOCK_NB)`: whether the lock is now ours.
@@ -117,40 +236,57 @@ fn try_lock(file: &File) -> std::io::Result<bool> {
 }
 
 impl LinuxRuntime {
-    /// Ties each sandbox this runtime starts to this process (see the module doc): for a
-    /// one-shot process such as `sandboxd run`.
-    pub fn with_tethered_sandboxes(mut self) -> Self {
-        self.tethers = Some(Tethers::default());
+    /// Ties each sandbox this runtime starts to this process (see the module doc), with
+    /// `tethers` shared by the process's tiers: for a one-shot process such as
+    /// `sandboxd run`.
+    pub fn with_tethers(mut self, tethers: Arc<Tethers>) -> Self {
+        self.tethers = Some(tethers);
         self
     }
 
-    /// The sandboxes of the data dir whose starting process died without destroying
-    /// them (one readdir, and an open of each owner mark there is).
+    /// The sandboxes of the data dir whose starting process died without finishing
+    /// their teardown (one readdir, and an open of each owner mark there is).
     pub fn orphans(&self) -> Vec<Orphan> {
-        let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) else {
-            return Vec::new();
-        };
-        entries
-            .flatten()
-            .filter_map(|entry| {
-                let id = Uuid::parse_str(entry.file_name().to_str()?).ok()?;
-                let file = File::open(entry.path().join(MARK)).ok()?;
-                try_lock(&file).ok()?.then_some(Orphan { id, _lock: file })
+        marks(&self.sandboxes_dir())
+            .into_iter()
+            .filter_map(|(id, mark)| {
+                let file = File::open(&mark).ok()?;
+                // Still there once locked (not a mark its run just removed)?
+                (try_lock(&file).ok()? && mark.exists()).then_some(Orphan {
+                    id,
+                    mark,
+                    _lock: file,
+                })
             })
             .collect()
     }
 
-    /// Removes what is left of `orphan` (its processes if any, mounts, disk, cgroups, id
-    /// slot, network lease); nothing when its state dir is gone already.
-    pub fn remove_orphan(&self, orphan: &Orphan) -> Result<(), RuntimeError> {
+    /// Whether sandbox `id`'s owner mark is held by a live process (its run).
+    pub fn run_holds(&self, id: Uuid) -> bool {
+        lock_mark(&self.sandboxes_dir(), id).is_err()
+    }
+
+    /// Removes what is left of `orphan` (its processes if any, mounts, disk, cgroups,
+    /// id slot, network lease) through `tiers` (the gVisor tier's sandboxes need it),
+    /// then its mark; a failure leaves the mark for the next sweep.
+    pub fn remove_orphan(&self, orphan: Orphan, tiers: &dyn Runtime) -> Result<(), RuntimeError> {
         let dir = self.sandboxes_dir().join(orphan.id.to_string());
-        if !dir.exists() {
-            return Ok(());
+        if dir.exists() {
+            let handle = std::fs::read(dir.join("handle.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<SandboxHandle>(&b).ok())
+                .unwrap_or_else(|| {
+                    let mut handle = super::reconcile::partial_handle(self, orphan.id, &dir);
+                    // A gVisor start killed before its handle: its bundle is there.
+                    if dir.join("config.json").exists() {
+                        handle.isolation = Isolation::Gvisor;
+                        handle.agent_socket = dir.join("agent").join("agent.sock");
+                    }
+                    handle
+                });
+            tiers.destroy(&handle)?;
         }
-        let handle = std::fs::read(dir.join("handle.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<SandboxHandle>(&b).ok())
-            .unwrap_or_else(|| super::reconcile::partial_handle(self, orphan.id, &dir));
-        self.destroy(&handle)
+        let _ = std::fs::remove_file(&orphan.mark);
+        Ok(())
     }
 }

@@ -61,7 +61,16 @@ impl Api {
             data_dir: dir.path().join("runtime"),
             init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
             init_args: vec!["__sandbox-init".into()],
-            cgroup_parent: "sandboxd-test".into(),
+            // One of its own, which its runtime made and so removes once done (a
+            // shared one, made by one test and left by another, stayed behind).
+            cgroup_parent: format!(
+                "sandboxd-test-{}",
+                dir.path()
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or("x")
+                    .trim_start_matches('.')
+            ),
             max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
         })
         .expect("linux runtime");

@@ -344,36 +344,46 @@ pub fn cli_status(args: &[&str], stdin: &str) -> Output {
 }
 
 /// Waits until every `sandboxd run` on `data` has finished the teardown it goes on with
-/// after returning (each run's worker holds a lock on its marker under `data/runs` until
-/// then); returns the markers left by runs that died before finishing (none held).
+/// after returning (each run's worker holds a lock on its sandbox's owner mark,
+/// `data/sandboxes/<id>.run-owner`, until then); returns the marks left by runs that
+/// died before finishing (none held).
 pub fn wait_for_runs(data: &Path) -> Vec<std::path::PathBuf> {
+    wait_for_runs_but(data, None)
+}
+
+/// [`wait_for_runs`], not waiting on mark `held` (one this test holds itself).
+pub fn wait_for_runs_but(data: &Path, held: Option<&Path>) -> Vec<std::path::PathBuf> {
     use nix::fcntl::{Flock, FlockArg};
     loop {
-        let markers: Vec<_> = std::fs::read_dir(data.join("runs"))
+        let marks: Vec<_> = std::fs::read_dir(data.join("sandboxes"))
             .map(|d| {
                 d.filter_map(|e| e.ok())
                     .map(|e| e.path())
-                    .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+                    .filter(|p| {
+                        let name = p.file_name().unwrap().to_string_lossy();
+                        !name.starts_with('.') && name.ends_with(".run-owner")
+                    })
+                    .filter(|p| Some(p.as_path()) != held)
                     .collect()
             })
             .unwrap_or_default();
         let mut dead = Vec::new();
         let mut waited = false;
-        for marker in markers {
-            let Ok(file) = std::fs::File::open(&marker) else {
+        for mark in marks {
+            let Ok(file) = std::fs::File::open(&mark) else {
                 continue;
             };
             let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(held) => held,
                 Err((file, _)) => {
-                    // Blocks until the run's worker ends.
+                    // Blocks until the run's worker ends its teardown.
                     waited = true;
                     let _ = Flock::lock(file, FlockArg::LockExclusive);
                     continue;
                 }
             };
-            if marker.exists() {
-                dead.push(marker);
+            if mark.exists() {
+                dead.push(mark);
             }
             drop(file);
         }

@@ -38,7 +38,11 @@ pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), 
     // destroy failing on a mount leaves no lease behind; the first error is returned.
     let files = remove_files(handle);
     let network = crate::linux::net::detach(&rt.linux, id);
-    files.and(network)
+    let done = files.and(network);
+    if let (Ok(()), Some(tethers)) = (&done, &rt.linux.tethers) {
+        tethers.release(id);
+    }
+    done
 }
 
 /// The root's mounts (and the netns file), the disk and the state dir.

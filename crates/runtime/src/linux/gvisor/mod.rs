@@ -78,6 +78,14 @@ impl GvisorRuntime {
         Ok(rt)
     }
 
+    /// Ties each sandbox this tier starts to this process, as
+    /// [`LinuxRuntime::with_tethers`] does (its owner mark; a gVisor sentry is not
+    /// tethered, so a killed run's sandbox runs until the next sweep ends it).
+    pub fn with_tethers(mut self, tethers: std::sync::Arc<super::Tethers>) -> Self {
+        self.linux.tethers = Some(tethers);
+        self
+    }
+
     /// Keeps `count` sandboxes started ahead of time (0 = none), without network, made
     /// once [`GvisorRuntime::fill_warm_pool`] says their disk size: a start of the
     /// default image, that disk and no network takes one, and sets its hostname when it
@@ -497,7 +505,8 @@ impl Runtime for GvisorRuntime {
                 let Some(id) = name.get(..36).and_then(|s| Uuid::parse_str(s).ok()) else {
                     continue;
                 };
-                if !containers.contains(&id) {
+                // Not a live run's, mid-create (no record yet): that run ends it.
+                if !containers.contains(&id) && !self.linux.run_holds(id) {
                     self.runsc.delete(&id.to_string());
                     for file in self.runsc.state_files(&id.to_string()) {
                         let _ = std::fs::remove_file(&file);

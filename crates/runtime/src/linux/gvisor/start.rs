@@ -56,10 +56,17 @@ pub(super) fn start_at(
     first: Option<(&str, &str)>,
 ) -> Result<SandboxHandle, RuntimeError> {
     let (layers, pin) = rt.linux.layer_stack(spec)?;
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&state_dir)
-        .map_err(io("creating the sandbox state dir", &state_dir))?;
+    // A run's sandbox (not a warm entry, which has its own first file): its owner mark
+    // first, so that a sweeper never sees its dir unowned (see `tether`).
+    if let (Some(tethers), None) = (&rt.linux.tethers, first) {
+        tethers.mark(spec.id, &rt.linux.sandboxes_dir())?;
+    }
+    if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&state_dir) {
+        if let Some(tethers) = &rt.linux.tethers {
+            tethers.release(spec.id);
+        }
+        return Err(io("creating the sandbox state dir", &state_dir)(e));
+    }
     if let Some((name, text)) = first {
         let path = state_dir.join(name);
         if let Err(e) = std::fs::write(&path, text) {
@@ -145,6 +152,7 @@ fn launch(
             set_hostname(rt, &id, &spec.hostname)?;
         }
     }
+    crate::faults::check("start.gvisor.handle")?;
     attach(handle)?;
     save_handle(handle)
 }

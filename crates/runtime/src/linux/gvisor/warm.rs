@@ -353,6 +353,7 @@ impl Shared {
     }
 
     fn fill(&self) {
+        let mut failures = 0;
         loop {
             if self.closed.load(Ordering::Acquire) {
                 return;
@@ -382,10 +383,18 @@ impl Shared {
                 return;
             }
             let entry = match self.make(&shape) {
-                Ok(entry) => entry,
+                Ok(entry) => {
+                    failures = 0;
+                    entry
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot prepare a warm gVisor sandbox");
-                    return;
+                    // Tried again a few times, waiting longer each time.
+                    failures += 1;
+                    match refill::retry_after_failure(failures, &self.closed, "warm gVisor") {
+                        true => continue,
+                        false => return,
+                    }
                 }
             };
             let closed = self.closed.load(Ordering::Acquire);
@@ -405,6 +414,7 @@ impl Shared {
     }
 
     fn make(&self, shape: &Shape) -> Result<Entry, RuntimeError> {
+        crate::faults::check("warm.make")?;
         let key = Uuid::new_v4();
         let spec = SandboxSpec {
             id: key,

@@ -29,6 +29,8 @@ struct Shared {
     size: usize,
     spares: Mutex<Vec<Uuid>>,
     filling: AtomicBool,
+    /// Whether a refill was ever asked for (the periodic tick refills only then).
+    started: AtomicBool,
     closed: AtomicBool,
 }
 
@@ -43,13 +45,23 @@ impl SpareNets {
     /// Keeps `size` spares (made from the first refill on); removes dead owners' spares.
     pub fn new(config: NetConfig, size: usize) -> Self {
         sweep_stale(&config);
-        SpareNets(Arc::new(Shared {
+        let shared = Arc::new(Shared {
             config,
             size,
             spares: Mutex::new(Vec::new()),
             filling: AtomicBool::new(false),
+            started: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-        }))
+        });
+        // A spare another process claimed is made again with no look at the count.
+        refill::spawn_tick(
+            Arc::downgrade(&shared),
+            "spare-nets-tick",
+            |s| &s.closed,
+            Shared::due,
+            Shared::refill,
+        );
+        SpareNets(shared)
     }
 
     /// Hands a spare's lease (and so its chain) to sandbox `id`, if there is one (not
@@ -71,7 +83,8 @@ impl SpareNets {
 
     /// Tops the spares up on a background thread.
     pub fn refill(&self) {
-        refill::spawn(&self.0, |s| &s.filling, "spare-nets", Shared::fill);
+        self.0.started.store(true, Ordering::Release);
+        Shared::refill(&self.0);
     }
 
     /// Spares ready to be taken (not claimed by another process); one claimed since
@@ -105,6 +118,18 @@ impl Drop for SpareNets {
 }
 
 impl Shared {
+    fn refill(shared: &Arc<Shared>) {
+        refill::spawn(shared, |s| &s.filling, "spare-nets", Shared::fill);
+    }
+
+    /// For the periodic tick: whether spares, once made, are missing (claimed by
+    /// another process, or a refill gave up) with no refill under way.
+    fn due(&self) -> bool {
+        self.started.load(Ordering::Acquire)
+            && !self.filling.load(Ordering::Acquire)
+            && self.unclaimed().0 < self.size
+    }
+
     /// Forgets the spares another process claimed (their markers gone: see [`claim`]):
     /// how many are left, and how many went.
     fn unclaimed(&self) -> (usize, usize) {
@@ -117,6 +142,7 @@ impl Shared {
     }
 
     fn fill(&self) {
+        let mut failures = 0;
         while !self.closed.load(Ordering::Acquire) {
             if self.unclaimed().0 >= self.size {
                 return;
@@ -125,8 +151,13 @@ impl Shared {
             if let Err(e) = self.make(id) {
                 tracing::warn!(error = %e, "cannot prepare a spare network");
                 self.remove(id);
-                return;
+                failures += 1;
+                match refill::retry_after_failure(failures, &self.closed, "spare networks") {
+                    true => continue,
+                    false => return,
+                }
             }
+            failures = 0;
             let closed = self.closed.load(Ordering::Acquire);
             match self.spares.lock() {
                 Ok(mut s) if !closed && s.len() < self.size => {

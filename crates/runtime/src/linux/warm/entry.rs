@@ -59,6 +59,7 @@ impl Maker {
     /// Spawns an init into a fresh cgroup, waits for its user namespace, gives it an id
     /// range, and mounts and wires what `shape` says.
     pub fn make(&self, shape: &Shape) -> Result<Warm, RuntimeError> {
+        crate::faults::check("warm.make")?;
         let (key, dir) = self.make_dir()?;
         let mut made: Option<(Child, Channel)> = None;
         let mut base = None;

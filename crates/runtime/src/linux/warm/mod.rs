@@ -74,6 +74,8 @@ struct Shared {
     policy: Mutex<Policy>,
     preferred: AtomicBool,
     filling: AtomicBool,
+    /// Whether a refill was ever asked for (the periodic tick refills only such a pool).
+    started: AtomicBool,
     /// The most entries refills have made at once (never above [`PARALLEL_QUIET`]).
     making_peak: AtomicUsize,
     closed: AtomicBool,
@@ -110,12 +112,26 @@ impl WarmPool {
             policy: Mutex::new(Policy::default()),
             preferred: AtomicBool::new(false),
             filling: AtomicBool::new(false),
+            started: AtomicBool::new(false),
             making_peak: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             images: images::Recent::new(images::DEFAULT_COUNT),
             cap: AtomicUsize::new(usize::MAX),
         };
-        Ok(WarmPool(Arc::new(shared)))
+        let shared = Arc::new(shared);
+        refill::spawn_tick(
+            Arc::downgrade(&shared),
+            "warm-inits-tick",
+            |s| &s.closed,
+            Shared::due,
+            Shared::refill,
+        );
+        Ok(WarmPool(shared))
+    }
+
+    /// Whether a refill is under way (making entries, or waiting to retry a failed make).
+    pub fn refilling(&self) -> bool {
+        self.0.filling.load(Ordering::Acquire)
     }
 
     /// Entries of the wanted shape ready to be taken (not counting the one kept for
@@ -328,7 +344,8 @@ impl WarmPool {
     }
 
     fn refill(&self) {
-        refill::spawn(&self.0, |s| &s.filling, "warm-inits", Shared::fill);
+        self.0.started.store(true, Ordering::Release);
+        Shared::refill(&self.0);
     }
 
     /// Ends an entry that will not be used and removes what it made.
@@ -365,6 +382,37 @@ impl Drop for WarmPool {
 }
 
 impl Shared {
+    fn refill(shared: &Arc<Shared>) {
+        refill::spawn(shared, |s| &s.filling, "warm-inits", Shared::fill);
+    }
+
+    /// For the periodic tick: whether the pool, once filled, is short of entries with
+    /// no refill under way.
+    fn due(&self) -> bool {
+        let due = self.started.load(Ordering::Acquire)
+            && !self.filling.load(Ordering::Acquire)
+            && self.short();
+        if due {
+            tracing::info!("the warm pool is below its target: refilling");
+        }
+        due
+    }
+
+    /// Whether entries the pool wants are missing.
+    fn short(&self) -> bool {
+        let Some(mut missing) = self.wanted() else {
+            return false;
+        };
+        if let Ok(entries) = self.entries.lock() {
+            for w in entries.iter() {
+                if let Some(i) = missing.iter().position(|s| *s == w.shape) {
+                    missing.swap_remove(i);
+                }
+            }
+        }
+        !missing.is_empty()
+    }
+
     /// The entries the pool keeps: the target number of the wanted shape and, when that
     /// has a root parked, one without (for starts of other layer stacks: snapshots,
     /// other images), and one parked in each recent image that still resolves to the
@@ -433,6 +481,7 @@ impl Shared {
     }
 
     fn fill(&self) {
+        let mut failures = 0;
         loop {
             let Some(wanted) = self.wanted() else {
                 return;
@@ -474,9 +523,20 @@ impl Shared {
                     s.spawn(|| self.make_while_missing(&making));
                 }
             });
+            if making.errored.load(Ordering::Acquire) {
+                // A make failed (a temporary shortage, a sweep racing it): tried again
+                // a few times, waiting longer each time, then left to the next start
+                // or tick.
+                failures += 1;
+                if !refill::retry_after_failure(failures, &self.closed, "warm inits") {
+                    return;
+                }
+                continue;
+            }
             if making.failed.load(Ordering::Acquire) {
                 return;
             }
+            failures = 0;
         }
     }
 
@@ -562,6 +622,7 @@ impl Shared {
                 if let Ok(mut shapes) = making.shapes.lock() {
                     done(&mut shapes);
                 }
+                making.errored.store(true, Ordering::Release);
                 return false;
             }
         };
@@ -615,6 +676,8 @@ struct Making {
     shapes: Mutex<Vec<Shape>>,
     /// A make failed or its entry was not wanted any more: the refill stops.
     failed: AtomicBool,
+    /// A make failed: the refill tries again after a while (see [`RETRIES`]).
+    errored: AtomicBool,
 }
 
 /// Removes the entries under `data_dir` whose owning process is gone (one killed before
