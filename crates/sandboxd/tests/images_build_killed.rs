@@ -14,12 +14,13 @@ use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// The sandbox dirs (engine ids) under `data`, warm entries left out.
+/// The sandbox dirs (engine ids) under `data`, warm entries and owner marks left out.
 fn sandbox_dirs(data: &Path) -> Vec<String> {
     let Ok(dir) = std::fs::read_dir(data.join("sandboxes")) else {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| !n.starts_with('.'))
         .collect()
