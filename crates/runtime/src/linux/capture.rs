@@ -23,8 +23,9 @@ pub(super) fn capture(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<Layer
     if !was_frozen {
         rt.cgroups.set_frozen(handle.id, true)?;
     }
-    let mut copied =
-        sync_fs(&rootfs::rootfs(&handle.state_dir)).and_then(|()| copy_tree(&upper, &scratch));
+    let mut copied = sync_fs(&rootfs::rootfs(&handle.state_dir))
+        .and_then(|()| copy_tree(&upper, &scratch))
+        .and_then(|()| crate::faults::check("capture.copied"));
     if !was_frozen {
         let thawed = rt.cgroups.set_frozen(handle.id, false);
         copied = copied.and(thawed);

@@ -429,7 +429,8 @@ impl Runtime for GvisorRuntime {
             self.freeze(handle)?;
         }
         let scratch = self.linux.layers.scratch()?;
-        let mut copied = capture::copy_upper(handle, &scratch);
+        let mut copied = capture::copy_upper(handle, &scratch)
+            .and_then(|()| crate::faults::check("capture.copied"));
         if !was_paused {
             copied = copied.and(self.thaw(handle));
         }
