@@ -23,11 +23,13 @@ fn planted_in_layers(data: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Runs `argv` as uid/gid 65534 with no groups (a local user with no rights).
-fn as_nobody(argv: &[&str]) -> std::process::Output {
+/// Runs `script` (`$0` is `arg`) in a shell as uid/gid 65534 with no groups: a local
+/// user with no rights. (Through a shell: `setpriv` still holds root's capabilities
+/// until its own exec, which would then resolve the path as root.)
+fn as_nobody(script: &str, arg: &str) -> std::process::Output {
     Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .args(argv)
+        .args(["/bin/sh", "-c", script, arg])
         .output()
         .expect("setpriv")
 }
@@ -78,13 +80,13 @@ fn a_planted_setuid_root_program_is_kept_for_the_sandbox_and_unreachable_on_the_
         assert_eq!((meta.mode() & 0o7777, meta.uid()), (0o4755, 0));
         // But no other user gets to it.
         let path = planted[0].to_str().expect("utf-8 path");
-        let run = as_nobody(&[path]);
+        let run = as_nobody("exec \"$0\"", path);
         let said = String::from_utf8_lossy(&run.stdout);
         assert!(
             !run.status.success() && !said.contains("euid=0"),
             "uid 65534 ran the planted program: {said}"
         );
-        let reach = as_nobody(&["/bin/sh", "-c", "test -e \"$0\"", path]);
+        let reach = as_nobody("test -e \"$0\"", path);
         assert!(!reach.status.success(), "uid 65534 can reach {path}");
         // The dirs above are root's alone.
         let mode = |p: &Path| std::fs::metadata(p).expect("meta").mode() & 0o7777;
