@@ -5,9 +5,15 @@
 //! gid, size, content, link target, device numbers (overlay whiteouts are 0:0 char
 //! devices) and `trusted.overlay.opaque` as a PAX xattr. Modification times are written
 //! as 0: they are not part of a layer's identity, so equal trees dedup.
+//!
+//! A layer is made in scratch (`.tmp-<uuid>`, a [`Scratch`]) and renamed into place. A
+//! scratch dir is `flock`ed by its maker while it lives, so opening a store removes the
+//! scratch a killed process left (its lock went with it) and never one a live process
+//! (a server, a `sandboxd run` or a CLI build on the same data dir) is filling.
 
 use super::io;
 use crate::{Layer, RuntimeError};
+use rustix::fs::{flock, FlockOperation};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -31,11 +37,84 @@ pub struct LayerStore {
     root: PathBuf,
 }
 
+/// A scratch directory in the store, locked against sweeps while this value lives
+/// (derefs to its path).
+#[derive(Debug)]
+pub struct Scratch {
+    path: PathBuf,
+    _lock: std::fs::File,
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+const SCRATCH_PREFIX: &str = ".tmp-";
+/// Held shared while a scratch dir is made and locked, exclusively while a sweep picks
+/// the dead ones (so it never takes a dir made but not yet locked).
+const SCRATCH_LOCK: &str = ".scratch.lock";
+
 impl LayerStore {
+    /// Opens (makes, root only) the store of `data_dir` and removes dead scratch.
     pub fn new(data_dir: &Path) -> Result<Self, RuntimeError> {
         let root = data_dir.join("layers");
-        std::fs::create_dir_all(&root).map_err(io("creating the layer store", &root))?;
-        Ok(LayerStore { root })
+        super::private_dir::ensure(&root)?;
+        let store = LayerStore { root };
+        store.sweep_dead_scratch();
+        Ok(store)
+    }
+
+    fn scratch_lock(&self, op: FlockOperation) -> Result<std::fs::File, RuntimeError> {
+        let path = self.root.join(SCRATCH_LOCK);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io("opening the scratch lock", &path))?;
+        flock(&file, op).map_err(|e| io("locking the scratch lock", &path)(e.into()))?;
+        Ok(file)
+    }
+
+    /// Removes the `.tmp-<uuid>` scratch no live process holds (a capture or pull
+    /// killed mid-way); returns how many went.
+    pub fn sweep_dead_scratch(&self) -> usize {
+        let dead: Vec<(PathBuf, std::fs::File)> = {
+            let Ok(_sweeping) = self.scratch_lock(FlockOperation::LockExclusive) else {
+                return 0;
+            };
+            let Ok(entries) = std::fs::read_dir(&self.root) else {
+                return 0;
+            };
+            entries
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
+                        .is_some_and(|id| uuid::Uuid::try_parse(id).is_ok())
+                })
+                .filter_map(|e| {
+                    let dir = std::fs::File::open(e.path()).ok()?;
+                    flock(&dir, FlockOperation::NonBlockingLockExclusive).ok()?;
+                    Some((e.path(), dir))
+                })
+                .collect()
+        };
+        for (path, _held) in &dead {
+            tracing::info!(scratch = %path.display(), "removing a layer scratch dir a killed process left");
+            remove_tree(path);
+        }
+        dead.len()
     }
 
     /// Directory of a stored layer, or `UnknownLayer`.
@@ -52,11 +131,25 @@ impl LayerStore {
         }
     }
 
-    /// A fresh scratch directory inside the store (same filesystem, for atomic renames).
-    pub fn scratch(&self) -> Result<PathBuf, RuntimeError> {
-        let path = self.root.join(format!(".tmp-{}", uuid::Uuid::new_v4()));
+    /// A fresh scratch directory inside the store (same filesystem, for atomic renames),
+    /// locked against sweeps until dropped.
+    pub fn scratch(&self) -> Result<Scratch, RuntimeError> {
+        let _making = self.scratch_lock(FlockOperation::LockShared)?;
+        let path = self
+            .root
+            .join(format!("{SCRATCH_PREFIX}{}", uuid::Uuid::new_v4()));
         std::fs::create_dir(&path).map_err(io("creating a scratch layer", &path))?;
-        Ok(path)
+        let locked = std::fs::File::open(&path).and_then(|dir| {
+            flock(&dir, FlockOperation::NonBlockingLockExclusive)?;
+            Ok(dir)
+        });
+        match locked {
+            Ok(lock) => Ok(Scratch { path, _lock: lock }),
+            Err(e) => {
+                remove_tree(&path);
+                Err(io("locking a scratch layer", &path)(e))
+            }
+        }
     }
 
     /// Digests `dir` and moves it into the store (dropping it if that layer exists).

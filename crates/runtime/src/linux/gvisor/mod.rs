@@ -64,7 +64,8 @@ impl GvisorRuntime {
         let exe =
             runsc::find().ok_or_else(|| RuntimeError::Unsupported(runsc::missing_reason()))?;
         let root = config.data_dir.join("runsc");
-        std::fs::create_dir_all(&root).map_err(super::io("creating the runsc root", &root))?;
+        super::private_dir::ensure(&config.data_dir)?;
+        super::private_dir::ensure(&root)?;
         let rt = GvisorRuntime {
             linux: LinuxRuntime::new(config)?,
             runsc: Runsc {
@@ -321,6 +322,10 @@ impl Runtime for GvisorRuntime {
         }
         self.runsc.run(None, &["pause", &warm::runsc_id(handle)])?;
         Ok(())
+    }
+
+    fn is_frozen(&self, handle: &SandboxHandle) -> bool {
+        !checkpoint::on_disk(handle) && self.is_paused(handle)
     }
 
     fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
