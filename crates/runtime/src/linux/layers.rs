@@ -301,6 +301,34 @@ mod tests {
     }
 
     #[test]
+    fn opening_a_store_sweeps_dead_scratch_and_keeps_live_and_foreign_scratch() {
+        let data = tempfile::tempdir().expect("tempdir");
+        let store = LayerStore::new(data.path()).expect("store");
+        let live = store.scratch().expect("scratch");
+        std::fs::write(live.join("f"), "kept").expect("write");
+        // What a killed capture leaves: its dir, no lock.
+        let dead = data
+            .path()
+            .join("layers")
+            .join(format!(".tmp-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dead.join("sub")).expect("dead scratch");
+        // The image store's own scratch (swept by its owner locks) is not ours.
+        let pull = data.path().join("layers/.tmp-pull-x-y");
+        std::fs::create_dir(&pull).expect("pull scratch");
+        let reopened = LayerStore::new(data.path()).expect("reopen");
+        assert!(!dead.exists(), "dead scratch kept");
+        assert!(live.join("f").exists(), "live scratch swept");
+        assert!(pull.exists(), "the image store's scratch swept");
+        assert_eq!(reopened.sweep_dead_scratch(), 0);
+        drop(live);
+        assert_eq!(
+            reopened.sweep_dead_scratch(),
+            1,
+            "a dropped, uncommitted scratch"
+        );
+    }
+
+    #[test]
     fn commit_dedups_equal_trees() {
         let data = tempfile::tempdir().expect("tempdir");
         let store = LayerStore::new(data.path()).expect("store");
