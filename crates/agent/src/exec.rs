@@ -63,6 +63,9 @@ pub(crate) async fn exec(shared: &Arc<Shared>, req: ExecRequest) -> Result<ExecR
         }
         std::future::ready(true)
     }));
+    // The host gave up on the call (its connection closed, dropping this future): the
+    // command must not run on with nobody to end it.
+    let mut orphaned = KillOnDrop(Some(pid));
     let mut exit_rx = s.exit;
     let mut timed_out = false;
     let exit = if req.timeout_ms == 0 {
@@ -77,6 +80,7 @@ pub(crate) async fn exec(shared: &Arc<Shared>, req: ExecRequest) -> Result<ExecR
             }
         }
     };
+    orphaned.0 = None;
     exited.send_replace(true);
     let _ = reader.await;
     let c = std::mem::take(&mut *lock(&capture));
@@ -95,4 +99,15 @@ pub(crate) async fn exec(shared: &Arc<Shared>, req: ExecRequest) -> Result<ExecR
         output_truncated: c.truncated,
         pid,
     })
+}
+
+/// Kills a command's process group when dropped (an exec the host stopped waiting for).
+struct KillOnDrop(Option<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take() {
+            kill_group(pid, libc::SIGKILL);
+        }
+    }
 }

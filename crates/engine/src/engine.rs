@@ -169,7 +169,8 @@ impl Engine {
         tokio::runtime::Handle::try_current().map_err(|e| {
             EngineError::with_source(ErrorCode::Internal, "the engine needs a Tokio runtime", e)
         })?;
-        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        // Root only: sandbox-made files lie below (the runtime tightens an existing one).
+        make_private_dir(&config.data_dir).map_err(|e| {
             EngineError::with_source(ErrorCode::Internal, "cannot create the data directory", e)
         })?;
         let engine = Arc::new_cyclic(|me| Engine {
@@ -292,4 +293,16 @@ pub(crate) fn not_found(id: Uuid) -> EngineError {
         ErrorCode::SandboxNotFound,
         format!("sandbox {id} not found"),
     )
+}
+
+/// Makes `dir` (its parents as usual) `0700` when it does not exist yet.
+fn make_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
 }

@@ -78,6 +78,8 @@ impl Images {
             _owner_lock: lock,
             gc_lock: Some(gc_lock),
         };
+        // Image-made files (setuid programs of a pulled image) lie below: root only.
+        sandboxd_runtime::linux::private_dir::ensure(&images.data_dir.join("images"))?;
         std::fs::create_dir_all(images.index_dir())
             .map_err(io("creating the blob index", &images.index_dir()))?;
         images.sweep_stale_scratch();

@@ -18,6 +18,8 @@
 //! - `checkpoint.quiesce`: on gVisor, the agent taken not to let go of its socket in
 //!   time for a checkpoint;
 //! - `capture`: a snapshot's layer captured;
+//! - `capture.copied`: the sandbox's upper dir copied into scratch, the sandbox still
+//!   frozen for the copy;
 //! - `restore.saved`: on gVisor, a restore's live handle saved, before its image goes;
 //! - `snapshot_memory.restore`: a memory snapshot taken, before the sandbox is restored;
 //! - `destroy.cgroup`, `destroy.unmount`, `destroy.dir`: the steps of a teardown;

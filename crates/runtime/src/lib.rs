@@ -85,6 +85,13 @@ pub trait Runtime: Send + Sync + 'static {
     /// Thaws a frozen sandbox.
     fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
 
+    /// Whether the sandbox is frozen in memory ([`Runtime::freeze`], or a snapshot's
+    /// capture that a kill interrupted); on disk is not frozen.
+    fn is_frozen(&self, handle: &SandboxHandle) -> bool {
+        let _ = handle;
+        false
+    }
+
     /// Whether [`Runtime::checkpoint`] can write this sandbox's memory to disk here.
     fn can_checkpoint(&self, _handle: &SandboxHandle) -> bool {
         false

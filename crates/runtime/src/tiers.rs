@@ -144,6 +144,10 @@ impl Runtime for Tiers {
         self.of(handle)?.thaw(handle)
     }
 
+    fn is_frozen(&self, handle: &SandboxHandle) -> bool {
+        self.of(handle).is_ok_and(|rt| rt.is_frozen(handle))
+    }
+
     fn can_checkpoint(&self, handle: &SandboxHandle) -> bool {
         self.of(handle).is_ok_and(|rt| rt.can_checkpoint(handle))
     }

@@ -19,7 +19,9 @@ pub fn open_linux(
     resolvers: Option<Vec<Ipv4Addr>>,
     max_ptys: u32,
 ) -> Result<LinuxRuntime> {
-    std::fs::create_dir_all(data_dir)
+    // Root only, tightened if looser: sandbox- and image-made files (setuid programs
+    // among them) lie below.
+    sandboxd_runtime::linux::private_dir::ensure(data_dir)
         .with_context(|| format!("creating data directory {}", data_dir.display()))?;
     let data_dir = data_dir
         .canonicalize()
@@ -37,7 +39,9 @@ pub fn open_gvisor(
     resolvers: Option<Vec<Ipv4Addr>>,
     max_ptys: u32,
 ) -> Result<GvisorRuntime> {
-    std::fs::create_dir_all(data_dir)
+    // Root only, tightened if looser: sandbox- and image-made files (setuid programs
+    // among them) lie below.
+    sandboxd_runtime::linux::private_dir::ensure(data_dir)
         .with_context(|| format!("creating data directory {}", data_dir.display()))?;
     let data_dir = data_dir
         .canonicalize()

@@ -54,6 +54,8 @@ pub enum LogFormat {
 
 pub fn main(args: ServeArgs) -> Result<ExitCode> {
     init_logging_as(args.log_format);
+    // Tests' fault injection points (only in builds with the `failpoints` feature).
+    sandboxd_runtime::faults::from_env();
     let mut config = ServerConfig::load(args.config.as_deref())?;
     if let Some(listen) = args.listen {
         config.listen = listen;

@@ -36,6 +36,12 @@ fn settle(rt: &dyn Runtime, e: &Entry) -> Result<SandboxStatus, EndReason> {
         Pausing => rt.freeze(&handle).map(|()| Paused),
         Resuming => rt.thaw(&handle).map(|()| Running),
         Pending | Starting => Ok(Running),
+        // A snapshot's capture freezes a running sandbox for its copy, with no status
+        // change: a kill in between left it frozen.
+        Running if rt.is_frozen(&handle) => {
+            tracing::warn!(sandbox = %e.sb.id, "thawing a running sandbox left frozen (a snapshot interrupted)");
+            rt.thaw(&handle).map(|()| Running)
+        }
         other => Ok(other),
     };
     settled.map_err(|_| EndReason::Crashed)

@@ -8,11 +8,18 @@ use crate::output::ProcessExit;
 use crate::validate;
 use bytes::Bytes;
 use sandboxd_agent_protocol::ExecRequest;
+use std::time::Duration;
 use uuid::Uuid;
 
+/// How long past a command's own timeout the host waits for the agent's answer (the
+/// agent ends the command at its timeout and answers at once; a frozen or hung agent
+/// never does).
+pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(5);
+
 impl Engine {
-    /// Runs `cmd` in a RUNNING sandbox. A timeout is `ExecTimedOut`, output past the
-    /// cap is `ExecOutputTooLarge`.
+    /// Runs `cmd` in a RUNNING sandbox. A timeout is `ExecTimedOut` (also when the agent
+    /// does not answer within [`ANSWER_MARGIN`] of it), output past the cap is
+    /// `ExecOutputTooLarge`.
     pub async fn exec(
         &self,
         ws: &WorkspaceId,
@@ -33,6 +40,10 @@ impl Engine {
     ) -> Result<ExecResult, EngineError> {
         validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
         let timeout_ms = u64::try_from(cmd.timeout.as_millis()).unwrap_or(u64::MAX);
+        // 0 is no timeout at all (the agent's meaning); then the host waits as long.
+        let answer_limit = (timeout_ms > 0)
+            .then(|| cmd.timeout.checked_add(ANSWER_MARGIN))
+            .flatten();
         let result = self
             // Not held for the call: an exec may run for minutes, and destroy must not
             // wait for it (destroy ends the agent; the exec then fails as unavailable).
@@ -49,9 +60,30 @@ impl Engine {
                     max_output_bytes: cmd.max_output_bytes,
                     user: self.image_user(e)?,
                 };
-                Ok(async move { client.exec(&req).await })
+                Ok(async move {
+                    let Some(limit) = answer_limit else {
+                        return client.exec(&req).await.map(Some);
+                    };
+                    // Dropping the call closes its connection: the agent then ends the
+                    // command (if it can still run at all).
+                    match tokio::time::timeout(limit, client.exec(&req)).await {
+                        Ok(answer) => answer.map(Some),
+                        Err(_) => Ok(None),
+                    }
+                })
             })
             .await?;
+        let Some(result) = result else {
+            tracing::warn!(sandbox = %id, "the sandbox's agent did not answer an exec in time");
+            return Err(EngineError::new(
+                ErrorCode::ExecTimedOut,
+                format!(
+                    "the command did not finish within {timeout_ms} ms, and the sandbox did not \
+                     answer within {} s after that (is it frozen or hung?)",
+                    ANSWER_MARGIN.as_secs()
+                ),
+            ));
+        };
         if result.timed_out {
             return Err(EngineError::new(
                 ErrorCode::ExecTimedOut,

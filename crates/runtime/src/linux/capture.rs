@@ -28,7 +28,8 @@ pub(super) fn capture(
         rt.cgroups.set_frozen(handle.id, true)?;
     }
     let mut copied = sync_fs(&rootfs::rootfs(&handle.state_dir))
-        .and_then(|()| copy_tree(&upper, &scratch, cancel));
+        .and_then(|()| copy_tree(&upper, &scratch, cancel))
+        .and_then(|()| crate::faults::check("capture.copied"));
     if !was_frozen {
         let thawed = rt.cgroups.set_frozen(handle.id, false);
         copied = copied.and(thawed);

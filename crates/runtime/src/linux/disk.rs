@@ -136,7 +136,7 @@ fn template(data_dir: &Path, disk_mb: u32) -> Result<PathBuf, RuntimeError> {
     if path.exists() {
         return Ok(path);
     }
-    std::fs::create_dir_all(&dir).map_err(io("creating the disk templates dir", &dir))?;
+    super::private_dir::ensure(&dir)?;
     let tmp = dir.join(format!(".{disk_mb}.{}.tmp", uuid::Uuid::new_v4()));
     let made = File::create(&tmp)
         .and_then(|f| f.set_len(u64::from(disk_mb) << 20))

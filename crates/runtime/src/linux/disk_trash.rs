@@ -31,7 +31,7 @@ static AGAIN: AtomicBool = AtomicBool::new(false);
 
 /// Moves `img` into `trash`; false when that fails (then the caller removes it itself).
 pub fn discard(img: &Path, trash: &Path) -> bool {
-    let _ = std::fs::create_dir(trash);
+    let _ = super::private_dir::ensure(trash);
     let to = trash.join(format!("{}.img", uuid::Uuid::new_v4()));
     std::fs::rename(img, to).is_ok()
 }

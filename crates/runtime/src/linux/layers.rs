@@ -11,10 +11,16 @@
 //! data runs), then only the data runs' bytes, so that hashing costs what the file
 //! stores. A file without holes is hashed as before (existing layers keep their
 //! digests); a file whose zeros are written, not holes, hashes unlike its sparse twin.
+//!
+//! A layer is made in scratch (`.tmp-<uuid>`, a [`Scratch`]) and renamed into place. A
+//! scratch dir is `flock`ed by its maker while it lives, so opening a store removes the
+//! scratch a killed process left (its lock went with it) and never one a live process
+//! (a server, a `sandboxd run` or a CLI build on the same data dir) is filling.
 
 use super::io;
 use super::sparse;
 use crate::{Cancel, Layer, RuntimeError};
+use rustix::fs::{flock, FlockOperation};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -38,11 +44,84 @@ pub struct LayerStore {
     root: PathBuf,
 }
 
+/// A scratch directory in the store, locked against sweeps while this value lives
+/// (derefs to its path).
+#[derive(Debug)]
+pub struct Scratch {
+    path: PathBuf,
+    _lock: std::fs::File,
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+const SCRATCH_PREFIX: &str = ".tmp-";
+/// Held shared while a scratch dir is made and locked, exclusively while a sweep picks
+/// the dead ones (so it never takes a dir made but not yet locked).
+const SCRATCH_LOCK: &str = ".scratch.lock";
+
 impl LayerStore {
+    /// Opens (makes, root only) the store of `data_dir` and removes dead scratch.
     pub fn new(data_dir: &Path) -> Result<Self, RuntimeError> {
         let root = data_dir.join("layers");
-        std::fs::create_dir_all(&root).map_err(io("creating the layer store", &root))?;
-        Ok(LayerStore { root })
+        super::private_dir::ensure(&root)?;
+        let store = LayerStore { root };
+        store.sweep_dead_scratch();
+        Ok(store)
+    }
+
+    fn scratch_lock(&self, op: FlockOperation) -> Result<std::fs::File, RuntimeError> {
+        let path = self.root.join(SCRATCH_LOCK);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io("opening the scratch lock", &path))?;
+        flock(&file, op).map_err(|e| io("locking the scratch lock", &path)(e.into()))?;
+        Ok(file)
+    }
+
+    /// Removes the `.tmp-<uuid>` scratch no live process holds (a capture or pull
+    /// killed mid-way); returns how many went.
+    pub fn sweep_dead_scratch(&self) -> usize {
+        let dead: Vec<(PathBuf, std::fs::File)> = {
+            let Ok(_sweeping) = self.scratch_lock(FlockOperation::LockExclusive) else {
+                return 0;
+            };
+            let Ok(entries) = std::fs::read_dir(&self.root) else {
+                return 0;
+            };
+            entries
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
+                        .is_some_and(|id| uuid::Uuid::try_parse(id).is_ok())
+                })
+                .filter_map(|e| {
+                    let dir = std::fs::File::open(e.path()).ok()?;
+                    flock(&dir, FlockOperation::NonBlockingLockExclusive).ok()?;
+                    Some((e.path(), dir))
+                })
+                .collect()
+        };
+        for (path, _held) in &dead {
+            tracing::info!(scratch = %path.display(), "removing a layer scratch dir a killed process left");
+            remove_tree(path);
+        }
+        dead.len()
     }
 
     /// Directory of a stored layer, or `UnknownLayer`.
@@ -59,11 +138,25 @@ impl LayerStore {
         }
     }
 
-    /// A fresh scratch directory inside the store (same filesystem, for atomic renames).
-    pub fn scratch(&self) -> Result<PathBuf, RuntimeError> {
-        let path = self.root.join(format!(".tmp-{}", uuid::Uuid::new_v4()));
+    /// A fresh scratch directory inside the store (same filesystem, for atomic renames),
+    /// locked against sweeps until dropped.
+    pub fn scratch(&self) -> Result<Scratch, RuntimeError> {
+        let _making = self.scratch_lock(FlockOperation::LockShared)?;
+        let path = self
+            .root
+            .join(format!("{SCRATCH_PREFIX}{}", uuid::Uuid::new_v4()));
         std::fs::create_dir(&path).map_err(io("creating a scratch layer", &path))?;
-        Ok(path)
+        let locked = std::fs::File::open(&path).and_then(|dir| {
+            flock(&dir, FlockOperation::NonBlockingLockExclusive)?;
+            Ok(dir)
+        });
+        match locked {
+            Ok(lock) => Ok(Scratch { path, _lock: lock }),
+            Err(e) => {
+                remove_tree(&path);
+                Err(io("locking a scratch layer", &path)(e))
+            }
+        }
     }
 
     /// Digests `dir` and moves it into the store (dropping it if that layer exists).
@@ -293,6 +386,34 @@ mod tests {
         let cancel = Cancel::new();
         cancel.cancel();
         assert!(digest_tree_until(a.path(), &cancel).is_err());
+    }
+
+    #[test]
+    fn opening_a_store_sweeps_dead_scratch_and_keeps_live_and_foreign_scratch() {
+        let data = tempfile::tempdir().expect("tempdir");
+        let store = LayerStore::new(data.path()).expect("store");
+        let live = store.scratch().expect("scratch");
+        std::fs::write(live.join("f"), "kept").expect("write");
+        // What a killed capture leaves: its dir, no lock.
+        let dead = data
+            .path()
+            .join("layers")
+            .join(format!(".tmp-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dead.join("sub")).expect("dead scratch");
+        // The image store's own scratch (swept by its owner locks) is not ours.
+        let pull = data.path().join("layers/.tmp-pull-x-y");
+        std::fs::create_dir(&pull).expect("pull scratch");
+        let reopened = LayerStore::new(data.path()).expect("reopen");
+        assert!(!dead.exists(), "dead scratch kept");
+        assert!(live.join("f").exists(), "live scratch swept");
+        assert!(pull.exists(), "the image store's scratch swept");
+        assert_eq!(reopened.sweep_dead_scratch(), 0);
+        drop(live);
+        assert_eq!(
+            reopened.sweep_dead_scratch(),
+            1,
+            "a dropped, uncommitted scratch"
+        );
     }
 
     #[test]

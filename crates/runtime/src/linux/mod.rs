@@ -19,6 +19,7 @@ mod init_process;
 pub mod layer_pins;
 pub mod layers;
 mod net;
+pub mod private_dir;
 mod reconcile;
 mod refill;
 mod requests;
@@ -117,12 +118,10 @@ impl LinuxRuntime {
             ));
         }
         let (cgroups, made_cgroup_parent) = Cgroups::detect_made(&config.cgroup_parent)?;
-        let sandboxes = config.data_dir.join("sandboxes");
-        std::fs::create_dir_all(&sandboxes).map_err(|source| RuntimeError::Io {
-            what: "creating the sandboxes dir",
-            path: sandboxes,
-            source,
-        })?;
+        // Sandbox-made files (a setuid-root program a tenant snapshots) lie below: only
+        // root may enter.
+        private_dir::ensure(&config.data_dir)?;
+        private_dir::ensure(&config.data_dir.join("sandboxes"))?;
         // SAFETY: prctl with integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         let slots = slots::Slots::new(&config.data_dir)?;
@@ -423,6 +422,10 @@ impl Runtime for LinuxRuntime {
     fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         crate::faults::check("thaw")?;
         self.cgroups.set_frozen(handle.id, false)
+    }
+
+    fn is_frozen(&self, handle: &SandboxHandle) -> bool {
+        self.cgroups.is_frozen(handle.id)
     }
 
     fn capture_layer(&self, handle: &SandboxHandle) -> Result<Layer, RuntimeError> {

@@ -64,7 +64,8 @@ impl GvisorRuntime {
         let exe =
             runsc::find().ok_or_else(|| RuntimeError::Unsupported(runsc::missing_reason()))?;
         let root = config.data_dir.join("runsc");
-        std::fs::create_dir_all(&root).map_err(super::io("creating the runsc root", &root))?;
+        super::private_dir::ensure(&config.data_dir)?;
+        super::private_dir::ensure(&root)?;
         let rt = GvisorRuntime {
             linux: LinuxRuntime::new(config)?,
             runsc: Runsc {
@@ -331,6 +332,10 @@ impl Runtime for GvisorRuntime {
         Ok(())
     }
 
+    fn is_frozen(&self, handle: &SandboxHandle) -> bool {
+        !checkpoint::on_disk(handle) && self.is_paused(handle)
+    }
+
     fn thaw(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         crate::faults::check("thaw")?;
         if !self.is_paused(handle) {
@@ -452,7 +457,8 @@ impl Runtime for GvisorRuntime {
             self.freeze(handle)?;
         }
         let scratch = self.linux.layers.scratch()?;
-        let mut copied = capture::copy_upper(handle, &scratch, cancel);
+        let mut copied = capture::copy_upper(handle, &scratch, cancel)
+            .and_then(|()| crate::faults::check("capture.copied"));
         if !was_paused {
             copied = copied.and(self.thaw(handle));
         }
