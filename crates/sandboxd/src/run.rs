@@ -155,10 +155,18 @@ fn open_engine_for(
         config.max_ptys_per_sandbox,
     )?;
     let linux = Arc::new(match one_shot {
-        true => linux
-            .with_deferred_disk_removal()
-            .with_parked_networks()
-            .with_tethered_sandboxes(),
+        true => {
+            let linux = linux
+                .with_deferred_disk_removal()
+                .with_parked_networks()
+                .with_tethered_sandboxes();
+            // The sandbox's init (spawn, first cgroup move, id maps, disk) is made while
+            // the engine opens and the create is recorded; not for the gVisor tier.
+            match config.isolation {
+                Isolation::Container => linux.with_early_init(config.limits().disk_mb_per_sandbox),
+                Isolation::Gvisor => linux,
+            }
+        }
         false => linux,
     });
     let container: Arc<dyn Runtime> = linux.clone();
@@ -277,6 +285,7 @@ async fn run(
         .destroy(&ws, sb.id)
         .await
         .context("destroying the sandbox");
+    linux.discard_early_init();
     phase("destroyed");
     match destroyed.is_ok() {
         true => {

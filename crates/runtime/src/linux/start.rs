@@ -41,6 +41,7 @@ pub(super) fn start_notifying(
             &Default::default(),
         )
     });
+    let warm = warm.or_else(|| rt.early.as_ref().and_then(|early| early.take(spec.disk_mb)));
     start_with(rt, spec, layers, pin, warm, on_netns)
 }
 
@@ -55,15 +56,16 @@ pub(super) fn start_with(
     on_netns: OnNetns<'_>,
 ) -> Result<SandboxHandle, RuntimeError> {
     // A warm entry's id slot (its maps are written) becomes the sandbox's.
-    let slot = match (&warm, &rt.warm) {
-        (Some(w), Some(pool)) => pool.hand_over_slot(w, spec.id).map(|()| w.host_id_base),
+    let slot = match (&warm, &rt.warm, &rt.early) {
+        (Some(w), Some(pool), _) => pool.hand_over_slot(w, spec.id).map(|()| w.host_id_base),
+        (Some(w), None, Some(early)) => early.hand_over_slot(w, spec.id).map(|()| w.host_id_base),
         _ => rt.slots.allocate(spec.id),
     };
     let host_id_base = match slot {
         Ok(prepared) => prepared,
         Err(e) => {
-            if let (Some(w), Some(pool)) = (warm, &rt.warm) {
-                pool.discard(w);
+            if let Some(w) = warm {
+                discard(rt, w);
             }
             return Err(e);
         }
@@ -82,6 +84,15 @@ pub(super) fn start_with(
         pool.refill_after(spec.disk_mb);
     }
     started
+}
+
+/// Ends a taken warm entry that will not be used, by what made it.
+fn discard(rt: &LinuxRuntime, warm: Warm) {
+    match (&rt.warm, &rt.early) {
+        (Some(pool), _) => pool.discard(warm),
+        (None, Some(early)) => early.discard_taken(warm),
+        (None, None) => {}
+    }
 }
 
 /// [`start`] once the slot is held: the state dir (a warm entry's, renamed), the launch,
@@ -103,8 +114,8 @@ fn start_in(
         None => std::fs::DirBuilder::new().mode(0o700).create(&state_dir),
     };
     if let Err(e) = made {
-        if let (Some(w), Some(pool)) = (warm, &rt.warm) {
-            pool.discard(w);
+        if let Some(w) = warm {
+            discard(rt, w);
         }
         rt.slots.free(host_id_base, spec.id);
         return Err(io("creating the sandbox state dir", &state_dir)(e));
