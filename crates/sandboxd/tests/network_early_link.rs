@@ -5,7 +5,7 @@
 //! sandbox dir, mount or process, and its network parked again for the next start.
 //!
 //! Like network_parked.rs, the test runs in a network namespace and with network state
-//! of its own: no other test's sandbox takes its parked network.
+//! of its own: no other test's sandbox takes its parked network; it leaves no reaper.
 
 mod common;
 mod netns_common;
@@ -125,4 +125,33 @@ fn a_taken_network_is_linked_during_the_start_and_a_late_failure_leaves_no_link(
     assert!(sh_ok(&c, "cat /sys/class/net/eth0/operstate").starts_with("up"));
     one_shot.destroy(&c).expect("destroy c");
     scenario.teardown();
+
+    // Nothing lingers after the test: the reaper started for the parked network (with
+    // the hour's linger) is killed, and one started by the next runtime with none
+    // removes the network and ends.
+    for pid in reapers(state.path()) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
+            .expect("kill the reaper");
+    }
+    common::wait_for("the killed reaper ends", || {
+        reapers(state.path()).is_empty()
+    });
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
+    let _reopened = net_runtime(run_dir.path(), state.path());
+    common::wait_for("the parked network is removed", || parked().is_empty());
+    common::wait_for("its reaper ends", || reapers(state.path()).is_empty());
+}
+
+/// PIDs of the reapers of network state `state`.
+fn reapers(state: &Path) -> Vec<i32> {
+    let wanted = format!("__net-reaper\0{}\0", state.display());
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&wanted))
+        })
+        .collect()
 }
