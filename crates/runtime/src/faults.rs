@@ -5,15 +5,16 @@
 //! ([`from_env`]).
 //!
 //! The points, in the order a sandbox meets them:
-//! - `start.disk`: the sandbox's state dirs made and its disk mounted (cold start);
-//! - `start.cgroup`: its cgroups made;
+//! - `start.cgroup`: its cgroups made (cold start);
+//! - `start.disk`: its state dirs made and its disk mounted (cold start);
 //! - `start.mount_root`: its root mounted through the user namespace;
 //! - `start.handshake`: PID 1 attached, before its `Ready`;
 //! - `start.handle`: the agent ready, before `handle.json` is written;
 //! - `start.gvisor.handle`: on gVisor, the container created and started, before the
 //!   agent is attached and `handle.json` written;
 //! - `network.prepare`: the host side of an egress network leased and ruled;
-//! - `network.connect`: the sandbox's link made, before its `resolv.conf`;
+//! - `network.connect`: the sandbox's link made (with a host side made earlier, while
+//!   the sandbox starts), before its `resolv.conf`;
 //! - `freeze`, `thaw`: pause and resume;
 //! - `checkpoint.quiesce`: on gVisor, the agent taken not to let go of its socket in
 //!   time for a checkpoint;

@@ -181,13 +181,19 @@ fn open_engine_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Opened> {
     )?;
     let (linux, tethers) = match tie {
         Tie::Tethered(tethers) => (linux.with_tethers(tethers.clone()), tethers),
-        Tie::OneShot(tethers) => (
-            linux
+        Tie::OneShot(tethers) => {
+            let linux = linux
                 .with_deferred_disk_removal()
                 .with_parked_networks()
-                .with_tethers(tethers.clone()),
-            tethers,
-        ),
+                .with_tethers(tethers.clone());
+            // The sandbox's init (spawn, first cgroup move, id maps, disk) is made while
+            // the engine opens and the create is recorded; not for the gVisor tier.
+            let linux = match config.isolation {
+                Isolation::Container => linux.with_early_init(config.limits().disk_mb_per_sandbox),
+                Isolation::Gvisor => linux,
+            };
+            (linux, tethers)
+        }
     };
     let linux = Arc::new(linux);
     let container: Arc<dyn Runtime> = linux.clone();
@@ -314,6 +320,7 @@ async fn run(
         .destroy(&ws, sb.id)
         .await
         .context("destroying the sandbox");
+    linux.discard_early_init();
     phase("destroyed");
     // The parent cgroup this run made, unless another's sandboxes are in it (another
     // process finding it gone makes it again).

@@ -92,6 +92,8 @@ pub struct LinuxRuntime {
     network: Option<NetConfig>,
     /// Inits started ahead of time; `None` starts every init cold.
     warm: Option<warm::WarmPool>,
+    /// The init a one-shot runtime began making at its open, for its start.
+    early: Option<warm::EarlyInit>,
     /// Host sides of egress networks made ahead of time (with warm inits).
     spare_nets: Option<net::spares::SpareNets>,
     /// Starts that took a warm init, and those that found none.
@@ -135,6 +137,7 @@ impl LinuxRuntime {
             image_lock: Mutex::new(()),
             network: None,
             warm: None,
+            early: None,
             spare_nets: None,
             warm_counts: Default::default(),
             defer_disk_removal: false,
@@ -151,6 +154,32 @@ impl LinuxRuntime {
     pub fn with_deferred_disk_removal(mut self) -> Self {
         self.defer_disk_removal = true;
         self
+    }
+
+    /// Begins making, now and in the background, the init of this (one-shot) runtime's
+    /// next start with a `disk_mb` MiB disk, as a warm entry: its spawn, first cgroup
+    /// move, id maps and disk overlap what the caller does before the start, which takes
+    /// it (waiting for its make if need be). Untaken, it is removed by
+    /// [`LinuxRuntime::discard_early_init`] or on drop. Not for runtimes with warm inits.
+    pub fn with_early_init(mut self, disk_mb: u32) -> Self {
+        if self.warm.is_none() {
+            let (config, cgroups) = (self.config.clone(), self.cgroups.clone());
+            self.early = match warm::EarlyInit::begin(config, cgroups, disk_mb) {
+                Ok(early) => Some(early),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no early init");
+                    None
+                }
+            };
+        }
+        self
+    }
+
+    /// Removes the init [`LinuxRuntime::with_early_init`] made if no start took it.
+    pub fn discard_early_init(&self) {
+        if let Some(early) = &self.early {
+            early.discard();
+        }
     }
 
     /// Keeps `count` sandbox inits started ahead of time (0 = none): a start takes one

@@ -17,8 +17,21 @@ use std::path::PathBuf;
 use std::process::Child;
 use std::time::Instant;
 
+/// Called with the sandbox's network namespace as soon as it exists (before PID 1 is
+/// set up), so the caller can connect it while the start goes on.
+pub(super) type OnNetns<'a> = Option<&'a (dyn Fn(OwnedFd) + Sync)>;
+
 /// Starts a sandbox with only `lo` (from an unwired warm init if there is one).
 pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+    start_notifying(rt, spec, None)
+}
+
+/// [`start`], telling `on_netns` the sandbox's network namespace once it exists.
+pub(super) fn start_notifying(
+    rt: &LinuxRuntime,
+    spec: &SandboxSpec,
+    on_netns: OnNetns<'_>,
+) -> Result<SandboxHandle, RuntimeError> {
     let (layers, pin) = rt.layer_stack(spec)?;
     let warm = rt.warm.as_ref().and_then(|pool| {
         pool.take(
@@ -28,7 +41,8 @@ pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHand
             &Default::default(),
         )
     });
-    start_with(rt, spec, layers, pin, warm)
+    let warm = warm.or_else(|| rt.early.as_ref().and_then(|early| early.take(spec.disk_mb)));
+    start_with(rt, spec, layers, pin, warm, on_netns)
 }
 
 /// Starts a sandbox over `layers` (its [`LinuxRuntime::layer_stack`]) from `warm` if
@@ -39,27 +53,29 @@ pub(super) fn start_with(
     layers: Vec<PathBuf>,
     pin: LayerPin,
     warm: Option<Warm>,
+    on_netns: OnNetns<'_>,
 ) -> Result<SandboxHandle, RuntimeError> {
     // A warm entry's id slot (its maps are written) becomes the sandbox's.
-    let slot = match (&warm, &rt.warm) {
-        (Some(w), Some(pool)) => pool.hand_over_slot(w, spec.id).map(|()| w.host_id_base),
+    let slot = match (&warm, &rt.warm, &rt.early) {
+        (Some(w), Some(pool), _) => pool.hand_over_slot(w, spec.id).map(|()| w.host_id_base),
+        (Some(w), None, Some(early)) => early.hand_over_slot(w, spec.id).map(|()| w.host_id_base),
         _ => rt.slots.allocate(spec.id),
     };
     let host_id_base = match slot {
         Ok(prepared) => prepared,
         Err(e) => {
-            if let (Some(w), Some(pool)) = (warm, &rt.warm) {
-                pool.discard(w);
+            if let Some(w) = warm {
+                discard(rt, w);
             }
             return Err(e);
         }
     };
-    let state_dir = rt.sandboxes_dir().join(spec.id.to_string());
     let was_warm = warm.is_some();
     if rt.warm.is_some() {
         rt.warm_counts.count(was_warm);
     }
-    let started = start_in(rt, spec, &layers, pin, state_dir, host_id_base, warm).map(|mut h| {
+    let started = start_in(rt, spec, &layers, pin, host_id_base, warm, on_netns);
+    let started = started.map(|mut h| {
         h.warm = was_warm;
         h
     });
@@ -70,6 +86,15 @@ pub(super) fn start_with(
     started
 }
 
+/// Ends a taken warm entry that will not be used, by what made it.
+fn discard(rt: &LinuxRuntime, warm: Warm) {
+    match (&rt.warm, &rt.early) {
+        (Some(pool), _) => pool.discard(warm),
+        (None, Some(early)) => early.discard_taken(warm),
+        (None, None) => {}
+    }
+}
+
 /// [`start`] once the slot is held: the state dir (a warm entry's, renamed), the launch,
 /// and the clean-up of a failed one.
 fn start_in(
@@ -77,10 +102,11 @@ fn start_in(
     spec: &SandboxSpec,
     layers: &[PathBuf],
     pin: LayerPin,
-    state_dir: PathBuf,
     host_id_base: u32,
     warm: Option<Warm>,
+    on_netns: OnNetns<'_>,
 ) -> Result<SandboxHandle, RuntimeError> {
+    let state_dir = rt.sandboxes_dir().join(spec.id.to_string());
     // A tethered sandbox's owner mark comes first: a sweeper never sees its dir unowned.
     let marked = match &rt.tethers {
         Some(tethers) => tethers.mark(spec.id, &rt.sandboxes_dir()),
@@ -96,8 +122,8 @@ fn start_in(
         .map_err(io("creating the sandbox state dir", &state_dir))
     });
     if let Err(e) = made {
-        if let (Some(w), Some(pool)) = (warm, &rt.warm) {
-            pool.discard(w);
+        if let Some(w) = warm {
+            discard(rt, w);
         }
         rt.slots.free(host_id_base, spec.id);
         if let Some(tethers) = &rt.tethers {
@@ -118,7 +144,7 @@ fn start_in(
     let mut init: Option<Child> = None;
     let launched = pin
         .write(&handle.state_dir)
-        .and_then(|()| launch(rt, spec, layers, &mut handle, &mut init, warm));
+        .and_then(|()| launch(rt, spec, layers, &mut handle, &mut init, warm, on_netns));
     match launched {
         Ok(()) => Ok(handle),
         Err(e) => {
@@ -148,6 +174,7 @@ fn launch(
     handle: &mut SandboxHandle,
     init: &mut Option<Child>,
     warm: Option<Warm>,
+    on_netns: OnNetns<'_>,
 ) -> Result<(), RuntimeError> {
     let t0 = Instant::now();
     let tm = |phase: &str| tracing::debug!(id = %spec.id, phase, ms = t0.elapsed().as_secs_f64() * 1e3, "start");
@@ -165,59 +192,79 @@ fn launch(
         memory_mb: spec.memory_mb,
         pids_max: spec.pids_max,
     };
-    let (ours, pid, stage) = match warm {
-        Some(w) => {
-            let pid = w.child.id() as i32;
-            *init = Some(w.child);
-            if let Err(e) = rt.cgroups.rename(w.key, spec.id) {
-                if let Some(mut child) = init.take() {
-                    let _ = child.kill();
-                    let _ = child.wait();
+    // The first move into a v1 hierarchy waits for an RCU grace period (5-15 ms here):
+    // a fresh init's attach runs on its own thread from the init's spawn on, while its
+    // disk is made and mounted, the init execs, the root is mounted and PID 1 sets
+    // itself up.
+    let (ours, pid1) = std::thread::scope(|s| {
+        let (ours, pid, stage, attach) = match warm {
+            Some(w) => {
+                let pid = w.child.id() as i32;
+                *init = Some(w.child);
+                if let Err(e) = rt.cgroups.rename(w.key, spec.id) {
+                    if let Some(mut child) = init.take() {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                    let _ = rt.cgroups.remove(w.key);
+                    return Err(e);
                 }
-                let _ = rt.cgroups.remove(w.key);
-                return Err(e);
+                rt.cgroups.set_limits(spec.id, limits)?;
+                // The disk (if any) is mounted already: only the dirs on it remain.
+                let base = handle.host_id_base;
+                rootfs::prepare_dirs(&handle.state_dir, layers.len(), base, None)?;
+                (w.channel, pid, Stage::Warm, None)
             }
-            rt.cgroups.set_limits(spec.id, limits)?;
-            // The disk (if any) is mounted already: only the dirs on it remain.
-            let base = handle.host_id_base;
-            rootfs::prepare_dirs(&handle.state_dir, layers.len(), base, None)?;
-            (w.channel, pid, Stage::Warm)
+            None => {
+                let (ours, theirs) = handshake::pair().map_err(agent_err)?;
+                // Its cgroups first (a few mkdirs and writes), so the init moves into
+                // them while host-only work overlaps its exec.
+                rt.cgroups.create(spec.id, limits)?;
+                faults::check("start.cgroup")?;
+                *init = Some(spawn_init(&rt.config, &theirs.0, &log)?);
+                drop(theirs);
+                tm("spawned");
+                let pid = init.as_ref().map(|c| c.id() as i32).unwrap_or(0);
+                let attach = s.spawn(move || {
+                    let attached = rt.cgroups.attach(spec.id, pid);
+                    tm("attached");
+                    attached
+                });
+                let disk = Some((rt.config.data_dir.as_path(), spec.disk_mb));
+                rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, disk)?;
+                tm("disk");
+                faults::check("start.disk")?;
+                (ours, pid, Stage::Fresh, Some(attach))
+            }
+        };
+        tm("prepared");
+        if stage == Stage::Fresh {
+            expect(&ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
         }
-        None => {
-            let (ours, theirs) = handshake::pair().map_err(agent_err)?;
-            *init = Some(spawn_init(&rt.config, &theirs.0, &log)?);
-            drop(theirs);
-            let pid = init.as_ref().map(|c| c.id() as i32).unwrap_or(0);
-            // Host-only work overlaps the init's exec.
-            let disk = Some((rt.config.data_dir.as_path(), spec.disk_mb));
-            rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, disk)?;
-            faults::check("start.disk")?;
-            rt.cgroups.create(spec.id, limits)?;
-            faults::check("start.cgroup")?;
-            (ours, pid, Stage::Fresh)
+        // The init made its network namespace with its user namespace (PID 1 keeps
+        // it); opened while the init lives. Not told when that fails: the caller then
+        // connects the namespace of the started sandbox's PID 1.
+        if let Some(tell) = on_netns {
+            if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/net")) {
+                tell(ns.into());
+            }
         }
-    };
-    let fresh = stage == Stage::Fresh;
-    tm("prepared");
-    // The first move into a v1 hierarchy waits for an RCU grace period (5-10 ms here):
-    // it runs on its own thread while the root is mounted and PID 1 sets itself up.
-    let pid1 = std::thread::scope(|s| {
-        let attach = s.spawn(|| match fresh {
-            true => rt.cgroups.attach(spec.id, pid),
-            false => Ok(()),
-        });
-        let pid1 = prepare_and_go(rt, spec, layers, handle, &ours, pid, stage).and_then(|()| {
+        let prepared = prepare_and_go(rt, spec, layers, handle, &ours, pid, stage);
+        let pid1 = prepared.and_then(|()| {
             expect(&ours, &log, |m| match m {
                 Msg::Pid(p) => Some(*p),
                 _ => None,
             })
         });
-        let attached = attach.join().unwrap_or_else(|_| {
-            Err(RuntimeError::AgentStart(
-                "attaching the init to its cgroups panicked".into(),
-            ))
-        });
-        attached.and(pid1)
+        let attached = match attach {
+            Some(attach) => attach.join().unwrap_or_else(|_| {
+                Err(RuntimeError::AgentStart(
+                    "attaching the init to its cgroups panicked".into(),
+                ))
+            }),
+            None => Ok(()),
+        };
+        attached.and(pid1).map(|pid1| (ours, pid1))
     })?;
     tm("pid");
     // PID 1 may have been forked before its parent moved: then move it too.
@@ -264,8 +311,9 @@ enum Stage {
     Warm,
 }
 
-/// The handshake up to `Go`: id maps, the root mounted through the user namespace, and
-/// the go-ahead to the init (what a warm entry did when it was made is skipped).
+/// The handshake after the init's `UserNs` up to `Go`: id maps, the root mounted
+/// through the user namespace, and the go-ahead to the init (what a warm entry did when
+/// it was made is skipped).
 fn prepare_and_go(
     rt: &LinuxRuntime,
     spec: &SandboxSpec,
@@ -275,11 +323,10 @@ fn prepare_and_go(
     pid: i32,
     stage: Stage,
 ) -> Result<(), RuntimeError> {
-    let log = &handle.state_dir.join("init.log");
     let max_ptys = rt.config.max_ptys_per_sandbox;
     let userns = match stage {
+        // (Its `UserNs` was received by the caller.)
         Stage::Fresh => {
-            expect(ours, log, |m| matches!(m, Msg::UserNs).then_some(()))?;
             let userns = map_ids(pid, handle.host_id_base)?;
             protect_from_oom(pid)?;
             userns

@@ -20,7 +20,9 @@
 //!
 //! Not covered: a start killed between claiming its network (a parked or spare one) and
 //! making its mark leaves that lease behind (a server's start-up reconcile does not see
-//! it either); warm inits are never tethered (a tethered runtime starts cold).
+//! it either); warm inits are never tethered (a tethered runtime has no pool): its early
+//! init (`warm::EarlyInit`) is tethered at its start's `Go`, and one left untaken by a
+//! killed run is swept as a dead owner's warm entry.
 
 use super::handshake::Channel;
 use super::LinuxRuntime;

@@ -2,20 +2,24 @@
 //! short-lived host thread that joins the sandbox's network namespace, with plain
 //! ioctls: no `nsenter`/`ip` processes on the start path.
 
-use crate::linux::sys::on_thread_in_namespace;
 use crate::RuntimeError;
 use nix::sched::CloneFlags;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-/// Gives `eth0` in the network namespace of `pid` the address `addr/30`, brings it up
-/// and routes everything via `gateway`.
-pub fn configure(pid: i32, addr: Ipv4Addr, gateway: Ipv4Addr) -> Result<(), RuntimeError> {
-    let netns = CloneFlags::CLONE_NEWNET;
-    on_thread_in_namespace(pid, "net", netns, RuntimeError::Network, || {
-        let sock = inet_socket()?;
-        address_and_up(&sock, "eth0", addr)?;
-        add_default_route(&sock, gateway)
+/// Gives `eth0` in the network namespace `ns` is open on the address `addr/30`, brings
+/// it up and routes everything via `gateway`.
+pub fn configure_in(ns: &OwnedFd, addr: Ipv4Addr, gateway: Ipv4Addr) -> Result<(), RuntimeError> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::setns(ns, CloneFlags::CLONE_NEWNET)
+                .map_err(|e| sys("joining the sandbox's network namespace", e))?;
+            let sock = inet_socket()?;
+            address_and_up(&sock, "eth0", addr)?;
+            add_default_route(&sock, gateway)
+        })
+        .join()
+        .unwrap_or_else(|_| Err(RuntimeError::Network("the netns thread panicked".into())))
     })
 }
 

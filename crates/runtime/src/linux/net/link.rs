@@ -3,14 +3,24 @@
 
 use super::host::Lease;
 use crate::RuntimeError;
+use std::os::fd::{AsFd, OwnedFd};
 
 /// Makes the pair with its inner end as `eth0` in the namespace of `pid`, and
 /// addresses both ends with a default route via the host end (netlink and ioctls, no
 /// processes).
 pub fn create(ifname: &str, pid: i32, lease: &Lease) -> Result<(), RuntimeError> {
-    super::netlink::create_veth(ifname, "eth0", pid)?;
+    let path = format!("/proc/{pid}/ns/net");
+    let ns = std::fs::File::open(&path)
+        .map_err(|e| RuntimeError::Network(format!("opening {path}: {e}")))?;
+    create_in(ifname, &ns.into(), lease)
+}
+
+/// [`create`] in the network namespace `ns` is open on (a sandbox's, taken while its
+/// start goes on: its first process may be gone by then).
+pub fn create_in(ifname: &str, ns: &OwnedFd, lease: &Lease) -> Result<(), RuntimeError> {
+    super::netlink::create_veth(ifname, "eth0", ns.as_fd())?;
     super::inner::configure_host_end(ifname, lease.host())?;
-    super::inner::configure(pid, lease.sandbox(), lease.host())
+    super::inner::configure_in(ns, lease.sandbox(), lease.host())
 }
 
 /// Deletes the host end (gone already once the namespace died with the sandbox).

@@ -24,6 +24,7 @@ use crate::{Cidr, NetworkMode, NetworkSpec, Runtime, RuntimeError, SandboxHandle
 use host::{HostLock, RulesLock};
 use policy::Policy;
 use std::net::Ipv4Addr;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use uuid::Uuid;
 
@@ -133,7 +134,7 @@ pub(super) fn start(
             false => policy::resolve(network, &config.resolvers),
         };
         if let Some(warm) = wired::take(rt, spec, &layers, &policy) {
-            let started = super::start::start_with(rt, spec, layers, pin, Some(warm));
+            let started = super::start::start_with(rt, spec, layers, pin, Some(warm), None);
             if started.is_err() {
                 teardown(config, spec.id);
             }
@@ -156,8 +157,12 @@ pub(super) fn start(
             .and_then(|lease| adopt(config, spec.id, lease)),
         (spare, _) => spare,
     };
-    let (prepared, started) = match spare {
-        Some(lease) => (Ok(lease), rt.start(spec)),
+    let (prepared, started, linked) = match spare {
+        Some(lease) => {
+            let (started, linked) = start_linking(rt, spec, &lease);
+            tm("sandbox started, linked");
+            (Ok(lease), started, linked)
+        }
         None => std::thread::scope(|s| {
             let host = s.spawn(|| {
                 let policy = policy::resolve(network, &config.resolvers);
@@ -170,7 +175,7 @@ pub(super) fn start(
             let prepared = host
                 .join()
                 .unwrap_or_else(|_| Err(RuntimeError::Network("network setup panicked".into())));
-            (prepared, started)
+            (prepared, started, None)
         }),
     };
     if let Some(spares) = &rt.spare_nets {
@@ -185,7 +190,12 @@ pub(super) fn start(
             return Err(e);
         }
     };
-    match prepared.and_then(|lease| connect(config, &handle, &lease)) {
+    let connected = match linked {
+        // The link was made while the sandbox started: only its resolv.conf is left.
+        Some(linked) => linked.and_then(|()| resolv_conf(config, &handle)),
+        None => prepared.and_then(|lease| connect(config, &handle, &lease)),
+    };
+    match connected {
         Ok(()) => {
             tm("connected");
             Ok(handle)
@@ -277,11 +287,52 @@ fn connect(
     let (ifname, _) = lease_names(handle.id, lease);
     link::create(&ifname, handle.agent_pid, lease)?;
     crate::faults::check("network.connect")?;
+    resolv_conf(config, handle)
+}
+
+/// The sandbox's `/etc/resolv.conf`, naming the host end's DNS forwarder.
+fn resolv_conf(config: &NetConfig, handle: &SandboxHandle) -> Result<(), RuntimeError> {
     resolv::write_resolv_conf(
         &rootfs::rootfs(&handle.state_dir),
         &config.resolvers,
         handle.host_id_base,
     )
+}
+
+/// Starts the sandbox while its link over `lease` (a host side made earlier) is made on
+/// a second thread as soon as its network namespace exists, instead of after the start.
+/// The link's outcome is `None` when the start told no namespace (it failed first, or
+/// the namespace could not be opened): the caller then connects after the start.
+fn start_linking(
+    rt: &LinuxRuntime,
+    spec: &SandboxSpec,
+    lease: &host::Lease,
+) -> (
+    Result<SandboxHandle, RuntimeError>,
+    Option<Result<(), RuntimeError>>,
+) {
+    let (ifname, _) = lease_names(spec.id, lease);
+    let (tell, told) = std::sync::mpsc::channel::<OwnedFd>();
+    std::thread::scope(|s| {
+        let link = s.spawn(move || {
+            let ns = told.recv().ok()?;
+            let linked = link::create_in(&ifname, &ns, lease);
+            Some(linked.and_then(|()| crate::faults::check("network.connect")))
+        });
+        let started = {
+            // Dropped once the start returns, so the link thread never waits longer.
+            let tell = move |ns: OwnedFd| {
+                let _ = tell.send(ns);
+            };
+            super::start::start_notifying(rt, spec, Some(&tell))
+        };
+        let linked = link.join().unwrap_or_else(|_| {
+            Some(Err(RuntimeError::Network(
+                "making the sandbox's link panicked".into(),
+            )))
+        });
+        (started, linked)
+    })
 }
 
 /// Removes a sandbox's link, rules and lease (idempotent), and the shared table once

@@ -11,6 +11,7 @@ use netlink_packet_route::link::{
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::protocols::NETLINK_ROUTE;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 fn err(what: &str, e: std::io::Error) -> RuntimeError {
     RuntimeError::Network(format!("{what}: {e}"))
@@ -22,12 +23,10 @@ fn link(attributes: Vec<LinkAttribute>) -> LinkMessage {
     msg
 }
 
-/// The RTM_NEWLINK request: `host` here, its peer `peer` in the netns of `pid`.
-fn veth_request(host: &str, peer: &str, pid: i32) -> RouteNetlinkMessage {
-    let peer = link(vec![
-        LinkAttribute::IfName(peer.into()),
-        LinkAttribute::NetNsPid(pid as u32),
-    ]);
+/// The RTM_NEWLINK request: `host` here, its peer `peer` in the netns `ns` names
+/// (`NetNsPid` or `NetNsFd`).
+fn veth_request(host: &str, peer: &str, ns: LinkAttribute) -> RouteNetlinkMessage {
+    let peer = link(vec![LinkAttribute::IfName(peer.into()), ns]);
     RouteNetlinkMessage::NewLink(link(vec![
         LinkAttribute::IfName(host.into()),
         LinkAttribute::LinkInfo(vec![
@@ -42,9 +41,10 @@ fn delete_request(name: &str) -> RouteNetlinkMessage {
     RouteNetlinkMessage::DelLink(link(vec![LinkAttribute::IfName(name.into())]))
 }
 
-/// Makes the veth pair `host` (in our netns) / `peer` (in the netns of `pid`).
-pub fn create_veth(host: &str, peer: &str, pid: i32) -> Result<(), RuntimeError> {
-    let msg = NetlinkMessage::from(veth_request(host, peer, pid));
+/// Makes the veth pair `host` (in our netns) / `peer` (in the netns `ns` is open on).
+pub fn create_veth(host: &str, peer: &str, ns: BorrowedFd<'_>) -> Result<(), RuntimeError> {
+    let request = veth_request(host, peer, LinkAttribute::NetNsFd(ns.as_raw_fd()));
+    let msg = NetlinkMessage::from(request);
     nlsock::transact(
         NETLINK_ROUTE,
         vec![(msg, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL)],
@@ -74,7 +74,7 @@ mod tests {
     #[test]
     fn the_request_nests_the_peer_with_its_namespace() {
         const IFLA_NET_NS_PID: u16 = 19;
-        let msg = bytes(veth_request("sbxabc", "eth0", 42));
+        let msg = bytes(veth_request("sbxabc", "eth0", LinkAttribute::NetNsPid(42)));
         assert_eq!(
             u32::from_ne_bytes(msg[0..4].try_into().expect("len")) as usize,
             msg.len()

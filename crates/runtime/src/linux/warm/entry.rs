@@ -10,6 +10,7 @@ use crate::linux::net::{wired, NetConfig};
 use crate::linux::slots::Slots;
 use crate::linux::{disk, io, layer_pins, refill, rootfs, sys, LinuxConfig};
 use crate::RuntimeError;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -136,18 +137,18 @@ impl Maker {
         let pid = child.id() as i32;
         let ours = &made.insert((child, ours)).1;
         self.cgroups.make(key)?;
-        self.cgroups.attach(key, pid)?;
-        let host_id_base = self.slots.allocate(key)?;
-        *base = Some(host_id_base);
-        let slot_file = dir.join(SLOT_FILE);
-        std::fs::write(&slot_file, host_id_base.to_string())
-            .map_err(io("writing a warm init's slot", &slot_file))?;
-        expect(ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
-        let userns = map_ids(pid, host_id_base)?;
-        protect_from_oom(pid)?;
-        let layer_count = shape.root.as_ref().map_or(1, |(_, layers)| layers.len());
-        let disk = Some((self.config.data_dir.as_path(), shape.disk_mb));
-        rootfs::prepare_dirs(dir, layer_count, host_id_base, disk)?;
+        // The first move into a v1 hierarchy waits for an RCU grace period: on a thread
+        // of its own while the ids are mapped and the disk is made and mounted.
+        let (host_id_base, userns) = std::thread::scope(|s| {
+            let attach = s.spawn(|| self.cgroups.attach(key, pid));
+            let prepared = self.prepare(dir, shape, pid, ours, key, base);
+            let attached = attach.join().unwrap_or_else(|_| {
+                Err(RuntimeError::AgentStart(
+                    "attaching a warm init to its cgroups panicked".into(),
+                ))
+            });
+            attached.and(prepared)
+        })?;
         // Wired first: it stages a file in the upper dir, which must not change under
         // a mounted overlay.
         if let (true, Some(net)) = (shape.wired, &self.net) {
@@ -166,6 +167,32 @@ impl Maker {
             wired::write_after_mount(net, &rootfs::rootfs(dir), host_id_base)?;
         }
         self.park(key, dir, made).map(Some)
+    }
+
+    /// An entry's id slot (recorded in its dir), id maps once its user namespace is
+    /// reported, OOM protection, dirs and disk; its slot's base and user namespace.
+    fn prepare(
+        &self,
+        dir: &Path,
+        shape: &Shape,
+        pid: i32,
+        ours: &Channel,
+        key: Uuid,
+        base: &mut Option<u32>,
+    ) -> Result<(u32, OwnedFd), RuntimeError> {
+        let log = dir.join("init.log");
+        let host_id_base = self.slots.allocate(key)?;
+        *base = Some(host_id_base);
+        let slot_file = dir.join(SLOT_FILE);
+        std::fs::write(&slot_file, host_id_base.to_string())
+            .map_err(io("writing a warm init's slot", &slot_file))?;
+        expect(ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
+        let userns = map_ids(pid, host_id_base)?;
+        protect_from_oom(pid)?;
+        let layer_count = shape.root.as_ref().map_or(1, |(_, layers)| layers.len());
+        let disk = Some((self.config.data_dir.as_path(), shape.disk_mb));
+        rootfs::prepare_dirs(dir, layer_count, host_id_base, disk)?;
+        Ok((host_id_base, userns))
     }
 
     /// Records `layers` in the entry's dir as a sandbox's are, under the collector's

@@ -19,6 +19,7 @@
 //! runtime with a pool removes what such entries left.
 
 mod demand;
+mod early;
 mod entry;
 mod images;
 pub(super) use images::still_stacks;
@@ -30,6 +31,7 @@ use super::slots::Slots;
 use super::{refill, LinuxConfig};
 use crate::RuntimeError;
 use demand::Demand;
+pub(super) use early::EarlyInit;
 use entry::Maker;
 pub(super) use entry::Warm;
 pub(super) use entry::{DIR_PREFIX, SLOT_FILE};

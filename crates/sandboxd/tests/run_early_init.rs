@@ -1,0 +1,211 @@
+//! A one-shot runtime's early init (`with_early_init`, what `sandboxd run` uses): made
+//! at the runtime's open, taken by the start of the same disk size (the sandbox then
+//! starts warm and works), not taken by another size and then removed with everything
+//! it made; and a `sandboxd run` killed with SIGKILL while its early init waits (the
+//! create held before its start) leaves nothing once the next run has opened the data
+//! dir: no entry dir, process, mount, loop device, cgroup or id slot.
+
+mod common;
+mod serve_bin;
+
+use common::{mounts_under, sh_ok, slot_leases};
+use sandboxd_runtime::Runtime;
+use serve_bin::BIN;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Warm entry dirs (`.warm-<key>`) under the data dir's `sandboxes/`: their keys.
+fn warm_keys(data: &Path) -> Vec<String> {
+    std::fs::read_dir(data.join("sandboxes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| Some(e.file_name().to_str()?.strip_prefix(".warm-")?.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Loop devices whose backing file lies under `data`.
+fn loops_under(data: &Path) -> Vec<String> {
+    let data = data.display().to_string();
+    std::fs::read_dir("/sys/block")
+        .expect("/sys/block")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("loop/backing_file"))
+                .is_ok_and(|f| f.starts_with(&data))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The cgroup dirs named `name` under any hierarchy's `parent`.
+fn cgroups_named(parent: &str, name: &str) -> Vec<PathBuf> {
+    std::fs::read_dir("/sys/fs/cgroup")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join(parent).join(name))
+                .filter(|p| p.exists())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Processes whose command line names the data dir's entry `key` (none: its init's
+/// log is in the entry dir, so find the init by its open files instead).
+fn processes_holding(dir: &Path) -> Vec<i32> {
+    let dir = dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.filter_map(|f| f.ok())
+                    .filter_map(|f| std::fs::read_link(f.path()).ok())
+                    .any(|target| target.display().to_string().starts_with(&dir))
+            })
+        })
+        .collect()
+}
+
+fn data_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().canonicalize().expect("canonical");
+    (dir, path)
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(120), "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_start_takes_the_early_init_and_one_of_another_size_is_removed_untaken() {
+    let (_dir, data) = data_dir();
+    let _cleanup = common::runtime(&data);
+    let spec = common::spec("default");
+    let tethers = sandboxd_runtime::linux::Tethers::new();
+    let rt = common::raw_runtime(&data)
+        .with_tethers(tethers.clone())
+        .with_early_init(spec.disk_mb);
+    let taken = rt.start(&spec).expect("start");
+    assert!(taken.warm, "the start did not take the early init");
+    assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
+    assert_eq!(sh_ok(&taken, "echo ok; hostname"), "ok\nbox\n");
+    rt.destroy(&taken).expect("destroy");
+    rt.discard_early_init();
+    tethers.finish_released();
+
+    // Made for a 64 MiB disk: a start without one does not take it.
+    let other = common::raw_runtime(&data).with_early_init(spec.disk_mb + 64);
+    let spec = common::spec("default");
+    let cold = other.start(&spec).expect("start");
+    assert!(
+        !cold.warm,
+        "a start took an early init of another disk size"
+    );
+    other.destroy(&cold).expect("destroy");
+    let keys = warm_keys(&data);
+    assert_eq!(keys.len(), 1, "the untaken early init: {keys:?}");
+    let entry = data.join("sandboxes").join(format!(".warm-{}", keys[0]));
+    other.discard_early_init();
+    assert_eq!(warm_keys(&data), Vec::<String>::new(), "its dir is left");
+    assert_eq!(
+        processes_holding(&entry),
+        Vec::<i32>::new(),
+        "its init is left"
+    );
+    assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
+    assert_eq!(
+        loops_under(&data),
+        Vec::<String>::new(),
+        "loop devices left"
+    );
+    assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
+    let parent = other.cgroups().dirs(uuid::Uuid::nil());
+    for dir in parent.iter().filter_map(|d| d.parent()) {
+        let children: Vec<_> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.path().is_dir())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(children.is_empty(), "cgroups left under {}", dir.display());
+    }
+}
+
+#[test]
+fn a_run_killed_while_its_early_init_waits_leaves_nothing_after_the_next_run() {
+    let (_dir, data) = data_dir();
+    let run = |failpoints: Option<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--network", "none", "--data-dir"])
+            .arg(&data)
+            .args(["--", "/bin/true"])
+            .env_remove("SANDBOXD_DATA_DIR")
+            .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+            .stdin(Stdio::null());
+        if let Some(points) = failpoints {
+            cmd.env("SANDBOXD_FAILPOINTS", points);
+        }
+        cmd
+    };
+    // A first run makes the disk template (its first make formats it).
+    assert!(run(None).status().expect("run").success());
+    assert!(serve_bin::wait_for_runs(&data).is_empty());
+
+    // The create held before its start: the early init is made and waits.
+    let mut held = run(Some("store.insert_sandbox=sleep(60000)"))
+        .spawn()
+        .expect("spawn the held run");
+    wait_until("the early init's disk is mounted", || {
+        warm_keys(&data).len() == 1 && !mounts_under(&data).is_empty()
+    });
+    let key = warm_keys(&data).remove(0);
+    let entry = data.join("sandboxes").join(format!(".warm-{key}"));
+    let marker_pids: Vec<i32> = std::fs::read_dir(data.join("runs"))
+        .expect("runs")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("pid ")?.trim().parse().ok())
+        })
+        .collect();
+    assert_eq!(marker_pids.len(), 1, "the held run's worker");
+    for pid in [marker_pids[0], held.id() as i32] {
+        // SAFETY: kill(2) on processes this test started (the run and its worker).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let _ = held.wait();
+    assert_eq!(
+        warm_keys(&data),
+        vec![key.clone()],
+        "the dead run's entry is swept early"
+    );
+
+    // The next run opens the data dir: the dead run's entry goes with all it made.
+    assert!(run(None).status().expect("run").success());
+    assert!(serve_bin::wait_for_runs(&data).is_empty());
+    assert_eq!(warm_keys(&data), Vec::<String>::new(), "the entry is left");
+    wait_until("the dead run's init ends", || {
+        processes_holding(&entry).is_empty()
+    });
+    assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
+    assert_eq!(
+        loops_under(&data),
+        Vec::<String>::new(),
+        "loop devices left"
+    );
+    assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
+    assert_eq!(
+        cgroups_named("sandboxd", &key),
+        Vec::<PathBuf>::new(),
+        "cgroups left"
+    );
+}
