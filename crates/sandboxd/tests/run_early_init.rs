@@ -168,17 +168,21 @@ fn a_run_killed_while_its_early_init_waits_leaves_nothing_after_the_next_run() {
     });
     let key = warm_keys(&data).remove(0);
     let entry = data.join("sandboxes").join(format!(".warm-{key}"));
-    let marker_pids: Vec<i32> = std::fs::read_dir(data.join("runs"))
-        .expect("runs")
+    // The held run's worker: the child the waiting process forked at its start.
+    let workers: Vec<i32> = std::fs::read_dir("/proc")
+        .expect("/proc")
         .filter_map(|e| e.ok())
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("pid ")?.trim().parse().ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("PPid:"))
+                    .is_some_and(|p| p.trim() == held.id().to_string())
+            })
         })
         .collect();
-    assert_eq!(marker_pids.len(), 1, "the held run's worker");
-    for pid in [marker_pids[0], held.id() as i32] {
+    assert_eq!(workers.len(), 1, "the held run's worker");
+    for pid in [workers[0], held.id() as i32] {
         // SAFETY: kill(2) on processes this test started (the run and its worker).
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
