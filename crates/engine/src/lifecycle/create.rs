@@ -126,6 +126,15 @@ impl Engine {
             Some(plan) => Some(self.measure_disk(plan.disk_mb).await?),
             None => None,
         };
+        // A fork too gets the network its create asks for, under its own workspace's
+        // policy: its own link, address and rules (the memory image holds none of them).
+        // Read before admission, like the plan: it depends on no other create.
+        let network = crate::egress::network_spec(
+            self.store.as_ref(),
+            ws,
+            &req,
+            self.limits.default_network,
+        )?;
         let admission = self.admission.lock().await;
         let plan = match early {
             Some(plan) => plan,
@@ -160,15 +169,6 @@ impl Engine {
                 };
             }
         }
-        // A fork too gets the network its create asks for, under its own workspace's
-        // policy: its own link, address and rules (the memory image holds none of them).
-        let network = crate::egress::network_spec(
-            self.store.as_ref(),
-            ws,
-            &req,
-            self.limits.default_network,
-        )?;
-        tm("network spec");
         let active = self
             .store
             .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;

@@ -303,6 +303,13 @@ impl LinuxRuntime {
         self.warm.as_ref().map_or(0, |pool| pool.making_peak())
     }
 
+    /// Warm inits this runtime's refills began to make while a start was under way.
+    pub fn warm_inits_made_beside_starts(&self) -> usize {
+        self.warm
+            .as_ref()
+            .map_or(0, |pool| pool.made_beside_starts())
+    }
+
     /// Wired warm inits made for the policy of a recent start, ready now.
     pub fn warm_inits_with_policy(&self) -> usize {
         self.warm
@@ -424,6 +431,7 @@ impl Runtime for LinuxRuntime {
     }
 
     fn start(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+        let _starting = self.warm.as_ref().map(|pool| pool.starting());
         start::start(self, spec)
     }
 
@@ -432,6 +440,7 @@ impl Runtime for LinuxRuntime {
         spec: &SandboxSpec,
         network: &crate::NetworkSpec,
     ) -> Result<SandboxHandle, RuntimeError> {
+        let _starting = self.warm.as_ref().map(|pool| pool.starting());
         net::start(self, spec, network)
     }
 

@@ -18,8 +18,10 @@ pub(super) const WRITE_BOUND: Duration = Duration::from_secs(2);
 /// recovery in another process).
 const READ_BOUND: Duration = Duration::from_secs(2);
 
-/// Readers kept open for reuse.
-const IDLE_READERS: usize = 8;
+/// Readers kept open for reuse: as many as a burst of concurrent requests reads with
+/// at once, so that the next burst opens none (each new connection reads the schema
+/// afresh on its first statement).
+pub(super) const IDLE_READERS: usize = 32;
 
 /// Opens a connection to the database at `path` with the store's settings.
 pub(super) fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
@@ -78,6 +80,29 @@ impl Conns {
             Err(StoreError::Full) if self.reserve.release() => op(&mut conn),
             other => other,
         }
+    }
+
+    /// Opens readers (their schema read) until `n` are idle, at most
+    /// [`IDLE_READERS`]; a failure leaves fewer, to be opened when needed.
+    pub(super) fn open_readers(&self, n: usize) {
+        let n = n.min(IDLE_READERS);
+        while self.readers.lock().len() < n {
+            let conn = match open(&self.path) {
+                Ok(conn) => conn,
+                Err(_) => return,
+            };
+            let read: rusqlite::Result<i64> =
+                conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0));
+            if read.is_err() {
+                return;
+            }
+            self.readers.lock().push(conn);
+        }
+    }
+
+    /// Readers idle now.
+    pub(super) fn idle_readers(&self) -> usize {
+        self.readers.lock().len()
     }
 
     /// A reader: an idle one, or a new connection.

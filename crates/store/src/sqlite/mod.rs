@@ -72,6 +72,18 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// Opens readers ahead (their schema read) until `n` are idle, at most 32: a
+    /// server's first burst of requests then opens no connection on its way. A
+    /// failure leaves fewer, opened when needed as before.
+    pub fn open_readers(&self, n: usize) {
+        self.conns.open_readers(n)
+    }
+
+    /// Readers idle now, ready for the next read.
+    pub fn idle_readers(&self) -> usize {
+        self.conns.idle_readers()
+    }
+
     /// A connection to `path` in WAL mode with every migration run.
     fn set_up(path: &Path) -> StoreResult<rusqlite::Connection> {
         let mut conn = conns::open(path)?;

@@ -36,7 +36,7 @@ use entry::Maker;
 pub(super) use entry::Warm;
 pub(super) use entry::{DIR_PREFIX, SLOT_FILE};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,24 @@ struct Shared {
     images: images::Recent,
     /// Sandboxes and entries together at most (see [`WarmPool::cap_at`]).
     cap: AtomicUsize,
+    /// Starts under way now, each with when it began (see [`WarmPool::starting`]):
+    /// refills make nothing beside them.
+    under_way: Mutex<Vec<(u64, Instant)>>,
+    next_start: AtomicU64,
+    /// Entries a refill began to make while a start was under way (none, unless one
+    /// began in the instant between the refill's look and its make).
+    made_beside_starts: AtomicUsize,
+}
+
+/// A start under way, counted until dropped (see [`WarmPool::starting`]).
+pub(in crate::linux) struct Starting(Arc<Shared>, u64);
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Ok(mut under_way) = self.0.under_way.lock() {
+            under_way.retain(|(id, _)| *id != self.1);
+        }
+    }
 }
 
 /// The pool; dropping it ends and removes every entry.
@@ -119,6 +137,9 @@ impl WarmPool {
             closed: AtomicBool::new(false),
             images: images::Recent::new(images::DEFAULT_COUNT),
             cap: AtomicUsize::new(usize::MAX),
+            under_way: Mutex::new(Vec::new()),
+            next_start: AtomicU64::new(0),
+            made_beside_starts: AtomicUsize::new(0),
         };
         let shared = Arc::new(shared);
         refill::spawn_tick(
@@ -156,6 +177,21 @@ impl WarmPool {
     /// The most entries refills have made at once so far.
     pub fn making_peak(&self) -> usize {
         self.0.making_peak.load(Ordering::Acquire)
+    }
+
+    /// Counts a start as under way until the guard is dropped: while any is, refills
+    /// wait (making an entry takes the CPUs a small host's starts need).
+    pub fn starting(&self) -> Starting {
+        let id = self.0.next_start.fetch_add(1, Ordering::AcqRel);
+        if let Ok(mut under_way) = self.0.under_way.lock() {
+            under_way.push((id, Instant::now()));
+        }
+        Starting(self.0.clone(), id)
+    }
+
+    /// Entries refills began to make while a start was under way, so far.
+    pub fn made_beside_starts(&self) -> usize {
+        self.0.made_beside_starts.load(Ordering::Acquire)
     }
 
     /// Entries wired for a policy of their own, ready to be taken.
@@ -458,10 +494,12 @@ impl Shared {
         cap.saturating_sub(sandboxes)
     }
 
-    /// Waits until starts pause or the pool has nothing left for them; `false` once the
-    /// pool is closed. Making entries (an exec of this binary, cgroups, mounts, a disk)
-    /// takes both CPUs of a small host: measured, warm starts in a burst took 10-20 ms
-    /// with a refill beside them and ~5 ms without, so the refill lets them finish first.
+    /// Waits until no start is under way and starts pause (or the pool has nothing
+    /// left for them); `false` once the pool is closed. Making entries (an exec of this
+    /// binary, cgroups, mounts, a disk) takes both CPUs of a small host: measured, warm
+    /// starts in a burst took 10-20 ms with a refill beside them and ~5 ms without, so
+    /// the refill lets them finish first — an empty pool too (a start that finds it
+    /// empty does a make's work itself; one made beside it only slows both).
     fn wait_for_pause(&self) -> bool {
         loop {
             if self.closed.load(Ordering::Acquire) {
@@ -475,11 +513,21 @@ impl Shared {
             let left = self.entries.lock().map_or(0, |e| {
                 e.iter().filter(|w| Some(&w.shape) == want.as_ref()).count()
             });
-            if quiet >= PAUSE || left == 0 {
+            if may_make(quiet, left, self.starts_under_way()) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Starts under way that began less than [`STUCK_START`] ago.
+    fn starts_under_way(&self) -> usize {
+        let now = Instant::now();
+        self.under_way.lock().map_or(0, |u| {
+            u.iter()
+                .filter(|(_, t)| now.saturating_duration_since(*t) < STUCK_START)
+                .count()
+        })
     }
 
     fn fill(&self) {
@@ -550,7 +598,12 @@ impl Shared {
                 return;
             }
             let shape = match self.claim(making) {
-                Claim::Make(shape) => shape,
+                Claim::Make(shape) => {
+                    if self.starts_under_way() > 0 {
+                        self.made_beside_starts.fetch_add(1, Ordering::AcqRel);
+                    }
+                    shape
+                }
                 Claim::Busy => {
                     std::thread::sleep(Duration::from_millis(5));
                     continue;
@@ -661,6 +714,17 @@ impl Shared {
     }
 }
 
+/// How long a start may stay under way before refills stop waiting for it (a start
+/// stuck on a slow host must not stop the pool's refill).
+const STUCK_START: Duration = Duration::from_secs(10);
+
+/// Whether a refill may make an entry now: no start under way (`starting`: those
+/// under way for less than [`STUCK_START`]), and starts paused for [`PAUSE`] or none
+/// left for them.
+fn may_make(quiet: Duration, left: usize, starting: usize) -> bool {
+    starting == 0 && (quiet >= PAUSE || left == 0)
+}
+
 /// What a maker of a refill does next.
 enum Claim {
     /// Make an entry of this shape.
@@ -686,4 +750,23 @@ struct Making {
 /// it could drain its pool); run by every runtime that opens the data dir.
 pub(super) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &Slots) {
     entry::sweep_stale(data_dir, cgroups, slots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refill_waits_for_starts_under_way_and_for_a_pause() {
+        let ms = Duration::from_millis;
+        // Starts paused, none under way: make.
+        assert!(may_make(PAUSE, 3, 0));
+        // The pool empty and nothing under way: make at once.
+        assert!(may_make(ms(1), 0, 0));
+        // A start under way: wait, even with the pool empty or a pause.
+        assert!(!may_make(ms(1), 0, 1));
+        assert!(!may_make(PAUSE, 3, 2));
+        // Starts still coming and entries left: wait.
+        assert!(!may_make(ms(1), 3, 0));
+    }
 }
