@@ -52,7 +52,7 @@ async fn slow_exec(s: &Server, id: &str, cmd: &str) -> (Vec<Value>, u64) {
     while let Some(frame) = body.frame().await {
         raw.extend(frame.expect("frame").into_data().unwrap_or_default());
         frames += 1;
-        if frames % 16 == 0 {
+        if frames.is_multiple_of(16) {
             peak = peak.max(s.rss_kib());
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -142,7 +142,7 @@ async fn a_slow_terminal_reader_gets_every_byte() {
             other => panic!("unexpected {other:?}"),
         }
         messages += 1;
-        if messages % 16 == 0 {
+        if messages.is_multiple_of(16) {
             peak = peak.max(s.rss_kib());
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

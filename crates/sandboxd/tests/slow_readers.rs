@@ -48,7 +48,7 @@ fn slow_get(server: &Server, path: &str) -> (Vec<u8>, u64) {
         }
         raw.extend_from_slice(&buf[..n]);
         reads += 1;
-        if reads % 64 == 0 {
+        if reads.is_multiple_of(64) {
             peak = peak.max(rss_kib(server.pid()));
             std::thread::sleep(Duration::from_millis(5));
         }
