@@ -156,3 +156,165 @@ fn past_the_connection_cap_a_client_gets_a_503_in_its_dialect() {
     }
     drop(slow);
 }
+
+fn open_fds(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fd dir")
+        .count()
+}
+
+/// Raises this process's soft descriptor limit to its hard limit (for the held
+/// connections below).
+fn raise_own_nofile() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).expect("setrlimit");
+    hard
+}
+
+#[test]
+fn half_open_and_silent_connections_leave_a_whole_lifecycle_working_and_are_closed() {
+    let hard = raise_own_nofile();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The default header-read timeout (10 s) and connection cap (4096).
+    let server = Server::start(dir.path(), Some(MASTER));
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid())).unwrap();
+    eprintln!(
+        "{}",
+        limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap()
+    );
+    assert_eq!(
+        server.request("GET", "/v2/sandboxes", MASTER, None).status,
+        200
+    );
+    let baseline = open_fds(server.pid());
+
+    // 3000 that send half a request and 1000 that send nothing (within the cap, so each
+    // holds a descriptor of the server until its header timeout).
+    let want = 4000.min(hard as usize / 2);
+    let mut held = slow_connections(server.addr, want * 3 / 4);
+    held.extend((0..want / 4).map(|_| TcpStream::connect(server.addr).expect("connect")));
+    let during = open_fds(server.pid());
+    eprintln!("server descriptors: {baseline} before, {during} with {want} stalled");
+
+    // A normal client is served the whole way while they are held.
+    let id = server.create_sandbox(
+        MASTER,
+        &serde_json::json!({"name": "beside-stalled", "vcpu": 1, "memoryMb": 256}),
+    );
+    let (code, out) = server.exec(MASTER, &id, &["/bin/sh", "-c", "echo served"]);
+    assert_eq!((code, out.as_str()), (0, "served\n"));
+    server.destroy(MASTER, &id);
+
+    // The server closes every stalled one after its header timeout (half-request ones may
+    // get a 408 first), and its descriptor count comes back to near its baseline.
+    for conn in held.iter_mut().step_by(50) {
+        assert!(
+            closed_by_server(conn, Duration::from_secs(60)),
+            "a stalled connection outlived the header timeout"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let after = loop {
+        let after = open_fds(server.pid());
+        if after <= baseline + 16 || Instant::now() > deadline {
+            break after;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    eprintln!("server descriptors after the timeout: {after}");
+    assert!(
+        after <= baseline + 16,
+        "{after} descriptors, {baseline} at the start"
+    );
+    drop(held);
+    assert_eq!(
+        server.request("GET", "/v2/sandboxes", MASTER, None).status,
+        200
+    );
+}
+
+/// Starts the server with a descriptor limit of `soft`/`hard` set before it runs.
+fn server_with_nofile(data_dir: &std::path::Path, soft: u64, hard: u64) -> Server {
+    use std::os::unix::process::CommandExt;
+    let env = [("SANDBOXD_HEADER_READ_TIMEOUT_SECONDS", "3")];
+    Server::start_with(data_dir, Some(MASTER), &env, move |cmd| {
+        // SAFETY: setrlimit(2) only, async-signal-safe, between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+    })
+}
+
+#[test]
+fn a_low_soft_descriptor_limit_is_raised_and_running_out_is_survived() {
+    raise_own_nofile();
+    // Soft 256, hard 4096: the server raises its soft limit, so 1000 stalled
+    // connections all get a descriptor and a normal request is still served.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = server_with_nofile(dir.path(), 256, 4096);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    assert_eq!(line.split_whitespace().nth(3), Some("4096"), "{line}");
+    let held = slow_connections(server.addr, 1000);
+    assert_eq!(
+        server.request("GET", "/v2/sandboxes", MASTER, None).status,
+        200
+    );
+    drop(held);
+    drop(server);
+
+    // Hard 300: 1000 stalled connections run the server out of descriptors. It must
+    // neither die nor stop accepting for good: once they time out, it serves again.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = server_with_nofile(dir.path(), 300, 300);
+    let held: Vec<TcpStream> = (0..1000)
+        .filter_map(|_| {
+            let mut c = TcpStream::connect(server.addr).ok()?;
+            c.write_all(HALF).ok()?;
+            Some(c)
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(running(server.pid()), "the server died out of descriptors");
+        let reply = serve_bin::try_http(
+            server.addr,
+            "GET",
+            "/v2/sandboxes",
+            &[("authorization", format!("Bearer {MASTER}"))],
+            "",
+        )
+        .map(|r| r.status);
+        if matches!(reply, Ok(200)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never served again: {reply:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    drop(held);
+    assert!(running(server.pid()));
+}
+
+/// Whether process `pid` exists and is not a zombie.
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
