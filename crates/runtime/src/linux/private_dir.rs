@@ -5,14 +5,16 @@
 //! program, kept as it is for the sandbox's sake (a restored sandbox sees its setuid bit).
 //! On the host such a file must be out of reach of every other user: made `0700` and
 //! owned by the server's user, a dir cannot be entered, so nothing below it can be run.
+//! An existing dir is tightened only when the server's user owns it (see [`tighten`]).
 
 use super::io;
 use crate::RuntimeError;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use rustix::fs::{Mode, OFlags};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::Path;
 
 /// Makes `dir` (its parents as usual) `0700` and owned by this process's user, tightening
-/// an existing one that is looser (logged, with its old mode and owner).
+/// an existing one of this user's that is looser (see [`tighten`]).
 pub fn ensure(dir: &Path) -> Result<(), RuntimeError> {
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io("creating a directory", parent))?;
@@ -25,25 +27,58 @@ pub fn ensure(dir: &Path) -> Result<(), RuntimeError> {
     tighten(dir)
 }
 
-/// Makes an existing `dir` `0700` and owned by this process's user if it is not.
+/// Makes an existing `dir` of this process's user `0700` if it is looser (logged, with
+/// its old mode).
+///
+/// Never through another user's symlink: a symlink is followed only when this process's
+/// user owns it (an operator's data dir placed elsewhere), so a user who could write
+/// where a private dir belongs cannot point root's `chmod` at a dir of root's. A dir
+/// another user owns (a mistaken `--data-dir $HOME`, a user's dir run with sudo) is left
+/// as it is, neither taken over nor changed, with a warning: that user, and whom it
+/// lets in, can reach what sandboxes and images made below it, setuid programs included.
 pub fn tighten(dir: &Path) -> Result<(), RuntimeError> {
-    let meta = std::fs::metadata(dir).map_err(io("reading a private directory", dir))?;
-    let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
-    let (mode, owner) = (meta.mode() & 0o7777, meta.uid());
-    if owner != uid.as_raw() {
-        std::os::unix::fs::chown(dir, Some(uid.as_raw()), Some(gid.as_raw()))
-            .map_err(io("taking ownership of a private directory", dir))?;
+    let uid = nix::unistd::geteuid().as_raw();
+    let link = std::fs::symlink_metadata(dir).map_err(io("reading a private directory", dir))?;
+    if link.file_type().is_symlink() && link.uid() != uid {
+        return Err(io("opening a private directory", dir)(
+            std::io::Error::other(format!(
+                "it is a symlink owned by uid {}, not by the server's user: not followed",
+                link.uid()
+            )),
+        ));
     }
-    if mode != 0o700 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(io("making a directory private", dir))?;
-    }
-    if owner != uid.as_raw() || mode & 0o077 != 0 {
+    let resolved = match link.file_type().is_symlink() {
+        true => std::fs::canonicalize(dir).map_err(io("resolving a private directory", dir))?,
+        false => dir.to_path_buf(),
+    };
+    // Opened without following a symlink (a swap after the look above is refused), then
+    // changed through the descriptor.
+    let fd = rustix::fs::open(
+        &resolved,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io("opening a private directory", &resolved)(e.into()))?;
+    let st = rustix::fs::fstat(&fd)
+        .map_err(|e| io("reading a private directory", &resolved)(e.into()))?;
+    let (mode, owner) = (st.st_mode & 0o7777, st.st_uid);
+    if owner != uid {
         tracing::warn!(
-            dir = %dir.display(),
+            dir = %resolved.display(),
+            owner,
+            mode = format!("{mode:o}"),
+            "a directory that holds sandbox-made files is owned by another user: left as it \
+             is; that user can reach those files, setuid programs included"
+        );
+        return Ok(());
+    }
+    if mode & 0o077 != 0 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))
+            .map_err(|e| io("making a directory private", &resolved)(e.into()))?;
+        tracing::warn!(
+            dir = %resolved.display(),
             old_mode = format!("{mode:o}"),
-            old_owner = owner,
-            "tightened a directory that holds sandbox-made files to 0700, owned by the server's user"
+            "tightened a directory that holds sandbox-made files to 0700"
         );
     }
     Ok(())
@@ -52,6 +87,7 @@ pub fn tighten(dir: &Path) -> Result<(), RuntimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn makes_a_new_dir_private_and_tightens_a_loose_one() {
@@ -65,5 +101,42 @@ mod tests {
         std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
         ensure(&loose).expect("ensure");
         assert_eq!(mode(&loose), 0o700);
+    }
+
+    /// A dir another user owns (a mistaken `--data-dir $HOME`, a user's dir run with
+    /// sudo) is neither taken over nor changed, and a symlink another user planted where
+    /// a private dir belongs is not followed: root never chmods or chowns its target.
+    #[test]
+    fn leaves_another_users_dir_and_does_not_follow_their_symlink() {
+        let top = tempfile::tempdir().expect("tempdir");
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").mode() & 0o7777;
+        let owner = |p: &Path| std::fs::metadata(p).expect("meta").uid();
+        let theirs = top.path().join("home");
+        std::fs::create_dir(&theirs).expect("mkdir");
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+        ensure(&theirs).expect("ensure");
+        assert_eq!(
+            (owner(&theirs), mode(&theirs)),
+            (65534, 0o755),
+            "their dir changed"
+        );
+        // Their symlink where `layers/` belongs, to a root-owned dir they cannot change.
+        let target = top.path().join("root-owned");
+        std::fs::create_dir(&target).expect("mkdir");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let link = top.path().join("layers");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).expect("lchown");
+        assert!(
+            ensure(&link).is_err(),
+            "another user's symlink was followed"
+        );
+        assert_eq!(mode(&target), 0o755, "the symlink's target was chmodded");
+        // The server's own symlink (an operator's data dir elsewhere) is followed.
+        let ours = top.path().join("data");
+        std::os::unix::fs::symlink(&target, &ours).expect("symlink");
+        ensure(&ours).expect("ensure through our own symlink");
+        assert_eq!(mode(&target), 0o700);
     }
 }
