@@ -34,6 +34,12 @@ impl Engine {
     }
 
     /// [`Engine::snapshot`], keeping the memory only when `memory` (and the backend can).
+    ///
+    /// The snapshot runs in a task the engine owns, not in the caller's future (as a
+    /// template build does): a caller that goes away (an HTTP client that disconnects)
+    /// leaves it to finish. Its disk reservation is held until the capture ends, and
+    /// the snapshot is recorded (the client finds it in the list), so a layer is never
+    /// left behind with no record naming it nor admission bypassed by disconnecting.
     pub(crate) async fn snapshot_with(
         &self,
         ws: &WorkspaceId,
@@ -41,11 +47,23 @@ impl Engine {
         name: Option<String>,
         memory: bool,
     ) -> Result<Snapshot, EngineError> {
-        let taken = self.snapshot_steps(ws, id, name, memory).await;
-        self.metrics
-            .operation(crate::metrics::Operation::Snapshot, &taken);
-        self.audit(ws, "sandbox.snapshot", Some(id.to_string()), &taken);
-        taken
+        let Some(me) = self.me.upgrade() else {
+            return Err(EngineError::new(
+                ErrorCode::Unavailable,
+                "the engine is shutting down",
+            ));
+        };
+        let ws = ws.clone();
+        let task = tokio::spawn(async move {
+            let taken = me.snapshot_steps(&ws, id, name, memory).await;
+            me.metrics
+                .operation(crate::metrics::Operation::Snapshot, &taken);
+            me.audit(&ws, "sandbox.snapshot", Some(id.to_string()), &taken);
+            taken
+        });
+        task.await.map_err(|e| {
+            EngineError::with_source(ErrorCode::Internal, "the snapshot task failed", e)
+        })?
     }
 
     async fn snapshot_steps(

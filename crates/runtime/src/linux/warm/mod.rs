@@ -495,15 +495,18 @@ impl Shared {
     }
 
     /// Waits until no start is under way and starts pause (or the pool has nothing
-    /// left for them); `false` once the pool is closed. Making entries (an exec of this
-    /// binary, cgroups, mounts, a disk) takes both CPUs of a small host: measured, warm
-    /// starts in a burst took 10-20 ms with a refill beside them and ~5 ms without, so
-    /// the refill lets them finish first — an empty pool too (a start that finds it
-    /// empty does a make's work itself; one made beside it only slows both).
-    fn wait_for_pause(&self) -> bool {
+    /// left for them), or the refill has waited [`MAX_YIELD`] since `since`; `None`
+    /// once the pool is closed. Making entries (an exec of this binary, cgroups,
+    /// mounts, a disk) takes both CPUs of a small host: measured, warm starts in a
+    /// burst took 10-20 ms with a refill beside them and ~5 ms without, so the refill
+    /// lets a burst finish first — an empty pool too (a start that finds it empty does
+    /// a make's work itself; one made beside it only slows both). Starts that never
+    /// pause (each overlapping the next) would keep it waiting for ever: past
+    /// [`MAX_YIELD`] one entry at a time is made beside them.
+    fn wait_for_pause(&self, since: Instant) -> Option<Gate> {
         loop {
             if self.closed.load(Ordering::Acquire) {
-                return false;
+                return None;
             }
             let quiet = self
                 .demand
@@ -513,10 +516,11 @@ impl Shared {
             let left = self.entries.lock().map_or(0, |e| {
                 e.iter().filter(|w| Some(&w.shape) == want.as_ref()).count()
             });
-            if may_make(quiet, left, self.starts_under_way()) {
-                return true;
+            let waited = since.elapsed();
+            match gate(quiet, left, self.starts_under_way(), waited) {
+                Gate::Wait => std::thread::sleep(Duration::from_millis(5)),
+                open => return Some(open),
             }
-            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -559,7 +563,8 @@ impl Shared {
             for warm in stale {
                 self.maker.discard(warm);
             }
-            if missing.is_empty() || !self.wait_for_pause() {
+            let since = Instant::now();
+            if missing.is_empty() || self.wait_for_pause(since).is_none() {
                 return;
             }
             // Several makers at once, each taking the next missing entry as soon as its
@@ -570,7 +575,7 @@ impl Shared {
             let making = Making::default();
             std::thread::scope(|s| {
                 for _ in 0..PARALLEL_QUIET {
-                    s.spawn(|| self.make_while_missing(&making));
+                    s.spawn(|| self.make_while_missing(&making, since));
                 }
             });
             if making.errored.load(Ordering::Acquire) {
@@ -591,13 +596,17 @@ impl Shared {
     }
 
     /// One maker of a refill: makes missing entries one after another until none is
-    /// left to make, the pool closes, or a make fails.
-    fn make_while_missing(&self, making: &Making) {
+    /// left to make, the pool closes, or a make fails; `since`: when the refill began
+    /// to wait (then when this maker's last make ended).
+    fn make_while_missing(&self, making: &Making, mut since: Instant) {
         loop {
-            if making.failed.load(Ordering::Acquire) || !self.wait_for_pause() {
+            if making.failed.load(Ordering::Acquire) {
                 return;
             }
-            let shape = match self.claim(making) {
+            let Some(open) = self.wait_for_pause(since) else {
+                return;
+            };
+            let shape = match self.claim(making, open == Gate::MakeOne) {
                 Claim::Make(shape) => {
                     if self.starts_under_way() > 0 {
                         self.made_beside_starts.fetch_add(1, Ordering::AcqRel);
@@ -621,13 +630,15 @@ impl Shared {
                 making.failed.store(true, Ordering::Release);
                 return;
             }
+            since = Instant::now();
         }
     }
 
     /// The next entry to make (recorded as in the making), if one is missing and fewer
     /// than the bound are in the making: [`PARALLEL`] while starts come,
-    /// [`PARALLEL_QUIET`] once they paused.
-    fn claim(&self, making: &Making) -> Claim {
+    /// [`PARALLEL_QUIET`] once they paused, one when `one` (made beside starts that
+    /// never paused, see [`gate`]).
+    fn claim(&self, making: &Making, one: bool) -> Claim {
         let Some(wanted) = self.wanted() else {
             return Claim::Done;
         };
@@ -635,9 +646,10 @@ impl Shared {
             .demand
             .lock()
             .map_or(Duration::ZERO, |d| d.quiet_for(Instant::now()));
-        let bound = match quiet >= PAUSE {
-            true => PARALLEL_QUIET,
-            false => PARALLEL,
+        let bound = match (one, quiet >= PAUSE) {
+            (true, _) => 1,
+            (false, true) => PARALLEL_QUIET,
+            (false, false) => PARALLEL,
         };
         let Ok(entries) = self.entries.lock() else {
             return Claim::Done;
@@ -718,11 +730,35 @@ impl Shared {
 /// stuck on a slow host must not stop the pool's refill).
 const STUCK_START: Duration = Duration::from_secs(10);
 
-/// Whether a refill may make an entry now: no start under way (`starting`: those
-/// under way for less than [`STUCK_START`]), and starts paused for [`PAUSE`] or none
-/// left for them.
-fn may_make(quiet: Duration, left: usize, starting: usize) -> bool {
-    starting == 0 && (quiet >= PAUSE || left == 0)
+/// How long a refill yields to starts before it makes one entry at a time beside them:
+/// longer than a burst's starts take, far shorter than [`STUCK_START`] (starts that
+/// overlap without a pause, each short, would otherwise keep the pool from ever
+/// refilling: every start cold).
+const MAX_YIELD: Duration = Duration::from_millis(150);
+
+/// What a refill may do now (see [`gate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// Make entries, as many at once as [`Shared::claim`] bounds.
+    Make,
+    /// Make one entry at a time: starts are under way, but it has yielded long enough.
+    MakeOne,
+    /// Wait.
+    Wait,
+}
+
+/// What a refill that has `waited` may do: make when no start is under way
+/// (`starting`: those under way for less than [`STUCK_START`]) and starts paused for
+/// [`PAUSE`] or none are left for them; else make one at a time once it has waited
+/// [`MAX_YIELD`]; else wait.
+fn gate(quiet: Duration, left: usize, starting: usize, waited: Duration) -> Gate {
+    if starting == 0 && (quiet >= PAUSE || left == 0) {
+        Gate::Make
+    } else if waited >= MAX_YIELD {
+        Gate::MakeOne
+    } else {
+        Gate::Wait
+    }
 }
 
 /// What a maker of a refill does next.
@@ -759,14 +795,26 @@ mod tests {
     #[test]
     fn a_refill_waits_for_starts_under_way_and_for_a_pause() {
         let ms = Duration::from_millis;
+        let fresh = ms(0);
         // Starts paused, none under way: make.
-        assert!(may_make(PAUSE, 3, 0));
+        assert_eq!(gate(PAUSE, 3, 0, fresh), Gate::Make);
         // The pool empty and nothing under way: make at once.
-        assert!(may_make(ms(1), 0, 0));
-        // A start under way: wait, even with the pool empty or a pause.
-        assert!(!may_make(ms(1), 0, 1));
-        assert!(!may_make(PAUSE, 3, 2));
+        assert_eq!(gate(ms(1), 0, 0, fresh), Gate::Make);
+        // A start under way (a burst): wait, even with the pool empty or a pause.
+        assert_eq!(gate(ms(1), 0, 1, fresh), Gate::Wait);
+        assert_eq!(gate(PAUSE, 3, 2, MAX_YIELD - ms(1)), Gate::Wait);
         // Starts still coming and entries left: wait.
-        assert!(!may_make(ms(1), 3, 0));
+        assert_eq!(gate(ms(1), 3, 0, fresh), Gate::Wait);
+    }
+
+    #[test]
+    fn a_refill_makes_one_at_a_time_once_it_has_yielded_long_enough() {
+        let ms = Duration::from_millis;
+        // Starts that never pause: past the bound, one entry at a time beside them.
+        assert_eq!(gate(ms(1), 0, 3, MAX_YIELD), Gate::MakeOne);
+        assert_eq!(gate(ms(1), 2, 1, ms(5000)), Gate::MakeOne);
+        // None under way and a pause: as many as the quiet bound allows, still.
+        assert_eq!(gate(PAUSE, 2, 0, ms(5000)), Gate::Make);
+        assert!(MAX_YIELD < STUCK_START);
     }
 }
