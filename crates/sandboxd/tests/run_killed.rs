@@ -298,6 +298,17 @@ fn children_of(parent: u32) -> Vec<i32> {
 /// the host's: only the lease named after the killed run's sandbox is looked at.
 #[test]
 fn a_run_killed_in_its_start_leaves_no_lease_and_no_starting_record() {
+    run_killed_in_its_start(false);
+}
+
+/// [`a_run_killed_in_its_start_leaves_no_lease_and_no_starting_record`], with a server
+/// on the data dir sweeping instead of a next run.
+#[test]
+fn a_run_killed_in_its_start_beside_a_server_leaves_no_lease_and_no_starting_record() {
+    run_killed_in_its_start(true);
+}
+
+fn run_killed_in_its_start(server: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().canonicalize().expect("canonical");
     // A first run makes the disk template, and parks its network for the next.
@@ -327,6 +338,11 @@ fn a_run_killed_in_its_start_leaves_no_lease_and_no_starting_record() {
         id.is_some()
     });
     let id = id.expect("the held run's sandbox");
+    // Killed before its state dir exists: the sweep has only the mark to go by.
+    assert!(
+        !data.join("sandboxes").join(id.to_string()).exists(),
+        "the held start made its state dir"
+    );
     let workers = children_of(held.id());
     assert_eq!(workers.len(), 1, "the held run's worker: {workers:?}");
     for pid in [workers[0], held.id() as i32] {
@@ -335,11 +351,29 @@ fn a_run_killed_in_its_start_leaves_no_lease_and_no_starting_record() {
     }
     held.wait().expect("reap the held run");
 
-    let next = run_cmd(&data, "none", &["/bin/true"])
-        .output()
-        .expect("the next run");
-    assert_eq!(next.status.code(), Some(0), "{next:?}");
-    serve_bin::wait_for_runs(&data);
+    let server = server.then(|| {
+        Server::start_with_env(
+            &data,
+            None,
+            &[
+                ("SANDBOXD_NETWORK", "egress"),
+                ("SANDBOXD_NET_LINGER_SECS", "1"),
+            ],
+        )
+    });
+    if server.is_none() {
+        let next = run_cmd(&data, "none", &["/bin/true"])
+            .output()
+            .expect("the next run");
+        assert_eq!(next.status.code(), Some(0), "{next:?}");
+        serve_bin::wait_for_runs(&data);
+    } else {
+        // Within a sweep or two of the server's (every 5 s).
+        wait_until("the server sweeps the killed start", || {
+            leftovers(&data, id, "net:[none]", &[]).is_empty()
+        });
+    }
+    drop(server);
     let mut left = leftovers(&data, id, "net:[none]", &[]);
     let sandboxes = data.join("sandboxes");
     if sandboxes.join(format!("{id}.run-owner")).exists() {
