@@ -273,3 +273,134 @@ fn a_servers_sandbox_from_a_warm_init_outlives_the_dead_run_sweep() {
     server.destroy(KEY, &id);
     drop(server);
 }
+
+/// Children of process `parent`.
+fn children_of(parent: u32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("PPid:"))
+                    .is_some_and(|p| p.trim() == parent.to_string())
+            })
+        })
+        .collect()
+}
+
+/// A run killed (SIGKILL, its worker and its waiting process) in its start, while the
+/// start waits for its early init (held by a failpoint) with its egress network already
+/// claimed or allocated: the next run removes that network's lease (and its entries
+/// with it), ends the STARTING record, and nothing else of it is left (state dir,
+/// owner mark, early init entry, mounts, loop devices, cgroups). The network state is
+/// the host's: only the lease named after the killed run's sandbox is looked at.
+#[test]
+fn a_run_killed_in_its_start_leaves_no_lease_and_no_starting_record() {
+    run_killed_in_its_start(false);
+}
+
+/// [`a_run_killed_in_its_start_leaves_no_lease_and_no_starting_record`], with a server
+/// on the data dir sweeping instead of a next run.
+#[test]
+fn a_run_killed_in_its_start_beside_a_server_leaves_no_lease_and_no_starting_record() {
+    run_killed_in_its_start(true);
+}
+
+fn run_killed_in_its_start(server: bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().canonicalize().expect("canonical");
+    // A first run makes the disk template, and parks its network for the next.
+    let first = run_cmd(&data, "egress", &["/bin/true"])
+        .output()
+        .expect("the first run");
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    serve_bin::wait_for_runs(&data);
+
+    let mut held = run_cmd(&data, "egress", &["/bin/true"])
+        .env("SANDBOXD_FAILPOINTS", "warm.make=sleep(60000)")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the held run");
+    let leases = Path::new("/run/sandboxd/net/leases");
+    let mut id = None;
+    wait_until("the held run's record and network lease", || {
+        let starting = SqliteStore::open(data.join("sandboxd.db"))
+            .ok()
+            .and_then(|s| s.sandboxes_in_status(&["STARTING"]).ok())
+            .unwrap_or_default();
+        id = starting
+            .iter()
+            .map(|r| r.id)
+            .find(|id| leases.join(id.to_string()).exists());
+        id.is_some()
+    });
+    let id = id.expect("the held run's sandbox");
+    // Killed before its state dir exists: the sweep has only the mark to go by.
+    assert!(
+        !data.join("sandboxes").join(id.to_string()).exists(),
+        "the held start made its state dir"
+    );
+    let workers = children_of(held.id());
+    assert_eq!(workers.len(), 1, "the held run's worker: {workers:?}");
+    for pid in [workers[0], held.id() as i32] {
+        // SAFETY: kill(2) on processes this test started (the run and its worker).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    held.wait().expect("reap the held run");
+
+    let server = server.then(|| {
+        Server::start_with_env(
+            &data,
+            None,
+            &[
+                ("SANDBOXD_NETWORK", "egress"),
+                ("SANDBOXD_NET_LINGER_SECS", "1"),
+            ],
+        )
+    });
+    if server.is_none() {
+        let next = run_cmd(&data, "none", &["/bin/true"])
+            .output()
+            .expect("the next run");
+        assert_eq!(next.status.code(), Some(0), "{next:?}");
+        serve_bin::wait_for_runs(&data);
+    } else {
+        // Within a sweep or two of the server's (every 5 s).
+        wait_until("the server sweeps the killed start", || {
+            leftovers(&data, id, "net:[none]", &[]).is_empty()
+        });
+    }
+    drop(server);
+    let mut left = leftovers(&data, id, "net:[none]", &[]);
+    let sandboxes = data.join("sandboxes");
+    if sandboxes.join(format!("{id}.run-owner")).exists() {
+        left.push("owner mark".into());
+    }
+    let warm: Vec<String> = std::fs::read_dir(&sandboxes)
+        .expect("sandboxes dir")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .filter(|n| n.starts_with(".warm-"))
+        .collect();
+    if !warm.is_empty() {
+        left.push(format!("early init entries {warm:?}"));
+    }
+    let data_s = data.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    for line in mounts.lines().filter(|l| l.contains(&data_s)) {
+        left.push(format!("mount {line}"));
+    }
+    for e in std::fs::read_dir("/sys/block")
+        .expect("/sys/block")
+        .flatten()
+    {
+        let backing = std::fs::read_to_string(e.path().join("loop/backing_file"));
+        if backing.is_ok_and(|f| f.contains(&data_s) && f.contains(".warm-")) {
+            left.push(format!("loop device {:?}", e.file_name()));
+        }
+    }
+    assert!(left.is_empty(), "the killed start left: {left:#?}");
+}

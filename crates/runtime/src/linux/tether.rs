@@ -18,11 +18,16 @@
 //! Data dirs of older binaries: their mark was `<id>/run-owner` inside the state dir;
 //! such a mark is still honoured (held: left alone; free: an orphan).
 //!
-//! Not covered: a start killed between claiming its network (a parked or spare one) and
-//! making its mark leaves that lease behind (a server's start-up reconcile does not see
-//! it either); warm inits are never tethered (a tethered runtime has no pool): its early
-//! init (`warm::EarlyInit`) is tethered at its start's `Go`, and one left untaken by a
-//! killed run is swept as a dead owner's warm entry.
+//! A start's mark comes before anything else it makes on the host: with egress, before
+//! its network is claimed (a parked network, a server's spare) or allocated, so a start
+//! killed while it waits (e.g. for its early init) is an orphan whose lease the sweep
+//! removes even though it never had a state dir, and its STARTING record is ended.
+//! Warm inits are never tethered (a tethered runtime has no pool): its early init
+//! (`warm::EarlyInit`) is tethered at its start's `Go`, and one left untaken by a killed
+//! run is swept as a dead owner's warm entry. Not covered: a run killed after its
+//! record is made and before its start's mark (only that record is left, STARTING: no
+//! host state is made before the mark, and a server's own starts have no mark, so a
+//! mark-less STARTING record cannot be told from one of theirs).
 
 use super::handshake::Channel;
 use super::LinuxRuntime;
@@ -75,8 +80,14 @@ impl Tethers {
     }
 
     /// Makes sandbox `id`'s owner mark in `sandboxes` (this process's pid inside, for
-    /// people) and keeps it locked. Before the state dir exists.
+    /// people) and keeps it locked. Before the state dir exists, and before anything
+    /// else its start makes on the host (its network's lease first). A mark this
+    /// process already holds for a start under way is kept (a start with egress marks
+    /// before its network, then its container start marks again).
     pub(crate) fn mark(&self, id: Uuid, sandboxes: &Path) -> Result<(), RuntimeError> {
+        if self.lock().get(&id).is_some_and(|t| !t.destroyed) {
+            return Ok(());
+        }
         // Made under a dot name and locked first: a sweeper never sees it unlocked.
         let path = mark_in(sandboxes, id);
         let fresh = sandboxes.join(format!(".{id}.{MARK}"));
@@ -271,9 +282,14 @@ impl LinuxRuntime {
     /// Removes what is left of `orphan` (its processes if any, mounts, disk, cgroups,
     /// id slot, network lease) through `tiers` (the gVisor tier's sandboxes need it),
     /// then its mark; a failure leaves the mark for the next sweep.
+    ///
+    /// A start killed before its state dir existed (its mark is made first) may have
+    /// claimed or allocated its network already: that is removed (not parked) here.
     pub fn remove_orphan(&self, orphan: Orphan, tiers: &dyn Runtime) -> Result<(), RuntimeError> {
         let dir = self.sandboxes_dir().join(orphan.id.to_string());
-        if dir.exists() {
+        if !dir.exists() {
+            super::net::remove_unstarted(self, orphan.id);
+        } else {
             let handle = std::fs::read(dir.join("handle.json"))
                 .ok()
                 .and_then(|b| serde_json::from_slice::<SandboxHandle>(&b).ok())

@@ -119,6 +119,11 @@ pub(super) fn start(
     let config = rt.network.as_ref().ok_or_else(|| {
         RuntimeError::Network("egress networking is not configured on this server".into())
     })?;
+    // A tethered sandbox's owner mark before its network is claimed or made: a start
+    // killed from here on is an orphan the next sweep removes, lease included.
+    if let Some(tethers) = &rt.tethers {
+        tethers.mark(spec.id, &rt.sandboxes_dir())?;
+    }
     let t0 = std::time::Instant::now();
     let tm = |phase: &str| tracing::debug!(id = %spec.id, phase, ms = t0.elapsed().as_secs_f64() * 1e3, "network");
     // With no rules of its own, the sandbox's host side is a spare's, made earlier; with
@@ -137,6 +142,7 @@ pub(super) fn start(
             let started = super::start::start_with(rt, spec, layers, pin, Some(warm), None);
             if started.is_err() {
                 teardown(config, spec.id);
+                unmark_if_gone(rt, spec.id);
             }
             tm("started wired");
             return started;
@@ -184,8 +190,11 @@ pub(super) fn start(
     let handle = match started {
         Ok(handle) => handle,
         Err(e) => {
-            if let Err(cleanup) = detach(rt, spec.id) {
-                tracing::error!(id = %spec.id, error = %cleanup, "removing a failed start's network");
+            match detach(rt, spec.id) {
+                Ok(()) => unmark_if_gone(rt, spec.id),
+                Err(cleanup) => {
+                    tracing::error!(id = %spec.id, error = %cleanup, "removing a failed start's network")
+                }
             }
             return Err(e);
         }
@@ -346,6 +355,24 @@ pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
             Ok(())
         }
         None => Ok(()),
+    }
+}
+
+/// The network of sandbox `id`, whose start was killed before its state dir existed
+/// (an orphan's): removed, not parked (its link and entries may be half made).
+pub(super) fn remove_unstarted(rt: &LinuxRuntime, id: Uuid) {
+    if let Some(config) = rt.network.as_ref() {
+        teardown(config, id);
+    }
+}
+
+/// A failed start's mark, once its network is removed: ended with the start when its
+/// state dir is gone too (a clean-up that failed keeps it for the next sweep).
+fn unmark_if_gone(rt: &LinuxRuntime, id: Uuid) {
+    if let Some(tethers) = &rt.tethers {
+        if !rt.sandboxes_dir().join(id.to_string()).exists() {
+            tethers.release(id);
+        }
     }
 }
 
