@@ -49,6 +49,20 @@ impl RequestContext {
     }
 }
 
+/// Spawns `fut` as a task of its own that keeps the current request's context, so that
+/// work which must outlive its request (a client that leaves mid-build or mid-snapshot)
+/// is still audited and logged as that request's (its key, its id).
+pub(crate) fn spawn_for_request<F>(fut: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match CURRENT.try_with(Arc::clone) {
+        Ok(context) => tokio::spawn(CURRENT.scope(context, fut)),
+        Err(_) => tokio::spawn(fut),
+    }
+}
+
 /// The current request's id, when running for one.
 pub fn current_id() -> Option<String> {
     CURRENT.try_with(|c| c.id.clone()).ok()

@@ -54,7 +54,7 @@ impl Engine {
             ));
         };
         let ws = ws.clone();
-        let task = tokio::spawn(async move {
+        let task = crate::request::spawn_for_request(async move {
             let taken = me.snapshot_steps(&ws, id, name, memory).await;
             me.metrics
                 .operation(crate::metrics::Operation::Snapshot, &taken);

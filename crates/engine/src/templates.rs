@@ -335,7 +335,7 @@ impl Engine {
             ));
         };
         let ws = ws.clone();
-        let task = tokio::spawn(async move {
+        let task = crate::request::spawn_for_request(async move {
             let name = build.name.clone();
             let built = me.build_template_unaudited(&ws, build).await;
             me.audit(&ws, "template.build", Some(name), &built);

@@ -60,6 +60,11 @@ fn a_build_killed_mid_step_leaves_no_step_sandbox() {
     common::wait_for("the step sandbox gone", || sandbox_dirs(&data).is_empty());
     let mounts = common::mounts_under(&data.join("sandboxes").join(&steps[0]));
     assert_eq!(mounts, Vec::<String>::new(), "the step sandbox's mounts");
+    // Its record ends once the sweep's teardown is done (a TERMINATING sandbox still
+    // holds its quota): then the workspace's one slot is free again.
+    common::wait_for("the step sandbox's quota slot freed", || {
+        or.active().is_empty()
+    });
     let made = or.create(&json!({"template": "default", "run": {"cmd": "echo ok"}}));
     assert_eq!(made["result"]["stdout"], "ok\n", "{made}");
     or.delete(made["id"].as_str().expect("id"));

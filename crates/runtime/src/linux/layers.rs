@@ -66,9 +66,6 @@ impl AsRef<Path> for Scratch {
 }
 
 const SCRATCH_PREFIX: &str = ".tmp-";
-/// Held shared while a scratch dir is made and locked, exclusively while a sweep picks
-/// the dead ones (so it never takes a dir made but not yet locked).
-const SCRATCH_LOCK: &str = ".scratch.lock";
 
 impl LayerStore {
     /// Opens (makes, root only) the store of `data_dir` and removes dead scratch.
@@ -80,16 +77,15 @@ impl LayerStore {
         Ok(store)
     }
 
+    /// The store's own dir, `flock`ed: held shared while a scratch dir is made and
+    /// locked, exclusively while a sweep picks the dead ones (so it never takes a dir made
+    /// but not yet locked). The dir itself, not a lock file in it: the store holds layers
+    /// and scratch only.
     fn scratch_lock(&self, op: FlockOperation) -> Result<std::fs::File, RuntimeError> {
-        let path = self.root.join(SCRATCH_LOCK);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io("opening the scratch lock", &path))?;
-        flock(&file, op).map_err(|e| io("locking the scratch lock", &path)(e.into()))?;
-        Ok(file)
+        let path = &self.root;
+        let dir = std::fs::File::open(path).map_err(io("opening the layer store", path))?;
+        flock(&dir, op).map_err(|e| io("locking the layer store", path)(e.into()))?;
+        Ok(dir)
     }
 
     /// Removes the `.tmp-<uuid>` scratch no live process holds (a capture or pull
