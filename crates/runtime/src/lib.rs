@@ -68,6 +68,22 @@ pub trait Runtime: Send + Sync + 'static {
         }
     }
 
+    /// Called by the engine just before it records sandbox `id` (any tier), on its
+    /// async task (so cheap: a few file system calls at most). A backend that ties
+    /// sandboxes to the process starting them makes the owner mark here, so that a
+    /// process killed right after the record is written leaves a mark the next sweep
+    /// ends the record by (see `linux::tether`). An error refuses the create.
+    fn claim(&self, id: uuid::Uuid) -> Result<(), RuntimeError> {
+        let _ = id;
+        Ok(())
+    }
+
+    /// Gives back [`Runtime::claim`]'s mark of sandbox `id` when its start failed
+    /// before it used it (the record is ended, nothing of it is on the host).
+    fn unclaim(&self, id: uuid::Uuid) {
+        let _ = id;
+    }
+
     /// Whether the sandbox described by `handle` is still alive (agent running).
     fn is_alive(&self, handle: &SandboxHandle) -> bool;
 

@@ -119,6 +119,15 @@ impl Runtime for Tiers {
             .start_with_network(spec, network)
     }
 
+    /// Both tiers' sandboxes share the container backend's marks (one data dir).
+    fn claim(&self, id: Uuid) -> Result<(), RuntimeError> {
+        self.container.claim(id)
+    }
+
+    fn unclaim(&self, id: Uuid) {
+        self.container.unclaim(id)
+    }
+
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
         // Without its backend (runsc removed since), a sandbox whose agent runs is
         // still alive: it is kept, and operations on it say why they cannot run.

@@ -404,3 +404,68 @@ fn run_killed_in_its_start(server: bool) {
     }
     assert!(left.is_empty(), "the killed start left: {left:#?}");
 }
+
+/// A run killed (SIGKILL, its worker and its waiting process) just after its record is
+/// written, before its start (held at the STARTING write by a failpoint): the next run
+/// ends that PENDING record and nothing of the run is left (owner mark, early init
+/// entry, mounts, loop devices). Before, its owner mark came only with the start, so
+/// nothing ever ended such a record.
+#[test]
+fn a_run_killed_just_after_its_record_is_written_leaves_no_active_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().canonicalize().expect("canonical");
+    // A first run makes the disk template and the store.
+    let first = run_cmd(&data, "none", &["/bin/true"])
+        .output()
+        .expect("the first run");
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    serve_bin::wait_for_runs(&data);
+
+    let mut held = run_cmd(&data, "none", &["/bin/true"])
+        .env("SANDBOXD_FAILPOINTS", "store.save.STARTING=sleep(60000)")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the held run");
+    let mut id = None;
+    wait_until("the held run's PENDING record", || {
+        id = SqliteStore::open(data.join("sandboxd.db"))
+            .ok()
+            .and_then(|s| s.sandboxes_in_status(&["PENDING"]).ok())
+            .and_then(|r| r.first().map(|r| r.id));
+        id.is_some()
+    });
+    let id = id.expect("the held run's sandbox");
+    let workers = children_of(held.id());
+    assert_eq!(workers.len(), 1, "the held run's worker: {workers:?}");
+    for pid in [workers[0], held.id() as i32] {
+        // SAFETY: kill(2) on processes this test started (the run and its worker).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    held.wait().expect("reap the held run");
+
+    let next = run_cmd(&data, "none", &["/bin/true"])
+        .output()
+        .expect("the next run");
+    assert_eq!(next.status.code(), Some(0), "{next:?}");
+    serve_bin::wait_for_runs(&data);
+    let mut left = leftovers(&data, id, "net:[none]", &[]);
+    let sandboxes = data.join("sandboxes");
+    if sandboxes.join(format!("{id}.run-owner")).exists() {
+        left.push("owner mark".into());
+    }
+    let data_s = data.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    for line in mounts.lines().filter(|l| l.contains(&data_s)) {
+        left.push(format!("mount {line}"));
+    }
+    let entries: Vec<String> = std::fs::read_dir(&sandboxes)
+        .expect("sandboxes dir")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
+    if !entries.is_empty() {
+        left.push(format!("sandboxes/ holds {entries:?}"));
+    }
+    assert!(left.is_empty(), "the killed run left: {left:#?}");
+}

@@ -220,16 +220,38 @@ impl Engine {
         // Held from before the record exists: a PENDING or STARTING record whose lock
         // is free is one no create works on any more (see `lifecycle::stuck`).
         let _guard = self.locks.get(entry.sb.id).write_owned().await;
-        crate::faults::store_write("store.insert_sandbox")?;
-        self.store
-            .insert_sandbox(&crate::convert::entry_to_record(&entry))?;
+        // A one-shot run's owner mark, before the record: killed from here on, the run
+        // leaves a mark the next sweep ends the record by.
+        let id = entry.sb.id;
+        self.runtime
+            .claim(id)
+            .map_err(|e| runtime_error("cannot mark the sandbox's owner", e))?;
+        let inserted = crate::faults::store_write("store.insert_sandbox").and_then(|()| {
+            self.store
+                .insert_sandbox(&crate::convert::entry_to_record(&entry))
+                .map_err(EngineError::from)
+        });
+        if let Err(e) = inserted {
+            self.runtime.unclaim(id);
+            return Err(e);
+        }
         tm("inserted");
         // A pinned start claims its CPUs under admission, so that the next pinned create
         // sees them taken.
         let pinning = requests.is_some_and(|r| r.pinned_vcpus.is_some());
         let admission = pinning.then_some(admission);
         let memory = plan.memory_image.map(|image| (image, restoring));
-        self.start(&mut entry, network, requests, memory).await?;
+        if let Err(e) = self.start(&mut entry, network, requests, memory).await {
+            // The claim goes with a start that made nothing and whose record is ended.
+            let ended = self
+                .store
+                .get_sandbox(id)
+                .is_ok_and(|r| r.is_some_and(|r| r.status == SandboxStatus::Failed.as_str()));
+            if ended && entry.handle.is_none() {
+                self.runtime.unclaim(id);
+            }
+            return Err(e);
+        }
         *warm = entry.handle.as_ref().map(|h| h.warm);
         // Its idle time (autoPause) starts now, not when the server started.
         self.activity.touch(entry.sb.id);

@@ -486,6 +486,19 @@ impl Runtime for LinuxRuntime {
         capture_bound::upper_bytes(handle).map(Some)
     }
 
+    fn claim(&self, id: Uuid) -> Result<(), RuntimeError> {
+        match &self.tethers {
+            Some(tethers) => tethers.claim(id, &self.sandboxes_dir()),
+            None => Ok(()),
+        }
+    }
+
+    fn unclaim(&self, id: Uuid) {
+        if let Some(tethers) = &self.tethers {
+            tethers.unclaim(id);
+        }
+    }
+
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         destroy::destroy(self, handle)?;
         net::detach(self, handle.id)?;

@@ -22,12 +22,13 @@
 //! its network is claimed (a parked network, a server's spare) or allocated, so a start
 //! killed while it waits (e.g. for its early init) is an orphan whose lease the sweep
 //! removes even though it never had a state dir, and its STARTING record is ended.
+//! Before that, the engine claims the mark ([`Runtime::claim`]) before it inserts the
+//! sandbox's record, so a run killed between the two leaves a mark beside its PENDING
+//! record, which the sweep ends like any other (a claim its start never used is given
+//! back by [`Runtime::unclaim`] when the start fails with nothing made).
 //! Warm inits are never tethered (a tethered runtime has no pool): its early init
 //! (`warm::EarlyInit`) is tethered at its start's `Go`, and one left untaken by a killed
-//! run is swept as a dead owner's warm entry. Not covered: a run killed after its
-//! record is made and before its start's mark (only that record is left, STARTING: no
-//! host state is made before the mark, and a server's own starts have no mark, so a
-//! mark-less STARTING record cannot be told from one of theirs).
+//! run is swept as a dead owner's warm entry.
 
 use super::handshake::Channel;
 use super::LinuxRuntime;
@@ -67,6 +68,8 @@ struct Tether {
     lock: File,
     channel: Option<Channel>,
     destroyed: bool,
+    /// Made by [`Tethers::claim`] and not yet used by a start (no start step marked it).
+    claim_only: bool,
 }
 
 /// What a tethering process holds for each sandbox it started; shared by its tiers.
@@ -85,7 +88,9 @@ impl Tethers {
     /// process already holds for a start under way is kept (a start with egress marks
     /// before its network, then its container start marks again).
     pub(crate) fn mark(&self, id: Uuid, sandboxes: &Path) -> Result<(), RuntimeError> {
-        if self.lock().get(&id).is_some_and(|t| !t.destroyed) {
+        if let Some(held) = self.lock().get_mut(&id).filter(|t| !t.destroyed) {
+            // A start's step now relies on it: no longer only the engine's claim.
+            held.claim_only = false;
             return Ok(());
         }
         // Made under a dot name and locked first: a sweeper never sees it unlocked.
@@ -118,9 +123,29 @@ impl Tethers {
                 lock: file,
                 channel: None,
                 destroyed: false,
+                claim_only: false,
             },
         );
         Ok(())
+    }
+
+    /// Sandbox `id`'s mark, made before the engine records the sandbox (see the module
+    /// doc); its start's steps then find it held.
+    pub(crate) fn claim(&self, id: Uuid, sandboxes: &Path) -> Result<(), RuntimeError> {
+        self.mark(id, sandboxes)?;
+        if let Some(held) = self.lock().get_mut(&id) {
+            held.claim_only = true;
+        }
+        Ok(())
+    }
+
+    /// Gives back a claim no start step used (nothing of sandbox `id` is on the host):
+    /// its mark goes at [`Tethers::finish_released`]. A mark a start step made or kept
+    /// stays, as that step's failure handling left it.
+    pub(crate) fn unclaim(&self, id: Uuid) {
+        if let Some(held) = self.lock().get_mut(&id).filter(|t| t.claim_only) {
+            held.destroyed = true;
+        }
     }
 
     /// Keeps the host end of sandbox `id`'s handshake open while this process lives.

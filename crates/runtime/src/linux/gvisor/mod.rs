@@ -209,6 +209,15 @@ impl Runtime for GvisorRuntime {
         "gvisor"
     }
 
+    /// Its sandboxes' marks are the container backend's (one data dir, one tether).
+    fn claim(&self, id: uuid::Uuid) -> Result<(), RuntimeError> {
+        self.linux.claim(id)
+    }
+
+    fn unclaim(&self, id: uuid::Uuid) {
+        self.linux.unclaim(id)
+    }
+
     fn offers(&self, isolation: crate::Isolation) -> Result<(), RuntimeError> {
         match isolation {
             crate::Isolation::Gvisor => Ok(()),
