@@ -414,8 +414,16 @@ fn runsc_do_true() -> Result<Duration> {
     // The runsc the tier uses (`SANDBOXD_RUNSC`, else on `PATH`), so that the pair compares
     // like with like.
     let exe = sandboxd_runtime::linux::gvisor::runsc::find().context("runsc not found")?;
+    // Without cgroups: a killed `runsc do` leaves its `runsc-<random id>` cgroups behind
+    // (see `bench_speed::runsc_do`).
     let status = std::process::Command::new(exe)
-        .args(["--platform=ptrace", "--network=none", "do", "/bin/true"])
+        .args([
+            "--ignore-cgroups",
+            "--platform=ptrace",
+            "--network=none",
+            "do",
+            "/bin/true",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
