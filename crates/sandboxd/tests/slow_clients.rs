@@ -281,8 +281,11 @@ fn a_low_soft_descriptor_limit_is_raised_and_running_out_is_survived() {
 
     // Hard 300: 1000 stalled connections run the server out of descriptors. It must
     // neither die nor stop accepting for good: once they time out, it serves again.
+    // Its log stays bounded: the first failed accept is logged, then at most one line
+    // per 10 s (it retries every 50 ms, and once logged a WARN each time).
     let dir = tempfile::tempdir().expect("temp dir");
     let server = server_with_nofile(dir.path(), 300, 300);
+    let began = Instant::now();
     let held: Vec<TcpStream> = (0..1000)
         .filter_map(|_| {
             let mut c = TcpStream::connect(server.addr).ok()?;
@@ -309,6 +312,25 @@ fn a_low_soft_descriptor_limit_is_raised_and_running_out_is_survived() {
     }
     drop(held);
     assert!(running(server.pid()));
+    let failures = |server: &Server| {
+        server
+            .log_lines()
+            .into_iter()
+            .filter(|l| l.contains("cannot accept") || l.contains("failed accepts"))
+            .count()
+    };
+    // Read after the elapsed time, so lines logged meanwhile are within its bound.
+    let elapsed = began.elapsed().as_secs();
+    let logged = failures(&server);
+    assert!(
+        logged >= 1,
+        "the server never logged running out of descriptors"
+    );
+    assert!(
+        logged as u64 <= 2 + elapsed / 10,
+        "{logged} lines about failed accepts in {elapsed} s: {:#?}",
+        server.log_lines()
+    );
 }
 
 /// Whether process `pid` exists and is not a zombie.

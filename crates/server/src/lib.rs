@@ -1,6 +1,7 @@
 //! The sandboxd HTTP server: layered configuration, one axum app that merges every API
 //! dialect's router, and a serve loop with graceful shutdown.
 
+mod accept_errors;
 pub mod config;
 mod listener;
 mod metrics_listener;

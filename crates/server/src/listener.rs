@@ -4,6 +4,7 @@
 //! timeout, and never more than the connection cap of them: past the cap a connection is
 //! answered 503 with `Retry-After` in the dialect of the path it asked for, and closed.
 
+use crate::accept_errors::AcceptErrors;
 use crate::config::ConnectionLimits;
 use crate::overload::overloaded;
 use crate::trim::ConnectionCount;
@@ -45,12 +46,16 @@ pub async fn serve(
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(MAX_BUF);
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut errors = AcceptErrors::default();
     loop {
         let tcp = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok((tcp, _)) => {
+                    errors.accepted();
+                    tcp
+                }
                 Err(e) => {
-                    accept_failed(e).await;
+                    accept_failed(e, &mut errors).await;
                     continue;
                 }
             },
@@ -136,12 +141,13 @@ async fn answer_overloaded(tcp: TcpStream) {
 }
 
 /// Accept errors on one connection are the client's; running out of descriptors is a
-/// shortage to wait out (the connections in progress will free some).
-async fn accept_failed(e: std::io::Error) {
+/// shortage to wait out (the connections in progress will free some), logged at a
+/// bounded rate (`errors`) while the loop retries every 50 ms.
+async fn accept_failed(e: std::io::Error, errors: &mut AcceptErrors) {
     use std::io::ErrorKind::*;
     if matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted) {
         return;
     }
-    tracing::warn!(error = %e, "cannot accept a connection; retrying shortly");
+    errors.failed(&e);
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
