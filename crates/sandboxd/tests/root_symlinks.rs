@@ -191,13 +191,7 @@ fn gvisor(work: &Path, data: &Path) -> GvisorRuntime {
         data_dir: data.to_path_buf(),
         init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
         init_args: vec!["__sandbox-init".into()],
-        cgroup_parent: format!(
-            "sandboxd-test-{}",
-            work.file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("x")
-                .trim_start_matches('.')
-        ),
+        cgroup_parent: common::own_cgroups::parent_for(work),
         max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
     })
     .expect("gvisor runtime")

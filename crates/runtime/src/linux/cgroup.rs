@@ -377,10 +377,13 @@ impl Cgroups {
     }
 
     /// Removes our parent cgroup(s) if no sandbox cgroup is left in them (best effort:
-    /// a parent still in use stays).
+    /// a parent still in use stays), the v1 cpuset one that pinning makes included.
     pub fn remove_parent_if_unused(&self) {
         for parent in self.parents() {
             let _ = std::fs::remove_dir(parent);
+        }
+        if let Some(cpuset) = super::requests::cpuset_parent(self) {
+            let _ = std::fs::remove_dir(cpuset);
         }
     }
 

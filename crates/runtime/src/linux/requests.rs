@@ -45,7 +45,7 @@ fn dir_with(cg: &Cgroups, id: Uuid, file: &str) -> Option<PathBuf> {
 }
 
 /// Our cpuset parent (v1 only): `/sys/fs/cgroup/cpuset/<parent name>`.
-fn cpuset_parent(cg: &Cgroups) -> Option<PathBuf> {
+pub(super) fn cpuset_parent(cg: &Cgroups) -> Option<PathBuf> {
     let Cgroups::V1 { parents } = cg else {
         return None;
     };

@@ -2,6 +2,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../own_cgroups/mod.rs"]
+pub mod own_cgroups;
+
 use sandboxd_runtime::linux::{LinuxConfig, LinuxRuntime};
 use sandboxd_runtime::{
     ImageLayers, Layer, Requests, ResourceUsage, Runtime, RuntimeError, SandboxHandle, SandboxSpec,
@@ -109,21 +112,14 @@ pub fn growing_warm_runtime(data_dir: &Path, count: usize, max: usize) -> TestRu
     TestRuntime(raw_runtime(data_dir).with_growing_warm_inits(count, max))
 }
 
-/// Like [`runtime`] but without clean-up on drop (to play a server that stops).
+/// Like [`runtime`] but without clean-up on drop (to play a server that stops). Its
+/// parent cgroup is the data dir's own, removed at the test process's exit if empty.
 pub fn raw_runtime(data_dir: &Path) -> LinuxRuntime {
     LinuxRuntime::new(LinuxConfig {
         data_dir: data_dir.to_path_buf(),
         init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
         init_args: vec!["__sandbox-init".into()],
-        // One parent per data dir, so a test removing its parent never races another.
-        cgroup_parent: format!(
-            "sandboxd-test-{}",
-            data_dir
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("x")
-                .trim_start_matches('.')
-        ),
+        cgroup_parent: own_cgroups::parent_for(data_dir),
         max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
     })
     .expect("linux runtime")

@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../own_cgroups/mod.rs"]
+mod own_cgroups;
+
 use sandboxd_engine::{
     CreateSandbox, Deadlines, DiskPolicy, Engine, EngineConfig, Limits, NetworkMode, PageRequest,
     Resources, Sandbox, SandboxStatus,
@@ -43,13 +46,7 @@ impl Fixture {
             data_dir: data.clone(),
             init_exe: env!("CARGO_BIN_EXE_sandboxd").into(),
             init_args: vec!["__sandbox-init".into()],
-            cgroup_parent: format!(
-                "sandboxd-test-{}",
-                data.file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or("x")
-                    .trim_start_matches('.')
-            ),
+            cgroup_parent: own_cgroups::parent_for(&data),
             max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
         })
         .expect("linux runtime");
