@@ -5,13 +5,13 @@
 //! its descriptors are closed, late in its exit) starts a reaper that takes over.
 //!
 //! Like network_early_link.rs, each test runs in a network namespace and with network
-//! state of its own, and leaves no reaper: the reapers are this process's children.
+//! state of its own, and leaves no reaper.
 
 mod common;
 mod netns_common;
 
 use common::runtime;
-use netns_common::{counted_nft_in_own_netns, net_runtime};
+use netns_common::{counted_nft_in_own_netns, net_runtime, reapers};
 use sandboxd_runtime::{NetworkSpec, Runtime};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -28,23 +28,6 @@ fn names(dir: &Path) -> Vec<String> {
     names
 }
 
-/// This process's children (whatever their state, until reaped).
-fn children() -> Vec<i32> {
-    let me = std::process::id().to_string();
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let parent = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_owned));
-            parent.as_deref() == Some(me.as_str())
-        })
-        .collect()
-}
-
 /// Parks one network in `state` (its reaper lingering an hour), then kills that reaper
 /// and waits until it is reaped: a parked network with no reaper and a free lock.
 fn park_one(run_dir: &Path, state: &Path) {
@@ -56,11 +39,13 @@ fn park_one(run_dir: &Path, state: &Path) {
         .expect("start");
     one_shot.destroy(&sandbox).expect("destroy");
     assert_eq!(names(&state.join("parked")).len(), 1, "nothing parked");
-    for pid in children() {
+    for pid in reapers() {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
             .expect("kill the reaper");
     }
-    common::wait_for("the killed reaper is reaped", || children().is_empty());
+    common::wait_for("the killed reaper lets go of its lock", || {
+        reapers().is_empty()
+    });
 }
 
 /// Whether someone holds `state`'s `reaper.lock` (probed without keeping it).
@@ -182,7 +167,7 @@ fn a_runtime_opening_while_the_reaper_exits_starts_one() {
     // holder lets go.
     std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
     let _reopened = net_runtime(run_dir.path(), state.path());
-    let started: Vec<i32> = children()
+    let started: Vec<i32> = reapers()
         .into_iter()
         .filter(|&pid| pid != holder.id() as i32)
         .collect();
@@ -196,5 +181,5 @@ fn a_runtime_opening_while_the_reaper_exits_starts_one() {
     common::wait_for("the parked network is removed", || {
         names(&state.path().join("parked")).is_empty()
     });
-    common::wait_for("the reaper ends", || children().is_empty());
+    common::wait_for("the reaper ends", || reapers().is_empty());
 }
