@@ -66,15 +66,26 @@ async fn a_create_failing_at_any_step_rolls_back_and_can_be_retried() {
     scenario.teardown();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_create_failing_at_network_wiring_rolls_back() {
-    let scenario = fail::FailScenario::setup();
-    let f = Fixture::new(Deadlines::default(), true);
-    for (i, step) in ["network.prepare", "network.connect"].iter().enumerate() {
-        fail_create_at(&f, step, &format!("net-{i}")).await;
-    }
-    f.finish().await;
-    scenario.teardown();
+/// In a network namespace and with network state of its own: with the host's, a
+/// create took a network another test's `sandboxd run` had parked there (made earlier,
+/// so no `network.prepare`) and succeeded. The engine's threads are all started from
+/// this one, after the unshare, so they are in the namespace too.
+#[test]
+fn a_create_failing_at_network_wiring_rolls_back() {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare the netns");
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    tokio.block_on(async {
+        let scenario = fail::FailScenario::setup();
+        let f = Fixture::new(Deadlines::default(), true);
+        for (i, step) in ["network.prepare", "network.connect"].iter().enumerate() {
+            fail_create_at(&f, step, &format!("net-{i}")).await;
+        }
+        f.finish().await;
+        scenario.teardown();
+    });
 }
 
 /// The case: a store write fails during create and so does the write of

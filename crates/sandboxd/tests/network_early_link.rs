@@ -11,7 +11,7 @@ mod common;
 mod netns_common;
 
 use common::{mounts_under, runtime, sh_ok};
-use netns_common::{counted_nft_in_own_netns, net_runtime};
+use netns_common::{counted_nft_in_own_netns, net_runtime, reapers};
 use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{NetworkSpec, Runtime, RuntimeError, SandboxHandle};
 use std::path::Path;
@@ -128,30 +128,22 @@ fn a_taken_network_is_linked_during_the_start_and_a_late_failure_leaves_no_link(
 
     // Nothing lingers after the test: the reaper started for the parked network (with
     // the hour's linger) is killed, and one started by the next runtime with none
-    // removes the network and ends.
-    for pid in reapers(state.path()) {
+    // removes the network and ends. The reapers are found as this process's children
+    // (its parks start them), not by their command line alone: that reads empty while
+    // a just-started one is still being exec'd (such a one was missed, and lived on
+    // with the lock: the CI failure), and once a killed one's memory is gone but before
+    // its descriptors, and its lock, are.
+    let found = reapers();
+    assert!(!found.is_empty(), "no reaper for the parked network");
+    for pid in found {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
             .expect("kill the reaper");
     }
-    common::wait_for("the killed reaper ends", || {
-        reapers(state.path()).is_empty()
+    common::wait_for("the killed reaper lets go of its lock", || {
+        reapers().is_empty()
     });
     std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
     let _reopened = net_runtime(run_dir.path(), state.path());
     common::wait_for("the parked network is removed", || parked().is_empty());
-    common::wait_for("its reaper ends", || reapers(state.path()).is_empty());
-}
-
-/// PIDs of the reapers of network state `state`.
-fn reapers(state: &Path) -> Vec<i32> {
-    let wanted = format!("__net-reaper\0{}\0", state.display());
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&wanted))
-        })
-        .collect()
+    common::wait_for("its reaper ends", || reapers().is_empty());
 }

@@ -13,7 +13,7 @@ mod common;
 mod netns_common;
 
 use common::runtime;
-use netns_common::{counted_nft_in_own_netns, net_runtime, nft, table};
+use netns_common::{counted_nft_in_own_netns, net_runtime, nft, reapers, table};
 use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime};
 use std::path::Path;
@@ -51,20 +51,6 @@ fn names(dir: &Path) -> Vec<String> {
 fn named_after(state: &Path, id: uuid::Uuid) -> Option<String> {
     let text = std::fs::read_to_string(state.join("leases").join(id.to_string())).ok()?;
     text.split_whitespace().nth(2).map(str::to_owned)
-}
-
-/// PIDs of the reapers of network state `state`.
-fn reapers(state: &Path) -> Vec<i32> {
-    let wanted = format!("__net-reaper\0{}\0", state.display());
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&wanted))
-        })
-        .collect()
 }
 
 /// Polls `done` for up to a minute (a bound for a loaded machine, not a measure).
@@ -123,7 +109,7 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
         names(&state.path().join("leases")),
         std::slice::from_ref(&a_name)
     );
-    eventually("no reaper started", || reapers(state.path()).len() == 1);
+    eventually("no reaper started", || reapers().len() == 1);
 
     // The next takes it over: its start and destroy run no nft at all.
     let before = calls();
@@ -176,18 +162,16 @@ fn a_run_parks_its_network_for_the_next_and_a_reaper_removes_it_after_the_linger
 
     // Killed, the reaper leaves the parked network; the next runtime opening the
     // state starts another, which removes it once it has lingered.
-    for pid in reapers(state.path()) {
+    for pid in reapers() {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
             .expect("kill the reaper");
     }
-    eventually("the killed reaper is gone", || {
-        reapers(state.path()).is_empty()
-    });
+    eventually("the killed reaper is gone", || reapers().is_empty());
     assert!(table().is_some() && entries_named_after(&e_name[0]).is_some());
     std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
     let _reopened = net_runtime(server_dir.path(), state.path());
     eventually("the table outlived the linger", || table().is_none());
-    eventually("the reaper stays", || reapers(state.path()).is_empty());
+    eventually("the reaper stays", || reapers().is_empty());
     assert_eq!(names(&state.path().join("parked")), Vec::<String>::new());
     assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
     assert!(!link_named_after(&e_name[0]));
@@ -250,7 +234,7 @@ fn a_run_beside_a_server_takes_a_server_spare_which_the_server_then_leaves_alone
     std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
     one_shot.destroy(&a).expect("destroy a");
     eventually("the table outlived the linger", || table().is_none());
-    eventually("the reaper stays", || reapers(state.path()).is_empty());
+    eventually("the reaper stays", || reapers().is_empty());
     assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
     assert!(!link_named_after(&spare[0]));
 }

@@ -35,10 +35,16 @@ pub struct Fixture {
     pub rt: Arc<LinuxRuntime>,
     pub engine: Arc<Engine>,
     _dir: tempfile::TempDir,
+    /// The egress network state (leases, lock), the fixture's own.
+    net_state: Option<tempfile::TempDir>,
 }
 
 impl Fixture {
-    /// With the given deadlines, and egress networking for every sandbox if `egress`.
+    /// With the given deadlines, and egress networking for every sandbox if `egress`,
+    /// with network state of its own: the caller's thread must be in a network
+    /// namespace of its own (the runtime's threads are started from it), so that no
+    /// other test's parked network or spare is taken (those skip `network.prepare`)
+    /// and the shared table is this fixture's alone.
     pub fn new(deadlines: Deadlines, egress: bool) -> Fixture {
         let dir = tempfile::tempdir().expect("temp dir");
         let data = dir.path().canonicalize().expect("canonical data dir");
@@ -50,8 +56,12 @@ impl Fixture {
             max_ptys_per_sandbox: sandboxd_runtime::linux::DEFAULT_MAX_PTYS,
         })
         .expect("linux runtime");
-        if egress {
-            rt = rt.with_network(NetConfig::from_host());
+        let net_state = egress.then(|| tempfile::tempdir().expect("temp dir"));
+        if let Some(state) = &net_state {
+            rt = rt.with_network(NetConfig {
+                state_dir: state.path().to_path_buf(),
+                ..NetConfig::from_host()
+            });
         }
         let rt = Arc::new(rt);
         let store = sandboxd_store::SqliteStore::open(data.join("sandboxd.db")).expect("store");
@@ -80,6 +90,7 @@ impl Fixture {
             rt,
             engine,
             _dir: dir,
+            net_state,
         }
     }
 
@@ -151,8 +162,12 @@ impl Fixture {
                 Vec::<i32>::new(),
                 "{what}: processes of {id} left"
             );
+            let net_state = self
+                .net_state
+                .as_ref()
+                .map_or(Path::new("/run/sandboxd/net"), |d| d.path());
             assert!(
-                !Path::new("/run/sandboxd/net/leases").join(&id).exists(),
+                !net_state.join("leases").join(&id).exists(),
                 "{what}: network lease of {id} left"
             );
             assert!(!link_exists(&id), "{what}: veth of {id} left");

@@ -76,3 +76,29 @@ pub fn counted_nft_in_own_netns(delay: Option<&str>) -> NftCalls {
     std::env::remove_var("SANDBOXD_LIBNFTABLES");
     NftCalls { log, _bin: bin }
 }
+
+/// This process's children that are, or may be, a reaper of the parked network (its
+/// parks and runtimes start them): its command line, or none (a just-started one is
+/// still being exec'd; an exiting one's memory is gone). Zombies are not: a reaper is
+/// one only once its descriptors, and its lock, are closed (then the thread waiting for
+/// it reaps it), and a sandbox process killed by a destroy may be left one of ours.
+pub fn reapers() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            if fields.len() < 2 || fields[1] != me || fields[0] == "Z" {
+                return false;
+            }
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline.is_empty() || String::from_utf8_lossy(&cmdline).contains("__net-reaper\0")
+        })
+        .collect()
+}

@@ -14,6 +14,12 @@
 //! `leases/<id>`), its mtime the time it was parked. `reaper.lock` is held by the
 //! running reaper. Parking, taking and the reaper's decision to exit all happen under
 //! the host lock, so a network parked while a reaper exits always gets a new reaper.
+//!
+//! A held `reaper.lock` does not always mean a reaper that will go on: a killed reaper
+//! keeps it until its descriptors are closed, late in its exit, and a child forked by a
+//! process probing the lock shares the probe's hold until its exec. So a holder that
+//! is exiting counts as no reaper (one is started), and a reaper that finds the lock
+//! held waits a while for it ([`LOCK_WAIT`]) before leaving it to the holder.
 
 use super::host::{HostLock, Lease};
 use super::NetConfig;
@@ -32,6 +38,10 @@ pub const MAX_PARKED: usize = 2;
 const DEFAULT_LINGER: Duration = Duration::from_secs(30);
 /// The environment variable setting the linger time (whole seconds).
 pub const LINGER_ENV: &str = "SANDBOXD_NET_LINGER_SECS";
+/// How long a reaper started while `reaper.lock` is held waits for it: an exiting
+/// holder, or a prober's child between its fork and its exec, lets go within
+/// milliseconds; a live reaper keeps it, and this one leaves it that.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// The hidden subcommand of the sandboxd binary that runs [`reaper_main`].
 pub const REAPER_COMMAND: &str = "__net-reaper";
 
@@ -110,7 +120,8 @@ pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path) -> bool {
     true
 }
 
-/// Starts a reaper unless one runs; called with the host lock held.
+/// Starts a reaper unless one runs (one that is exiting does not count); called with
+/// the host lock held.
 fn ensure_reaper(state_dir: &Path, exe: &Path) {
     if reaper_running(state_dir) {
         return;
@@ -134,17 +145,22 @@ fn ensure_reaper(state_dir: &Path, exe: &Path) {
     }
 }
 
-/// Whether a reaper holds `reaper.lock`.
+/// Whether a reaper that is not exiting holds `reaper.lock`.
 fn reaper_running(state_dir: &Path) -> bool {
     match try_lock(state_dir) {
-        Ok(Some(_held)) => false,
-        Ok(None) => true,
+        Ok(Lock::Taken(_probe)) => false,
+        Ok(Lock::Held(file)) => !held_by_exiting(&file),
         Err(_) => false,
     }
 }
 
-/// `reaper.lock`, exclusively, if no one holds it.
-fn try_lock(state_dir: &Path) -> std::io::Result<Option<std::fs::File>> {
+/// `reaper.lock`, taken exclusively, or held by someone else.
+enum Lock {
+    Taken(std::fs::File),
+    Held(std::fs::File),
+}
+
+fn try_lock(state_dir: &Path) -> std::io::Result<Lock> {
     std::fs::create_dir_all(state_dir)?;
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -154,13 +170,70 @@ fn try_lock(state_dir: &Path) -> std::io::Result<Option<std::fs::File>> {
     // SAFETY: flock on an fd we own, without blocking.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc == 0 {
-        return Ok(Some(file));
+        return Ok(Lock::Taken(file));
     }
     let e = std::io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(libc::EWOULDBLOCK) => Ok(None),
+        Some(libc::EWOULDBLOCK) => Ok(Lock::Held(file)),
         _ => Err(e),
     }
+}
+
+/// `reaper.lock`, waiting up to `wait` while someone else holds it.
+fn lock_within(state_dir: &Path, wait: Duration) -> std::io::Result<Option<std::fs::File>> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match try_lock(state_dir)? {
+            Lock::Taken(file) => return Ok(Some(file)),
+            Lock::Held(_) if std::time::Instant::now() >= deadline => return Ok(None),
+            Lock::Held(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Whether every process holding `file`'s flock is exiting or gone (by `/proc/locks`
+/// and the holder's `PF_EXITING` flag). A holder that cannot be seen (another PID
+/// namespace's) counts as live.
+fn held_by_exiting(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    let (major, minor) = (rustix::fs::major(meta.dev()), rustix::fs::minor(meta.dev()));
+    let key = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
+        return false;
+    };
+    // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; a waiter's line has "->" second.
+    let holders: Vec<i32> = locks
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields[..] {
+                [_, "FLOCK", _, _, pid, at, ..] if at == key => pid.parse().ok(),
+                _ => None,
+            }
+        })
+        .collect();
+    !holders.is_empty() && holders.iter().all(|&pid| exiting(pid))
+}
+
+/// `PF_EXITING`, set on a task as its exit begins (include/linux/sched.h).
+const PF_EXITING: u64 = 0x4;
+
+/// Whether process `pid` is exiting (or gone); false when it cannot be told.
+fn exiting(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The kernel flags word is the seventh field after the command name.
+    let flags = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok());
+    flags.is_some_and(|f| f & PF_EXITING != 0)
 }
 
 /// A runtime opening the network state: parked networks whose reaper died (killed)
@@ -180,7 +253,7 @@ pub(super) fn resume_reaper(state_dir: &Path, exe: &Path) {
 /// none is left (the last removal takes the shared table with it).
 pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
     let net = |e: std::io::Error| RuntimeError::Network(format!("the reaper's lock: {e}"));
-    let Some(held) = try_lock(state_dir).map_err(net)? else {
+    let Some(held) = lock_within(state_dir, LOCK_WAIT).map_err(net)? else {
         return Ok(()); // another reaper runs
     };
     let config = NetConfig {
