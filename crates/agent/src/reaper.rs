@@ -31,6 +31,11 @@ fn reaper() -> io::Result<&'static Reaper> {
         .map_err(|e| io::Error::other(format!("cannot start the reaper: {e}")))
 }
 
+/// Starts the reaper now rather than at the first spawn (see [`crate::prepare_first_command`]).
+pub(crate) fn start_early() -> io::Result<()> {
+    reaper().map(drop)
+}
+
 fn start() -> io::Result<Reaper> {
     let (rx, tx) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;

@@ -111,3 +111,29 @@ async fn standalone_agent_is_small_and_reaps_orphans() {
     eprintln!("idle standalone agent (debug test binary): VmRSS {rss} KiB");
     assert!(rss < 32 * 1024, "idle agent uses {rss} KiB");
 }
+
+/// The names of `pid`'s threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_owned())
+        .collect()
+}
+
+/// The child reaper runs before the first command, so that the first command (a warm
+/// sandbox's first exec) does not pay for starting it.
+#[tokio::test]
+async fn the_reaper_runs_before_the_first_command() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, client) = spawn_agent(dir.path());
+    until_healthy(&client).await;
+    let names = thread_names(agent.0.id());
+    assert!(
+        names.iter().any(|n| n == "agent-reaper"),
+        "no reaper thread before any command: {names:?}"
+    );
+}

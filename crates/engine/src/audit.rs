@@ -11,6 +11,25 @@ use time::OffsetDateTime;
 /// Most entries one read returns.
 pub const MAX_READ: u32 = 10_000;
 
+/// The entry for `action` on `target` in `ws` ended by `outcome`, with the current
+/// request's caller and id.
+pub(crate) fn audit_record(
+    ws: &str,
+    action: &str,
+    target: Option<String>,
+    outcome: &str,
+) -> AuditRecord {
+    AuditRecord {
+        at: OffsetDateTime::now_utc(),
+        workspace: ws.to_owned(),
+        key_id: crate::request::current_actor(),
+        request_id: crate::request::current_id(),
+        action: action.to_owned(),
+        target,
+        outcome: outcome.to_owned(),
+    }
+}
+
 /// One audit entry as the engine hands it out.
 pub type AuditEntry = AuditRecord;
 
@@ -25,19 +44,14 @@ impl Engine {
         target: Option<String>,
         result: &Result<T, EngineError>,
     ) {
-        let rec = AuditRecord {
-            at: OffsetDateTime::now_utc(),
-            workspace: ws.to_owned(),
-            key_id: crate::request::current_actor(),
-            request_id: crate::request::current_id(),
-            action: action.to_owned(),
-            target,
-            outcome: match result {
-                Ok(_) => "ok".to_owned(),
-                Err(e) => e.code.as_str().to_owned(),
-            },
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(e) => e.code.as_str(),
         };
-        if let Err(e) = self.store.insert_audit(&rec) {
+        let rec = audit_record(ws, action, target, outcome);
+        let appended = crate::faults::store_write("store.insert_audit")
+            .and_then(|()| Ok(self.store.insert_audit(&rec)?));
+        if let Err(e) = appended {
             tracing::warn!(error = %e, action, "cannot append to the audit trail");
         }
     }

@@ -241,6 +241,24 @@ impl Engine {
         }
     }
 
+    /// [`Engine::save`] with the audit entry of the operation it completes, in one
+    /// transaction: the record and its audit entry land together or not at all.
+    pub(crate) fn save_audited(
+        &self,
+        entry: &Entry,
+        audit: &sandboxd_store::AuditRecord,
+    ) -> Result<(), EngineError> {
+        crate::faults::store_write("store.save")?;
+        crate::faults::store_write_to(entry.sb.status)?;
+        crate::faults::store_write("store.insert_audit")?;
+        let t0 = std::time::Instant::now();
+        let saved = self
+            .store
+            .update_sandbox_audited(&convert::entry_to_record(entry), audit);
+        self.metrics.store("update_sandbox", t0.elapsed());
+        Ok(saved?)
+    }
+
     pub(crate) fn save(&self, entry: &Entry) -> Result<(), EngineError> {
         crate::faults::store_write("store.save")?;
         crate::faults::store_write_to(entry.sb.status)?;

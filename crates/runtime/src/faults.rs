@@ -26,7 +26,8 @@
 //! - `destroy.cgroup`, `destroy.unmount`, `destroy.dir`: the steps of a teardown;
 //! - `warm.make`: a warm pool's entry about to be made (either tier's pool);
 //! - in the engine, the store's writes: `store.insert_sandbox`, `store.save` (every
-//!   sandbox update), `store.save.<STATUS>` (an update to that status) and
+//!   sandbox update), `store.save.<STATUS>` (an update to that status),
+//!   `store.insert_audit` (an audit entry, alone or with a create's RUNNING record) and
 //!   `store.insert_snapshot`.
 
 use crate::RuntimeError;

@@ -45,6 +45,9 @@ pub trait Store: Send + Sync + 'static {
     fn insert_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()>;
     /// Replaces the whole row but its aliases; `NotFound` when it does not exist.
     fn update_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()>;
+    /// [`Store::update_sandbox`] and [`Store::insert_audit`] in one transaction: both
+    /// land or neither does.
+    fn update_sandbox_audited(&self, sb: &SandboxRecord, audit: &AuditRecord) -> StoreResult<()>;
     fn get_sandbox(&self, id: Uuid) -> StoreResult<Option<SandboxRecord>>;
     /// The sandbox `dialect` knows as `alias`.
     fn sandbox_by_alias(&self, dialect: &str, alias: &str) -> StoreResult<Option<SandboxRecord>>;

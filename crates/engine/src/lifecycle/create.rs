@@ -91,8 +91,12 @@ impl Engine {
         let created = self.create_steps(ws, req, requests, &mut warm).await;
         self.metrics
             .operation(crate::metrics::Operation::Create, &created);
-        let target = created.as_ref().ok().map(|(sb, _)| sb.id.to_string());
-        self.audit(ws, "sandbox.create", target, &created);
+        // A create that started its sandbox appended its entry with the RUNNING record
+        // (`start_steps`); nothing after that write can fail.
+        if !matches!(created, Ok((_, true))) {
+            let target = created.as_ref().ok().map(|(sb, _)| sb.id.to_string());
+            self.audit(ws, "sandbox.create", target, &created);
+        }
         if let (Ok(_), Some(warm)) = (&created, warm) {
             self.metrics.create_started(warm, t0.elapsed());
         }
@@ -241,6 +245,8 @@ impl Engine {
         let pinning = requests.is_some_and(|r| r.pinned_vcpus.is_some());
         let admission = pinning.then_some(admission);
         let memory = plan.memory_image.map(|image| (image, restoring));
+        // Once started, the sandbox is RUNNING on record with its create's audit entry:
+        // nothing below may fail.
         if let Err(e) = self.start(&mut entry, network, requests, memory).await {
             // The claim goes with a start that made nothing and whose record is ended.
             let ended = self
@@ -513,7 +519,16 @@ impl Engine {
             .map_err(|err| runtime_error(&format!("sandbox {} failed to start", e.sb.id), err))?;
         e.handle = Some(handle);
         e.sb.started_at = Some(OffsetDateTime::now_utc());
-        self.transition(e, SandboxStatus::Running)?;
+        // The create's audit entry goes with the RUNNING record: one write before the
+        // answer, not two. A failed write fails the start, and `create_with` appends
+        // the entry with that error instead.
+        let audit = crate::audit::audit_record(
+            &e.sb.workspace,
+            "sandbox.create",
+            Some(e.sb.id.to_string()),
+            "ok",
+        );
+        self.transition_audited(e, SandboxStatus::Running, &audit)?;
         if let Some(h) = &e.handle {
             self.watch_agent(&e.sb.workspace, e.sb.id, h);
         }

@@ -45,6 +45,27 @@ pub(crate) fn is_due(sb: &Sandbox, now: OffsetDateTime) -> bool {
 impl Engine {
     /// Moves the sandbox to `next` if the state machine allows it, and persists it.
     pub(crate) fn transition(&self, e: &mut Entry, next: SandboxStatus) -> Result<(), EngineError> {
+        self.check_transition(e, next)?;
+        e.sb.status = next;
+        self.save(e)
+    }
+
+    /// [`Engine::transition`] whose write also appends `audit`, in one transaction: the
+    /// operation's answer then waits for one store write, not two, and an operation on
+    /// record as done always has its audit entry.
+    pub(crate) fn transition_audited(
+        &self,
+        e: &mut Entry,
+        next: SandboxStatus,
+        audit: &sandboxd_store::AuditRecord,
+    ) -> Result<(), EngineError> {
+        self.check_transition(e, next)?;
+        e.sb.status = next;
+        self.save_audited(e, audit)
+    }
+
+    /// `WrongState` unless `e` may move to `next`.
+    fn check_transition(&self, e: &Entry, next: SandboxStatus) -> Result<(), EngineError> {
         if !e.sb.status.can(next) {
             let mut err = EngineError::new(
                 ErrorCode::WrongState,
@@ -58,8 +79,7 @@ impl Engine {
             err.state = Some((e.sb.status, e.sb.end_reason));
             return Err(err);
         }
-        e.sb.status = next;
-        self.save(e)
+        Ok(())
     }
 
     /// Ends an active sandbox: TERMINATING (persisted), teardown, TERMINATED with

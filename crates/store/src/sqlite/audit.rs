@@ -7,19 +7,20 @@ use rusqlite::{params, Connection};
 use time::OffsetDateTime;
 
 pub(super) fn insert(c: &Connection, r: &AuditRecord) -> StoreResult<()> {
-    c.execute(
+    // Cached: every mutating operation appends one.
+    c.prepare_cached(
         "INSERT INTO audit (at, workspace, key_id, request_id, action, target, outcome) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![
-            ts(r.at),
-            r.workspace,
-            r.key_id.clone(),
-            r.request_id,
-            r.action,
-            r.target,
-            r.outcome
-        ],
-    )?;
+    )?
+    .execute(params![
+        ts(r.at),
+        r.workspace,
+        r.key_id.clone(),
+        r.request_id,
+        r.action,
+        r.target,
+        r.outcome
+    ])?;
     Ok(())
 }
 

@@ -146,6 +146,15 @@ impl Store for SqliteStore {
     fn update_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()> {
         self.conns.write_with(|c| sandboxes::update(c, sb))
     }
+    fn update_sandbox_audited(&self, sb: &SandboxRecord, rec: &AuditRecord) -> StoreResult<()> {
+        self.conns.write_with(|c| {
+            let tx = c.transaction()?;
+            sandboxes::update(&tx, sb)?;
+            audit::insert(&tx, rec)?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
     fn get_sandbox(&self, id: Uuid) -> StoreResult<Option<SandboxRecord>> {
         sandboxes::get(&*self.conns.read()?, id)
     }

@@ -69,38 +69,36 @@ fn opt_json_value(text: Option<String>) -> rusqlite::Result<Option<serde_json::V
 }
 
 /// Writes every column with `verb` (`INSERT` or `REPLACE` semantics decided by caller SQL).
+/// The statement is cached: every create and transition runs it.
 fn write(c: &Connection, sql: &str, s: &SandboxRecord) -> rusqlite::Result<usize> {
-    c.execute(
-        sql,
-        params![
-            s.id.to_string(),
-            s.workspace,
-            s.name,
-            s.status,
-            s.image,
-            s.vcpu,
-            s.memory_mb,
-            ts(s.created_at),
-            opt_ts(s.started_at),
-            opt_ts(s.ended_at),
-            opt_ts(s.expires_at),
-            s.end_reason,
-            s.error,
-            s.snapshot_id.map(|u| u.to_string()),
-            json(&s.environment),
-            json(&s.secrets),
-            json(&s.metadata),
-            json(&s.extra_layers),
-            s.handle.as_ref().map(json),
-            s.id_slot,
-            s.disk_mb,
-            json(&s.attributes),
-            s.isolation,
-            s.auto_pause,
-            opt_ts(s.auto_paused_at),
-            s.network.as_ref().map(json),
-        ],
-    )
+    c.prepare_cached(sql)?.execute(params![
+        s.id.to_string(),
+        s.workspace,
+        s.name,
+        s.status,
+        s.image,
+        s.vcpu,
+        s.memory_mb,
+        ts(s.created_at),
+        opt_ts(s.started_at),
+        opt_ts(s.ended_at),
+        opt_ts(s.expires_at),
+        s.end_reason,
+        s.error,
+        s.snapshot_id.map(|u| u.to_string()),
+        json(&s.environment),
+        json(&s.secrets),
+        json(&s.metadata),
+        json(&s.extra_layers),
+        s.handle.as_ref().map(json),
+        s.id_slot,
+        s.disk_mb,
+        json(&s.attributes),
+        s.isolation,
+        s.auto_pause,
+        opt_ts(s.auto_paused_at),
+        s.network.as_ref().map(json),
+    ])
 }
 
 pub(super) fn insert(c: &mut Connection, s: &SandboxRecord) -> StoreResult<()> {
