@@ -250,9 +250,12 @@ impl Maker {
             Msg::Pid(p) => Some(*p),
             _ => None,
         })?;
-        // Forked after its parent's move, so in the entry's cgroup already.
+        // Forked after its parent's move (its own, or the attach joined above), so in
+        // the entry's cgroup already: anything else is a broken move, not to be hidden.
         if !self.cgroups.holds(key, pid1) {
-            self.cgroups.attach(key, pid1)?;
+            return Err(RuntimeError::AgentStart(
+                "a warm init's PID 1 is not in the entry's cgroups".into(),
+            ));
         }
         ours.send(&Msg::Attached)
             .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
