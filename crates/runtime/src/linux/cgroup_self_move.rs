@@ -4,7 +4,8 @@
 //! On cgroup v1 a write of a PID to `cgroup.procs` (or of another task's PID to `tasks`)
 //! takes the global `cgroup_threadgroup_rwsem` for write, which waits for an RCU grace
 //! period (5-24 ms on this 2-core host). A thread that writes `0` (itself) to a v1
-//! `tasks` file skips that lock (`cgroup_procs_write_start`, kernel ≥ 5.x): the same move
+//! `tasks` file skips that lock (`cgroup_procs_write_start` in this host's 6.18; a kernel
+//! without that branch moves it just as well, only as slowly as before): the same move
 //! costs ~0.1 ms. The child of a fork is single-threaded, so moving its one thread moves
 //! the process, and everything it forks later is born inside. The kernel checks write
 //! permission with the opener's credentials, so the files are opened here (as root)
