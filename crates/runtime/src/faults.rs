@@ -6,6 +6,9 @@
 //!
 //! The points, in the order a sandbox meets them:
 //! - `start.cgroup`: its cgroups made (cold start);
+//! - `start.self_move`: the init's own move into its cgroups (v1, between its fork and
+//!   its exec) fails in the child: its `tasks` files are opened read-only (cold start
+//!   and warm entries);
 //! - `start.disk`: its state dirs made and its disk mounted (cold start);
 //! - `start.mount_root`: its root mounted through the user namespace;
 //! - `start.handshake`: PID 1 attached, before its `Ready`;

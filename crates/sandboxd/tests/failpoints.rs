@@ -10,11 +10,12 @@ use faults::{eventually, request, Fixture};
 use sandboxd_engine::{Deadlines, ErrorCode, PageRequest, SandboxStatus};
 
 /// The steps of a create, each made to fail in turn.
-const CREATE_STEPS: [&str; 8] = [
+const CREATE_STEPS: [&str; 9] = [
     "store.insert_sandbox",
     "store.save.STARTING",
     "start.disk",
     "start.cgroup",
+    "start.self_move",
     "start.mount_root",
     "start.handshake",
     "start.handle",

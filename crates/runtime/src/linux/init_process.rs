@@ -2,6 +2,7 @@
 //! reading its replies (with its log on failure), writing its id maps, protecting it
 //! from the OOM killer, and waiting until its agent's socket accepts.
 
+use super::cgroup_self_move::{move_self, SelfMove};
 use super::handshake::{self, Channel, Msg};
 use super::{io, slots, LinuxConfig};
 use crate::RuntimeError;
@@ -38,11 +39,14 @@ pub(super) fn protect_from_oom(pid: i32) -> Result<(), RuntimeError> {
     }
 }
 
-/// Spawns `init_exe init_args --sync-fd 3` in its own session, logging to `log`.
+/// Spawns `init_exe init_args --sync-fd 3` in its own session, logging to `log`; with
+/// `moves`, the child moves itself into those cgroups before its exec (a failed move
+/// fails the spawn: the child never execs).
 pub(super) fn spawn_init(
     config: &LinuxConfig,
     theirs: &OwnedFd,
     log: &Path,
+    moves: Option<&SelfMove>,
 ) -> Result<Child, RuntimeError> {
     let out = std::fs::File::create(log).map_err(io("creating the init log", log))?;
     let err = out.try_clone().map_err(io("creating the init log", log))?;
@@ -59,17 +63,23 @@ pub(super) fn spawn_init(
             "PATH",
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         );
-    // SAFETY: only async-signal-safe calls (dup2, fcntl) run between fork and exec.
+    let files = moves.map(SelfMove::raw).unwrap_or_default();
+    // SAFETY: only async-signal-safe calls (write, dup2, fcntl) run between fork and
+    // exec; the descriptors in `files` stay open in the parent until `spawn` returns.
     unsafe {
         cmd.pre_exec(move || {
+            move_self(&files)?;
             if libc::dup2(fd, SYNC_FD) < 0 || libc::fcntl(SYNC_FD, libc::F_SETFD, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    cmd.spawn()
-        .map_err(io("spawning the sandbox init", &config.init_exe))
+    let what = match moves {
+        Some(_) => "spawning the sandbox init (moving into its cgroups, then exec)",
+        None => "spawning the sandbox init",
+    };
+    cmd.spawn().map_err(io(what, &config.init_exe))
 }
 
 /// Receives the next message and picks the wanted one out; errors carry the init's log.

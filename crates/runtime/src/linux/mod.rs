@@ -5,6 +5,7 @@ mod bounds;
 mod capture;
 mod capture_bound;
 mod cgroup;
+mod cgroup_self_move;
 mod destroy;
 mod disk;
 mod disk_space;

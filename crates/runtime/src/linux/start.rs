@@ -2,6 +2,7 @@
 //! cgroup), wait for the agent's socket, and remove everything again on any failure.
 
 use super::cgroup::Limits;
+use super::cgroup_self_move::SelfMove;
 use super::handshake::{self, Channel, InitConfig, Msg};
 use super::init_process::{
     agent_err, expect, map_ids, protect_from_oom, spawn_init, wait_connectable,
@@ -192,11 +193,11 @@ fn launch(
         memory_mb: spec.memory_mb,
         pids_max: spec.pids_max,
     };
-    // The first move into a v1 hierarchy waits for an RCU grace period (5-15 ms here):
-    // a fresh init's attach runs on its own thread from the init's spawn on, while its
-    // disk is made and mounted, the init execs, the root is mounted and PID 1 sets
-    // itself up.
-    let (ours, pid1) = std::thread::scope(|s| {
+    // A fresh init moves itself into its cgroups before its exec on v1
+    // (`cgroup_self_move`: no RCU grace period); on v2 its attach runs on a thread of
+    // its own from the spawn on, while its disk is made and mounted, the init execs,
+    // the root is mounted and PID 1 sets itself up.
+    let (ours, pid1, self_moved) = std::thread::scope(|s| {
         let (ours, pid, stage, attach) = match warm {
             Some(w) => {
                 let pid = w.child.id() as i32;
@@ -221,20 +222,26 @@ fn launch(
                 // them while host-only work overlaps its exec.
                 rt.cgroups.create(spec.id, limits)?;
                 faults::check("start.cgroup")?;
-                *init = Some(spawn_init(&rt.config, &theirs.0, &log)?);
+                // On v1 the init moves itself before its exec (no grace period); on v2
+                // it is attached from a thread, overlapping the disk and its exec.
+                let moves = SelfMove::open(&rt.cgroups, spec.id)?;
+                *init = Some(spawn_init(&rt.config, &theirs.0, &log, moves.as_ref())?);
                 drop(theirs);
                 tm("spawned");
                 let pid = init.as_ref().map(|c| c.id() as i32).unwrap_or(0);
-                let attach = s.spawn(move || {
-                    let attached = rt.cgroups.attach(spec.id, pid);
-                    tm("attached");
-                    attached
+                let attach = moves.is_none().then(|| {
+                    s.spawn(move || {
+                        let attached = rt.cgroups.attach(spec.id, pid);
+                        tm("attached");
+                        attached
+                    })
                 });
+                drop(moves);
                 let disk = Some((rt.config.data_dir.as_path(), spec.disk_mb));
                 rootfs::prepare_dirs(&handle.state_dir, layers.len(), handle.host_id_base, disk)?;
                 tm("disk");
                 faults::check("start.disk")?;
-                (ours, pid, Stage::Fresh, Some(attach))
+                (ours, pid, Stage::Fresh, attach)
             }
         };
         tm("prepared");
@@ -256,6 +263,7 @@ fn launch(
                 _ => None,
             })
         });
+        let had_attach = attach.is_some();
         let attached = match attach {
             Some(attach) => attach.join().unwrap_or_else(|_| {
                 Err(RuntimeError::AgentStart(
@@ -264,11 +272,13 @@ fn launch(
             }),
             None => Ok(()),
         };
-        attached.and(pid1).map(|pid1| (ours, pid1))
+        let self_moved = stage == Stage::Fresh && !had_attach;
+        attached.and(pid1).map(|pid1| (ours, pid1, self_moved))
     })?;
     tm("pid");
-    // PID 1 may have been forked before its parent moved: then move it too.
-    if !rt.cgroups.holds(spec.id, pid1) {
+    // PID 1 may have been forked before its parent moved (the attach of v2, from a
+    // thread): then move it too. An init that moved itself forked it inside.
+    if !self_moved && !rt.cgroups.holds(spec.id, pid1) {
         rt.cgroups.attach(spec.id, pid1)?;
     }
     if let Err(e) = ours.send(&Msg::Attached) {

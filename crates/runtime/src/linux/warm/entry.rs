@@ -4,6 +4,7 @@
 
 use super::Shape;
 use crate::linux::cgroup::Cgroups;
+use crate::linux::cgroup_self_move::SelfMove;
 use crate::linux::handshake::{self, Channel, InitConfig, Msg};
 use crate::linux::init_process::{expect, map_ids, protect_from_oom, spawn_init};
 use crate::linux::net::{wired, NetConfig};
@@ -132,23 +133,32 @@ impl Maker {
         let (ours, theirs) =
             handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
         let log = dir.join("init.log");
-        let child = spawn_init(&self.config, &theirs.0, &log)?;
+        // Its cgroup first: on v1 the init moves itself into it before its exec (no
+        // RCU grace period, `cgroup_self_move`).
+        self.cgroups.make(key)?;
+        let moves = SelfMove::open(&self.cgroups, key)?;
+        let child = spawn_init(&self.config, &theirs.0, &log, moves.as_ref())?;
         drop(theirs);
         let pid = child.id() as i32;
         let ours = &made.insert((child, ours)).1;
-        self.cgroups.make(key)?;
-        // The first move into a v1 hierarchy waits for an RCU grace period: on a thread
-        // of its own while the ids are mapped and the disk is made and mounted.
+        // On v2 the first move waits for an RCU grace period: on a thread of its own
+        // while the ids are mapped and the disk is made and mounted.
         let (host_id_base, userns) = std::thread::scope(|s| {
-            let attach = s.spawn(|| self.cgroups.attach(key, pid));
+            let attach = moves
+                .is_none()
+                .then(|| s.spawn(|| self.cgroups.attach(key, pid)));
             let prepared = self.prepare(dir, shape, pid, ours, key, base);
-            let attached = attach.join().unwrap_or_else(|_| {
-                Err(RuntimeError::AgentStart(
-                    "attaching a warm init to its cgroups panicked".into(),
-                ))
-            });
+            let attached = match attach {
+                Some(attach) => attach.join().unwrap_or_else(|_| {
+                    Err(RuntimeError::AgentStart(
+                        "attaching a warm init to its cgroups panicked".into(),
+                    ))
+                }),
+                None => Ok(()),
+            };
             attached.and(prepared)
         })?;
+        drop(moves);
         // Wired first: it stages a file in the upper dir, which must not change under
         // a mounted overlay.
         if let (true, Some(net)) = (shape.wired, &self.net) {
@@ -240,9 +250,12 @@ impl Maker {
             Msg::Pid(p) => Some(*p),
             _ => None,
         })?;
-        // Forked after its parent's move, so in the entry's cgroup already.
+        // Forked after its parent's move (its own, or the attach joined above), so in
+        // the entry's cgroup already: anything else is a broken move, not to be hidden.
         if !self.cgroups.holds(key, pid1) {
-            self.cgroups.attach(key, pid1)?;
+            return Err(RuntimeError::AgentStart(
+                "a warm init's PID 1 is not in the entry's cgroups".into(),
+            ));
         }
         ours.send(&Msg::Attached)
             .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
