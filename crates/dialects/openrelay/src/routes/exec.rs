@@ -44,6 +44,12 @@ pub async fn exec(
     {
         return Err(missing_shell(SHELL, SHELL_PURPOSE).into());
     }
+    // The folded result (up to 4 MiB of output, then its JSON) holds room in the
+    // server's output budget until the answer is sent.
+    let hold = state
+        .engine
+        .reserve_output(crate::run::MAX_RESULT_OUTPUT)
+        .await?;
     let (reply, answer) = oneshot::channel();
     let delivery = Delivery {
         state: state.clone(),
@@ -55,11 +61,12 @@ pub async fn exec(
         ticket: None,
     };
     tokio::spawn(delivery.deliver(sb, reply));
-    answer.await.unwrap_or_else(|_| {
+    let answer = answer.await.unwrap_or_else(|_| {
         Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "INTERNAL",
             "the exec task failed",
         ))
-    })
+    });
+    answer.map(|response| sandboxd_dialect_common::held(response, hold))
 }
