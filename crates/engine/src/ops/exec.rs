@@ -27,6 +27,13 @@ impl Engine {
         self.output_budget.reserve(max_output_bytes).await
     }
 
+    /// `RateLimited` when workspace `ws` already has its cap of long-lived requests in
+    /// flight: a front door for a dialect that answers a streamed command's start
+    /// failure inside its result (the stream's own admission still counts it).
+    pub fn check_in_flight(&self, ws: &WorkspaceId) -> Result<(), EngineError> {
+        self.in_flight.acquire(ws).map(drop)
+    }
+
     /// Runs `cmd` in a RUNNING sandbox. A timeout is `ExecTimedOut` (also when the agent
     /// does not answer within [`ANSWER_MARGIN`] of it), output past the cap is
     /// `ExecOutputTooLarge`. The answer holds room in the server's exec output budget

@@ -44,6 +44,8 @@ pub async fn exec(
     {
         return Err(missing_shell(SHELL, SHELL_PURPOSE).into());
     }
+    // Past the workspace's cap of long-lived requests: its 429, not a result's error.
+    state.engine.check_in_flight(&caller.ws)?;
     // The folded result (up to 4 MiB of output, then its JSON) holds room in the
     // server's output budget until the answer is sent.
     let hold = state
