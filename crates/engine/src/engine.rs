@@ -48,6 +48,13 @@ pub struct Limits {
     /// The tier of sandboxes whose request, template and workspace choose none (and of
     /// those recorded before tiers were).
     pub isolation: sandboxd_runtime::Isolation,
+    /// Long-lived requests (execs, waits, streams, followed logs, terminals) one
+    /// workspace may have in flight at once; 0: no cap.
+    pub max_in_flight_per_workspace: u32,
+    /// Bytes of captured exec output the server holds at once, all workspaces together
+    /// (each exec reserves [`crate::BYTES_PER_OUTPUT_BYTE`] × its output cap); 0: no
+    /// budget.
+    pub exec_output_budget_bytes: u64,
 }
 
 impl Default for Limits {
@@ -67,6 +74,8 @@ impl Default for Limits {
             pause_to_disk: true,
             auto_pause: Default::default(),
             isolation: Default::default(),
+            max_in_flight_per_workspace: 512,
+            exec_output_budget_bytes: 512 << 20,
         }
     }
 }
@@ -106,6 +115,10 @@ pub struct Engine {
     pub(crate) memory_pins: Arc<crate::memory_images::Pins>,
     /// Room held on the data dir for snapshots being written.
     pub(crate) disk_reservations: crate::disk_reservations::DiskReservations,
+    /// Long-lived requests in flight per workspace.
+    pub(crate) in_flight: crate::in_flight::InFlight,
+    /// Room for captured exec output, server-wide.
+    pub(crate) output_budget: crate::output_budget::OutputBudget,
 }
 
 /// How soon a request refused for a busy database may be retried.
@@ -173,6 +186,9 @@ impl Engine {
         make_private_dir(&config.data_dir).map_err(|e| {
             EngineError::with_source(ErrorCode::Internal, "cannot create the data directory", e)
         })?;
+        let in_flight = crate::in_flight::InFlight::new(config.limits.max_in_flight_per_workspace);
+        let output_budget =
+            crate::output_budget::OutputBudget::new(config.limits.exec_output_budget_bytes);
         let engine = Arc::new_cyclic(|me| Engine {
             data_dir: config.data_dir,
             runtime: config.runtime,
@@ -189,6 +205,8 @@ impl Engine {
             activity: Default::default(),
             memory_pins: Default::default(),
             disk_reservations: Default::default(),
+            in_flight,
+            output_budget,
         });
         Ok(engine)
     }

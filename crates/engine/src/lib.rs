@@ -17,6 +17,7 @@ pub mod error;
 mod faults;
 pub mod idempotency;
 pub mod image_user;
+mod in_flight;
 mod lifecycle;
 mod locks;
 mod memory_images;
@@ -24,6 +25,7 @@ pub mod metrics;
 pub mod model;
 mod ops;
 pub mod output;
+mod output_budget;
 pub mod quota;
 pub mod request;
 pub mod results;
@@ -46,6 +48,7 @@ pub use disk_admission::DiskPolicy;
 pub use engine::{Engine, EngineConfig, Limits};
 pub use error::{EngineError, ErrorCode};
 pub use idempotency::{Remembered, IDEMPOTENCY_TTL};
+pub use in_flight::InFlightSlot;
 pub use lifecycle::deadline::Deadlines;
 pub use model::*;
 pub use ops::{
@@ -53,6 +56,7 @@ pub use ops::{
     AGENT_DEFAULT_ENV, KILLED_EXIT, TIMED_OUT_EXIT,
 };
 pub use output::{OutputChunk, OutputEvent, OutputStream, ProcessExit, StreamKind};
+pub use output_budget::{OutputHold, BYTES_PER_OUTPUT_BYTE};
 pub use quota::{CreateRate, Quota};
 pub use results::ByteStream;
 pub use sandboxd_runtime::{EgressPolicy, EgressRule, Isolation, NetworkMode, Requests};

@@ -99,6 +99,9 @@ pub struct ExecResult {
     pub exit: Option<ProcessExit>,
     /// PID the command had inside the sandbox.
     pub pid: u32,
+    /// The room this output holds in the server's exec output budget: keep it until the
+    /// answer is sent (a dialect ties it to the response body).
+    pub hold: crate::OutputHold,
 }
 
 /// A regular file's metadata.

@@ -2,6 +2,7 @@
 //! to it, in the engine's own types (the agent's PTY framing stays inside the engine).
 
 use crate::auto_pause::Busy;
+use crate::in_flight::InFlightSlot;
 use bytes::{Bytes, BytesMut};
 use sandboxd_agent_protocol::pty::{PtyFrame, PtyIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
@@ -13,7 +14,7 @@ const READ_CHUNK: usize = 32 * 1024;
 /// halves hangs the shell up.
 pub struct Terminal {
     io: PtyIo,
-    busy: Busy,
+    busy: (Busy, InFlightSlot),
 }
 
 /// What a terminal shows.
@@ -29,8 +30,9 @@ pub enum TerminalEvent {
 pub struct TerminalOutput {
     rd: ReadHalf<PtyIo>,
     buf: BytesMut,
-    /// The sandbox is in use while its screen is read (never idle for autoPause).
-    _busy: Busy,
+    /// The sandbox is in use while its screen is read (never idle for autoPause), and
+    /// the terminal holds one of its workspace's places in flight.
+    _busy: (Busy, InFlightSlot),
 }
 
 /// The writing half: keystrokes and resizes.
@@ -39,7 +41,7 @@ pub struct TerminalInput {
 }
 
 impl Terminal {
-    pub(crate) fn new(io: PtyIo, busy: Busy) -> Self {
+    pub(crate) fn new(io: PtyIo, busy: (Busy, InFlightSlot)) -> Self {
         Terminal { io, busy }
     }
 

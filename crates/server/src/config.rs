@@ -428,6 +428,8 @@ impl ServerConfig {
             pause_to_disk: self.pause_to_disk,
             auto_pause: self.auto_pause,
             isolation: self.isolation,
+            max_in_flight_per_workspace: self.connections.in_flight_per_workspace(),
+            exec_output_budget_bytes: self.connections.exec_output_budget_mib << 20,
             ..Default::default()
         }
     }

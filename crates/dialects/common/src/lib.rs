@@ -2,6 +2,7 @@
 //! size-capped JSON body reader, timestamp formats, NDJSON streaming and `no-store`.
 
 pub mod auth;
+pub mod held;
 pub mod json;
 pub mod ndjson;
 pub mod no_store;
@@ -10,6 +11,7 @@ pub mod time_fmt;
 pub mod usage;
 
 pub use auth::bearer_token;
+pub use held::held;
 pub use json::{read_json, JsonBodyError};
 pub use ndjson::ndjson_body;
 pub use no_store::no_store;

@@ -17,9 +17,27 @@ use uuid::Uuid;
 pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(5);
 
 impl Engine {
+    /// Reserves room in the server's exec output budget for a command whose captured
+    /// output may reach `max_output_bytes`, for a dialect that folds a streamed command
+    /// into one answer; `CapacityExhausted` (retryable) when none frees up soon.
+    pub async fn reserve_output(
+        &self,
+        max_output_bytes: u64,
+    ) -> Result<crate::OutputHold, EngineError> {
+        self.output_budget.reserve(max_output_bytes).await
+    }
+
+    /// `RateLimited` when workspace `ws` already has its cap of long-lived requests in
+    /// flight: a front door for a dialect that answers a streamed command's start
+    /// failure inside its result (the stream's own admission still counts it).
+    pub fn check_in_flight(&self, ws: &WorkspaceId) -> Result<(), EngineError> {
+        self.in_flight.acquire(ws).map(drop)
+    }
+
     /// Runs `cmd` in a RUNNING sandbox. A timeout is `ExecTimedOut` (also when the agent
     /// does not answer within [`ANSWER_MARGIN`] of it), output past the cap is
-    /// `ExecOutputTooLarge`.
+    /// `ExecOutputTooLarge`. The answer holds room in the server's exec output budget
+    /// (`CapacityExhausted` when none frees up soon) until its `hold` is dropped.
     pub async fn exec(
         &self,
         ws: &WorkspaceId,
@@ -44,6 +62,9 @@ impl Engine {
         let answer_limit = (timeout_ms > 0)
             .then(|| cmd.timeout.checked_add(ANSWER_MARGIN))
             .flatten();
+        // Room for the answer in the server's budget, before anything is asked of the
+        // agent: a shortage is a retryable 503, never a server out of memory.
+        let hold = self.output_budget.reserve(cmd.max_output_bytes).await?;
         let result = self
             // Not held for the call: an exec may run for minutes, and destroy must not
             // wait for it (destroy ends the agent; the exec then fails as unavailable).
@@ -110,6 +131,7 @@ impl Engine {
             stderr: decode(&result.stderr)?,
             exit: ProcessExit::from_parts(result.exit_code, result.signal),
             pid: result.pid,
+            hold,
         })
     }
 }

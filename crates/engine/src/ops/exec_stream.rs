@@ -100,6 +100,8 @@ struct Driver {
     /// When the exec was asked for: its latency is observed at the stream's end.
     started: std::time::Instant,
     _session: Session,
+    /// The workspace's place in flight, for as long as the command is driven.
+    _slot: crate::in_flight::InFlightSlot,
 }
 
 impl Engine {
@@ -137,6 +139,8 @@ impl Engine {
         started: std::time::Instant,
     ) -> Result<(Uuid, ExecStream), EngineError> {
         let session = self.sessions.acquire(id, cmd.max_sessions)?;
+        // Admitted before the command starts: a refusal leaves nothing running.
+        let slot = self.in_flight.acquire(ws)?;
         let sb = self.get(ws, id).await?;
         let env = self.command_env(ws, id, &cmd.env)?;
         let start = StartCommand {
@@ -145,8 +149,8 @@ impl Engine {
             cwd: cmd.cwd.clone(),
         };
         let info = self.start_process_held(ws, sb.id, start, true).await?;
-        let frames = match self.held_output(ws, id, info.id).await {
-            Ok(frames) => frames,
+        let (frames, slot) = match self.held_output(ws, id, info.id, slot).await {
+            Ok(held) => held,
             Err(e) => {
                 let _ = self.signal_process(ws, id, info.id, SIGKILL, true).await;
                 return Err(e);
@@ -162,6 +166,7 @@ impl Engine {
             tx,
             started,
             _session: session,
+            _slot: slot,
         };
         tokio::spawn(driver.run(frames));
         let events = futures_util::stream::unfold(rx, |mut rx| async move {

@@ -13,6 +13,7 @@ use crate::agent_error;
 use crate::convert::Entry;
 use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
+use crate::in_flight::InFlightSlot;
 use crate::lifecycle::wrong_state;
 use crate::model::{EndReason, WorkspaceId};
 use crate::state::SandboxStatus;
@@ -71,7 +72,45 @@ pub(crate) enum Hold {
 impl Engine {
     /// Runs one agent call against a RUNNING sandbox of `ws`. An unreachable agent
     /// whose sandbox turns out dead ends the sandbox (TERMINATED, `crashed`).
+    /// A `Hold::Check` call (unbounded in time) counts as one of the workspace's
+    /// long-lived requests in flight until it ends: past the cap it is refused.
     pub(crate) async fn with_agent<T, Fut>(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        hold: Hold,
+        call: impl FnOnce(AgentClient, &Entry) -> Result<Fut, EngineError>,
+    ) -> Result<T, EngineError>
+    where
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let slot = match hold {
+            Hold::Check => Some(self.in_flight.acquire(ws)?),
+            Hold::Call => None,
+        };
+        let answer = self.agent_call(ws, id, hold, call).await;
+        drop(slot);
+        answer
+    }
+
+    /// [`Engine::with_agent`] for a long-lived call whose answer (a stream, a
+    /// terminal) outlives it: the workspace's place in flight comes back with the
+    /// answer, to be kept as long as it is.
+    pub(crate) async fn with_agent_held<T, Fut>(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        call: impl FnOnce(AgentClient, &Entry) -> Result<Fut, EngineError>,
+    ) -> Result<(T, InFlightSlot), EngineError>
+    where
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let slot = self.in_flight.acquire(ws)?;
+        let answer = self.agent_call(ws, id, Hold::Check, call).await?;
+        Ok((answer, slot))
+    }
+
+    pub(super) async fn agent_call<T, Fut>(
         &self,
         ws: &WorkspaceId,
         id: Uuid,

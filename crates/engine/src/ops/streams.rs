@@ -1,8 +1,8 @@
 //! Output and log streams, handed out without holding any sandbox lock.
 
-use super::Hold;
 use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
+use crate::in_flight::InFlightSlot;
 use crate::model::WorkspaceId;
 use crate::output::{from_frames as mapped, OutputEvent, OutputStream};
 use crate::state::SandboxStatus;
@@ -23,8 +23,8 @@ impl Engine {
         tail_bytes: u64,
         follow: bool,
     ) -> Result<OutputStream, EngineError> {
-        let s = self
-            .with_agent(ws, id, Hold::Check, |client, _| {
+        let (s, slot) = self
+            .with_agent_held(ws, id, |client, _| {
                 Ok(async move { client.output(pid, tail_bytes, follow).await })
             })
             .await?;
@@ -32,7 +32,7 @@ impl Engine {
             true => ended_by_its_sandbox(mapped(s), self.store.clone(), id),
             false => mapped(s),
         });
-        Ok(in_use(events, self.activity.begin(id)))
+        Ok(in_use(events, (self.activity.begin(id), slot)))
     }
 
     /// All output of a held process from its first byte, then live output until
@@ -42,13 +42,14 @@ impl Engine {
         ws: &WorkspaceId,
         id: Uuid,
         pid: Uuid,
-    ) -> Result<OutputStream, EngineError> {
+        slot: InFlightSlot,
+    ) -> Result<(OutputStream, InFlightSlot), EngineError> {
         let s = self
-            .with_agent(ws, id, Hold::Check, |client, _| {
+            .agent_call(ws, id, super::Hold::Check, |client, _| {
                 Ok(async move { client.output_from(pid, 0, true).await })
             })
             .await?;
-        Ok(mapped(s))
+        Ok((mapped(s), slot))
     }
 
     /// The sandbox-level log, then live frames when `follow`. A follow the sandbox's end
@@ -60,8 +61,8 @@ impl Engine {
         id: Uuid,
         follow: bool,
     ) -> Result<OutputStream, EngineError> {
-        let s = self
-            .with_agent(ws, id, Hold::Check, |client, _| {
+        let (s, slot) = self
+            .with_agent_held(ws, id, |client, _| {
                 Ok(async move { client.logs(follow).await })
             })
             .await?;
@@ -69,12 +70,13 @@ impl Engine {
             true => ended_by_its_sandbox(mapped(s), self.store.clone(), id),
             false => mapped(s),
         });
-        Ok(in_use(events, self.activity.begin(id)))
+        Ok(in_use(events, (self.activity.begin(id), slot)))
     }
 }
 
-/// `events`, keeping its sandbox in use (never idle for autoPause) while it is read.
-fn in_use(events: OutputStream, busy: crate::auto_pause::Busy) -> OutputStream {
+/// `events`, keeping its sandbox in use (never idle for autoPause) and its workspace's
+/// place in flight while it is read (both freed when it is dropped).
+fn in_use(events: OutputStream, busy: (crate::auto_pause::Busy, InFlightSlot)) -> OutputStream {
     events
         .map(move |event| {
             let _held = &busy;

@@ -1,6 +1,5 @@
 //! `open_terminal`: an interactive login shell on a new PTY in a RUNNING sandbox.
 
-use super::Hold;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::model::WorkspaceId;
@@ -20,8 +19,8 @@ impl Engine {
         cols: u16,
         rows: u16,
     ) -> Result<Terminal, EngineError> {
-        let io = self
-            .with_agent(ws, id, Hold::Check, |client, e| {
+        let (io, slot) = self
+            .with_agent_held(ws, id, |client, e| {
                 let user = self.image_user(e)?;
                 Ok(async move {
                     client
@@ -30,6 +29,6 @@ impl Engine {
                 })
             })
             .await?;
-        Ok(Terminal::new(io, self.activity.begin(id)))
+        Ok(Terminal::new(io, (self.activity.begin(id), slot)))
     }
 }

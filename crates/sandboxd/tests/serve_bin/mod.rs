@@ -268,7 +268,8 @@ pub fn try_http(
     Ok(parse_response(&raw))
 }
 
-fn parse_response(raw: &[u8]) -> Reply {
+/// A raw HTTP/1.1 answer, parsed (a chunked body de-chunked).
+pub fn parse_response(raw: &[u8]) -> Reply {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

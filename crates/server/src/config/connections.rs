@@ -1,6 +1,8 @@
 //! The API listener's limits (`[connections]`, `SANDBOXD_MAX_CONNECTIONS`,
 //! `SANDBOXD_HEADER_READ_TIMEOUT_SECONDS`): what a client that opens connections and
-//! sends nothing, or half a request, can hold of the server.
+//! sends nothing, or half a request, can hold of the server; and what one workspace's
+//! long-lived requests and all captured execs' output may hold of it
+//! (`SANDBOXD_MAX_IN_FLIGHT_PER_WORKSPACE`, `SANDBOXD_EXEC_OUTPUT_BUDGET_MIB`).
 
 use super::{env_number, ConfigError};
 use serde::Deserialize;
@@ -20,6 +22,24 @@ pub struct ConnectionLimits {
     /// server starts waiting for them (also between keep-alive requests): a connection
     /// that takes longer is closed (10 s by default).
     pub header_read_timeout: Duration,
+    /// Long-lived requests (execs, waits, streamed execs, followed output and logs,
+    /// terminals) one workspace may have in flight at once, past which it gets 429;
+    /// `None`: an eighth of `max` (512 of the default 4096), so one workspace can never
+    /// hold the connections other workspaces need; `Some(0)`: no cap.
+    pub max_in_flight_per_workspace: Option<u32>,
+    /// MiB of captured exec output the server holds at once, all workspaces together
+    /// (an exec reserves 3 × its output cap, 12 MiB for a 4 MiB cap, until its answer
+    /// is sent; an exec finding no room within 5 s gets 503 with `Retry-After`);
+    /// 512 by default; 0: no budget.
+    pub exec_output_budget_mib: u64,
+}
+
+impl ConnectionLimits {
+    /// The per-workspace cap on long-lived requests in flight (0: none).
+    pub fn in_flight_per_workspace(&self) -> u32 {
+        self.max_in_flight_per_workspace
+            .unwrap_or_else(|| u32::try_from(self.max / 8).unwrap_or(u32::MAX).max(1))
+    }
 }
 
 impl Default for ConnectionLimits {
@@ -27,6 +47,8 @@ impl Default for ConnectionLimits {
         Self {
             max: 4096,
             header_read_timeout: Duration::from_secs(10),
+            max_in_flight_per_workspace: None,
+            exec_output_budget_mib: 512,
         }
     }
 }
@@ -37,6 +59,8 @@ impl Default for ConnectionLimits {
 pub(super) struct ConnectionsLayer {
     max: Option<usize>,
     header_read_timeout_seconds: Option<u64>,
+    max_in_flight_per_workspace: Option<u32>,
+    exec_output_budget_mib: Option<u64>,
 }
 
 impl ConnectionsLayer {
@@ -46,6 +70,8 @@ impl ConnectionsLayer {
         Ok(Some(ConnectionsLayer {
             max: env_number(env, "SANDBOXD_MAX_CONNECTIONS")?,
             header_read_timeout_seconds: env_number(env, "SANDBOXD_HEADER_READ_TIMEOUT_SECONDS")?,
+            max_in_flight_per_workspace: env_number(env, "SANDBOXD_MAX_IN_FLIGHT_PER_WORKSPACE")?,
+            exec_output_budget_mib: env_number(env, "SANDBOXD_EXEC_OUTPUT_BUDGET_MIB")?,
         }))
     }
 
@@ -53,6 +79,12 @@ impl ConnectionsLayer {
         limits.max = self.max.unwrap_or(limits.max).clamp(1, MAX_CONNECTIONS);
         if let Some(secs) = self.header_read_timeout_seconds {
             limits.header_read_timeout = Duration::from_secs(secs.max(1));
+        }
+        if let Some(n) = self.max_in_flight_per_workspace {
+            limits.max_in_flight_per_workspace = Some(n);
+        }
+        if let Some(mib) = self.exec_output_budget_mib {
+            limits.exec_output_budget_mib = mib.min(u64::MAX >> 20);
         }
     }
 }

@@ -77,5 +77,9 @@ pub async fn exec(
 ) -> Result<Response, ApiError> {
     let command = body.into_command()?;
     let result = state.engine.exec(&ws, id, command).await?;
-    Ok(render::data(StatusCode::OK, views::exec(&result)))
+    // The answer keeps the exec's room in the server's output budget until it is sent.
+    let hold = result.hold.clone();
+    let answer = render::data(StatusCode::OK, views::exec(&result));
+    drop(result);
+    Ok(sandboxd_dialect_common::held(answer, hold))
 }

@@ -44,6 +44,14 @@ pub async fn exec(
     {
         return Err(missing_shell(SHELL, SHELL_PURPOSE).into());
     }
+    // Past the workspace's cap of long-lived requests: its 429, not a result's error.
+    state.engine.check_in_flight(&caller.ws)?;
+    // The folded result (up to 4 MiB of output, then its JSON) holds room in the
+    // server's output budget until the answer is sent.
+    let hold = state
+        .engine
+        .reserve_output(crate::run::MAX_RESULT_OUTPUT)
+        .await?;
     let (reply, answer) = oneshot::channel();
     let delivery = Delivery {
         state: state.clone(),
@@ -55,11 +63,12 @@ pub async fn exec(
         ticket: None,
     };
     tokio::spawn(delivery.deliver(sb, reply));
-    answer.await.unwrap_or_else(|_| {
+    let answer = answer.await.unwrap_or_else(|_| {
         Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "INTERNAL",
             "the exec task failed",
         ))
-    })
+    });
+    answer.map(|response| sandboxd_dialect_common::held(response, hold))
 }

@@ -1,0 +1,106 @@
+//! Long-lived requests in flight per workspace (execs, waits, streams, followed logs,
+//! terminals), so that one workspace cannot hold every connection the server serves.
+
+use crate::error::{EngineError, ErrorCode};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How soon a workspace refused for its requests in flight may retry.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Counts of long-lived requests in flight, per workspace, under one cap.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+    /// Most at once per workspace; 0: no cap.
+    max: usize,
+}
+
+/// One admitted long-lived request of a workspace; frees its place when dropped (the
+/// request ended, or its client went away and the stream was dropped).
+#[derive(Debug)]
+pub struct InFlightSlot {
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+    workspace: String,
+}
+
+impl InFlight {
+    pub(crate) fn new(max: u32) -> Self {
+        Self {
+            counts: Default::default(),
+            max: max as usize,
+        }
+    }
+
+    /// Admits one more long-lived request of `ws`, or `RateLimited` (429 in every
+    /// dialect) when it already has the cap in flight; other workspaces are unaffected.
+    pub(crate) fn acquire(&self, ws: &str) -> Result<InFlightSlot, EngineError> {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = counts.entry(ws.to_owned()).or_insert(0);
+        if self.max > 0 && *n >= self.max {
+            return Err(EngineError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "the workspace already has {} long-lived requests (execs, streams, followed \
+                     logs, terminals) in flight; end some or retry shortly",
+                    self.max
+                ),
+            )
+            .retry_after(RETRY));
+        }
+        *n += 1;
+        Ok(InFlightSlot {
+            counts: self.counts.clone(),
+            workspace: ws.to_owned(),
+        })
+    }
+
+    /// Requests of `ws` in flight now.
+    #[cfg(test)]
+    fn count(&self, ws: &str) -> usize {
+        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        counts.get(ws).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for InFlightSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = counts.get_mut(&self.workspace) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&self.workspace);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workspace_at_its_cap_is_refused_alone_and_freed_on_drop() {
+        let f = InFlight::new(2);
+        let a = f.acquire("a").unwrap();
+        let _b = f.acquire("a").unwrap();
+        let err = f.acquire("a").unwrap_err();
+        assert_eq!(err.code, ErrorCode::RateLimited);
+        assert!(err.retry_after_secs().is_some());
+        let _other = f.acquire("b").expect("another workspace is still admitted");
+        drop(a);
+        let _c = f.acquire("a").expect("a dropped slot is free again");
+        assert_eq!(f.count("a"), 2);
+    }
+
+    #[test]
+    fn zero_is_no_cap_and_counts_do_not_leak() {
+        let f = InFlight::new(0);
+        let held: Vec<_> = (0..100).map(|_| f.acquire("a").unwrap()).collect();
+        assert_eq!(f.count("a"), 100);
+        drop(held);
+        assert_eq!(f.count("a"), 0);
+        assert!(f.counts.lock().unwrap().is_empty());
+    }
+}
