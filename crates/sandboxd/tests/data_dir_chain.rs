@@ -28,7 +28,12 @@ fn chown(p: &Path, uid: u32) {
 /// capabilities: a local user with no rights.
 fn as_nobody(script: &str, arg: &str) -> std::process::Output {
     Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
         .args(["--", "/bin/sh", "-c", script, arg])
         .output()
         .expect("setpriv")
@@ -122,15 +127,24 @@ fn a_data_dir_below_a_dir_another_user_could_rename_it_in_is_refused_with_nothin
         chown(&parent, owner);
         chmod(&parent, mode);
         let data = parent.join("sbx");
-        let log = serve_outcome(&data).expect_err("serve started on a data dir another user could swap");
+        let log =
+            serve_outcome(&data).expect_err("serve started on a data dir another user could swap");
         assert!(
             log.contains(why) && log.contains(parent.to_str().expect("utf-8")),
             "{owner}/{mode:o}: the refusal does not say why: {log}"
         );
-        assert_eq!(entries(&parent), Vec::<PathBuf>::new(), "serve made something");
+        assert_eq!(
+            entries(&parent),
+            Vec::<PathBuf>::new(),
+            "serve made something"
+        );
         let (ok, err) = run_true(&data);
         assert!(!ok && err.contains(why), "run: {err}");
-        assert_eq!(entries(&parent), Vec::<PathBuf>::new(), "run made something");
+        assert_eq!(
+            entries(&parent),
+            Vec::<PathBuf>::new(),
+            "run made something"
+        );
         chown(&parent, 0); // for the tempdir's removal
     }
 }
@@ -148,7 +162,11 @@ fn a_data_dir_another_user_owns_is_refused_and_left_as_it_is() {
     assert!(!ok && err.contains("owned by uid 65534"), "run: {err}");
     let meta = std::fs::metadata(&data).expect("meta");
     assert_eq!((meta.uid(), meta.mode() & 0o7777), (65534, 0o700));
-    assert_eq!(entries(&data), Vec::<PathBuf>::new(), "something was made in it");
+    assert_eq!(
+        entries(&data),
+        Vec::<PathBuf>::new(),
+        "something was made in it"
+    );
     chown(&data, 0);
 }
 
@@ -162,10 +180,20 @@ fn a_root_dir_in_tmp_serves_and_the_database_is_private() {
     let id = server.create_sandbox(MASTER, &json!({"name": "db", "vcpu": 1, "memoryMb": 128}));
     server.destroy(MASTER, &id);
     drop(server);
-    for name in ["sandboxd.db", "sandboxd.db-wal", "sandboxd.db-shm", "secrets.key"] {
+    for name in [
+        "sandboxd.db",
+        "sandboxd.db-wal",
+        "sandboxd.db-shm",
+        "secrets.key",
+    ] {
         let path = data.join(name);
         if let Ok(meta) = std::fs::metadata(&path) {
-            assert_eq!(meta.mode() & 0o077, 0, "{name} is {:o}", meta.mode() & 0o7777);
+            assert_eq!(
+                meta.mode() & 0o077,
+                0,
+                "{name} is {:o}",
+                meta.mode() & 0o7777
+            );
         } else {
             assert_ne!(name, "sandboxd.db", "no database");
         }
@@ -176,7 +204,11 @@ fn a_root_dir_in_tmp_serves_and_the_database_is_private() {
         .filter(|(_, mode, depth)| *depth <= 1 && mode & 0o077 != 0)
         .map(|(p, mode, _)| format!("{} {mode:o}", p.display()))
         .collect();
-    assert_eq!(open, Vec::<String>::new(), "entries of the data dir open to others");
+    assert_eq!(
+        open,
+        Vec::<String>::new(),
+        "entries of the data dir open to others"
+    );
 }
 
 /// `(path, mode, depth)` of `dir`'s entries (not following symlinks, not entering
@@ -213,7 +245,11 @@ fn a_data_dir_swapped_by_an_ancestors_owner_after_start_gets_no_capture() {
         let (code, _) = server.exec(
             MASTER,
             &id,
-            &["/bin/sh", "-c", "cp /usr/bin/id /planted && chmod 4755 /planted"],
+            &[
+                "/bin/sh",
+                "-c",
+                "cp /usr/bin/id /planted && chmod 4755 /planted",
+            ],
         );
         assert_eq!(code, 0);
         // The parent is given to uid 65534 (a loosened ancestor), who swaps the dir:
@@ -225,7 +261,12 @@ fn a_data_dir_swapped_by_an_ancestors_owner_after_start_gets_no_capture() {
             .collect();
         chown(&parent, 65534);
         let swap = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
             .args(["--", "/bin/sh", "-c"])
             .arg(
                 "cd \"$0\" && mv sbx sbx.root && mkdir sbx && cd sbx && \
@@ -254,7 +295,17 @@ fn a_data_dir_swapped_by_an_ancestors_owner_after_start_gets_no_capture() {
             Vec::<PathBuf>::new(),
             "a capture wrote into the other user's layers/ (snapshot answered {status})"
         );
-        assert!(!(200..300).contains(&status), "the snapshot was taken: {status}");
+        assert!(
+            !(200..300).contains(&status),
+            "the snapshot was taken: {status}"
+        );
+        // Nothing the tenant planted is within uid 65534's reach anywhere.
+        let found = as_nobody(
+            "find \"$0\" -name planted 2>/dev/null",
+            top.to_str().expect("utf-8"),
+        );
+        let found = String::from_utf8_lossy(&found.stdout);
+        assert!(found.trim().is_empty(), "uid 65534 reaches {found}");
     }));
     // Put the data dir back (as root) for the teardown.
     chown(&parent, 0);
