@@ -45,3 +45,33 @@ pub fn make_private(db: &Path) -> Result<(), StoreError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new database is `0600`; an older build's `0644` one (and its `-wal`) is
+    /// tightened; a symlink in their place is not followed.
+    #[test]
+    fn makes_new_files_private_and_tightens_old_ones_not_through_symlinks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").mode() & 0o7777;
+        let fresh = dir.path().join("new.db");
+        make_private(&fresh).expect("new");
+        assert_eq!(mode(&fresh), 0o600);
+        let old = dir.path().join("old.db");
+        let wal = dir.path().join("old.db-wal");
+        for p in [&old, &wal] {
+            std::fs::write(p, b"").expect("write");
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        }
+        make_private(&old).expect("old");
+        assert_eq!((mode(&old), mode(&wal)), (0o600, 0o600));
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, b"").expect("write");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        std::os::unix::fs::symlink(&target, dir.path().join("linked.db-shm")).expect("symlink");
+        make_private(&dir.path().join("linked.db")).expect("linked");
+        assert_eq!(mode(&target), 0o644, "followed a symlink");
+    }
+}
