@@ -76,10 +76,12 @@ impl Drop for Pin {
 }
 
 fn open_lock(data_dir: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(data_dir.join(WRITING_LOCK))
 }
 

@@ -88,6 +88,9 @@ impl Images {
 
     /// A fresh scratch directory of this owner in the layer store (same filesystem).
     pub fn scratch_dir(&self) -> Result<PathBuf, ImageError> {
+        // What a pull or build writes must stay out of other users' reach: refused when
+        // the store's chain from `/` is no longer root's alone (see `secure_chain`).
+        sandboxd_runtime::linux::secure_chain::check(&self.layers_dir())?;
         let path = self.layers_dir().join(format!(
             "{SCRATCH_PREFIX}{}-{}",
             self.owner,

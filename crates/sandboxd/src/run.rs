@@ -238,6 +238,10 @@ async fn run(
     // From the start: a Ctrl-C or SIGTERM before the command (a pull, the create) ends
     // the run cleanly too, rather than kill the worker with no teardown.
     let mut signals = Signals::new()?;
+    // Refused before anything is made (the database, a pull) when the data dir's chain
+    // is not root's alone (see `private_dir`).
+    sandboxd_runtime::linux::private_dir::ensure(&config.data_dir)
+        .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
     if args.image != "default" {
         let store = SqliteStore::open(config.data_dir.join(DATABASE_FILE))
             .context("opening the sandbox database")?;

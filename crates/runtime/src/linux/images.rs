@@ -198,7 +198,8 @@ pub fn resolve(
 
 fn save(record: &Path, image: &ImageLayers) -> Result<(), RuntimeError> {
     let dir = record.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io("creating the image directory", dir))?;
+    // Root only, as the other stores (the records name layers; see `private_dir`).
+    super::private_dir::ensure(dir)?;
     let tmp = record.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
     let text = serde_json::to_vec_pretty(image).unwrap_or_default();
     std::fs::write(&tmp, text).map_err(io("writing an image record", &tmp))?;

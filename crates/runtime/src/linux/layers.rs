@@ -135,8 +135,15 @@ impl LayerStore {
     }
 
     /// A fresh scratch directory inside the store (same filesystem, for atomic renames),
-    /// locked against sweeps until dropped.
+    /// locked against sweeps until dropped. Refused when the store's chain from `/` is no
+    /// longer root's alone (an ancestor loosened or given away since start-up): what a
+    /// capture writes, setuid programs included, must stay out of other users' reach.
     pub fn scratch(&self) -> Result<Scratch, RuntimeError> {
+        if super::secure_chain::check(&self.root)? != super::secure_chain::Reach::Whole {
+            return Err(io("opening the layer store", &self.root)(
+                std::io::ErrorKind::NotFound.into(),
+            ));
+        }
         let _making = self.scratch_lock(FlockOperation::LockShared)?;
         let path = self
             .root

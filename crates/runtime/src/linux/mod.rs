@@ -25,6 +25,7 @@ mod reconcile;
 mod refill;
 mod requests;
 mod rootfs;
+pub mod secure_chain;
 mod slots;
 mod sparse;
 mod start;

@@ -5,7 +5,10 @@
 //! program, kept as it is for the sandbox's sake (a restored sandbox sees its setuid bit).
 //! On the host such a file must be out of reach of every other user: made `0700` and
 //! owned by the server's user, a dir cannot be entered, so nothing below it can be run.
-//! An existing dir is tightened only when the server's user owns it (see [`tighten`]).
+//! An existing dir is tightened only when the server's user owns it (see [`tighten`]);
+//! another user's is refused. So is a dir whose chain from `/` another user could rename
+//! or redirect ([`super::secure_chain`]): moving a 0700 dir aside and putting one's own
+//! in its place needs only the parent's write permission, not the dir's.
 
 use super::io;
 use crate::RuntimeError;
@@ -14,8 +17,12 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::Path;
 
 /// Makes `dir` (its parents as usual) `0700` and owned by this process's user, tightening
-/// an existing one of this user's that is looser (see [`tighten`]).
+/// an existing one of this user's that is looser (see [`tighten`]). Refused, before
+/// anything is made, when the chain from `/` to `dir` is not root's (or this user's) alone
+/// ([`super::secure_chain::check`]); checked again once made (a step made by another
+/// user in between is refused too).
 pub fn ensure(dir: &Path) -> Result<(), RuntimeError> {
+    super::secure_chain::check(dir)?;
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io("creating a directory", parent))?;
     }
@@ -24,7 +31,13 @@ pub fn ensure(dir: &Path) -> Result<(), RuntimeError> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(io("creating a private directory", dir)(e)),
     }
-    tighten(dir)
+    tighten(dir)?;
+    match super::secure_chain::check(dir)? {
+        super::secure_chain::Reach::Whole => Ok(()),
+        super::secure_chain::Reach::Partial => Err(io("checking a private directory", dir)(
+            std::io::Error::other("it went away while it was made"),
+        )),
+    }
 }
 
 /// Makes an existing `dir` of this process's user `0700` if it is looser (logged, with
@@ -33,9 +46,9 @@ pub fn ensure(dir: &Path) -> Result<(), RuntimeError> {
 /// Never through another user's symlink: a symlink is followed only when this process's
 /// user owns it (an operator's data dir placed elsewhere), so a user who could write
 /// where a private dir belongs cannot point root's `chmod` at a dir of root's. A dir
-/// another user owns (a mistaken `--data-dir $HOME`, a user's dir run with sudo) is left
-/// as it is, neither taken over nor changed, with a warning: that user, and whom it
-/// lets in, can reach what sandboxes and images made below it, setuid programs included.
+/// another user owns (a mistaken `--data-dir $HOME`, a user's dir run with sudo) is
+/// refused, neither taken over nor changed: that user could reach (or swap) what
+/// sandboxes and images make below it, setuid programs included.
 pub fn tighten(dir: &Path) -> Result<(), RuntimeError> {
     let uid = nix::unistd::geteuid().as_raw();
     let link = std::fs::symlink_metadata(dir).map_err(io("reading a private directory", dir))?;
@@ -63,14 +76,16 @@ pub fn tighten(dir: &Path) -> Result<(), RuntimeError> {
         .map_err(|e| io("reading a private directory", &resolved)(e.into()))?;
     let (mode, owner) = (st.st_mode & 0o7777, st.st_uid);
     if owner != uid {
-        tracing::warn!(
-            dir = %resolved.display(),
-            owner,
-            mode = format!("{mode:o}"),
-            "a directory that holds sandbox-made files is owned by another user: left as it \
-             is; that user can reach those files, setuid programs included"
-        );
-        return Ok(());
+        return Err(io("opening a private directory", &resolved)(
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "it is owned by uid {owner}, not by the server's user: refused (that user \
+                     could reach or swap what sandboxes and images make below it); use a \
+                     directory of the server's user"
+                ),
+            ),
+        ));
     }
     if mode & 0o077 != 0 {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))
@@ -104,10 +119,11 @@ mod tests {
     }
 
     /// A dir another user owns (a mistaken `--data-dir $HOME`, a user's dir run with
-    /// sudo) is neither taken over nor changed, and a symlink another user planted where
-    /// a private dir belongs is not followed: root never chmods or chowns its target.
+    /// sudo) is refused, neither taken over nor changed, and a symlink another user
+    /// planted where a private dir belongs is not followed: root never chmods or chowns
+    /// its target.
     #[test]
-    fn leaves_another_users_dir_and_does_not_follow_their_symlink() {
+    fn refuses_another_users_dir_and_does_not_follow_their_symlink() {
         let top = tempfile::tempdir().expect("tempdir");
         let mode = |p: &Path| std::fs::metadata(p).expect("meta").mode() & 0o7777;
         let owner = |p: &Path| std::fs::metadata(p).expect("meta").uid();
@@ -115,7 +131,8 @@ mod tests {
         std::fs::create_dir(&theirs).expect("mkdir");
         std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
-        ensure(&theirs).expect("ensure");
+        let refused = format!("{:?}", ensure(&theirs).expect_err("their dir was accepted"));
+        assert!(refused.contains("owned by uid 65534"), "{refused}");
         assert_eq!(
             (owner(&theirs), mode(&theirs)),
             (65534, 0o755),

@@ -7,6 +7,7 @@ mod codec;
 mod conns;
 mod console;
 mod egress;
+mod file_modes;
 mod idempotency;
 mod isolation;
 mod migrations;
@@ -52,6 +53,7 @@ impl SqliteStore {
             source,
         })?;
         let secrets = SecretBox::load_or_create(&dir.join(SECRET_KEY_FILE))?;
+        file_modes::make_private(path)?;
         // Two processes setting up one new database at once: switching it to WAL does not
         // wait for the other's lock (SQLite answers busy at once), so retry, bounded.
         let mut tries = 0;

@@ -55,7 +55,13 @@ impl Reserve {
 
 /// Writes the file with zeros (real blocks, unlike a sparse `set_len`) and syncs it.
 fn fill(path: &Path) -> std::io::Result<()> {
-    let mut file = std::fs::File::create(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
     let block = vec![0u8; 1 << 20];
     for _ in 0..SIZE / block.len() {
         file.write_all(&block)?;
