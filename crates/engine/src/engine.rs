@@ -106,6 +106,8 @@ pub struct Engine {
     pub(crate) memory_pins: Arc<crate::memory_images::Pins>,
     /// Room held on the data dir for snapshots being written.
     pub(crate) disk_reservations: crate::disk_reservations::DiskReservations,
+    /// Sandboxes held frozen by filesystem snapshots.
+    pub(crate) capture_freezes: crate::capture_freeze::CaptureFreezes,
 }
 
 /// How soon a request refused for a busy database may be retried.
@@ -189,6 +191,7 @@ impl Engine {
             activity: Default::default(),
             memory_pins: Default::default(),
             disk_reservations: Default::default(),
+            capture_freezes: Default::default(),
         });
         Ok(engine)
     }
