@@ -77,7 +77,7 @@ impl Engine {
 
     /// `QuotaExceeded` when the workspace holds as many snapshots (recorded, or being
     /// taken) as its quota allows.
-    fn check_snapshot_quota(&self, ws: &WorkspaceId) -> Result<(), EngineError> {
+    pub(crate) fn check_snapshot_quota(&self, ws: &WorkspaceId) -> Result<(), EngineError> {
         let max = self.workspace_quota(ws)?.max_snapshots;
         let recorded = self
             .store
