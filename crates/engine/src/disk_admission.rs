@@ -59,6 +59,7 @@ pub fn admit(
             available: space.total,
             layers: 0,
             total: space.total,
+            inodes_available: space.inodes_available,
         },
         policy,
     );
@@ -123,6 +124,41 @@ pub fn admit_snapshot(
     .retry_after(Duration::from_secs(30)))
 }
 
+/// Inodes of the data dir never given to snapshots: the database, the server's files,
+/// image pulls and the warm pool's entries.
+pub const INODE_RESERVE: u64 = 8192;
+
+/// Inodes of the data dir an active sandbox may still need there (its state dir, its
+/// sockets and marks; its files live on its own disk, or unaccounted without one).
+pub const INODES_PER_SANDBOX: u64 = 256;
+
+/// Admits a snapshot that stores `want` entries (an inode each, however small): they
+/// must fit in the data dir's free inodes less [`INODE_RESERVE`], what the `active`
+/// sandboxes may still need and the `reserved` inodes of snapshots being written, or it
+/// is refused as a shortage, like a snapshot short of bytes.
+pub fn admit_snapshot_inodes(
+    space: DiskSpace,
+    active: u64,
+    reserved: u64,
+    want: u64,
+) -> Result<(), EngineError> {
+    let room = space
+        .inodes_available
+        .saturating_sub(INODE_RESERVE)
+        .saturating_sub(active.saturating_mul(INODES_PER_SANDBOX))
+        .saturating_sub(reserved);
+    if want <= room {
+        return Ok(());
+    }
+    Err(EngineError::new(
+        ErrorCode::CapacityExhausted,
+        format!(
+            "not enough free inodes on the disk for this snapshot: it stores {want} files and              directories, and the server has room for {room} beside what its sandboxes may              still need; retry once sandboxes end or snapshots are deleted"
+        ),
+    )
+    .retry_after(Duration::from_secs(30)))
+}
+
 impl Engine {
     /// The room a `disk_mb` layer (0: unlimited, not accounted) is admitted against,
     /// measured before admission (the measure waits on the disk, not on other creates):
@@ -175,6 +211,7 @@ mod tests {
             available: available_mb * MIB,
             layers: layers_mb * MIB,
             total: 2000 * MIB,
+            inodes_available: 100_000,
         }
     }
 
@@ -240,5 +277,28 @@ mod tests {
         assert!(admit_snapshot(s, p, 900, 40 * MIB, 60 * MIB).is_ok());
         assert!(admit_snapshot(s, p, 2000, 0, 0).is_ok(), "nothing to write");
         assert!(admit_snapshot(s, p, 2000, 0, 1).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_of_empty_files_is_refused_for_inodes_though_its_bytes_fit() {
+        let s = space(1064, 0); // 100_000 free inodes
+        let room = 100_000 - INODE_RESERVE - 2 * INODES_PER_SANDBOX;
+        assert!(admit_snapshot_inodes(s, 2, 0, room).is_ok());
+        let e = admit_snapshot_inodes(s, 2, 1, room).unwrap_err();
+        assert_eq!(e.code, ErrorCode::CapacityExhausted);
+        assert!(e.retry_after.is_some());
+        assert!(e.message.contains("inodes"), "{}", e.message);
+        assert!(
+            admit_snapshot_inodes(s, 3, 0, room).is_err(),
+            "a sandbox more"
+        );
+        let tiny = DiskSpace {
+            inodes_available: 10,
+            ..s
+        };
+        assert!(
+            admit_snapshot_inodes(tiny, 0, 0, 1).is_err(),
+            "never into the reserve"
+        );
     }
 }

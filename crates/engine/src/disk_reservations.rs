@@ -1,9 +1,12 @@
 //! Room reserved on the data dir for snapshots being written: a capture reserves its
-//! upper bound before it writes (see [`crate::Engine`]'s snapshot admission) and gives
-//! it back once its bytes are on disk, where the free space itself then counts them.
-//! Creates count what is reserved as promised; a release bumps an epoch so that a
-//! create whose measure of the free space predates it measures again.
+//! upper bound (bytes and inodes) before it writes (see [`crate::Engine`]'s snapshot
+//! admission) and gives it back once its entries are on disk, where the free space
+//! itself then counts them. Creates count what is reserved as promised; a release bumps
+//! an epoch so that a create whose measure of the free space predates it measures
+//! again. Each reservation also counts as a snapshot under way in its workspace, so
+//! that the workspace's snapshot quota sees those not yet recorded.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 #[derive(Debug, Default)]
@@ -14,14 +17,19 @@ pub(crate) struct DiskReservations {
 #[derive(Debug, Default)]
 struct Inner {
     reserved: u64,
+    inodes: u64,
     epoch: u64,
+    /// Snapshots under way by workspace.
+    writing: HashMap<String, u64>,
 }
 
-/// Bytes reserved until dropped.
+/// Bytes and inodes reserved, and a snapshot of `ws` under way, until dropped.
 #[derive(Debug)]
 pub(crate) struct Reservation<'a> {
     of: &'a DiskReservations,
     bytes: u64,
+    inodes: u64,
+    ws: String,
 }
 
 impl DiskReservations {
@@ -34,16 +42,34 @@ impl DiskReservations {
         self.inner().reserved
     }
 
+    /// Inodes reserved now.
+    pub(crate) fn reserved_inodes(&self) -> u64 {
+        self.inner().inodes
+    }
+
+    /// Snapshots of `ws` under way (reserved, not yet given back).
+    pub(crate) fn writing(&self, ws: &str) -> u64 {
+        self.inner().writing.get(ws).copied().unwrap_or(0)
+    }
+
     /// Changes each time a reservation is given back (its bytes moved to the disk).
     pub(crate) fn epoch(&self) -> u64 {
         self.inner().epoch
     }
 
-    /// Reserves `bytes` (the caller checked they fit, under the engine's admission).
-    pub(crate) fn reserve(&self, bytes: u64) -> Reservation<'_> {
+    /// Reserves `bytes` and `inodes` for a snapshot of `ws` (the caller checked they
+    /// fit, under the engine's admission).
+    pub(crate) fn reserve(&self, ws: &str, bytes: u64, inodes: u64) -> Reservation<'_> {
         let mut inner = self.inner();
         inner.reserved = inner.reserved.saturating_add(bytes);
-        Reservation { of: self, bytes }
+        inner.inodes = inner.inodes.saturating_add(inodes);
+        *inner.writing.entry(ws.to_owned()).or_default() += 1;
+        Reservation {
+            of: self,
+            bytes,
+            inodes,
+            ws: ws.to_owned(),
+        }
     }
 }
 
@@ -51,7 +77,14 @@ impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         let mut inner = self.of.inner();
         inner.reserved = inner.reserved.saturating_sub(self.bytes);
+        inner.inodes = inner.inodes.saturating_sub(self.inodes);
         inner.epoch = inner.epoch.wrapping_add(1);
+        if let Some(n) = inner.writing.get_mut(&self.ws) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                inner.writing.remove(&self.ws);
+            }
+        }
     }
 }
 
@@ -62,12 +95,16 @@ mod tests {
     #[test]
     fn reservations_add_up_and_their_release_moves_the_epoch() {
         let r = DiskReservations::default();
-        let a = r.reserve(10);
-        let b = r.reserve(5);
-        assert_eq!((r.reserved(), r.epoch()), (15, 0));
+        let a = r.reserve("w", 10, 3);
+        let b = r.reserve("w", 5, 4);
+        let c = r.reserve("v", 0, 0);
+        assert_eq!((r.reserved(), r.reserved_inodes(), r.epoch()), (15, 7, 0));
+        assert_eq!((r.writing("w"), r.writing("v"), r.writing("x")), (2, 1, 0));
         drop(a);
-        assert_eq!((r.reserved(), r.epoch()), (5, 1));
+        assert_eq!((r.reserved(), r.reserved_inodes(), r.epoch()), (5, 4, 1));
         drop(b);
-        assert_eq!((r.reserved(), r.epoch()), (0, 2));
+        drop(c);
+        assert_eq!((r.reserved(), r.reserved_inodes(), r.epoch()), (0, 0, 3));
+        assert_eq!((r.writing("w"), r.writing("v")), (0, 0));
     }
 }

@@ -119,6 +119,8 @@ pub struct Engine {
     pub(crate) in_flight: crate::in_flight::InFlight,
     /// Room for captured exec output, server-wide.
     pub(crate) output_budget: crate::output_budget::OutputBudget,
+    /// Sandboxes held frozen by filesystem snapshots.
+    pub(crate) capture_freezes: crate::capture_freeze::CaptureFreezes,
 }
 
 /// How soon a request refused for a busy database may be retried.
@@ -207,6 +209,7 @@ impl Engine {
             disk_reservations: Default::default(),
             in_flight,
             output_budget,
+            capture_freezes: Default::default(),
         });
         Ok(engine)
     }

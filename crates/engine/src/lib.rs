@@ -5,6 +5,7 @@ pub mod accounts;
 mod agent_error;
 pub mod audit;
 pub mod auto_pause;
+mod capture_freeze;
 pub mod console_codes;
 mod convert;
 pub mod cursor;

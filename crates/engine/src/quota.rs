@@ -12,6 +12,9 @@ pub struct Quota {
     pub max_sandboxes: u32,
     pub max_vcpu: u32,
     pub max_memory_mb: u64,
+    /// Snapshots (recorded, or being taken) the workspace may keep: what bounds the
+    /// share of the data dir its snapshots can take.
+    pub max_snapshots: u32,
 }
 
 impl Default for Quota {
@@ -20,6 +23,7 @@ impl Default for Quota {
             max_sandboxes: 50,
             max_vcpu: 64,
             max_memory_mb: 64 * 1024,
+            max_snapshots: 100,
         }
     }
 }
@@ -32,6 +36,7 @@ impl Quota {
             max_sandboxes: o.max_sandboxes.unwrap_or(self.max_sandboxes),
             max_vcpu: o.max_vcpu.unwrap_or(self.max_vcpu),
             max_memory_mb: o.max_memory_mb.unwrap_or(self.max_memory_mb),
+            max_snapshots: self.max_snapshots,
         }
     }
 }
@@ -127,6 +132,7 @@ mod tests {
             max_sandboxes: 2,
             max_vcpu: 4,
             max_memory_mb: 1024,
+            max_snapshots: 1,
         };
         assert!(check(
             &q,

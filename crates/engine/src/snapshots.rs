@@ -104,7 +104,13 @@ impl Engine {
     ) -> Result<Snapshot, EngineError> {
         let id = e.sb.id;
         let limit = self.limits.deadlines.snapshot;
-        let _room = self.reserve_snapshot(&handle, 0).await?;
+        // Frozen before it is measured, until the copy is done: what the capture
+        // stores is what it reserved (a paused sandbox is frozen already).
+        let _frozen = match e.sb.status {
+            SandboxStatus::Running => Some(self.capture_freezes.hold(&self.runtime, &handle)?),
+            _ => None,
+        };
+        let _room = self.reserve_snapshot(&e.sb.workspace, &handle, 0).await?;
         // Past the deadline the copy and digest stop; a layer committed all the same
         // goes unless a record uses it.
         let cancel = sandboxd_runtime::Cancel::new();
@@ -171,7 +177,9 @@ impl Engine {
         let snapshot_id = Uuid::new_v4();
         let limit = self.limits.deadlines.snapshot;
         let memory_bytes = u64::from(e.sb.resources.memory_mb) << 20;
-        let room = self.reserve_snapshot(&handle, memory_bytes).await?;
+        let room = self
+            .reserve_snapshot(&e.sb.workspace, &handle, memory_bytes)
+            .await?;
         let store = self.store.clone();
         let old = handle.clone();
         let Some((taken, now)) = self

@@ -373,6 +373,9 @@ impl Engine {
             BUILDER_ATTRIBUTE.to_owned(),
             serde_json::json!({ "template": build.name }),
         );
+        // A build stores a snapshot: refused before its steps run when the workspace's
+        // snapshot quota is used up (the snapshot itself checks again, under admission).
+        self.check_snapshot_quota(ws)?;
         let (sb, _) = self.create(ws, request).await?;
         let built = self.run_steps_and_snapshot(ws, sb.id, &build).await;
         if let Err(e) = self.destroy(ws, sb.id).await {

@@ -21,6 +21,10 @@
 //! - `freeze`, `thaw`: pause and resume;
 //! - `checkpoint.quiesce`: on gVisor, the agent taken not to let go of its socket in
 //!   time for a checkpoint;
+//! - `snapshot.freeze`: a filesystem snapshot about to freeze its RUNNING sandbox
+//!   (engine);
+//! - `snapshot.measured`: a snapshot's layer measured (bytes and entries logged), before
+//!   its admission; a filesystem snapshot's sandbox is frozen here (engine);
 //! - `capture`: a snapshot's layer captured;
 //! - `capture.copied`: the sandbox's upper dir copied into scratch, the sandbox still
 //!   frozen for the copy;

@@ -221,10 +221,11 @@ pub trait Runtime: Send + Sync + 'static {
         self.capture_layer(handle)
     }
 
-    /// The most bytes a capture of this sandbox's writable layer would store now (what
-    /// its files occupy); `None` when the backend keeps no layers on the data dir's
-    /// filesystem (nothing for disk admission to account).
-    fn snapshot_bound(&self, handle: &SandboxHandle) -> Result<Option<u64>, RuntimeError> {
+    /// The most a capture of this sandbox's writable layer would store now (the bytes
+    /// its files occupy, the entries it holds); `None` when the backend keeps no layers
+    /// on the data dir's filesystem (nothing for disk admission to account). Exact only
+    /// while nothing in the sandbox writes (the caller freezes it first).
+    fn snapshot_bound(&self, handle: &SandboxHandle) -> Result<Option<CaptureBound>, RuntimeError> {
         let _ = handle;
         Ok(None)
     }

@@ -150,6 +150,17 @@ pub struct DiskSpace {
     /// Bytes the filesystem could ever hold for unprivileged writers (its size less the
     /// blocks reserved for root): what nothing that ends or is deleted can raise.
     pub total: u64,
+    /// Free inodes an unprivileged writer may still use (`statvfs` `f_favail`): every
+    /// entry a capture stores takes one, whatever its size.
+    pub inodes_available: u64,
+}
+
+/// The most a capture of a sandbox's writable layer would store now: the blocks its
+/// entries occupy and the entries themselves (each one an inode of the layer store).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaptureBound {
+    pub bytes: u64,
+    pub entries: u64,
 }
 
 /// Resource usage of a sandbox.

@@ -245,7 +245,10 @@ impl Runtime for Tiers {
         self.of(handle)?.capture_layer_until(handle, cancel)
     }
 
-    fn snapshot_bound(&self, handle: &SandboxHandle) -> Result<Option<u64>, RuntimeError> {
+    fn snapshot_bound(
+        &self,
+        handle: &SandboxHandle,
+    ) -> Result<Option<crate::CaptureBound>, RuntimeError> {
         self.of(handle)?.snapshot_bound(handle)
     }
 

@@ -28,12 +28,20 @@ impl SmallFs {
 
     /// A filesystem of `size` (`truncate -s` syntax).
     fn sized(size: &str) -> SmallFs {
+        Self::made(size, &[])
+    }
+
+    /// A filesystem of `size` made with `mkfs.ext4` options `mkfs` too.
+    fn made(size: &str, mkfs: &[&str]) -> SmallFs {
         let tmp = tempfile::tempdir().expect("temp dir");
         let img = tmp.path().join("fs.img");
         let mnt = tmp.path().join("mnt");
         std::fs::create_dir(&mnt).expect("mkdir mnt");
         run("truncate", &["-s", size, path(&img)]);
-        run("mkfs.ext4", &["-q", path(&img)]);
+        let mut args = vec!["-q"];
+        args.extend_from_slice(mkfs);
+        args.push(path(&img));
+        run("mkfs.ext4", &args);
         run("mount", &["-o", "loop", path(&img), path(&mnt)]);
         SmallFs { tmp }
     }
@@ -50,6 +58,13 @@ impl SmallFs {
     fn available(&self) -> u64 {
         let vfs = nix::sys::statvfs::statvfs(&self.mnt()).expect("statvfs");
         vfs.blocks_available() * vfs.fragment_size()
+    }
+
+    /// Inodes an unprivileged writer may still take on the filesystem.
+    fn inodes_available(&self) -> u64 {
+        nix::sys::statvfs::statvfs(&self.mnt())
+            .expect("statvfs")
+            .files_available()
     }
 
     /// Loop devices whose backing file lies inside the filesystem (sandbox layers).
@@ -500,6 +515,134 @@ fn a_create_refused_for_room_that_may_come_back_is_a_shortage_in_each_dialect() 
 
     std::fs::remove_file(&filler).expect("remove filler");
     let id = s.create_sandbox(KEY, &body(128));
+    s.destroy(KEY, &id);
+}
+
+/// Snapshots of a sandbox full of empty files take no blocks but an inode per file:
+/// they are admitted for their inodes too, refused (503, Retry-After) once the data
+/// dir's free inodes less the reserve run short, and the data dir keeps that reserve,
+/// so another create and its sandbox's files still work.
+#[test]
+fn snapshots_of_empty_files_are_refused_before_they_take_the_data_dirs_inodes() {
+    // 300 MiB with only ~24k inodes: each snapshot below takes ~6000 of them.
+    let fs = SmallFs::made("300M", &["-N", "24000"]);
+    let s = serve(&fs, &[("SANDBOXD_DISK_MB_PER_SANDBOX", "40")]);
+    let many = s.create_sandbox(KEY, &body(128));
+    let (code, out) = s.exec(
+        KEY,
+        &many,
+        &[
+            "/bin/sh",
+            "-c",
+            "mkdir /many && cd /many && seq 6000 | xargs touch && sync",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    let mut refused = None;
+    for round in 0..6 {
+        // New content each round: the layer is not the one stored already.
+        let mark = format!("echo {round} > /round; sync");
+        let (code, out) = s.exec(KEY, &many, &["/bin/sh", "-c", &mark]);
+        assert_eq!(code, 0, "{out}");
+        let r = s.request(
+            "POST",
+            &format!("/v2/sandboxes/{many}/snapshots"),
+            KEY,
+            Some(&json!({})),
+        );
+        if r.status != 201 {
+            refused = Some((round, r));
+            break;
+        }
+    }
+    let (round, r) = refused.expect("snapshots past the inodes are refused");
+    assert!(round >= 1, "the first snapshot fits: {}", r.text());
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(
+        r.json()["errors"][0]["code"],
+        "compute_unavailable",
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.header("retry-after").is_some(),
+        "a shortage says when to retry"
+    );
+    assert!(r.text().contains("inodes"), "{}", r.text());
+    assert!(
+        fs.inodes_available() >= sandboxd_engine::disk_admission::INODE_RESERVE,
+        "the data dir keeps its inode reserve: {} free",
+        fs.inodes_available()
+    );
+    // Other creates still work, and their sandboxes write.
+    let other = s.create_sandbox(KEY, &body(128));
+    let (code, out) = s.exec(KEY, &other, &["/bin/sh", "-c", "echo ok > /ok; cat /ok"]);
+    assert_eq!((code, out.trim()), (0, "ok"));
+    s.destroy(KEY, &other);
+    s.destroy(KEY, &many);
+}
+
+/// The first number after `field=` (text log) or `"field":` (JSON log) in `line`.
+fn logged_number(line: &str, field: &str) -> u64 {
+    let at = [format!("{field}="), format!("\"{field}\":")]
+        .iter()
+        .find_map(|k| line.find(k.as_str()).map(|i| i + k.len()))
+        .unwrap_or_else(|| panic!("no {field} in {line}"));
+    line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("no number for {field} in {line}"))
+}
+
+/// A snapshot stores no more than it reserved: the sandbox is frozen before its layer
+/// is measured, so a file it grows while the snapshot is held just past the measure
+/// (failpoint `snapshot.measured`) is not in the snapshot.
+#[test]
+fn a_file_grown_during_a_snapshot_is_never_stored_beyond_its_reservation() {
+    let fs = SmallFs::new();
+    let s = serve(
+        &fs,
+        &[
+            ("SANDBOXD_DISK_MB_PER_SANDBOX", "100"),
+            ("SANDBOXD_FAILPOINTS", "snapshot.measured=sleep(4000)"),
+        ],
+    );
+    let id = s.create_sandbox(KEY, &body(128));
+    let (addr, path) = (s.addr, format!("/v2/sandboxes/{id}/snapshots"));
+    let snapshot = std::thread::spawn(move || {
+        let headers = [
+            ("authorization", format!("Bearer {KEY}")),
+            ("content-type", "application/json".to_owned()),
+        ];
+        serve_bin::http(addr, "POST", &path, &headers, "{}")
+    });
+    let line = s.wait_for_line(|l| l.contains("snapshot: layer measured"));
+    let measured = logged_number(&line, "bytes");
+    // Held past its measure: the sandbox grows a file by 20 MiB (on the old order it
+    // ran on meanwhile; frozen, it writes only once the snapshot is done).
+    let (addr, path) = (s.addr, format!("/v2/sandboxes/{id}/exec"));
+    let grow = std::thread::spawn(move || {
+        let headers = [
+            ("authorization", format!("Bearer {KEY}")),
+            ("content-type", "application/json".to_owned()),
+        ];
+        let body = json!({"command": ["/bin/sh", "-c",
+            "dd if=/dev/urandom of=/grown bs=1M count=20 2>&1; sync"]});
+        serve_bin::http(addr, "POST", &path, &headers, &body.to_string())
+    });
+    let r = snapshot.join().expect("the snapshot request");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let stored = r.json()["data"]["storedBytes"]
+        .as_u64()
+        .expect("storedBytes");
+    assert!(
+        stored <= measured,
+        "the snapshot stored {stored} bytes, {measured} were measured and reserved"
+    );
+    let grown = grow.join().expect("the exec");
+    assert_eq!(grown.status, 200, "{}", grown.text());
     s.destroy(KEY, &id);
 }
 

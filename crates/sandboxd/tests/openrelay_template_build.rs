@@ -140,8 +140,10 @@ fn a_build_whose_client_disconnects_finishes_and_destroys_its_builder() {
     let builders = sandbox_dirs(&data);
     // The client gives up (curl -m, Ctrl-C): the connection closes mid-build.
     drop(conn);
+    // Its dir goes before its record ends (the network is detached in between): the
+    // one-sandbox quota is free only once both are gone.
     wait_long("the builder gone", Duration::from_secs(120), || {
-        sandbox_dirs(&data).is_empty()
+        sandbox_dirs(&data).is_empty() && or.active().is_empty()
     });
     // The build went on to its end: the template is there and runs.
     assert!(template_ids(&or).contains(&"left".to_owned()));
@@ -170,8 +172,10 @@ fn a_cli_build_killed_mid_build_leaves_no_builder() {
     let builders = sandbox_dirs(&data);
     cli.kill().expect("kill -9 the CLI");
     cli.wait().expect("reap the CLI");
+    // Its dir goes before its record ends (the network is detached in between): the
+    // one-sandbox quota is free only once both are gone.
     wait_long("the builder gone", Duration::from_secs(120), || {
-        sandbox_dirs(&data).is_empty()
+        sandbox_dirs(&data).is_empty() && or.active().is_empty()
     });
     assert!(template_ids(&or).contains(&"cli-left".to_owned()));
     assert_nothing_held(&or, &data, &builders);

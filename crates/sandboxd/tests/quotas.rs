@@ -212,3 +212,87 @@ async fn runzivo_quota_and_rate_answer_429() {
         "a rate-limited create made nothing"
     );
 }
+
+/// The workspace's snapshot quota (`SANDBOXD_WORKSPACE_QUOTA_SNAPSHOTS`), Inngest: the
+/// snapshot past it answers 429 in the dialect's shape and stores nothing; a delete
+/// frees it.
+#[test]
+fn inngest_snapshot_quota_answers_429() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key = "quota-snap-master";
+    let env = [("SANDBOXD_WORKSPACE_QUOTA_SNAPSHOTS", "2")];
+    let server = Server::start_with_env(dir.path(), Some(key), &env);
+    let id = server.create_sandbox(key, &json!({"name": "qs", "vcpu": 1, "memoryMb": 128}));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let snapshot = || {
+            server.request(
+                "POST",
+                &format!("/v2/sandboxes/{id}/snapshots"),
+                key,
+                Some(&json!({})),
+            )
+        };
+        let list = || {
+            ids(
+                &server.request("GET", "/v2/snapshots", key, None).json(),
+                "data",
+            )
+        };
+        let first = snapshot();
+        assert_eq!(first.status, 201, "{}", first.text());
+        let second = snapshot();
+        assert_eq!(second.status, 201, "{}", second.text());
+        let before = list();
+        assert_eq!(before.len(), 2);
+        let r = snapshot();
+        assert_eq!(
+            (r.status, r.json()["errors"][0]["code"].clone()),
+            (429, json!("rate_limited")),
+            "{}",
+            r.text()
+        );
+        assert!(r.text().contains("2 snapshots"), "{}", r.text());
+        retry_after(header(&r), 1);
+        assert_eq!(list(), before, "a refused snapshot stored nothing");
+        let gone = first.json()["data"]["id"].as_str().expect("id").to_owned();
+        let d = server.request("DELETE", &format!("/v2/snapshots/{gone}"), key, None);
+        assert!(d.status < 300, "{}", d.text());
+        let again = snapshot();
+        assert_eq!(
+            again.status,
+            201,
+            "a delete frees the quota: {}",
+            again.text()
+        );
+    }));
+    server.destroy(key, &id);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The same quota, OpenRelay: a template build (it stores a snapshot) past it answers
+/// 429 `QUOTA_EXCEEDED` and leaves no template nor builder sandbox.
+#[test]
+fn openrelay_template_build_past_the_snapshot_quota_answers_429() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let or = openrelay::Or::start(dir.path(), &[("SANDBOXD_WORKSPACE_QUOTA_SNAPSHOTS", "1")]);
+    let templates = || {
+        let list = or.get("/v1/sandbox-templates").json();
+        list["templates"].as_array().map_or(0, Vec::len)
+    };
+    let built = or.post(
+        "/v1/sandbox-templates",
+        &json!({"name": "one", "run": ["echo one > /one"]}),
+    );
+    assert!(built.status < 300, "{}", built.text());
+    let before = templates();
+    let r = or.post(
+        "/v1/sandbox-templates",
+        &json!({"name": "two", "run": ["echo two > /two"]}),
+    );
+    assert_eq!(openrelay::code(&r, 429), "QUOTA_EXCEEDED");
+    assert!(r.text().contains("1 snapshots"), "{}", r.text());
+    assert_eq!(templates(), before, "a refused build made no template");
+    assert!(or.active().is_empty(), "no builder sandbox left");
+}

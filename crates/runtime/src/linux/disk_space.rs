@@ -28,6 +28,7 @@ pub fn measure(data_dir: &Path) -> Result<DiskSpace, RuntimeError> {
         available,
         layers: layers_occupy(&sandboxes)?,
         total,
+        inodes_available: vfs.files_available(),
     })
 }
 
@@ -73,5 +74,6 @@ mod tests {
         );
         assert!(space.available > 0);
         assert!(space.total >= space.available, "{space:?}");
+        assert!(space.inodes_available > 0, "{space:?}");
     }
 }

@@ -484,8 +484,11 @@ impl Runtime for LinuxRuntime {
         capture::capture(self, handle, cancel)
     }
 
-    fn snapshot_bound(&self, handle: &SandboxHandle) -> Result<Option<u64>, RuntimeError> {
-        capture_bound::upper_bytes(handle).map(Some)
+    fn snapshot_bound(
+        &self,
+        handle: &SandboxHandle,
+    ) -> Result<Option<crate::CaptureBound>, RuntimeError> {
+        capture_bound::measure(handle).map(Some)
     }
 
     fn claim(&self, id: Uuid) -> Result<(), RuntimeError> {

@@ -13,6 +13,7 @@ pub(super) struct QuotaLayer {
     sandboxes: Option<u32>,
     vcpu: Option<u32>,
     memory_mb: Option<u64>,
+    snapshots: Option<u32>,
 }
 
 /// `[create_rate]`: the token bucket on creates per workspace.
@@ -24,7 +25,7 @@ pub(super) struct RateLayer {
 }
 
 impl QuotaLayer {
-    /// `SANDBOXD_WORKSPACE_QUOTA_{SANDBOXES,VCPU,MEMORY_MB}`.
+    /// `SANDBOXD_WORKSPACE_QUOTA_{SANDBOXES,VCPU,MEMORY_MB,SNAPSHOTS}`.
     pub(super) fn from_env(
         env: &impl Fn(&str) -> Option<String>,
     ) -> Result<Option<Self>, ConfigError> {
@@ -32,6 +33,7 @@ impl QuotaLayer {
             sandboxes: env_number(env, "SANDBOXD_WORKSPACE_QUOTA_SANDBOXES")?,
             vcpu: env_number(env, "SANDBOXD_WORKSPACE_QUOTA_VCPU")?,
             memory_mb: env_number(env, "SANDBOXD_WORKSPACE_QUOTA_MEMORY_MB")?,
+            snapshots: env_number(env, "SANDBOXD_WORKSPACE_QUOTA_SNAPSHOTS")?,
         }))
     }
 
@@ -39,6 +41,7 @@ impl QuotaLayer {
         quota.max_sandboxes = self.sandboxes.unwrap_or(quota.max_sandboxes);
         quota.max_vcpu = self.vcpu.unwrap_or(quota.max_vcpu);
         quota.max_memory_mb = self.memory_mb.unwrap_or(quota.max_memory_mb);
+        quota.max_snapshots = self.snapshots.unwrap_or(quota.max_snapshots);
     }
 }
 
@@ -80,23 +83,26 @@ mod tests {
         let defaults = load("", &[]).expect("defaults").limits();
         assert_eq!(defaults.workspace_quota, sandboxd_engine::Quota::default());
         assert_eq!(defaults.create_rate, sandboxd_engine::CreateRate::default());
-        let file =
-            "[workspace_quota]\nsandboxes = 3\nmemory_mb = 2048\n\n[create_rate]\nburst = 5\n";
+        let file = "[workspace_quota]\nsandboxes = 3\nmemory_mb = 2048\nsnapshots = 7\n\n\
+                    [create_rate]\nburst = 5\n";
         let l = load(file, &[]).expect("file").limits();
         let q = l.workspace_quota;
         assert_eq!(
             (q.max_sandboxes, q.max_vcpu, q.max_memory_mb),
             (3, defaults.workspace_quota.max_vcpu, 2048)
         );
+        assert_eq!(q.max_snapshots, 7);
         assert_eq!((l.create_rate.burst, l.create_rate.per_hour), (5, 3600));
         let env = [
             ("SANDBOXD_WORKSPACE_QUOTA_SANDBOXES", "1"),
             ("SANDBOXD_WORKSPACE_QUOTA_VCPU", "2"),
             ("SANDBOXD_CREATE_RATE_PER_HOUR", "1"),
+            ("SANDBOXD_WORKSPACE_QUOTA_SNAPSHOTS", "2"),
         ];
         let l = load(file, &env).expect("env").limits();
         let q = l.workspace_quota;
         assert_eq!((q.max_sandboxes, q.max_vcpu, q.max_memory_mb), (1, 2, 2048));
+        assert_eq!(q.max_snapshots, 2);
         assert_eq!((l.create_rate.burst, l.create_rate.per_hour), (5, 1));
     }
 

@@ -447,8 +447,11 @@ impl Runtime for GvisorRuntime {
         self.capture_layer_until(handle, &crate::Cancel::new())
     }
 
-    fn snapshot_bound(&self, handle: &SandboxHandle) -> Result<Option<u64>, RuntimeError> {
-        super::capture_bound::upper_bytes(handle).map(Some)
+    fn snapshot_bound(
+        &self,
+        handle: &SandboxHandle,
+    ) -> Result<Option<crate::CaptureBound>, RuntimeError> {
+        super::capture_bound::measure(handle).map(Some)
     }
 
     fn capture_layer_until(
