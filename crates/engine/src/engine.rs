@@ -48,6 +48,9 @@ pub struct Limits {
     /// The tier of sandboxes whose request, template and workspace choose none (and of
     /// those recorded before tiers were).
     pub isolation: sandboxd_runtime::Isolation,
+    /// How long the agent may leave a call and a health check unanswered before the
+    /// call fails as `Unavailable` (see `ops::answer`).
+    pub agent_answer: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -67,6 +70,7 @@ impl Default for Limits {
             pause_to_disk: true,
             auto_pause: Default::default(),
             isolation: Default::default(),
+            agent_answer: crate::ops::DEFAULT_AGENT_ANSWER,
         }
     }
 }
