@@ -656,6 +656,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.shutdown_grace_seconds, 2);
+        let answer = |c: ServerConfig| c.limits().agent_answer.as_secs();
+        assert_eq!(answer(load(None, &[]).unwrap()), 30);
+        let c = load(Some("agent_answer_seconds = 5\n"), &[]).unwrap();
+        assert_eq!(answer(c), 5);
+        let c = load(None, &[("SANDBOXD_AGENT_ANSWER_SECONDS", "0")]).unwrap();
+        assert_eq!(answer(c), 1);
         let c = load(Some("disk_mb_per_sandbox = 2048\n"), &[]).unwrap();
         assert_eq!(c.limits().disk_mb_per_sandbox, 2048);
         let c = load(
