@@ -55,6 +55,9 @@ pub struct Limits {
     /// (each exec reserves [`crate::BYTES_PER_OUTPUT_BYTE`] × its output cap); 0: no
     /// budget.
     pub exec_output_budget_bytes: u64,
+    /// How long the agent may leave a call and a health check unanswered before the
+    /// call fails as `Unavailable` (see `ops::answer`).
+    pub agent_answer: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -76,6 +79,7 @@ impl Default for Limits {
             isolation: Default::default(),
             max_in_flight_per_workspace: 512,
             exec_output_budget_bytes: 512 << 20,
+            agent_answer: crate::ops::DEFAULT_AGENT_ANSWER,
         }
     }
 }

@@ -79,6 +79,9 @@ pub struct ServerConfig {
     /// Seconds SIGTERM (or SIGINT) waits for open requests and streams to finish
     /// before the server exits anyway (30 by default; a second signal exits at once).
     pub shutdown_grace_seconds: u64,
+    /// Seconds a sandbox's agent may leave a call and a health check unanswered before
+    /// the call fails as unavailable (30 by default; at least 1).
+    pub agent_answer_seconds: u64,
     /// Registries (`host[:port]`) image pulls reach over plain HTTP although they are
     /// not on loopback (none by default).
     pub insecure_registries: Vec<String>,
@@ -121,6 +124,7 @@ impl Default for ServerConfig {
             connections: ConnectionLimits::default(),
             max_ptys_per_sandbox: 64,
             shutdown_grace_seconds: 30,
+            agent_answer_seconds: 30,
             insecure_registries: Vec::new(),
             isolation: Isolation::Container,
             layer_gc: Default::default(),
@@ -159,6 +163,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("connections", &self.connections)
             .field("max_ptys_per_sandbox", &self.max_ptys_per_sandbox)
             .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
+            .field("agent_answer_seconds", &self.agent_answer_seconds)
             .field("insecure_registries", &self.insecure_registries)
             .field("isolation", &self.isolation)
             .field("layer_gc", &self.layer_gc)
@@ -217,6 +222,7 @@ struct FileLayer {
     connections: Option<connections::ConnectionsLayer>,
     max_ptys_per_sandbox: Option<u32>,
     shutdown_grace_seconds: Option<u64>,
+    agent_answer_seconds: Option<u64>,
     insecure_registries: Option<Vec<String>>,
     isolation: Option<Isolation>,
     layer_gc: Option<layer_gc::LayerGcLayer>,
@@ -297,6 +303,7 @@ impl ServerConfig {
             connections: connections::ConnectionsLayer::from_env(&env)?,
             max_ptys_per_sandbox: env_number(&env, "SANDBOXD_MAX_PTYS_PER_SANDBOX")?,
             shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
+            agent_answer_seconds: env_number(&env, "SANDBOXD_AGENT_ANSWER_SECONDS")?,
             insecure_registries: registries::from_env(&env)?,
             isolation: isolation::from_env(&env)?,
             layer_gc: layer_gc::LayerGcLayer::from_env(&env)?,
@@ -399,6 +406,9 @@ impl ServerConfig {
         if let Some(n) = layer.shutdown_grace_seconds {
             self.shutdown_grace_seconds = n;
         }
+        if let Some(n) = layer.agent_answer_seconds {
+            self.agent_answer_seconds = n.max(1);
+        }
         if let Some(list) = layer.insecure_registries {
             self.insecure_registries = list;
         }
@@ -430,6 +440,7 @@ impl ServerConfig {
             isolation: self.isolation,
             max_in_flight_per_workspace: self.connections.in_flight_per_workspace(),
             exec_output_budget_bytes: self.connections.exec_output_budget_mib << 20,
+            agent_answer: std::time::Duration::from_secs(self.agent_answer_seconds),
             ..Default::default()
         }
     }
@@ -647,6 +658,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.shutdown_grace_seconds, 2);
+        let answer = |c: ServerConfig| c.limits().agent_answer.as_secs();
+        assert_eq!(answer(load(None, &[]).unwrap()), 30);
+        let c = load(Some("agent_answer_seconds = 5\n"), &[]).unwrap();
+        assert_eq!(answer(c), 5);
+        let c = load(None, &[("SANDBOXD_AGENT_ANSWER_SECONDS", "0")]).unwrap();
+        assert_eq!(answer(c), 1);
         let c = load(Some("disk_mb_per_sandbox = 2048\n"), &[]).unwrap();
         assert_eq!(c.limits().disk_mb_per_sandbox, 2048);
         let c = load(

@@ -1,6 +1,7 @@
 //! Operations answered by the agent inside a RUNNING sandbox, and what they share:
 //! the state guard, the default environment, and crash detection.
 
+mod answer;
 mod exec;
 mod exec_stream;
 mod files;
@@ -22,6 +23,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use uuid::Uuid;
 
+pub use answer::DEFAULT_AGENT_ANSWER;
 pub use exec_stream::{
     ExecEnd, ExecEvent, ExecStream, OnCap, SandboxEnd, StreamCommand, KILLED_EXIT, TIMED_OUT_EXIT,
 };
@@ -71,7 +73,9 @@ pub(crate) enum Hold {
 
 impl Engine {
     /// Runs one agent call against a RUNNING sandbox of `ws`. An unreachable agent
-    /// whose sandbox turns out dead ends the sandbox (TERMINATED, `crashed`).
+    /// whose sandbox turns out dead ends the sandbox (TERMINATED, `crashed`); one that
+    /// answers neither the call nor a health check in time fails it as `Unavailable`
+    /// (see [`answer::answered`]; for streams this bounds the start of the answer).
     /// A `Hold::Check` call (unbounded in time) counts as one of the workspace's
     /// long-lived requests in flight until it ends: past the cap it is refused.
     pub(crate) async fn with_agent<T, Fut>(
@@ -132,7 +136,8 @@ impl Engine {
                 format!("sandbox {id} has no handle"),
             ));
         };
-        let pending = call(AgentClient::new(&handle.agent_socket), &e)?;
+        let client = AgentClient::new(&handle.agent_socket);
+        let pending = call(client.clone(), &e)?;
         // Shadowing would not release it: a `Check` guard is dropped explicitly.
         let guard = match hold {
             Hold::Call => Some(guard),
@@ -141,9 +146,14 @@ impl Engine {
                 None
             }
         };
-        let result = pending.await;
+        let bound = self.limits.agent_answer;
+        let result = answer::answered(client, bound, pending).await;
         drop(guard);
         drop(busy);
+        let Some(result) = result else {
+            tracing::warn!(sandbox = %id, "the sandbox's agent did not answer in time");
+            return Err(answer::not_answering(bound));
+        };
         match result {
             Ok(v) => Ok(v),
             Err(err) => {
