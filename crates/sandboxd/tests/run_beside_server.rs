@@ -31,17 +31,25 @@ const ALL: [&str; 9] = [
     "FAILED",
 ];
 
-/// `sandboxd run --network none` on `data`, `argv` after `--`, held by `failpoint`.
-fn run_cmd(data: &Path, failpoint: &str, argv: &[&str]) -> Command {
+/// `sandboxd run --network none` on `data` and tier `isolation`, `argv` after `--`,
+/// held by `failpoint`.
+fn run_cmd(data: &Path, isolation: &str, failpoint: &str, argv: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
-    cmd.args(["run", "--network", "none", "--data-dir"])
-        .arg(data)
-        .arg("--")
-        .args(argv)
-        .env_remove("SANDBOXD_DATA_DIR")
-        .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
-        .env("SANDBOXD_FAILPOINTS", failpoint)
-        .stdin(Stdio::null());
+    cmd.args([
+        "run",
+        "--network",
+        "none",
+        "--isolation",
+        isolation,
+        "--data-dir",
+    ])
+    .arg(data)
+    .arg("--")
+    .args(argv)
+    .env_remove("SANDBOXD_DATA_DIR")
+    .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+    .env("SANDBOXD_FAILPOINTS", failpoint)
+    .stdin(Stdio::null());
     cmd
 }
 
@@ -84,9 +92,35 @@ fn lines_about(server: &Server, id: Uuid) -> Vec<String> {
 /// the server never logged settling it.
 #[test]
 fn runs_held_mid_transition_beside_a_server_are_left_to_them() {
+    held_runs_are_left_to_them("container");
+}
+
+/// [`runs_held_mid_transition_beside_a_server_are_left_to_them`] on the gVisor tier
+/// (runs and server): skipped without runsc, failed under `SANDBOXD_CI`.
+#[test]
+fn gvisor_runs_held_mid_transition_beside_a_server_are_left_to_them() {
+    if !sandboxd_runtime::linux::gvisor::GvisorRuntime::available() {
+        assert!(
+            std::env::var_os("SANDBOXD_CI").is_none(),
+            "runsc is not installed (SANDBOXD_CI)"
+        );
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    held_runs_are_left_to_them("gvisor");
+}
+
+fn held_runs_are_left_to_them(isolation: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().canonicalize().expect("canonical");
-    let server = Server::start_with_env(&data, None, &[("SANDBOXD_NETWORK", "none")]);
+    let server = Server::start_with_env(
+        &data,
+        None,
+        &[
+            ("SANDBOXD_NETWORK", "none"),
+            ("SANDBOXD_ISOLATION", isolation),
+        ],
+    );
     // (failpoint, the status the record is held in)
     let holds = [
         ("store.save.STARTING=sleep(5000)", "PENDING"),
@@ -95,7 +129,7 @@ fn runs_held_mid_transition_beside_a_server_are_left_to_them() {
     ];
     for (failpoint, held_in) in holds {
         let before = ids_in(&data, &ALL);
-        let mut run = run_cmd(&data, failpoint, &["/bin/sh", "-c", "exit 7"])
+        let mut run = run_cmd(&data, isolation, failpoint, &["/bin/sh", "-c", "exit 7"])
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn the held run");
@@ -108,7 +142,11 @@ fn runs_held_mid_transition_beside_a_server_are_left_to_them() {
         });
         let id = id.expect("the run's sandbox");
         let status = run.wait().expect("wait for the run");
-        assert_eq!(status.code(), Some(7), "held {held_in}: the command's status");
+        assert_eq!(
+            status.code(),
+            Some(7),
+            "held {held_in}: the command's status"
+        );
         let dead = serve_bin::wait_for_runs(&data);
         assert!(dead.is_empty(), "held {held_in}: marks left {dead:?}");
         let rec = store(&data)
@@ -144,11 +182,16 @@ fn a_run_killed_while_held_beside_a_server_is_ended_by_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().canonicalize().expect("canonical");
     let server = Server::start_with_env(&data, None, &[("SANDBOXD_NETWORK", "none")]);
-    let mut held = run_cmd(&data, "store.save.STARTING=sleep(60000)", &["/bin/true"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the held run");
+    let mut held = run_cmd(
+        &data,
+        "container",
+        "store.save.STARTING=sleep(60000)",
+        &["/bin/true"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn the held run");
     let mut id = None;
     wait_until("the held run's PENDING record", || {
         id = ids_in(&data, &["PENDING"]).into_iter().next();
@@ -156,10 +199,13 @@ fn a_run_killed_while_held_beside_a_server_is_ended_by_it() {
     });
     let id = id.expect("the held run's sandbox");
     let mut pids = vec![held.id() as i32];
-    if let Ok(children) =
-        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", held.id()))
+    if let Ok(children) = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", held.id()))
     {
-        pids.extend(children.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        pids.extend(
+            children
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
     }
     for pid in pids.into_iter().rev() {
         // SAFETY: kill(2) on processes this test started (the run and its worker).
