@@ -221,3 +221,55 @@ fn a_run_killed_while_held_beside_a_server_is_ended_by_it() {
     let dead = serve_bin::wait_for_runs(&data);
     assert!(dead.is_empty(), "marks left {dead:?}");
 }
+
+/// A server starting while a run beside it is held PENDING, then while one is held
+/// TERMINATING: its start-up re-adoption leaves both records to their runs (it ended
+/// them as crashed, or tore them down through its own runtime).
+#[test]
+fn a_server_starting_beside_held_runs_leaves_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().canonicalize().expect("canonical");
+    for (failpoint, held_in) in [
+        ("store.save.STARTING=sleep(5000)", "PENDING"),
+        ("store.save.TERMINATED=sleep(5000)", "TERMINATING"),
+    ] {
+        let before = ids_in(&data, &ALL);
+        let mut run = run_cmd(&data, "container", failpoint, &["/bin/sh", "-c", "exit 7"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn the held run");
+        let mut id = None;
+        wait_until(&format!("the run's record {held_in}"), || {
+            id = ids_in(&data, &[held_in])
+                .into_iter()
+                .find(|id| !before.contains(id));
+            id.is_some()
+        });
+        let id = id.expect("the run's sandbox");
+        let server = Server::start_with_env(&data, None, &[("SANDBOXD_NETWORK", "none")]);
+        let status = run.wait().expect("wait for the run");
+        assert_eq!(
+            status.code(),
+            Some(7),
+            "held {held_in}: the command's status"
+        );
+        let dead = serve_bin::wait_for_runs(&data);
+        assert!(dead.is_empty(), "held {held_in}: marks left {dead:?}");
+        let rec = store(&data)
+            .get_sandbox(id)
+            .expect("read the record")
+            .expect("the record");
+        assert_eq!(rec.status, "TERMINATED", "held {held_in}: {rec:?}");
+        assert_eq!(
+            rec.end_reason.as_deref(),
+            Some("destroyed"),
+            "held {held_in}: {rec:?}"
+        );
+        let about = lines_about(&server, id);
+        assert!(
+            about.is_empty(),
+            "held {held_in}: the server acted on a live run's sandbox: {about:#?}"
+        );
+        drop(server);
+    }
+}
