@@ -84,6 +84,16 @@ pub trait Runtime: Send + Sync + 'static {
         let _ = id;
     }
 
+    /// Whether another live process owns sandbox `id` (a `sandboxd run` beside this
+    /// one on the data dir, holding its owner mark): such a sandbox is that process's
+    /// to start and end; this one never settles, expires or tears it down. `false` for
+    /// this process's own sandboxes, untethered ones (a server's), and those whose
+    /// owner died (the killed-run sweep's). Cheap (an open and a `flock` at most).
+    fn owned_elsewhere(&self, id: uuid::Uuid) -> bool {
+        let _ = id;
+        false
+    }
+
     /// Whether the sandbox described by `handle` is still alive (agent running).
     fn is_alive(&self, handle: &SandboxHandle) -> bool;
 

@@ -128,6 +128,10 @@ impl Runtime for Tiers {
         self.container.unclaim(id)
     }
 
+    fn owned_elsewhere(&self, id: Uuid) -> bool {
+        self.container.owned_elsewhere(id)
+    }
+
     fn is_alive(&self, handle: &SandboxHandle) -> bool {
         // Without its backend (runsc removed since), a sandbox whose agent runs is
         // still alive: it is kept, and operations on it say why they cannot run.

@@ -55,6 +55,11 @@ impl Engine {
         let (mut kept, mut ended) = (HashSet::new(), HashSet::new());
         for rec in self.store.sandboxes_in_status(&ACTIVE_STATUSES)? {
             let mut e = entry_from_record(rec, self.limits.isolation)?;
+            // A live run's beside this server (its owner mark held): the run's to end.
+            if self.runtime.owned_elsewhere(e.sb.id) {
+                kept.insert(e.sb.id);
+                continue;
+            }
             if crate::auto_pause::recover_on_disk(self.runtime.as_ref(), &mut e) {
                 tracing::info!(sandbox = %e.sb.id, "found on disk: the next operation wakes it");
             } else if crate::auto_pause::recover_restored(self.runtime.as_ref(), &mut e) {

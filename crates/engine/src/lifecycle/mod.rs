@@ -132,6 +132,10 @@ impl Engine {
         if !is_due(&self.load(ws, id)?.sb, OffsetDateTime::now_utc()) {
             return Ok(());
         }
+        // A live run's sandbox beside this server: its run ends it.
+        if self.runtime.owned_elsewhere(id) {
+            return Ok(());
+        }
         let _guard = self.locks.get(id).write_owned().await;
         let mut e = self.load(ws, id)?;
         if is_due(&e.sb, OffsetDateTime::now_utc()) {

@@ -3,6 +3,9 @@
 //! STARTING, PAUSING, RESUMING or TERMINATING record whose lock is free was left so by
 //! a store write that failed on the way (and whose undo failed too). The expiry tick
 //! settles them, and so does a create looking for an active sandbox of its name.
+//! Not a sandbox another live process owns (a `sandboxd run` beside a server on its
+//! data dir: its lock is in that process, its owner mark says so); one whose owner
+//! died is settled (or swept as a killed run's).
 
 use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
@@ -23,8 +26,15 @@ impl Engine {
         let Ok(_guard) = self.locks.get(id).try_write_owned() else {
             return Ok(false); // an operation is under way
         };
+        // Checked before the load: a run ends its record before it gives up its mark.
+        if self.runtime.owned_elsewhere(id) {
+            return Ok(false); // a live run's start or teardown
+        }
         let mut e = self.load(ws, id)?;
         let status = e.sb.status;
+        if !TRANSITIONAL.contains(&status.as_str()) {
+            return Ok(false);
+        }
         tracing::warn!(sandbox = %id, status = status.as_str(), "settling a sandbox left mid-transition");
         match status {
             Pending | Starting => {

@@ -504,6 +504,11 @@ impl Runtime for LinuxRuntime {
         }
     }
 
+    fn owned_elsewhere(&self, id: Uuid) -> bool {
+        // This process's own marks are locked too (by another open file).
+        !self.tethers.as_ref().is_some_and(|t| t.holds(id)) && self.run_holds(id)
+    }
+
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         destroy::destroy(self, handle)?;
         net::detach(self, handle.id)?;

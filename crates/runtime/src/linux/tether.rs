@@ -148,6 +148,11 @@ impl Tethers {
         }
     }
 
+    /// Whether this process holds sandbox `id`'s mark.
+    pub(crate) fn holds(&self, id: Uuid) -> bool {
+        self.lock().contains_key(&id)
+    }
+
     /// Keeps the host end of sandbox `id`'s handshake open while this process lives.
     pub(super) fn hold(&self, id: Uuid, channel: Channel) {
         if let Some(tether) = self.lock().get_mut(&id) {

@@ -218,6 +218,10 @@ impl Runtime for GvisorRuntime {
         self.linux.unclaim(id)
     }
 
+    fn owned_elsewhere(&self, id: uuid::Uuid) -> bool {
+        self.linux.owned_elsewhere(id)
+    }
+
     fn offers(&self, isolation: crate::Isolation) -> Result<(), RuntimeError> {
         match isolation {
             crate::Isolation::Gvisor => Ok(()),
