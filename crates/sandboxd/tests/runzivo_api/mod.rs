@@ -278,6 +278,28 @@ impl Server {
             .lines()
     }
 
+    /// A terminal on sandbox `id` over a WebSocket (a ticket bought with the writer key;
+    /// `query` adds e.g. `&cols=100`).
+    pub async fn terminal(
+        &self,
+        id: &str,
+        query: &str,
+    ) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>
+    {
+        let tickets = self.path(&format!("/{id}/terminal/tickets"));
+        let issued = self
+            .call("POST", &tickets, Some(&self.keys.writer), None, "")
+            .await;
+        assert_eq!(issued.status, 201, "{}", issued.json());
+        let ticket = issued.json()["ticket"].as_str().expect("ticket").to_owned();
+        let path = self.path(&format!("/{id}/terminal"));
+        let url = format!("ws://{}{path}?ticket={ticket}{query}", self.addr);
+        let (ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("terminal");
+        ws
+    }
+
     /// Stdout of a command that must exit 0.
     pub async fn sh(&self, id: &str, cmd: &str) -> String {
         let lines = self.exec(id, cmd, Value::Null).await;
