@@ -11,15 +11,6 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 const MASTER: &str = "console-slow-reader-master-key";
 
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
-}
-
 /// A signed-in session: its cookie (`name=value`) and CSRF token.
 fn sign_in(dir: &std::path::Path, server: &Server) -> (String, String) {
     let url = format!("http://{}", server.addr);
@@ -72,9 +63,9 @@ async fn a_slow_console_terminal_reader_gets_every_byte() {
     let (mut ws, _) = tokio_tungstenite::connect_async(req)
         .await
         .expect("terminal");
-    let before = rss_kib(server.pid());
+    let before = server.rss_kib();
     // About 2 MiB of base64, far past the PTY's and the socket's buffers.
-    let rss = || rss_kib(server.pid());
+    let rss = || server.rss_kib();
     let read = terminal_reader::send_and_read(&mut ws, 1572864, Pace::Slow { rss: &rss }).await;
     let peak = read.peak_kib;
     eprintln!("server RSS {before} KiB before, peak {peak} KiB while the reader lagged");

@@ -49,25 +49,27 @@ async fn slow_exec(s: &Server, id: &str, cmd: &str) -> (Vec<Value>, u64) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
-    let lines = raw
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).expect("one JSON value per line"))
-        .collect();
-    (lines, peak)
+    (runzivo_api::ndjson(&raw), peak)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_slow_exec_reader_gets_every_byte_under_the_cap() {
+/// [`slow_exec`] of `cmd` in a new sandbox on a new server, asserting the server's RSS
+/// stayed bounded; returns them with the output and the exit line.
+async fn lagging_exec(cmd: &str) -> (Server, String, Vec<u8>, Value) {
     let s = Server::start(30);
     let id = s.create().await;
     let before = s.rss_kib();
-    // About 6.1 MiB of base64: under the 8 MiB cap.
-    let cmd = "head -c 4718592 /dev/urandom | base64 | tee /tmp/w";
     let (lines, peak) = slow_exec(&s, &id, cmd).await;
     eprintln!("server RSS {before} KiB before, peak {peak} KiB while the reader lagged");
     assert!(peak < before + RSS_BOUND_KIB, "{peak} KiB");
     let (out, exit) = collect(&lines);
+    (s, id, out, exit)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_exec_reader_gets_every_byte_under_the_cap() {
+    // About 6.1 MiB of base64: under the 8 MiB cap.
+    let cmd = "head -c 4718592 /dev/urandom | base64 | tee /tmp/w";
+    let (s, id, out, exit) = lagging_exec(cmd).await;
     assert_eq!(exit["exit_code"], 0, "{exit}");
     assert_eq!(exit["truncated"], false, "{exit}");
     let total: usize = s.sh(&id, "wc -c < /tmp/w").await.trim().parse().unwrap();
@@ -77,15 +79,9 @@ async fn a_slow_exec_reader_gets_every_byte_under_the_cap() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_exec_reader_past_the_cap_gets_an_exact_prefix_then_truncated() {
-    let s = Server::start(30);
-    let id = s.create().await;
-    let before = s.rss_kib();
     // About 32 MiB of base64, written to a file first so its hash is known whole.
     let cmd = "head -c 25165824 /dev/urandom | base64 > /tmp/w; cat /tmp/w";
-    let (lines, peak) = slow_exec(&s, &id, cmd).await;
-    eprintln!("server RSS {before} KiB before, peak {peak} KiB while the reader lagged");
-    assert!(peak < before + RSS_BOUND_KIB, "{peak} KiB");
-    let (out, exit) = collect(&lines);
+    let (s, id, out, exit) = lagging_exec(cmd).await;
     assert_eq!(
         exit,
         json!({"type":"exit","exit_code":137,"timed_out":false,"truncated":true})

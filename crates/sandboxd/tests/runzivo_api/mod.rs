@@ -71,12 +71,16 @@ impl Reply {
         );
         assert_eq!(self.headers["content-type"], "application/x-ndjson");
         assert!(self.body.ends_with(b"\n"));
-        self.body
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| serde_json::from_slice(l).expect("one JSON value per line"))
-            .collect()
+        ndjson(&self.body)
     }
+}
+
+/// The JSON values of NDJSON text (one per non-empty line).
+pub fn ndjson(raw: &[u8]) -> Vec<Value> {
+    raw.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("one JSON value per line"))
+        .collect()
 }
 
 fn make_keys(dir: &std::path::Path) -> Keys {
