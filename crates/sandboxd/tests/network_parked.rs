@@ -13,12 +13,13 @@ mod common;
 mod netns_common;
 
 use common::runtime;
-use netns_common::{counted_nft_in_own_netns, net_runtime, nft, table};
+use netns_common::{
+    counted_nft_in_own_netns, eventually, named_after, names, net_runtime, nft, table,
+};
 use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// The table's listing if it holds entries of the interface named after `id`.
 fn entries_named_after(id: &str) -> Option<String> {
@@ -36,23 +37,6 @@ fn link_named_after(id: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-/// The id a lease's link and chain are named after (its third field).
-fn named_after(state: &Path, id: uuid::Uuid) -> Option<String> {
-    let text = std::fs::read_to_string(state.join("leases").join(id.to_string())).ok()?;
-    text.split_whitespace().nth(2).map(str::to_owned)
-}
-
 /// PIDs of the reapers of network state `state`.
 fn reapers(state: &Path) -> Vec<i32> {
     let wanted = format!("__net-reaper\0{}\0", state.display());
@@ -65,15 +49,6 @@ fn reapers(state: &Path) -> Vec<i32> {
                 .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&wanted))
         })
         .collect()
-}
-
-/// Polls `done` for up to a minute (a bound for a loaded machine, not a measure).
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
