@@ -62,15 +62,14 @@ impl TerminalOutput {
                 Ok(Some(PtyFrame::Data(d))) => return Some(TerminalEvent::Output(d)),
                 Ok(Some(PtyFrame::Exit(code))) => return Some(TerminalEvent::Exit(code)),
                 Ok(Some(PtyFrame::Resize { .. })) => {}
-                Ok(None) => match {
+                Ok(None) => {
                     // Without this a full buffer would be grown 64 bytes at a time
                     // (`BytesMut`'s default), one read each.
                     self.buf.reserve(READ_CHUNK);
-                    self.rd.read_buf(&mut self.buf).await
-                } {
-                    Ok(1..) => {}
-                    _ => return None,
-                },
+                    if !matches!(self.rd.read_buf(&mut self.buf).await, Ok(1..)) {
+                        return None;
+                    }
+                }
                 Err(_) => return None,
             }
         }
