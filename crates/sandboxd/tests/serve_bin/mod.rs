@@ -398,6 +398,16 @@ pub fn wait_for_runs_but(data: &Path, held: Option<&Path>) -> Vec<std::path::Pat
     }
 }
 
+/// The resident memory of process `pid` in KiB (`VmRSS`).
+pub fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -413,14 +423,4 @@ mod tests {
             Some("127.0.0.1:4321".parse().unwrap())
         );
     }
-}
-
-/// The resident memory of process `pid` in KiB (`VmRSS`).
-pub fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
 }
