@@ -8,52 +8,11 @@ against the one computed inside the sandbox. Run as root; stdlib only.
 
 usage: terminal_throughput.py SAMPLES SIZE_MIB BIN [BIN...]
 prints per binary the median MiB/s and its ratio to the host PTY baseline."""
-import base64, hashlib, http.client, json, os, pty, random, shutil, socket, statistics, struct, subprocess, sys, threading, time, tty, uuid
+import base64, hashlib, http.client, json, os, pty, random, socket, statistics, struct, subprocess, sys, time, tty
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ab_http import Server  # noqa: E402  (a `serve` child and its Inngest API)
 
 BEGIN, DONE = b"--BEGIN--", b"--DONE--"
-
-
-class Server:
-    """`BIN serve` on a loopback port over a fresh data directory (no network)."""
-
-    def __init__(self, binary):
-        self.binary = binary
-        self.dir = f"/tmp/sbtp-{uuid.uuid4().hex[:10]}"
-        self.key = f"tp-{uuid.uuid4().hex}"
-        env = dict(os.environ, SANDBOXD_MASTER_KEY=self.key, SANDBOXD_NETWORK="none",
-                   SANDBOXD_DISK_OVERCOMMIT="1000", NO_COLOR="1", RUST_LOG="warn,sandboxd_server=info")
-        self.p = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--data-dir", self.dir],
-                                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True)
-        self.addr, log = None, []
-        for line in self.p.stderr:
-            log.append(line)
-            if "listening on " in line:
-                self.addr = line.split("listening on ")[1].split()[0]
-                break
-        assert self.addr, "".join(log)
-        threading.Thread(target=lambda: [None for _ in self.p.stderr], daemon=True).start()
-
-    def call(self, method, path, body=None):
-        h = {"authorization": f"Bearer {self.key}", "content-type": "application/json"}
-        status, _, raw = http_req(self.addr, method, path, h, json.dumps(body) if body is not None else "")
-        return status, json.loads(raw) if raw else None
-
-    def create(self):
-        s, v = self.call("POST", "/v2/sandboxes", {"name": f"tp-{uuid.uuid4().hex}", "vcpu": 1, "memoryMb": 256})
-        assert s == 201 and v["data"]["status"] == "RUNNING", (s, v)
-        return v["data"]["id"]
-
-    def destroy(self, sid):
-        s, v = self.call("DELETE", f"/v2/sandboxes/{sid}")
-        assert s in (202, 204), (s, v)
-        while self.call("GET", f"/v2/sandboxes/{sid}")[1]["data"]["status"] != "TERMINATED":
-            time.sleep(0.05)
-
-    def stop(self):
-        self.p.terminate()
-        self.p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def http_req(addr, method, path, headers=None, body=""):
@@ -193,7 +152,7 @@ def main():
     bins = sys.argv[3:]
     servers = []
     for b in bins:
-        srv = Server(b)
+        srv = Server(b, "none")
         cookie, csrf = sign_in(srv)
         servers.append((srv, cookie, csrf, srv.create()))
     rates = {b: [] for b in bins}
