@@ -170,4 +170,5 @@ def main():
         for s in servers:
             s.stop()
 
-main()
+if __name__ == "__main__":
+    main()

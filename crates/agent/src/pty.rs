@@ -166,14 +166,17 @@ async fn bridge(
     let master = &master;
     let (mut rd, mut wr) = tokio::io::split(io);
     let out = async move {
-        let mut buf = vec![0u8; 16 * 1024];
+        let mut frame = OutFrame::new();
         let mut exit = exit;
         let ended = loop {
             tokio::select! {
-                read = read_master(master, &mut buf) => match read {
+                read = read_master(master, frame.space()) => match read {
                     Ok(n @ 1..) => {
-                        let frame = PtyFrame::Data(bytes::Bytes::copy_from_slice(&buf[..n]));
-                        if wr.write_all(&frame.encode()).await.is_err() {
+                        frame.filled(n);
+                        // Whatever more is already there rides in the same frame: one
+                        // write per burst of output rather than one per PTY read.
+                        frame.fill_now(master.get_ref());
+                        if wr.write_all(frame.take()).await.is_err() {
                             return;
                         }
                     }
@@ -184,9 +187,12 @@ async fn bridge(
             }
         };
         // The output the shell left behind, as far as it can be read now.
-        while let Ok(n @ 1..) = master.get_ref().read_now(&mut buf) {
-            let frame = PtyFrame::Data(bytes::Bytes::copy_from_slice(&buf[..n]));
-            if wr.write_all(&frame.encode()).await.is_err() {
+        loop {
+            frame.fill_now(master.get_ref());
+            if frame.is_empty() {
+                break;
+            }
+            if wr.write_all(frame.take()).await.is_err() {
                 return;
             }
         }
@@ -226,6 +232,59 @@ async fn bridge(
             kill_group(pid, libc::SIGHUP);
             kill_group(pid, libc::SIGKILL);
         }
+    }
+}
+
+/// The next `Data` frame to the host, its header and payload in one buffer (one write).
+struct OutFrame {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// Largest payload of one output frame (the PTY itself hands out at most a few KiB per
+/// read; a burst is gathered up to this).
+const OUT_PAYLOAD: usize = 64 * 1024;
+const HEADER: usize = 5;
+
+const _: () = assert!(OUT_PAYLOAD <= sandboxd_agent_protocol::pty::MAX_PAYLOAD);
+
+impl OutFrame {
+    fn new() -> Self {
+        OutFrame {
+            buf: vec![0; HEADER + OUT_PAYLOAD],
+            len: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The unfilled part of the payload.
+    fn space(&mut self) -> &mut [u8] {
+        &mut self.buf[HEADER + self.len..]
+    }
+
+    fn filled(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    /// Reads what the master holds now, until it has nothing more or the frame is full.
+    fn fill_now(&mut self, master: &Master) {
+        while self.len < OUT_PAYLOAD {
+            match master.read_now(self.space()) {
+                Ok(n @ 1..) => self.filled(n),
+                _ => break,
+            }
+        }
+    }
+
+    /// The encoded frame (as [`PtyFrame::Data`] encodes it); empties the payload.
+    fn take(&mut self) -> &[u8] {
+        let len = std::mem::take(&mut self.len);
+        self.buf[0] = 0;
+        self.buf[1..HEADER].copy_from_slice(&(len as u32).to_be_bytes());
+        &self.buf[..HEADER + len]
     }
 }
 

@@ -7,8 +7,8 @@ use bytes::{Bytes, BytesMut};
 use sandboxd_agent_protocol::pty::{PtyFrame, PtyIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 
-/// Size of one read from the agent.
-const READ_CHUNK: usize = 32 * 1024;
+/// Room made for each read from the agent (the agent's frames carry up to 64 KiB).
+const READ_CHUNK: usize = 64 * 1024;
 
 /// A shell on a PTY; [`Terminal::split`] it to read and write at once. Dropping both
 /// halves hangs the shell up.
@@ -64,10 +64,14 @@ impl TerminalOutput {
                 Ok(Some(PtyFrame::Data(d))) => return Some(TerminalEvent::Output(d)),
                 Ok(Some(PtyFrame::Exit(code))) => return Some(TerminalEvent::Exit(code)),
                 Ok(Some(PtyFrame::Resize { .. })) => {}
-                Ok(None) => match self.rd.read_buf(&mut self.buf).await {
-                    Ok(1..) => {}
-                    _ => return None,
-                },
+                Ok(None) => {
+                    // Without this a full buffer would be grown 64 bytes at a time
+                    // (`BytesMut`'s default), one read each.
+                    self.buf.reserve(READ_CHUNK);
+                    if !matches!(self.rd.read_buf(&mut self.buf).await, Ok(1..)) {
+                        return None;
+                    }
+                }
                 Err(_) => return None,
             }
         }

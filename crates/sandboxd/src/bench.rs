@@ -39,6 +39,9 @@ pub struct BenchArgs {
     /// loopback and an egress server (`bench_http`).
     #[arg(long, hide = true)]
     pub http_only: bool,
+    /// Only the terminal throughput row (`bench_terminal`).
+    #[arg(long)]
+    pub terminal_only: bool,
 }
 
 /// One reported line: a measure, its median, and its ratio to a baseline.
@@ -60,6 +63,9 @@ pub fn main(args: BenchArgs) -> Result<()> {
         let speed = crate::bench_speed::measure(args.samples.max(3), &args.data_dir)?;
         crate::bench_speed::print(&speed);
         return Ok(());
+    }
+    if args.terminal_only {
+        return crate::bench_terminal::main(args.samples.max(3));
     }
     if args.http_only {
         return crate::bench_http::main(args.samples.max(3));

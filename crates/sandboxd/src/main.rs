@@ -8,6 +8,7 @@ mod bench_gvisor;
 mod bench_http;
 mod bench_images;
 mod bench_speed;
+mod bench_terminal;
 mod build;
 mod build_run;
 mod cli_http;

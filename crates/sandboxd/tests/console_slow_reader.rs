@@ -3,24 +3,13 @@
 //! exactly once, and the server's memory stays bounded while the reader lags.
 
 mod serve_bin;
+mod terminal_reader;
 
-use futures_util::{SinkExt, StreamExt};
 use serve_bin::{http, Server, BIN};
-use sha2::{Digest, Sha256};
-use std::time::Duration;
+use terminal_reader::{sha, Pace, FILE};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
 
 const MASTER: &str = "console-slow-reader-master-key";
-
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
-}
 
 /// A signed-in session: its cookie (`name=value`) and CSRF token.
 fn sign_in(dir: &std::path::Path, server: &Server) -> (String, String) {
@@ -74,57 +63,29 @@ async fn a_slow_console_terminal_reader_gets_every_byte() {
     let (mut ws, _) = tokio_tungstenite::connect_async(req)
         .await
         .expect("terminal");
-    let before = rss_kib(server.pid());
-    // About 2 MiB of base64 in raw mode (no \r\n for \n, no echo); the markers hold
-    // '-', which base64 never does, and are put together by the shell so that the echo
-    // of the typed line (before `stty` runs) does not hold them.
-    let script = "stty raw -echo; head -c 1572864 /dev/urandom | base64 > /tmp/t; \
-                  printf -- '--%s--' BEGIN; cat /tmp/t; printf -- '--%s--' DONE\n";
-    ws.send(Message::Binary(script.into())).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let mut seen = Vec::new();
-    let mut peak = before;
-    let mut messages = 0u64;
-    while !seen.windows(8).any(|w| w == b"--DONE--") {
-        let next = tokio::time::timeout(Duration::from_secs(60), ws.next()).await;
-        let next = next.expect("nothing more within 60 s: output lost or stalled");
-        match next.expect("socket open").expect("message") {
-            Message::Binary(d) => seen.extend_from_slice(&d),
-            other => panic!("unexpected {other:?}"),
-        }
-        messages += 1;
-        if messages.is_multiple_of(16) {
-            peak = peak.max(rss_kib(server.pid()));
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+    let before = server.rss_kib();
+    // About 2 MiB of base64, far past the PTY's and the socket's buffers.
+    let rss = || server.rss_kib();
+    let read = terminal_reader::send_and_read(&mut ws, 1572864, Pace::Slow { rss: &rss }).await;
+    let peak = read.peak_kib;
     eprintln!("server RSS {before} KiB before, peak {peak} KiB while the reader lagged");
     assert!(peak < before + 300 * 1024, "{peak} KiB");
-    let begin = seen
-        .windows(9)
-        .rposition(|w| w == b"--BEGIN--")
-        .expect("begin marker")
-        + 9;
-    let end = seen
-        .windows(8)
-        .rposition(|w| w == b"--DONE--")
-        .expect("done marker");
-    let got = &seen[begin..end];
+    let got = &read.got;
     let _ = ws.close(None).await;
     let (code, out) = server.exec(
         MASTER,
         &id,
-        &["/bin/sh", "-c", "wc -c < /tmp/t; sha256sum /tmp/t"],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("wc -c < {FILE}; sha256sum {FILE}"),
+        ],
     );
     assert_eq!(code, 0, "{out}");
     let mut words = out.split_whitespace();
     let total: usize = words.next().expect("length").parse().expect("number");
     let sum = words.next().expect("sum");
     assert_eq!(got.len(), total, "bytes lost or doubled in the terminal");
-    let got_sum: String = Sha256::digest(got)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    assert_eq!(got_sum, sum);
+    assert_eq!(sha(got), sum);
     server.destroy(MASTER, &id);
 }

@@ -11,41 +11,13 @@ mod netns_common;
 
 use common::{runtime, sh_ok};
 use fakenet::{FakeNet, PROBE};
-use netns_common::{net_runtime, table};
+use netns_common::{eventually, named_after, names, net_runtime, table};
 use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
 use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle};
-use std::path::Path;
-use std::time::{Duration, Instant};
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-/// The id a lease's link and entries are named after (its third field).
-fn named_after(state: &Path, id: uuid::Uuid) -> Option<String> {
-    let text = std::fs::read_to_string(state.join("leases").join(id.to_string())).ok()?;
-    text.split_whitespace().nth(2).map(str::to_owned)
-}
 
 /// The interface name of a network named after `id`, quoted as `nft` lists it.
 fn ifname(id: &str) -> String {
     format!("\"sbx{}\"", &id.replace('-', "")[..12])
-}
-
-/// Polls `done` for up to a minute (a bound for a loaded machine, not a measure).
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn in_own_netns() {

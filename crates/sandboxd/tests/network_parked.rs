@@ -13,12 +13,12 @@ mod common;
 mod netns_common;
 
 use common::runtime;
-use netns_common::{counted_nft_in_own_netns, net_runtime, nft, reapers, table};
+use netns_common::{
+    counted_nft_in_own_netns, eventually, named_after, names, net_runtime, nft, reapers, table,
+};
 use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime};
-use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// The table's listing if it holds entries of the interface named after `id`.
 fn entries_named_after(id: &str) -> Option<String> {
@@ -34,32 +34,6 @@ fn link_named_after(id: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-/// The id a lease's link and chain are named after (its third field).
-fn named_after(state: &Path, id: uuid::Uuid) -> Option<String> {
-    let text = std::fs::read_to_string(state.join("leases").join(id.to_string())).ok()?;
-    text.split_whitespace().nth(2).map(str::to_owned)
-}
-
-/// Polls `done` for up to a minute (a bound for a loaded machine, not a measure).
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

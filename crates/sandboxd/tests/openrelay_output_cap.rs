@@ -6,6 +6,8 @@ mod openrelay;
 mod seq_data;
 mod serve_bin;
 
+use serve_bin::rss_kib;
+
 use openrelay::{check_framing, lines, output, Or, Stream};
 use seq_data::{assert_same, seq_cmd, seq_prefix};
 use serde_json::{json, Value};
@@ -89,13 +91,4 @@ fn a_slow_reader_gets_every_byte_up_to_the_cap() {
         peak < before + 6 * 4 * 1024,
         "{peak} KiB at peak, {before} KiB before"
     );
-}
-
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
 }

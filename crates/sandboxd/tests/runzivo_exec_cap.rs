@@ -66,12 +66,7 @@ async fn read_slowly(s: &Server, id: &str, cmd: &str) -> (Vec<Value>, u64) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let lines = raw
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).expect("one JSON value per line"))
-        .collect();
-    (lines, peak)
+    (runzivo_api::ndjson(&raw), peak)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,24 +4,16 @@
 //! server's memory stays bounded while the reader lags.
 
 mod runzivo_api;
+mod terminal_reader;
 
-use futures_util::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
 use runzivo_api::{collect, Server};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::time::Duration;
-use tokio_tungstenite::tungstenite::Message;
+use terminal_reader::{sha, Pace};
 
 /// Growth of the server's RSS allowed while a reader lags (a memory bound, not a time).
 const RSS_BOUND_KIB: u64 = 300 * 1024;
-
-fn sha(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// The sha256 of the first `len` bytes of `file` in the sandbox, computed inside it.
 async fn sha_inside(s: &Server, id: &str, file: &str, len: usize) -> String {
@@ -57,25 +49,27 @@ async fn slow_exec(s: &Server, id: &str, cmd: &str) -> (Vec<Value>, u64) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
-    let lines = raw
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).expect("one JSON value per line"))
-        .collect();
-    (lines, peak)
+    (runzivo_api::ndjson(&raw), peak)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_slow_exec_reader_gets_every_byte_under_the_cap() {
+/// [`slow_exec`] of `cmd` in a new sandbox on a new server, asserting the server's RSS
+/// stayed bounded; returns them with the output and the exit line.
+async fn lagging_exec(cmd: &str) -> (Server, String, Vec<u8>, Value) {
     let s = Server::start(30);
     let id = s.create().await;
     let before = s.rss_kib();
-    // About 6.1 MiB of base64: under the 8 MiB cap.
-    let cmd = "head -c 4718592 /dev/urandom | base64 | tee /tmp/w";
     let (lines, peak) = slow_exec(&s, &id, cmd).await;
     eprintln!("server RSS {before} KiB before, peak {peak} KiB while the reader lagged");
     assert!(peak < before + RSS_BOUND_KIB, "{peak} KiB");
     let (out, exit) = collect(&lines);
+    (s, id, out, exit)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_exec_reader_gets_every_byte_under_the_cap() {
+    // About 6.1 MiB of base64: under the 8 MiB cap.
+    let cmd = "head -c 4718592 /dev/urandom | base64 | tee /tmp/w";
+    let (s, id, out, exit) = lagging_exec(cmd).await;
     assert_eq!(exit["exit_code"], 0, "{exit}");
     assert_eq!(exit["truncated"], false, "{exit}");
     let total: usize = s.sh(&id, "wc -c < /tmp/w").await.trim().parse().unwrap();
@@ -85,15 +79,9 @@ async fn a_slow_exec_reader_gets_every_byte_under_the_cap() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_exec_reader_past_the_cap_gets_an_exact_prefix_then_truncated() {
-    let s = Server::start(30);
-    let id = s.create().await;
-    let before = s.rss_kib();
     // About 32 MiB of base64, written to a file first so its hash is known whole.
     let cmd = "head -c 25165824 /dev/urandom | base64 > /tmp/w; cat /tmp/w";
-    let (lines, peak) = slow_exec(&s, &id, cmd).await;
-    eprintln!("server RSS {before} KiB before, peak {peak} KiB while the reader lagged");
-    assert!(peak < before + RSS_BOUND_KIB, "{peak} KiB");
-    let (out, exit) = collect(&lines);
+    let (s, id, out, exit) = lagging_exec(cmd).await;
     assert_eq!(
         exit,
         json!({"type":"exit","exit_code":137,"timed_out":false,"truncated":true})
@@ -106,62 +94,23 @@ async fn a_slow_exec_reader_past_the_cap_gets_an_exact_prefix_then_truncated() {
 async fn a_slow_terminal_reader_gets_every_byte() {
     let s = Server::start(30);
     let id = s.create().await;
-    let tickets = s.path(&format!("/{id}/terminal/tickets"));
-    let issued = s
-        .call("POST", &tickets, Some(&s.keys.writer), None, "")
-        .await;
-    assert_eq!(issued.status, 201);
-    let ticket = issued.json()["ticket"].as_str().expect("ticket").to_owned();
-    let url = format!(
-        "ws://{}{}?ticket={ticket}",
-        s.addr,
-        s.path(&format!("/{id}/terminal"))
-    );
-    let (mut ws, _) = tokio_tungstenite::connect_async(url)
-        .await
-        .expect("terminal");
+    let mut ws = s.terminal(&id, "").await;
     let before = s.rss_kib();
-    // About 2 MiB of base64, far past the PTY's and the socket's buffers (the terminal
-    // path carried about 170 KiB/s in a debug build on a loaded machine, so not more).
-    // Raw mode: the tty passes the bytes as they are (no \r\n for \n, no echo). The
-    // markers hold '-', which base64 never does, and are put together by the shell so
-    // that the echo of the typed line (before `stty` runs) does not hold them.
-    let script = "stty raw -echo; head -c 1572864 /dev/urandom | base64 > /tmp/t; \
-                  printf -- '--%s--' BEGIN; cat /tmp/t; printf -- '--%s--' DONE\n";
-    ws.send(Message::Binary(script.into())).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let mut seen = Vec::new();
-    let mut peak = s.rss_kib();
-    let mut messages = 0u64;
-    let done = |seen: &[u8]| seen.windows(8).any(|w| w == b"--DONE--");
-    while !done(&seen) {
-        let next = tokio::time::timeout(Duration::from_secs(60), ws.next()).await;
-        let next = next.expect("nothing more within 60 s: output lost or stalled");
-        match next.expect("socket open").expect("message") {
-            Message::Binary(d) => seen.extend_from_slice(&d),
-            other => panic!("unexpected {other:?}"),
-        }
-        messages += 1;
-        if messages.is_multiple_of(16) {
-            peak = peak.max(s.rss_kib());
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+    // About 2 MiB of base64, far past the PTY's and the socket's buffers.
+    let rss = || s.rss_kib();
+    let read = terminal_reader::send_and_read(&mut ws, 1572864, Pace::Slow { rss: &rss }).await;
+    let peak = read.peak_kib;
     eprintln!("server RSS {before} KiB before, peak {peak} KiB while the reader lagged");
     assert!(peak < before + RSS_BOUND_KIB, "{peak} KiB");
-    let text = seen;
-    let begin = text
-        .windows(9)
-        .rposition(|w| w == b"--BEGIN--")
-        .expect("begin marker")
-        + 9;
-    let end = text
-        .windows(8)
-        .rposition(|w| w == b"--DONE--")
-        .expect("done marker");
-    let got = &text[begin..end];
-    let total: usize = s.sh(&id, "wc -c < /tmp/t").await.trim().parse().unwrap();
+    let got = &read.got;
+    let file = terminal_reader::FILE;
+    let total: usize = s
+        .sh(&id, &format!("wc -c < {file}"))
+        .await
+        .trim()
+        .parse()
+        .unwrap();
     assert_eq!(got.len(), total, "bytes lost or doubled in the terminal");
-    assert_eq!(sha(got), sha_inside(&s, &id, "/tmp/t", total).await);
+    assert_eq!(sha(got), sha_inside(&s, &id, file, total).await);
     let _ = ws.close(None).await;
 }

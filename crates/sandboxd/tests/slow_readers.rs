@@ -19,15 +19,6 @@ const WRITER: &str = "sleep 1; head -c 25165824 /dev/urandom | base64 | tee /tmp
 /// Growth of the server's RSS allowed while a reader lags (a memory bound, not a time).
 const RSS_BOUND_KIB: u64 = 300 * 1024;
 
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
-}
-
 /// Sends a GET and reads the whole answer slowly: a pause first (the writer runs ahead),
 /// then small reads with pauses, sampling the server's RSS. Returns (raw, peak RSS).
 fn slow_get(server: &Server, path: &str) -> (Vec<u8>, u64) {
@@ -36,7 +27,7 @@ fn slow_get(server: &Server, path: &str) -> (Vec<u8>, u64) {
         "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\nauthorization: Bearer {MASTER}\r\n\r\n"
     );
     conn.write_all(head.as_bytes()).expect("send");
-    let mut peak = rss_kib(server.pid());
+    let mut peak = server.rss_kib();
     std::thread::sleep(Duration::from_secs(4));
     let mut raw = Vec::new();
     let mut buf = [0u8; 16 * 1024];
@@ -49,7 +40,7 @@ fn slow_get(server: &Server, path: &str) -> (Vec<u8>, u64) {
         raw.extend_from_slice(&buf[..n]);
         reads += 1;
         if reads.is_multiple_of(64) {
-            peak = peak.max(rss_kib(server.pid()));
+            peak = peak.max(server.rss_kib());
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -162,10 +153,8 @@ fn start() -> (tempfile::TempDir, Server, String) {
     (dir, server, id)
 }
 
-#[test]
-fn a_slow_reader_of_a_process_output_stream_gets_every_byte_or_the_loss_error() {
-    let (_dir, server, id) = start();
-    let before = rss_kib(server.pid());
+/// Starts [`WRITER`] as a background process; returns its id.
+fn start_writer(server: &Server, id: &str) -> String {
     let started = server.request(
         "POST",
         &format!("/v2/sandboxes/{id}/processes"),
@@ -173,10 +162,17 @@ fn a_slow_reader_of_a_process_output_stream_gets_every_byte_or_the_loss_error() 
         Some(&json!({"command": ["/bin/sh", "-c", WRITER]})),
     );
     assert_eq!(started.status, 201, "{}", started.text());
-    let pid = started.json()["data"]["id"]
+    started.json()["data"]["id"]
         .as_str()
         .expect("id")
-        .to_owned();
+        .to_owned()
+}
+
+#[test]
+fn a_slow_reader_of_a_process_output_stream_gets_every_byte_or_the_loss_error() {
+    let (_dir, server, id) = start();
+    let before = server.rss_kib();
+    let pid = start_writer(&server, &id);
     let path = format!("/v2/sandboxes/{id}/processes/{pid}/output/stream");
     let (raw, peak) = slow_get(&server, &path);
     eprintln!("server RSS {before} KiB before, peak {peak} KiB while the reader lagged");
@@ -196,19 +192,9 @@ fn a_slow_reader_of_a_process_output_stream_gets_every_byte_or_the_loss_error() 
 #[test]
 fn a_slow_reader_of_the_followed_log_gets_every_byte_or_the_loss_error() {
     let (_dir, server, id) = start();
-    let before = rss_kib(server.pid());
-    let started = server.request(
-        "POST",
-        &format!("/v2/sandboxes/{id}/processes"),
-        MASTER,
-        Some(&json!({"command": ["/bin/sh", "-c", WRITER]})),
-    );
-    assert_eq!(started.status, 201, "{}", started.text());
+    let before = server.rss_kib();
+    let pid = start_writer(&server, &id);
     // The log follows until the sandbox ends: end it once the writer is done.
-    let pid = started.json()["data"]["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
     let ender = {
         let addr = server.addr;
         let id = id.clone();

@@ -10,19 +10,27 @@ use common::*;
 use sandboxd_runtime::Runtime;
 use std::time::Duration;
 
+/// A runtime whose warm pool (2 entries of 64 MiB disks, growing to no more) is full.
+fn full_pool(data: &std::path::Path) -> TestRuntime {
+    let rt = growing_warm_runtime(data, 2, 2);
+    rt.fill_warm_inits(64, false);
+    wait_for("the pool full", || rt.warm_inits_ready() >= 2);
+    rt
+}
+
+/// A new sandbox's spec that fits the pool's entries.
+fn next() -> sandboxd_runtime::SandboxSpec {
+    sandboxd_runtime::SandboxSpec {
+        disk_mb: 64,
+        ..spec("default")
+    }
+}
+
 #[test]
 fn a_refill_beside_a_start_held_long_makes_entries_one_at_a_time() {
     let scenario = fail::FailScenario::setup();
     let data = tempfile::tempdir().expect("tempdir");
-    let rt = growing_warm_runtime(data.path(), 2, 2);
-    rt.fill_warm_inits(64, false);
-    wait_for("the pool full", || rt.warm_inits_ready() >= 2);
-    let mut want = spec("default");
-    want.disk_mb = 64;
-    let next = || sandboxd_runtime::SandboxSpec {
-        id: uuid::Uuid::new_v4(),
-        ..want.clone()
-    };
+    let rt = full_pool(data.path());
     // The first start takes an entry and, done, sets the refill off; the second takes
     // the last entry and is held before its handle is written.
     let first = rt.start(&next()).expect("start");
@@ -58,15 +66,7 @@ fn a_refill_beside_a_start_held_long_makes_entries_one_at_a_time() {
 fn a_refill_makes_entries_beside_overlapping_starts_that_never_pause() {
     let scenario = fail::FailScenario::setup();
     let data = tempfile::tempdir().expect("tempdir");
-    let rt = growing_warm_runtime(data.path(), 2, 2);
-    rt.fill_warm_inits(64, false);
-    wait_for("the pool full", || rt.warm_inits_ready() >= 2);
-    let mut want = spec("default");
-    want.disk_mb = 64;
-    let next = || sandboxd_runtime::SandboxSpec {
-        id: uuid::Uuid::new_v4(),
-        ..want.clone()
-    };
+    let rt = full_pool(data.path());
     // Each start held 1.5 s; a new one begun every 0.3 s: several are always under way.
     fail::cfg("start.handle", "sleep(1500)").expect("failpoint");
     let handles: Vec<_> = std::thread::scope(|s| {

@@ -8,6 +8,7 @@ use super::common;
 use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// `nft ARGS…`'s output, `None` when it fails.
 pub fn nft(args: &[&str]) -> Option<String> {
@@ -101,4 +102,31 @@ pub fn reapers() -> Vec<i32> {
             cmdline.is_empty() || String::from_utf8_lossy(&cmdline).contains("__net-reaper\0")
         })
         .collect()
+}
+
+/// The names in `dir`, sorted (none when it does not exist).
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The id a lease's link and nft entries are named after (its third field).
+pub fn named_after(state: &Path, id: uuid::Uuid) -> Option<String> {
+    let text = std::fs::read_to_string(state.join("leases").join(id.to_string())).ok()?;
+    text.split_whitespace().nth(2).map(str::to_owned)
+}
+
+/// Polls `done` for up to a minute (a bound for a loaded machine, not a measure).
+pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

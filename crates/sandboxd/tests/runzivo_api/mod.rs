@@ -71,12 +71,16 @@ impl Reply {
         );
         assert_eq!(self.headers["content-type"], "application/x-ndjson");
         assert!(self.body.ends_with(b"\n"));
-        self.body
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| serde_json::from_slice(l).expect("one JSON value per line"))
-            .collect()
+        ndjson(&self.body)
     }
+}
+
+/// The JSON values of NDJSON text (one per non-empty line).
+pub fn ndjson(raw: &[u8]) -> Vec<Value> {
+    raw.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("one JSON value per line"))
+        .collect()
 }
 
 fn make_keys(dir: &std::path::Path) -> Keys {
@@ -276,6 +280,28 @@ impl Server {
         self.json("POST", &self.path(&format!("/{id}/exec")), &body)
             .await
             .lines()
+    }
+
+    /// A terminal on sandbox `id` over a WebSocket (a ticket bought with the writer key;
+    /// `query` adds e.g. `&cols=100`).
+    pub async fn terminal(
+        &self,
+        id: &str,
+        query: &str,
+    ) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>
+    {
+        let tickets = self.path(&format!("/{id}/terminal/tickets"));
+        let issued = self
+            .call("POST", &tickets, Some(&self.keys.writer), None, "")
+            .await;
+        assert_eq!(issued.status, 201, "{}", issued.json());
+        let ticket = issued.json()["ticket"].as_str().expect("ticket").to_owned();
+        let path = self.path(&format!("/{id}/terminal"));
+        let url = format!("ws://{}{path}?ticket={ticket}{query}", self.addr);
+        let (ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("terminal");
+        ws
     }
 
     /// Stdout of a command that must exit 0.

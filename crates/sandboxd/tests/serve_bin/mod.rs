@@ -89,6 +89,11 @@ impl Server {
         self.child.id() as i32
     }
 
+    /// The server's resident memory in KiB (`VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.pid())
+    }
+
     /// The lines the server logged so far.
     pub fn log_lines(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()
@@ -392,6 +397,16 @@ pub fn wait_for_runs_but(data: &Path, held: Option<&Path>) -> Vec<std::path::Pat
             return dead;
         }
     }
+}
+
+/// The resident memory of process `pid` in KiB (`VmRSS`).
+pub fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
 }
 
 #[cfg(test)]
