@@ -153,7 +153,7 @@ pub fn admit_snapshot_inodes(
     Err(EngineError::new(
         ErrorCode::CapacityExhausted,
         format!(
-            "not enough free inodes on the disk for this snapshot: it stores {want} files and              directories, and the server has room for {room} beside what its sandboxes may              still need; retry once sandboxes end or snapshots are deleted"
+            "not enough free inodes on the disk for this snapshot: it stores {want} files and directories, and the server has room for {room} beside what its sandboxes may still need; retry once sandboxes end or snapshots are deleted"
         ),
     )
     .retry_after(Duration::from_secs(30)))
@@ -300,5 +300,14 @@ mod tests {
             admit_snapshot_inodes(tiny, 0, 0, 1).is_err(),
             "never into the reserve"
         );
+    }
+
+    #[test]
+    fn a_filesystem_with_no_inode_limit_admits_any_entry_count() {
+        let unlimited = DiskSpace {
+            inodes_available: u64::MAX,
+            ..space(1064, 0)
+        };
+        assert!(admit_snapshot_inodes(unlimited, 1000, 1 << 40, 1 << 40).is_ok());
     }
 }

@@ -102,14 +102,29 @@ impl Engine {
         handle: sandboxd_runtime::SandboxHandle,
         name: Option<String>,
     ) -> Result<Snapshot, EngineError> {
-        let id = e.sb.id;
-        let limit = self.limits.deadlines.snapshot;
         // Frozen before it is measured, until the copy is done: what the capture
         // stores is what it reserved (a paused sandbox is frozen already).
-        let _frozen = match e.sb.status {
-            SandboxStatus::Running => Some(self.capture_freezes.hold(&self.runtime, &handle)?),
+        let frozen = match e.sb.status {
+            SandboxStatus::Running => Some(self.capture_freezes.hold(&self.runtime, &handle).await?),
             _ => None,
         };
+        let taken = self.frozen_snapshot(e, handle, name).await;
+        // Thawed before the answer (an error path's drop thaws on a task of its own).
+        if let Some(frozen) = frozen {
+            frozen.release().await;
+        }
+        taken
+    }
+
+    /// [`Engine::filesystem_snapshot`]'s work once its sandbox is frozen (or paused).
+    async fn frozen_snapshot(
+        &self,
+        e: &crate::convert::Entry,
+        handle: sandboxd_runtime::SandboxHandle,
+        name: Option<String>,
+    ) -> Result<Snapshot, EngineError> {
+        let id = e.sb.id;
+        let limit = self.limits.deadlines.snapshot;
         let _room = self.reserve_snapshot(&e.sb.workspace, &handle, 0).await?;
         // Past the deadline the copy and digest stop; a layer committed all the same
         // goes unless a record uses it.

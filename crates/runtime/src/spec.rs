@@ -151,7 +151,8 @@ pub struct DiskSpace {
     /// blocks reserved for root): what nothing that ends or is deleted can raise.
     pub total: u64,
     /// Free inodes an unprivileged writer may still use (`statvfs` `f_favail`): every
-    /// entry a capture stores takes one, whatever its size.
+    /// entry a capture stores takes one, whatever its size. `u64::MAX` on a filesystem
+    /// with no inode table (btrfs, tmpfs with `nr_inodes=0`: `f_files` is 0 there).
     pub inodes_available: u64,
 }
 

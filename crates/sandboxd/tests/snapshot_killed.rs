@@ -166,3 +166,50 @@ fn killed_mid_snapshot(env: &[(&str, &str)], frozen: bool) {
     };
     server.destroy(MASTER, &id);
 }
+
+/// A snapshot whose freeze fails (fault point `snapshot.freeze`, hit once the freezer
+/// was written) is refused and leaves its RUNNING sandbox thawed: an exec answers, and
+/// a later snapshot works.
+#[test]
+fn a_snapshot_whose_freeze_fails_leaves_the_sandbox_running() {
+    let data_tmp = tempfile::tempdir().expect("tempdir");
+    let data = data_tmp.path().canonicalize().expect("canonical");
+    let env = [
+        ("SANDBOXD_FAILPOINTS", "snapshot.freeze=1*return"),
+        ("SANDBOXD_NETWORK", "none"),
+        ("SANDBOXD_AGENT_ANSWER_SECONDS", "2"),
+    ];
+    let server = Server::start_with_env(&data, Some(MASTER), &env);
+    let id = server.create_sandbox(
+        MASTER,
+        &json!({"name": "fsnap", "vcpu": 1, "memoryMb": 128}),
+    );
+    let refused = server.request(
+        "POST",
+        &format!("/v2/sandboxes/{id}/snapshots"),
+        MASTER,
+        Some(&json!({"name": "f1"})),
+    );
+    assert!(
+        refused.status >= 500,
+        "the failed freeze fails the snapshot: {} {}",
+        refused.status,
+        refused.text()
+    );
+    assert!(!is_frozen(&id), "the failed snapshot left the sandbox frozen");
+    let answer = exec_within_a_minute(&server, &id);
+    assert_eq!(
+        answer.as_ref().map(|a| a.0),
+        Some(200),
+        "an exec after the failed snapshot: {answer:?}"
+    );
+    let again = server.request(
+        "POST",
+        &format!("/v2/sandboxes/{id}/snapshots"),
+        MASTER,
+        Some(&json!({"name": "f2"})),
+    );
+    assert_eq!(again.status, 201, "{}", again.text());
+    assert!(!is_frozen(&id), "thawed after the snapshot");
+    server.destroy(MASTER, &id);
+}

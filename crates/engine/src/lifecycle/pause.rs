@@ -81,7 +81,11 @@ impl Engine {
             // Moved to disk for memory already (autoPause): it stays there, paused.
             Direction::Pause if rt.is_checkpointed(&handle) => Ok(Some(handle)),
             Direction::Pause if to_disk => rt.checkpoint(&handle).map(Some),
-            Direction::Pause => rt.freeze(&handle).map(|()| None),
+            // A freeze that fails is undone: the sandbox goes back to RUNNING, so it
+            // must run (a freezer left FREEZING would stop it with no way back).
+            Direction::Pause => rt.freeze(&handle).map(|()| None).inspect_err(|_| {
+                let _ = rt.thaw(&handle);
+            }),
             Direction::Resume if rt.is_checkpointed(&handle) => rt.restore(&handle).map(Some),
             Direction::Resume => rt.thaw(&handle).map(|()| None),
         };

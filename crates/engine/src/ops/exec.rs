@@ -22,9 +22,10 @@ impl Engine {
     /// into one answer; `CapacityExhausted` (retryable) when none frees up soon.
     pub async fn reserve_output(
         &self,
+        ws: &WorkspaceId,
         max_output_bytes: u64,
     ) -> Result<crate::OutputHold, EngineError> {
-        self.output_budget.reserve(max_output_bytes).await
+        self.output_budget.reserve(ws, max_output_bytes).await
     }
 
     /// `RateLimited` when workspace `ws` already has its cap of long-lived requests in
@@ -64,7 +65,7 @@ impl Engine {
             .flatten();
         // Room for the answer in the server's budget, before anything is asked of the
         // agent: a shortage is a retryable 503, never a server out of memory.
-        let hold = self.output_budget.reserve(cmd.max_output_bytes).await?;
+        let hold = self.output_budget.reserve(ws, cmd.max_output_bytes).await?;
         let result = self
             // Not held for the call: an exec may run for minutes, and destroy must not
             // wait for it (destroy ends the agent; the exec then fails as unavailable).

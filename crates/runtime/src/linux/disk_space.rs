@@ -28,8 +28,19 @@ pub fn measure(data_dir: &Path) -> Result<DiskSpace, RuntimeError> {
         available,
         layers: layers_occupy(&sandboxes)?,
         total,
-        inodes_available: vfs.files_available(),
+        inodes_available: inodes_available(vfs.files(), vfs.files_available()),
     })
+}
+
+/// Free inodes from `statvfs`'s total and available counts: a filesystem that reports
+/// no total (btrfs, an unlimited tmpfs) allocates inodes as it goes and has no limit to
+/// run out of, so it is unlimited, never "0 free".
+fn inodes_available(total: u64, available: u64) -> u64 {
+    if total == 0 {
+        u64::MAX
+    } else {
+        available
+    }
 }
 
 /// Allocated bytes of every `*/layer.img` under `sandboxes` (a state dir that goes away
@@ -55,6 +66,13 @@ fn layers_occupy(sandboxes: &Path) -> Result<u64, RuntimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filesystem_reporting_no_inode_total_has_no_inode_limit() {
+        assert_eq!(inodes_available(0, 0), u64::MAX);
+        assert_eq!(inodes_available(1000, 0), 0);
+        assert_eq!(inodes_available(1000, 10), 10);
+    }
 
     #[test]
     fn counts_allocated_blocks_of_layer_images_only() {

@@ -51,6 +51,17 @@ pub async fn create(
             }
         }
     };
+    // A create that runs a command folds its result like an exec: the same room in the
+    // server's output budget, held by the delivery and then by the answer.
+    let hold = match plan.run {
+        Some(_) => {
+            state
+                .engine
+                .reserve_output(&caller.ws, crate::run::MAX_RESULT_OUTPUT)
+                .await?
+        }
+        None => sandboxd_engine::OutputHold::default(),
+    };
     let (reply, answer) = oneshot::channel();
     let delivery = Delivery {
         state: state.clone(),
@@ -60,6 +71,7 @@ pub async fn create(
         status: StatusCode::CREATED,
         answer: Answer::Sandbox,
         ticket,
+        hold: hold.clone(),
     };
     tokio::spawn(async move {
         // A refusal drops the ticket unkept, so a retry runs again.
@@ -74,11 +86,12 @@ pub async fn create(
             }
         }
     });
-    answer.await.unwrap_or_else(|_| {
+    let answer = answer.await.unwrap_or_else(|_| {
         Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "INTERNAL",
             "the create task failed",
         ))
-    })
+    });
+    answer.map(|response| sandboxd_dialect_common::held(response, hold))
 }

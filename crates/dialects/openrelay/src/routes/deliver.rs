@@ -32,6 +32,11 @@ pub struct Delivery {
     pub status: StatusCode,
     pub answer: Answer,
     pub ticket: Option<Ticket>,
+    /// Room in the server's output budget for the run's folded result, held by the
+    /// delivery (which runs on after a client leaves) as long as it holds the result:
+    /// held, never read (dropped with the delivery at the end of `deliver`).
+    #[allow(dead_code)]
+    pub hold: sandboxd_engine::OutputHold,
 }
 
 fn response(status: StatusCode, content_type: &'static str, body: Body) -> Response {

@@ -50,7 +50,7 @@ pub async fn exec(
     // server's output budget until the answer is sent.
     let hold = state
         .engine
-        .reserve_output(crate::run::MAX_RESULT_OUTPUT)
+        .reserve_output(&caller.ws, crate::run::MAX_RESULT_OUTPUT)
         .await?;
     let (reply, answer) = oneshot::channel();
     let delivery = Delivery {
@@ -61,6 +61,7 @@ pub async fn exec(
         status: StatusCode::OK,
         answer: Answer::Result,
         ticket: None,
+        hold: hold.clone(),
     };
     tokio::spawn(delivery.deliver(sb, reply));
     let answer = answer.await.unwrap_or_else(|_| {

@@ -149,6 +149,11 @@ fn ensure_reaper(state_dir: &Path, exe: &Path) {
 fn reaper_running(state_dir: &Path) -> bool {
     match try_lock(state_dir) {
         Ok(Lock::Taken(_probe)) => false,
+        // Released between the try and the look at its holders (none listed): tried
+        // once more, so a reaper that just exited is not taken for a live one.
+        Ok(Lock::Held(file)) if held_by_no_one(&file) => {
+            !matches!(try_lock(state_dir), Ok(Lock::Taken(_)))
+        }
         Ok(Lock::Held(file)) => !held_by_exiting(&file),
         Err(_) => false,
     }
@@ -195,27 +200,34 @@ fn lock_within(state_dir: &Path, wait: Duration) -> std::io::Result<Option<std::
 /// and the holder's `PF_EXITING` flag). A holder that cannot be seen (another PID
 /// namespace's) counts as live.
 fn held_by_exiting(file: &std::fs::File) -> bool {
+    holders(file).is_some_and(|h| !h.is_empty() && h.iter().all(|&pid| exiting(pid)))
+}
+
+/// Whether `/proc/locks` lists no holder of `file`'s flock (released meanwhile).
+fn held_by_no_one(file: &std::fs::File) -> bool {
+    holders(file).is_some_and(|h| h.is_empty())
+}
+
+/// The PIDs `/proc/locks` lists as holding `file`'s flock; `None` when unreadable.
+fn holders(file: &std::fs::File) -> Option<Vec<i32>> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = file.metadata() else {
-        return false;
-    };
+    let meta = file.metadata().ok()?;
     let (major, minor) = (rustix::fs::major(meta.dev()), rustix::fs::minor(meta.dev()));
     let key = format!("{major:02x}:{minor:02x}:{}", meta.ino());
-    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
-        return false;
-    };
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
     // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; a waiter's line has "->" second.
-    let holders: Vec<i32> = locks
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            match fields[..] {
-                [_, "FLOCK", _, _, pid, at, ..] if at == key => pid.parse().ok(),
-                _ => None,
-            }
-        })
-        .collect();
-    !holders.is_empty() && holders.iter().all(|&pid| exiting(pid))
+    Some(
+        locks
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                match fields[..] {
+                    [_, "FLOCK", _, _, pid, at, ..] if at == key => pid.parse().ok(),
+                    _ => None,
+                }
+            })
+            .collect(),
+    )
 }
 
 /// `PF_EXITING`, set on a task as its exit begins (include/linux/sched.h).
