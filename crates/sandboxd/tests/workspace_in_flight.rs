@@ -3,7 +3,8 @@
 //! logs, execs) a workspace gets the dialect's 429 while another workspace is still
 //! served; dropped streams give their places back (no leak over rounds); and many
 //! concurrent big-output execs keep the server's peak RSS within its output budget,
-//! each answered in full or refused with a retryable 503.
+//! each answered in full or refused with a retryable 503 (or the workspace's 429 past
+//! its share of the budget).
 
 mod serve_bin;
 
@@ -265,6 +266,16 @@ fn concurrent_big_output_execs_stay_within_the_output_budget() {
                 assert_eq!(
                     r.json()["errors"][0]["code"],
                     "compute_unavailable",
+                    "{}",
+                    r.text()
+                );
+                assert!(retry_after(r) >= 1);
+            }
+            // One workspace past its share of the budget (a quarter): its own 429.
+            429 => {
+                assert_eq!(
+                    r.json()["errors"][0]["code"],
+                    "rate_limited",
                     "{}",
                     r.text()
                 );
