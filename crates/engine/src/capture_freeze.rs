@@ -70,7 +70,10 @@ impl CaptureFreezes {
             .await;
             let failed = match frozen {
                 Ok(Ok(())) => None,
-                Ok(Err(err)) => Some(runtime_error("cannot freeze the sandbox to snapshot it", err)),
+                Ok(Err(err)) => Some(runtime_error(
+                    "cannot freeze the sandbox to snapshot it",
+                    err,
+                )),
                 Err(join) => Some(EngineError::with_source(
                     crate::error::ErrorCode::Internal,
                     "the freeze of a sandbox to snapshot it panicked",

@@ -183,7 +183,10 @@ mod tests {
         let budget = OutputBudget::new(3 * 1024 * 1024);
         let first = budget.reserve("w", 1024 * 1024).await.unwrap();
         let copy = first.clone();
-        let err = budget.reserve_within("x", 1, Duration::ZERO).await.unwrap_err();
+        let err = budget
+            .reserve_within("x", 1, Duration::ZERO)
+            .await
+            .unwrap_err();
         assert_eq!(err.code, ErrorCode::CapacityExhausted);
         assert_eq!(err.retry_after_secs(), Some(1));
         drop(first);
@@ -204,16 +207,26 @@ mod tests {
             .reserve_within("greedy", 1 << 20, Duration::ZERO)
             .await
             .unwrap_err();
-        assert_eq!(err.code, ErrorCode::RateLimited, "past its share: its own 429");
+        assert_eq!(
+            err.code,
+            ErrorCode::RateLimited,
+            "past its share: its own 429"
+        );
         assert!(err.retry_after_secs().is_some());
-        let other = budget.reserve_within("other", 1 << 20, Duration::ZERO).await;
+        let other = budget
+            .reserve_within("other", 1 << 20, Duration::ZERO)
+            .await;
         assert!(other.is_ok(), "another workspace is served");
         drop(first);
         budget
             .reserve_within("greedy", 1 << 20, Duration::ZERO)
             .await
             .expect("its room comes back with the hold");
-        assert_eq!(budget.holders.lock().unwrap().get("greedy"), None, "no count left after drops");
+        assert_eq!(
+            budget.holders.lock().unwrap().get("greedy"),
+            None,
+            "no count left after drops"
+        );
     }
 
     #[tokio::test]

@@ -105,7 +105,9 @@ impl Engine {
         // Frozen before it is measured, until the copy is done: what the capture
         // stores is what it reserved (a paused sandbox is frozen already).
         let frozen = match e.sb.status {
-            SandboxStatus::Running => Some(self.capture_freezes.hold(&self.runtime, &handle).await?),
+            SandboxStatus::Running => {
+                Some(self.capture_freezes.hold(&self.runtime, &handle).await?)
+            }
             _ => None,
         };
         let taken = self.frozen_snapshot(e, handle, name).await;

@@ -11,10 +11,9 @@ mod common;
 mod netns_common;
 
 use common::{mounts_under, runtime, sh_ok};
-use netns_common::{counted_nft_in_own_netns, net_runtime, reapers};
+use netns_common::{counted_nft_in_own_netns, named_after, names, net_runtime, reapers};
 use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{NetworkSpec, Runtime, RuntimeError, SandboxHandle};
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// The steps after the sandbox's network namespace exists, each made to fail in turn.
@@ -33,23 +32,6 @@ fn link_named_after(id: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-/// The id a lease's link and chain are named after (its third field).
-fn named_after(state: &Path, id: uuid::Uuid) -> Option<String> {
-    let text = std::fs::read_to_string(state.join("leases").join(id.to_string())).ok()?;
-    text.split_whitespace().nth(2).map(str::to_owned)
 }
 
 fn start(rt: &LinuxRuntime) -> Result<SandboxHandle, RuntimeError> {

@@ -11,22 +11,11 @@ mod common;
 mod netns_common;
 
 use common::runtime;
-use netns_common::{counted_nft_in_own_netns, net_runtime, reapers};
+use netns_common::{counted_nft_in_own_netns, names, net_runtime, reapers};
 use sandboxd_runtime::{NetworkSpec, Runtime};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
 
 /// Parks one network in `state` (its reaper lingering an hour), then kills that reaper
 /// and waits until it is reaped: a parked network with no reaper and a free lock.

@@ -196,7 +196,10 @@ fn a_snapshot_whose_freeze_fails_leaves_the_sandbox_running() {
         refused.status,
         refused.text()
     );
-    assert!(!is_frozen(&id), "the failed snapshot left the sandbox frozen");
+    assert!(
+        !is_frozen(&id),
+        "the failed snapshot left the sandbox frozen"
+    );
     let answer = exec_within_a_minute(&server, &id);
     assert_eq!(
         answer.as_ref().map(|a| a.0),
