@@ -179,6 +179,7 @@ fn open_engine_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Opened> {
         config.resolvers.clone(),
         config.max_ptys_per_sandbox,
     )?;
+    phase("backend open");
     let (linux, tethers) = match tie {
         Tie::Tethered(tethers) => (linux.with_tethers(tethers.clone()), tethers),
         Tie::OneShot(tethers) => {

@@ -149,6 +149,9 @@ fn ensure_reaper(state_dir: &Path, exe: &Path) {
 fn reaper_running(state_dir: &Path) -> bool {
     match try_lock(state_dir) {
         Ok(Lock::Taken(_probe)) => false,
+        // The common case, told without `/proc/locks` (whose read waits for an RCU grace
+        // period, 3-14 ms here, on every run's start while a reaper lingers).
+        Ok(Lock::Held(_)) if recorded_reaper_live(state_dir) => true,
         // Released between the try and the look at its holders (none listed): tried
         // once more, so a reaper that just exited is not taken for a live one.
         Ok(Lock::Held(file)) if held_by_no_one(&file) => {
@@ -238,14 +241,82 @@ fn exiting(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
-    };
-    // The kernel flags word is the seventh field after the command name.
-    let flags = stat
+    match task_stat(pid) {
+        Err(_) => true,
+        Ok(stat) => stat.flags.is_some_and(|f| f & PF_EXITING != 0),
+    }
+}
+
+/// What a process's `/proc/PID/stat` tells the reaper's checks.
+struct TaskStat {
+    /// The kernel's flags word (`PF_*`).
+    flags: Option<u64>,
+    /// When it started, in clock ticks since boot (tells a reused PID apart).
+    start: Option<u64>,
+}
+
+fn task_stat(pid: i32) -> std::io::Result<TaskStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command name: flags is the seventh, starttime the twentieth.
+    let fields: Vec<&str> = stat
         .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok());
-    flags.is_some_and(|f| f & PF_EXITING != 0)
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |n: usize| fields.get(n).and_then(|f| f.parse::<u64>().ok());
+    Ok(TaskStat {
+        flags: field(6),
+        start: field(19),
+    })
+}
+
+/// The file the running reaper names itself in ("PID STARTTIME"), written once it holds
+/// `reaper.lock` and removed before it lets go, so the process it names holds the lock
+/// for as long as that process runs and is not exiting.
+fn pid_file(state_dir: &Path) -> PathBuf {
+    state_dir.join("reaper.pid")
+}
+
+/// This process named as the running reaper (it holds `reaper.lock`) until dropped.
+struct ReaperName(PathBuf);
+
+impl ReaperName {
+    fn record(state_dir: &Path) -> ReaperName {
+        let path = pid_file(state_dir);
+        let me = std::process::id() as i32;
+        if let Ok(TaskStat {
+            start: Some(start), ..
+        }) = task_stat(me)
+        {
+            let _ = std::fs::write(&path, format!("{me} {start}\n"));
+        }
+        ReaperName(path)
+    }
+}
+
+impl Drop for ReaperName {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Whether the reaper named in [`pid_file`] runs and is not exiting: that process
+/// holds `reaper.lock`. False when unsure (no file, a reused PID, a killed reaper that
+/// left its file): the caller then asks `/proc/locks`.
+fn recorded_reaper_live(state_dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(pid_file(state_dir)) else {
+        return false;
+    };
+    let mut words = text.split_whitespace().map(|w| w.parse::<u64>().ok());
+    let (Some(Some(pid)), Some(Some(start))) = (words.next(), words.next()) else {
+        return false;
+    };
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    match task_stat(pid) {
+        Ok(stat) => stat.start == Some(start) && stat.flags.is_some_and(|f| f & PF_EXITING == 0),
+        Err(_) => false,
+    }
 }
 
 /// A runtime opening the network state: parked networks whose reaper died (killed)
@@ -268,6 +339,8 @@ pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
     let Some(held) = lock_within(state_dir, LOCK_WAIT).map_err(net)? else {
         return Ok(()); // another reaper runs
     };
+    // Dropped before `held` (declared after it), on every way out.
+    let named = ReaperName::record(state_dir);
     let config = NetConfig {
         state_dir: state_dir.to_path_buf(),
         ..NetConfig::from_host()
@@ -279,7 +352,9 @@ pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
         let all = parked(state_dir);
         if all.is_empty() {
             // Released under the host lock: a network parked from now on finds no
-            // reaper and starts one.
+            // reaper and starts one. The name goes first: it never names a process
+            // that no longer holds the lock.
+            drop(named);
             drop(held);
             return Ok(());
         }

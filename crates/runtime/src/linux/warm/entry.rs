@@ -130,39 +130,41 @@ impl Maker {
         made: &mut Option<(Child, Channel)>,
         base: &mut Option<u32>,
     ) -> Result<Option<(i32, u64)>, RuntimeError> {
-        let (ours, theirs) =
-            handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
-        let log = dir.join("init.log");
-        // Its cgroup first: on v1 the init moves itself into it before its exec (no
-        // RCU grace period, `cgroup_self_move`).
-        self.cgroups.make(key)?;
-        let moves = SelfMove::open(&self.cgroups, key)?;
-        let child = spawn_init(&self.config, &theirs.0, &log, moves.as_ref())?;
-        drop(theirs);
-        let pid = child.id() as i32;
-        let ours = &made.insert((child, ours)).1;
-        // On v2 the first move waits for an RCU grace period: on a thread of its own
-        // while the ids are mapped and the disk is made and mounted.
-        let (host_id_base, userns) = std::thread::scope(|s| {
-            let attach = moves
-                .is_none()
-                .then(|| s.spawn(|| self.cgroups.attach(key, pid)));
-            let prepared = self.prepare(dir, shape, pid, ours, key, base);
-            let attached = match attach {
-                Some(attach) => attach.join().unwrap_or_else(|_| {
-                    Err(RuntimeError::AgentStart(
-                        "attaching a warm init to its cgroups panicked".into(),
-                    ))
-                }),
-                None => Ok(()),
-            };
-            attached.and(prepared)
-        })?;
-        drop(moves);
+        let t0 = std::time::Instant::now();
+        let tm = |phase: &str| {
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            tracing::debug!(%key, phase, ms, "warm make");
+        };
+        let host_id_base = self.slots.allocate(key)?;
+        *base = Some(host_id_base);
+        let slot_file = dir.join(SLOT_FILE);
+        std::fs::write(&slot_file, host_id_base.to_string())
+            .map_err(io("writing a warm init's slot", &slot_file))?;
+        // The disk (a loop device's configuration waits for an RCU grace period, and its
+        // mount) is made on a thread of its own while the init is spawned and mapped.
+        let (disk, userns) = std::thread::scope(|s| {
+            let disk = s.spawn(|| {
+                let layer_count = shape.root.as_ref().map_or(1, |(_, layers)| layers.len());
+                let disk = Some((self.config.data_dir.as_path(), shape.disk_mb));
+                let made = rootfs::prepare_dirs(dir, layer_count, host_id_base, disk);
+                tm("dirs and disk");
+                made
+            });
+            let userns = self.spawn_mapped(key, dir, host_id_base, made);
+            tm("init mapped");
+            let disk = disk.join().unwrap_or_else(|_| {
+                Err(RuntimeError::AgentStart(
+                    "making a warm init's disk panicked".into(),
+                ))
+            });
+            (disk, userns)
+        });
+        let userns = userns?;
+        disk?;
         // Wired first: it stages a file in the upper dir, which must not change under
         // a mounted overlay.
-        if let (true, Some(net)) = (shape.wired, &self.net) {
-            let init = (pid, rootfs::upper(dir), host_id_base);
+        if let (true, Some(net), Some((child, _))) = (shape.wired, &self.net, made.as_ref()) {
+            let init = (child.id() as i32, rootfs::upper(dir), host_id_base);
             wired::wire(net, key, (init.0, &init.1, init.2), &shape.policy)?;
         }
         let Some((image, layers)) = &shape.root else {
@@ -179,30 +181,49 @@ impl Maker {
         self.park(key, dir, made).map(Some)
     }
 
-    /// An entry's id slot (recorded in its dir), id maps once its user namespace is
-    /// reported, OOM protection, dirs and disk; its slot's base and user namespace.
-    fn prepare(
+    /// Spawns the init into a fresh cgroup (kept in `made`), waits for its user
+    /// namespace, maps its ids onto `host_id_base`'s range and protects it from the OOM
+    /// killer; its user namespace.
+    fn spawn_mapped(
         &self,
-        dir: &Path,
-        shape: &Shape,
-        pid: i32,
-        ours: &Channel,
         key: Uuid,
-        base: &mut Option<u32>,
-    ) -> Result<(u32, OwnedFd), RuntimeError> {
+        dir: &Path,
+        host_id_base: u32,
+        made: &mut Option<(Child, Channel)>,
+    ) -> Result<OwnedFd, RuntimeError> {
+        let (ours, theirs) =
+            handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
         let log = dir.join("init.log");
-        let host_id_base = self.slots.allocate(key)?;
-        *base = Some(host_id_base);
-        let slot_file = dir.join(SLOT_FILE);
-        std::fs::write(&slot_file, host_id_base.to_string())
-            .map_err(io("writing a warm init's slot", &slot_file))?;
-        expect(ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
-        let userns = map_ids(pid, host_id_base)?;
-        protect_from_oom(pid)?;
-        let layer_count = shape.root.as_ref().map_or(1, |(_, layers)| layers.len());
-        let disk = Some((self.config.data_dir.as_path(), shape.disk_mb));
-        rootfs::prepare_dirs(dir, layer_count, host_id_base, disk)?;
-        Ok((host_id_base, userns))
+        // Its cgroup first: on v1 the init moves itself into it before its exec (no
+        // RCU grace period, `cgroup_self_move`).
+        self.cgroups.make(key)?;
+        let moves = SelfMove::open(&self.cgroups, key)?;
+        let child = spawn_init(&self.config, &theirs.0, &log, moves.as_ref())?;
+        drop(theirs);
+        let on_v2 = moves.is_none();
+        drop(moves);
+        let pid = child.id() as i32;
+        let ours = &made.insert((child, ours)).1;
+        // On v2 the first move waits for an RCU grace period: on a thread of its own
+        // while the ids are mapped.
+        std::thread::scope(|s| {
+            let attach = on_v2.then(|| s.spawn(|| self.cgroups.attach(key, pid)));
+            let mapped = (|| {
+                expect(ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
+                let userns = map_ids(pid, host_id_base)?;
+                protect_from_oom(pid)?;
+                Ok(userns)
+            })();
+            let attached = match attach {
+                Some(attach) => attach.join().unwrap_or_else(|_| {
+                    Err(RuntimeError::AgentStart(
+                        "attaching a warm init to its cgroups panicked".into(),
+                    ))
+                }),
+                None => Ok(()),
+            };
+            attached.and(mapped)
+        })
     }
 
     /// Records `layers` in the entry's dir as a sandbox's are, under the collector's
