@@ -121,6 +121,8 @@ pub struct Engine {
     pub(crate) disk_reservations: crate::disk_reservations::DiskReservations,
     /// Long-lived requests in flight per workspace.
     pub(crate) in_flight: crate::in_flight::InFlight,
+    /// The keys of open long-lived requests, ended when revoked.
+    pub(crate) revocations: crate::revocations::Revocations,
     /// Room for captured exec output, server-wide.
     pub(crate) output_budget: crate::output_budget::OutputBudget,
     /// Sandboxes held frozen by filesystem snapshots.
@@ -192,7 +194,11 @@ impl Engine {
         make_private_dir(&config.data_dir).map_err(|e| {
             EngineError::with_source(ErrorCode::Internal, "cannot create the data directory", e)
         })?;
-        let in_flight = crate::in_flight::InFlight::new(config.limits.max_in_flight_per_workspace);
+        let revocations = crate::revocations::Revocations::new(config.store.clone());
+        let in_flight = crate::in_flight::InFlight::new(
+            config.limits.max_in_flight_per_workspace,
+            revocations.clone(),
+        );
         let output_budget =
             crate::output_budget::OutputBudget::new(config.limits.exec_output_budget_bytes);
         let engine = Arc::new_cyclic(|me| Engine {
@@ -212,6 +218,7 @@ impl Engine {
             memory_pins: Default::default(),
             disk_reservations: Default::default(),
             in_flight,
+            revocations,
             output_budget,
             capture_freezes: Default::default(),
         });

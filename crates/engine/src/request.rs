@@ -84,6 +84,14 @@ pub(crate) fn current_actor() -> Option<String> {
         .flatten()
 }
 
+/// The API key that authenticated the current request, if any.
+pub(crate) fn current_key() -> Option<Uuid> {
+    CURRENT
+        .try_with(|c| c.caller().map(|c| c.key_id))
+        .ok()
+        .flatten()
+}
+
 /// Names who the current request acts for when it carries no API key (the console
 /// sets `console` for its signed-in sessions).
 pub fn set_actor(actor: &'static str) {
