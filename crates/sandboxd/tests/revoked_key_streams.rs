@@ -89,6 +89,25 @@ fn appears(server: &Server, key: &str, id: &str, path: &str) -> bool {
     false
 }
 
+/// Destroys a sandbox (with a key that stays valid) when dropped, also when the test
+/// fails part-way.
+struct Destroyed<'a>(&'a Server, &'a str, &'a str);
+
+impl Drop for Destroyed<'_> {
+    fn drop(&mut self) {
+        let path = format!("/v2/sandboxes/{}", self.2);
+        let _ = self.0.try_request("DELETE", &path, self.1, None);
+        for _ in 0..600 {
+            match self.0.try_request("GET", &path, self.1, None) {
+                Ok(r) if r.json()["data"]["status"] != "TERMINATED" => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
 #[test]
 fn a_revoke_ends_inngest_and_openrelay_streams_and_leaves_their_commands() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -100,6 +119,7 @@ fn a_revoke_ends_inngest_and_openrelay_streams_and_leaves_their_commands() {
         &key,
         &json!({"name": "revoked", "vcpu": 1, "memoryMb": 256}),
     );
+    let _destroyed = Destroyed(&server, &other, &id);
     let addr = server.addr;
 
     let logs = std::thread::spawn({
@@ -190,7 +210,6 @@ fn a_revoke_ends_inngest_and_openrelay_streams_and_leaves_their_commands() {
             "{name}'s command was killed by the revoke"
         );
     }
-    server.destroy(&other, &id);
 }
 
 /// Makes a Runzivo key of the test tenant; returns it and its id.
