@@ -191,7 +191,7 @@ mod tests {
 
     fn store_with_key() -> (tempfile::TempDir, Arc<dyn Store>, Uuid) {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("db")).unwrap());
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
         let id = Uuid::new_v4();
         store
             .insert_key(&ApiKeyRecord {
