@@ -153,14 +153,6 @@ impl Engine {
         Ok(principal)
     }
 
-    /// Revokes a key, and ends its open requests now (its aliases' with the next poll
-    /// of the store, as a revoke by another process on the data dir).
-    pub fn revoke_key(&self, id: Uuid) -> Result<bool, EngineError> {
-        let revoked = self.accounts().revoke_key(id)?;
-        self.revocations.revoke(id);
-        Ok(revoked)
-    }
-
     /// The workspace `dialect` knows as `alias`.
     pub fn workspace_by_alias(
         &self,

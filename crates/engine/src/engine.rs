@@ -119,10 +119,8 @@ pub struct Engine {
     pub(crate) memory_pins: Arc<crate::memory_images::Pins>,
     /// Room held on the data dir for snapshots being written.
     pub(crate) disk_reservations: crate::disk_reservations::DiskReservations,
-    /// Long-lived requests in flight per workspace.
+    /// Long-lived requests in flight per workspace, each ended when its key is revoked.
     pub(crate) in_flight: crate::in_flight::InFlight,
-    /// The keys of open long-lived requests, ended when revoked.
-    pub(crate) revocations: crate::revocations::Revocations,
     /// Room for captured exec output, server-wide.
     pub(crate) output_budget: crate::output_budget::OutputBudget,
     /// Sandboxes held frozen by filesystem snapshots.
@@ -194,10 +192,9 @@ impl Engine {
         make_private_dir(&config.data_dir).map_err(|e| {
             EngineError::with_source(ErrorCode::Internal, "cannot create the data directory", e)
         })?;
-        let revocations = crate::revocations::Revocations::new(config.store.clone());
         let in_flight = crate::in_flight::InFlight::new(
             config.limits.max_in_flight_per_workspace,
-            revocations.clone(),
+            crate::revocations::Revocations::new(config.store.clone()),
         );
         let output_budget =
             crate::output_budget::OutputBudget::new(config.limits.exec_output_budget_bytes);
@@ -218,7 +215,6 @@ impl Engine {
             memory_pins: Default::default(),
             disk_reservations: Default::default(),
             in_flight,
-            revocations,
             output_budget,
             capture_freezes: Default::default(),
         });

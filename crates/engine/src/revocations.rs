@@ -17,7 +17,6 @@ use uuid::Uuid;
 pub(crate) const POLL: Duration = Duration::from_secs(1);
 
 /// The keys of open long-lived requests, each with the token its requests end on.
-#[derive(Clone)]
 pub(crate) struct Revocations {
     shared: Arc<Shared>,
 }
@@ -92,11 +91,6 @@ impl Revocations {
             key,
             token,
         }
-    }
-
-    /// Ends every request of `key` now (an in-process revoke need not wait for the poll).
-    pub(crate) fn revoke(&self, key: Uuid) {
-        self.shared.revoke(key);
     }
 
     #[cfg(test)]
@@ -233,14 +227,14 @@ mod tests {
     #[tokio::test]
     async fn an_unrevoked_key_is_left_alone_and_dropping_unwatches() {
         let (_dir, store, key) = store_with_key();
-        let r = Revocations::new(store);
+        let r = Revocations::new(store.clone());
         let a = r.watch(key);
         tokio::time::sleep(POLL * 3).await;
         assert!(!a.token.is_cancelled());
         drop(a);
         assert_eq!(r.watched(), 0);
         let b = r.watch(key);
-        r.revoke(key);
+        store.revoke_key(key, OffsetDateTime::now_utc()).unwrap();
         b.revoked().await;
     }
 }
