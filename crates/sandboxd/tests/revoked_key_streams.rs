@@ -1,7 +1,8 @@
 //! A revoked API key loses what it already opened (REVIEW11 #7), through a real `sandboxd
 //! serve` and a revoke by `sandboxd keys revoke` in another process on its data dir:
-//! a followed log, a captured exec (Inngest), an OpenRelay exec, a Runzivo streamed exec
-//! and a Runzivo terminal each end (in the dialect's shape), a terminal ticket the key
+//! a followed log and process output, a process wait and a captured exec (Inngest), an
+//! OpenRelay exec, a Runzivo streamed exec and a Runzivo terminal each end (in the
+//! dialect's shape), a terminal ticket the key
 //! bought earlier is refused, new requests get 401, and the commands those requests
 //! started are not killed (each finishes its work after the revoke).
 
@@ -141,6 +142,36 @@ fn a_revoke_ends_inngest_and_openrelay_streams_and_leaves_their_commands() {
         );
         move || whole_answer(addr, head, exec_body)
     });
+    // A process of the key, waited for and its output followed with the key.
+    let started = server.request(
+        "POST",
+        &format!("/v2/sandboxes/{id}/processes"),
+        &key,
+        Some(&json!({"command": ["/bin/sh", "-c", waiter("process")]})),
+    );
+    assert_eq!(started.status, 201, "{}", started.text());
+    let pid = started.json()["data"]["id"]
+        .as_str()
+        .expect("process id")
+        .to_owned();
+    let process = format!("/v2/sandboxes/{id}/processes/{pid}");
+    let wait = std::thread::spawn({
+        let head = request_head(
+            addr,
+            "POST",
+            &format!("{process}/wait?timeout=5m"),
+            &key,
+            "",
+        );
+        move || whole_answer(addr, head, String::new())
+    });
+    let output = std::thread::spawn({
+        let head = format!(
+            "GET {process}/output/stream HTTP/1.1\r\nhost: {addr}\r\n\
+             connection: close\r\nauthorization: Bearer {key}\r\n\r\n"
+        );
+        move || whole_answer(addr, head, String::new())
+    });
     let run_body = json!({"cmd": waiter("openrelay")}).to_string();
     let openrelay = std::thread::spawn({
         let head = request_head(
@@ -153,7 +184,7 @@ fn a_revoke_ends_inngest_and_openrelay_streams_and_leaves_their_commands() {
         move || whole_answer(addr, head, run_body)
     });
     // Every command runs (so every request is open) before the revoke.
-    for name in ["inngest", "openrelay"] {
+    for name in ["inngest", "openrelay", "process"] {
         assert!(
             appears(&server, &other, &id, &format!("/tmp/{name}.started")),
             "{name}'s command never started"
@@ -164,22 +195,26 @@ fn a_revoke_ends_inngest_and_openrelay_streams_and_leaves_their_commands() {
 
     cli(&["keys", "revoke", &key_id, "--data-dir", data], "");
 
-    let logs = logs
-        .join()
-        .expect("thread")
-        .expect("the followed log ended");
-    assert_eq!(logs.status, 200);
-    let last = String::from_utf8_lossy(&logs.body)
-        .lines()
-        .last()
-        .map(str::to_owned)
-        .unwrap_or_default();
-    let frame: Value = serde_json::from_str(&last).unwrap_or_default();
-    assert_eq!(
-        (&frame["type"], &frame["error"]["code"]),
-        (&json!("error"), &json!("unauthorized")),
-        "the followed log's last frame: {last}"
-    );
+    for (what, stream) in [("log", logs), ("process output", output)] {
+        let stream = stream
+            .join()
+            .expect("thread")
+            .unwrap_or_else(|| panic!("the followed {what} did not end"));
+        assert_eq!(stream.status, 200, "{}", stream.text());
+        let last = String::from_utf8_lossy(&stream.body)
+            .lines()
+            .last()
+            .map(str::to_owned)
+            .unwrap_or_default();
+        let frame: Value = serde_json::from_str(&last).unwrap_or_default();
+        assert_eq!(
+            (&frame["type"], &frame["error"]["code"]),
+            (&json!("error"), &json!("unauthorized")),
+            "the followed {what}'s last frame: {last}"
+        );
+    }
+    let wait = wait.join().expect("thread").expect("the wait answered");
+    assert_eq!(wait.status, 401, "{}", wait.text());
     let exec = exec.join().expect("thread").expect("the exec answered");
     assert_eq!(exec.status, 401, "{}", exec.text());
     assert_eq!(
@@ -204,7 +239,7 @@ fn a_revoke_ends_inngest_and_openrelay_streams_and_leaves_their_commands() {
     assert_eq!(refused.status, 401, "{}", refused.text());
     // The commands were not killed: they finish their work once told to.
     server.exec(&other, &id, &["/bin/touch", "/tmp/go"]);
-    for name in ["inngest", "openrelay"] {
+    for name in ["inngest", "openrelay", "process"] {
         assert!(
             appears(&server, &other, &id, &format!("/tmp/{name}.ran-on")),
             "{name}'s command was killed by the revoke"
