@@ -1,8 +1,8 @@
 //! A revoked API key loses what it already opened (REVIEW11 #7), through a real `sandboxd
 //! serve` and a revoke by `sandboxd keys revoke` in another process on its data dir:
 //! a followed log and process output, a process wait and a captured exec (Inngest), an
-//! OpenRelay exec, a Runzivo streamed exec and a Runzivo terminal each end (in the
-//! dialect's shape), a terminal ticket the key
+//! OpenRelay exec, a file download, a Runzivo streamed exec and a Runzivo terminal each
+//! end (in the dialect's shape), a terminal ticket the key
 //! bought earlier is refused, new requests get 401, and the commands those requests
 //! started are not killed (each finishes its work after the revoke).
 
@@ -21,6 +21,10 @@ use tokio_tungstenite::tungstenite::Message;
 /// Longest a stream may take to end after the revoke before the test calls it a hang
 /// (the server re-reads keys every second; this only bounds a broken server).
 const ENDS_WITHIN: Duration = Duration::from_secs(60);
+
+/// Bytes of the file downloaded across the revoke (far more than socket buffers hold;
+/// within the dialect's 100 MiB download limit).
+const BIG: usize = 96 << 20;
 
 /// A command that says it started, waits for the test's go, then leaves its mark:
 /// the mark appears only if the command outlived the revoke.
@@ -172,6 +176,37 @@ fn a_revoke_ends_inngest_and_openrelay_streams_and_leaves_their_commands() {
         );
         move || whole_answer(addr, head, String::new())
     });
+    // A download of a file bigger than the socket buffers, read no further than its
+    // head before the revoke.
+    let (code, _) = server.exec(
+        &other,
+        &id,
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("head -c {BIG} /dev/zero > /tmp/big"),
+        ],
+    );
+    assert_eq!(code, 0);
+    let mut download = TcpStream::connect(addr).expect("connect");
+    download
+        .set_read_timeout(Some(ENDS_WITHIN))
+        .expect("timeout");
+    let head = format!(
+        "GET /v2/sandboxes/{id}/files?path=/tmp/big HTTP/1.1\r\nhost: {addr}\r\n\
+         connection: close\r\nauthorization: Bearer {key}\r\n\r\n"
+    );
+    download.write_all(head.as_bytes()).expect("send");
+    let mut first = [0u8; 12];
+    download
+        .read_exact(&mut first)
+        .expect("the download's head");
+    assert_eq!(
+        &first,
+        b"HTTP/1.1 200",
+        "{}",
+        String::from_utf8_lossy(&first)
+    );
     let run_body = json!({"cmd": waiter("openrelay")}).to_string();
     let openrelay = std::thread::spawn({
         let head = request_head(
@@ -215,6 +250,14 @@ fn a_revoke_ends_inngest_and_openrelay_streams_and_leaves_their_commands() {
     }
     let wait = wait.join().expect("thread").expect("the wait answered");
     assert_eq!(wait.status, 401, "{}", wait.text());
+    // The download stops short of the file (the connection is cut, not the file sent).
+    let mut got = Vec::new();
+    let _ = download.read_to_end(&mut got);
+    assert!(
+        got.len() < BIG,
+        "the download went on after the revoke: {} bytes",
+        got.len()
+    );
     let exec = exec.join().expect("thread").expect("the exec answered");
     assert_eq!(exec.status, 401, "{}", exec.text());
     assert_eq!(
