@@ -105,14 +105,17 @@ impl Drop for InFlightSlot {
 mod tests {
     use super::*;
 
-    fn revocations() -> Revocations {
-        let store = sandboxd_store::SqliteStore::open(":memory:").expect("a store");
-        Revocations::new(Arc::new(store))
+    /// A registry over a store of its own, kept in a temporary dir that lives as long.
+    fn revocations() -> (tempfile::TempDir, Revocations) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = sandboxd_store::SqliteStore::open(dir.path().join("db")).expect("a store");
+        (dir, Revocations::new(Arc::new(store)))
     }
 
     #[test]
     fn a_workspace_at_its_cap_is_refused_alone_and_freed_on_drop() {
-        let f = InFlight::new(2, revocations());
+        let (_dir, revocations) = revocations();
+        let f = InFlight::new(2, revocations);
         let a = f.acquire("a").unwrap();
         let _b = f.acquire("a").unwrap();
         let err = f.acquire("a").unwrap_err();
@@ -126,7 +129,8 @@ mod tests {
 
     #[test]
     fn zero_is_no_cap_and_counts_do_not_leak() {
-        let f = InFlight::new(0, revocations());
+        let (_dir, revocations) = revocations();
+        let f = InFlight::new(0, revocations);
         let held: Vec<_> = (0..100).map(|_| f.acquire("a").unwrap()).collect();
         assert_eq!(f.count("a"), 100);
         drop(held);
