@@ -64,6 +64,7 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::KeyRevoked => StatusCode::UNAUTHORIZED,
         };
         if status.is_server_error() {
             tracing::warn!(error = %e, "console request failed");

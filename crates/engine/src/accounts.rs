@@ -130,6 +130,29 @@ impl Engine {
         Ok(principal)
     }
 
+    /// The principal of key `id` if it is still unrevoked, which the current request
+    /// then acts for (as if it had authenticated with it): for a dialect whose later
+    /// request carries something the key bought earlier (a terminal ticket).
+    pub fn authenticate_key_id(&self, id: Uuid) -> Result<Option<Principal>, EngineError> {
+        let principal = self
+            .store
+            .key_by_id(id)?
+            .filter(|k| k.revoked_at.is_none())
+            .map(|k| Principal {
+                workspace: k.workspace,
+                key_id: k.id,
+                permissions: k.permissions,
+                scopes: k.scopes,
+            });
+        if let Some(p) = &principal {
+            crate::request::set_caller(crate::request::Caller {
+                workspace: p.workspace.clone(),
+                key_id: p.key_id,
+            });
+        }
+        Ok(principal)
+    }
+
     /// The workspace `dialect` knows as `alias`.
     pub fn workspace_by_alias(
         &self,

@@ -11,7 +11,9 @@ pub const MIN_DISK_MB: u32 = 16;
 /// (the source snapshot's, so a workspace template's), else the server's default.
 /// A requested or inherited size must be 0 or at least [`MIN_DISK_MB`], and within
 /// the server's maximum (when one is set, 0 = no limit is past it):
-/// `InvalidArgument` otherwise. The server's own default is taken as configured.
+/// `InvalidArgument` otherwise; an inherited size below the minimum is raised to it.
+/// The server's own default is taken as configured (its start refuses one below the
+/// minimum).
 pub(crate) fn choose(
     requested: Option<u32>,
     inherited: Option<u32>,
@@ -19,7 +21,15 @@ pub(crate) fn choose(
 ) -> Result<u32, EngineError> {
     let (size, whose) = match (requested, inherited) {
         (Some(n), _) => (n, "the requested disk"),
-        (None, Some(n)) => (n, "the disk of its snapshot or template"),
+        // Raised to the minimum when below it: a snapshot of a server whose default
+        // was once that small (no longer accepted at start) stays restorable.
+        (None, Some(n)) => (
+            match n {
+                1..MIN_DISK_MB => MIN_DISK_MB,
+                n => n,
+            },
+            "the disk of its snapshot or template",
+        ),
         (None, None) => return Ok(limits.disk_mb_per_sandbox),
     };
     let max = limits.max_disk_mb_per_sandbox;
@@ -88,6 +98,19 @@ mod tests {
         assert!(m.contains("no size limit"), "{m}");
         let m = refused(choose(Some(MIN_DISK_MB - 1), None, &l));
         assert!(m.contains("below the minimum"), "{m}");
+    }
+
+    #[test]
+    fn an_inherited_disk_below_the_minimum_is_raised_to_it() {
+        // A snapshot of a server whose default was once below the minimum (accepted
+        // before it was refused at start) stays restorable, on a disk a little larger.
+        let l = limits(1024, 2048);
+        assert_eq!(choose(None, Some(12), &l).unwrap(), MIN_DISK_MB);
+        let m = refused(choose(Some(12), Some(64), &l));
+        assert!(
+            m.contains("below the minimum"),
+            "a request is still refused: {m}"
+        );
     }
 
     #[test]

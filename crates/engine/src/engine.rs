@@ -119,7 +119,7 @@ pub struct Engine {
     pub(crate) memory_pins: Arc<crate::memory_images::Pins>,
     /// Room held on the data dir for snapshots being written.
     pub(crate) disk_reservations: crate::disk_reservations::DiskReservations,
-    /// Long-lived requests in flight per workspace.
+    /// Long-lived requests in flight per workspace, each ended when its key is revoked.
     pub(crate) in_flight: crate::in_flight::InFlight,
     /// Room for captured exec output, server-wide.
     pub(crate) output_budget: crate::output_budget::OutputBudget,
@@ -192,7 +192,10 @@ impl Engine {
         make_private_dir(&config.data_dir).map_err(|e| {
             EngineError::with_source(ErrorCode::Internal, "cannot create the data directory", e)
         })?;
-        let in_flight = crate::in_flight::InFlight::new(config.limits.max_in_flight_per_workspace);
+        let in_flight = crate::in_flight::InFlight::new(
+            config.limits.max_in_flight_per_workspace,
+            crate::revocations::Revocations::new(config.store.clone()),
+        );
         let output_budget =
             crate::output_budget::OutputBudget::new(config.limits.exec_output_budget_bytes);
         let engine = Arc::new_cyclic(|me| Engine {

@@ -36,6 +36,9 @@ pub enum ErrorCode {
     Unavailable,
     /// A bug or an unexpected host failure.
     Internal,
+    /// The API key that opened this request was revoked while it ran (the request, a
+    /// stream or a terminal, ends; what it started in the sandbox runs on).
+    KeyRevoked,
 }
 
 impl ErrorCode {
@@ -63,6 +66,7 @@ impl ErrorCode {
             ErrorCode::InsufficientStorage => "insufficient_storage",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
+            ErrorCode::KeyRevoked => "key_revoked",
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Long-lived requests in flight per workspace (execs, waits, streams, followed logs,
-//! terminals), so that one workspace cannot hold every connection the server serves.
+//! terminals), so that one workspace cannot hold every connection the server serves;
+//! each also watches the API key that opened it, to end when that key is revoked.
 
 use crate::error::{EngineError, ErrorCode};
+use crate::revocations::{KeyWatch, Revocations};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,11 +12,11 @@ use std::time::Duration;
 const RETRY: Duration = Duration::from_secs(1);
 
 /// Counts of long-lived requests in flight, per workspace, under one cap.
-#[derive(Debug, Default)]
 pub(crate) struct InFlight {
     counts: Arc<Mutex<HashMap<String, usize>>>,
     /// Most at once per workspace; 0: no cap.
     max: usize,
+    revocations: Revocations,
 }
 
 /// One admitted long-lived request of a workspace; frees its place when dropped (the
@@ -23,13 +25,16 @@ pub(crate) struct InFlight {
 pub struct InFlightSlot {
     counts: Arc<Mutex<HashMap<String, usize>>>,
     workspace: String,
+    /// The key of the request (none for the server's own work and `sandboxd run`).
+    key: Option<KeyWatch>,
 }
 
 impl InFlight {
-    pub(crate) fn new(max: u32) -> Self {
+    pub(crate) fn new(max: u32, revocations: Revocations) -> Self {
         Self {
             counts: Default::default(),
             max: max as usize,
+            revocations,
         }
     }
 
@@ -53,6 +58,7 @@ impl InFlight {
         Ok(InFlightSlot {
             counts: self.counts.clone(),
             workspace: ws.to_owned(),
+            key: crate::request::current_key().map(|key| self.revocations.watch(key)),
         })
     }
 
@@ -61,6 +67,25 @@ impl InFlight {
     fn count(&self, ws: &str) -> usize {
         let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         counts.get(ws).copied().unwrap_or(0)
+    }
+}
+
+impl InFlightSlot {
+    /// Resolves once the key that opened the request is revoked (never for a request
+    /// no key opened).
+    pub(crate) async fn revoked(&self) {
+        match &self.key {
+            Some(key) => key.revoked().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Cancelled once the key that opened the request is revoked.
+    pub(crate) fn revocation(&self) -> tokio_util::sync::CancellationToken {
+        match &self.key {
+            Some(key) => key.token(),
+            None => tokio_util::sync::CancellationToken::new(),
+        }
     }
 }
 
@@ -80,9 +105,17 @@ impl Drop for InFlightSlot {
 mod tests {
     use super::*;
 
+    /// A registry over a store of its own, kept in a temporary dir that lives as long.
+    fn revocations() -> (tempfile::TempDir, Revocations) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = sandboxd_store::SqliteStore::open(dir.path().join("db")).expect("a store");
+        (dir, Revocations::new(Arc::new(store)))
+    }
+
     #[test]
     fn a_workspace_at_its_cap_is_refused_alone_and_freed_on_drop() {
-        let f = InFlight::new(2);
+        let (_dir, revocations) = revocations();
+        let f = InFlight::new(2, revocations);
         let a = f.acquire("a").unwrap();
         let _b = f.acquire("a").unwrap();
         let err = f.acquire("a").unwrap_err();
@@ -96,7 +129,8 @@ mod tests {
 
     #[test]
     fn zero_is_no_cap_and_counts_do_not_leak() {
-        let f = InFlight::new(0);
+        let (_dir, revocations) = revocations();
+        let f = InFlight::new(0, revocations);
         let held: Vec<_> = (0..100).map(|_| f.acquire("a").unwrap()).collect();
         assert_eq!(f.count("a"), 100);
         drop(held);

@@ -30,6 +30,7 @@ mod output_budget;
 pub mod quota;
 pub mod request;
 pub mod results;
+mod revocations;
 mod secrets;
 mod sessions;
 mod shutdown;
@@ -60,6 +61,7 @@ pub use output::{OutputChunk, OutputEvent, OutputStream, ProcessExit, StreamKind
 pub use output_budget::{OutputHold, BYTES_PER_OUTPUT_BYTE};
 pub use quota::{CreateRate, Quota};
 pub use results::ByteStream;
+pub use revocations::key_revoked;
 pub use sandboxd_runtime::{EgressPolicy, EgressRule, Isolation, NetworkMode, Requests};
 pub use state::SandboxStatus;
 pub use templates::{Template, TemplateBuild, BUILTIN_TEMPLATES};

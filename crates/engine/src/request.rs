@@ -51,8 +51,9 @@ impl RequestContext {
 
 /// Spawns `fut` as a task of its own that keeps the current request's context, so that
 /// work which must outlive its request (a client that leaves mid-build or mid-snapshot)
-/// is still audited and logged as that request's (its key, its id).
-pub(crate) fn spawn_for_request<F>(fut: F) -> tokio::task::JoinHandle<F::Output>
+/// is still audited and logged as that request's (its key, its id), and ends with what
+/// its key opened when that key is revoked.
+pub fn spawn_for_request<F>(fut: F) -> tokio::task::JoinHandle<F::Output>
 where
     F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
@@ -80,6 +81,14 @@ pub(crate) fn current_actor() -> Option<String> {
                     .map(str::to_owned)
             })
         })
+        .ok()
+        .flatten()
+}
+
+/// The API key that authenticated the current request, if any.
+pub(crate) fn current_key() -> Option<Uuid> {
+    CURRENT
+        .try_with(|c| c.caller().map(|c| c.key_id))
         .ok()
         .flatten()
 }

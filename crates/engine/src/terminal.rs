@@ -24,6 +24,9 @@ pub enum TerminalEvent {
     Output(Bytes),
     /// The shell exited with this code (the last event).
     Exit(i32),
+    /// The key that opened the terminal was revoked (the last event): the terminal
+    /// closes, which hangs its shell up as a client that leaves does.
+    KeyRevoked,
 }
 
 /// The reading half: screen output, then the exit.
@@ -32,7 +35,9 @@ pub struct TerminalOutput {
     buf: BytesMut,
     /// The sandbox is in use while its screen is read (never idle for autoPause), and
     /// the terminal holds one of its workspace's places in flight.
-    _busy: (Busy, InFlightSlot),
+    busy: (Busy, InFlightSlot),
+    /// `KeyRevoked` was returned: nothing follows it.
+    revoked: bool,
 }
 
 /// The writing half: keystrokes and resizes.
@@ -50,7 +55,8 @@ impl Terminal {
         let out = TerminalOutput {
             rd,
             buf: BytesMut::with_capacity(READ_CHUNK),
-            _busy: self.busy,
+            busy: self.busy,
+            revoked: false,
         };
         (out, TerminalInput { wr })
     }
@@ -59,21 +65,38 @@ impl Terminal {
 impl TerminalOutput {
     /// The next event; `None` when the connection ended without an exit (or broke).
     pub async fn next(&mut self) -> Option<TerminalEvent> {
-        loop {
-            match PtyFrame::decode(&mut self.buf) {
-                Ok(Some(PtyFrame::Data(d))) => return Some(TerminalEvent::Output(d)),
-                Ok(Some(PtyFrame::Exit(code))) => return Some(TerminalEvent::Exit(code)),
-                Ok(Some(PtyFrame::Resize { .. })) => {}
-                Ok(None) => {
-                    // Without this a full buffer would be grown 64 bytes at a time
-                    // (`BytesMut`'s default), one read each.
-                    self.buf.reserve(READ_CHUNK);
-                    if !matches!(self.rd.read_buf(&mut self.buf).await, Ok(1..)) {
-                        return None;
-                    }
-                }
-                Err(_) => return None,
+        if self.revoked {
+            return None;
+        }
+        let slot = &self.busy.1;
+        let read = read_event(&mut self.rd, &mut self.buf);
+        tokio::select! {
+            biased;
+            () = slot.revoked() => {
+                self.revoked = true;
+                Some(TerminalEvent::KeyRevoked)
             }
+            event = read => event,
+        }
+    }
+}
+
+/// The next event read from the agent (see [`TerminalOutput::next`]).
+async fn read_event(rd: &mut ReadHalf<PtyIo>, buf: &mut BytesMut) -> Option<TerminalEvent> {
+    loop {
+        match PtyFrame::decode(buf) {
+            Ok(Some(PtyFrame::Data(d))) => return Some(TerminalEvent::Output(d)),
+            Ok(Some(PtyFrame::Exit(code))) => return Some(TerminalEvent::Exit(code)),
+            Ok(Some(PtyFrame::Resize { .. })) => {}
+            Ok(None) => {
+                // Without this a full buffer would be grown 64 bytes at a time
+                // (`BytesMut`'s default), one read each.
+                buf.reserve(READ_CHUNK);
+                if !matches!(rd.read_buf(buf).await, Ok(1..)) {
+                    return None;
+                }
+            }
+            Err(_) => return None,
         }
     }
 }

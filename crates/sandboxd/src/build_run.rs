@@ -143,6 +143,7 @@ impl RunStep<'_> {
                     code = Some(end.exit_code);
                     break;
                 }
+                ExecEvent::KeyRevoked => bail!("the step's output ended before it did"),
             }
         }
         match code {

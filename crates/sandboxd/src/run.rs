@@ -429,6 +429,7 @@ async fn run_in(
                 // The engine's shell convention (128+N for signal N), as a status byte.
                 return Ok(end.exit_code as u8);
             }
+            ExecEvent::KeyRevoked => bail!("the output stream ended before the command"),
         }
     }
     bail!("the output stream ended before the command exited")

@@ -317,10 +317,31 @@ impl ServerConfig {
         Ok(config)
     }
 
-    /// The default disk must be one a create could ask for: within the maximum, and
-    /// limited when a maximum is set.
+    /// The default disk must be one a create could ask for: 0 (no limit) or at least
+    /// the minimum (a smaller one's snapshots could never be restored), within the
+    /// maximum, and limited when a maximum is set.
     fn check_disk(&self) -> Result<(), ConfigError> {
         let (default, max) = (self.disk_mb_per_sandbox, self.max_disk_mb_per_sandbox);
+        let min = sandboxd_engine::disk::MIN_DISK_MB;
+        for (name, var, size) in [
+            (
+                "disk_mb_per_sandbox",
+                "SANDBOXD_DISK_MB_PER_SANDBOX",
+                default,
+            ),
+            (
+                "max_disk_mb_per_sandbox",
+                "SANDBOXD_MAX_DISK_MB_PER_SANDBOX",
+                max,
+            ),
+        ] {
+            if (1..min).contains(&size) {
+                return Err(ConfigError::Inconsistent(format!(
+                    "{name} {size} (MiB; {var}) is below the minimum of {min} MiB per sandbox \
+                     (0 is no limit)"
+                )));
+            }
+        }
         if max == 0 || (default != 0 && default <= max) {
             return Ok(());
         }
@@ -732,6 +753,56 @@ mod tests {
                 "{bad:?}: {got:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_disk_below_the_minimum_is_refused_at_start() {
+        let min = sandboxd_engine::disk::MIN_DISK_MB;
+        let small = (min - 1).to_string();
+        let refusals = [
+            load(None, &[("SANDBOXD_DISK_MB_PER_SANDBOX", small.as_str())]),
+            load(Some(&format!("disk_mb_per_sandbox = {small}\n")), &[]),
+            load(Some("disk_mb_per_sandbox = 1\n"), &[]),
+        ];
+        for got in refusals {
+            assert!(
+                matches!(&got, Err(ConfigError::Inconsistent(m))
+                    if m.contains("disk_mb_per_sandbox")
+                        && m.contains("SANDBOXD_DISK_MB_PER_SANDBOX")
+                        && m.contains(&format!("minimum of {min} MiB"))),
+                "{got:?}"
+            );
+        }
+        let env = [
+            ("SANDBOXD_DISK_MB_PER_SANDBOX", "0"),
+            ("SANDBOXD_MAX_DISK_MB_PER_SANDBOX", small.as_str()),
+        ];
+        let got = load(None, &env);
+        assert!(
+            matches!(&got, Err(ConfigError::Inconsistent(m))
+                if m.contains("max_disk_mb_per_sandbox") && m.contains("minimum")),
+            "{got:?}"
+        );
+        let min_s = min.to_string();
+        let at_min = [
+            ("SANDBOXD_DISK_MB_PER_SANDBOX", min_s.as_str()),
+            ("SANDBOXD_MAX_DISK_MB_PER_SANDBOX", min_s.as_str()),
+        ];
+        let l = load(None, &at_min).expect("the minimum itself").limits();
+        assert_eq!(
+            (l.disk_mb_per_sandbox, l.max_disk_mb_per_sandbox),
+            (min, min)
+        );
+        let l = load(
+            None,
+            &[
+                ("SANDBOXD_DISK_MB_PER_SANDBOX", "0"),
+                ("SANDBOXD_MAX_DISK_MB_PER_SANDBOX", "0"),
+            ],
+        )
+        .expect("0 is no limit, not a small disk")
+        .limits();
+        assert_eq!(l.disk_mb_per_sandbox, 0);
     }
 
     #[test]

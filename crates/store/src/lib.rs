@@ -33,6 +33,8 @@ pub trait Store: Send + Sync + 'static {
     // API keys.
     fn insert_key(&self, key: &ApiKeyRecord) -> StoreResult<()>;
     fn key_by_hash(&self, key_hash: &str) -> StoreResult<Option<ApiKeyRecord>>;
+    /// The key with this id (revoked or not).
+    fn key_by_id(&self, id: Uuid) -> StoreResult<Option<ApiKeyRecord>>;
     /// Keys of one workspace (`Some`) or account-scoped keys (`None`), oldest first.
     fn list_keys(&self, workspace: Option<&str>) -> StoreResult<Vec<ApiKeyRecord>>;
     /// Marks a key revoked, with its aliases; false when no such unrevoked key exists.

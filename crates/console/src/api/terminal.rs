@@ -25,7 +25,7 @@ pub async fn ticket(
         workspace: ws,
         sandbox_id: id,
     };
-    let ticket = c.tickets.issue(grant, TICKET_TTL);
+    let ticket = c.tickets.issue(grant, None, TICKET_TTL);
     let body = serde_json::json!({"ticket": ticket, "expires_in": TICKET_TTL.as_secs()});
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
@@ -56,7 +56,7 @@ pub async fn terminal(
         workspace: ws.clone(),
         sandbox_id: id.clone(),
     };
-    if !c.tickets.redeem(&q.ticket, &grant) {
+    if c.tickets.redeem(&q.ticket, &grant).is_none() {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "ticket_invalid",

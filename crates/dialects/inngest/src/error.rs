@@ -114,6 +114,7 @@ pub fn status_and_code(code: ErrorCode) -> (StatusCode, &'static str) {
             "sandbox_insufficient_storage",
         ),
         Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+        KeyRevoked => (StatusCode::UNAUTHORIZED, "unauthorized"),
     }
 }
 

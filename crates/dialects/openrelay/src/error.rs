@@ -109,6 +109,7 @@ fn status_and_code(code: ErrorCode) -> (StatusCode, &'static str) {
         CapacityExhausted => (StatusCode::SERVICE_UNAVAILABLE, "CAPACITY_EXHAUSTED"),
         QuotaExceeded => (StatusCode::TOO_MANY_REQUESTS, "QUOTA_EXCEEDED"),
         RateLimited => (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED"),
+        KeyRevoked => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
         // No file operation here; the closest documented answer is 503.
         Unavailable | InsufficientStorage => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),

@@ -118,6 +118,11 @@ async fn drive(
                 result.exit_code = end.exit.map(|e| e.shell_code());
                 return Ok(());
             }
+            // The key was revoked: the result says so (401's code); the command runs on.
+            ExecEvent::KeyRevoked => {
+                carries.finish(out, result).await;
+                return Err(sandboxd_engine::key_revoked().into());
+            }
         }
     }
     carries.finish(out, result).await;

@@ -20,6 +20,8 @@ pub const ALL_SCOPE: &str = "all:all";
 pub struct Tenant {
     pub workspace: WorkspaceId,
     pub tenant_id: String,
+    /// The key the request authenticated with.
+    pub key_id: uuid::Uuid,
 }
 
 /// A caller allowed to read the tenant's sandboxes.
@@ -79,6 +81,7 @@ pub async fn tenant(
     Ok(Tenant {
         workspace,
         tenant_id,
+        key_id: principal.key_id,
     })
 }
 

@@ -111,6 +111,7 @@ pub fn status_and_code(op: Op, code: ErrorCode) -> (StatusCode, &'static str) {
         CapacityExhausted => (StatusCode::SERVICE_UNAVAILABLE, "sandboxes_unavailable"),
         QuotaExceeded => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
         RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+        KeyRevoked => (StatusCode::UNAUTHORIZED, "unauthorized"),
         // No file operation here; the closest documented answer is 503.
         Unavailable | ExecTimedOut | WaitTimedOut | InsufficientStorage => match op {
             Op::Sandboxes => (StatusCode::SERVICE_UNAVAILABLE, "sandboxes_unavailable"),

@@ -1,5 +1,6 @@
 //! Terminal tickets: short-lived, single-use, bound to one tenant workspace and one
-//! sandbox, kept only as SHA-256 hashes in memory (a restart invalidates them).
+//! sandbox, kept only as SHA-256 hashes in memory (a restart invalidates them), each with
+//! the key that bought it (a ticket of a key revoked since is refused).
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -19,6 +20,8 @@ pub struct Grant {
 #[derive(Debug)]
 struct Entry {
     grant: Grant,
+    /// The API key that bought the ticket (none: a console session did).
+    key: Option<uuid::Uuid>,
     expires: Instant,
 }
 
@@ -33,8 +36,9 @@ fn hash(ticket: &str) -> String {
 }
 
 impl Tickets {
-    /// Issues a ticket for `grant`, valid for `ttl`.
-    pub fn issue(&self, grant: Grant, ttl: Duration) -> String {
+    /// Issues a ticket for `grant`, bought by `key` (none: a console session), valid for
+    /// `ttl`.
+    pub fn issue(&self, grant: Grant, key: Option<uuid::Uuid>, ttl: Duration) -> String {
         let random = || uuid::Uuid::new_v4().simple().to_string();
         let ticket = format!("tkt_{}{}", random(), random());
         let now = Instant::now();
@@ -44,25 +48,28 @@ impl Tickets {
             hash(&ticket),
             Entry {
                 grant,
+                key,
                 expires: now + ttl,
             },
         );
         ticket
     }
 
-    /// Uses up `ticket` if it is outstanding, unexpired and grants `want`.
-    pub fn redeem(&self, ticket: &str, want: &Grant) -> bool {
+    /// Uses up `ticket` if it is outstanding, unexpired and grants `want`: then `Some`
+    /// of the key that bought it (still to be checked for a revoke).
+    pub fn redeem(&self, ticket: &str, want: &Grant) -> Option<Option<uuid::Uuid>> {
         let mut map = self.by_hash.lock().unwrap_or_else(|e| e.into_inner());
-        match map.remove(&hash(ticket)) {
-            Some(e) => e.expires > Instant::now() && &e.grant == want,
-            None => false,
-        }
+        map.remove(&hash(ticket))
+            .filter(|e| e.expires > Instant::now() && &e.grant == want)
+            .map(|e| e.key)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const KEY: Option<uuid::Uuid> = Some(uuid::Uuid::nil());
 
     fn grant(sandbox: &str) -> Grant {
         Grant {
@@ -74,14 +81,17 @@ mod tests {
     #[test]
     fn single_use_bound_and_expiring() {
         let t = Tickets::default();
-        let a = t.issue(grant("a"), TICKET_TTL);
-        assert!(!t.redeem("tkt_forged", &grant("a")));
-        assert!(t.redeem(&a, &grant("a")));
-        assert!(!t.redeem(&a, &grant("a")), "reuse");
-        let b = t.issue(grant("b"), TICKET_TTL);
-        assert!(!t.redeem(&b, &grant("a")), "other sandbox");
-        assert!(!t.redeem(&b, &grant("b")), "a refused ticket is spent");
-        let c = t.issue(grant("c"), Duration::ZERO);
-        assert!(!t.redeem(&c, &grant("c")), "expired");
+        let a = t.issue(grant("a"), KEY, TICKET_TTL);
+        assert!(t.redeem("tkt_forged", &grant("a")).is_none());
+        assert_eq!(t.redeem(&a, &grant("a")), Some(KEY));
+        assert!(t.redeem(&a, &grant("a")).is_none(), "reuse");
+        let b = t.issue(grant("b"), KEY, TICKET_TTL);
+        assert!(t.redeem(&b, &grant("a")).is_none(), "other sandbox");
+        assert!(
+            t.redeem(&b, &grant("b")).is_none(),
+            "a refused ticket is spent"
+        );
+        let c = t.issue(grant("c"), KEY, Duration::ZERO);
+        assert!(t.redeem(&c, &grant("c")).is_none(), "expired");
     }
 }

@@ -7,7 +7,7 @@ use crate::model::{ExecCommand, ExecResult, WorkspaceId};
 use crate::output::ProcessExit;
 use crate::validate;
 use bytes::Bytes;
-use sandboxd_agent_protocol::ExecRequest;
+use sandboxd_agent_protocol::{ClientError, ExecRequest};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -66,10 +66,17 @@ impl Engine {
         // Room for the answer in the server's budget, before anything is asked of the
         // agent: a shortage is a retryable 503, never a server out of memory.
         let hold = self.output_budget.reserve(ws, cmd.max_output_bytes).await?;
-        let result = self
+        let slot = self.in_flight.acquire(ws)?;
+        // A revoke ends the request but leaves the command to finish (the call, and its
+        // room in the budget, are kept by a task of their own until it does).
+        let detached = Detached {
+            revoked: slot.revocation(),
+            hold: hold.clone(),
+        };
+        let called = self
             // Not held for the call: an exec may run for minutes, and destroy must not
             // wait for it (destroy ends the agent; the exec then fails as unavailable).
-            .with_agent(ws, id, Hold::Check, |client, e| {
+            .agent_call(ws, id, Hold::Check, |client, e| {
                 let env = match cmd.env {
                     Some(env) => Some(env),
                     None => self.default_env(e)?,
@@ -82,7 +89,7 @@ impl Engine {
                     max_output_bytes: cmd.max_output_bytes,
                     user: self.image_user(e)?,
                 };
-                Ok(async move {
+                Ok(detached.run(async move {
                     let Some(limit) = answer_limit else {
                         return client.exec(&req).await.map(Some);
                     };
@@ -92,9 +99,13 @@ impl Engine {
                         Ok(answer) => answer.map(Some),
                         Err(_) => Ok(None),
                     }
-                })
-            })
-            .await?;
+                }))
+            });
+        let result = tokio::select! {
+            biased;
+            () = slot.revoked() => return Err(crate::revocations::key_revoked()),
+            result = called => result?,
+        };
         let Some(result) = result else {
             tracing::warn!(sandbox = %id, "the sandbox's agent did not answer an exec in time");
             return Err(EngineError::new(
@@ -134,5 +145,50 @@ impl Engine {
             pid: result.pid,
             hold,
         })
+    }
+}
+
+/// What a captured exec's call keeps if its key is revoked mid-way: the call runs on in
+/// a task of its own (so the command is not ended with the request), holding the
+/// exec's room in the output budget until it ends.
+struct Detached {
+    revoked: tokio_util::sync::CancellationToken,
+    hold: crate::OutputHold,
+}
+
+impl Detached {
+    /// Runs `call` as a task, awaited here; dropped before it ends (the client left,
+    /// the agent did not answer), the task is aborted, unless the key was revoked.
+    async fn run<T: Send + 'static>(
+        self,
+        call: impl std::future::Future<Output = Result<T, ClientError>> + Send + 'static,
+    ) -> Result<T, ClientError> {
+        let Detached { revoked, hold } = self;
+        let task = tokio::spawn(async move {
+            let answer = call.await;
+            drop(hold);
+            answer
+        });
+        let abort = AbortUnlessRevoked {
+            task: task.abort_handle(),
+            revoked,
+        };
+        let answer = task.await;
+        drop(abort);
+        answer.unwrap_or_else(|e| Err(ClientError::Protocol(format!("the exec call failed: {e}"))))
+    }
+}
+
+/// Aborts a task when dropped, unless the request's key was revoked.
+struct AbortUnlessRevoked {
+    task: tokio::task::AbortHandle,
+    revoked: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for AbortUnlessRevoked {
+    fn drop(&mut self) {
+        if !self.revoked.is_cancelled() {
+            self.task.abort();
+        }
     }
 }

@@ -21,6 +21,9 @@ pub const TIMED_OUT_EXIT: i32 = 124;
 /// Exit code of a command killed because its output passed the cap (128 + SIGKILL).
 pub const KILLED_EXIT: i32 = 137;
 
+/// How long a cut stream's reader has to take its last event.
+const CUT_DELIVERY: Duration = Duration::from_secs(5);
+
 const SIGTERM: i32 = 15;
 const SIGKILL: i32 = 9;
 
@@ -60,8 +63,12 @@ pub enum ExecEvent {
         stream: StreamKind,
         data: Bytes,
     },
-    /// Always the last event.
+    /// The last event when the command ended.
     Exit(ExecEnd),
+    /// The last event when the stream ended before the command did, which runs on
+    /// unread (no longer bound by the stream's timeout): the key that opened the stream
+    /// was revoked (see [`crate::key_revoked`] for its error).
+    KeyRevoked,
 }
 
 /// How a streamed command ended.
@@ -101,7 +108,7 @@ struct Driver {
     started: std::time::Instant,
     _session: Session,
     /// The workspace's place in flight, for as long as the command is driven.
-    _slot: crate::in_flight::InFlightSlot,
+    slot: crate::in_flight::InFlightSlot,
 }
 
 impl Engine {
@@ -166,7 +173,7 @@ impl Engine {
             tx,
             started,
             _session: session,
-            _slot: slot,
+            slot,
         };
         tokio::spawn(driver.run(frames));
         let events = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -189,8 +196,13 @@ impl Driver {
         // An event waiting for the reader; the timers run on meanwhile.
         let mut pending: Option<ExecEvent> = None;
         let mut cancelled = false;
+        let mut revoked = false;
         let ended: Option<Option<ProcessExit>> = loop {
             tokio::select! {
+                () = self.slot.revoked() => {
+                    revoked = true;
+                    break None;
+                }
                 permit = self.tx.reserve(), if pending.is_some() => match (permit, pending.take()) {
                     (Ok(permit), Some(event)) => permit.send(event),
                     _ => {
@@ -245,6 +257,15 @@ impl Driver {
         if cancelled {
             self.engine.metrics.exec_streamed(self.started.elapsed());
             return self.cancel().await;
+        }
+        if revoked {
+            // Only the stream ends: dropping the held output lets the command run on.
+            drop(events);
+            self.engine.metrics.exec_streamed(self.started.elapsed());
+            // A reader that does not take the last event soon is left without it.
+            let cut = self.tx.send(ExecEvent::KeyRevoked);
+            let _ = tokio::time::timeout(CUT_DELIVERY, cut).await;
+            return;
         }
         let end = self.end(ended, timed_out, truncated).await;
         self.engine.metrics.exec_streamed(self.started.elapsed());

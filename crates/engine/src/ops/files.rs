@@ -27,7 +27,9 @@ fn capped(body: ByteStream, max: u64, over: Arc<AtomicBool>) -> ByteStream {
 }
 
 impl Engine {
-    /// A regular file's metadata and its bytes as a stream.
+    /// A regular file's metadata and its bytes as a stream, which holds one of the
+    /// workspace's places in flight while it is read, and fails once the key that asked
+    /// for it is revoked.
     pub async fn read_file(
         &self,
         ws: &WorkspaceId,
@@ -36,19 +38,25 @@ impl Engine {
     ) -> Result<(FileMeta, ByteStream), EngineError> {
         validate::abs_path("path", path)?;
         let path = path.to_owned();
-        let (meta, body) = self
-            .with_agent(ws, id, Hold::Check, |client, _| {
+        let ((meta, body), slot) = self
+            .with_agent_held(ws, id, |client, _| {
                 Ok(async move { client.read_file(&path).await })
             })
             .await?;
         // In use while the body is read (never idle for autoPause).
         let busy = self.activity.begin(id);
-        let body = body
-            .map(move |chunk| {
-                let _held = &busy;
-                chunk
-            })
-            .boxed();
+        let body = futures_util::stream::unfold(Some((body, busy, slot)), |state| async move {
+            let (mut body, busy, slot) = state?;
+            tokio::select! {
+                biased;
+                () = slot.revoked() => {
+                    let revoked = std::io::Error::other(crate::revocations::key_revoked());
+                    Some((Err(revoked), None))
+                }
+                chunk = body.next() => chunk.map(|chunk| (chunk, Some((body, busy, slot)))),
+            }
+        })
+        .boxed();
         Ok((meta.into(), body))
     }
 

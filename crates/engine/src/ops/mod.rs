@@ -77,7 +77,8 @@ impl Engine {
     /// answers neither the call nor a health check in time fails it as `Unavailable`
     /// (see [`answer::answered`]; for streams this bounds the start of the answer).
     /// A `Hold::Check` call (unbounded in time) counts as one of the workspace's
-    /// long-lived requests in flight until it ends: past the cap it is refused.
+    /// long-lived requests in flight until it ends: past the cap it is refused; it ends
+    /// as `KeyRevoked` once the key that opened it is revoked.
     pub(crate) async fn with_agent<T, Fut>(
         &self,
         ws: &WorkspaceId,
@@ -88,13 +89,15 @@ impl Engine {
     where
         Fut: Future<Output = Result<T, ClientError>>,
     {
-        let slot = match hold {
-            Hold::Check => Some(self.in_flight.acquire(ws)?),
-            Hold::Call => None,
+        let Hold::Check = hold else {
+            return self.agent_call(ws, id, hold, call).await;
         };
-        let answer = self.agent_call(ws, id, hold, call).await;
-        drop(slot);
-        answer
+        let slot = self.in_flight.acquire(ws)?;
+        tokio::select! {
+            biased;
+            () = slot.revoked() => Err(crate::revocations::key_revoked()),
+            answer = self.agent_call(ws, id, hold, call) => answer,
+        }
     }
 
     /// [`Engine::with_agent`] for a long-lived call whose answer (a stream, a

@@ -75,14 +75,18 @@ impl Engine {
 }
 
 /// `events`, keeping its sandbox in use (never idle for autoPause) and its workspace's
-/// place in flight while it is read (both freed when it is dropped).
+/// place in flight while it is read (both freed when it is dropped); ended by one
+/// `KeyRevoked` error once the key that opened it is revoked.
 fn in_use(events: OutputStream, busy: (crate::auto_pause::Busy, InFlightSlot)) -> OutputStream {
-    events
-        .map(move |event| {
-            let _held = &busy;
-            event
-        })
-        .boxed()
+    futures_util::stream::unfold(Some((events, busy)), |state| async move {
+        let (mut events, busy) = state?;
+        tokio::select! {
+            biased;
+            () = busy.1.revoked() => Some((Err(crate::revocations::key_revoked()), None)),
+            item = events.next() => item.map(|item| (item, Some((events, busy)))),
+        }
+    })
+    .boxed()
 }
 
 /// Ends `frames` at its first error if sandbox `id` is ending or gone by then.

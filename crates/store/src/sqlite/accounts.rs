@@ -113,6 +113,14 @@ pub(super) fn key_by_hash(c: &Connection, hash: &str) -> StoreResult<Option<ApiK
         .optional()?)
 }
 
+pub(super) fn key_by_id(c: &Connection, id: Uuid) -> StoreResult<Option<ApiKeyRecord>> {
+    // Cached: the server re-reads the keys of its open streams every second.
+    let sql = format!("SELECT {KEY_COLS} FROM api_keys WHERE id = ?1");
+    Ok(c.prepare_cached(&sql)?
+        .query_row([id.to_string()], key_row)
+        .optional()?)
+}
+
 pub(super) fn list_keys(c: &Connection, ws: Option<&str>) -> StoreResult<Vec<ApiKeyRecord>> {
     let sql =
         format!("SELECT {KEY_COLS} FROM api_keys WHERE workspace IS ?1 ORDER BY created_at, id");

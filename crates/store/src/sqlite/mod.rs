@@ -133,6 +133,9 @@ impl Store for SqliteStore {
     fn key_by_hash(&self, key_hash: &str) -> StoreResult<Option<ApiKeyRecord>> {
         accounts::key_by_hash(&*self.conns.read()?, key_hash)
     }
+    fn key_by_id(&self, id: Uuid) -> StoreResult<Option<ApiKeyRecord>> {
+        accounts::key_by_id(&*self.conns.read()?, id)
+    }
     fn list_keys(&self, workspace: Option<&str>) -> StoreResult<Vec<ApiKeyRecord>> {
         accounts::list_keys(&*self.conns.read()?, workspace)
     }

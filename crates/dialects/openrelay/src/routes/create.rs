@@ -73,7 +73,8 @@ pub async fn create(
         ticket,
         hold: hold.clone(),
     };
-    tokio::spawn(async move {
+    // As the request's (its key's) task: a revoke of the key ends its run's stream.
+    sandboxd_engine::request::spawn_for_request(async move {
         // A refusal drops the ticket unkept, so a retry runs again.
         match state
             .engine

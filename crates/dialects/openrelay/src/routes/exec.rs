@@ -63,7 +63,8 @@ pub async fn exec(
         ticket: None,
         hold: hold.clone(),
     };
-    tokio::spawn(delivery.deliver(sb, reply));
+    // As the request's (its key's) task: a revoke of the key ends its run's stream.
+    sandboxd_engine::request::spawn_for_request(delivery.deliver(sb, reply));
     let answer = answer.await.unwrap_or_else(|_| {
         Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 /// Output passed on before the command is killed (code 137, `truncated`).
 pub const MAX_OUTPUT_BYTES: u64 = 8 * 1024 * 1024;
+/// The `exit_code` of a stream cut before its command ended (the key was revoked).
+pub const CUT_EXIT: i32 = -1;
 /// Commands running at once in one sandbox.
 pub const MAX_SESSIONS: usize = 4;
 
@@ -47,6 +49,14 @@ fn line(event: ExecEvent) -> Line {
                 StreamKind::Stderr => Line::Stderr { data },
             }
         }
+        // Not the command's end (it runs on): an exit line with no code of its own, whose
+        // reason says why the stream ended.
+        ExecEvent::KeyRevoked => Line::Exit {
+            exit_code: CUT_EXIT,
+            timed_out: false,
+            truncated: false,
+            reason: Some("key_revoked"),
+        },
         ExecEvent::Exit(end) => Line::Exit {
             exit_code: end.exit_code,
             timed_out: end.timed_out,

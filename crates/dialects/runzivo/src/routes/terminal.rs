@@ -27,7 +27,7 @@ pub async fn ticket(
         workspace: tenant.workspace,
         sandbox_id: id,
     };
-    let ticket = state.tickets.issue(grant, TICKET_TTL);
+    let ticket = state.tickets.issue(grant, Some(tenant.key_id), TICKET_TTL);
     let body = serde_json::json!({"ticket": ticket, "expires_in": TICKET_TTL.as_secs()});
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
@@ -76,8 +76,19 @@ pub async fn terminal(
         workspace: workspace.clone(),
         sandbox_id: id.clone(),
     };
-    if !state.tickets.redeem(&ticket, &grant) {
+    let Some(bought_by) = state.tickets.redeem(&ticket, &grant) else {
         return Err(ApiError::ticket_invalid());
+    };
+    // The terminal acts for the key that bought the ticket: refused once it is revoked,
+    // and closed when it is revoked later.
+    if let Some(key) = bought_by {
+        let principal = state
+            .engine
+            .authenticate_key_id(key)
+            .map_err(|e| ApiError::engine(Op::Exec, e))?;
+        if principal.is_none() {
+            return Err(ApiError::ticket_invalid());
+        }
     }
     let sb = state.sandbox(&workspace, &id, Op::Exec).await?;
     let pty = state
@@ -108,6 +119,14 @@ pub async fn bridge(socket: WebSocket, pty: Terminal) {
                     let close = CloseFrame {
                         code: 1000,
                         reason: format!("exit {code}").into(),
+                    };
+                    let _ = ws_tx.send(Message::Close(Some(close))).await;
+                    return;
+                }
+                Some(TerminalEvent::KeyRevoked) => {
+                    let close = CloseFrame {
+                        code: 1008,
+                        reason: "the API key was revoked".into(),
                     };
                     let _ = ws_tx.send(Message::Close(Some(close))).await;
                     return;
