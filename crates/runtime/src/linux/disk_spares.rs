@@ -1,5 +1,5 @@
-//! Spare copies of the disk templates, made in the background, so that a start renames
-//! one into place instead of copying the template on its own critical path.
+//! Spare copies of the disk templates, made (and written back) in the background, so that
+//! a start renames one into place instead of copying the template on its own critical path.
 //!
 //! Spares are plain files next to their template (`<mb>.img.spare-<uuid>`); a copy in
 //! progress has a `.partial-` name and becomes a spare by rename only when complete, so
@@ -90,7 +90,11 @@ fn make_one(template: &Path) -> std::io::Result<()> {
     let (dir, name) = dir_and_name(template);
     let id = uuid::Uuid::new_v4();
     let partial = dir.join(format!(".{name}.partial-{id}"));
+    // Written back here, in the background: attaching a loop device fsyncs its backing
+    // file (`loop_configure`), and a spare still dirty in the page cache made the start
+    // that took it wait for that writeback (8-20 ms on this host's disk).
     let made = super::disk::copy_sparse(template, &partial)
+        .and_then(|()| std::fs::File::open(&partial)?.sync_data())
         .and_then(|()| std::fs::rename(&partial, dir.join(format!("{name}.spare-{id}"))));
     if made.is_err() {
         let _ = std::fs::remove_file(&partial);
