@@ -382,3 +382,34 @@ pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_live_recorded_reaper_with_its_start_time_counts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(!recorded_reaper_live(dir.path()), "no file");
+        let named = ReaperName::record(dir.path());
+        assert!(
+            recorded_reaper_live(dir.path()),
+            "this process, as recorded"
+        );
+        let text = std::fs::read_to_string(pid_file(dir.path())).expect("recorded");
+        let (pid, start) = text.trim().split_once(' ').expect("PID START");
+        // The same PID with another start time: a reused PID, not the reaper.
+        let reused = format!("{pid} {}\n", start.parse::<u64>().expect("ticks") + 1);
+        std::fs::write(pid_file(dir.path()), reused).expect("rewrite");
+        assert!(!recorded_reaper_live(dir.path()), "a reused PID");
+        std::fs::write(pid_file(dir.path()), "999999999 1\n").expect("rewrite");
+        assert!(!recorded_reaper_live(dir.path()), "a gone process");
+        std::fs::write(pid_file(dir.path()), "garbage").expect("rewrite");
+        assert!(!recorded_reaper_live(dir.path()), "garbage");
+        drop(named);
+        assert!(
+            !pid_file(dir.path()).exists(),
+            "the name goes with the reaper"
+        );
+    }
+}
