@@ -3,7 +3,8 @@
 //! engine, so the store records them TERMINATED, and whatever the runtime still holds
 //! of them (mounts, disk, cgroups, id slot, network lease, a gVisor sentry) removed.
 //! The next run sweeps at its start; a server sweeps every [`SWEEP_EVERY`] while it
-//! runs. Older binaries' `runs/` markers are swept too (`legacy_run_markers`).
+//! runs. Older binaries' `runs/` markers are swept too (`legacy_run_markers`), and so
+//! are the warm entries of dead processes (a killed run's early init, never taken).
 
 use sandboxd_engine::Engine;
 use sandboxd_runtime::linux::LinuxRuntime;
@@ -26,9 +27,14 @@ pub(crate) async fn sweep(
     crate::legacy_run_markers::sweep(engine, linux, engine.data_dir()).await;
     let found = {
         let linux = linux.clone();
-        tokio::task::spawn_blocking(move || linux.orphans())
-            .await
-            .unwrap_or_default()
+        tokio::task::spawn_blocking(move || {
+            // Early inits of runs killed before their start took them (a run's own
+            // runtime swept them when it opened; a server's opened long ago).
+            linux.sweep_dead_warm_entries();
+            linux.orphans()
+        })
+        .await
+        .unwrap_or_default()
     };
     let count = found.len();
     for orphan in found {

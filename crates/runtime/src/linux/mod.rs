@@ -344,6 +344,15 @@ impl LinuxRuntime {
         }
     }
 
+    /// Removes the warm entries of the data dir whose owning process is gone, as every
+    /// runtime does when it opens the data dir: for a process that keeps running beside
+    /// others (a server), where a one-shot run killed with its early init made and not
+    /// yet taken would otherwise keep that entry's mounted disk, loop device, cgroups
+    /// and id slot until the next runtime opens the data dir.
+    pub fn sweep_dead_warm_entries(&self) {
+        warm::sweep_stale(&self.config.data_dir, &self.cgroups, &self.slots);
+    }
+
     /// Removes the parent cgroup if this runtime made it and nothing is in it (as a
     /// drain does): for a one-shot process, whose runtime is not dropped at its end.
     pub fn remove_cgroup_parent_if_made(&self) {

@@ -1,6 +1,12 @@
 //! A fake "internet" host in a network namespace the test makes (198.18.R.0/29, a
 //! benchmarking range; a veth from the host): TCP on :8080 and DNS on :53. No traffic
 //! leaves the machine. `PROBE` connects from inside a sandbox.
+//!
+//! Each fake net's namespace is named after the test process that made it
+//! (`sbxtest-<pid>-<start ticks>-<tag>`): a test killed mid-way never drops its fake
+//! net, so each new one first removes those whose maker is gone ([`remove_stale`]),
+//! and never one whose maker still runs (a test running in parallel: nextest runs
+//! tests as processes of their own).
 
 #![allow(dead_code)]
 
@@ -69,10 +75,13 @@ pub struct FakeNet {
 
 impl FakeNet {
     pub fn new() -> FakeNet {
+        remove_stale();
         let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
         let r = u8::from_str_radix(&tag[..2], 16).expect("hex");
+        let me = std::process::id();
+        let ticks = start_ticks(me).expect("this process's start time");
         let (ns, veth, prefix) = (
-            format!("sbxtest-{tag}"),
+            format!("{NS_PREFIX}{me}-{ticks}-{tag}"),
             format!("sbt{tag}"),
             format!("198.18.{r}"),
         );
@@ -167,6 +176,92 @@ impl Drop for FakeNet {
             .status();
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
     }
+}
+
+/// Prefix of the fake nets' namespaces.
+const NS_PREFIX: &str = "sbxtest-";
+
+/// The start time (clock ticks after boot, `/proc/PID/stat` field 22) of process
+/// `pid`, which tells it from a later process given the same PID.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// The maker (PID, start ticks) and tag a fake net's namespace name `ns` records
+/// (`None`: not such a name, e.g. an older helper's `sbxtest-<tag>`, whose maker
+/// cannot be told: left alone).
+fn maker_of(ns: &str) -> Option<(u32, u64, &str)> {
+    let mut parts = ns.strip_prefix(NS_PREFIX)?.splitn(3, '-');
+    let pid = parts.next()?.parse().ok()?;
+    let ticks = parts.next()?.parse().ok()?;
+    let tag = parts.next()?;
+    let hex = tag.len() == 8 && tag.bytes().all(|b| b.is_ascii_hexdigit());
+    hex.then_some((pid, ticks, tag))
+}
+
+/// Removes the fake nets whose maker is gone (a test killed mid-way): each one's fake
+/// host server (a process in its namespace running [`FAKE_HOST`], which that test
+/// started), its veth and its namespace. A fake net whose maker runs (same PID, same
+/// start time) is never touched.
+pub fn remove_stale() {
+    let Ok(entries) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((pid, ticks, tag)) = maker_of(&name) else {
+            continue;
+        };
+        if start_ticks(pid) == Some(ticks) {
+            continue;
+        }
+        let servers = fake_hosts_in(&entry.path());
+        for &server in &servers {
+            // SAFETY: kill(2) on a fake host server a dead test process started; the
+            // namespace's inode and the exact command line identify it.
+            unsafe { libc::kill(server, libc::SIGKILL) };
+        }
+        // Gone (or a zombie, which holds no namespace) before the namespace is removed.
+        for _ in 0..1000 {
+            if fake_hosts_in(&entry.path()).is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let quiet = |cmd: &mut Command| {
+            let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        };
+        quiet(Command::new("ip").args(["link", "del", &format!("sbt{tag}")]));
+        // Another test removing it at the same time: either one does.
+        quiet(Command::new("ip").args(["netns", "del", &name]));
+    }
+}
+
+/// Processes in the network namespace bound at `ns_path` running the fake host server.
+fn fake_hosts_in(ns_path: &std::path::Path) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(inode) = std::fs::metadata(ns_path).map(|m| m.ino()) else {
+        return Vec::new();
+    };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| m.ino() == inode)
+        })
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+                args.len() >= 3 && args[1] == b"-c" && args[2] == FAKE_HOST.as_bytes()
+            })
+        })
+        .collect()
 }
 
 /// Whether the host-side veth of sandbox `id` exists.

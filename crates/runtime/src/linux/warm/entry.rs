@@ -93,7 +93,9 @@ impl Maker {
     /// dir (the server's gVisor tier, a `sandboxd run`) sweeps entry dirs without an
     /// owner and may take an empty one in its first instant: the owner write then finds
     /// no dir, and a new dir is made (a few times at most), so that the pool's fill does
-    /// not stop on it.
+    /// not stop on it. A sweep reading the owner file between its creation and its
+    /// write finds no complete mark, which it leaves alone while the file is new
+    /// (`refill::owner_gone`).
     fn make_dir(&self) -> Result<(Uuid, std::path::PathBuf), RuntimeError> {
         let mut tries = 0;
         loop {
@@ -108,7 +110,11 @@ impl Maker {
                 .create(&dir)
                 .map_err(io("creating a warm init's dir", &dir))?;
             let owner_file = dir.join("owner");
-            match std::fs::write(&owner_file, refill::owner_mark()) {
+            let written = std::fs::File::create(&owner_file).and_then(|mut f| {
+                let _ = crate::faults::hit("warm.owner");
+                std::io::Write::write_all(&mut f, refill::owner_mark().as_bytes())
+            });
+            match written {
                 Ok(()) => return Ok((key, dir)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 5 => {
                     tracing::debug!(dir = %dir.display(), "a sweep took a new warm init's dir; making another");
@@ -351,7 +357,8 @@ pub(in crate::linux) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &
         else {
             continue;
         };
-        let Ok(owner) = std::fs::read_to_string(entry.path().join("owner")) else {
+        let owner_file = entry.path().join("owner");
+        let Ok(owner) = std::fs::read_to_string(&owner_file) else {
             // A make writes the owner before anything else, so a dir without one is
             // either a make in its first instant (empty: `rmdir` takes it only while
             // empty, and that make then fails cleanly on its owner write) or what a
@@ -365,7 +372,7 @@ pub(in crate::linux) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &
             }
             continue;
         };
-        if !refill::owner_alive(&owner) {
+        if refill::owner_gone(&owner_file, &owner) {
             remove(cgroups, slots, key, &entry.path());
         }
     }
