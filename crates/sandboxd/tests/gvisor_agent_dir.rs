@@ -2,8 +2,8 @@
 //! gofer) is never followed or trusted by the host (REVIEW12 findings 1 and 2a): a
 //! symlink planted as the checkpoint verdict does not make a pause read a host file, a
 //! renamed socket with a symlink in its place does not lead the host into another
-//! sandbox, and writes there are bounded by the sandbox's disk. Skipped where runsc is
-//! missing.
+//! sandbox, and writes there (and to the agent's output, a host file) are bounded by
+//! the sandbox's disk. Skipped where runsc is missing.
 
 mod common;
 mod gvisor_common;
@@ -145,4 +145,54 @@ fn writes_into_the_agent_dir_are_bounded_by_the_sandbox_disk() {
     let (code, out) = common::agent_sh(&handle, "rm /.sandboxd/run/big; echo ok");
     assert_eq!((code, out.as_str()), (Some(0), "ok\n"));
     rt.destroy(&handle).expect("destroy");
+}
+
+#[test]
+fn writes_to_the_agents_output_are_bounded_by_the_sandbox_disk() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let handle = rt.start(&spec_with_disk(64)).expect("start");
+    // The agent's stdout is a host file; the sandbox's root reaches it as PID 1's fd.
+    let (_, out) = common::agent_sh(
+        &handle,
+        "head -c 209715200 /dev/zero > /proc/1/fd/1; echo rc=$?",
+    );
+    let outside: u64 = walk_sizes(&handle.state_dir);
+    assert!(
+        outside < 16 << 20,
+        "{outside} bytes of the sandbox's output outside its disk: {out}"
+    );
+    let (code, out) = common::agent_sh(&handle, "echo ok");
+    assert_eq!((code, out.as_str()), (Some(0), "ok\n"));
+    rt.destroy(&handle).expect("destroy");
+}
+
+/// Bytes of the regular files in the state dir `dir`, leaving out the sandbox's disk
+/// (its image, and what is mounted from it or from elsewhere).
+fn walk_sizes(dir: &std::path::Path) -> u64 {
+    let skip = [dir.join("layer"), dir.join("layer.img")];
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::symlink_metadata(dir).map(|m| m.dev()).unwrap_or(0);
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if skip.contains(&path) || meta.dev() != dev {
+                continue;
+            }
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                // Allocated bytes: the disk image is sparse.
+                total += meta.blocks() * 512;
+            }
+        }
+    }
+    total
 }

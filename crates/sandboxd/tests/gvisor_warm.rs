@@ -145,7 +145,7 @@ fn a_warm_gvisor_sandbox_serves_a_start_works_and_the_drain_leaves_nothing() {
         let log = |f: &str| std::fs::read_to_string(on_disk.state_dir.join(f)).unwrap_or_default();
         panic!(
             "restore: {e}\nagent.log: {}\nrunsc.log: {}",
-            log("agent.log"),
+            log("layer/agent.log"),
             log("runsc.log")
         )
     });

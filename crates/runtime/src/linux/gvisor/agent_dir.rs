@@ -18,6 +18,8 @@
 //! - The agent's checkpoint verdict is read with `openat2(RESOLVE_BENEATH |
 //!   RESOLVE_NO_SYMLINKS)`, non-blocking, a regular file only, a few hundred bytes at
 //!   most, and only its known forms are accepted (see [`read_verdict`]).
+//! - The agent's output file (which the sandbox can write through its PID 1's stdout)
+//!   is on the sandbox's disk as well, and only its last 4 KiB are ever read.
 
 use super::bundle::QUIESCED;
 use crate::linux::disk;
@@ -59,6 +61,26 @@ fn host_dir(state_dir: &Path) -> PathBuf {
 /// the handle's `agent_socket`.
 pub fn host_socket(state_dir: &Path) -> PathBuf {
     host_dir(state_dir).join(SOCKET_NAME)
+}
+
+/// The agent's output (runsc's stdout and stderr for the sandbox): on the sandbox's
+/// disk too, since the sandbox can write to it (its PID 1's `/proc/1/fd/1`).
+pub fn log_path(state_dir: &Path) -> PathBuf {
+    disk::layer_dir(state_dir).join("agent.log")
+}
+
+/// The end of the agent's output (at most 4 KiB), for an error message.
+pub(super) fn log_tail(state_dir: &Path) -> String {
+    use std::io::{Seek, SeekFrom};
+    const TAIL: u64 = 4096;
+    let Ok(mut file) = std::fs::File::open(log_path(state_dir)) else {
+        return String::new();
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(TAIL)));
+    let mut bytes = Vec::new();
+    let _ = file.take(TAIL).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).trim().to_string()
 }
 
 /// Makes both dirs (0700) on the sandbox's disk, which must be mounted.

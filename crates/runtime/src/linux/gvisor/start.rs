@@ -233,8 +233,8 @@ pub(super) fn attach(handle: &mut SandboxHandle) -> Result<(), RuntimeError> {
         .map(|(_, t)| t)
         .ok_or_else(|| RuntimeError::AgentStart("the gVisor sandbox exited at once".into()))?;
     super::agent_dir::wait_connectable(&state_dir, super::agent_dir::START_TIMEOUT).map_err(|e| {
-        let log = std::fs::read_to_string(state_dir.join("agent.log")).unwrap_or_default();
-        RuntimeError::AgentStart(format!("{e}; agent output: {}", log.trim()))
+        let log = super::agent_dir::log_tail(&state_dir);
+        RuntimeError::AgentStart(format!("{e}; agent output: {log}"))
     })
 }
 
@@ -375,7 +375,7 @@ pub(super) fn run_in_cgroup(
         .iter()
         .filter_map(|d| CString::new(d.join("cgroup.procs").as_os_str().as_bytes()).ok())
         .collect();
-    let out_path = state_dir.join("agent.log");
+    let out_path = super::agent_dir::log_path(state_dir);
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -415,10 +415,9 @@ pub(super) fn run_in_cgroup(
         .status()
         .map_err(|e| RuntimeError::AgentStart(format!("running runsc {verb}: {e}")))?;
     if !status.success() {
-        let log = std::fs::read_to_string(&out_path).unwrap_or_default();
+        let log = super::agent_dir::log_tail(state_dir);
         return Err(RuntimeError::AgentStart(format!(
-            "runsc {verb} failed ({status}): {}",
-            log.trim()
+            "runsc {verb} failed ({status}): {log}"
         )));
     }
     Ok(())
