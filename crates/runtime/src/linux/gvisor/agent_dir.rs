@@ -63,6 +63,16 @@ pub fn host_socket(state_dir: &Path) -> PathBuf {
     host_dir(state_dir).join(SOCKET_NAME)
 }
 
+/// Why a sandbox started by an earlier sandboxd (its socket dir on the data dir,
+/// reached by path) is not paused to disk or restored, or `None`.
+pub(super) fn legacy(handle: &crate::SandboxHandle) -> Option<String> {
+    (handle.agent_socket != host_socket(&handle.state_dir)).then(|| {
+        "it was started by an earlier sandboxd, whose agent socket dir the sandbox could \
+         redirect; it cannot go to disk or come back from it (delete it and create it again)"
+            .into()
+    })
+}
+
 /// The agent's output (runsc's stdout and stderr for the sandbox): on the sandbox's
 /// disk too, since the sandbox can write to it (its PID 1's `/proc/1/fd/1`).
 pub fn log_path(state_dir: &Path) -> PathBuf {
@@ -280,6 +290,24 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_handle_of_the_old_layout_is_told_apart() {
+        let state = Path::new("/data/sandboxes/x");
+        let mut handle = crate::SandboxHandle {
+            id: uuid::Uuid::new_v4(),
+            agent_pid: 1,
+            agent_start_ticks: 1,
+            agent_socket: state.join("agent").join("agent.sock"),
+            state_dir: state.to_path_buf(),
+            host_id_base: 0,
+            warm: false,
+            isolation: crate::Isolation::Gvisor,
+        };
+        assert!(legacy(&handle).is_some());
+        handle.agent_socket = host_socket(state);
+        assert_eq!(legacy(&handle), None);
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub(super) fn checkpoint(
     if on_disk(handle) {
         return Ok(handle.clone());
     }
+    if let Some(why) = agent_dir::legacy(handle) {
+        return Err(RuntimeError::CannotCheckpoint(why));
+    }
     // What its cgroup must be made with again after a host restart (see `remount`).
     super::remount::save_limits(rt, handle)?;
     let id = super::warm::runsc_id(handle);
@@ -138,6 +141,9 @@ pub(super) fn restore(
 ) -> Result<SandboxHandle, RuntimeError> {
     if !on_disk(handle) {
         return Ok(handle.clone());
+    }
+    if let Some(why) = agent_dir::legacy(handle) {
+        return Err(RuntimeError::AgentStart(format!("cannot restore: {why}")));
     }
     let id = super::warm::runsc_id(handle);
     let state = handle.state_dir.display().to_string();
