@@ -145,7 +145,7 @@ fn a_warm_gvisor_sandbox_serves_a_start_works_and_the_drain_leaves_nothing() {
         let log = |f: &str| std::fs::read_to_string(on_disk.state_dir.join(f)).unwrap_or_default();
         panic!(
             "restore: {e}\nagent.log: {}\nrunsc.log: {}",
-            log("agent.log"),
+            log("layer/agent.log"),
             log("runsc.log")
         )
     });
@@ -374,4 +374,39 @@ fn a_container_server_keeps_warm_gvisor_sandboxes_from_its_first_gvisor_create_a
         assert_eq!(cgroups_named(key), Vec::<std::path::PathBuf>::new());
     }
     assert_eq!(common::mounts_under(&data), Vec::<String>::new());
+}
+
+/// REVIEW12 #10: on cgroup v1 a warm entry (made with its own memory and memory+swap
+/// limits) is handed to a start asking for more memory than it was made with: the
+/// limits are raised (memory+swap first), not refused, and the start is warm.
+#[test]
+fn a_warm_gvisor_sandbox_serves_a_start_asking_for_more_memory_than_it_was_made_with() {
+    let data = tempfile::tempdir().expect("tempdir");
+    if !GvisorRuntime::available() {
+        eprintln!("runsc is not installed: skipping");
+        return;
+    }
+    let rt = Gvisor(
+        raw_gvisor(data.path())
+            .with_warm_pool(1)
+            .expect("warm pool"),
+    );
+    rt.fill_warm_pool(DISK_MB);
+    wait_ready(&rt, 1);
+
+    let mut spec = common::spec("default");
+    spec.hostname = WARM_HOSTNAME.into();
+    spec.disk_mb = DISK_MB;
+    spec.memory_mb = 2048;
+    let handle = rt.start(&spec).expect("start");
+    let stats = rt.warm_pool().expect("pool stats");
+    assert_eq!((stats.hits, stats.misses), (1, 0), "{stats:?}");
+    assert!(handle.warm, "the bigger start did not take the warm entry");
+    assert_eq!(
+        memory_limit(&rt, spec.id),
+        u64::from(2048 + MEMORY_OVERHEAD_MB) << 20
+    );
+    let (code, out) = common::agent_sh(&handle, "echo big");
+    assert_eq!((code, out.as_str()), (Some(0), "big\n"));
+    rt.destroy(&handle).expect("destroy");
 }

@@ -194,8 +194,8 @@ impl Cgroups {
         })
     }
 
-    /// Writes the limits of a cgroup made without them (the memory limit before
-    /// memory+swap, which may not be below it).
+    /// Writes the limits of a cgroup, made without them or (a warm entry) with others
+    /// (memory+swap, which may not be below the memory limit, ordered accordingly).
     pub fn set_limits(&self, id: Uuid, limits: Limits) -> Result<(), RuntimeError> {
         let quota = u64::from(limits.vcpu.max(1)) * CFS_PERIOD_US;
         let memory = (u64::from(limits.memory_mb.max(16)) << 20).to_string();
@@ -210,10 +210,21 @@ impl Cgroups {
                     &self.file("cpu", id, "cpu.cfs_quota_us"),
                     &quota.to_string(),
                 )?;
-                write(&self.file("memory", id, "memory.limit_in_bytes"), &memory)?;
+                let limit = self.file("memory", id, "memory.limit_in_bytes");
                 let memsw = self.file("memory", id, "memory.memsw.limit_in_bytes");
-                if memsw.exists() {
-                    write(&memsw, &memory)?;
+                // memory+swap may never be below memory: raising, it goes first (a
+                // warm entry's cgroup has both already), lowering, it goes last.
+                let raising = std::fs::read_to_string(&limit)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u64>().ok())
+                    .is_some_and(|now| now < (u64::from(limits.memory_mb.max(16)) << 20));
+                let memsw = memsw.exists().then_some(memsw);
+                if let (true, Some(memsw)) = (raising, &memsw) {
+                    write(memsw, &memory)?;
+                }
+                write(&limit, &memory)?;
+                if let (false, Some(memsw)) = (raising, &memsw) {
+                    write(memsw, &memory)?;
                 }
                 write(&self.file("pids", id, "pids.max"), &pids)?;
             }

@@ -328,7 +328,7 @@ impl LinuxRuntime {
                     // A gVisor start killed before its handle: its bundle is there.
                     if dir.join("config.json").exists() {
                         handle.isolation = Isolation::Gvisor;
-                        handle.agent_socket = dir.join("agent").join("agent.sock");
+                        handle.agent_socket = super::gvisor::agent_dir::host_socket(&dir);
                     }
                     handle
                 });

@@ -15,7 +15,7 @@
 //! stack at start) and runs as `runsc start` does (see `start::run_in_cgroup`), so the
 //! restored sentry's stack takes the same address and route again.
 
-use super::bundle::QUIESCED;
+use super::agent_dir::{self, Verdict};
 use super::{start, GvisorRuntime};
 use crate::linux::{io, rootfs, sys};
 use crate::{RuntimeError, SandboxHandle};
@@ -60,6 +60,9 @@ pub(super) fn checkpoint(
 ) -> Result<SandboxHandle, RuntimeError> {
     if on_disk(handle) {
         return Ok(handle.clone());
+    }
+    if let Some(why) = agent_dir::legacy(handle) {
+        return Err(RuntimeError::CannotCheckpoint(why));
     }
     // What its cgroup must be made with again after a host restart (see `remount`).
     super::remount::save_limits(rt, handle)?;
@@ -113,10 +116,9 @@ pub(super) fn checkpoint(
 /// Has the (running) agent let go of its socket and makes the memory image's dir;
 /// returns the dir. On failure the agent listens again (when it let go).
 fn let_go(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<PathBuf, RuntimeError> {
-    let verdict = quiesce(rt, handle)?;
-    if verdict != "ok" {
+    if let Some(refused) = quiesce(rt, handle)? {
         relisten(rt, handle)?;
-        return Err(RuntimeError::CannotCheckpoint(verdict));
+        return Err(RuntimeError::CannotCheckpoint(refused));
     }
     let image = image_dir(&handle.state_dir);
     let _ = std::fs::remove_dir_all(&image);
@@ -139,6 +141,9 @@ pub(super) fn restore(
 ) -> Result<SandboxHandle, RuntimeError> {
     if !on_disk(handle) {
         return Ok(handle.clone());
+    }
+    if let Some(why) = agent_dir::legacy(handle) {
+        return Err(RuntimeError::AgentStart(format!("cannot restore: {why}")));
     }
     let id = super::warm::runsc_id(handle);
     let state = handle.state_dir.display().to_string();
@@ -221,21 +226,21 @@ pub(super) fn restored(rt: &GvisorRuntime, handle: &SandboxHandle) -> Option<San
     Some(saved)
 }
 
-/// Asks the agent to let go of its socket; returns its verdict (`ok`, or why not).
-fn quiesce(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<String, RuntimeError> {
-    let verdict = handle.agent_socket.with_file_name(QUIESCED);
-    let _ = std::fs::remove_file(&verdict);
+/// Asks the agent to let go of its socket; returns `None` when it did, else why not
+/// (in the host's words: the verdict file is the sandbox's, see [`agent_dir`]).
+fn quiesce(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<Option<String>, RuntimeError> {
+    agent_dir::remove_verdict(&handle.state_dir);
     rt.runsc
         .run(None, &["kill", &super::warm::runsc_id(handle), "USR2"])?;
     let deadline = Instant::now() + QUIESCE_TIMEOUT;
     // A test's "too late": the verdict comes, after the deadline.
     let late = crate::faults::hit("checkpoint.quiesce");
     loop {
-        // Written whole by one write; an empty read is a write in progress.
-        let text = std::fs::read_to_string(&verdict).ok();
-        let given = text.as_ref().is_some_and(|t| t.ends_with('\n'));
-        match text {
-            Some(text) if given && !late => return Ok(text.trim().to_string()),
+        let verdict = agent_dir::read_verdict(&handle.state_dir);
+        let given = verdict != Verdict::Pending;
+        match verdict {
+            Verdict::Ok if !late => return Ok(None),
+            Verdict::Refused(why) if !late => return Ok(Some(why)),
             _ if given || Instant::now() >= deadline => {
                 let _ = relisten(rt, handle);
                 return Err(RuntimeError::CannotCheckpoint(
@@ -249,9 +254,10 @@ fn quiesce(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<String, Runtime
 
 /// Makes the agent listen again and waits until it accepts. The old socket file goes
 /// first, from the host: the gofer lets the sandbox bind host sockets but not walk to
-/// them, so the agent cannot remove it itself.
+/// them, so the agent cannot remove it itself. The new socket is adopted under the
+/// host's own name (see [`agent_dir`]).
 pub(super) fn relisten(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
-    let _ = std::fs::remove_file(&handle.agent_socket);
+    agent_dir::forget_socket(&handle.state_dir);
     // A sandbox just restored may not take signals yet: its control server refuses
     // connections a moment after `restore --detach` returned, and (seen under load) a
     // signal it accepted that early can be lost. So the signal is sent again each
@@ -264,7 +270,7 @@ pub(super) fn relisten(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(),
         let sent = rt.runsc.run(None, &["kill", &id, "USR1"]);
         let until = (Instant::now() + RESEND).min(deadline);
         while sent.is_ok() && Instant::now() < until {
-            if std::os::unix::net::UnixStream::connect(&handle.agent_socket).is_ok() {
+            if agent_dir::connectable(&handle.state_dir).is_ok() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_micros(500));

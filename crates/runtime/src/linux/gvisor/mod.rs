@@ -23,6 +23,7 @@
 //! route. The host kernel's stack in that namespace then carries no address of its
 //! own: the sandbox's TCP/IP is gVisor's, and only its packets cross the veth.
 
+pub mod agent_dir;
 mod bundle;
 pub mod checkpoint;
 mod destroy;

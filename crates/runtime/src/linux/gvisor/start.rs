@@ -83,7 +83,7 @@ pub(super) fn start_at(
         id: spec.id,
         agent_pid: 0,
         agent_start_ticks: 0,
-        agent_socket: state_dir.join("agent").join("agent.sock"),
+        agent_socket: super::agent_dir::host_socket(&state_dir),
         state_dir,
         host_id_base: 0,
         warm: false,
@@ -112,11 +112,7 @@ fn launch(
     let disk = Some((rt.linux.config.data_dir.as_path(), spec.disk_mb));
     rootfs::prepare_dirs(&state_dir, 0, 0, disk)?;
     mount_root(&state_dir, layers)?;
-    let socket_dir = state_dir.join("agent");
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&socket_dir)
-        .map_err(io("creating the agent socket dir", &socket_dir))?;
+    super::agent_dir::make(&state_dir)?;
     let root = rootfs::rootfs(&state_dir);
     let netns = state_dir.join(rootfs::NETNS_FILE);
     let egress = network.mode == NetworkMode::Egress;
@@ -207,7 +203,7 @@ pub(super) fn write_bundle(
     let root = rootfs::rootfs(state_dir);
     let bind_tmp = ensure_tmp(&root)?;
     let netns = state_dir.join(rootfs::NETNS_FILE);
-    let socket_dir = state_dir.join("agent");
+    let socket_dir = super::agent_dir::run_dir(state_dir);
     bundle::write(
         state_dir,
         &Bundle {
@@ -236,9 +232,9 @@ pub(super) fn attach(handle: &mut SandboxHandle) -> Result<(), RuntimeError> {
     handle.agent_start_ticks = sys::proc_stat(pid)
         .map(|(_, t)| t)
         .ok_or_else(|| RuntimeError::AgentStart("the gVisor sandbox exited at once".into()))?;
-    crate::linux::init_process::wait_connectable(&handle.agent_socket).map_err(|e| {
-        let log = std::fs::read_to_string(state_dir.join("agent.log")).unwrap_or_default();
-        RuntimeError::AgentStart(format!("{e}; agent output: {}", log.trim()))
+    super::agent_dir::wait_connectable(&state_dir, super::agent_dir::START_TIMEOUT).map_err(|e| {
+        let log = super::agent_dir::log_tail(&state_dir);
+        RuntimeError::AgentStart(format!("{e}; agent output: {log}"))
     })
 }
 
@@ -379,7 +375,7 @@ pub(super) fn run_in_cgroup(
         .iter()
         .filter_map(|d| CString::new(d.join("cgroup.procs").as_os_str().as_bytes()).ok())
         .collect();
-    let out_path = state_dir.join("agent.log");
+    let out_path = super::agent_dir::log_path(state_dir);
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -419,10 +415,9 @@ pub(super) fn run_in_cgroup(
         .status()
         .map_err(|e| RuntimeError::AgentStart(format!("running runsc {verb}: {e}")))?;
     if !status.success() {
-        let log = std::fs::read_to_string(&out_path).unwrap_or_default();
+        let log = super::agent_dir::log_tail(state_dir);
         return Err(RuntimeError::AgentStart(format!(
-            "runsc {verb} failed ({status}): {}",
-            log.trim()
+            "runsc {verb} failed ({status}): {log}"
         )));
     }
     Ok(())
