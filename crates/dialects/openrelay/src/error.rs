@@ -77,9 +77,25 @@ impl ApiError {
         e
     }
 
+    /// The key's legacy scopes allow no sandbox operation (the same in every dialect).
+    pub fn scopes(permission: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            "this API key's scopes do not allow sandbox operations",
+        );
+        e.body.permission = Some(permission.to_owned());
+        e
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
     }
+}
+
+/// Unknown routes under this dialect's prefix answer in its error shape.
+pub async fn route_not_found() -> ApiError {
+    ApiError::not_found("no such route")
 }
 
 /// A route that exists, asked with a method it does not take.
