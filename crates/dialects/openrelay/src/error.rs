@@ -91,11 +91,11 @@ impl ApiError {
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
     }
-}
 
-/// Unknown routes under this dialect's prefix answer in its error shape.
-pub async fn route_not_found() -> ApiError {
-    ApiError::not_found("no such route")
+    /// A path under this dialect's prefix that names no route.
+    pub fn route_not_found() -> Self {
+        Self::not_found("no such route")
+    }
 }
 
 /// A route that exists, asked with a method it does not take.

@@ -13,7 +13,7 @@ mod routes;
 pub mod run;
 pub mod views;
 
-use axum::routing::{any, get, post};
+use axum::routing::{get, post};
 use axum::Router;
 use sandboxd_engine::{Engine, WorkspaceId};
 use std::collections::HashMap;
@@ -48,11 +48,6 @@ pub fn router(engine: Arc<Engine>) -> Router {
             "/v1/sandbox-templates/{template_id}",
             axum::routing::delete(templates::delete),
         )
-        // Every other path under `/v1/` (but `/v1/customer/`, Runzivo's) answers in
-        // this dialect's shape.
-        .route("/v1", any(error::route_not_found))
-        .route("/v1/", any(error::route_not_found))
-        .route("/v1/{*rest}", any(error::route_not_found))
         .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(AppState {
             engine,

@@ -17,7 +17,7 @@ pub mod views;
 
 pub use routes::terminal::bridge as terminal_bridge;
 
-use axum::routing::{any, get, post};
+use axum::routing::{get, post};
 use axum::Router;
 use sandboxd_engine::Engine;
 use std::sync::Arc;
@@ -61,10 +61,6 @@ pub fn router(engine: Arc<Engine>, options: Options) -> Router {
             &format!("{sandbox}/terminal/tickets"),
             post(terminal::ticket),
         )
-        // Every other path under the prefix answers in this dialect's shape.
-        .route("/v1/customer", any(unknown))
-        .route("/v1/customer/", any(unknown))
-        .route("/v1/customer/{*rest}", any(unknown))
         .method_not_allowed_fallback(|method: axum::http::Method| async move {
             error::ApiError::method_not_allowed(&method)
         })
@@ -74,9 +70,4 @@ pub fn router(engine: Arc<Engine>, options: Options) -> Router {
             tickets: Arc::default(),
         });
     sandboxd_dialect_common::no_store(routes)
-}
-
-/// A path under `/v1/customer/` that names no route.
-async fn unknown() -> error::ApiError {
-    error::ApiError::route_not_found()
 }
