@@ -46,14 +46,15 @@ impl FromRequestParts<AppState> for Workspace {
             axum::http::Method::GET | axum::http::Method::HEAD => SandboxAccess::Read,
             _ => SandboxAccess::Write,
         };
-        if let Err(AccessDenied::Scopes) = principal.require_access(needed) {
+        let level = principal.require_access(needed);
+        if let Err(AccessDenied::Scopes) = level {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "access_denied",
                 "this API key's scopes do not allow sandbox operations",
             ));
         }
-        let permitted = principal.require_access(needed).is_ok() && principal.allows(PERMISSION);
+        let permitted = level.is_ok() && principal.allows(PERMISSION);
         if !principal.can_use(&workspace) || !permitted {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
