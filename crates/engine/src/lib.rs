@@ -1,6 +1,7 @@
 //! The engine owns the truth about sandboxes: one typed set of operations over an
 //! explicit lifecycle state machine, persisted through a `Store`, isolated by a `Runtime`.
 
+pub mod access;
 pub mod accounts;
 mod agent_error;
 pub mod audit;
@@ -44,6 +45,7 @@ pub mod validate;
 mod workspace_image;
 mod workspace_isolation;
 
+pub use access::{AccessDenied, SandboxAccess, ALL_SCOPE};
 pub use accounts::{ApiKeyInfo, Principal, Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
 pub use auto_pause::AutoPause;
 pub use disk_admission::DiskPolicy;

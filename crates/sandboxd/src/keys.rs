@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use sandboxd_dialect_inngest::signing_key::{sdk_bearer_for, signing_key_prefix};
 use sandboxd_engine::accounts::{Accounts, ApiKeyInfo};
-use sandboxd_engine::{Aliases, Workspace, ALL_PERMISSIONS, DEFAULT_WORKSPACE};
+use sandboxd_engine::{Aliases, Workspace, ALL_PERMISSIONS, ALL_SCOPE, DEFAULT_WORKSPACE};
 use sandboxd_store::SqliteStore;
 use std::path::PathBuf;
 use uuid::Uuid;
@@ -203,11 +203,16 @@ fn key_workspace(accounts: &Accounts<'_>, id: Uuid) -> Result<Option<String>> {
 }
 
 /// Records a new workspace key in its workspace's audit trail (an account-scoped key
-/// belongs to no workspace's).
+/// belongs to no workspace's), and says so when its scopes leave it no sandbox operation.
 fn audit_created(accounts: &Accounts<'_>, store: &SqliteStore, key: &str) -> Result<()> {
     let principal = accounts
         .authenticate(key)?
         .context("the new key does not authenticate")?;
+    if !principal.scopes_allow_sandboxes() {
+        eprintln!(
+            "note: this key's scopes lack {ALL_SCOPE}: no dialect allows it any sandbox operation"
+        );
+    }
     match principal.workspace {
         Some(ws) => {
             crate::audit::record_cli(store, &ws, "key.create", &principal.key_id.to_string())

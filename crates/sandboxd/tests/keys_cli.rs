@@ -202,3 +202,19 @@ fn key_and_quota_changes_are_in_the_workspaces_audit_trail() {
     assert!(entries.iter().all(|e| e["outcome"] == "ok"), "{entries:?}");
     assert_eq!(audit(data, "other").len(), 1);
 }
+
+/// A key whose scopes lack `all:all` is refused by every sandbox route: `keys create`
+/// says so when it makes one (and not for an ordinary key).
+#[test]
+fn a_key_whose_scopes_allow_no_sandbox_operation_is_pointed_out() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().to_str().expect("utf-8 path");
+    let create = ["keys", "create", "--workspace", "acme", "--scope"];
+    let warned = |out: &Output| String::from_utf8_lossy(&out.stderr).contains("all:all");
+    let scoped = run(data, &[&create[..], &["billing:read"]].concat(), "");
+    assert!(scoped.status.success() && warned(&scoped), "{scoped:?}");
+    let all = run(data, &[&create[..], &["all:all"]].concat(), "");
+    assert!(all.status.success() && !warned(&all), "{all:?}");
+    let plain = run(data, &["keys", "create", "--workspace", "acme"], "");
+    assert!(plain.status.success() && !warned(&plain), "{plain:?}");
+}

@@ -5,6 +5,7 @@ mod accept_errors;
 pub mod config;
 mod listener;
 mod metrics_listener;
+mod not_found;
 pub mod observe;
 mod overload;
 mod serve;

@@ -82,8 +82,9 @@ fn request_id(headers: &HeaderMap) -> String {
         .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned)
 }
 
-/// The dialect a path belongs to (the same split as the overload answer's).
-fn dialect_of(path: &str) -> &'static str {
+/// The dialect a path belongs to (the same split as the overload answer's and the
+/// unknown route's).
+pub(crate) fn dialect_of(path: &str) -> &'static str {
     if path.starts_with("/v2/") {
         "inngest"
     } else if path.starts_with("/v1/customer/") {

@@ -57,6 +57,11 @@ impl ApiError {
         )
     }
 
+    /// A path under this dialect's prefix (or under no dialect's) that names no route.
+    pub fn route_not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+    }
+
     /// A path ID that names nothing (including non-canonical UUIDs).
     pub fn not_found(code: ErrorCode) -> Self {
         Self::from(EngineError::new(code, not_found_message(code)))

@@ -9,7 +9,7 @@ use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use sandboxd_dialect_common::{bearer_token, read_json};
-use sandboxd_engine::{ErrorCode, WorkspaceId};
+use sandboxd_engine::{AccessDenied, ErrorCode, SandboxAccess, WorkspaceId};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
@@ -40,7 +40,22 @@ impl FromRequestParts<AppState> for Workspace {
             Some(own) => own,
             None => account_workspace(state, &parts.headers)?,
         };
-        if !principal.can_use(&workspace) || !principal.allows(PERMISSION) {
+        // The engine's access level first (the same for a key in every dialect): a
+        // GET only reads, every other method changes something.
+        let needed = match parts.method {
+            axum::http::Method::GET | axum::http::Method::HEAD => SandboxAccess::Read,
+            _ => SandboxAccess::Write,
+        };
+        let level = principal.require_access(needed);
+        if let Err(AccessDenied::Scopes) = level {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "access_denied",
+                "this API key's scopes do not allow sandbox operations",
+            ));
+        }
+        let permitted = level.is_ok() && principal.allows(PERMISSION);
+        if !principal.can_use(&workspace) || !permitted {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "access_denied",

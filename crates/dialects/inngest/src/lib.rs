@@ -64,7 +64,6 @@ pub fn router(engine: Arc<Engine>) -> Router {
             get(snapshots::get).delete(snapshots::delete),
         )
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .fallback(routes::not_found)
         .with_state(AppState { engine });
     sandboxd_dialect_common::no_store(routes)
 }

@@ -6,7 +6,7 @@ use crate::AppState;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use sandboxd_dialect_common::bearer_token;
-use sandboxd_engine::{Principal, WorkspaceId, DEFAULT_WORKSPACE};
+use sandboxd_engine::{AccessDenied, Principal, SandboxAccess, WorkspaceId, DEFAULT_WORKSPACE};
 
 /// Permissions of this dialect's routes.
 pub mod perm {
@@ -30,8 +30,18 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// Refuses with the permission error unless the key holds `permission`.
+    /// Refuses with the permission error unless the key holds `permission`, within the
+    /// engine's [`SandboxAccess`] (the same for a key in every dialect).
     pub fn require(&self, permission: &str) -> Result<(), ApiError> {
+        let needed = match permission {
+            perm::READ | perm::TEMPLATES_READ => SandboxAccess::Read,
+            _ => SandboxAccess::Write,
+        };
+        match self.principal.require_access(needed) {
+            Err(AccessDenied::Scopes) => return Err(ApiError::scopes(permission)),
+            Err(AccessDenied::Permission) => return Err(ApiError::permission(permission)),
+            Ok(()) => {}
+        }
         let family = (permission.starts_with("sandboxes.")
             || permission.starts_with("sandbox-templates."))
             && self.principal.allows(FAMILY);

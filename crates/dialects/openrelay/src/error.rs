@@ -77,8 +77,24 @@ impl ApiError {
         e
     }
 
+    /// The key's legacy scopes allow no sandbox operation (the same in every dialect).
+    pub fn scopes(permission: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            "this API key's scopes do not allow sandbox operations",
+        );
+        e.body.permission = Some(permission.to_owned());
+        e
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
+    }
+
+    /// A path under this dialect's prefix that names no route.
+    pub fn route_not_found() -> Self {
+        Self::not_found("no such route")
     }
 }
 

@@ -6,15 +6,15 @@ use crate::AppState;
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use sandboxd_dialect_common::bearer_token;
-use sandboxd_engine::{Principal, WorkspaceId};
+use sandboxd_engine::{AccessDenied, Principal, SandboxAccess, WorkspaceId};
 use std::collections::HashMap;
 
 /// Permission to read sandboxes (get, list).
 pub const READ: &str = "sandboxes:read";
 /// Permission to change sandboxes (create, delete, exec, terminal tickets).
 pub const WRITE: &str = "sandboxes:write";
-/// The only legacy scope this API accepts.
-pub const ALL_SCOPE: &str = "all:all";
+/// The only legacy scope this API accepts (the engine's rule, the same in every dialect).
+pub use sandboxd_engine::ALL_SCOPE;
 
 /// The tenant's workspace, reached by a member key that holds the route's permission.
 pub struct Tenant {
@@ -31,16 +31,26 @@ pub struct Writer(pub Tenant);
 
 /// Whether `principal` may act with `permission`: a key with legacy scopes must hold
 /// `all:all`, which then works within the permissions its creator granted it.
+/// The engine's [`SandboxAccess`] decides first, so a key means the same in every dialect.
 pub fn check(principal: &Principal, permission: &str) -> Result<(), ApiError> {
-    if !principal.scopes.is_empty() && !principal.scopes.iter().any(|s| s == ALL_SCOPE) {
-        return Err(ApiError::forbidden(
-            "api_key_scope_required",
-            "this API key's scopes do not allow sandbox operations",
-        ));
-    }
-    let implied = permission == READ && principal.allows(WRITE);
-    if principal.allows(permission) || implied {
-        return Ok(());
+    let needed = match permission {
+        READ => SandboxAccess::Read,
+        _ => SandboxAccess::Write,
+    };
+    match principal.require_access(needed) {
+        Err(AccessDenied::Scopes) => {
+            return Err(ApiError::forbidden(
+                "api_key_scope_required",
+                "this API key's scopes do not allow sandbox operations",
+            ))
+        }
+        Ok(()) => {
+            let implied = permission == READ && principal.allows(WRITE);
+            if principal.allows(permission) || implied {
+                return Ok(());
+            }
+        }
+        Err(AccessDenied::Permission) => {}
     }
     Err(ApiError::forbidden(
         "permission_required",

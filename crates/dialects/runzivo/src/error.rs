@@ -76,6 +76,11 @@ impl ApiError {
         )
     }
 
+    /// A path under this dialect's prefix that names no route.
+    pub fn route_not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+    }
+
     /// An engine error of operation family `op`.
     pub fn engine(op: Op, err: EngineError) -> Self {
         let (status, code) = status_and_code(op, err.code);

@@ -25,6 +25,14 @@ impl Direction {
             Direction::Resume => (Paused, Resuming, Running),
         }
     }
+
+    /// The verb of an error message: "cannot pause sandbox …".
+    fn verb(self) -> &'static str {
+        match self {
+            Direction::Pause => "pause",
+            Direction::Resume => "resume",
+        }
+    }
 }
 
 impl Engine {
@@ -114,7 +122,7 @@ impl Engine {
             Err(err) => {
                 self.transition(&mut e, from)?;
                 Err(runtime_error(
-                    &format!("cannot {} sandbox {id}", via.as_str().to_lowercase()),
+                    &format!("cannot {} sandbox {id}", dir.verb()),
                     err,
                 ))
             }

@@ -13,11 +13,6 @@ pub mod usage;
 use crate::error::ApiError;
 use axum::http::StatusCode;
 
-/// Unknown routes answer in the dialect's error shape.
-pub async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
-}
-
 /// A route that exists, asked with a method it does not take.
 pub async fn method_not_allowed(method: axum::http::Method) -> ApiError {
     ApiError::new(
