@@ -9,6 +9,7 @@
 use crate::platform::{self, Unmatched};
 use crate::reference::{self, plain_http};
 use crate::store::{image_config, Images};
+use crate::unpack::Budget;
 use crate::{io, sha256_hex, ImageError};
 use futures_util::StreamExt;
 use oci_client::client::{ClientConfig, ClientProtocol};
@@ -203,6 +204,7 @@ pub async fn pull(
     let mut config = image_config(&config_bytes)?;
     config.manifest_digest = Some(digest);
     let mut layers = Vec::with_capacity(manifest.layers.len());
+    let mut budget = images.image_budget();
     for desc in &manifest.layers {
         if !LAYER_TYPES.contains(&desc.media_type.as_str()) {
             return Err(ImageError::Unsupported(format!(
@@ -210,7 +212,9 @@ pub async fn pull(
                 desc.digest, desc.media_type
             )));
         }
-        layers.push(fetch_layer(&images, &client, &reference, desc).await?);
+        let (layer, left) = fetch_layer(&images, &client, &reference, desc, budget).await?;
+        budget = left;
+        layers.push(layer);
     }
     let name = reference::stored_name(&reference);
     let images2 = images.clone();
@@ -257,19 +261,22 @@ async fn fetch_layer(
     client: &Client,
     reference: &Reference,
     desc: &OciDescriptor,
-) -> Result<String, ImageError> {
+    mut budget: Budget,
+) -> Result<(String, Budget), ImageError> {
     if let Some(layer) = images.layer_for_blob(&desc.digest)? {
-        return Ok(layer);
+        return Ok((layer, budget));
     }
     let (imgs, digest) = (images.clone(), desc.digest.clone());
     let lock = tokio::task::spawn_blocking(move || imgs.lock_blob(&digest))
         .await
         .map_err(|e| ImageError::Malformed(format!("locking a blob: {e}")))??;
     if let Some(layer) = images.layer_for_blob(&desc.digest)? {
-        return Ok(layer);
+        return Ok((layer, budget));
     }
     let expected = sha256_hex(&desc.digest)?.to_owned();
     let size = u64::try_from(desc.size).unwrap_or(0);
+    // The declared size bounds the download (more is refused as it streams).
+    images.admit_blob(&desc.digest, size)?;
     let (mut file, temp) = images.temp_file()?;
     let mut stream = client
         .pull_blob_stream(reference, desc)
@@ -322,10 +329,10 @@ async fn fetch_layer(
     drop(file);
     let (imgs, digest) = (images.clone(), desc.digest.clone());
     let layer = tokio::task::spawn_blocking(move || {
-        let layer = imgs.ingest_blob(&digest, &temp.path);
+        let layer = imgs.ingest_blob(&digest, &temp.path, &mut budget);
         drop(temp);
         drop(lock);
-        layer
+        layer.map(|l| (l, budget))
     })
     .await
     .map_err(|e| ImageError::Malformed(format!("unpacking a layer: {e}")))??;
