@@ -48,6 +48,11 @@ pub enum ImageError {
     BlobTooLarge { digest: String, size: u64 },
     #[error("not enough room in the data dir: {0}; nothing of it was kept")]
     NoRoom(String),
+    #[error(
+        "the image is too large: {0} (the cap across its layers is SANDBOXD_IMAGE_MAX_MB, \
+         16384 MiB by default)"
+    )]
+    TooLarge(String),
     #[error("busy: {0}")]
     Busy(String),
     #[error("unsupported: {0}")]

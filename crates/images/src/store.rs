@@ -349,6 +349,9 @@ pub(crate) fn layer_error(digest: &str, source: unpack::UnpackError) -> ImageErr
         unpack::UnpackError::NoRoom(why) => {
             room::no_room(format!("unpacking layer {digest}: {why}"))
         }
+        unpack::UnpackError::ImageTooLarge(why) => {
+            ImageError::TooLarge(format!("unpacking layer {digest}: {why}"))
+        }
         source => ImageError::Layer {
             digest: digest.to_owned(),
             source,
