@@ -7,6 +7,7 @@ pub mod build_context;
 pub mod dockerfile;
 pub mod export;
 pub mod gc;
+pub mod manifest_fetch;
 pub mod platform;
 pub mod pull;
 pub mod reference;

@@ -6,6 +6,7 @@
 //! a scratch file and refused unless it matches its descriptor's digest and size; only
 //! then is it unpacked.
 
+use crate::manifest_fetch;
 use crate::platform::{self, Unmatched};
 use crate::reference::{self, plain_http};
 use crate::store::{image_config, Images};
@@ -14,7 +15,6 @@ use crate::{io, sha256_hex, ImageError};
 use futures_util::StreamExt;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::OciDescriptor;
-use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sandboxd_runtime::ImageLayers;
 use sha2::{Digest, Sha256};
@@ -59,20 +59,6 @@ impl std::fmt::Debug for Credential {
             Credential::Basic { username, .. } => write!(f, "Basic({username}, <redacted>)"),
             Credential::Token(_) => write!(f, "Token(<redacted>)"),
         }
-    }
-}
-
-fn auth_for(reference: &Reference, options: &PullOptions) -> RegistryAuth {
-    let found = options
-        .credentials
-        .get(reference.registry())
-        .or_else(|| options.credentials.get(reference.resolve_registry()));
-    match found {
-        None => RegistryAuth::Anonymous,
-        Some(Credential::Basic { username, password }) => {
-            RegistryAuth::Basic(username.clone(), password.clone())
-        }
-        Some(Credential::Token(token)) => RegistryAuth::Bearer(token.clone()),
     }
 }
 
@@ -171,9 +157,19 @@ pub async fn pull(
     let reference = reference::parse(text)?;
     let unmatched = Unmatched::default();
     let client = client(&reference, options, &unmatched);
-    let auth = auth_for(&reference, options);
-    let (manifest, digest, list_digest) = client
-        .pull_image_manifest_and_list_digest(&reference, &auth)
+    // The manifest and the token answer come through bounded requests of our own;
+    // oci-client gets the access they found, for the blobs only.
+    let plain = plain_http(reference.resolve_registry(), &options.insecure_registries);
+    let credential = options
+        .credentials
+        .get(reference.registry())
+        .or_else(|| options.credentials.get(reference.resolve_registry()));
+    let registry = manifest_fetch::Registry::connect(&reference, plain, credential).await?;
+    client
+        .store_auth_if_needed(reference.resolve_registry(), &registry.auth)
+        .await;
+    let found = registry
+        .manifest(&reference, &unmatched)
         .await
         .map_err(|e| match unmatched.offered() {
             Some(offered) => ImageError::Unsupported(format!(
@@ -185,8 +181,9 @@ pub async fn pull(
                     false => offered.join(", "),
                 }
             )),
-            None => registry_error(&reference, e),
+            None => e,
         })?;
+    let (manifest, digest, list_digest) = (found.manifest, found.digest, found.list_digest);
     if let Some(pinned) = reference.digest() {
         if pinned != digest && Some(pinned) != list_digest.as_deref() {
             return Err(ImageError::DigestMismatch {
