@@ -119,6 +119,7 @@ pub fn import(images: &Images, path: &Path, name: Option<&str>) -> Result<ImageL
         let limits = UnpackLimits {
             max_entries: 100_000,
             max_bytes: images.limits.max_bytes,
+            fifos: false,
         };
         // The archive's own unpacking takes room like its layers do.
         let mut budget = images.image_budget();

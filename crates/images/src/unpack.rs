@@ -27,6 +27,9 @@ pub struct UnpackLimits {
     pub max_entries: u64,
     /// Bytes of file content once unpacked (sparse files count at their full size).
     pub max_bytes: u64,
+    /// Whether FIFOs are made (a layer's are part of the image; an archive unpacked
+    /// for import has no use for them and leaves them out).
+    pub fifos: bool,
 }
 
 impl Default for UnpackLimits {
@@ -34,6 +37,7 @@ impl Default for UnpackLimits {
         UnpackLimits {
             max_entries: 1_000_000,
             max_bytes: 64 << 30,
+            fifos: true,
         }
     }
 }
@@ -193,6 +197,9 @@ pub fn unpack(
         }
         if kind == tar::EntryType::Directory {
             budget.take_room(BLOCK as u64, &raw)?;
+        }
+        if kind == tar::EntryType::Fifo && !limits.fifos {
+            continue;
         }
         apply(&root_fd, &path, &raw, &mut entry, &mut done, budget)?;
     }
