@@ -99,8 +99,8 @@ pub fn measure(data_dir: &Path, policy: &RoomPolicy) -> Result<Room, ImageError>
     })
 }
 
-/// Bytes the disk images under `sandboxes` may still grow by (their size less their
-/// allocated blocks) and how many state dirs there are.
+/// Bytes the disk images of the sandboxes under `sandboxes` may still grow by (their
+/// size less their allocated blocks) and how many sandbox state dirs there are.
 fn promised(sandboxes: &Path) -> Result<(u64, u64), ImageError> {
     let entries = match std::fs::read_dir(sandboxes) {
         Ok(entries) => entries,
@@ -109,6 +109,12 @@ fn promised(sandboxes: &Path) -> Result<(u64, u64), ImageError> {
     };
     let (mut grow, mut active) = (0u64, 0u64);
     for entry in entries.filter_map(Result::ok) {
+        // Warm inits (`.warm-…`, `.gvwarm-…`) hold disks no sandbox was admitted with
+        // yet: the engine promises a disk only to a sandbox's record (named by its id),
+        // when a create claims one.
+        if entry.file_name().as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
         active += 1;
         let img = entry.path().join(sandboxd_runtime::linux::DISK_IMAGE_NAME);
         if let Ok(meta) = std::fs::symlink_metadata(&img) {
@@ -143,4 +149,33 @@ pub fn admit_blob(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn disk(dir: &Path, name: &str, size: u64) {
+        let d = dir.join("sandboxes").join(name);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::File::create(d.join(sandboxd_runtime::linux::DISK_IMAGE_NAME))
+            .and_then(|f| f.set_len(size))
+            .expect("img");
+    }
+
+    #[test]
+    fn sandboxes_disks_are_promised_and_warm_inits_are_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        disk(dir.path(), "5b0c8e0e-0000-4000-8000-000000000001", 3 << 30);
+        disk(
+            dir.path(),
+            ".warm-5b0c8e0e-0000-4000-8000-000000000002",
+            1 << 40,
+        );
+        disk(dir.path(), ".gvwarm-x", 1 << 40);
+        assert_eq!(
+            promised(&dir.path().join("sandboxes")).expect("promised"),
+            (3 << 30, 1)
+        );
+    }
 }
