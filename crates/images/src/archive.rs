@@ -6,7 +6,7 @@
 //! `diff_id`) before it is unpacked.
 
 use crate::store::{image_config, Images};
-use crate::unpack::{self, UnpackLimits};
+use crate::unpack::{self, Budget, UnpackLimits};
 use crate::{io, sha256_hex, ImageError};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use sandboxd_runtime::linux::layers::remove_tree;
@@ -31,20 +31,43 @@ impl Root {
         Ok(Root(fd, dir.to_path_buf()))
     }
 
+    /// Opens regular file `rel` of the archive for reading. Opened non-blocking (a FIFO
+    /// or a device an archive carries would otherwise block `open` or reads forever,
+    /// with the collector lock held), then refused unless it is a regular file.
+    /// Symlinks inside the archive (`docker save` links equal layers) resolve below it.
     fn file(&self, rel: &str) -> Result<std::fs::File, ImageError> {
         let fd = rustix::fs::openat2(
             &self.0,
             rel,
-            OFlags::RDONLY | OFlags::CLOEXEC,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
             Mode::empty(),
             ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_XDEV,
         )
         .map_err(|e| ImageError::Malformed(format!("archive file {rel:?}: {e}")))?;
+        let st = rustix::fs::fstat(&fd)
+            .map_err(|e| ImageError::Malformed(format!("archive file {rel:?}: {e}")))?;
+        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        if kind != rustix::fs::FileType::RegularFile {
+            return Err(ImageError::Malformed(format!(
+                "archive file {rel:?} is not a regular file (a {kind:?})"
+            )));
+        }
+        // Reads of a regular file never block: back to plain blocking reads.
+        rustix::fs::fcntl_setfl(&fd, OFlags::RDONLY)
+            .map_err(|e| ImageError::Malformed(format!("archive file {rel:?}: {e}")))?;
         Ok(std::fs::File::from(fd))
     }
 
+    /// Whether the archive has an entry `rel` (of any kind: what it is, `file` checks).
     fn exists(&self, rel: &str) -> bool {
-        self.file(rel).is_ok()
+        rustix::fs::openat2(
+            &self.0,
+            rel,
+            OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_XDEV,
+        )
+        .is_ok()
     }
 
     fn read_small(&self, rel: &str) -> Result<Vec<u8>, ImageError> {
@@ -96,16 +119,18 @@ pub fn import(images: &Images, path: &Path, name: Option<&str>) -> Result<ImageL
         let limits = UnpackLimits {
             max_entries: 100_000,
             max_bytes: images.limits.max_bytes,
+            fifos: false,
         };
+        // The archive's own unpacking takes room like its layers do.
+        let mut budget = images.image_budget();
+        images.measure_room(&mut budget)?;
         unpack::unpack(
             unpack::decompressed(std::io::BufReader::new(file)).map_err(io("reading", path))?,
             &scratch,
             limits,
+            &mut budget,
         )
-        .map_err(|source| ImageError::Layer {
-            digest: path.display().to_string(),
-            source,
-        })?;
+        .map_err(|source| crate::store::layer_error(&path.display().to_string(), source))?;
         import_dir(images, &Root::open(&scratch)?, name)
     })();
     remove_tree(&scratch);
@@ -132,8 +157,15 @@ fn image_name(carried: Option<String>, name: Option<&str>) -> Result<String, Ima
     Ok(name)
 }
 
-/// Verifies layer file `rel` has sha256 `hex` and stores it (once per digest).
-fn ingest(images: &Images, root: &Root, rel: &str, digest: &str) -> Result<String, ImageError> {
+/// Verifies layer file `rel` has sha256 `hex` and stores it (once per digest), taking
+/// what it writes from `budget`.
+fn ingest(
+    images: &Images,
+    root: &Root,
+    rel: &str,
+    digest: &str,
+    budget: &mut Budget,
+) -> Result<String, ImageError> {
     if let Some(layer) = images.layer_for_blob(digest)? {
         return Ok(layer);
     }
@@ -143,9 +175,14 @@ fn ingest(images: &Images, root: &Root, rel: &str, digest: &str) -> Result<Strin
         return Ok(layer);
     }
     // Copied out first, so what is unpacked is what was hashed.
+    let mut f = root.file(rel)?;
+    let size = f
+        .metadata()
+        .map_err(io("reading a blob", &root.1.join(rel)))?
+        .len();
+    images.admit_blob(digest, size)?;
     let (mut out, temp) = images.temp_file()?;
     let mut h = Sha256::new();
-    let mut f = root.file(rel)?;
     let mut buf = vec![0u8; 1 << 16];
     loop {
         let n = f.read(&mut buf).map_err(io("reading a blob", &temp.path))?;
@@ -163,7 +200,7 @@ fn ingest(images: &Images, root: &Root, rel: &str, digest: &str) -> Result<Strin
         });
     }
     drop(out);
-    images.ingest_blob(digest, &temp.path)
+    images.ingest_blob(digest, &temp.path, budget)
 }
 
 fn import_docker(
@@ -200,6 +237,7 @@ fn import_docker(
         ));
     }
     let mut layers = Vec::new();
+    let mut budget = images.image_budget();
     for (rel, diff_id) in m.layers.iter().zip(&rootfs.rootfs.diff_ids) {
         // Layers may be compressed (OCI-shaped saves): the blob digest is the file name.
         let blob = Path::new(rel)
@@ -211,7 +249,7 @@ fn import_docker(
             Some(d) if root.sha256(rel)? == d["sha256:".len()..] => d,
             _ => diff_id.clone(),
         };
-        layers.push(ingest(images, root, rel, &digest)?);
+        layers.push(ingest(images, root, rel, &digest, &mut budget)?);
     }
     let mut config = image_config(&config_bytes)?;
     config.manifest_digest = None;
@@ -297,6 +335,7 @@ fn import_oci(images: &Images, root: &Root, name: Option<&str>) -> Result<ImageL
     };
     let config = image_config(&blob(root, &manifest.config.digest)?)?;
     let mut layers = Vec::new();
+    let mut budget = images.image_budget();
     for d in &manifest.layers {
         let hex = sha256_hex(&d.digest)?;
         layers.push(ingest(
@@ -304,6 +343,7 @@ fn import_oci(images: &Images, root: &Root, name: Option<&str>) -> Result<ImageL
             root,
             &format!("blobs/sha256/{hex}"),
             &d.digest,
+            &mut budget,
         )?);
     }
     images.save_image(&image_name(carried, name)?, layers, config)

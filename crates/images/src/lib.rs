@@ -7,15 +7,18 @@ pub mod build_context;
 pub mod dockerfile;
 pub mod export;
 pub mod gc;
+pub mod manifest_fetch;
 pub mod platform;
 pub mod pull;
 pub mod reference;
+pub mod room;
 pub mod store;
 pub mod unpack;
 
 pub use pull::{Credential, PullOptions};
+pub use room::RoomPolicy;
 pub use store::Images;
-pub use unpack::{UnpackError, UnpackLimits};
+pub use unpack::{Budget, UnpackError, UnpackLimits};
 
 /// Everything getting an image can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +47,13 @@ pub enum ImageError {
     },
     #[error("blob {digest} is larger than its descriptor's {size} bytes")]
     BlobTooLarge { digest: String, size: u64 },
+    #[error("not enough room in the data dir: {0}; nothing of it was kept")]
+    NoRoom(String),
+    #[error(
+        "the image is too large: {0} (the cap across its layers is SANDBOXD_IMAGE_MAX_MB, \
+         16384 MiB by default)"
+    )]
+    TooLarge(String),
     #[error("busy: {0}")]
     Busy(String),
     #[error("unsupported: {0}")]

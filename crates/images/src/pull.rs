@@ -6,14 +6,15 @@
 //! a scratch file and refused unless it matches its descriptor's digest and size; only
 //! then is it unpacked.
 
+use crate::manifest_fetch;
 use crate::platform::{self, Unmatched};
 use crate::reference::{self, plain_http};
 use crate::store::{image_config, Images};
+use crate::unpack::Budget;
 use crate::{io, sha256_hex, ImageError};
 use futures_util::StreamExt;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::OciDescriptor;
-use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sandboxd_runtime::ImageLayers;
 use sha2::{Digest, Sha256};
@@ -58,20 +59,6 @@ impl std::fmt::Debug for Credential {
             Credential::Basic { username, .. } => write!(f, "Basic({username}, <redacted>)"),
             Credential::Token(_) => write!(f, "Token(<redacted>)"),
         }
-    }
-}
-
-fn auth_for(reference: &Reference, options: &PullOptions) -> RegistryAuth {
-    let found = options
-        .credentials
-        .get(reference.registry())
-        .or_else(|| options.credentials.get(reference.resolve_registry()));
-    match found {
-        None => RegistryAuth::Anonymous,
-        Some(Credential::Basic { username, password }) => {
-            RegistryAuth::Basic(username.clone(), password.clone())
-        }
-        Some(Credential::Token(token)) => RegistryAuth::Bearer(token.clone()),
     }
 }
 
@@ -170,9 +157,19 @@ pub async fn pull(
     let reference = reference::parse(text)?;
     let unmatched = Unmatched::default();
     let client = client(&reference, options, &unmatched);
-    let auth = auth_for(&reference, options);
-    let (manifest, digest, list_digest) = client
-        .pull_image_manifest_and_list_digest(&reference, &auth)
+    // The manifest and the token answer come through bounded requests of our own;
+    // oci-client gets the access they found, for the blobs only.
+    let plain = plain_http(reference.resolve_registry(), &options.insecure_registries);
+    let credential = options
+        .credentials
+        .get(reference.registry())
+        .or_else(|| options.credentials.get(reference.resolve_registry()));
+    let registry = manifest_fetch::Registry::connect(&reference, plain, credential).await?;
+    client
+        .store_auth_if_needed(reference.resolve_registry(), &registry.auth)
+        .await;
+    let found = registry
+        .manifest(&reference, &unmatched)
         .await
         .map_err(|e| match unmatched.offered() {
             Some(offered) => ImageError::Unsupported(format!(
@@ -184,8 +181,9 @@ pub async fn pull(
                     false => offered.join(", "),
                 }
             )),
-            None => registry_error(&reference, e),
+            None => e,
         })?;
+    let (manifest, digest, list_digest) = (found.manifest, found.digest, found.list_digest);
     if let Some(pinned) = reference.digest() {
         if pinned != digest && Some(pinned) != list_digest.as_deref() {
             return Err(ImageError::DigestMismatch {
@@ -203,6 +201,7 @@ pub async fn pull(
     let mut config = image_config(&config_bytes)?;
     config.manifest_digest = Some(digest);
     let mut layers = Vec::with_capacity(manifest.layers.len());
+    let mut budget = images.image_budget();
     for desc in &manifest.layers {
         if !LAYER_TYPES.contains(&desc.media_type.as_str()) {
             return Err(ImageError::Unsupported(format!(
@@ -210,7 +209,9 @@ pub async fn pull(
                 desc.digest, desc.media_type
             )));
         }
-        layers.push(fetch_layer(&images, &client, &reference, desc).await?);
+        let (layer, left) = fetch_layer(&images, &client, &reference, desc, budget).await?;
+        budget = left;
+        layers.push(layer);
     }
     let name = reference::stored_name(&reference);
     let images2 = images.clone();
@@ -257,19 +258,22 @@ async fn fetch_layer(
     client: &Client,
     reference: &Reference,
     desc: &OciDescriptor,
-) -> Result<String, ImageError> {
+    mut budget: Budget,
+) -> Result<(String, Budget), ImageError> {
     if let Some(layer) = images.layer_for_blob(&desc.digest)? {
-        return Ok(layer);
+        return Ok((layer, budget));
     }
     let (imgs, digest) = (images.clone(), desc.digest.clone());
     let lock = tokio::task::spawn_blocking(move || imgs.lock_blob(&digest))
         .await
         .map_err(|e| ImageError::Malformed(format!("locking a blob: {e}")))??;
     if let Some(layer) = images.layer_for_blob(&desc.digest)? {
-        return Ok(layer);
+        return Ok((layer, budget));
     }
     let expected = sha256_hex(&desc.digest)?.to_owned();
     let size = u64::try_from(desc.size).unwrap_or(0);
+    // The declared size bounds the download (more is refused as it streams).
+    images.admit_blob(&desc.digest, size)?;
     let (mut file, temp) = images.temp_file()?;
     let mut stream = client
         .pull_blob_stream(reference, desc)
@@ -322,10 +326,10 @@ async fn fetch_layer(
     drop(file);
     let (imgs, digest) = (images.clone(), desc.digest.clone());
     let layer = tokio::task::spawn_blocking(move || {
-        let layer = imgs.ingest_blob(&digest, &temp.path);
+        let layer = imgs.ingest_blob(&digest, &temp.path, &mut budget);
         drop(temp);
         drop(lock);
-        layer
+        layer.map(|l| (l, budget))
     })
     .await
     .map_err(|e| ImageError::Malformed(format!("unpacking a layer: {e}")))??;

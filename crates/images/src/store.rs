@@ -14,7 +14,8 @@
 //! import after a crash leaves nothing behind; other `.tmp-*` scratch older than a day
 //! is swept too.
 
-use crate::unpack::{self, UnpackLimits};
+use crate::room::{self, RoomPolicy};
+use crate::unpack::{self, Budget, UnpackLimits};
 use crate::{io, sha256_hex, ImageError};
 use nix::fcntl::{Flock, FlockArg};
 use sandboxd_runtime::linux::images as rt_images;
@@ -29,6 +30,8 @@ pub struct Images {
     data_dir: PathBuf,
     layers: LayerStore,
     pub limits: UnpackLimits,
+    /// What an image may take of the data dir (its room, its own caps).
+    pub room: RoomPolicy,
     /// This store's owner id (in its scratch names) and the lock that proves it alive.
     owner: String,
     _owner_lock: Flock<std::fs::File>,
@@ -74,6 +77,7 @@ impl Images {
             data_dir: data_dir.to_path_buf(),
             layers,
             limits: UnpackLimits::default(),
+            room: RoomPolicy::from_env()?,
             owner,
             _owner_lock: lock,
             gc_lock: Some(gc_lock),
@@ -183,11 +187,42 @@ impl Images {
         })
     }
 
+    /// A fresh budget for one image: its caps, and no room yet (each unpack measures).
+    pub fn image_budget(&self) -> Budget {
+        Budget {
+            room_bytes: 0,
+            room_inodes: 0,
+            image_bytes: self.room.max_image_bytes,
+            image_entries: self.room.max_image_entries,
+        }
+    }
+
+    /// `budget` with the room the data dir has now.
+    pub fn measure_room(&self, budget: &mut Budget) -> Result<(), ImageError> {
+        let now = room::measure(&self.data_dir, &self.room)?;
+        budget.room_bytes = now.bytes;
+        budget.room_inodes = now.inodes;
+        Ok(())
+    }
+
+    /// Refuses a blob of `size` bytes about to be downloaded or copied into the store
+    /// when it would take room promised to others.
+    pub fn admit_blob(&self, digest: &str, size: u64) -> Result<(), ImageError> {
+        room::admit_blob(&self.data_dir, &self.room, digest, size)
+    }
+
     /// Unpacks the verified layer blob `file` (gzip, zstd or plain tar) into the layer
-    /// store and records it under `digest`; returns the stored layer's digest.
-    pub fn ingest_blob(&self, digest: &str, file: &Path) -> Result<String, ImageError> {
+    /// store and records it under `digest`; returns the stored layer's digest. What it
+    /// writes comes out of the data dir's room (measured now) and the image's `budget`.
+    pub fn ingest_blob(
+        &self,
+        digest: &str,
+        file: &Path,
+        budget: &mut Budget,
+    ) -> Result<String, ImageError> {
         let hex = sha256_hex(digest)?;
         let reader = std::fs::File::open(file).map_err(io("opening a blob", file))?;
+        self.measure_room(budget)?;
         let scratch = self.scratch_dir()?;
         let unpacked = unpack::decompressed(std::io::BufReader::new(reader))
             .map_err(|source| ImageError::Layer {
@@ -195,10 +230,8 @@ impl Images {
                 source: unpack::UnpackError::Read(source),
             })
             .and_then(|r| {
-                unpack::unpack(r, &scratch, self.limits).map_err(|source| ImageError::Layer {
-                    digest: digest.to_owned(),
-                    source,
-                })
+                unpack::unpack(r, &scratch, self.limits, budget)
+                    .map_err(|source| layer_error(digest, source))
             });
         let unpacked = match unpacked {
             Ok(u) => u,
@@ -307,6 +340,22 @@ impl Images {
             return 0;
         };
         walk_size(&dir)
+    }
+}
+
+/// An unpack's failure: short of room is said as such, anything else is the layer's.
+pub(crate) fn layer_error(digest: &str, source: unpack::UnpackError) -> ImageError {
+    match source {
+        unpack::UnpackError::NoRoom(why) => {
+            room::no_room(format!("unpacking layer {digest}: {why}"))
+        }
+        unpack::UnpackError::ImageTooLarge(why) => {
+            ImageError::TooLarge(format!("unpacking layer {digest}: {why}"))
+        }
+        source => ImageError::Layer {
+            digest: digest.to_owned(),
+            source,
+        },
     }
 }
 

@@ -27,6 +27,9 @@ pub struct UnpackLimits {
     pub max_entries: u64,
     /// Bytes of file content once unpacked (sparse files count at their full size).
     pub max_bytes: u64,
+    /// Whether FIFOs are made (a layer's are part of the image; an archive unpacked
+    /// for import has no use for them and leaves them out).
+    pub fifos: bool,
 }
 
 impl Default for UnpackLimits {
@@ -34,9 +37,51 @@ impl Default for UnpackLimits {
         UnpackLimits {
             max_entries: 1_000_000,
             max_bytes: 64 << 30,
+            fifos: true,
         }
     }
 }
+
+/// What one unpack may still take, counted down as it writes: room in the data dir
+/// (data blocks and inodes, see `room`) and what is left of the image's own caps
+/// across its layers (apparent bytes and entries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub room_bytes: u64,
+    pub room_inodes: u64,
+    pub image_bytes: u64,
+    pub image_entries: u64,
+}
+
+impl Budget {
+    /// No bound beyond the per-layer limits.
+    pub fn unlimited() -> Self {
+        Budget {
+            room_bytes: u64::MAX,
+            room_inodes: u64::MAX,
+            image_bytes: u64::MAX,
+            image_entries: u64::MAX,
+        }
+    }
+
+    /// Takes `n` bytes of the data dir's room for `path`.
+    fn take_room(&mut self, n: u64, path: &Path) -> Result<(), UnpackError> {
+        match self.room_bytes.checked_sub(n) {
+            Some(left) => {
+                self.room_bytes = left;
+                Ok(())
+            }
+            None => Err(UnpackError::NoRoom(format!(
+                "writing {} would take room promised to sandboxes or kept as the reserve",
+                path.display()
+            ))),
+        }
+    }
+}
+
+/// Data blocks are written and charged in units of this (the usual block size): an
+/// all-zero unit is left a hole.
+const BLOCK: usize = 4096;
 
 /// Why a layer was refused.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +92,10 @@ pub enum UnpackError {
     TooManyEntries(u64),
     #[error("layer unpacks to more than {0} bytes")]
     TooLarge(u64),
+    #[error("not enough room in the data dir: {0}")]
+    NoRoom(String),
+    #[error("the image is too large: {0}")]
+    ImageTooLarge(String),
     #[error("reading the layer: {0}")]
     Read(#[source] std::io::Error),
     #[error("layer entry {path:?}: {source}")]
@@ -95,11 +144,14 @@ fn clean(path: &Path) -> Result<PathBuf, UnpackError> {
     Ok(out)
 }
 
-/// Applies the (decompressed) layer tar `reader` to the empty directory `root`.
+/// Applies the (decompressed) layer tar `reader` to the empty directory `root`, taking
+/// what it writes from `budget`. Zeros are written as holes (a GNU sparse entry's holes
+/// and any other all-zero block), so only data takes room.
 pub fn unpack(
     reader: impl Read,
     root: &Path,
     limits: UnpackLimits,
+    budget: &mut Budget,
 ) -> Result<Unpacked, UnpackError> {
     let root_fd = fs::open(
         root,
@@ -119,6 +171,15 @@ pub fn unpack(
             return Err(UnpackError::TooManyEntries(limits.max_entries));
         }
         let raw = entry.path().map_err(UnpackError::Read)?.into_owned();
+        budget.image_entries = budget.image_entries.checked_sub(1).ok_or_else(|| {
+            UnpackError::ImageTooLarge("it has more entries than an image may hold".into())
+        })?;
+        budget.room_inodes = budget.room_inodes.checked_sub(1).ok_or_else(|| {
+            UnpackError::NoRoom(format!(
+                "making {} would take inodes promised to sandboxes or kept as the reserve",
+                raw.display()
+            ))
+        })?;
         let path = clean(&raw)?;
         let kind = entry.header().entry_type();
         if kind.is_file() || kind == tar::EntryType::GNUSparse {
@@ -127,8 +188,20 @@ pub fn unpack(
                 return Err(UnpackError::TooLarge(limits.max_bytes));
             }
             done.bytes += size;
+            budget.image_bytes = budget.image_bytes.checked_sub(size).ok_or_else(|| {
+                UnpackError::ImageTooLarge(format!(
+                    "{} makes it unpack to more than an image may hold",
+                    raw.display()
+                ))
+            })?;
         }
-        apply(&root_fd, &path, &raw, &mut entry, &mut done)?;
+        if kind == tar::EntryType::Directory {
+            budget.take_room(BLOCK as u64, &raw)?;
+        }
+        if kind == tar::EntryType::Fifo && !limits.fifos {
+            continue;
+        }
+        apply(&root_fd, &path, &raw, &mut entry, &mut done, budget)?;
     }
     Ok(done)
 }
@@ -209,6 +282,7 @@ fn apply<R: Read>(
     raw: &Path,
     entry: &mut tar::Entry<'_, R>,
     done: &mut Unpacked,
+    budget: &mut Budget,
 ) -> Result<(), UnpackError> {
     let werr = |e: std::io::Error| match e.raw_os_error() {
         Some(libc::ELOOP) => refused(raw, "goes through a symlink"),
@@ -303,11 +377,8 @@ fn apply<R: Read>(
                 Mode::from_raw_mode(0o600),
             )
             .map_err(|e| werr(e.into()))?;
-            let mut file = std::fs::File::from(fd);
-            std::io::copy(entry, &mut file).map_err(|e| UnpackError::Write {
-                path: raw.display().to_string(),
-                source: e,
-            })?;
+            let file = std::fs::File::from(fd);
+            write_sparse(entry, &file, raw, budget)?;
             let (u, g) = owner();
             fs::fchown(file.as_fd(), u, g).map_err(|e| werr(e.into()))?;
             // After chown, which would clear setuid/setgid bits.
@@ -369,6 +440,60 @@ fn apply<R: Read>(
         _ => {}
     }
     Ok(())
+}
+
+/// Copies `src` into the empty `file`, leaving every all-zero block a hole, and takes
+/// each block written from `budget`'s room before writing it.
+fn write_sparse(
+    src: &mut impl Read,
+    file: &std::fs::File,
+    raw: &Path,
+    budget: &mut Budget,
+) -> Result<(), UnpackError> {
+    use std::os::unix::fs::FileExt;
+    let werr = |e: std::io::Error| UnpackError::Write {
+        path: raw.display().to_string(),
+        source: e,
+    };
+    let mut buf = vec![0u8; 16 * BLOCK];
+    let mut offset = 0u64;
+    loop {
+        // A full buffer each round (short reads too), so blocks stay aligned to the file.
+        let mut n = 0;
+        while n < buf.len() {
+            match src.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(UnpackError::Read(e)),
+            }
+        }
+        if n == 0 {
+            break;
+        }
+        let mut at = 0;
+        while at < n {
+            // A run of blocks with data, written in one call.
+            let start = at;
+            while at < n && buf[at..n.min(at + BLOCK)].iter().any(|&b| b != 0) {
+                at = n.min(at + BLOCK);
+            }
+            if at > start {
+                budget.take_room(((at - start).div_ceil(BLOCK) * BLOCK) as u64, raw)?;
+                file.write_all_at(&buf[start..at], offset + start as u64)
+                    .map_err(werr)?;
+            }
+            // Then a run of zero blocks: a hole.
+            while at < n && buf[at..n.min(at + BLOCK)].iter().all(|&b| b == 0) {
+                at = n.min(at + BLOCK);
+            }
+        }
+        offset += n as u64;
+        if n < buf.len() {
+            break;
+        }
+    }
+    file.set_len(offset).map_err(werr)
 }
 
 /// Like [`open_dir`] but never creates anything.

@@ -11,6 +11,8 @@ mod disk;
 mod disk_space;
 mod disk_spares;
 mod disk_trash;
+/// The file name of a sandbox's disk image in its state dir (read by image pulls' room checks).
+pub use disk::IMAGE_NAME as DISK_IMAGE_NAME;
 pub mod gvisor;
 pub mod handshake;
 pub mod image_files;
