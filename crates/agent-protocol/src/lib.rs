@@ -20,7 +20,8 @@
 //!   `Upgrade: sandboxd-pty` → 101, then PTY frames (see [`pty`]): an interactive login
 //!   shell on a new terminal (as that user when given; exec and processes take `user`)
 //!
-//! Every error is a JSON [`AgentError`] body with a stable `code`.
+//! Every error is a JSON [`AgentError`] body with a stable `code`. The client reads no
+//! answer whole past a cap (see [`limits`]): the agent is untrusted.
 //!
 //! Semantics fixed by the agent:
 //! - Output frames are chunks exactly as read (at most 32 KiB each, arbitrary bytes),
@@ -47,6 +48,7 @@
 //!   are renamed into place (the parent directory must exist).
 
 pub mod client;
+pub mod limits;
 mod pool;
 pub mod pty;
 pub mod query;
