@@ -16,6 +16,17 @@ pub const EXEC_FRAMING_BYTES: u64 = 64 * 1024;
 /// The agent's cap on an exec's output when a request sends `max_output_bytes: 0`.
 pub const DEFAULT_EXEC_OUTPUT: u64 = 16 * 1024 * 1024;
 
+/// Most bytes of a managed process's command line the agent keeps for listing (the
+/// process runs with all of it): a prefix of whole arguments, the last one cut at a
+/// character boundary, and at most [`KEPT_ARGS`] arguments.
+pub const KEPT_ARGV_BYTES: usize = 1024;
+/// Most arguments of a managed process's command line the agent keeps for listing.
+pub const KEPT_ARGS: usize = 64;
+/// Most ended processes whose metadata the agent keeps (the oldest ended are forgotten
+/// first): with running ones bounded by the sandbox's PID limit, a process list
+/// stays well under [`MAX_ANSWER_BYTES`].
+pub const KEPT_ENDED_PROCESSES: usize = 1024;
+
 /// The most bytes an exec's answer can take when its output (stdout and stderr
 /// together) is capped at `max_output_bytes` (0: the agent's default): both in base64,
 /// plus framing.
