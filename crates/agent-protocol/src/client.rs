@@ -131,8 +131,20 @@ impl AgentClient {
     }
 
     pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>, ClientError> {
-        let body = transport::empty();
-        self.short(Method::GET, "/v1/processes", body, MAX_ANSWER_BYTES)
+        self.list_processes_page(None, 0).await
+    }
+
+    /// At most `limit` managed processes (0: all) sorted by id, those after `after`.
+    pub async fn list_processes_page(
+        &self,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<ProcessInfo>, ClientError> {
+        let uri = match after {
+            Some(a) => format!("/v1/processes?after={a}&limit={limit}"),
+            None => format!("/v1/processes?limit={limit}"),
+        };
+        self.short(Method::GET, &uri, transport::empty(), MAX_ANSWER_BYTES)
             .await
     }
 

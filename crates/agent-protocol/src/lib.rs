@@ -5,7 +5,8 @@
 //! - `GET  /v1/health` → [`Health`]
 //! - `POST /v1/exec` [`ExecRequest`] → [`ExecResult`] (captured command, output cap, timeout)
 //! - `POST /v1/processes` [`StartProcess`] → [`ProcessInfo`]
-//! - `GET  /v1/processes` → `Vec<ProcessInfo>` (managed processes, sorted by id)
+//! - `GET  /v1/processes[?after=ID&limit=N]` → `Vec<ProcessInfo>` (managed processes,
+//!   sorted by id; those after `after`, at most `N` of them; `0` or none: all)
 //! - `GET  /v1/processes/{id}` → [`ProcessInfo`]
 //! - `POST /v1/processes/{id}/signal` [`SignalRequest`] → 204
 //! - `POST /v1/processes/{id}/wait?timeout_ms=N` → [`ProcessInfo`] (terminal) or

@@ -130,8 +130,15 @@ impl Registry {
             .ok_or_else(|| not_found(id))
     }
 
-    pub(crate) fn list(&self) -> Vec<ProcessInfo> {
-        self.entries.iter().map(|(id, e)| e.info(*id)).collect()
+    /// At most `limit` processes sorted by id, those after `after` when given.
+    pub(crate) fn list_page(&self, after: Option<Uuid>, limit: usize) -> Vec<ProcessInfo> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let from = after.map_or(Unbounded, Excluded);
+        self.entries
+            .range((from, Unbounded))
+            .take(limit)
+            .map(|(id, e)| e.info(*id))
+            .collect()
     }
 
     /// Appends output to the process's ring, unless that would drop bytes its holder
@@ -248,7 +255,11 @@ mod bound_tests {
             r.insert(*id, vec!["/bin/true".into()], 10 + i as u32, false);
             r.finish(*id, Some(Exit::Code(0)));
         }
-        assert_eq!(r.list().len(), 4, "the running one and the newest 3 ended");
+        assert_eq!(
+            r.list_page(None, usize::MAX).len(),
+            4,
+            "the running one and the newest 3 ended"
+        );
         for old in &ids[..2] {
             assert_eq!(
                 r.get(*old).unwrap_err().code,

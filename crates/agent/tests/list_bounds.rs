@@ -81,3 +81,21 @@ async fn the_oldest_ended_processes_are_forgotten_past_the_cap() {
     c.signal(running.id, &req).await.unwrap();
     c.wait(running.id, LONG).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_list_page_holds_only_the_processes_asked_for() {
+    let agent = start().await;
+    let c = &agent.client;
+    for _ in 0..7 {
+        let p = c.start_process(&process(&["/bin/true"])).await.unwrap();
+        c.wait(p.id, LONG).await.unwrap();
+    }
+    let all = c.list_processes().await.unwrap();
+    assert_eq!(all.len(), 7);
+    let first = c.list_processes_page(None, 3).await.unwrap();
+    assert_eq!(first, all[..3].to_vec());
+    let next = c.list_processes_page(Some(first[2].id), 3).await.unwrap();
+    assert_eq!(next, all[3..6].to_vec());
+    let last = c.list_processes_page(Some(all[5].id), 3).await.unwrap();
+    assert_eq!(last, all[6..].to_vec());
+}
