@@ -1,6 +1,7 @@
 //! Async client for the agent protocol over a Unix socket: short calls reuse kept
 //! HTTP/1.1 connections (`pool`), streams get one of their own.
 
+use crate::limits::{self, MAX_ANSWER_BYTES, SMALL_ANSWER_BYTES};
 use crate::pool;
 use crate::query::encode_component;
 use crate::transport::{self, Body};
@@ -35,6 +36,10 @@ pub enum ClientError {
     /// The agent answered something that does not follow the protocol.
     #[error("agent protocol violation: {0}")]
     Protocol(String),
+    /// An answer read whole (or one line of a stream) passed its cap: the call fails
+    /// rather than hold an agent's answer of any size in memory.
+    #[error("the agent's answer passed {limit} bytes")]
+    TooLarge { limit: u64 },
 }
 
 impl ClientError {
@@ -93,41 +98,60 @@ impl AgentClient {
         transport::send(&self.socket, self.request(method, uri, body)?).await
     }
 
-    /// A short call (body in memory, answer read whole) on a kept connection; its JSON
-    /// answer decoded.
+    /// A short call (body in memory, answer read whole, at most `limit` bytes) on a
+    /// kept connection; its JSON answer decoded.
     async fn short<T: serde::de::DeserializeOwned>(
         &self,
         method: Method,
         uri: &str,
         body: Body,
+        limit: u64,
     ) -> Result<T, ClientError> {
-        let (status, body) = pool::exchange(&self.socket, self.request(method, uri, body)?).await?;
+        let req = self.request(method, uri, body)?;
+        let (status, body) = pool::exchange(&self.socket, req, limit).await?;
         transport::parse(&transport::check(status, body)?)
     }
 
     pub async fn health(&self) -> Result<Health, ClientError> {
-        self.short(Method::GET, "/v1/health", transport::empty())
+        let body = transport::empty();
+        self.short(Method::GET, "/v1/health", body, SMALL_ANSWER_BYTES)
             .await
     }
 
     pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResult, ClientError> {
-        self.short(Method::POST, "/v1/exec", transport::json(req)?)
+        let limit = limits::exec_answer_bytes(req.max_output_bytes);
+        self.short(Method::POST, "/v1/exec", transport::json(req)?, limit)
             .await
     }
 
     pub async fn start_process(&self, req: &StartProcess) -> Result<ProcessInfo, ClientError> {
-        self.short(Method::POST, "/v1/processes", transport::json(req)?)
+        let body = transport::json(req)?;
+        self.short(Method::POST, "/v1/processes", body, SMALL_ANSWER_BYTES)
             .await
     }
 
     pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>, ClientError> {
-        self.short(Method::GET, "/v1/processes", transport::empty())
+        self.list_processes_page(None, 0).await
+    }
+
+    /// At most `limit` managed processes (0: all) sorted by id, those after `after`.
+    pub async fn list_processes_page(
+        &self,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<ProcessInfo>, ClientError> {
+        let uri = match after {
+            Some(a) => format!("/v1/processes?after={a}&limit={limit}"),
+            None => format!("/v1/processes?limit={limit}"),
+        };
+        self.short(Method::GET, &uri, transport::empty(), MAX_ANSWER_BYTES)
             .await
     }
 
     pub async fn get_process(&self, id: Uuid) -> Result<ProcessInfo, ClientError> {
         let uri = format!("/v1/processes/{id}");
-        self.short(Method::GET, &uri, transport::empty()).await
+        self.short(Method::GET, &uri, transport::empty(), SMALL_ANSWER_BYTES)
+            .await
     }
 
     pub async fn signal(&self, id: Uuid, req: &SignalRequest) -> Result<(), ClientError> {
@@ -135,6 +159,7 @@ impl AgentClient {
         let (status, body) = pool::exchange(
             &self.socket,
             self.request(Method::POST, &uri, transport::json(req)?)?,
+            SMALL_ANSWER_BYTES,
         )
         .await?;
         transport::check(status, body).map(drop)
@@ -143,7 +168,8 @@ impl AgentClient {
     /// Waits until the process is terminal; `Agent(WaitTimedOut)` when `timeout` passes.
     pub async fn wait(&self, id: Uuid, timeout: Duration) -> Result<ProcessInfo, ClientError> {
         let uri = format!("/v1/processes/{id}/wait?timeout_ms={}", timeout.as_millis());
-        self.short(Method::POST, &uri, transport::empty()).await
+        self.short(Method::POST, &uri, transport::empty(), SMALL_ANSWER_BYTES)
+            .await
     }
 
     /// Retained output (whole chunks within `tail_bytes`, 0 = all), then live output when
@@ -220,6 +246,7 @@ impl AgentClient {
     ) -> Result<FileWritten, ClientError> {
         let uri = format!("/v1/files?path={}&mode={mode:o}", encode_component(path));
         let body = BodyExt::boxed_unsync(StreamBody::new(body.map_ok(hyper::body::Frame::data)));
-        transport::decode(self.call(Method::PUT, &uri, body).await?).await
+        let resp = self.call(Method::PUT, &uri, body).await?;
+        transport::decode(resp, SMALL_ANSWER_BYTES).await
     }
 }

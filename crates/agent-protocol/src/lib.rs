@@ -5,7 +5,8 @@
 //! - `GET  /v1/health` → [`Health`]
 //! - `POST /v1/exec` [`ExecRequest`] → [`ExecResult`] (captured command, output cap, timeout)
 //! - `POST /v1/processes` [`StartProcess`] → [`ProcessInfo`]
-//! - `GET  /v1/processes` → `Vec<ProcessInfo>` (managed processes, sorted by id)
+//! - `GET  /v1/processes[?after=ID&limit=N]` → `Vec<ProcessInfo>` (managed processes,
+//!   sorted by id; those after `after`, at most `N` of them; `0` or none: all)
 //! - `GET  /v1/processes/{id}` → [`ProcessInfo`]
 //! - `POST /v1/processes/{id}/signal` [`SignalRequest`] → 204
 //! - `POST /v1/processes/{id}/wait?timeout_ms=N` → [`ProcessInfo`] (terminal) or
@@ -20,7 +21,8 @@
 //!   `Upgrade: sandboxd-pty` → 101, then PTY frames (see [`pty`]): an interactive login
 //!   shell on a new terminal (as that user when given; exec and processes take `user`)
 //!
-//! Every error is a JSON [`AgentError`] body with a stable `code`.
+//! Every error is a JSON [`AgentError`] body with a stable `code`. The client reads no
+//! answer whole past a cap (see [`limits`]): the agent is untrusted.
 //!
 //! Semantics fixed by the agent:
 //! - Output frames are chunks exactly as read (at most 32 KiB each, arbitrary bytes),
@@ -47,6 +49,7 @@
 //!   are renamed into place (the parent directory must exist).
 
 pub mod client;
+pub mod limits;
 mod pool;
 pub mod pty;
 pub mod query;

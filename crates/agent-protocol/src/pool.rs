@@ -28,11 +28,13 @@ type Key = (Id, PathBuf);
 
 static IDLE: LazyLock<Mutex<HashMap<Key, Vec<Sender>>>> = LazyLock::new(Default::default);
 
-/// Sends `req` to the agent at `socket` and reads the whole answer, on an idle
-/// connection when a live one is kept, else on a new one kept afterwards.
+/// Sends `req` to the agent at `socket` and reads the whole answer (at most `limit`
+/// bytes, else `TooLarge`), on an idle connection when a live one is kept, else on a
+/// new one kept afterwards.
 pub(crate) async fn exchange(
     socket: &Path,
     mut req: Request<Body>,
+    limit: u64,
 ) -> Result<(StatusCode, Bytes), ClientError> {
     let key = Handle::try_current()
         .ok()
@@ -42,7 +44,7 @@ pub(crate) async fn exchange(
             continue; // closed since it was kept: the agent went away or restarted
         }
         match sender.try_send_request(req).await {
-            Ok(resp) => return finish(key, sender, resp).await,
+            Ok(resp) => return finish(key, sender, resp, limit).await,
             Err(mut e) => match e.take_message() {
                 Some(unsent) => req = unsent,
                 None => return Err(transport::request_failed(e.error())),
@@ -54,17 +56,19 @@ pub(crate) async fn exchange(
         .send_request(req)
         .await
         .map_err(|e| transport::request_failed(&e))?;
-    finish(key, sender, resp).await
+    finish(key, sender, resp, limit).await
 }
 
-/// Reads the body whole, then keeps the connection for the next call.
+/// Reads the body whole, then keeps the connection for the next call (not when the
+/// body failed or passed `limit`: its rest is unread, the connection is dropped).
 async fn finish(
     key: Option<Key>,
     sender: Sender,
     resp: hyper::Response<hyper::body::Incoming>,
+    limit: u64,
 ) -> Result<(StatusCode, Bytes), ClientError> {
     let status = resp.status();
-    let body = transport::collect(resp).await?;
+    let body = transport::collect(resp, limit).await?;
     if let Some(key) = key {
         put_back(key, sender);
     }

@@ -119,7 +119,7 @@ impl AgentClient {
             .map_err(|e| ClientError::Protocol(format!("request failed: {e}")))?;
         if resp.status() != hyper::StatusCode::SWITCHING_PROTOCOLS {
             let status = resp.status();
-            let body = crate::transport::collect(resp).await?;
+            let body = crate::transport::collect(resp, crate::limits::SMALL_ANSWER_BYTES).await?;
             return Err(match serde_json::from_slice(&body) {
                 Ok(err) => ClientError::Agent(err),
                 Err(_) => ClientError::Protocol(format!("PTY upgrade refused: HTTP {status}")),

@@ -1,12 +1,13 @@
 //! HTTP/1.1 exchanges over Unix-socket connections (see `pool` for kept ones), and
-//! body and NDJSON decoding.
+//! body and NDJSON decoding, each read capped (see `limits`).
 
 use crate::client::{ClientError, FrameStream};
+use crate::limits::{MAX_FRAME_BYTES, SMALL_ANSWER_BYTES};
 use crate::types::{AgentError, Frame};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, BodyStream, Empty, Full};
+use http_body_util::{BodyExt, BodyStream, Empty, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper::{Request, Response, StatusCode};
@@ -43,7 +44,10 @@ pub(crate) async fn send(
         return Ok(resp);
     }
     let status = resp.status();
-    Err(agent_error(status, &collect(resp).await?))
+    Err(agent_error(
+        status,
+        &collect(resp, SMALL_ANSWER_BYTES).await?,
+    ))
 }
 
 /// A new connection to the agent at `socket`, its HTTP/1 handshake done.
@@ -85,20 +89,26 @@ fn agent_error(status: StatusCode, body: &[u8]) -> ClientError {
     }
 }
 
-/// Reads a whole (small) response body.
-pub(crate) async fn collect(resp: Response<Incoming>) -> Result<Bytes, ClientError> {
-    resp.into_body()
+/// Reads a whole response body of at most `limit` bytes; `TooLarge` as soon as it
+/// declares or sends more (the rest is never read, and the connection is not kept).
+pub(crate) async fn collect(resp: Response<Incoming>, limit: u64) -> Result<Bytes, ClientError> {
+    let cap = usize::try_from(limit).unwrap_or(usize::MAX);
+    Limited::new(resp.into_body(), cap)
         .collect()
         .await
         .map(|c| c.to_bytes())
-        .map_err(|e| ClientError::Protocol(format!("cannot read body: {e}")))
+        .map_err(|e| match e.downcast::<LengthLimitError>() {
+            Ok(_) => ClientError::TooLarge { limit },
+            Err(e) => ClientError::Protocol(format!("cannot read body: {e}")),
+        })
 }
 
-/// Decodes a JSON response body.
+/// Decodes a JSON response body of at most `limit` bytes.
 pub(crate) async fn decode<T: serde::de::DeserializeOwned>(
     resp: Response<Incoming>,
+    limit: u64,
 ) -> Result<T, ClientError> {
-    parse(&collect(resp).await?)
+    parse(&collect(resp, limit).await?)
 }
 
 /// Decodes a JSON body already read.
@@ -106,45 +116,71 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Cl
     serde_json::from_slice(body).map_err(|e| ClientError::Protocol(format!("bad JSON: {e}")))
 }
 
-/// Turns an NDJSON body into a stream of frames, decoding each line as it completes.
+/// An NDJSON body being split into lines: `buf[..scanned]` is known to hold no newline
+/// (each byte is looked at once, however long a line grows).
+struct Lines {
+    body: BodyStream<Incoming>,
+    buf: BytesMut,
+    scanned: usize,
+    done: bool,
+}
+
+/// Turns an NDJSON body into a stream of frames, decoding each line as it completes; a
+/// line longer than [`MAX_FRAME_BYTES`] ends the stream with `TooLarge`.
 pub(crate) fn frames(resp: Response<Incoming>) -> FrameStream {
-    let body = BodyStream::new(resp.into_body());
-    let state = (body, BytesMut::new(), false);
-    futures_util::stream::unfold(state, |(mut body, mut buf, mut done)| async move {
+    let state = Lines {
+        body: BodyStream::new(resp.into_body()),
+        buf: BytesMut::new(),
+        scanned: 0,
+        done: false,
+    };
+    futures_util::stream::unfold(state, |mut s| async move {
         loop {
-            if let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                let line = buf.split_to(pos + 1);
+            if let Some(at) = s.buf[s.scanned..].iter().position(|b| *b == b'\n') {
+                let pos = s.scanned + at;
+                let line = s.buf.split_to(pos + 1);
+                s.scanned = 0;
                 let line = &line[..pos];
                 if line.is_empty() {
                     continue;
                 }
-                let item = serde_json::from_slice::<Frame>(line)
-                    .map_err(|e| ClientError::Protocol(format!("bad frame: {e}")));
-                return Some((item, (body, buf, done)));
+                return Some((decode_frame(line), s));
             }
-            if done {
-                if buf.has_remaining() {
-                    let rest = buf.split();
-                    let item = serde_json::from_slice::<Frame>(&rest)
-                        .map_err(|e| ClientError::Protocol(format!("bad frame: {e}")));
-                    return Some((item, (body, buf, true)));
+            s.scanned = s.buf.len();
+            if s.buf.len() as u64 > MAX_FRAME_BYTES {
+                (s.buf, s.scanned, s.done) = (BytesMut::new(), 0, true);
+                let err = ClientError::TooLarge {
+                    limit: MAX_FRAME_BYTES,
+                };
+                return Some((Err(err), s));
+            }
+            if s.done {
+                if s.buf.has_remaining() {
+                    let rest = s.buf.split();
+                    s.scanned = 0;
+                    return Some((decode_frame(&rest), s));
                 }
                 return None;
             }
-            match body.next().await {
+            match s.body.next().await {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        buf.extend_from_slice(&data);
+                        s.buf.extend_from_slice(&data);
                     }
                 }
                 Some(Err(e)) => {
                     let err = ClientError::Protocol(format!("stream broken: {e}"));
-                    buf.clear();
-                    return Some((Err(err), (body, buf, true)));
+                    (s.buf, s.scanned, s.done) = (BytesMut::new(), 0, true);
+                    return Some((Err(err), s));
                 }
-                None => done = true,
+                None => s.done = true,
             }
         }
     })
     .boxed()
+}
+
+fn decode_frame(line: &[u8]) -> Result<Frame, ClientError> {
+    serde_json::from_slice::<Frame>(line)
+        .map_err(|e| ClientError::Protocol(format!("bad frame: {e}")))
 }

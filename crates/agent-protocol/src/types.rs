@@ -82,6 +82,10 @@ pub struct ProcessInfo {
     pub signal: Option<i32>,
     /// Whether its output ring is still retained.
     pub output_retained: bool,
+    /// `argv` is a prefix of the command line it ran with: the agent keeps at most
+    /// [`crate::limits::KEPT_ARGV_BYTES`] of it (the process got all of it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub argv_truncated: bool,
 }
 
 /// `POST /v1/processes/{id}/signal`.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 /// Cap used when a request sends `max_output_bytes: 0`.
-pub(crate) const DEFAULT_MAX_OUTPUT: u64 = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_OUTPUT: u64 = sandboxd_agent_protocol::limits::DEFAULT_EXEC_OUTPUT;
 
 #[derive(Default)]
 struct Capture {

@@ -10,6 +10,7 @@ mod exec;
 mod feed;
 mod files;
 mod follow;
+mod kept_argv;
 mod processes;
 mod pty;
 mod reaper;
@@ -40,6 +41,8 @@ pub struct AgentConfig {
     pub ring_bytes: usize,
     /// How many process rings are retained (newest first); older ones are evicted.
     pub max_rings: usize,
+    /// How many ended processes are remembered (newest first); older ones are forgotten.
+    pub max_ended: usize,
     /// Size of the sandbox-level log ring.
     pub log_ring_bytes: usize,
     /// Confinement for every child (see [`ConfineFn`]).
@@ -52,6 +55,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("default_env", &self.default_env)
             .field("ring_bytes", &self.ring_bytes)
             .field("max_rings", &self.max_rings)
+            .field("max_ended", &self.max_ended)
             .field("log_ring_bytes", &self.log_ring_bytes)
             .field("confine", &self.confine.is_some())
             .finish()
@@ -73,6 +77,7 @@ impl Default for AgentConfig {
                 .collect(),
             ring_bytes: 512 * 1024,
             max_rings: 32,
+            max_ended: sandboxd_agent_protocol::limits::KEPT_ENDED_PROCESSES,
             log_ring_bytes: 1024 * 1024,
             confine: None,
         }

@@ -1,8 +1,11 @@
 //! Managed processes: their lifecycle state and output rings, of which only the newest
-//! `max_rings` are retained (older ones are evicted; their metadata stays).
+//! `max_rings` are retained (older ones are evicted; their metadata stays until the
+//! process is among more than `KEPT_ENDED_PROCESSES` ended ones), and a bounded prefix
+//! of their command lines: what a process list holds is bounded.
 
 use crate::error::error;
 use crate::feed::{Feed, Hold};
+use crate::kept_argv::kept_argv;
 use crate::reaper::Exit;
 use bytes::Bytes;
 use sandboxd_agent_protocol::{AgentError, AgentErrorCode, ProcessInfo, ProcessState, StreamKind};
@@ -12,7 +15,9 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 struct Entry {
+    /// A bounded prefix of the command line (see `kept_argv`).
     argv: Vec<String>,
+    argv_truncated: bool,
     pid: u32,
     started_at: SystemTime,
     ended_at: Option<SystemTime>,
@@ -38,6 +43,7 @@ impl Entry {
             exit_code: self.exit_code,
             signal: self.signal,
             output_retained: self.feed.is_some(),
+            argv_truncated: self.argv_truncated,
         }
     }
 }
@@ -45,8 +51,11 @@ impl Entry {
 pub(crate) struct Registry {
     entries: BTreeMap<Uuid, Entry>,
     retained: VecDeque<Uuid>,
+    /// Ended processes, oldest first; past `max_ended` the oldest are forgotten.
+    ended: VecDeque<Uuid>,
     ring_bytes: usize,
     max_rings: usize,
+    max_ended: usize,
 }
 
 fn not_found(id: Uuid) -> AgentError {
@@ -61,12 +70,15 @@ pub(crate) fn not_retained(id: Uuid) -> AgentError {
 }
 
 impl Registry {
-    pub(crate) fn new(ring_bytes: usize, max_rings: usize) -> Self {
+    /// A registry that forgets ended processes past `max_ended` (at least one is kept).
+    pub(crate) fn new(ring_bytes: usize, max_rings: usize, max_ended: usize) -> Self {
         Self {
             entries: BTreeMap::new(),
             retained: VecDeque::new(),
+            ended: VecDeque::new(),
             ring_bytes,
             max_rings,
+            max_ended: max_ended.max(1),
         }
     }
 
@@ -92,8 +104,10 @@ impl Registry {
             }
         }
         self.retained.push_back(id);
+        let (argv, argv_truncated) = kept_argv(&argv);
         let entry = Entry {
             argv,
+            argv_truncated,
             pid,
             started_at: SystemTime::now(),
             ended_at: None,
@@ -116,8 +130,15 @@ impl Registry {
             .ok_or_else(|| not_found(id))
     }
 
-    pub(crate) fn list(&self) -> Vec<ProcessInfo> {
-        self.entries.iter().map(|(id, e)| e.info(*id)).collect()
+    /// At most `limit` processes sorted by id, those after `after` when given.
+    pub(crate) fn list_page(&self, after: Option<Uuid>, limit: usize) -> Vec<ProcessInfo> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let from = after.map_or(Unbounded, Excluded);
+        self.entries
+            .range((from, Unbounded))
+            .take(limit)
+            .map(|(id, e)| e.info(*id))
+            .collect()
     }
 
     /// Appends output to the process's ring, unless that would drop bytes its holder
@@ -158,6 +179,7 @@ impl Registry {
         let Some(e) = self.entries.get_mut(&id) else {
             return;
         };
+        let newly_ended = !e.state.is_terminal();
         e.reaped = true;
         e.ended_at = Some(SystemTime::now());
         match exit {
@@ -169,6 +191,17 @@ impl Registry {
             feed.notify();
         }
         e.done.send_replace(true);
+        if newly_ended {
+            self.ended.push_back(id);
+        }
+        while self.ended.len() > self.max_ended {
+            let Some(old) = self.ended.pop_front() else {
+                break;
+            };
+            // Its followers and waiters were told it ended; later lookups find no process.
+            self.entries.remove(&old);
+            self.retained.retain(|r| *r != old);
+        }
     }
 
     /// The PID to signal, or `None` when the process is already terminal (a no-op).
@@ -191,7 +224,7 @@ mod tests {
 
     #[test]
     fn evicts_oldest_rings_and_keeps_metadata() {
-        let mut r = Registry::new(1024, 2);
+        let mut r = Registry::new(1024, 2, 8);
         let ids: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
         for (i, id) in ids.iter().enumerate() {
             r.insert(*id, vec!["/bin/true".into()], 100 + i as u32, false);
@@ -204,5 +237,47 @@ mod tests {
         assert_eq!((info.state, info.signal), (ProcessState::Killed, Some(9)));
         assert_eq!(r.signal_target(ids[1]).unwrap(), None);
         assert_eq!(r.signal_target(ids[2]).unwrap(), Some(102));
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+    use sandboxd_agent_protocol::limits::{KEPT_ARGS, KEPT_ARGV_BYTES};
+
+    #[test]
+    fn ended_processes_past_the_cap_are_forgotten_oldest_first() {
+        let mut r = Registry::new(1024, 4, 3);
+        let running = Uuid::new_v4();
+        r.insert(running, vec!["/bin/sleep".into()], 1, false);
+        let ids: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+        for (i, id) in ids.iter().enumerate() {
+            r.insert(*id, vec!["/bin/true".into()], 10 + i as u32, false);
+            r.finish(*id, Some(Exit::Code(0)));
+        }
+        assert_eq!(
+            r.list_page(None, usize::MAX).len(),
+            4,
+            "the running one and the newest 3 ended"
+        );
+        for old in &ids[..2] {
+            assert_eq!(
+                r.get(*old).unwrap_err().code,
+                AgentErrorCode::ProcessNotFound
+            );
+        }
+        assert!(r.contains(running) && r.contains(ids[4]));
+        assert!(r.retained.len() <= 4 && !r.retained.contains(&ids[0]));
+    }
+
+    #[test]
+    fn a_huge_command_line_is_kept_as_a_bounded_prefix() {
+        let mut r = Registry::new(1024, 4, 8);
+        let id = Uuid::new_v4();
+        let argv = vec!["a".repeat(120 * 1024); KEPT_ARGS * 2];
+        let info = r.insert(id, argv, 1, false);
+        let bytes: usize = info.argv.iter().map(String::len).sum();
+        assert!(bytes <= KEPT_ARGV_BYTES && info.argv_truncated);
+        assert_eq!(r.get(id).unwrap().argv, info.argv);
     }
 }

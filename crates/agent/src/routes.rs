@@ -99,7 +99,15 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             let info = processes::start(shared, json_body(req).await?)?;
             Ok(body::json(StatusCode::OK, &info))
         }
-        (&Method::GET, ["processes"]) => Ok(body::json(StatusCode::OK, &shared.registry().list())),
+        (&Method::GET, ["processes"]) => {
+            let after = query.get("after").map(process_id).transpose()?;
+            let limit = match query.number("limit")? {
+                None | Some(0) => usize::MAX,
+                Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            };
+            let page = shared.registry().list_page(after, limit);
+            Ok(body::json(StatusCode::OK, &page))
+        }
         (&Method::GET, ["processes", id]) => Ok(body::json(
             StatusCode::OK,
             &shared.registry().get(process_id(id)?)?,

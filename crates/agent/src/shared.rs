@@ -30,7 +30,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Shared {
     pub(crate) fn new(config: AgentConfig) -> Self {
-        let registry = Registry::new(config.ring_bytes, config.max_rings);
+        let registry = Registry::new(config.ring_bytes, config.max_rings, config.max_ended);
         let log = Feed::new(config.log_ring_bytes, false);
         Self {
             config,

@@ -40,6 +40,11 @@ pub(crate) fn map(e: ClientError) -> EngineError {
             ErrorCode::Unavailable,
             "the sandbox agent answered badly".into(),
         ),
+        // The agent is untrusted: an answer past its cap is refused, never held.
+        ClientError::TooLarge { limit } => (
+            ErrorCode::Unavailable,
+            format!("the sandbox agent's answer was larger than {limit} bytes"),
+        ),
     };
     EngineError::with_source(code, message, e)
 }
@@ -75,5 +80,10 @@ mod tests {
         let broken = ClientError::Protocol("connection closed before message completed".into());
         assert!(is_unreachable(&broken));
         assert!(!is_unreachable(&agent(AgentErrorCode::FileNotFound)));
+        let huge = ClientError::TooLarge { limit: 16 << 20 };
+        assert!(!is_unreachable(&huge));
+        let mapped = map(huge);
+        assert_eq!(mapped.code, ErrorCode::Unavailable);
+        assert!(mapped.message.contains("larger than 16777216 bytes"));
     }
 }

@@ -68,6 +68,8 @@ pub struct ProcessInfo {
     pub exit: Option<ProcessExit>,
     /// Whether its output ring is still retained.
     pub output_retained: bool,
+    /// `argv` is only a prefix of the command line (the agent keeps a bounded part).
+    pub argv_truncated: bool,
 }
 
 impl From<wire::ProcessInfo> for ProcessInfo {
@@ -86,6 +88,7 @@ impl From<wire::ProcessInfo> for ProcessInfo {
             ended_at: p.ended_at,
             exit,
             output_retained: p.output_retained,
+            argv_truncated: p.argv_truncated,
         }
     }
 }
@@ -159,6 +162,7 @@ mod tests {
             exit_code: code,
             signal,
             output_retained: true,
+            argv_truncated: false,
         }
     }
 

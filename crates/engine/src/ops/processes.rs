@@ -51,6 +51,8 @@ impl Engine {
     }
 
     /// The sandbox's managed processes sorted by id; the cursor is the last id seen.
+    /// The agent is asked for one page (plus one, to tell whether more follow); an
+    /// agent that sends more is cut to the page here.
     pub async fn list_processes(
         &self,
         ws: &WorkspaceId,
@@ -61,7 +63,8 @@ impl Engine {
         let after = page.cursor.as_deref().map(cursor::decode_id).transpose()?;
         let mut all: Vec<ProcessInfo> = self
             .with_agent(ws, id, Hold::Call, |client, _| {
-                Ok(async move { client.list_processes().await })
+                let ask = u32::try_from(limit + 1).unwrap_or(u32::MAX);
+                Ok(async move { client.list_processes_page(after, ask).await })
             })
             .await?
             .into_iter()

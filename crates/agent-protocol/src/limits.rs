@@ -1,0 +1,62 @@
+//! Caps on what the host reads from an agent: the agent inside a sandbox is untrusted
+//! (a tenant can even answer in its place), so no answer held in memory, and no line of
+//! a stream, may grow past a fixed size.
+
+/// Most bytes of any answer read whole (a process list included), unless the call's own
+/// cap is smaller. Past it the call fails with [`crate::ClientError::TooLarge`].
+pub const MAX_ANSWER_BYTES: u64 = 16 * 1024 * 1024;
+/// Most bytes of a small answer: health, a signal's or an upload's acknowledgement, the
+/// error body of a refused call, one process's info.
+pub const SMALL_ANSWER_BYTES: u64 = 1024 * 1024;
+/// Most bytes of one NDJSON line of an output or log stream (a chunk is at most 32 KiB
+/// of output, 44 KiB in base64; an `Exit` frame carries one process's info).
+pub const MAX_FRAME_BYTES: u64 = 1024 * 1024;
+/// Room for an exec answer's JSON beyond its base64 output (fields, quotes, padding).
+pub const EXEC_FRAMING_BYTES: u64 = 64 * 1024;
+/// The agent's cap on an exec's output when a request sends `max_output_bytes: 0`.
+pub const DEFAULT_EXEC_OUTPUT: u64 = 16 * 1024 * 1024;
+
+/// Most bytes of a managed process's command line the agent keeps for listing (the
+/// process runs with all of it): a prefix of whole arguments, the last one cut at a
+/// character boundary, and at most [`KEPT_ARGS`] arguments.
+pub const KEPT_ARGV_BYTES: usize = 1024;
+/// Most arguments of a managed process's command line the agent keeps for listing.
+pub const KEPT_ARGS: usize = 64;
+/// Most ended processes whose metadata the agent keeps (the oldest ended are forgotten
+/// first): with running ones bounded by the sandbox's PID limit, a process list
+/// stays well under [`MAX_ANSWER_BYTES`].
+pub const KEPT_ENDED_PROCESSES: usize = 1024;
+
+/// The most bytes an exec's answer can take when its output (stdout and stderr
+/// together) is capped at `max_output_bytes` (0: the agent's default): both in base64,
+/// plus framing.
+pub fn exec_answer_bytes(max_output_bytes: u64) -> u64 {
+    let cap = match max_output_bytes {
+        0 => DEFAULT_EXEC_OUTPUT,
+        n => n,
+    };
+    // Two base64 strings: each rounds its share up to a whole 4-byte group.
+    (cap / 3 + 2)
+        .saturating_mul(4)
+        .saturating_add(EXEC_FRAMING_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exec_answer_fits_its_output_in_base64() {
+        use base64::Engine as _;
+        let b64 = |n: usize| base64::engine::general_purpose::STANDARD.encode(vec![7u8; n]);
+        for cap in [1u64, 2, 3, 4, 1000, 65_537] {
+            for out in [0, 1, 2, cap / 2, cap].into_iter().filter(|o| *o <= cap) {
+                let err = (cap - out) as usize;
+                let both = b64(out as usize).len() + b64(err).len();
+                assert!((both as u64) < exec_answer_bytes(cap) - EXEC_FRAMING_BYTES + 1);
+            }
+        }
+        assert_eq!(exec_answer_bytes(0), exec_answer_bytes(DEFAULT_EXEC_OUTPUT));
+        assert_eq!(exec_answer_bytes(u64::MAX), u64::MAX);
+    }
+}
