@@ -74,6 +74,16 @@ pub trait Store: Send + Sync + 'static {
         after: Option<Keyset>,
     ) -> StoreResult<Vec<SandboxRecord>>;
 
+    /// Removes, with their aliases, at most `limit` records of sandboxes that ended
+    /// before `before` (TERMINATED, or FAILED unless their error starts with
+    /// `pending_teardown` and no later destroy removed them); returns how many.
+    fn prune_ended_sandboxes(
+        &self,
+        before: OffsetDateTime,
+        pending_teardown: &str,
+        limit: u32,
+    ) -> StoreResult<u64>;
+
     // Snapshots.
     fn insert_snapshot(&self, snap: &SnapshotRecord) -> StoreResult<()>;
     fn get_snapshot(&self, id: Uuid) -> StoreResult<Option<SnapshotRecord>>;

@@ -148,6 +148,15 @@ impl Store for SqliteStore {
     fn update_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()> {
         self.conns.write_with(|c| sandboxes::update(c, sb))
     }
+    fn prune_ended_sandboxes(
+        &self,
+        before: OffsetDateTime,
+        pending_teardown: &str,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        self.conns
+            .write_with(|c| sandboxes::prune_ended(c, before, pending_teardown, limit))
+    }
     fn update_sandbox_audited(&self, sb: &SandboxRecord, rec: &AuditRecord) -> StoreResult<()> {
         self.conns.write_with(|c| {
             let tx = c.transaction()?;
