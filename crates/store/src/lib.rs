@@ -152,6 +152,17 @@ pub trait Store: Send + Sync + 'static {
     // Idempotency.
     /// Inserts the record; false (and nothing changed) when the key is already taken.
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool>;
+    /// Inserts the record within its workspace's bounds: past `max_records` records the
+    /// workspace's oldest are removed first, and an answer that would take the
+    /// workspace's kept bodies past `max_bytes` is kept without its body (status 0).
+    /// `None` (and nothing changed) when the key is already taken; else whether the
+    /// body was kept.
+    fn put_idempotency_bounded(
+        &self,
+        rec: &IdempotencyRecord,
+        max_records: u64,
+        max_bytes: u64,
+    ) -> StoreResult<Option<bool>>;
     fn get_idempotency(&self, workspace: &str, key: &str)
         -> StoreResult<Option<IdempotencyRecord>>;
     /// Removes records created before `before`; returns how many.

@@ -295,6 +295,15 @@ impl Store for SqliteStore {
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool> {
         self.conns.write_with(|c| idempotency::put(c, rec))
     }
+    fn put_idempotency_bounded(
+        &self,
+        rec: &IdempotencyRecord,
+        max_records: u64,
+        max_bytes: u64,
+    ) -> StoreResult<Option<bool>> {
+        self.conns
+            .write_with(|c| idempotency::put_bounded(c, rec, max_records, max_bytes))
+    }
     fn get_idempotency(
         &self,
         workspace: &str,
