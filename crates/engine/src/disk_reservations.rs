@@ -4,7 +4,8 @@
 //! itself then counts them. Creates count what is reserved as promised; a release bumps
 //! an epoch so that a create whose measure of the free space predates it measures
 //! again. Each reservation also counts as a snapshot under way in its workspace, so
-//! that the workspace's snapshot quota sees those not yet recorded.
+//! that the workspace's snapshot quota sees those not yet recorded; a pause to disk's
+//! memory image is reserved the same way but is no snapshot.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -29,7 +30,8 @@ pub(crate) struct Reservation<'a> {
     of: &'a DiskReservations,
     bytes: u64,
     inodes: u64,
-    ws: String,
+    /// The workspace whose snapshot is under way (`None`: a pause's memory image).
+    ws: Option<String>,
 }
 
 impl DiskReservations {
@@ -68,7 +70,21 @@ impl DiskReservations {
             of: self,
             bytes,
             inodes,
-            ws: ws.to_owned(),
+            ws: Some(ws.to_owned()),
+        }
+    }
+
+    /// Reserves `bytes` and `inodes` for a memory image written by a pause to disk (the
+    /// caller checked they fit, under the engine's admission); no snapshot under way.
+    pub(crate) fn reserve_image(&self, bytes: u64, inodes: u64) -> Reservation<'_> {
+        let mut inner = self.inner();
+        inner.reserved = inner.reserved.saturating_add(bytes);
+        inner.inodes = inner.inodes.saturating_add(inodes);
+        Reservation {
+            of: self,
+            bytes,
+            inodes,
+            ws: None,
         }
     }
 }
@@ -79,10 +95,13 @@ impl Drop for Reservation<'_> {
         inner.reserved = inner.reserved.saturating_sub(self.bytes);
         inner.inodes = inner.inodes.saturating_sub(self.inodes);
         inner.epoch = inner.epoch.wrapping_add(1);
-        if let Some(n) = inner.writing.get_mut(&self.ws) {
+        let Some(ws) = &self.ws else {
+            return;
+        };
+        if let Some(n) = inner.writing.get_mut(ws) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                inner.writing.remove(&self.ws);
+                inner.writing.remove(ws);
             }
         }
     }
@@ -106,5 +125,17 @@ mod tests {
         drop(c);
         assert_eq!((r.reserved(), r.reserved_inodes(), r.epoch()), (0, 0, 3));
         assert_eq!((r.writing("w"), r.writing("v")), (0, 0));
+    }
+
+    #[test]
+    fn a_pause_image_reserves_room_but_is_no_snapshot_under_way() {
+        let r = DiskReservations::default();
+        let a = r.reserve_image(100, 16);
+        assert_eq!(
+            (r.reserved(), r.reserved_inodes(), r.writing("w")),
+            (100, 16, 0)
+        );
+        drop(a);
+        assert_eq!((r.reserved(), r.reserved_inodes(), r.epoch()), (0, 0, 1));
     }
 }

@@ -28,6 +28,7 @@ pub mod model;
 mod ops;
 pub mod output;
 mod output_budget;
+mod pause_admission;
 pub mod quota;
 pub mod request;
 pub mod results;

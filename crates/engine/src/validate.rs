@@ -43,6 +43,72 @@ pub fn environment(env: &BTreeMap<String, String>) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// Most variables a sandbox's own (stored) environment may have.
+pub const MAX_ENV_VARS: usize = 256;
+/// Most bytes of one value of a sandbox's stored environment.
+pub const MAX_ENV_VALUE_BYTES: usize = 32 << 10;
+/// Most bytes of a sandbox's stored environment, names and values together.
+pub const MAX_ENV_BYTES: usize = 64 << 10;
+
+/// A sandbox's own environment, kept in its record for its whole life and after: valid
+/// names and values, and bounded (at most [`MAX_ENV_VARS`] variables, values of at most
+/// [`MAX_ENV_VALUE_BYTES`], [`MAX_ENV_BYTES`] in all).
+pub fn stored_environment(env: &BTreeMap<String, String>) -> Result<(), EngineError> {
+    environment(env)?;
+    if env.len() > MAX_ENV_VARS {
+        return Err(EngineError::invalid(format!(
+            "the environment has {} variables, at most {MAX_ENV_VARS} are allowed",
+            env.len()
+        )));
+    }
+    if let Some((k, _)) = env.iter().find(|(_, v)| v.len() > MAX_ENV_VALUE_BYTES) {
+        return Err(EngineError::invalid(format!(
+            "the value of environment variable {k} is longer than {MAX_ENV_VALUE_BYTES} bytes"
+        )));
+    }
+    let total: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > MAX_ENV_BYTES {
+        return Err(EngineError::invalid(format!(
+            "the environment takes {total} bytes, at most {MAX_ENV_BYTES} are allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// Most keys of a sandbox's client metadata.
+pub const MAX_METADATA_KEYS: usize = 64;
+/// Most bytes of one metadata key.
+pub const MAX_METADATA_KEY_BYTES: usize = 128;
+/// Most bytes of one metadata value.
+pub const MAX_METADATA_VALUE_BYTES: usize = 512;
+
+/// A sandbox's client metadata, kept in its record: at most [`MAX_METADATA_KEYS`]
+/// keys of 1 to [`MAX_METADATA_KEY_BYTES`] bytes, values of at most
+/// [`MAX_METADATA_VALUE_BYTES`] bytes, no NUL.
+pub fn metadata(meta: &BTreeMap<String, String>) -> Result<(), EngineError> {
+    if meta.len() > MAX_METADATA_KEYS {
+        return Err(EngineError::invalid(format!(
+            "metadata has {} keys, at most {MAX_METADATA_KEYS} are allowed",
+            meta.len()
+        )));
+    }
+    for (k, v) in meta {
+        if k.is_empty() || k.len() > MAX_METADATA_KEY_BYTES {
+            return Err(EngineError::invalid(format!(
+                "metadata keys must be 1-{MAX_METADATA_KEY_BYTES} bytes long"
+            )));
+        }
+        if v.len() > MAX_METADATA_VALUE_BYTES {
+            return Err(EngineError::invalid(format!(
+                "metadata value of {k:?} is longer than {MAX_METADATA_VALUE_BYTES} bytes"
+            )));
+        }
+        no_nul("a metadata key", k)?;
+        no_nul("a metadata value", v)?;
+    }
+    Ok(())
+}
+
 fn no_nul(what: &str, s: &str) -> Result<(), EngineError> {
     match s.contains('\0') {
         true => Err(EngineError::invalid(format!("{what} contains a NUL byte"))),

@@ -688,3 +688,136 @@ fn a_memory_snapshot_is_admitted_for_its_memory_limit_too() {
         "the source runs on"
     );
 }
+
+/// Whether runsc is here (a gVisor test skips without it, fails under SANDBOXD_CI).
+fn runsc_here() -> bool {
+    if Path::new("/usr/bin/runsc").exists() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("SANDBOXD_CI").is_none(),
+        "runsc is missing"
+    );
+    false
+}
+
+/// Memory images (`memory/checkpoint.img`) in the data dir's sandbox state dirs.
+fn memory_images(fs: &SmallFs) -> usize {
+    let Ok(dirs) = std::fs::read_dir(fs.data().join("sandboxes")) else {
+        return 0;
+    };
+    dirs.filter_map(Result::ok)
+        .filter(|d| d.path().join("memory/checkpoint.img").exists())
+        .count()
+}
+
+/// Starts a process in `id` that holds `mib` MiB of random memory, and waits until it
+/// does; returns its pid.
+fn hold_memory(s: &Server, id: &str, mib: u32) -> String {
+    let script = format!(
+        "setsid /usr/bin/python3 -c 'import os,time; x=os.urandom({mib}<<20); \
+         open(\"/held.tmp\",\"w\").write(str(os.getpid())); os.replace(\"/held.tmp\",\"/held\"); \
+         time.sleep(3600)' </dev/null >/dev/null 2>&1 &"
+    );
+    let (code, out) = s.exec(KEY, id, &["/bin/sh", "-c", &script]);
+    assert_eq!(code, 0, "{out}");
+    for _ in 0..600 {
+        let (code, pid) = s.exec(KEY, id, &["/bin/sh", "-c", "cat /held 2>/dev/null"]);
+        if code == 0 && !pid.trim().is_empty() {
+            return pid.trim().to_owned();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("the memory holder never started");
+}
+
+/// A gVisor pause to disk writes the sandbox's memory image into the data dir: it is
+/// admitted for its memory limit like a memory snapshot. Past the room another
+/// sandbox is owed it pauses in memory instead (nothing written), the other sandbox
+/// then fills its own disk with nothing lost, and the paused one resumes intact.
+#[test]
+fn a_pause_to_disk_without_room_pauses_in_memory_and_leaves_the_room_owed() {
+    if !runsc_here() {
+        return;
+    }
+    let fs = SmallFs::sized("400M");
+    let s = serve(
+        &fs,
+        &[
+            ("SANDBOXD_DISK_MB_PER_SANDBOX", "100"),
+            ("SANDBOXD_ISOLATION", "gvisor"),
+        ],
+    );
+    let big = s.create_sandbox(KEY, &body(256));
+    let other = s.create_sandbox(KEY, &body(128));
+    let devices = fs.layer_devices();
+    let pid = hold_memory(&s, &big, 150);
+    let skip = dmesg_lines();
+    let before = fs.available();
+    let r = s.request("POST", &format!("/v2/sandboxes/{big}/pause"), KEY, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"]["status"], "PAUSED", "{}", r.text());
+    let after = fs.available();
+    assert_eq!(
+        memory_images(&fs),
+        0,
+        "a 256 MiB memory image past ~100 MiB of room was written"
+    );
+    assert!(
+        after + 32 * MIB > before,
+        "the pause took {} MiB of the data dir",
+        (before - after) / MIB
+    );
+    // The other sandbox fills its own disk: ENOSPC inside at its limit, nothing lost.
+    let (_, out) = s.exec(
+        KEY,
+        &other,
+        &[
+            "/bin/sh",
+            "-c",
+            "dd if=/dev/urandom of=/fill bs=1M count=200 2>&1; sync; echo synced $?",
+        ],
+    );
+    let lost = lost_writes(skip, &devices);
+    assert!(lost.is_empty(), "the kernel lost writes: {lost:?}");
+    assert!(fs.available() > 0, "the host's filesystem filled");
+    assert!(out.contains("No space left on device"), "{out}");
+    assert!(out.contains("synced 0"), "{out}");
+    // Paused in memory: resume finds its process with its memory.
+    let r = s.request("POST", &format!("/v2/sandboxes/{big}/resume"), KEY, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (code, out) = s.exec(KEY, &big, &["/bin/sh", "-c", &format!("kill -0 {pid}")]);
+    assert_eq!(code, 0, "the memory holder is gone after resume: {out}");
+    s.destroy(KEY, &other);
+    s.destroy(KEY, &big);
+}
+
+/// The autoPause sweep moves a consenting idle sandbox to disk only when its memory
+/// image fits: with no room it leaves the sandbox running and writes nothing.
+#[test]
+fn the_auto_pause_sweep_never_writes_an_image_past_the_room() {
+    if !runsc_here() {
+        return;
+    }
+    let fs = SmallFs::sized("400M");
+    let s = serve(
+        &fs,
+        &[
+            ("SANDBOXD_DISK_MB_PER_SANDBOX", "100"),
+            ("SANDBOXD_ISOLATION", "gvisor"),
+            ("SANDBOXD_AUTO_PAUSE_MEMORY_BUDGET_MB", "1"),
+            ("SANDBOXD_AUTO_PAUSE_INTERVAL_MS", "200"),
+        ],
+    );
+    let mut willing = body(256);
+    willing["autoPause"] = json!(true);
+    let big = s.create_sandbox(KEY, &willing);
+    let _other = s.create_sandbox(KEY, &body(128));
+    let line = s.wait_for_line(|l| l.contains("autoPause:") && l.contains(big.as_str()));
+    assert!(line.contains("no room on disk"), "{line}");
+    assert_eq!(memory_images(&fs), 0, "a memory image was written");
+    let got = s.request("GET", &format!("/v2/sandboxes/{big}"), KEY, None);
+    assert_eq!(got.json()["data"]["status"], "RUNNING", "{}", got.text());
+    let (code, out) = s.exec(KEY, &big, &["/bin/true"]);
+    assert_eq!(code, 0, "{out}");
+}

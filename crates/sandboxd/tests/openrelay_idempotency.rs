@@ -287,3 +287,30 @@ fn cli_sandbox_and_templates_verbs() {
     assert_eq!(status, Some(1));
     assert!(err.contains("TEMPLATE_NOT_FOUND"), "{err}");
 }
+
+/// An answer over 1 MiB is not kept (REVIEW12 #3a: the database would keep up to 16
+/// MiB per key): the key is held, a repeat creates nothing and answers a clear 409
+/// saying the answer cannot be replayed.
+#[test]
+fn an_answer_over_a_mebibyte_holds_its_key_without_being_kept() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let or = Or::start(dir.path(), &[]);
+    let run = json!({"template": "default",
+        "run": {"cmd": "head -c 1200000 /dev/zero | tr '\\0' a"}})
+    .to_string();
+    let first = or.send("POST", CREATE, &[("idempotency-key", "key-big")], &run);
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert!(first.body.len() > 1 << 20, "{} bytes", first.body.len());
+    let made = or.active();
+    let again = or.send("POST", CREATE, &[("idempotency-key", "key-big")], &run);
+    assert_eq!(code(&again, 409), "IDEMPOTENT_ANSWER_NOT_KEPT");
+    assert!(
+        again.text().contains("cannot be replayed"),
+        "{}",
+        again.text()
+    );
+    assert_eq!(or.active(), made, "the repeat created nothing");
+    for s in or.active() {
+        or.delete(&s);
+    }
+}

@@ -93,6 +93,9 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Days the audit trail keeps its entries (90 by default; 0 keeps them forever).
     pub audit_retention_days: u32,
+    /// Hours an ended sandbox's record is kept (168, 7 days, by default; 0 keeps them
+    /// forever); then it is removed.
+    pub ended_retention_hours: u32,
     /// Whether pause writes a gVisor sandbox's memory to disk (default) or freezes it
     /// in memory; container sandboxes always freeze in memory.
     pub pause_to_disk: bool,
@@ -130,6 +133,7 @@ impl Default for ServerConfig {
             layer_gc: Default::default(),
             metrics_listen: Some(DEFAULT_METRICS_LISTEN),
             audit_retention_days: 90,
+            ended_retention_hours: 168,
             pause_to_disk: true,
             auto_pause: Default::default(),
         }
@@ -169,6 +173,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("layer_gc", &self.layer_gc)
             .field("metrics_listen", &self.metrics_listen)
             .field("audit_retention_days", &self.audit_retention_days)
+            .field("ended_retention_hours", &self.ended_retention_hours)
             .field("pause_to_disk", &self.pause_to_disk)
             .field("auto_pause", &self.auto_pause)
             .finish()
@@ -228,6 +233,7 @@ struct FileLayer {
     layer_gc: Option<layer_gc::LayerGcLayer>,
     metrics_listen: Option<MetricsListen>,
     audit_retention_days: Option<u32>,
+    ended_retention_hours: Option<u32>,
     pause_to_disk: Option<bool>,
     auto_pause: Option<auto_pause::AutoPauseLayer>,
 }
@@ -309,11 +315,13 @@ impl ServerConfig {
             layer_gc: layer_gc::LayerGcLayer::from_env(&env)?,
             metrics_listen: observability::from_env(&env)?,
             audit_retention_days: observability::retention_from_env(&env)?,
+            ended_retention_hours: env_number(&env, "SANDBOXD_ENDED_RETENTION_HOURS")?,
             pause_to_disk: isolation::pause_to_disk_from_env(&env)?,
             auto_pause: auto_pause::AutoPauseLayer::from_env(&env)?,
         });
         registries::check(&config.insecure_registries).map_err(ConfigError::Inconsistent)?;
         config.check_disk()?;
+        config.check_ended_retention()?;
         Ok(config)
     }
 
@@ -354,6 +362,17 @@ impl ServerConfig {
              (SANDBOXD_DISK_MB_PER_SANDBOX, SANDBOXD_MAX_DISK_MB_PER_SANDBOX; a maximum \
              of 0 allows any size)"
         )))
+    }
+
+    /// Ended records are listed as history for 24 hours (OpenRelay's `state=exited`):
+    /// the retention is 0 (forever) or at least that.
+    fn check_ended_retention(&self) -> Result<(), ConfigError> {
+        match self.ended_retention_hours {
+            0 | 24.. => Ok(()),
+            n => Err(ConfigError::Inconsistent(format!(
+                "ended_retention_hours {n} is below the 24 hours of history the APIs                  list (SANDBOXD_ENDED_RETENTION_HOURS; 0 keeps records forever)"
+            ))),
+        }
     }
 
     fn apply(&mut self, layer: FileLayer) {
@@ -441,6 +460,9 @@ impl ServerConfig {
         }
         if let Some(days) = layer.audit_retention_days {
             self.audit_retention_days = days;
+        }
+        if let Some(hours) = layer.ended_retention_hours {
+            self.ended_retention_hours = hours;
         }
     }
 
@@ -803,6 +825,21 @@ mod tests {
         .expect("0 is no limit, not a small disk")
         .limits();
         assert_eq!(l.disk_mb_per_sandbox, 0);
+    }
+
+    #[test]
+    fn ended_records_are_kept_a_week_by_default_and_never_under_a_day() {
+        assert_eq!(load(None, &[]).unwrap().ended_retention_hours, 168);
+        let file = "ended_retention_hours = 48\n";
+        assert_eq!(load(Some(file), &[]).unwrap().ended_retention_hours, 48);
+        let env = [("SANDBOXD_ENDED_RETENTION_HOURS", "0")];
+        assert_eq!(load(Some(file), &env).unwrap().ended_retention_hours, 0);
+        let short = [("SANDBOXD_ENDED_RETENTION_HOURS", "23")];
+        let got = load(None, &short);
+        assert!(
+            matches!(&got, Err(ConfigError::Inconsistent(m)) if m.contains("ended_retention_hours")),
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub async fn serve(
         crate::metrics_listener::spawn(metrics, engine.clone()).await;
     }
     spawn_audit_pruning(&engine, config.audit_retention_days);
+    spawn_ended_pruning(&engine, config.ended_retention_hours);
     tracing::info!("listening on {addr}");
     // Shutdown: new connections stop, open streams end with their terminal frame, and
     // what is still open after the grace period (or a second signal) is cut off.
@@ -109,6 +110,34 @@ fn spawn_audit_pruning(engine: &Arc<Engine>, days: u32) {
                 Ok(Ok(n)) => tracing::info!("pruned {n} audit entries older than {days} days"),
                 Ok(Err(e)) => tracing::warn!(error = %e, "cannot prune the audit trail"),
                 Err(e) => tracing::warn!(error = %e, "audit pruning panicked"),
+            }
+        }
+    });
+}
+
+/// Removes ended sandboxes' records older than `hours` (0: never), hourly.
+fn spawn_ended_pruning(engine: &Arc<Engine>, hours: u32) {
+    if hours == 0 {
+        return;
+    }
+    let retention = std::time::Duration::from_secs(u64::from(hours) * 3600);
+    let engine = Arc::downgrade(engine);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
+        loop {
+            every.tick().await;
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
+            let pruned =
+                tokio::task::spawn_blocking(move || engine.prune_ended_sandboxes(retention)).await;
+            match pruned {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => {
+                    tracing::info!("removed {n} records of sandboxes ended over {hours} h ago")
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot remove ended sandboxes' records"),
+                Err(e) => tracing::warn!(error = %e, "ended-record pruning panicked"),
             }
         }
     });

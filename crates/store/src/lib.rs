@@ -76,6 +76,16 @@ pub trait Store: Send + Sync + 'static {
         after: Option<Keyset>,
     ) -> StoreResult<Vec<SandboxRecord>>;
 
+    /// Removes, with their aliases, at most `limit` records of sandboxes that ended
+    /// before `before` (TERMINATED, or FAILED unless their error starts with
+    /// `pending_teardown` and no later destroy removed them); returns how many.
+    fn prune_ended_sandboxes(
+        &self,
+        before: OffsetDateTime,
+        pending_teardown: &str,
+        limit: u32,
+    ) -> StoreResult<u64>;
+
     // Snapshots.
     fn insert_snapshot(&self, snap: &SnapshotRecord) -> StoreResult<()>;
     fn get_snapshot(&self, id: Uuid) -> StoreResult<Option<SnapshotRecord>>;
@@ -144,6 +154,17 @@ pub trait Store: Send + Sync + 'static {
     // Idempotency.
     /// Inserts the record; false (and nothing changed) when the key is already taken.
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool>;
+    /// Inserts the record within its workspace's bounds: past `max_records` records the
+    /// workspace's oldest are removed first, and an answer that would take the
+    /// workspace's kept bodies past `max_bytes` is kept without its body (status 0).
+    /// `None` (and nothing changed) when the key is already taken; else whether the
+    /// body was kept.
+    fn put_idempotency_bounded(
+        &self,
+        rec: &IdempotencyRecord,
+        max_records: u64,
+        max_bytes: u64,
+    ) -> StoreResult<Option<bool>>;
     fn get_idempotency(&self, workspace: &str, key: &str)
         -> StoreResult<Option<IdempotencyRecord>>;
     /// Removes records created before `before`; returns how many.

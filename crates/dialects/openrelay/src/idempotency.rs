@@ -16,10 +16,12 @@ pub const KEY_HEADER: &str = "idempotency-key";
 pub const RESUME_HEADER: &str = "x-resume-from";
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 pub const MAX_KEY_BYTES: usize = 512;
-/// A 2xx answer larger than this is not kept; the key is held without it (409).
-pub const MAX_KEPT_BYTES: usize = 16 * 1024 * 1024;
+/// A 2xx answer larger than this is not kept; the key is held without it (409
+/// `IDEMPOTENT_ANSWER_NOT_KEPT` on a replay). The engine also bounds what a workspace
+/// keeps in all (past it, answers are held the same way).
+pub const MAX_KEPT_BYTES: usize = 1024 * 1024;
 /// Status stored for a key held without its answer.
-const HELD: u16 = 0;
+const HELD: u16 = sandboxd_engine::idempotency::NOT_KEPT;
 
 fn bad(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "INVALID_IDEMPOTENCY_KEY", message)
@@ -82,6 +84,20 @@ fn in_use() -> ApiError {
     )
 }
 
+fn not_kept() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "IDEMPOTENT_ANSWER_NOT_KEPT",
+        format!(
+            "the request with this Idempotency-Key succeeded, but its answer was too large \
+             to keep (over {} MiB, or past the workspace's room for kept answers) and \
+             cannot be replayed; look the result up (e.g. list the sandboxes) instead of \
+             repeating the request",
+            MAX_KEPT_BYTES >> 20
+        ),
+    )
+}
+
 fn reused() -> ApiError {
     ApiError::new(
         StatusCode::UNPROCESSABLE_ENTITY,
@@ -108,7 +124,7 @@ pub fn begin(
     if let Some(kept) = state.engine.remembered(ws, &key)? {
         return match (kept.request_hash == hash, kept.status) {
             (false, _) => Err(reused()),
-            (true, HELD) => Err(in_use()),
+            (true, HELD) => Err(not_kept()),
             (true, _) => Ok(Begin::Replay(replay(kept, resume))),
         };
     }
@@ -154,8 +170,12 @@ impl Ticket {
             body: if big { Vec::new() } else { body.to_vec() },
             created_at: OffsetDateTime::now_utc(),
         };
-        if let Err(e) = self.state.engine.remember(&self.ws, &self.key, &answer) {
-            tracing::warn!(error = %e, "cannot keep an idempotent answer");
+        match self.state.engine.remember(&self.ws, &self.key, &answer) {
+            Ok(Some(false)) if !big => {
+                tracing::info!(workspace = %self.ws, "idempotent answer held without its body: the workspace keeps its most")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot keep an idempotent answer"),
         }
     }
 }

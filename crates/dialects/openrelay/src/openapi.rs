@@ -222,7 +222,7 @@ struct ApiDoc;
 
 /// The statuses each operation can answer besides its success, with their codes.
 const ERRORS: Errors = &[
-    ("createSandbox", &[(400, "INVALID_REQUEST, RESOURCES_EXCEED_TEMPLATE, TEMPLATE_NOT_FOUND or INVALID_IDEMPOTENCY_KEY"), (409, "IDEMPOTENCY_KEY_IN_USE"), (413, "TOO_LARGE"), (415, "UNSUPPORTED_MEDIA_TYPE"), (422, "IDEMPOTENCY_KEY_REUSED"), (429, "QUOTA_EXCEEDED or RATE_LIMITED"), (503, "CAPACITY_EXHAUSTED (no capacity within waitSeconds) or UNAVAILABLE")]),
+    ("createSandbox", &[(400, "INVALID_REQUEST, RESOURCES_EXCEED_TEMPLATE, TEMPLATE_NOT_FOUND or INVALID_IDEMPOTENCY_KEY"), (409, "IDEMPOTENCY_KEY_IN_USE or IDEMPOTENT_ANSWER_NOT_KEPT"), (413, "TOO_LARGE"), (415, "UNSUPPORTED_MEDIA_TYPE"), (422, "IDEMPOTENCY_KEY_REUSED"), (429, "QUOTA_EXCEEDED or RATE_LIMITED"), (503, "CAPACITY_EXHAUSTED (no capacity within waitSeconds) or UNAVAILABLE")]),
     ("listSandboxes", &[(400, "INVALID_REQUEST")]),
     ("getSandbox", &[(404, "NOT_FOUND")]),
     ("deleteSandbox", &[(404, "NOT_FOUND")]),

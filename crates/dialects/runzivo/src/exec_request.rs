@@ -71,21 +71,7 @@ impl ExecBody {
             ));
         }
         let env = self.env.unwrap_or_default();
-        if env.len() > MAX_ENV_VARS {
-            return Err(ApiError::invalid("env has more than 64 variables"));
-        }
-        for (name, value) in &env {
-            if !env_name_ok(name) {
-                return Err(ApiError::invalid(format!(
-                    "env name {name:?} is not allowed"
-                )));
-            }
-            if value.len() > MAX_ENV_VALUE_BYTES || value.contains('\0') {
-                return Err(ApiError::invalid(format!(
-                    "env value of {name} must be at most 8192 bytes without NUL"
-                )));
-            }
-        }
+        check_env(&env)?;
         let timeout_seconds = self.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT);
         if !TIMEOUT_RANGE.contains(&timeout_seconds) {
             return Err(ApiError::invalid("timeout_seconds must be 1-3600"));
@@ -97,6 +83,27 @@ impl ExecBody {
             timeout_seconds,
         })
     }
+}
+
+/// The spec's `env` (of a command, and of a sandbox's create): up to 64 variables,
+/// names `^[A-Za-z_][A-Za-z0-9_]{0,127}$`, values at most 8192 bytes without NUL.
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    if env.len() > MAX_ENV_VARS {
+        return Err(ApiError::invalid("env has more than 64 variables"));
+    }
+    for (name, value) in env {
+        if !env_name_ok(name) {
+            return Err(ApiError::invalid(format!(
+                "env name {name:?} is not allowed"
+            )));
+        }
+        if value.len() > MAX_ENV_VALUE_BYTES || value.contains('\0') {
+            return Err(ApiError::invalid(format!(
+                "env value of {name} must be at most 8192 bytes without NUL"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The sweep: while memory is short (the server's budget for the sandboxes' resident
 //! memory, or the host's `MemAvailable`), moves consenting idle sandboxes to disk, the
-//! one idle the longest first; and the background task that runs it.
+//! one idle the longest first; and the background task that runs it. A move is
+//! admitted against the data dir's room like a pause to disk (its memory limit is
+//! reserved while the image is written); one that does not fit stays in memory.
 
 use crate::convert::{entry_from_record, Entry};
 use crate::engine::{runtime_error, Engine};
@@ -142,6 +144,16 @@ impl Engine {
         if !self.runtime.can_checkpoint(&handle) || self.runtime.is_checkpointed(&handle) {
             return Ok(false);
         }
+        let memory_bytes = u64::from(e.sb.resources.memory_mb) << 20;
+        let _room = match self.reserve_memory_image(memory_bytes).await {
+            Ok(r) => r,
+            Err(err) => {
+                // No room for its image: it keeps running; to the back of the line.
+                self.activity.touch(id);
+                tracing::info!(sandbox = %id, reason = %err.message, "autoPause: no room on disk, stays in memory");
+                return Ok(false);
+            }
+        };
         let limit = self.limits.deadlines.snapshot;
         let step = move |rt: &dyn sandboxd_runtime::Runtime| rt.checkpoint(&handle);
         let Some(done) = self.bounded(limit, step, |_, _| {}).await? else {

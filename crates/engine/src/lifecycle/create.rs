@@ -37,7 +37,8 @@ fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
             "vcpu and memory_mb must be at least 1",
         ));
     }
-    validate::environment(&req.environment)?;
+    validate::stored_environment(&req.environment)?;
+    validate::metadata(&req.metadata)?;
     crate::egress::check_request(req)?;
     for secret in &req.secrets {
         validate::env_name(secret)?;

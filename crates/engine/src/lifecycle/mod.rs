@@ -9,6 +9,7 @@ pub(crate) mod listing;
 pub(crate) mod pause;
 pub(crate) mod query;
 pub(crate) mod queue;
+mod retention;
 mod stuck;
 pub(crate) mod watch;
 

@@ -1,6 +1,8 @@
 //! `pause` and `resume`: freeze and thaw a sandbox's processes, memory kept resident;
 //! or, on a backend that can checkpoint (gVisor) and unless the server says
-//! `pause_to_disk = false`, write its memory to disk and free it, and restore it.
+//! `pause_to_disk = false`, write its memory to disk and free it, and restore it. A
+//! pause to disk is admitted against the data dir's room first (its memory limit is
+//! reserved, see `pause_admission`); one that does not fit pauses in memory.
 
 use crate::engine::{runtime_error, Engine};
 use crate::error::EngineError;
@@ -73,8 +75,23 @@ impl Engine {
             return Err(wrong_state(&e.sb, "started"));
         };
         self.transition(&mut e, via)?;
-        // Pause to disk where the backend can; resume restores what is on disk.
-        let to_disk = self.limits.pause_to_disk && self.runtime.can_checkpoint(&handle);
+        // Pause to disk where the backend can and the data dir has room for the memory
+        // image (reserved until it is written); resume restores what is on disk.
+        let mut to_disk = matches!(dir, Direction::Pause)
+            && self.limits.pause_to_disk
+            && self.runtime.can_checkpoint(&handle)
+            && !self.runtime.is_checkpointed(&handle);
+        let mut _room = None;
+        if to_disk {
+            let memory_bytes = u64::from(e.sb.resources.memory_mb) << 20;
+            match self.reserve_memory_image(memory_bytes).await {
+                Ok(r) => _room = Some(r),
+                Err(err) => {
+                    tracing::info!(sandbox = %id, reason = %err.message, "pause: no room on disk for the memory image, paused in memory");
+                    to_disk = false;
+                }
+            }
+        }
         // Writing or reading a memory image takes as long as the memory is big: the
         // snapshot's deadline, not the freezer's.
         let moves_memory = match dir {

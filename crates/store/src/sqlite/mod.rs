@@ -151,6 +151,15 @@ impl Store for SqliteStore {
     fn update_sandbox(&self, sb: &SandboxRecord) -> StoreResult<()> {
         self.conns.write_with(|c| sandboxes::update(c, sb))
     }
+    fn prune_ended_sandboxes(
+        &self,
+        before: OffsetDateTime,
+        pending_teardown: &str,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        self.conns
+            .write_with(|c| sandboxes::prune_ended(c, before, pending_teardown, limit))
+    }
     fn update_sandbox_audited(&self, sb: &SandboxRecord, rec: &AuditRecord) -> StoreResult<()> {
         self.conns.write_with(|c| {
             let tx = c.transaction()?;
@@ -288,6 +297,15 @@ impl Store for SqliteStore {
     }
     fn put_idempotency(&self, rec: &IdempotencyRecord) -> StoreResult<bool> {
         self.conns.write_with(|c| idempotency::put(c, rec))
+    }
+    fn put_idempotency_bounded(
+        &self,
+        rec: &IdempotencyRecord,
+        max_records: u64,
+        max_bytes: u64,
+    ) -> StoreResult<Option<bool>> {
+        self.conns
+            .write_with(|c| idempotency::put_bounded(c, rec, max_records, max_bytes))
     }
     fn get_idempotency(
         &self,

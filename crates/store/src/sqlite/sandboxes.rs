@@ -220,3 +220,38 @@ pub(super) fn named(c: &Connection, ws: &str, name: &str) -> StoreResult<Vec<San
     let rows = st.query_map(params![ws, name], row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
+
+/// Removes, with their aliases, at most `limit` records of sandboxes that ended before
+/// `before`: TERMINATED ones, and FAILED ones unless their error starts with
+/// `pending_teardown` (a teardown that failed and that a later destroy retries) and no
+/// later destroy removed them. Returns how many.
+pub(super) fn prune_ended(
+    c: &mut Connection,
+    before: OffsetDateTime,
+    pending_teardown: &str,
+    limit: u32,
+) -> StoreResult<u64> {
+    let tx = c.transaction()?;
+    let ids: Vec<String> = {
+        let mut stmt = tx.prepare(
+            "SELECT id FROM sandboxes WHERE ended_at IS NOT NULL AND ended_at < ?1 \
+             AND (status = 'TERMINATED' OR (status = 'FAILED' AND (error IS NULL \
+             OR substr(error, 1, length(?2)) <> ?2 \
+             OR error LIKE '%(removed by a later destroy)'))) \
+             ORDER BY ended_at LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![ts(before), pending_teardown, limit], |r| {
+            r.get::<_, String>(0)
+        })?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for id in &ids {
+        tx.execute(
+            "DELETE FROM aliases WHERE kind = ?1 AND target = ?2",
+            params![AliasKind::Sandbox.as_str(), id],
+        )?;
+        tx.execute("DELETE FROM sandboxes WHERE id = ?1", [id])?;
+    }
+    tx.commit()?;
+    Ok(ids.len() as u64)
+}

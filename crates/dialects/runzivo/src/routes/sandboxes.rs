@@ -27,8 +27,9 @@ pub struct CreateBody {
     /// Lifetime in seconds; the sandbox expires after it. None = until deleted.
     #[schema(minimum = 1, maximum = 86400)]
     timeout_seconds: Option<u64>,
-    /// Environment of every command in the sandbox: names `[A-Za-z_][A-Za-z0-9_]*`,
-    /// values without NUL.
+    /// Environment of every command in the sandbox, as a command's `env`: up to 64
+    /// variables, names `^[A-Za-z_][A-Za-z0-9_]{0,127}$`, values at most 8192 bytes
+    /// without NUL.
     env: Option<BTreeMap<String, String>>,
     /// vCPUs (default 1).
     #[schema(minimum = 1)]
@@ -60,6 +61,9 @@ impl CreateBody {
             Some(s) if (1..=MAX_TIMEOUT_SECONDS).contains(&s) => Some(Duration::from_secs(s)),
             Some(_) => return Err(ApiError::invalid("timeout_seconds must be 1-86400")),
         };
+        if let Some(env) = &self.env {
+            crate::exec_request::check_env(env)?;
+        }
         let isolation = match self.isolation.as_deref().map(str::parse) {
             None => None,
             Some(Ok(tier)) => Some(tier),
