@@ -345,7 +345,8 @@ impl Engine {
             let id = rec.id;
             // One left mid-transition by a failed create is no sandbox to hand back.
             self.settle_if_stuck(ws, id).await?;
-            self.expire_if_due(ws, id).await?;
+            // Under `admission`: never waits for the sandbox's lock (lock order).
+            self.expire_if_due_under_admission(ws, id).await?;
             let e = self.load(ws, id)?;
             if e.sb.status.is_active() {
                 return Ok(Some(e));

@@ -144,4 +144,36 @@ impl Engine {
         }
         Ok(())
     }
+
+    /// [`Engine::expire_if_due`] for a caller holding `admission` (a named create): it
+    /// never waits for the sandbox's lock, whose holder (a snapshot's or a pause's
+    /// reservation) may itself be waiting for `admission`. A due sandbox an operation
+    /// holds is a temporary shortage: `unavailable` with a Retry-After.
+    pub(crate) async fn expire_if_due_under_admission(
+        &self,
+        ws: &str,
+        id: Uuid,
+    ) -> Result<(), EngineError> {
+        if !is_due(&self.load(ws, id)?.sb, OffsetDateTime::now_utc()) {
+            return Ok(());
+        }
+        if self.runtime.owned_elsewhere(id) {
+            return Ok(());
+        }
+        let Ok(_guard) = self.locks.get(id).try_write_owned() else {
+            return Err(EngineError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "sandbox {id}, of the same name, reached its deadline while an operation \
+                     holds it; try again in a moment"
+                ),
+            )
+            .retry_after(std::time::Duration::from_secs(1)));
+        };
+        let mut e = self.load(ws, id)?;
+        if is_due(&e.sb, OffsetDateTime::now_utc()) {
+            self.end(&mut e, EndReason::Timeout).await?;
+        }
+        Ok(())
+    }
 }
