@@ -11,7 +11,9 @@ bins = sys.argv[1:-1]; n = int(sys.argv[-1])
 dirs = {b: f"/tmp/ab/d{i}" for i, b in enumerate(bins)}
 for d in dirs.values(): os.makedirs(d, exist_ok=True)
 def once(cmd, cwd=None):
-    t = time.perf_counter(); subprocess.run(cmd, check=True, cwd=cwd, stdout=subprocess.DEVNULL); return (time.perf_counter() - t) * 1e3
+    t = time.perf_counter(); subprocess.run(cmd, check=True, cwd=cwd, stdout=subprocess.DEVNULL); took = (time.perf_counter() - t) * 1e3
+    time.sleep(0.2)  # a run's detached teardown is over before the next sample (as in `sandboxd bench`)
+    return took
 res = {}
 for b in bins:  # warm up
     for net in ("egress", "none"):

@@ -105,20 +105,34 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     if std::env::var_os("RUST_LOG").is_some() {
         crate::serve::init_logging();
     }
+    phase("logging");
     let mut config = ServerConfig::load(args.config.as_deref())?;
+    phase("config loaded");
     config.data_dir = args.data_dir.clone();
     if let Some(tier) = args.isolation {
         config.isolation = tier.into();
     }
+    // The backend first, and with it the early init (its spawn, id maps and disk take
+    // longest), so that they overlap the async runtime, the database and the create. An
+    // image to pull waits for the pull: its failure should leave nothing made.
+    let tethers = Tethers::new();
+    sandboxd_runtime::linux::defer_disk_work();
+    let backend = match args.image == "default" {
+        true => Some(open_backend_tied(&config, Tie::OneShot(&tethers))?),
+        false => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("building the async runtime")?;
-    let code = rt.block_on(run(config, &args, handoff))?;
+    phase("async runtime");
+    let code = rt.block_on(run(config, &args, handoff, tethers, backend))?;
     rt.shutdown_timeout(Duration::from_secs(1));
     phase("runtime shut down");
-    // Earlier runs' disk images, removed in the background since the start.
+    // What a failed run did not reach (see `defer_disk_work`), then earlier runs' disk
+    // images if a thread removes them.
+    sandboxd_runtime::linux::finish_deferred_disk_work();
     sandboxd_runtime::linux::wait_for_disk_trash();
     phase("disk trash emptied");
     Ok(ExitCode::from(code))
@@ -133,7 +147,7 @@ fn phase(name: &str) {
     tracing::debug!(phase = name, ms, "run");
 }
 
-/// What [`open_engine_for`] opens.
+/// What [`open_engine_over`] opens.
 pub(crate) struct Opened {
     pub(crate) engine: Arc<Engine>,
     pub(crate) store: Arc<SqliteStore>,
@@ -156,14 +170,7 @@ enum Tie<'a> {
     OneShot(&'a Arc<Tethers>),
 }
 
-/// The engine over the data directory, beside a running server (its store and the
-/// runtime of the configuration's isolation tier), for a one-shot run tied to this
-/// process by `tethers` (see [`Tie::OneShot`]).
-fn open_engine_for(config: &ServerConfig, tethers: &Arc<Tethers>) -> Result<Opened> {
-    open_engine_tied(config, Tie::OneShot(tethers))
-}
-
-/// The engine over the data directory (as [`open_engine_for`]) whose sandboxes, on both
+/// The engine over the data directory (as [`open_engine_over`]) whose sandboxes, on both
 /// tiers, are tied to this process by `tethers` (see [`Tie::Tethered`]): a Dockerfile
 /// build's RUN sandboxes.
 pub(crate) fn open_engine_tethered(
@@ -174,14 +181,24 @@ pub(crate) fn open_engine_tethered(
 }
 
 fn open_engine_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Opened> {
+    let tethers = match tie {
+        Tie::Tethered(tethers) | Tie::OneShot(tethers) => tethers,
+    };
+    let linux = open_backend_tied(config, tie)?;
+    open_engine_over(config, linux, tethers)
+}
+
+/// The container backend over the data directory, tied to this process as `tie` says
+/// (a one-shot run's begins its early init).
+fn open_backend_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Arc<LinuxRuntime>> {
     let linux = crate::runtime::open_linux(
         &config.data_dir,
         config.resolvers.clone(),
         config.max_ptys_per_sandbox,
     )?;
     phase("backend open");
-    let (linux, tethers) = match tie {
-        Tie::Tethered(tethers) => (linux.with_tethers(tethers.clone()), tethers),
+    let linux = match tie {
+        Tie::Tethered(tethers) => linux.with_tethers(tethers.clone()),
         Tie::OneShot(tethers) => {
             let linux = linux
                 .with_deferred_disk_removal()
@@ -189,14 +206,23 @@ fn open_engine_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Opened> {
                 .with_tethers(tethers.clone());
             // The sandbox's init (spawn, first cgroup move, id maps, disk) is made while
             // the engine opens and the create is recorded; not for the gVisor tier.
-            let linux = match config.isolation {
+            match config.isolation {
                 Isolation::Container => linux.with_early_init(config.limits().disk_mb_per_sandbox),
                 Isolation::Gvisor => linux,
-            };
-            (linux, tethers)
+            }
         }
     };
-    let linux = Arc::new(linux);
+    Ok(Arc::new(linux))
+}
+
+/// The engine over the data directory, beside a running server (its store, and `linux`
+/// with the gVisor tier opened when a sandbox runs on it), whose sandboxes are tied to
+/// this process by `tethers`.
+fn open_engine_over(
+    config: &ServerConfig,
+    linux: Arc<LinuxRuntime>,
+    tethers: &Arc<Tethers>,
+) -> Result<Opened> {
     let container: Arc<dyn Runtime> = linux.clone();
     // The gVisor tier is opened only when a sandbox runs on it.
     let tiers: Arc<dyn Runtime> = Arc::new(crate::runtime::lazy_tiers(
@@ -206,6 +232,7 @@ fn open_engine_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Opened> {
         config.max_ptys_per_sandbox,
         Some(tethers.clone()),
     ));
+    phase("tiers");
     let store = Arc::new(
         SqliteStore::open(config.data_dir.join(DATABASE_FILE))
             .context("opening the sandbox database")?,
@@ -217,6 +244,7 @@ fn open_engine_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Opened> {
         limits: config.limits(),
     })
     .context("opening the engine")?;
+    phase("store and engine");
     Ok(Opened {
         engine,
         store,
@@ -231,6 +259,8 @@ async fn run(
     config: ServerConfig,
     args: &RunArgs,
     handoff: Option<crate::run_detach::HandOff>,
+    tethers: Arc<Tethers>,
+    backend: Option<Arc<LinuxRuntime>>,
 ) -> Result<u8> {
     let network = match args.network {
         Some(NetworkArg::Egress) | None => NetworkMode::Egress,
@@ -239,6 +269,7 @@ async fn run(
     // From the start: a Ctrl-C or SIGTERM before the command (a pull, the create) ends
     // the run cleanly too, rather than kill the worker with no teardown.
     let mut signals = Signals::new()?;
+    phase("signals");
     // Refused before anything is made (the database, a pull) when the data dir's chain
     // is not root's alone (see `private_dir`).
     sandboxd_runtime::linux::private_dir::ensure(&config.data_dir)
@@ -252,13 +283,16 @@ async fn run(
         }
     }
     phase("started");
-    let tethers = Tethers::new();
+    let linux = match backend {
+        Some(linux) => linux,
+        None => open_backend_tied(&config, Tie::OneShot(&tethers))?,
+    };
     let Opened {
         engine,
         store,
         linux,
         tiers,
-    } = open_engine_for(&config, &tethers)?;
+    } = open_engine_over(&config, linux, &tethers)?;
     engine.accounts().ensure_default_workspace()?;
     phase("engine open");
     // Earlier runs killed before they finished their teardown.
@@ -327,6 +361,11 @@ async fn run(
         .context("destroying the sandbox");
     linux.discard_early_init();
     phase("destroyed");
+    // The next run's spare disk, and the removal of this run's image and earlier ones,
+    // while this run still holds its owner mark (what waits for a run's end waits for
+    // them too).
+    let _ = tokio::task::spawn_blocking(sandboxd_runtime::linux::finish_deferred_disk_work).await;
+    phase("disk upkeep done");
     // The parent cgroup this run made, unless another's sandboxes are in it (another
     // process finding it gone makes it again).
     linux.remove_cgroup_parent_if_made();

@@ -188,6 +188,34 @@ fn two_runs_at_once_both_finish_and_leave_nothing() {
     assert_eq!(assert_clean(&data), 2);
 }
 
+/// A run's worker, before it lets go of its owner mark, makes the next run's spare disk
+/// and removes its own disk image (and earlier runs'), rather than doing that work beside
+/// its start: once the runs are over, the data dir holds the template's two spares and
+/// no discarded image, so the disk space is back.
+#[test]
+fn a_finished_run_leaves_spare_disks_ready_and_no_discarded_image() {
+    let (_keep, data) = data_dir();
+    for _ in 0..2 {
+        let out = run_cmd(&data, &["/bin/true"]).output().expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(assert_clean(&data), 2);
+    let trash: Vec<_> = std::fs::read_dir(data.join("disk-trash"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(trash, Vec::<PathBuf>::new(), "discarded disk images left");
+    let spares = std::fs::read_dir(data.join("disk-templates"))
+        .expect("templates")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".img.spare-"))
+        .count();
+    assert_eq!(spares, 2, "the next run's spare disks");
+}
+
 /// Regression: a run ended by Ctrl-C (SIGINT to the process the shell waits for) used
 /// to die at once and leave its sandbox running, recorded RUNNING, with its mounts.
 #[test]

@@ -7,11 +7,16 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// How many spares to keep per template.
 const SPARES: usize = 2;
 /// One refill thread per process at a time.
 static REFILLING: AtomicBool = AtomicBool::new(false);
+/// Set by [`defer_refills`]: refills wait for [`refill_deferred`].
+static DEFER: AtomicBool = AtomicBool::new(false);
+/// The template whose refill waits, under [`DEFER`].
+static PENDING: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 fn spares(template: &Path) -> Vec<PathBuf> {
     let (Some(dir), Some(name)) = (template.parent(), template.file_name()) else {
@@ -36,8 +41,29 @@ pub fn take(template: &Path, into: &Path) -> bool {
         .any(|spare| std::fs::rename(spare, into).is_ok())
 }
 
-/// Tops the spares of `template` up to [`SPARES`] on a background thread.
+/// Makes this process's refills wait for [`refill_deferred`]: a one-shot run's start
+/// took a spare, and the copy and write-back of the next one (a few ms of CPU and disk)
+/// would share the two CPUs with the rest of its start; it is made once the command is
+/// done.
+pub fn defer_refills() {
+    DEFER.store(true, Ordering::Release);
+}
+
+/// The refill [`defer_refills`] held back, made now on this thread.
+pub fn refill_deferred() {
+    let pending = PENDING.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(template) = pending {
+        top_up(&template);
+    }
+}
+
+/// Tops the spares of `template` up to [`SPARES`] on a background thread (or later,
+/// see [`defer_refills`]).
 pub fn refill(template: &Path) {
+    if DEFER.load(Ordering::Acquire) {
+        *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(template.to_path_buf());
+        return;
+    }
     if spares(template).len() >= SPARES || REFILLING.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -45,17 +71,22 @@ pub fn refill(template: &Path) {
     let spawned = std::thread::Builder::new()
         .name("disk-spares".into())
         .spawn(move || {
-            remove_stale_partials(&template);
-            while spares(&template).len() < SPARES {
-                if let Err(e) = make_one(&template) {
-                    tracing::warn!(template = %template.display(), error = %e, "cannot make a spare disk");
-                    break;
-                }
-            }
+            top_up(&template);
             REFILLING.store(false, Ordering::Release);
         });
     if spawned.is_err() {
         REFILLING.store(false, Ordering::Release);
+    }
+}
+
+/// Makes spares of `template` until there are [`SPARES`].
+fn top_up(template: &Path) {
+    remove_stale_partials(template);
+    while spares(template).len() < SPARES {
+        if let Err(e) = make_one(template) {
+            tracing::warn!(template = %template.display(), error = %e, "cannot make a spare disk");
+            break;
+        }
     }
 }
 

@@ -5,11 +5,13 @@
 //! Such a destroy renames the image into `<data dir>/disk-trash/` (same filesystem: a
 //! rename is cheap). Every runtime empties that dir on a background thread when it opens
 //! the data dir, so the next process (a run, or the server starting) deletes what earlier
-//! ones left, killed ones included. Every file there is garbage: a rename moves a whole
+//! ones left, killed ones included (a one-shot run does it, with its own image, once its
+//! command is done: see [`defer_emptying`]). Every file there is garbage: a rename moves a whole
 //! image atomically. A server's destroys delete at once: its space is back on return.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// The trash dir of `data_dir`.
 pub fn dir(data_dir: &Path) -> PathBuf {
@@ -51,8 +53,32 @@ pub fn empty(trash: &Path) {
     }
 }
 
-/// Empties `trash` on a background thread (at once when the thread cannot start).
+/// Set by [`defer_emptying`]: emptying waits for [`empty_deferred`].
+static DEFER: AtomicBool = AtomicBool::new(false);
+/// The trash whose emptying waits, under [`DEFER`].
+static PENDING: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Makes this process's emptying wait for [`empty_deferred`]: a one-shot run removes
+/// earlier runs' images once its command is done, not while its start needs the CPUs.
+pub fn defer_emptying() {
+    DEFER.store(true, Ordering::Release);
+}
+
+/// The emptying [`defer_emptying`] held back, done now on this thread.
+pub fn empty_deferred() {
+    let pending = PENDING.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(trash) = pending {
+        empty(&trash);
+    }
+}
+
+/// Empties `trash` on a background thread (at once when the thread cannot start; later
+/// after [`defer_emptying`]).
 pub fn empty_in_background(trash: &Path) {
+    if DEFER.load(Ordering::Acquire) {
+        *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(trash.to_path_buf());
+        return;
+    }
     AGAIN.store(true, Ordering::Release);
     if EMPTYING.swap(true, Ordering::AcqRel) {
         return;

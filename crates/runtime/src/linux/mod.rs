@@ -77,6 +77,20 @@ pub struct LinuxConfig {
     pub max_ptys_per_sandbox: u32,
 }
 
+/// Holds this process's disk upkeep (the next spare disk's copy, the removal of
+/// discarded images) until [`finish_deferred_disk_work`]: a one-shot run calls this
+/// before it opens a runtime, so that its start has both CPUs and the disk to itself.
+pub fn defer_disk_work() {
+    disk_spares::defer_refills();
+    disk_trash::defer_emptying();
+}
+
+/// Does the disk upkeep [`defer_disk_work`] held back, on this thread.
+pub fn finish_deferred_disk_work() {
+    disk_spares::refill_deferred();
+    disk_trash::empty_deferred();
+}
+
 /// Waits for this process's removal of discarded disk images (the leftovers of earlier
 /// processes, removed on a background thread when a runtime opens the data dir) to
 /// finish: a short-lived process calls this before it exits.

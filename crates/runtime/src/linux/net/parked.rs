@@ -92,18 +92,29 @@ pub(super) fn take(config: &NetConfig, id: Uuid) -> Option<Lease> {
 /// the host has room (true: parked, its link deleted; false: the caller removes it).
 /// `exe` is the sandboxd binary, run as the reaper when none runs.
 pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path) -> bool {
+    let parkable = |lock: &HostLock| {
+        let lease = lock.lease(id)?;
+        (lease.plain && parked(&config.state_dir).len() < MAX_PARKED)
+            .then(|| lease.named_after.unwrap_or(id))
+    };
+    // The link is deleted without the host lock: a veth's removal waits for an RCU
+    // grace period (10-20 ms here), and the next run's start takes the host lock to
+    // take a parked network. The link is this sandbox's alone, and a network that is not
+    // parked after all is removed by the caller (deleting a deleted link is a no-op).
+    let Some(name) = HostLock::take(&config.state_dir)
+        .ok()
+        .and_then(|l| parkable(&l))
+    else {
+        return false;
+    };
+    let (ifname, _) = super::names(name);
+    super::link::delete(&ifname);
     let Ok(lock) = HostLock::take(&config.state_dir) else {
         return false;
     };
-    let Some(lease) = lock.lease(id) else {
-        return false;
-    };
-    if !lease.plain || parked(&config.state_dir).len() >= MAX_PARKED {
+    if parkable(&lock) != Some(name) {
         return false;
     }
-    let name = lease.named_after.unwrap_or(id);
-    let (ifname, _) = super::names(name);
-    super::link::delete(&ifname);
     let marker = dir(&config.state_dir).join(name.to_string());
     let made =
         std::fs::create_dir_all(dir(&config.state_dir)).and_then(|()| std::fs::write(&marker, ""));
