@@ -7,16 +7,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 /// How many spares to keep per template.
 const SPARES: usize = 2;
 /// One refill thread per process at a time.
 static REFILLING: AtomicBool = AtomicBool::new(false);
-/// Set by [`defer_refills`]: refills wait for [`refill_deferred`].
-static DEFER: AtomicBool = AtomicBool::new(false);
-/// The template whose refill waits, under [`DEFER`].
-static PENDING: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// Refills held back by [`defer_refills`] for [`refill_deferred`].
+static DEFERRED: super::deferred::Deferred = super::deferred::Deferred::new();
 
 fn spares(template: &Path) -> Vec<PathBuf> {
     let (Some(dir), Some(name)) = (template.parent(), template.file_name()) else {
@@ -46,13 +43,12 @@ pub fn take(template: &Path, into: &Path) -> bool {
 /// would share the two CPUs with the rest of its start; it is made once the command is
 /// done.
 pub fn defer_refills() {
-    DEFER.store(true, Ordering::Release);
+    DEFERRED.defer();
 }
 
 /// The refill [`defer_refills`] held back, made now on this thread.
 pub fn refill_deferred() {
-    let pending = PENDING.lock().unwrap_or_else(|p| p.into_inner()).take();
-    if let Some(template) = pending {
+    if let Some(template) = DEFERRED.take() {
         top_up(&template);
     }
 }
@@ -60,8 +56,7 @@ pub fn refill_deferred() {
 /// Tops the spares of `template` up to [`SPARES`] on a background thread (or later,
 /// see [`defer_refills`]).
 pub fn refill(template: &Path) {
-    if DEFER.load(Ordering::Acquire) {
-        *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(template.to_path_buf());
+    if DEFERRED.hold(template) {
         return;
     }
     if spares(template).len() >= SPARES || REFILLING.swap(true, Ordering::AcqRel) {

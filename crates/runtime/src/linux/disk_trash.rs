@@ -11,7 +11,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 /// The trash dir of `data_dir`.
 pub fn dir(data_dir: &Path) -> PathBuf {
@@ -53,21 +52,18 @@ pub fn empty(trash: &Path) {
     }
 }
 
-/// Set by [`defer_emptying`]: emptying waits for [`empty_deferred`].
-static DEFER: AtomicBool = AtomicBool::new(false);
-/// The trash whose emptying waits, under [`DEFER`].
-static PENDING: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// Emptying held back by [`defer_emptying`] for [`empty_deferred`].
+static DEFERRED: super::deferred::Deferred = super::deferred::Deferred::new();
 
 /// Makes this process's emptying wait for [`empty_deferred`]: a one-shot run removes
 /// earlier runs' images once its command is done, not while its start needs the CPUs.
 pub fn defer_emptying() {
-    DEFER.store(true, Ordering::Release);
+    DEFERRED.defer();
 }
 
 /// The emptying [`defer_emptying`] held back, done now on this thread.
 pub fn empty_deferred() {
-    let pending = PENDING.lock().unwrap_or_else(|p| p.into_inner()).take();
-    if let Some(trash) = pending {
+    if let Some(trash) = DEFERRED.take() {
         empty(&trash);
     }
 }
@@ -75,8 +71,7 @@ pub fn empty_deferred() {
 /// Empties `trash` on a background thread (at once when the thread cannot start; later
 /// after [`defer_emptying`]).
 pub fn empty_in_background(trash: &Path) {
-    if DEFER.load(Ordering::Acquire) {
-        *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(trash.to_path_buf());
+    if DEFERRED.hold(trash) {
         return;
     }
     AGAIN.store(true, Ordering::Release);

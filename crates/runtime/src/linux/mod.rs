@@ -6,6 +6,7 @@ mod capture;
 mod capture_bound;
 mod cgroup;
 mod cgroup_self_move;
+mod deferred;
 mod destroy;
 mod disk;
 mod disk_space;
