@@ -64,6 +64,15 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
         config.data_dir = dir;
     }
     tracing::info!(?config, "starting");
+    let tasks = sandboxd_server::config::host_tasks::host_tasks();
+    let pids = config.pids_per_sandbox();
+    match sandboxd_server::config::host_tasks::oversubscribed(pids, config.max_sandboxes, tasks) {
+        Some(warning) => tracing::warn!(pids_per_sandbox = pids, "{warning}"),
+        None => tracing::info!(
+            pids_per_sandbox = pids,
+            "each sandbox may hold {pids} tasks"
+        ),
+    }
     let tokio = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let served = tokio.block_on(run(config));
     // Connections still open past the shutdown grace period, and blocking calls they

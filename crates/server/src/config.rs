@@ -10,6 +10,7 @@ mod abuse;
 mod auto_pause;
 mod connections;
 mod disk;
+pub mod host_tasks;
 mod isolation;
 mod layer_gc;
 mod observability;
@@ -76,6 +77,9 @@ pub struct ServerConfig {
     /// PTYs one sandbox may have open at once (its devpts `max=`; 64 by default; 0:
     /// only the host's `kernel.pty.max` bounds it).
     pub max_ptys_per_sandbox: u32,
+    /// Tasks (processes and threads) each sandbox may hold; `None`: derived from the
+    /// host's task table (see [`host_tasks`]).
+    pub pids_per_sandbox: Option<u32>,
     /// Seconds SIGTERM (or SIGINT) waits for open requests and streams to finish
     /// before the server exits anyway (30 by default; a second signal exits at once).
     pub shutdown_grace_seconds: u64,
@@ -126,6 +130,7 @@ impl Default for ServerConfig {
             warm_images: 2,
             connections: ConnectionLimits::default(),
             max_ptys_per_sandbox: 64,
+            pids_per_sandbox: None,
             shutdown_grace_seconds: 30,
             agent_answer_seconds: 30,
             insecure_registries: Vec::new(),
@@ -166,6 +171,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("warm_images", &self.warm_images)
             .field("connections", &self.connections)
             .field("max_ptys_per_sandbox", &self.max_ptys_per_sandbox)
+            .field("pids_per_sandbox", &self.pids_per_sandbox)
             .field("shutdown_grace_seconds", &self.shutdown_grace_seconds)
             .field("agent_answer_seconds", &self.agent_answer_seconds)
             .field("insecure_registries", &self.insecure_registries)
@@ -226,6 +232,7 @@ struct FileLayer {
     warm_images: Option<u32>,
     connections: Option<connections::ConnectionsLayer>,
     max_ptys_per_sandbox: Option<u32>,
+    pids_per_sandbox: Option<u32>,
     shutdown_grace_seconds: Option<u64>,
     agent_answer_seconds: Option<u64>,
     insecure_registries: Option<Vec<String>>,
@@ -308,6 +315,7 @@ impl ServerConfig {
             warm_images: env_number(&env, "SANDBOXD_WARM_IMAGES")?,
             connections: connections::ConnectionsLayer::from_env(&env)?,
             max_ptys_per_sandbox: env_number(&env, "SANDBOXD_MAX_PTYS_PER_SANDBOX")?,
+            pids_per_sandbox: env_number(&env, "SANDBOXD_PIDS_PER_SANDBOX")?,
             shutdown_grace_seconds: env_number(&env, "SANDBOXD_SHUTDOWN_GRACE_SECONDS")?,
             agent_answer_seconds: env_number(&env, "SANDBOXD_AGENT_ANSWER_SECONDS")?,
             insecure_registries: registries::from_env(&env)?,
@@ -322,6 +330,11 @@ impl ServerConfig {
         registries::check(&config.insecure_registries).map_err(ConfigError::Inconsistent)?;
         config.check_disk()?;
         config.check_ended_retention()?;
+        if let Some(why) = config.pids_per_sandbox.and_then(host_tasks::refused) {
+            return Err(ConfigError::Inconsistent(format!(
+                "{why} (SANDBOXD_PIDS_PER_SANDBOX; unset: derived from the host)"
+            )));
+        }
         Ok(config)
     }
 
@@ -443,6 +456,9 @@ impl ServerConfig {
         if let Some(n) = layer.max_ptys_per_sandbox {
             self.max_ptys_per_sandbox = n;
         }
+        if let Some(n) = layer.pids_per_sandbox {
+            self.pids_per_sandbox = Some(n);
+        }
         if let Some(n) = layer.shutdown_grace_seconds {
             self.shutdown_grace_seconds = n;
         }
@@ -466,6 +482,12 @@ impl ServerConfig {
         }
     }
 
+    /// Each sandbox's task limit: the configured one, else derived from the host.
+    pub fn pids_per_sandbox(&self) -> u32 {
+        self.pids_per_sandbox
+            .unwrap_or_else(|| host_tasks::derived(self.max_sandboxes, host_tasks::host_tasks()))
+    }
+
     /// The engine's capacity limits this configuration asks for.
     pub fn limits(&self) -> sandboxd_engine::Limits {
         sandboxd_engine::Limits {
@@ -484,6 +506,7 @@ impl ServerConfig {
             max_in_flight_per_workspace: self.connections.in_flight_per_workspace(),
             exec_output_budget_bytes: self.connections.exec_output_budget_mib << 20,
             agent_answer: std::time::Duration::from_secs(self.agent_answer_seconds),
+            pids_per_sandbox: self.pids_per_sandbox(),
             ..Default::default()
         }
     }
@@ -852,6 +875,25 @@ mod tests {
         assert!(
             !shown.contains("s3cret-key") && shown.contains("<redacted>"),
             "{shown}"
+        );
+    }
+
+    #[test]
+    fn pids_per_sandbox_is_derived_from_the_host_unless_set_and_refused_out_of_range() {
+        let c = load(None, &[]).expect("defaults");
+        assert_eq!(c.pids_per_sandbox, None);
+        assert_eq!(
+            c.limits().pids_per_sandbox,
+            host_tasks::derived(c.max_sandboxes, host_tasks::host_tasks())
+        );
+        let c = load(Some("pids_per_sandbox = 300\n"), &[]).expect("file");
+        assert_eq!(c.limits().pids_per_sandbox, 300);
+        let c = load(None, &[("SANDBOXD_PIDS_PER_SANDBOX", "2048")]).expect("env");
+        assert_eq!(c.limits().pids_per_sandbox, 2048);
+        let got = load(Some("pids_per_sandbox = 5\n"), &[]);
+        assert!(
+            matches!(&got, Err(ConfigError::Inconsistent(m)) if m.contains("pids_per_sandbox")),
+            "{got:?}"
         );
     }
 }
