@@ -24,18 +24,24 @@ pub fn resolve_a(name: &str, resolvers: &[Ipv4Addr], port: u16) -> (Vec<Ipv4Addr
     (Vec::new(), MIN_TTL)
 }
 
+/// One query, as RFC 5452 asks of a resolver's client: a random id from a random port,
+/// the socket connected to the resolver (the kernel drops datagrams from anyone else),
+/// and an answer taken only if it echoes the question asked. The answers go into a cache
+/// every workspace's policies use, so a guessable query would let one tenant poison
+/// another's allowed domains.
 fn query(name: &str, server: SocketAddr) -> Option<(Vec<Ipv4Addr>, u32)> {
     let sock = UdpSocket::bind("0.0.0.0:0").ok()?;
     sock.set_read_timeout(Some(TIMEOUT)).ok()?;
-    let id = (std::process::id() as u16) ^ (name.len() as u16).rotate_left(7);
-    sock.send_to(&encode_query(id, name), server).ok()?;
+    sock.connect(server).ok()?;
+    let random = uuid::Uuid::new_v4();
+    let id = u16::from_be_bytes([random.as_bytes()[0], random.as_bytes()[1]]);
+    let question = encode_query(id, name);
+    sock.send(&question).ok()?;
     let mut buf = [0u8; 1500];
     for _ in 0..4 {
-        let (n, from) = sock.recv_from(&mut buf).ok()?;
-        if from == server {
-            if let Some(answer) = parse_answer(id, &buf[..n]) {
-                return Some(answer);
-            }
+        let n = sock.recv(&mut buf).ok()?;
+        if let Some(answer) = parse_answer(&question, &buf[..n]) {
+            return Some(answer);
         }
     }
     None
@@ -58,18 +64,21 @@ pub fn encode_query(id: u16, name: &str) -> Vec<u8> {
     q
 }
 
-/// A records of a response to query `id` and their least TTL (`u32::MAX` with none);
-/// `None` if it is not one.
-pub fn parse_answer(id: u16, msg: &[u8]) -> Option<(Vec<Ipv4Addr>, u32)> {
-    if msg.len() < 12 || msg[0..2] != id.to_be_bytes() || msg[2] & 0x80 == 0 {
+/// A records of a response to `query` (as [`encode_query`] made it: its id, and its one
+/// question echoed, names compared without regard to case) and their least TTL
+/// (`u32::MAX` with none); `None` if it is not one.
+pub fn parse_answer(query: &[u8], msg: &[u8]) -> Option<(Vec<Ipv4Addr>, u32)> {
+    if query.len() < 12 || msg.len() < 12 || msg[0..2] != query[0..2] || msg[2] & 0x80 == 0 {
         return None;
     }
     let qd = u16::from_be_bytes([msg[4], msg[5]]);
     let an = u16::from_be_bytes([msg[6], msg[7]]);
-    let mut at = 12;
-    for _ in 0..qd {
-        at = skip_name(msg, at)? + 4;
+    let asked = &query[12..];
+    let echoed = msg.get(12..12 + asked.len())?;
+    if qd != 1 || !echoed.eq_ignore_ascii_case(asked) {
+        return None;
     }
+    let mut at = 12 + asked.len();
     let (mut out, mut ttl) = (Vec::new(), u32::MAX);
     for _ in 0..an {
         at = skip_name(msg, at)?;
@@ -115,14 +124,63 @@ mod tests {
             r.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, ttl, 0, 4]);
             r.extend_from_slice(&ip);
         }
-        let (got, ttl) = parse_answer(0x1234, &r).expect("answer");
+        let (got, ttl) = parse_answer(&q, &r).expect("answer");
         assert_eq!(
             got,
             [Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 9)]
         );
         assert_eq!(ttl, 30, "the least TTL");
-        assert_eq!(parse_answer(0x9999, &r), None);
-        assert_eq!(parse_answer(0x1234, &q), None, "a query is not an answer");
-        assert_eq!(parse_answer(0x1234, &r[..r.len() - 3]), None, "truncated");
+        assert_eq!(parse_answer(&encode_query(0x9999, "good.test"), &r), None);
+        assert_eq!(parse_answer(&q, &q), None, "a query is not an answer");
+        assert_eq!(parse_answer(&q, &r[..r.len() - 3]), None, "truncated");
+        let mut upper = r.clone();
+        upper[13..17].copy_from_slice(b"GOOD");
+        assert!(
+            parse_answer(&q, &upper).is_some(),
+            "the name's case may differ"
+        );
+    }
+
+    /// Regression (REVIEW13 #6): an answer with the right id for another name (a spoofed
+    /// or stray one) used to be taken for the name asked.
+    #[test]
+    fn an_answer_to_another_question_is_not_taken() {
+        let q = encode_query(0x1234, "good.test");
+        let other = encode_query(0x1234, "evil.test");
+        let mut r = other.clone();
+        r[2] = 0x81;
+        r[3] = 0x80;
+        r[7] = 1;
+        r.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 203, 0, 113, 7]);
+        assert!(parse_answer(&other, &r).is_some());
+        assert_eq!(parse_answer(&q, &r), None);
+    }
+
+    /// Regression (REVIEW13 #6): the id was the same for every name of one length.
+    #[test]
+    fn queries_from_a_real_socket_carry_random_ids() {
+        let server = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        server
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let port = server.local_addr().expect("addr").port();
+        let ask = std::thread::spawn(move || {
+            for name in ["aa.example", "bb.example", "cc.example", "dd.example"] {
+                // No answer comes: each query times out after TIMEOUT.
+                let _ = resolve_a(name, &[Ipv4Addr::LOCALHOST], port);
+            }
+        });
+        let mut ids = std::collections::HashSet::new();
+        let mut buf = [0u8; 512];
+        for _ in 0..4 {
+            let (n, _) = server.recv_from(&mut buf).expect("a query");
+            assert!(n > 12);
+            ids.insert(u16::from_be_bytes([buf[0], buf[1]]));
+        }
+        ask.join().expect("asker");
+        assert!(
+            ids.len() >= 3,
+            "ids of four queries for names of one length: {ids:?}"
+        );
     }
 }
