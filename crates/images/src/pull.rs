@@ -201,7 +201,7 @@ pub async fn pull(
     let mut config = image_config(&config_bytes)?;
     config.manifest_digest = Some(digest);
     let mut layers = Vec::with_capacity(manifest.layers.len());
-    let mut budget = images.image_budget();
+    let mut budget = images.image_budget()?;
     for desc in &manifest.layers {
         if !LAYER_TYPES.contains(&desc.media_type.as_str()) {
             return Err(ImageError::Unsupported(format!(
@@ -273,7 +273,7 @@ async fn fetch_layer(
     let expected = sha256_hex(&desc.digest)?.to_owned();
     let size = u64::try_from(desc.size).unwrap_or(0);
     // The declared size bounds the download (more is refused as it streams).
-    images.admit_blob(&desc.digest, size)?;
+    images.admit_blob(&mut budget, &desc.digest, size)?;
     let (mut file, temp) = images.temp_file()?;
     let mut stream = client
         .pull_blob_stream(reference, desc)
