@@ -135,15 +135,15 @@ impl Budget {
 
 /// Bytes of directory blocks an entry's name may take in its parent directory beyond
 /// the name itself (an ext4 directory record's header, rounded up).
-const DIRENT_OVERHEAD: u64 = 16;
+pub(crate) const DIRENT_OVERHEAD: u64 = 16;
 
 /// Symlink targets at least this long take a data block (shorter ones live in the
 /// inode: ext4 keeps up to 59 bytes there, tmpfs up to 127).
-const INLINE_SYMLINK: usize = 60;
+pub(crate) const INLINE_SYMLINK: usize = 60;
 
 /// Data blocks are written and charged in units of this (the usual block size): an
 /// all-zero unit is left a hole.
-const BLOCK: usize = 4096;
+pub(crate) const BLOCK: usize = 4096;
 
 /// Why a layer was refused.
 #[derive(Debug, thiserror::Error)]
@@ -523,7 +523,7 @@ fn apply<R: Read>(
 
 /// Copies `src` into the empty `file`, leaving every all-zero block a hole, and takes
 /// each block written from `budget`'s room before writing it.
-fn write_sparse(
+pub(crate) fn write_sparse(
     src: &mut impl Read,
     file: &std::fs::File,
     raw: &Path,

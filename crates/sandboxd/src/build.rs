@@ -287,8 +287,18 @@ impl Builder {
                     .clone()
                     .unwrap_or_else(|| "/".into());
                 let text = format!("{what} {spec:?} in {cwd}");
+                // What it copies takes the data dir's room as a pull's layers do.
+                let mut budget = self.images.image_budget()?;
                 self.layer_step(&mut state, &text, |chain, scratch| {
-                    bctx::copy_layer(&self.context, chain, what, &spec, &cwd, scratch)?;
+                    bctx::copy_layer(
+                        &self.context,
+                        chain,
+                        what,
+                        &spec,
+                        &cwd,
+                        scratch,
+                        &mut budget,
+                    )?;
                     Ok(true)
                 })?;
             }

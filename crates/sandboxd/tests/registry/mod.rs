@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod small_disk;
 pub mod token;
 
 use std::path::{Path, PathBuf};
