@@ -2,8 +2,10 @@
 //! endpoint's answer are fetched with requests of sandboxd's own, each body refused
 //! past [`MAX_ANSWER`] (a `Content-Length` above it before reading, a stream stopped
 //! once it passes it), so a hostile registry cannot grow the pulling process's memory.
-//! `oci-client` reads these whole (`res.bytes()`); it is left only blob streams,
-//! handed the access found here (a bearer token, HTTP basic or none).
+//! `oci-client` reads these whole (`res.bytes()`); it is left only blob streams, and
+//! only with a bearer token found here or none at all: given HTTP basic credentials (or
+//! anonymous access) it would ask the registry for a challenge again and follow it to a
+//! token server whose answer it reads whole, so those blobs come by requests of ours.
 
 use crate::platform::Unmatched;
 use crate::pull::Credential;
@@ -312,6 +314,53 @@ impl Registry {
             });
         }
         Ok((body, digest))
+    }
+}
+
+/// A blob's bytes as they come.
+pub type BlobStream = futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;
+
+impl Registry {
+    /// With HTTP basic access, blob `digest` of `reference`'s repository by a request of
+    /// ours (its stream; the caller bounds it by the descriptor's size); `None` with any
+    /// other access (oci-client's own request, which then never asks a token server).
+    pub async fn basic_blob(
+        &self,
+        reference: &Reference,
+        digest: &str,
+    ) -> Result<Option<BlobStream>, ImageError> {
+        let Access::Basic(u, p) = &self.access else {
+            return Ok(None);
+        };
+        let url = format!("{}/v2/{}/blobs/{digest}", self.base, reference.repository());
+        // A redirect to another host (blob storage) drops the credential (reqwest
+        // leaves sensitive headers out across hosts).
+        let res = self
+            .http
+            .get(&url)
+            .basic_auth(u, Some(p))
+            .send()
+            .await
+            .map_err(|e| failed(&self.registry, e))?;
+        let status = res.status();
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            return Err(ImageError::Unauthorized {
+                registry: self.registry.clone(),
+                message: format!("{status} for {url}"),
+            });
+        }
+        if !status.is_success() {
+            return Err(failed(&self.registry, format!("{status} for {url}")));
+        }
+        let stream = futures_util::stream::unfold(Some(res), |res| async move {
+            let mut res = res?;
+            match res.chunk().await {
+                Ok(Some(chunk)) => Some((Ok(chunk), Some(res))),
+                Ok(None) => None,
+                Err(e) => Some((Err(std::io::Error::other(e)), None)),
+            }
+        });
+        Ok(Some(Box::pin(stream)))
     }
 }
 
