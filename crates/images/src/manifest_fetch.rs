@@ -277,11 +277,7 @@ impl Registry {
         reference: &Reference,
         target: &str,
     ) -> Result<(Vec<u8>, String), ImageError> {
-        let url = format!(
-            "{}/v2/{}/manifests/{target}",
-            self.base,
-            reference.repository()
-        );
+        let url = v2_url(&self.base, reference, "manifests", target);
         let mut req = self.http.get(&url).header(ACCEPT, ACCEPTED.join(", "));
         req = match &self.access {
             Access::None => req,
@@ -317,6 +313,17 @@ impl Registry {
     }
 }
 
+/// The URL of `reference`'s manifest or blob (`kind`) `target` at `base`; through a
+/// mirror, with the `ns=` parameter naming the registry mirrored (as oci-client's own
+/// URLs have it).
+fn v2_url(base: &str, reference: &Reference, kind: &str, target: &str) -> String {
+    let ns = reference
+        .namespace()
+        .map(|ns| format!("?ns={ns}"))
+        .unwrap_or_default();
+    format!("{base}/v2/{}/{kind}/{target}{ns}", reference.repository())
+}
+
 /// A blob's bytes as they come.
 pub type BlobStream = futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;
 
@@ -332,7 +339,7 @@ impl Registry {
         let Access::Basic(u, p) = &self.access else {
             return Ok(None);
         };
-        let url = format!("{}/v2/{}/blobs/{digest}", self.base, reference.repository());
+        let url = v2_url(&self.base, reference, "blobs", digest);
         // A redirect to another host (blob storage) drops the credential (reqwest
         // leaves sensitive headers out across hosts).
         let res = self
@@ -379,6 +386,20 @@ fn parse_manifest(body: &[u8]) -> Result<OciImageManifest, ImageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mirrors_urls_name_the_registry_mirrored() {
+        let mut r: Reference = "registry.example/team/app:1".parse().expect("reference");
+        assert_eq!(
+            v2_url("https://registry.example", &r, "manifests", "1"),
+            "https://registry.example/v2/team/app/manifests/1"
+        );
+        r.set_mirror_registry("mirror.example".to_owned());
+        assert_eq!(
+            v2_url("https://mirror.example", &r, "blobs", "sha256:ab"),
+            "https://mirror.example/v2/team/app/blobs/sha256:ab?ns=registry.example"
+        );
+    }
 
     #[test]
     fn bearer_challenges_parse() {
