@@ -162,27 +162,7 @@ fn a_pull_under_way_keeps_its_room_from_another_pull() {
     registry.push_layout(&b, "room/b");
     let proxy = Proxy::start(registry.port);
     // The manifest and configuration pass; the layer's answer is held.
-    proxy.hold_after(32 << 10);
-    let mut pull_a = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-        .args([
-            "images",
-            "pull",
-            &format!("127.0.0.1:{}/room/a", proxy.port),
-        ])
-        .arg("--data-dir")
-        .arg(&disk.path)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("sandboxd");
-    let held = proxy.wait_held(|| matches!(pull_a.try_wait(), Ok(None)));
-    if !held {
-        let out = pull_a.wait_with_output().expect("wait");
-        panic!(
-            "pull A ended before its blob: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let pull_a = registry::pull_held(&proxy, "room/a", &disk.path);
     let out = sandboxd(
         &disk.path,
         &["images", "pull", &registry.reference("room/b")],
