@@ -122,8 +122,7 @@ pub fn import(images: &Images, path: &Path, name: Option<&str>) -> Result<ImageL
             fifos: false,
         };
         // The archive's own unpacking takes room like its layers do.
-        let mut budget = images.image_budget();
-        images.measure_room(&mut budget)?;
+        let mut budget = images.image_budget()?;
         unpack::unpack(
             unpack::decompressed(std::io::BufReader::new(file)).map_err(io("reading", path))?,
             &scratch,
@@ -131,6 +130,8 @@ pub fn import(images: &Images, path: &Path, name: Option<&str>) -> Result<ImageL
             &mut budget,
         )
         .map_err(|source| crate::store::layer_error(&path.display().to_string(), source))?;
+        // Its claim ends here: what it wrote is on the disk now.
+        drop(budget);
         import_dir(images, &Root::open(&scratch)?, name)
     })();
     remove_tree(&scratch);
@@ -180,7 +181,7 @@ fn ingest(
         .metadata()
         .map_err(io("reading a blob", &root.1.join(rel)))?
         .len();
-    images.admit_blob(digest, size)?;
+    images.admit_blob(budget, digest, size)?;
     let (mut out, temp) = images.temp_file()?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -237,7 +238,7 @@ fn import_docker(
         ));
     }
     let mut layers = Vec::new();
-    let mut budget = images.image_budget();
+    let mut budget = images.image_budget()?;
     for (rel, diff_id) in m.layers.iter().zip(&rootfs.rootfs.diff_ids) {
         // Layers may be compressed (OCI-shaped saves): the blob digest is the file name.
         let blob = Path::new(rel)
@@ -335,7 +336,7 @@ fn import_oci(images: &Images, root: &Root, name: Option<&str>) -> Result<ImageL
     };
     let config = image_config(&blob(root, &manifest.config.digest)?)?;
     let mut layers = Vec::new();
-    let mut budget = images.image_budget();
+    let mut budget = images.image_budget()?;
     for d in &manifest.layers {
         let hex = sha256_hex(&d.digest)?;
         layers.push(ingest(

@@ -7,6 +7,7 @@
 //! `/usr/bin` and existing directories keep their modes and owners.
 
 use crate::dockerfile::CopySpec;
+use crate::unpack::{self, Budget, UnpackError};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::fs::Metadata;
 use std::os::fd::{AsFd, OwnedFd};
@@ -18,6 +19,8 @@ use std::path::{Component, Path, PathBuf};
 pub enum ContextError {
     #[error("{0}")]
     Refused(String),
+    #[error("not enough room in the data dir: {0}")]
+    NoRoom(String),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -310,7 +313,9 @@ pub fn workdir_layer(chain: &Chain, dir: &str, scratch: &Path) -> Result<bool, C
 }
 
 /// COPY/ADD `spec` (words already expanded) from `ctx` into `scratch`, relative
-/// destinations under `workdir`. `what` names the instruction in errors.
+/// destinations under `workdir`. `what` names the instruction in errors. What it writes
+/// is taken from `budget` (the data dir's shared room), as a pulled layer's is; zeros
+/// are left holes.
 pub fn copy_layer(
     ctx: &Context,
     chain: &Chain,
@@ -318,6 +323,7 @@ pub fn copy_layer(
     spec: &CopySpec,
     workdir: &str,
     scratch: &Path,
+    budget: &mut Budget,
 ) -> Result<(), ContextError> {
     let mut sources = Vec::new();
     for src in &spec.sources {
@@ -359,7 +365,14 @@ pub fn copy_layer(
             ),
         };
         ensure_dirs(chain, scratch, &target_dir)?;
-        copy_tree(ctx, &src.path, &scratch.join(&target), owner, spec.chmod)?;
+        copy_tree(
+            ctx,
+            &src.path,
+            &scratch.join(&target),
+            owner,
+            spec.chmod,
+            budget,
+        )?;
     }
     Ok(())
 }
@@ -373,7 +386,12 @@ fn copy_tree(
     to: &Path,
     owner: (u32, u32),
     chmod: Option<u32>,
+    budget: &mut Budget,
 ) -> Result<(), ContextError> {
+    let no_room = |path: &Path| {
+        let path = path.display().to_string();
+        move |why: String| ContextError::NoRoom(format!("writing {path}: {why}"))
+    };
     let walk = walkdir::WalkDir::new(from)
         .follow_links(false)
         .follow_root_links(true)
@@ -395,8 +413,17 @@ fn copy_tree(
         }
         .map_err(io("reading a source", entry.path()))?;
         let ft = meta.file_type();
+        // An inode and a name in its directory, as an unpacked entry.
+        let name = dst.file_name().map_or(0, |n| n.len() as u64);
+        budget
+            .take_inode()
+            .and_then(|()| budget.take_bytes(name + unpack::DIRENT_OVERHEAD))
+            .map_err(no_room(&dst))?;
         let existing = std::fs::symlink_metadata(&dst).ok();
         if ft.is_dir() {
+            budget
+                .take_bytes(unpack::BLOCK as u64)
+                .map_err(no_room(&dst))?;
             if !existing.as_ref().is_some_and(Metadata::is_dir) {
                 if existing.is_some() {
                     std::fs::remove_file(&dst).map_err(io("replacing an entry", &dst))?;
@@ -421,17 +448,35 @@ fn copy_tree(
         if ft.is_symlink() {
             let target =
                 std::fs::read_link(entry.path()).map_err(io("reading a link", entry.path()))?;
+            let len = target.as_os_str().len();
+            if len >= unpack::INLINE_SYMLINK {
+                budget
+                    .take_bytes((len.div_ceil(unpack::BLOCK) * unpack::BLOCK) as u64)
+                    .map_err(no_room(&dst))?;
+            }
             std::os::unix::fs::symlink(&target, &dst).map_err(io("copying a link", &dst))?;
             set_owner_mode(&dst, owner.0, owner.1, None)?;
         } else if ft.is_file() {
             let mut input = ctx.open_file(entry.path())?;
-            let mut output = std::fs::File::options()
+            let output = std::fs::File::options()
                 .write(true)
                 .create_new(true)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&dst)
                 .map_err(io("writing a copied file", &dst))?;
-            std::io::copy(&mut input, &mut output).map_err(io("copying a file", &dst))?;
+            unpack::write_sparse(&mut input, &output, &dst, budget).map_err(|e| match e {
+                UnpackError::NoRoom(why) => ContextError::NoRoom(why),
+                UnpackError::Read(source) => ContextError::Io {
+                    what: "copying a file",
+                    path: entry.path().to_path_buf(),
+                    source,
+                },
+                e => ContextError::Io {
+                    what: "copying a file",
+                    path: dst.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                },
+            })?;
             set_owner_mode(
                 &dst,
                 owner.0,
@@ -488,6 +533,7 @@ mod tests {
                 &spec(&[src], "/x"),
                 "/",
                 scratch.path(),
+                &mut Budget::unlimited(),
             )
             .unwrap_err();
             assert!(e.to_string().contains(why), "{src}: {e}");
@@ -499,6 +545,7 @@ mod tests {
             &spec(&["http://h/x"], "/x"),
             "/",
             scratch.path(),
+            &mut Budget::unlimited(),
         )
         .unwrap_err();
         assert!(e.to_string().contains("URL"), "{e}");
@@ -514,6 +561,7 @@ mod tests {
             &spec(&["ok"], "rel/dir/"),
             "/app",
             scratch.path(),
+            &mut Budget::unlimited(),
         )
         .unwrap();
         assert_eq!(
@@ -546,6 +594,7 @@ mod tests {
             &spec(&["tool"], "/bin/"),
             "/",
             scratch.path(),
+            &mut Budget::unlimited(),
         )
         .unwrap();
         copy_layer(
@@ -555,6 +604,7 @@ mod tests {
             &spec(&["tool"], "/tmp"),
             "/",
             scratch.path(),
+            &mut Budget::unlimited(),
         )
         .unwrap();
         assert!(scratch.path().join("usr/bin/tool").is_file());

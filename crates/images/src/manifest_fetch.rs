@@ -2,8 +2,10 @@
 //! endpoint's answer are fetched with requests of sandboxd's own, each body refused
 //! past [`MAX_ANSWER`] (a `Content-Length` above it before reading, a stream stopped
 //! once it passes it), so a hostile registry cannot grow the pulling process's memory.
-//! `oci-client` reads these whole (`res.bytes()`); it is left only blob streams,
-//! handed the access found here (a bearer token, HTTP basic or none).
+//! `oci-client` reads these whole (`res.bytes()`); it is left only blob streams, and
+//! only with a bearer token found here or none at all: given HTTP basic credentials (or
+//! anonymous access) it would ask the registry for a challenge again and follow it to a
+//! token server whose answer it reads whole, so those blobs come by requests of ours.
 
 use crate::platform::Unmatched;
 use crate::pull::Credential;
@@ -275,11 +277,7 @@ impl Registry {
         reference: &Reference,
         target: &str,
     ) -> Result<(Vec<u8>, String), ImageError> {
-        let url = format!(
-            "{}/v2/{}/manifests/{target}",
-            self.base,
-            reference.repository()
-        );
+        let url = v2_url(&self.base, reference, "manifests", target);
         let mut req = self.http.get(&url).header(ACCEPT, ACCEPTED.join(", "));
         req = match &self.access {
             Access::None => req,
@@ -315,6 +313,64 @@ impl Registry {
     }
 }
 
+/// The URL of `reference`'s manifest or blob (`kind`) `target` at `base`; through a
+/// mirror, with the `ns=` parameter naming the registry mirrored (as oci-client's own
+/// URLs have it).
+fn v2_url(base: &str, reference: &Reference, kind: &str, target: &str) -> String {
+    let ns = reference
+        .namespace()
+        .map(|ns| format!("?ns={ns}"))
+        .unwrap_or_default();
+    format!("{base}/v2/{}/{kind}/{target}{ns}", reference.repository())
+}
+
+/// A blob's bytes as they come.
+pub type BlobStream = futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;
+
+impl Registry {
+    /// With HTTP basic access, blob `digest` of `reference`'s repository by a request of
+    /// ours (its stream; the caller bounds it by the descriptor's size); `None` with any
+    /// other access (oci-client's own request, which then never asks a token server).
+    pub async fn basic_blob(
+        &self,
+        reference: &Reference,
+        digest: &str,
+    ) -> Result<Option<BlobStream>, ImageError> {
+        let Access::Basic(u, p) = &self.access else {
+            return Ok(None);
+        };
+        let url = v2_url(&self.base, reference, "blobs", digest);
+        // A redirect to another host (blob storage) drops the credential (reqwest
+        // leaves sensitive headers out across hosts).
+        let res = self
+            .http
+            .get(&url)
+            .basic_auth(u, Some(p))
+            .send()
+            .await
+            .map_err(|e| failed(&self.registry, e))?;
+        let status = res.status();
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            return Err(ImageError::Unauthorized {
+                registry: self.registry.clone(),
+                message: format!("{status} for {url}"),
+            });
+        }
+        if !status.is_success() {
+            return Err(failed(&self.registry, format!("{status} for {url}")));
+        }
+        let stream = futures_util::stream::unfold(Some(res), |res| async move {
+            let mut res = res?;
+            match res.chunk().await {
+                Ok(Some(chunk)) => Some((Ok(chunk), Some(res))),
+                Ok(None) => None,
+                Err(e) => Some((Err(std::io::Error::other(e)), None)),
+            }
+        });
+        Ok(Some(Box::pin(stream)))
+    }
+}
+
 fn parse_manifest(body: &[u8]) -> Result<OciImageManifest, ImageError> {
     let manifest: OciImageManifest = serde_json::from_slice(body)
         .map_err(|e| ImageError::Malformed(format!("image manifest: {e}")))?;
@@ -330,6 +386,20 @@ fn parse_manifest(body: &[u8]) -> Result<OciImageManifest, ImageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mirrors_urls_name_the_registry_mirrored() {
+        let mut r: Reference = "registry.example/team/app:1".parse().expect("reference");
+        assert_eq!(
+            v2_url("https://registry.example", &r, "manifests", "1"),
+            "https://registry.example/v2/team/app/manifests/1"
+        );
+        r.set_mirror_registry("mirror.example".to_owned());
+        assert_eq!(
+            v2_url("https://mirror.example", &r, "blobs", "sha256:ab"),
+            "https://mirror.example/v2/team/app/blobs/sha256:ab?ns=registry.example"
+        );
+    }
 
     #[test]
     fn bearer_challenges_parse() {

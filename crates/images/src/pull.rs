@@ -15,6 +15,7 @@ use crate::{io, sha256_hex, ImageError};
 use futures_util::StreamExt;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::OciDescriptor;
+use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sandboxd_runtime::ImageLayers;
 use sha2::{Digest, Sha256};
@@ -165,9 +166,14 @@ pub async fn pull(
         .get(reference.registry())
         .or_else(|| options.credentials.get(reference.resolve_registry()));
     let registry = manifest_fetch::Registry::connect(&reference, plain, credential).await?;
-    client
-        .store_auth_if_needed(reference.resolve_registry(), &registry.auth)
-        .await;
+    // Only a bearer token is handed over: with anything stored oci-client asks the
+    // registry for a challenge itself and reads a token server's answer whole (with
+    // basic access, blobs come by `basic_blob`; with none, it needs nothing).
+    if let RegistryAuth::Bearer(_) = &registry.auth {
+        client
+            .store_auth_if_needed(reference.resolve_registry(), &registry.auth)
+            .await;
+    }
     let found = registry
         .manifest(&reference, &unmatched)
         .await
@@ -197,11 +203,11 @@ pub async fn pull(
             "image configuration too large".into(),
         ));
     }
-    let config_bytes = fetch_small(&client, &reference, &manifest.config).await?;
+    let config_bytes = fetch_small(&client, &registry, &reference, &manifest.config).await?;
     let mut config = image_config(&config_bytes)?;
     config.manifest_digest = Some(digest);
     let mut layers = Vec::with_capacity(manifest.layers.len());
-    let mut budget = images.image_budget();
+    let mut budget = images.image_budget()?;
     for desc in &manifest.layers {
         if !LAYER_TYPES.contains(&desc.media_type.as_str()) {
             return Err(ImageError::Unsupported(format!(
@@ -209,7 +215,8 @@ pub async fn pull(
                 desc.digest, desc.media_type
             )));
         }
-        let (layer, left) = fetch_layer(&images, &client, &reference, desc, budget).await?;
+        let (layer, left) =
+            fetch_layer(&images, &client, &registry, &reference, desc, budget).await?;
         budget = left;
         layers.push(layer);
     }
@@ -220,17 +227,33 @@ pub async fn pull(
         .map_err(|e| ImageError::Malformed(format!("saving the image: {e}")))?
 }
 
+/// Blob `desc` as it comes: by oci-client, or with HTTP basic access by a request of
+/// ours (see `manifest_fetch`).
+async fn blob_stream(
+    client: &Client,
+    registry: &manifest_fetch::Registry,
+    reference: &Reference,
+    desc: &OciDescriptor,
+) -> Result<manifest_fetch::BlobStream, ImageError> {
+    if let Some(stream) = registry.basic_blob(reference, &desc.digest).await? {
+        return Ok(stream);
+    }
+    let sized = client
+        .pull_blob_stream(reference, desc)
+        .await
+        .map_err(|e| registry_error(reference, e))?;
+    Ok(sized.stream)
+}
+
 /// A small blob (the configuration) into memory, verified.
 async fn fetch_small(
     client: &Client,
+    registry: &manifest_fetch::Registry,
     reference: &Reference,
     desc: &OciDescriptor,
 ) -> Result<Vec<u8>, ImageError> {
     let expected = sha256_hex(&desc.digest)?.to_owned();
-    let mut stream = client
-        .pull_blob_stream(reference, desc)
-        .await
-        .map_err(|e| registry_error(reference, e))?;
+    let mut stream = blob_stream(client, registry, reference, desc).await?;
     let mut out = Vec::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| transfer_error(reference, e))?;
@@ -256,6 +279,7 @@ async fn fetch_small(
 async fn fetch_layer(
     images: &Arc<Images>,
     client: &Client,
+    registry: &manifest_fetch::Registry,
     reference: &Reference,
     desc: &OciDescriptor,
     mut budget: Budget,
@@ -273,12 +297,9 @@ async fn fetch_layer(
     let expected = sha256_hex(&desc.digest)?.to_owned();
     let size = u64::try_from(desc.size).unwrap_or(0);
     // The declared size bounds the download (more is refused as it streams).
-    images.admit_blob(&desc.digest, size)?;
+    images.admit_blob(&mut budget, &desc.digest, size)?;
     let (mut file, temp) = images.temp_file()?;
-    let mut stream = client
-        .pull_blob_stream(reference, desc)
-        .await
-        .map_err(|e| registry_error(reference, e))?;
+    let mut stream = blob_stream(client, registry, reference, desc).await?;
     let mut hasher = Sha256::new();
     let mut got = 0u64;
     while let Some(chunk) = stream.next().await {

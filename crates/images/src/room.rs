@@ -3,15 +3,22 @@
 //!
 //! Measured from the data dir alone (the CLI has no server to ask): the filesystem's
 //! free bytes and inodes (`statvfs` of `sandboxes/`, as the runtime's `disk_space`),
-//! less the configured reserve (`SANDBOXD_DISK_RESERVE_MB`, 64 MiB by default, as the
-//! engine's disk policy), less what every sandbox's disk image (`sandboxes/*/layer.img`,
-//! sized to its admitted `disk_mb`, sparse) may still grow by, and for inodes less the
-//! engine's inode reserve and 256 per sandbox state dir. That is the engine's disk
-//! admission at an overcommit of 1.0: each admitted layer can still fill up.
+//! less the configured reserve (the server's `disk_reserve_mb`, 64 MiB by default, as
+//! the engine's disk policy), less what every sandbox's disk image
+//! (`sandboxes/*/layer.img`, sized to its admitted `disk_mb`, sparse) may still grow by,
+//! and for inodes less the engine's inode reserve and 256 per sandbox state dir. That is
+//! the engine's disk admission at an overcommit of 1.0: each admitted layer can still
+//! fill up.
+//!
+//! Pulls, imports and builds under way at once (in any process) share that room: each
+//! takes it in grants from the runtime's `room_claims`, so what one was granted and has
+//! not written yet is not free for another, nor for a sandbox's disk admission.
 
 use crate::{io, ImageError};
+use sandboxd_runtime::linux::room_claims::{self, Claim, Claimed, ClaimsLock};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 const MIB: u64 = 1 << 20;
 /// Inodes never used by images (the engine's `INODE_RESERVE`).
@@ -71,8 +78,23 @@ pub struct Room {
     pub inodes: u64,
 }
 
-/// Measures the [`Room`] of `data_dir` under `policy`.
-pub fn measure(data_dir: &Path, policy: &RoomPolicy) -> Result<Room, ImageError> {
+/// Bytes a grant takes beyond what is asked when there is room (so a writer measures
+/// once per this much, not once per block).
+const GRANT_BYTES: u64 = 8 * MIB;
+/// Inodes a grant takes beyond what is asked when there is room.
+const GRANT_INODES: u64 = 4096;
+
+/// Measures the [`Room`] of `data_dir` under `policy`, less what the claims of other
+/// writers than `own` hold (under the claims `lock`).
+fn measure(
+    data_dir: &Path,
+    policy: &RoomPolicy,
+    own: Option<&Claim>,
+    lock: &ClaimsLock,
+) -> Result<Room, ImageError> {
+    // Read before the free space (see `room_claims`).
+    let others = room_claims::outstanding(data_dir, own, lock)
+        .map_err(io("reading the room claims of", data_dir))?;
     let sandboxes = data_dir.join("sandboxes");
     let at = match sandboxes.is_dir() {
         true => sandboxes.as_path(),
@@ -92,10 +114,12 @@ pub fn measure(data_dir: &Path, policy: &RoomPolicy) -> Result<Room, ImageError>
     Ok(Room {
         bytes: available
             .saturating_sub(policy.reserve_mb.saturating_mul(MIB))
-            .saturating_sub(grow),
+            .saturating_sub(grow)
+            .saturating_sub(others.bytes),
         inodes: inodes
             .saturating_sub(INODE_RESERVE)
-            .saturating_sub(active.saturating_mul(INODES_PER_SANDBOX)),
+            .saturating_sub(active.saturating_mul(INODES_PER_SANDBOX))
+            .saturating_sub(others.inodes),
     })
 }
 
@@ -127,28 +151,73 @@ fn promised(sandboxes: &Path) -> Result<(u64, u64), ImageError> {
     Ok((grow, active))
 }
 
+/// One image's (or build's) share of the data dir's room: its claim in the shared
+/// accounting, regranted as it writes; released when dropped.
+pub struct RoomGrant {
+    data_dir: PathBuf,
+    policy: RoomPolicy,
+    claim: Mutex<Claim>,
+}
+
+impl RoomGrant {
+    /// A claim of nothing yet in `data_dir`'s accounting.
+    pub fn new(data_dir: &Path, policy: RoomPolicy) -> Result<RoomGrant, ImageError> {
+        let lock = room_claims::lock(data_dir, true)
+            .map_err(io("locking the room claims of", data_dir))?;
+        let claim = Claim::new(data_dir, &lock).map_err(io("claiming room in", data_dir))?;
+        Ok(RoomGrant {
+            data_dir: data_dir.to_path_buf(),
+            policy,
+            claim: Mutex::new(claim),
+        })
+    }
+
+    fn grant(&self, bytes: u64, inodes: u64) -> Result<(u64, u64), ImageError> {
+        let lock = room_claims::lock(&self.data_dir, true)
+            .map_err(io("locking the room claims of", &self.data_dir))?;
+        let mut claim = self
+            .claim
+            .lock()
+            .map_err(|_| ImageError::Malformed("a room claim was poisoned".into()))?;
+        let room = measure(&self.data_dir, &self.policy, Some(&claim), &lock)?;
+        if bytes > room.bytes {
+            return Err(no_room(format!(
+                "{} MiB more are needed and the data dir has {} MiB left beside the reserve, \
+                 the room promised to sandboxes and what other pulls, imports and builds \
+                 under way claimed",
+                bytes.div_ceil(MIB),
+                room.bytes / MIB
+            )));
+        }
+        if inodes > room.inodes {
+            return Err(no_room(format!(
+                "{inodes} more inodes are needed and the data dir has {} left beside the \
+                 reserve, those sandboxes may still need and what other pulls, imports \
+                 and builds under way claimed",
+                room.inodes
+            )));
+        }
+        let bytes = bytes.max(GRANT_BYTES.min(room.bytes));
+        let inodes = inodes.max(GRANT_INODES.min(room.inodes));
+        claim
+            .set(Claimed { bytes, inodes }, &lock)
+            .map_err(io("claiming room in", &self.data_dir))?;
+        Ok((bytes, inodes))
+    }
+}
+
+impl crate::unpack::Refill for RoomGrant {
+    fn refill(&self, bytes: u64, inodes: u64) -> Result<(u64, u64), String> {
+        self.grant(bytes, inodes).map_err(|e| match e {
+            ImageError::NoRoom(why) => why,
+            e => e.to_string(),
+        })
+    }
+}
+
 /// The error of a write that would take room promised to others.
 pub fn no_room(what: impl std::fmt::Display) -> ImageError {
     ImageError::NoRoom(what.to_string())
-}
-
-/// Refuses a blob of `size` bytes about to be written into `data_dir`.
-pub fn admit_blob(
-    data_dir: &Path,
-    policy: &RoomPolicy,
-    digest: &str,
-    size: u64,
-) -> Result<(), ImageError> {
-    let room = measure(data_dir, policy)?;
-    if size > room.bytes {
-        return Err(no_room(format!(
-            "blob {digest} is {} MiB and the data dir has {} MiB left beside the reserve and \
-             the room promised to sandboxes",
-            size.div_ceil(MIB),
-            room.bytes / MIB
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

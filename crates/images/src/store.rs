@@ -187,33 +187,44 @@ impl Images {
         })
     }
 
-    /// A fresh budget for one image: its caps, and no room yet (each unpack measures).
-    pub fn image_budget(&self) -> Budget {
-        Budget {
+    /// A fresh budget for one image (or build): its caps, and a claim of no room yet
+    /// in the data dir's shared accounting (granted as it writes).
+    pub fn image_budget(&self) -> Result<Budget, ImageError> {
+        Ok(Budget {
             room_bytes: 0,
             room_inodes: 0,
             image_bytes: self.room.max_image_bytes,
             image_entries: self.room.max_image_entries,
-        }
+            room: Some(std::sync::Arc::new(room::RoomGrant::new(
+                &self.data_dir,
+                self.room,
+            )?)),
+        })
     }
 
-    /// `budget` with the room the data dir has now.
-    pub fn measure_room(&self, budget: &mut Budget) -> Result<(), ImageError> {
-        let now = room::measure(&self.data_dir, &self.room)?;
-        budget.room_bytes = now.bytes;
-        budget.room_inodes = now.inodes;
-        Ok(())
-    }
-
-    /// Refuses a blob of `size` bytes about to be downloaded or copied into the store
-    /// when it would take room promised to others.
-    pub fn admit_blob(&self, digest: &str, size: u64) -> Result<(), ImageError> {
-        room::admit_blob(&self.data_dir, &self.room, digest, size)
+    /// Takes the room of a blob of `size` bytes about to be downloaded or copied into
+    /// the store from `budget`, or refuses it when it would take room promised to
+    /// others.
+    pub fn admit_blob(
+        &self,
+        budget: &mut Budget,
+        digest: &str,
+        size: u64,
+    ) -> Result<(), ImageError> {
+        budget
+            .take_bytes(size)
+            .and_then(|()| budget.take_inode())
+            .map_err(|why| {
+                room::no_room(format!(
+                    "blob {digest} is {} MiB: {why}",
+                    size.div_ceil(1 << 20)
+                ))
+            })
     }
 
     /// Unpacks the verified layer blob `file` (gzip, zstd or plain tar) into the layer
     /// store and records it under `digest`; returns the stored layer's digest. What it
-    /// writes comes out of the data dir's room (measured now) and the image's `budget`.
+    /// writes comes out of the image's `budget` (the data dir's shared room).
     pub fn ingest_blob(
         &self,
         digest: &str,
@@ -222,7 +233,6 @@ impl Images {
     ) -> Result<String, ImageError> {
         let hex = sha256_hex(digest)?;
         let reader = std::fs::File::open(file).map_err(io("opening a blob", file))?;
-        self.measure_room(budget)?;
         let scratch = self.scratch_dir()?;
         let unpacked = unpack::decompressed(std::io::BufReader::new(reader))
             .map_err(|source| ImageError::Layer {

@@ -42,15 +42,39 @@ impl Default for UnpackLimits {
     }
 }
 
+/// Where an unpack gets more room once its grant is spent: the shared accounting of
+/// the data dir (`room::RoomGrant`), so that pulls, imports and builds under way at once
+/// never take the same free room twice.
+pub trait Refill: Send + Sync {
+    /// Replaces this writer's grant (spent but for what is passed back) with a new one
+    /// of at least `bytes` bytes and `inodes` inodes, more when there is room; the new
+    /// grant, or why there is no room for it.
+    fn refill(&self, bytes: u64, inodes: u64) -> Result<(u64, u64), String>;
+}
+
 /// What one unpack may still take, counted down as it writes: room in the data dir
-/// (data blocks and inodes, see `room`) and what is left of the image's own caps
-/// across its layers (apparent bytes and entries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// (data blocks and inodes granted by `room`, refilled from it as they run out) and
+/// what is left of the image's own caps across its layers (apparent bytes and entries).
+#[derive(Clone)]
 pub struct Budget {
     pub room_bytes: u64,
     pub room_inodes: u64,
     pub image_bytes: u64,
     pub image_entries: u64,
+    /// The shared accounting that grants more room (none: the room is what is left).
+    pub room: Option<std::sync::Arc<dyn Refill>>,
+}
+
+impl std::fmt::Debug for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget")
+            .field("room_bytes", &self.room_bytes)
+            .field("room_inodes", &self.room_inodes)
+            .field("image_bytes", &self.image_bytes)
+            .field("image_entries", &self.image_entries)
+            .field("shared", &self.room.is_some())
+            .finish()
+    }
 }
 
 impl Budget {
@@ -61,27 +85,65 @@ impl Budget {
             room_inodes: u64::MAX,
             image_bytes: u64::MAX,
             image_entries: u64::MAX,
+            room: None,
         }
     }
 
-    /// Takes `n` bytes of the data dir's room for `path`.
-    fn take_room(&mut self, n: u64, path: &Path) -> Result<(), UnpackError> {
+    /// Takes `n` bytes of the data dir's room (refilling the grant if it is short), or
+    /// says why there is none.
+    pub fn take_bytes(&mut self, n: u64) -> Result<(), String> {
+        if self.room_bytes < n {
+            if let Some(room) = &self.room {
+                let (bytes, inodes) = room.refill(n, self.room_inodes)?;
+                self.room_bytes = bytes;
+                self.room_inodes = inodes;
+            }
+        }
         match self.room_bytes.checked_sub(n) {
             Some(left) => {
                 self.room_bytes = left;
                 Ok(())
             }
-            None => Err(UnpackError::NoRoom(format!(
-                "writing {} would take room promised to sandboxes or kept as the reserve",
-                path.display()
-            ))),
+            None => Err("it would take room promised to sandboxes or kept as the reserve".into()),
         }
+    }
+
+    /// Takes one inode of the data dir's room, like [`Budget::take_bytes`].
+    pub fn take_inode(&mut self) -> Result<(), String> {
+        if self.room_inodes == 0 {
+            if let Some(room) = &self.room {
+                let (bytes, inodes) = room.refill(self.room_bytes, 1)?;
+                self.room_bytes = bytes;
+                self.room_inodes = inodes;
+            }
+        }
+        match self.room_inodes.checked_sub(1) {
+            Some(left) => {
+                self.room_inodes = left;
+                Ok(())
+            }
+            None => Err("it would take inodes promised to sandboxes or kept as the reserve".into()),
+        }
+    }
+
+    /// Takes `n` bytes of the data dir's room for `path`.
+    fn take_room(&mut self, n: u64, path: &Path) -> Result<(), UnpackError> {
+        self.take_bytes(n)
+            .map_err(|why| UnpackError::NoRoom(format!("writing {}: {why}", path.display())))
     }
 }
 
+/// Bytes of directory blocks an entry's name may take in its parent directory beyond
+/// the name itself (an ext4 directory record's header, rounded up).
+pub(crate) const DIRENT_OVERHEAD: u64 = 16;
+
+/// Symlink targets at least this long take a data block (shorter ones live in the
+/// inode: ext4 keeps up to 59 bytes there, tmpfs up to 127).
+pub(crate) const INLINE_SYMLINK: usize = 60;
+
 /// Data blocks are written and charged in units of this (the usual block size): an
 /// all-zero unit is left a hole.
-const BLOCK: usize = 4096;
+pub(crate) const BLOCK: usize = 4096;
 
 /// Why a layer was refused.
 #[derive(Debug, thiserror::Error)]
@@ -174,13 +236,15 @@ pub fn unpack(
         budget.image_entries = budget.image_entries.checked_sub(1).ok_or_else(|| {
             UnpackError::ImageTooLarge("it has more entries than an image may hold".into())
         })?;
-        budget.room_inodes = budget.room_inodes.checked_sub(1).ok_or_else(|| {
-            UnpackError::NoRoom(format!(
-                "making {} would take inodes promised to sandboxes or kept as the reserve",
-                raw.display()
-            ))
-        })?;
+        budget
+            .take_inode()
+            .map_err(|why| UnpackError::NoRoom(format!("making {}: {why}", raw.display())))?;
         let path = clean(&raw)?;
+        // Its name's record in its parent directory (many long names grow directories
+        // by blocks).
+        if let Some(name) = path.file_name() {
+            budget.take_room(name.len() as u64 + DIRENT_OVERHEAD, &raw)?;
+        }
         let kind = entry.header().entry_type();
         if kind.is_file() || kind == tar::EntryType::GNUSparse {
             let size = entry.size();
@@ -197,6 +261,21 @@ pub fn unpack(
         }
         if kind == tar::EntryType::Directory {
             budget.take_room(BLOCK as u64, &raw)?;
+        }
+        if kind == tar::EntryType::Symlink {
+            // A long target takes data blocks like a file's content.
+            let len = entry.link_name_bytes().map_or(0, |target| target.len());
+            if len >= INLINE_SYMLINK {
+                let blocks = (len.div_ceil(BLOCK) * BLOCK) as u64;
+                budget.take_room(blocks, &raw)?;
+                budget.image_bytes =
+                    budget.image_bytes.checked_sub(len as u64).ok_or_else(|| {
+                        UnpackError::ImageTooLarge(format!(
+                            "{} makes it unpack to more than an image may hold",
+                            raw.display()
+                        ))
+                    })?;
+            }
         }
         if kind == tar::EntryType::Fifo && !limits.fifos {
             continue;
@@ -444,7 +523,7 @@ fn apply<R: Read>(
 
 /// Copies `src` into the empty `file`, leaving every all-zero block a hole, and takes
 /// each block written from `budget`'s room before writing it.
-fn write_sparse(
+pub(crate) fn write_sparse(
     src: &mut impl Read,
     file: &std::fs::File,
     raw: &Path,

@@ -1,9 +1,12 @@
 //! A hostile registry's answers are read only up to a fixed cap (REVIEW12 #6): an
 //! endless manifest, a manifest declaring a huge `Content-Length`, an endless token
 //! answer, and a manifest of too many layers are refused with an error, and the pull
-//! stops reading. The registry is a test-local HTTP listener on 127.0.0.1.
+//! stops reading. With basic credentials, a registry that later answers with a bearer
+//! challenge cannot have oci-client read an endless token answer (REVIEW13 #5). The
+//! registry is a test-local HTTP listener on 127.0.0.1.
 
-use sandboxd_images::{Images, PullOptions};
+use sandboxd_images::{Credential, Images, PullOptions};
+use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +23,20 @@ enum Answer {
     EndlessToken,
     /// A valid manifest listing 2,000 layers (well under the size cap).
     ManyLayers,
+    /// HTTP basic to the first `/v2/` ping, then a bearer challenge whose token answer
+    /// never ends; an image of no layers (its configuration served to basic requests).
+    BasicThenEndlessToken,
+}
+
+/// `/v2/` pings the fake registry answered.
+static PINGS: AtomicU64 = AtomicU64::new(0);
+
+/// The configuration of [`Answer::BasicThenEndlessToken`]'s image.
+const CONFIG: &str =
+    r#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
+
+fn config_digest() -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(CONFIG.as_bytes())))
 }
 
 /// Where the fake registry gives up sending (old code reads all of it).
@@ -77,7 +94,12 @@ fn respond(
         let _ = conn.shutdown(std::net::Shutdown::Both);
     };
     match (path, answer) {
-        ("/v2/", Answer::EndlessToken) => {
+        ("/v2/", Answer::BasicThenEndlessToken) if PINGS.fetch_add(1, Ordering::SeqCst) == 0 => {
+            let _ = conn.write_all(
+                b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nWWW-Authenticate: Basic realm=\"r\"\r\n\r\n",
+            );
+        }
+        ("/v2/", Answer::BasicThenEndlessToken) | ("/v2/", Answer::EndlessToken) => {
             let _ = write!(
                 conn,
                 "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nWWW-Authenticate: Bearer realm=\"http://127.0.0.1:{port}/token\",service=\"t\"\r\n\r\n"
@@ -85,6 +107,28 @@ fn respond(
         }
         ("/v2/", _) => {
             let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        }
+        (p, Answer::BasicThenEndlessToken) if p.starts_with("/token") => endless(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+        ),
+        (p, Answer::BasicThenEndlessToken) => {
+            let body = match p.contains("/manifests/") {
+                true => serde_json::json!({
+                    "schemaVersion": 2,
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                               "digest": config_digest(), "size": CONFIG.len()},
+                    "layers": [],
+                })
+                .to_string(),
+                false => CONFIG.to_owned(),
+            };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
         }
         (p, Answer::EndlessToken) => match p.starts_with("/token") {
             true => endless(
@@ -128,20 +172,24 @@ fn respond(
     }
 }
 
-/// Pulls from the fake registry; the error's text.
-fn pull(port: u16) -> String {
+/// Pulls `reference` with `options` into a fresh data dir.
+fn pull_with(
+    reference: &str,
+    options: &PullOptions,
+) -> Result<sandboxd_runtime::ImageLayers, sandboxd_images::ImageError> {
     let dir = tempfile::tempdir().expect("tempdir");
     let images = Arc::new(Images::open(&dir.path().join("data")).expect("open"));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
+    rt.block_on(sandboxd_images::pull::pull(images, reference, options))
+}
+
+/// Pulls from the fake registry; the error's text.
+fn pull(port: u16) -> String {
     let reference = format!("127.0.0.1:{port}/bomb/x:1");
-    match rt.block_on(sandboxd_images::pull::pull(
-        images,
-        &reference,
-        &PullOptions::default(),
-    )) {
+    match pull_with(&reference, &PullOptions::default()) {
         Ok(_) => panic!("a hostile registry's image was pulled"),
         Err(e) => e.to_string(),
     }
@@ -181,4 +229,22 @@ fn a_manifest_of_too_many_layers_is_refused() {
     let (port, _) = serve(Answer::ManyLayers);
     let text = pull(port);
     assert!(text.contains("layers (at most"), "{text}");
+}
+
+#[test]
+fn basic_credentials_never_let_a_token_answer_be_read_whole() {
+    let (port, sent) = serve(Answer::BasicThenEndlessToken);
+    let mut options = PullOptions::default();
+    options.credentials.insert(
+        format!("127.0.0.1:{port}"),
+        Credential::Basic {
+            username: "u".into(),
+            password: "p".into(),
+        },
+    );
+    let pulled = pull_with(&format!("127.0.0.1:{port}/basic/x:1"), &options);
+    let sent = sent.load(Ordering::SeqCst);
+    assert!(sent < 64 << 20, "read {} MiB of a token answer", sent >> 20);
+    let image = pulled.expect("pulled with HTTP basic");
+    assert_eq!(image.layers.len(), 1, "the mount-point layer only");
 }

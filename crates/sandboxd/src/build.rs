@@ -114,7 +114,8 @@ async fn build(config: ServerConfig, args: DockerfileBuild) -> Result<()> {
     } = crate::run::open_engine_tethered(&config, &tethers)?;
     engine.accounts().ensure_default_workspace()?;
     crate::run_orphans::sweep(&engine, &store, &linux, &tiers).await;
-    let images = Images::open(&config.data_dir)?;
+    let mut images = Images::open(&config.data_dir)?;
+    images.room.reserve_mb = config.limits().disk_policy.reserve_mb;
     let (tx, interrupted) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -286,8 +287,18 @@ impl Builder {
                     .clone()
                     .unwrap_or_else(|| "/".into());
                 let text = format!("{what} {spec:?} in {cwd}");
+                // What it copies takes the data dir's room as a pull's layers do.
+                let mut budget = self.images.image_budget()?;
                 self.layer_step(&mut state, &text, |chain, scratch| {
-                    bctx::copy_layer(&self.context, chain, what, &spec, &cwd, scratch)?;
+                    bctx::copy_layer(
+                        &self.context,
+                        chain,
+                        what,
+                        &spec,
+                        &cwd,
+                        scratch,
+                        &mut budget,
+                    )?;
                     Ok(true)
                 })?;
             }

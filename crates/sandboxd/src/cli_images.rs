@@ -20,7 +20,8 @@ pub enum ImagesCommand {
         /// A registry (`host[:port]`) to reach over plain HTTP (repeatable).
         #[arg(long = "insecure-registry")]
         insecure: Vec<String>,
-        /// The server's TOML configuration file (for `insecure_registries`).
+        /// The server's TOML configuration file (for `insecure_registries` and
+        /// `disk_reserve_mb`).
         #[arg(long)]
         config: Option<PathBuf>,
         #[command(flatten)]
@@ -37,6 +38,9 @@ pub enum ImagesCommand {
         /// Name to store it under (default: the name the archive carries).
         #[arg(long)]
         name: Option<String>,
+        /// The server's TOML configuration file (for `disk_reserve_mb`).
+        #[arg(long)]
+        config: Option<PathBuf>,
         #[command(flatten)]
         dir: DataDirArg,
     },
@@ -76,6 +80,18 @@ pub enum ImagesCommand {
     },
 }
 
+/// The image store of `data_dir`, keeping the reserve the server's configuration (the
+/// `config` file, then the environment) keeps.
+pub fn open_with_config(
+    data_dir: &std::path::Path,
+    config: Option<&std::path::Path>,
+) -> Result<Images> {
+    let config = sandboxd_server::ServerConfig::load(config)?;
+    let mut images = Images::open(data_dir)?;
+    images.room.reserve_mb = config.limits().disk_policy.reserve_mb;
+    Ok(images)
+}
+
 pub fn main(command: ImagesCommand) -> Result<()> {
     match command {
         ImagesCommand::Pull {
@@ -85,7 +101,7 @@ pub fn main(command: ImagesCommand) -> Result<()> {
             dir,
         } => {
             let options = crate::cli_registry::pull_options(&dir, config.as_deref(), insecure)?;
-            let images = Arc::new(Images::open(&dir.data_dir)?);
+            let images = Arc::new(open_with_config(&dir.data_dir, config.as_deref())?);
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -111,8 +127,13 @@ pub fn main(command: ImagesCommand) -> Result<()> {
                 );
             }
         }
-        ImagesCommand::Import { file, name, dir } => {
-            let images = Images::open(&dir.data_dir)?;
+        ImagesCommand::Import {
+            file,
+            name,
+            config,
+            dir,
+        } => {
+            let images = open_with_config(&dir.data_dir, config.as_deref())?;
             let image = sandboxd_images::archive::import(&images, &file, name.as_deref())
                 .with_context(|| format!("importing {}", file.display()))?;
             println!("{}  {} layers", image.name, image.layers.len());

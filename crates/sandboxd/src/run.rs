@@ -392,7 +392,9 @@ pub(crate) async fn ensure_image(
     store: &SqliteStore,
     image: &str,
 ) -> Result<()> {
-    let images = Arc::new(sandboxd_images::Images::open(&config.data_dir)?);
+    let mut images = sandboxd_images::Images::open(&config.data_dir)?;
+    images.room.reserve_mb = config.limits().disk_policy.reserve_mb;
+    let images = Arc::new(images);
     if images.get(image).is_ok() {
         return Ok(());
     }

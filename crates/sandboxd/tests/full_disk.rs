@@ -4,8 +4,10 @@
 //! sandbox, directory or loop device behind; `df` inside shows no more than the host
 //! really has for the sandbox; a full layer is ENOSPC inside, an upload into it answers
 //! 507, and DELETE still works and frees the space; an upload whose data the host's full
-//! disk cannot take answers 507, never 200.
+//! disk cannot take answers 507, never 200. A create is refused the room an image pull
+//! under way was granted (REVIEW13 #2).
 
+mod registry;
 mod serve_bin;
 
 use serde_json::json;
@@ -820,4 +822,31 @@ fn the_auto_pause_sweep_never_writes_an_image_past_the_room() {
     assert_eq!(got.json()["data"]["status"], "RUNNING", "{}", got.text());
     let (code, out) = s.exec(KEY, &big, &["/bin/true"]);
     assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn a_create_is_refused_the_room_an_image_pull_under_way_was_granted() {
+    let fs = SmallFs::new();
+    let s = serve(&fs, &[("SANDBOXD_DISK_MB_PER_SANDBOX", "120")]);
+    // An 80 MiB blob, admitted (claimed) and then held mid-download by a proxy.
+    let registry = registry::Registry::start();
+    let work = tempfile::tempdir().expect("tempdir");
+    let layout = registry::random_layers(work.path(), "a", 80, 1);
+    registry.push_layout(&layout, "room/a");
+    let proxy = registry::proxy::Proxy::start(registry.port);
+    let pull = registry::pull_held(&proxy, "room/a", &fs.data());
+    let r = create(&s);
+    proxy.cut();
+    let _ = pull.wait_with_output();
+    assert_eq!(
+        r.status,
+        503,
+        "a 120 MiB disk beside an 80 MiB pull: {}",
+        r.text()
+    );
+    assert_eq!(r.json()["errors"][0]["code"], "compute_unavailable");
+    assert_eq!((active(&s), fs.state_dirs()), (0, 0), "nothing half-made");
+    // The pull ended: its room is the sandbox's.
+    let id = s.create_sandbox(KEY, &body(128));
+    s.destroy(KEY, &id);
 }

@@ -1,5 +1,6 @@
 //! Room for writable layers: the data dir's free space and the blocks the layer images
-//! under `sandboxes/` (sandboxes' and warm inits') already occupy.
+//! under `sandboxes/` (sandboxes' and warm inits') already occupy, less what image
+//! pulls, imports and builds under way have claimed and not written yet (`room_claims`).
 
 use super::io;
 use crate::{DiskSpace, RuntimeError};
@@ -14,11 +15,18 @@ pub fn measure(data_dir: &Path) -> Result<DiskSpace, RuntimeError> {
     } else {
         data_dir
     };
+    // Read before the free space: a claim shrinks only once what it stood for is
+    // written, so what it held is counted once at least.
+    let claimed =
+        super::room_claims::total(data_dir).map_err(io("reading the room claims of", data_dir))?;
     let vfs = nix::sys::statvfs::statvfs(at).map_err(|source| RuntimeError::Sys {
         what: "measuring the data dir's free space",
         source,
     })?;
-    let available = vfs.blocks_available().saturating_mul(vfs.fragment_size());
+    let available = vfs
+        .blocks_available()
+        .saturating_mul(vfs.fragment_size())
+        .saturating_sub(claimed.bytes);
     let root_only = vfs.blocks_free().saturating_sub(vfs.blocks_available());
     let total = vfs
         .blocks()
@@ -28,7 +36,8 @@ pub fn measure(data_dir: &Path) -> Result<DiskSpace, RuntimeError> {
         available,
         layers: layers_occupy(&sandboxes)?,
         total,
-        inodes_available: inodes_available(vfs.files(), vfs.files_available()),
+        inodes_available: inodes_available(vfs.files(), vfs.files_available())
+            .saturating_sub(claimed.inodes),
     })
 }
 
@@ -72,6 +81,34 @@ mod tests {
         assert_eq!(inodes_available(0, 0), u64::MAX);
         assert_eq!(inodes_available(1000, 0), 0);
         assert_eq!(inodes_available(1000, 10), 10);
+    }
+
+    #[test]
+    fn room_claimed_by_image_writers_is_not_available() {
+        use super::super::room_claims::{lock, Claim, Claimed};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let before = measure(dir.path()).expect("measure");
+        let ex = lock(dir.path(), true).expect("lock");
+        let mut claim = Claim::new(dir.path(), &ex).expect("claim");
+        claim
+            .set(
+                Claimed {
+                    bytes: 1 << 40,
+                    inodes: 1 << 40,
+                },
+                &ex,
+            )
+            .expect("set");
+        drop(ex);
+        let during = measure(dir.path()).expect("measure");
+        assert_eq!(during.available, before.available.saturating_sub(1 << 40));
+        assert_eq!(
+            during.inodes_available,
+            before.inodes_available.saturating_sub(1 << 40)
+        );
+        drop(claim);
+        let after = measure(dir.path()).expect("measure");
+        assert!(after.available >= during.available, "{after:?}");
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod private_dir;
 mod reconcile;
 mod refill;
 mod requests;
+pub mod room_claims;
 mod rootfs;
 pub mod secure_chain;
 mod slots;

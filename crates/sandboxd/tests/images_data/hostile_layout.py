@@ -3,6 +3,7 @@
 more than its blob (after REVIEW12's probes/mk_oci_layout.py).
 KIND: fill=N   one file of N MiB of the byte 'a' (a decompression bomb that is no hole)
       tar=PATH the given tar as the layer (e.g. a GNU sparse one from `tar -S`)
+      symlinks=N N symlinks whose targets are 4000 bytes long (each takes a data block)
 """
 import gzip, hashlib, io, json, os, sys, tarfile
 
@@ -35,6 +36,13 @@ if kind.startswith("fill="):
             def readinto(s, b):
                 k = min(len(b), s.left); b[:k] = b"a" * k; s.left -= k; return k
         t.addfile(ti, io.BufferedReader(A(), 1 << 20))
+elif kind.startswith("symlinks="):
+    n = int(kind.split("=")[1])
+    with tarfile.open(fileobj=raw, mode="w|", format=tarfile.GNU_FORMAT) as t:
+        for i in range(n):
+            ti = tarfile.TarInfo(f"l{i:06}"); ti.type = tarfile.SYMTYPE; ti.mode = 0o777
+            ti.linkname = ("t%06d/" % i) + "x" * 3992
+            t.addfile(ti)
 else:
     raw.write(open(kind[4:], "rb").read())
 raw.gz.close()

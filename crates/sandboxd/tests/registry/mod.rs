@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod small_disk;
 pub mod token;
 
 use std::path::{Path, PathBuf};
@@ -310,4 +311,30 @@ pub fn text(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// `sandboxd images pull` of `name` through `proxy` into `data`, returned once the
+/// proxy holds its blob's answer (the blob was admitted: its room is claimed).
+pub fn pull_held(proxy: &proxy::Proxy, name: &str, data: &Path) -> Child {
+    proxy.hold_after(32 << 10);
+    let mut pull = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        .args([
+            "images",
+            "pull",
+            &format!("127.0.0.1:{}/{name}", proxy.port),
+        ])
+        .arg("--data-dir")
+        .arg(data)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sandboxd");
+    if !proxy.wait_held(|| matches!(pull.try_wait(), Ok(None))) {
+        let out = pull.wait_with_output().expect("wait");
+        panic!(
+            "the pull ended before its blob: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    pull
 }
