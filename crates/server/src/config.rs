@@ -258,14 +258,25 @@ impl ServerConfig {
     ) -> Result<Self, ConfigError> {
         let mut config = Self::default();
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            let read = |source| ConfigError::Read {
                 path: path.to_owned(),
                 source,
-            })?;
+            };
+            let mut opened = std::fs::File::open(path).map_err(read)?;
+            let meta = opened.metadata().map_err(read)?;
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut opened, &mut text).map_err(read)?;
             let layer: FileLayer = toml::from_str(&text).map_err(|source| ConfigError::Parse {
                 path: path.to_owned(),
                 source,
             })?;
+            if layer
+                .master_key
+                .as_deref()
+                .is_some_and(|k| !k.trim().is_empty())
+            {
+                key_file_private(path, &meta)?;
+            }
             config.apply(layer);
         }
         let listen = match env("SANDBOXD_LISTEN") {
@@ -512,6 +523,29 @@ impl ServerConfig {
     }
 }
 
+/// A config file holding `master_key` (the key that opens every workspace) must be
+/// this user's and closed to everyone else, as `sshd` asks of its host keys: refused
+/// otherwise, naming the fix.
+fn key_file_private(path: &Path, meta: &std::fs::Metadata) -> Result<(), ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+    let euid = nix::unistd::geteuid().as_raw();
+    if meta.uid() == euid && meta.mode() & 0o077 == 0 {
+        return Ok(());
+    }
+    Err(ConfigError::Inconsistent(format!(
+        "{} sets master_key but is {} (mode {:o}, owner uid {}): the key opens every \
+         workspace; `chown {euid} {0}; chmod 600 {0}`, or pass the key in \
+         SANDBOXD_MASTER_KEY instead",
+        path.display(),
+        match meta.uid() == euid {
+            true => "open to other users",
+            false => "another user's",
+        },
+        meta.mode() & 0o7777,
+        meta.uid(),
+    )))
+}
+
 /// `SANDBOXD_NETWORK` (`egress` or `none`), if set.
 fn env_network(
     env: &impl Fn(&str) -> Option<String>,
@@ -571,12 +605,14 @@ where
 mod tests {
     use super::*;
     use std::collections::HashMap;
+    use std::os::unix::fs::PermissionsExt;
 
     fn load(file: Option<&str>, env: &[(&str, &str)]) -> Result<ServerConfig, ConfigError> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sandboxd.toml");
         if let Some(text) = file {
             std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         }
         let env: HashMap<String, String> = env
             .iter()
@@ -895,5 +931,29 @@ mod tests {
             matches!(&got, Err(ConfigError::Inconsistent(m)) if m.contains("pids_per_sandbox")),
             "{got:?}"
         );
+    }
+
+    /// Regression (REVIEW13 #8): a world-readable file with the master key was accepted.
+    #[test]
+    fn a_master_key_in_a_file_others_can_read_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sandboxd.toml");
+        let none = |_: &str| None;
+        std::fs::write(&path, "master_key = \"k\"\n").unwrap();
+        for mode in [0o644, 0o640, 0o604, 0o620] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let got = ServerConfig::load_with(Some(&path), none);
+            assert!(
+                matches!(&got, Err(ConfigError::Inconsistent(m)) if m.contains("chmod 600")),
+                "mode {mode:o}: {got:?}"
+            );
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let c = ServerConfig::load_with(Some(&path), none).expect("a private key file");
+        assert_eq!(c.master_key.as_deref(), Some("k"));
+        std::fs::write(&path, "max_sandboxes = 3\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let c = ServerConfig::load_with(Some(&path), none).expect("no key: any mode");
+        assert_eq!(c.max_sandboxes, 3);
     }
 }
