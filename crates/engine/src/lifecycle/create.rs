@@ -40,10 +40,10 @@ fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
     validate::stored_environment(&req.environment)?;
     validate::metadata(&req.metadata)?;
     crate::egress::check_request(req)?;
-    for secret in &req.secrets {
-        validate::env_name(secret)?;
+    if let Some(policy) = &req.egress {
+        validate::egress_policy(policy)?;
     }
-    Ok(())
+    validate::secret_names(&req.secrets)
 }
 
 /// Same resources, image, snapshot, disk, tier, environment, secrets, autoPause consent
