@@ -117,8 +117,6 @@ impl Engine {
         let tm =
             |phase: &str| tracing::debug!(phase, ms = t0.elapsed().as_secs_f64() * 1e3, "create");
         check_request(&req)?;
-        // The record this create keeps needs room the data dir has beside its reserve.
-        self.admit_db_growth().await?;
         // What depends on no other create is done before admission, which creates
         // arriving together pass one at a time: the plan (a snapshot's, which a
         // snapshot delete under admission may remove, is made under it) and the disk's
@@ -190,6 +188,9 @@ impl Engine {
         self.check_quota(&active, ws, &req)?;
         self.check_capacity(&active, &req)?;
         self.check_disk(space, &active, plan.disk_mb, req.disk_mb.is_some())?;
+        // The record this create keeps needs room the data dir has beside its reserve
+        // (a shortage, after the client's own mistakes above).
+        self.admit_db_growth().await?;
         tm("checked");
         if let Some(n) = pinned {
             self.check_pinnable(n).await?;
