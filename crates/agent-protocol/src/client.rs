@@ -1,7 +1,7 @@
 //! Async client for the agent protocol over a Unix socket: short calls reuse kept
 //! HTTP/1.1 connections (`pool`), streams get one of their own.
 
-use crate::limits::{self, MAX_ANSWER_BYTES, SMALL_ANSWER_BYTES};
+use crate::limits::{self, SMALL_ANSWER_BYTES};
 use crate::pool;
 use crate::query::encode_component;
 use crate::transport::{self, Body};
@@ -134,7 +134,8 @@ impl AgentClient {
         self.list_processes_page(None, 0).await
     }
 
-    /// At most `limit` managed processes (0: all) sorted by id, those after `after`.
+    /// At most `limit` managed processes (0: all) sorted by id, those after `after`; an
+    /// answer past [`limits::process_page_answer_bytes`] of `limit` is `TooLarge`.
     pub async fn list_processes_page(
         &self,
         after: Option<Uuid>,
@@ -144,8 +145,8 @@ impl AgentClient {
             Some(a) => format!("/v1/processes?after={a}&limit={limit}"),
             None => format!("/v1/processes?limit={limit}"),
         };
-        self.short(Method::GET, &uri, transport::empty(), MAX_ANSWER_BYTES)
-            .await
+        let cap = limits::process_page_answer_bytes(limit);
+        self.short(Method::GET, &uri, transport::empty(), cap).await
     }
 
     pub async fn get_process(&self, id: Uuid) -> Result<ProcessInfo, ClientError> {

@@ -27,6 +27,25 @@ pub const KEPT_ARGS: usize = 64;
 /// stays well under [`MAX_ANSWER_BYTES`].
 pub const KEPT_ENDED_PROCESSES: usize = 1024;
 
+/// Most bytes one process's info may take in a process list: its kept command line
+/// ([`KEPT_ARGV_BYTES`] of it, each byte escaped to at most 6 in JSON, with quotes and
+/// commas for [`KEPT_ARGS`] arguments) and its other fields, with room to spare.
+pub const PROCESS_INFO_BYTES: u64 = 8 * 1024;
+/// Room for a process list's JSON beyond its entries.
+const PROCESS_LIST_FRAMING_BYTES: u64 = 1024;
+
+/// The most bytes a page of at most `limit` processes (0: all of them) can take: the
+/// cap on the agent's answer, and the room the host holds for it.
+pub fn process_page_answer_bytes(limit: u32) -> u64 {
+    match limit {
+        0 => MAX_ANSWER_BYTES,
+        n => u64::from(n)
+            .saturating_mul(PROCESS_INFO_BYTES)
+            .saturating_add(PROCESS_LIST_FRAMING_BYTES)
+            .min(MAX_ANSWER_BYTES),
+    }
+}
+
 /// The most bytes an exec's answer can take when its output (stdout and stderr
 /// together) is capped at `max_output_bytes` (0: the agent's default): both in base64,
 /// plus framing.
@@ -58,5 +77,31 @@ mod tests {
         }
         assert_eq!(exec_answer_bytes(0), exec_answer_bytes(DEFAULT_EXEC_OUTPUT));
         assert_eq!(exec_answer_bytes(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn a_process_page_fits_its_processes_with_their_longest_kept_command_lines() {
+        // The worst kept command line: KEPT_ARGS arguments of control characters
+        // (each escaped as \u00XX), KEPT_ARGV_BYTES in all.
+        let arg = "\u{1}".repeat(KEPT_ARGV_BYTES / KEPT_ARGS);
+        let info = crate::ProcessInfo {
+            id: uuid::Uuid::new_v4(),
+            argv: vec![arg; KEPT_ARGS],
+            pid: u32::MAX,
+            state: crate::ProcessState::Killed,
+            started_at: "2026-12-02T17:00:00.123456789Z".into(),
+            ended_at: Some("2026-12-02T17:00:00.123456789Z".into()),
+            exit_code: Some(i32::MIN),
+            signal: Some(i32::MIN),
+            output_retained: true,
+            argv_truncated: true,
+        };
+        let one = serde_json::to_vec(&info).expect("json").len() as u64;
+        assert!(one <= PROCESS_INFO_BYTES, "{one} bytes");
+        let page = serde_json::to_vec(&vec![info; 251]).expect("json").len() as u64;
+        assert!(page <= process_page_answer_bytes(251), "{page} bytes");
+        assert_eq!(process_page_answer_bytes(0), MAX_ANSWER_BYTES);
+        assert_eq!(process_page_answer_bytes(u32::MAX), MAX_ANSWER_BYTES);
+        assert!(process_page_answer_bytes(251) < 4 << 20);
     }
 }

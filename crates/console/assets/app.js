@@ -443,7 +443,8 @@ function processesPanel(id) {
     try {
       const procs = await api("GET", `/sandboxes/${id}/processes`);
       body.replaceChildren(...procs.map((p) => el("tr", { "data-id": p.id },
-        el("td", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); follow(p.id); }, text: p.argv.join(" ") })),
+        el("td", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); follow(p.id); }, text: p.argv.join(" ") + (p.argv_truncated ? " …" : ""),
+          title: p.argv_truncated ? "Command line shortened: the server keeps its first 1 KiB and 64 arguments" : null })),
         el("td", { text: p.state }), el("td", { text: p.exit || "" }))));
       if (!procs.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "muted", text: "No managed processes." })));
     } catch (e) { report(box, e); }

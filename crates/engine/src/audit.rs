@@ -70,7 +70,11 @@ impl Engine {
         if days == 0 {
             return Ok(0);
         }
-        let before = OffsetDateTime::now_utc() - time::Duration::days(days.into());
-        Ok(self.store.prune_audit(before)?)
+        let days = std::time::Duration::from_secs(u64::from(days) * 86_400);
+        match crate::lifecycle::before_now(days) {
+            Some(before) => Ok(self.store.prune_audit(before)?),
+            // Past the calendar's start: nothing is that old.
+            None => Ok(0),
+        }
     }
 }

@@ -59,6 +59,7 @@ pub fn set_workspace_policy(
     ws: &str,
     policy: &EgressPolicy,
 ) -> Result<(), EngineError> {
+    crate::validate::egress_policy(policy)?;
     let text = |rules: &[EgressRule]| rules.iter().map(|r| r.to_string()).collect();
     store.set_egress_policy(&EgressPolicyRecord {
         workspace: ws.to_owned(),

@@ -119,6 +119,8 @@ pub struct Engine {
     pub(crate) memory_pins: Arc<crate::memory_images::Pins>,
     /// Room held on the data dir for snapshots being written.
     pub(crate) disk_reservations: crate::disk_reservations::DiskReservations,
+    /// The last measure of the database's room (see `db_room`).
+    pub(crate) db_room: crate::db_room::DbRoom,
     /// Long-lived requests in flight per workspace, each ended when its key is revoked.
     pub(crate) in_flight: crate::in_flight::InFlight,
     /// Room for captured exec output, server-wide.
@@ -214,6 +216,7 @@ impl Engine {
             activity: Default::default(),
             memory_pins: Default::default(),
             disk_reservations: Default::default(),
+            db_room: Default::default(),
             in_flight,
             output_budget,
             capture_freezes: Default::default(),

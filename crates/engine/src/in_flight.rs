@@ -1,5 +1,6 @@
-//! Long-lived requests in flight per workspace (execs, waits, streams, followed logs,
-//! terminals), so that one workspace cannot hold every connection the server serves;
+//! Long-lived or buffered requests in flight per workspace (execs, waits, streams,
+//! followed logs, terminals, process lists), so that one workspace cannot hold every
+//! connection the server serves;
 //! each also watches the API key that opened it, to end when that key is revoked.
 
 use crate::error::{EngineError, ErrorCode};
@@ -48,7 +49,7 @@ impl InFlight {
                 ErrorCode::RateLimited,
                 format!(
                     "the workspace already has {} long-lived requests (execs, streams, followed \
-                     logs, terminals) in flight; end some or retry shortly",
+                     logs, terminals, process lists) in flight; end some or retry shortly",
                     self.max
                 ),
             )

@@ -10,6 +10,7 @@ mod capture_freeze;
 pub mod console_codes;
 mod convert;
 pub mod cursor;
+mod db_room;
 pub mod disk;
 pub mod disk_admission;
 mod disk_reservations;

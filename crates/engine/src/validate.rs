@@ -109,6 +109,40 @@ pub fn metadata(meta: &BTreeMap<String, String>) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// Most workspace secrets one sandbox may name (each a variable name of at most 256
+/// bytes, so a sandbox's list stays under 64 KiB).
+pub const MAX_SECRETS: usize = 256;
+
+/// The secrets a sandbox names, kept in its record: valid names, at most
+/// [`MAX_SECRETS`] of them.
+pub fn secret_names(names: &[String]) -> Result<(), EngineError> {
+    if names.len() > MAX_SECRETS {
+        return Err(EngineError::invalid(format!(
+            "{} secrets are named, at most {MAX_SECRETS} are allowed",
+            names.len()
+        )));
+    }
+    names.iter().try_for_each(|n| env_name(n))
+}
+
+/// Most rules of one allow or deny list of an egress policy (each rule a CIDR or a
+/// domain name of at most 253 bytes).
+pub const MAX_EGRESS_RULES: usize = 256;
+
+/// An egress policy layer, kept with the sandbox (or its workspace): at most
+/// [`MAX_EGRESS_RULES`] allow and as many deny rules.
+pub fn egress_policy(policy: &sandboxd_runtime::EgressPolicy) -> Result<(), EngineError> {
+    for (list, rules) in [("allow", &policy.allow), ("deny", &policy.deny)] {
+        if rules.len() > MAX_EGRESS_RULES {
+            return Err(EngineError::invalid(format!(
+                "the egress {list} list has {} rules, at most {MAX_EGRESS_RULES} are allowed",
+                rules.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn no_nul(what: &str, s: &str) -> Result<(), EngineError> {
     match s.contains('\0') {
         true => Err(EngineError::invalid(format!("{what} contains a NUL byte"))),

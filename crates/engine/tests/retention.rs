@@ -57,3 +57,21 @@ async fn ended_records_go_after_the_retention_and_nothing_else_does() {
     assert_eq!(made.status, SandboxStatus::Running);
     assert_eq!(h.engine.prune_ended_sandboxes(Duration::ZERO).unwrap(), 0);
 }
+
+/// A retention reaching before the earliest date the server can compute (10^8 hours,
+/// or an audit retention of u32::MAX days) removes nothing and never panics.
+#[tokio::test]
+async fn a_retention_past_the_calendar_removes_nothing_and_does_not_panic() {
+    let h = Harness::new();
+    let ws = h.ws();
+    let (gone, _) = h.engine.create(&ws, request(None)).await.unwrap();
+    h.engine.destroy(&ws, gone.id).await.unwrap();
+    for hours in [100_000_000u64, u64::from(u32::MAX)] {
+        let kept = h
+            .engine
+            .prune_ended_sandboxes(Duration::from_secs(hours * 3600));
+        assert_eq!(kept.unwrap(), 0, "{hours} hours");
+    }
+    assert!(h.store.get_sandbox(gone.id).unwrap().is_some());
+    assert_eq!(h.engine.prune_audit(u32::MAX).unwrap(), 0);
+}

@@ -50,10 +50,25 @@ impl fmt::Display for Cidr {
     }
 }
 
-/// A malformed CIDR or domain in a policy.
+/// A malformed CIDR or domain in a policy (shown cut to its first 64 characters: a
+/// client's error message never echoes a megabyte of it).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is neither an IPv4 CIDR nor a domain name")]
+#[error("{:?}{} is neither an IPv4 CIDR nor a domain name", shown(&self.0), cut(&self.0))]
 pub struct BadRule(pub String);
+
+/// Characters of a bad rule an error message shows.
+const SHOWN_CHARS: usize = 64;
+
+fn shown(rule: &str) -> String {
+    rule.chars().take(SHOWN_CHARS).collect()
+}
+
+fn cut(rule: &str) -> &'static str {
+    match rule.chars().nth(SHOWN_CHARS) {
+        Some(_) => "…",
+        None => "",
+    }
+}
 
 impl FromStr for Cidr {
     type Err = BadRule;

@@ -4,7 +4,8 @@
 //! types `echo hi` into the xterm.js terminal and reads `hi` back, uploads a file that
 //! exec then reads, and saves a screenshot of each page (target/console-screenshots).
 //! Without a browser: a used or expired link is refused, and /console/api without the
-//! session cookie answers 401 and nothing else.
+//! session cookie answers 401 and nothing else; the console's process list says which
+//! command lines the server keeps only a prefix of.
 
 mod browser;
 mod serve_bin;
@@ -330,6 +331,51 @@ fn a_sign_in_link_works_once_and_only_while_fresh() {
     );
     assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
     assert_eq!(page.header("x-frame-options"), Some("DENY"));
+}
+
+/// The console's process list carries `argv_truncated` (the page ends such a command
+/// with "…"): true for a command line longer than the server keeps, false otherwise.
+#[test]
+fn the_console_lists_which_command_lines_are_shortened() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = start_server(dir.path());
+    let _sweep = Sweep(&server);
+    let signed_in = http(server.addr, "GET", &link(dir.path(), &server, &[]), &[], "");
+    assert_eq!(signed_in.status, 200, "{}", signed_in.text());
+    let cookie = signed_in.header("set-cookie").expect("a session cookie");
+    let session = [(
+        "cookie",
+        cookie.split(';').next().expect("name=value").to_owned(),
+    )];
+
+    let id = server.create_sandbox(MASTER, &json!({"name": "argv", "vcpu": 1, "memoryMb": 128}));
+    let procs = format!("/v2/sandboxes/{id}/processes");
+    let mut long = vec!["/bin/true".to_owned()];
+    long.extend((0..100).map(|i| format!("argument-{i:04}")));
+    for command in [json!(long), json!(["/bin/true", "short"])] {
+        let r = server.request("POST", &procs, MASTER, Some(&json!({"command": command})));
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    let path = format!("/console/api/sandboxes/{id}/processes");
+    let listed = http(server.addr, "GET", &path, &session, "");
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    let mut shortened: Vec<(usize, bool)> = listed
+        .json()
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|p| {
+            (
+                p["argv"].as_array().map_or(0, Vec::len),
+                p["argv_truncated"] == true,
+            )
+        })
+        .collect();
+    shortened.sort();
+    assert_eq!(shortened.len(), 2, "{}", listed.text());
+    assert_eq!(shortened[0], (2, false), "{}", listed.text());
+    assert!(shortened[1].1 && shortened[1].0 < 101, "{}", listed.text());
+    server.destroy(MASTER, &id);
 }
 
 #[test]

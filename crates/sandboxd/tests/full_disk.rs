@@ -4,8 +4,9 @@
 //! sandbox, directory or loop device behind; `df` inside shows no more than the host
 //! really has for the sandbox; a full layer is ENOSPC inside, an upload into it answers
 //! 507, and DELETE still works and frees the space; an upload whose data the host's full
-//! disk cannot take answers 507, never 200. A create is refused the room an image pull
-//! under way was granted (REVIEW13 #2).
+//! disk cannot take answers 507, never 200; a create whose record would grow the
+//! database into the data dir's reserve is refused (503) like any other shortage, and a
+//! create is refused the room an image pull under way was granted.
 
 mod registry;
 mod serve_bin;
@@ -517,6 +518,74 @@ fn a_create_refused_for_room_that_may_come_back_is_a_shortage_in_each_dialect() 
 
     std::fs::remove_file(&filler).expect("remove filler");
     let id = s.create_sandbox(KEY, &body(128));
+    s.destroy(KEY, &id);
+}
+
+/// The database's growth counts too: with the data dir down to its reserve (64 MiB)
+/// a create, whose record would grow the database into it, is refused as a shortage in
+/// each dialect's shape (503, Retry-After) even when no layer size is accounted
+/// (unlimited disks), reads still answer, and once the room is back creates are
+/// admitted again.
+#[test]
+fn a_create_whose_record_would_eat_the_reserve_is_a_shortage() {
+    let fs = SmallFs::new();
+    std::fs::create_dir_all(fs.data()).expect("data dir");
+    let s = serve(
+        &fs,
+        &[
+            ("SANDBOXD_DISK_MB_PER_SANDBOX", "0"),
+            ("SANDBOXD_MAX_DISK_MB_PER_SANDBOX", "0"),
+        ],
+    );
+    let filler = fs.mnt().join("filler");
+    let left = fs.available() / MIB;
+    run(
+        "fallocate",
+        &[
+            "-l",
+            &format!("{}M", left.saturating_sub(30)),
+            path(&filler),
+        ],
+    );
+
+    let r = create(&s);
+    assert_eq!(r.status, 503, "Inngest: {}", r.text());
+    assert_eq!(
+        r.json()["errors"][0]["code"],
+        "compute_unavailable",
+        "{}",
+        r.text()
+    );
+    assert!(r.header("retry-after").is_some());
+    let r = serve_bin::http(
+        s.addr,
+        "POST",
+        "/v1/sandboxes",
+        &[
+            ("authorization", format!("Bearer {KEY}")),
+            ("content-type", "application/json".into()),
+            ("idempotency-key", "full-disk-1".into()),
+        ],
+        &json!({"template": "default"}).to_string(),
+    );
+    assert_eq!(r.status, 503, "OpenRelay: {}", r.text());
+    assert_eq!(r.json()["code"], "CAPACITY_EXHAUSTED", "{}", r.text());
+    assert!(r.header("retry-after").is_some());
+    let list = s.request("GET", "/v2/sandboxes", KEY, None);
+    assert_eq!(list.status, 200, "reads still answer: {}", list.text());
+    assert_eq!((active(&s), fs.state_dirs()), (0, 0), "nothing half-made");
+
+    std::fs::remove_file(&filler).expect("remove filler");
+    // The room is measured again within seconds of its last measure.
+    let made = (0..100)
+        .map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            create(&s)
+        })
+        .find(|r| r.status != 503)
+        .expect("a create once the room is back");
+    assert_eq!(made.status / 100, 2, "{}", made.text());
+    let id = made.json()["data"]["id"].as_str().expect("id").to_owned();
     s.destroy(KEY, &id);
 }
 

@@ -254,3 +254,48 @@ async fn destroy_does_not_wait_for_a_running_exec() {
     })
     .await;
 }
+
+/// A process whose command line is longer than the server keeps (1 KiB, 64 arguments)
+/// is listed with the kept prefix and `commandTruncated: true`, in the list and alone;
+/// a short one has no such field (the spec's shape).
+#[tokio::test]
+async fn a_long_command_line_is_listed_as_truncated() {
+    Api::run(|api| async move {
+        let id = api.sandbox("proc-truncated").await;
+        let procs = format!("/v2/sandboxes/{id}/processes");
+        let mut long = vec!["/bin/true".to_owned()];
+        long.extend((0..100).map(|i| format!("argument-{i:04}")));
+        let started = api.post(&procs, json!({"command": long})).await;
+        assert_eq!(started.status, StatusCode::CREATED, "{}", started.json());
+        let long_id = started.json()["data"]["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        let short = api
+            .post(&procs, json!({"command": ["/bin/true", "short"]}))
+            .await;
+        assert_eq!(short.status, StatusCode::CREATED, "{}", short.json());
+        let short_id = short.json()["data"]["id"].as_str().expect("id").to_owned();
+
+        let page = api.get(&procs).await.json();
+        let listed = page["data"].as_array().expect("data");
+        let find = |pid: &str| {
+            listed
+                .iter()
+                .find(|p| p["id"] == pid)
+                .expect("listed")
+                .clone()
+        };
+        let l = find(&long_id);
+        assert_eq!(l["commandTruncated"], true, "{l}");
+        let kept = l["command"].as_array().expect("command");
+        assert!(kept.len() <= 64 && kept.len() < 101, "{l}");
+        assert_eq!(kept[0], "/bin/true");
+        let s = find(&short_id);
+        assert!(s.get("commandTruncated").is_none(), "{s}");
+        assert_eq!(s["command"], json!(["/bin/true", "short"]));
+        let alone = api.get(&format!("{procs}/{long_id}")).await.json();
+        assert_eq!(alone["data"]["commandTruncated"], true, "{alone}");
+    })
+    .await;
+}

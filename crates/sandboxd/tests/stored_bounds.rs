@@ -2,7 +2,9 @@
 //! metadata (64 keys, keys of at most 128 bytes, values of at most 512) and each
 //! dialect's create environment (the engine's 256 variables, 32 KiB values, 64 KiB in
 //! all; Runzivo's own spec's 64 variables of 8192 bytes). Past a bound the create is
-//! that dialect's 400 and nothing is made; at the bound it is created.
+//! that dialect's 400 and nothing is made; at the bound it is created. So are the
+//! secrets a sandbox names (256, Inngest's `secrets`) and its egress policy layer
+//! (256 allow and 256 deny rules, OpenRelay's `network` and `egress`).
 
 mod serve_bin;
 
@@ -168,5 +170,54 @@ fn a_create_environment_past_its_bounds_is_a_400_in_each_dialect() {
             "{v}"
         );
     }
+    assert_eq!(sandboxes(&s), 0, "a refused create left a sandbox");
+}
+
+#[test]
+fn inngest_secrets_past_their_bound_are_a_400_before_any_is_looked_up() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let s = server(&dir);
+    // The probe's list: one name repeated to fill most of the 1 MiB body, and just
+    // past the bound (none of these secrets exists: the bound is checked first).
+    for secrets in [vec!["TOKEN"; 100_000], vec!["TOKEN"; 257]] {
+        let body = json!({"name": "sec", "vcpu": 1, "memoryMb": 128, "secrets": secrets});
+        let r = s.request("POST", "/v2/sandboxes", MASTER, Some(&body));
+        assert_eq!(r.status, 400, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["errors"][0]["code"], "invalid_field_format", "{v}");
+        let message = v["errors"][0]["message"].as_str().expect("message");
+        assert!(message.contains("at most 256"), "{message}");
+    }
+    // At the bound the names are looked up (none exists here): not the bound's 400.
+    let body = json!({"name": "sec", "vcpu": 1, "memoryMb": 128, "secrets": vec!["TOKEN"; 256]});
+    let r = s.request("POST", "/v2/sandboxes", MASTER, Some(&body));
+    assert!(!r.text().contains("at most 256"), "{}", r.text());
+    assert_eq!(r.status / 100, 4, "{}", r.text());
+    assert_eq!(sandboxes(&s), 0, "a refused create left a sandbox");
+}
+
+#[test]
+fn openrelay_egress_rule_lists_past_their_bound_are_a_400_in_both_shapes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let s = server(&dir);
+    let rules = |n: usize| -> Vec<String> { (0..n).map(|i| format!("h{i}.example")).collect() };
+    for extra in [
+        json!({"egress": {"allow": rules(257)}}),
+        json!({"egress": {"deny": rules(257)}}),
+        json!({"network": {"mode": "egress", "deny": rules(257)}}),
+        json!({"network": {"allow": rules(20_000)}}),
+    ] {
+        let r = openrelay_create(&s, extra);
+        assert_openrelay_400(&r, "at most 256");
+    }
+    // One rule of most of a megabyte: refused, and the answer does not echo it.
+    let huge = "a".repeat(900_000);
+    let r = openrelay_create(&s, json!({"egress": {"deny": [huge]}}));
+    assert_openrelay_400(&r, "neither an IPv4 CIDR nor a domain name");
+    assert!(
+        r.text().len() < 4096,
+        "the answer echoes the rule: {} bytes",
+        r.text().len()
+    );
     assert_eq!(sandboxes(&s), 0, "a refused create left a sandbox");
 }

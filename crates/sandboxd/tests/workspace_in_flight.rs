@@ -23,7 +23,14 @@ struct Sandboxes<'a> {
     held: Vec<(String, String)>,
 }
 
-impl Sandboxes<'_> {
+impl<'a> Sandboxes<'a> {
+    fn new(server: &'a Server) -> Self {
+        Sandboxes {
+            server,
+            held: Vec::new(),
+        }
+    }
+
     fn create(&mut self, key: &str, name: &str, memory_mb: u32) -> String {
         let body = json!({"name": name, "vcpu": 1, "memoryMb": memory_mb});
         let id = self.server.create_sandbox(key, &body);
@@ -105,16 +112,34 @@ fn team_key(data: &str) -> String {
         .to_owned()
 }
 
-#[test]
-fn a_workspace_past_its_long_lived_cap_gets_429_and_others_are_served() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().to_str().expect("utf-8");
-    let team = team_key(data);
+/// A server whose workspaces may each have [`CAP`] requests in flight, and a key of a
+/// second workspace.
+fn capped_server(dir: &tempfile::TempDir) -> (Server, String) {
+    let team = team_key(dir.path().to_str().expect("utf-8"));
+    let cap = CAP.to_string();
     let server = Server::start_with_env(
         dir.path(),
         Some(MASTER),
-        &[("SANDBOXD_MAX_IN_FLIGHT_PER_WORKSPACE", "3")],
+        &[("SANDBOXD_MAX_IN_FLIGHT_PER_WORKSPACE", cap.as_str())],
     );
+    (server, team)
+}
+
+/// The first answer of `send` that is not 429 (the workspace's places coming back).
+fn once_served(mut send: impl FnMut() -> Reply) -> Reply {
+    loop {
+        let r = send();
+        if r.status != 429 {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_workspace_past_its_long_lived_cap_gets_429_and_others_are_served() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, team) = capped_server(&dir);
     let mut boxes = Sandboxes {
         server: &server,
         held: Vec::new(),
@@ -169,13 +194,46 @@ fn a_workspace_past_its_long_lived_cap_gets_429_and_others_are_served() {
         drop(held);
     }
     // And the workspace's own short requests and execs work again.
-    let r = loop {
-        let r = post(&server, MASTER, &exec_path, &echo);
-        if r.status != 429 {
-            break r;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let r = once_served(|| post(&server, MASTER, &exec_path, &echo));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// A process list is buffered like an exec's answer: at the workspace's cap of requests
+/// in flight it is that dialect's 429 with `Retry-After` (another workspace's is
+/// served), and once the held requests end it is answered again.
+#[test]
+fn a_process_list_counts_among_the_workspaces_requests_in_flight() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, team) = capped_server(&dir);
+    let mut boxes = Sandboxes::new(&server);
+    let id = boxes.create(MASTER, "lists", 128);
+    let list = format!("/v2/sandboxes/{id}/processes");
+    let their_list = format!(
+        "/v2/sandboxes/{}/processes",
+        boxes.create(&team, "their-lists", 128)
+    );
+    let logs = format!("/v2/sandboxes/{id}/logs?follow=true");
+    let r = server.request("GET", &list, MASTER, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    let held: Vec<_> = (0..CAP)
+        .map(|_| {
+            let (status, conn) = open_when_free(server.addr, &logs, MASTER);
+            assert_eq!(status, 200);
+            conn
+        })
+        .collect();
+    let r = server.request("GET", &list, MASTER, None);
+    assert_eq!(r.status, 429, "a process list past the cap: {}", r.text());
+    let code = r.json()["errors"][0]["code"].clone();
+    assert_eq!(
+        (code.as_str(), retry_after(&r) >= 1),
+        (Some("rate_limited"), true)
+    );
+    let r = server.request("GET", &their_list, &team, None);
+    assert_eq!(r.status, 200, "another workspace: {}", r.text());
+    drop(held);
+    let r = once_served(|| server.request("GET", &list, MASTER, None));
     assert_eq!(r.status, 200, "{}", r.text());
 }
 

@@ -21,6 +21,11 @@ pub use isolation::Isolation;
 pub use layer_gc::LayerGc;
 pub use observability::{MetricsListen, DEFAULT_METRICS_LISTEN};
 
+/// Most hours ended sandboxes' records may be kept (100 years; 0 is forever).
+pub const MAX_ENDED_RETENTION_HOURS: u32 = 100 * 366 * 24;
+/// Most days audit entries may be kept (100 years; 0 is forever).
+pub const MAX_AUDIT_RETENTION_DAYS: u32 = 100 * 366;
+
 /// Where and how the server runs.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -389,12 +394,28 @@ impl ServerConfig {
     }
 
     /// Ended records are listed as history for 24 hours (OpenRelay's `state=exited`):
-    /// the retention is 0 (forever) or at least that.
+    /// the retention is 0 (forever) or at least that, and at most
+    /// [`MAX_ENDED_RETENTION_HOURS`]; the audit trail's at most [`MAX_AUDIT_RETENTION_DAYS`]
+    /// (a date that far back is no date the server can compute).
     fn check_ended_retention(&self) -> Result<(), ConfigError> {
         match self.ended_retention_hours {
-            0 | 24.. => Ok(()),
+            0 | 24..=MAX_ENDED_RETENTION_HOURS => Ok(()),
+            n @ 1..24 => Err(ConfigError::Inconsistent(format!(
+                "ended_retention_hours {n} is below the 24 hours of history the APIs \
+                 list (SANDBOXD_ENDED_RETENTION_HOURS; 0 keeps records forever)"
+            ))),
             n => Err(ConfigError::Inconsistent(format!(
-                "ended_retention_hours {n} is below the 24 hours of history the APIs                  list (SANDBOXD_ENDED_RETENTION_HOURS; 0 keeps records forever)"
+                "ended_retention_hours {n} is past the most allowed, \
+                 {MAX_ENDED_RETENTION_HOURS} (100 years; SANDBOXD_ENDED_RETENTION_HOURS; \
+                 0 keeps records forever)"
+            ))),
+        }?;
+        match self.audit_retention_days {
+            0..=MAX_AUDIT_RETENTION_DAYS => Ok(()),
+            n => Err(ConfigError::Inconsistent(format!(
+                "audit_retention_days {n} is past the most allowed, \
+                 {MAX_AUDIT_RETENTION_DAYS} (100 years; SANDBOXD_AUDIT_RETENTION_DAYS; \
+                 0 keeps entries forever)"
             ))),
         }
     }
@@ -897,6 +918,30 @@ mod tests {
         let got = load(None, &short);
         assert!(
             matches!(&got, Err(ConfigError::Inconsistent(m)) if m.contains("ended_retention_hours")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn retentions_past_a_century_are_refused_at_load() {
+        let most = MAX_ENDED_RETENTION_HOURS.to_string();
+        let env = [("SANDBOXD_ENDED_RETENTION_HOURS", most.as_str())];
+        assert_eq!(
+            load(None, &env).unwrap().ended_retention_hours,
+            MAX_ENDED_RETENTION_HOURS
+        );
+        for hours in ["100000000", "4294967295"] {
+            let got = load(None, &[("SANDBOXD_ENDED_RETENTION_HOURS", hours)]);
+            assert!(
+                matches!(&got, Err(ConfigError::Inconsistent(m))
+                    if m.contains("ended_retention_hours") && m.contains("past the most")),
+                "{got:?}"
+            );
+        }
+        let file = "audit_retention_days = 4294967295\n";
+        let got = load(Some(file), &[]);
+        assert!(
+            matches!(&got, Err(ConfigError::Inconsistent(m)) if m.contains("audit_retention_days")),
             "{got:?}"
         );
     }

@@ -28,7 +28,7 @@ fn process_view(p: &ProcessInfo) -> Value {
     json!({
         "id": p.id, "argv": p.argv, "pid": p.pid, "state": p.state.as_str(),
         "started_at": p.started_at, "ended_at": p.ended_at, "exit": exit,
-        "output_retained": p.output_retained,
+        "output_retained": p.output_retained, "argv_truncated": p.argv_truncated,
     })
 }
 

@@ -84,6 +84,10 @@ pub struct ProcessView {
     started_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     ended_at: Option<String>,
+    /// Extension, present (`true`) only when `command` is a prefix of the command line
+    /// the process runs with: the server keeps at most 1 KiB and 64 arguments of it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    command_truncated: bool,
 }
 
 pub fn process(p: &ProcessInfo) -> ProcessView {
@@ -104,6 +108,7 @@ pub fn process(p: &ProcessInfo) -> ProcessView {
         }),
         started_at: p.started_at.clone(),
         ended_at: p.ended_at.clone(),
+        command_truncated: p.argv_truncated,
     }
 }
 

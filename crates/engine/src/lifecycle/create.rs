@@ -40,10 +40,10 @@ fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
     validate::stored_environment(&req.environment)?;
     validate::metadata(&req.metadata)?;
     crate::egress::check_request(req)?;
-    for secret in &req.secrets {
-        validate::env_name(secret)?;
+    if let Some(policy) = &req.egress {
+        validate::egress_policy(policy)?;
     }
-    Ok(())
+    validate::secret_names(&req.secrets)
 }
 
 /// Same resources, image, snapshot, disk, tier, environment, secrets, autoPause consent
@@ -188,6 +188,9 @@ impl Engine {
         self.check_quota(&active, ws, &req)?;
         self.check_capacity(&active, &req)?;
         self.check_disk(space, &active, plan.disk_mb, req.disk_mb.is_some())?;
+        // The record this create keeps needs room the data dir has beside its reserve
+        // (a shortage, after the client's own mistakes above).
+        self.admit_db_growth().await?;
         tm("checked");
         if let Some(n) = pinned {
             self.check_pinnable(n).await?;

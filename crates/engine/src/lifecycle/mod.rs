@@ -10,6 +10,7 @@ pub(crate) mod pause;
 pub(crate) mod query;
 pub(crate) mod queue;
 mod retention;
+pub(crate) use retention::before_now;
 mod stuck;
 pub(crate) mod watch;
 

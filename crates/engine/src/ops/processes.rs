@@ -6,6 +6,7 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::model::{Page, PageRequest, ProcessInfo, StartCommand, WorkspaceId};
 use crate::validate;
+use sandboxd_agent_protocol::limits::process_page_answer_bytes;
 use sandboxd_agent_protocol::{SignalRequest, StartProcess};
 use std::time::Duration;
 use uuid::Uuid;
@@ -52,7 +53,11 @@ impl Engine {
 
     /// The sandbox's managed processes sorted by id; the cursor is the last id seen.
     /// The agent is asked for one page (plus one, to tell whether more follow); an
-    /// agent that sends more is cut to the page here.
+    /// agent that sends more is cut to the page here. The answer is buffered like an
+    /// exec's: it holds room in the server's output budget for the most a page can take
+    /// (`CapacityExhausted` when none frees up soon, `RateLimited` past the workspace's
+    /// share) and a place among the workspace's requests in flight (`RateLimited` at
+    /// its cap) until it is built.
     pub async fn list_processes(
         &self,
         ws: &WorkspaceId,
@@ -61,9 +66,14 @@ impl Engine {
     ) -> Result<Page<ProcessInfo>, EngineError> {
         let limit = cursor::page_size(page.limit) as usize;
         let after = page.cursor.as_deref().map(cursor::decode_id).transpose()?;
+        let ask = u32::try_from(limit + 1).unwrap_or(u32::MAX);
+        // Charged as output at the budget's rate per byte: the agent's answer, the
+        // parsed list and the dialect's answer are held together like an exec's.
+        let room = process_page_answer_bytes(ask);
+        let _hold = self.output_budget.reserve(ws, room).await?;
+        let _slot = self.in_flight.acquire(ws)?;
         let mut all: Vec<ProcessInfo> = self
             .with_agent(ws, id, Hold::Call, |client, _| {
-                let ask = u32::try_from(limit + 1).unwrap_or(u32::MAX);
                 Ok(async move { client.list_processes_page(after, ask).await })
             })
             .await?
