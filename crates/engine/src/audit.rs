@@ -1,7 +1,8 @@
 //! The audit trail: each mutating operation (sandbox create, destroy, pause, resume,
 //! snapshot; snapshot delete; template build and delete) appended to the store with its
 //! workspace, the key that asked, the request, the target and the outcome; read back
-//! per workspace, pruned after a retention.
+//! per workspace, pruned after a retention, and bounded per workspace (its newest
+//! 100,000 entries; operations that found no target are not recorded).
 
 use crate::engine::Engine;
 use crate::error::EngineError;
@@ -10,6 +11,13 @@ use time::OffsetDateTime;
 
 /// Most entries one read returns.
 pub const MAX_READ: u32 = 10_000;
+
+/// Outcomes of operations that found no target: not recorded (see [`Engine::audit`]).
+const NO_TARGET: [crate::error::ErrorCode; 3] = [
+    crate::error::ErrorCode::SandboxNotFound,
+    crate::error::ErrorCode::SnapshotNotFound,
+    crate::error::ErrorCode::ImageNotFound,
+];
 
 /// The entry for `action` on `target` in `ws` ended by `outcome`, with the current
 /// request's caller and id.
@@ -46,6 +54,11 @@ impl Engine {
     ) {
         let outcome = match result {
             Ok(_) => "ok",
+            // An operation on a sandbox, snapshot or template the caller has not (a
+            // guessed id, another workspace's) changed nothing: not recorded, so that a
+            // flood of them neither grows the database nor pushes the workspace's real
+            // entries out of its bounded trail.
+            Err(e) if NO_TARGET.contains(&e.code) => return,
             Err(e) => e.code.as_str(),
         };
         let rec = audit_record(ws, action, target, outcome);

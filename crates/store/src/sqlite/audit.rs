@@ -6,7 +6,32 @@ use crate::StoreResult;
 use rusqlite::{params, Connection};
 use time::OffsetDateTime;
 
+/// Most entries kept per workspace: past it the oldest go, so that one key's flood of
+/// operations grows the database by at most this many rows (~30 MB).
+pub const MAX_PER_WORKSPACE: u32 = 100_000;
+
+/// How often (in appended rows) a workspace's trail is trimmed to its bound.
+const TRIM_EVERY: i64 = 256;
+
 pub(super) fn insert(c: &Connection, r: &AuditRecord) -> StoreResult<()> {
+    insert_bounded(c, r, MAX_PER_WORKSPACE)
+}
+
+/// [`insert`], keeping at most `bound` entries of the record's workspace (trimmed every
+/// [`TRIM_EVERY`] appends, so the trail may exceed it by that many for a while).
+pub(super) fn insert_bounded(c: &Connection, r: &AuditRecord, bound: u32) -> StoreResult<()> {
+    append(c, r)?;
+    if c.last_insert_rowid() % TRIM_EVERY == 0 {
+        c.prepare_cached(
+            "DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE workspace = ?1 \
+             ORDER BY at DESC, seq DESC LIMIT -1 OFFSET ?2)",
+        )?
+        .execute(params![r.workspace, bound])?;
+    }
+    Ok(())
+}
+
+fn append(c: &Connection, r: &AuditRecord) -> StoreResult<()> {
     // Cached: every mutating operation appends one.
     c.prepare_cached(
         "INSERT INTO audit (at, workspace, key_id, request_id, action, target, outcome) \
@@ -101,5 +126,47 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    /// Regression (REVIEW13 #5): one key's flood of operations grew the trail, and the
+    /// database, without bound; a workspace now keeps its newest entries only, and
+    /// another workspace's are untouched.
+    #[test]
+    fn a_workspace_keeps_at_most_its_bound_of_newest_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::sqlite::conns::open(&dir.path().join("db")).unwrap();
+        let mut conn = conn;
+        crate::sqlite::migrations::migrate(&mut conn).unwrap();
+        let now = OffsetDateTime::now_utc();
+        super::insert_bounded(&conn, &entry("other", "sandbox.create", now), 10).unwrap();
+        conn.execute_batch("BEGIN").unwrap();
+        for i in 0..1000 {
+            let e = entry("flood", "sandbox.destroy", now + Duration::milliseconds(i));
+            super::insert_bounded(&conn, &e, 10).unwrap();
+        }
+        conn.execute_batch("COMMIT").unwrap();
+        let count = |ws: &str| -> i64 {
+            conn.query_row(
+                "SELECT count(*) FROM audit WHERE workspace = ?1",
+                [ws],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        assert!(
+            count("flood") <= 10 + super::TRIM_EVERY,
+            "{}",
+            count("flood")
+        );
+        assert_eq!(count("other"), 1);
+        let newest: i64 = conn
+            .query_row(
+                "SELECT max(at) FROM audit WHERE workspace = 'flood'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let want = super::ts(now + Duration::milliseconds(999));
+        assert_eq!(newest, want, "the newest entries are kept");
     }
 }
