@@ -33,9 +33,25 @@ pub(crate) fn audit_record(
         key_id: crate::request::current_actor(),
         request_id: crate::request::current_id(),
         action: action.to_owned(),
-        target,
+        target: target.map(bounded_target),
         outcome: outcome.to_owned(),
     }
+}
+
+/// Longest target kept, in bytes (ids and names are far shorter; a client's 60 KB
+/// template name is cut here, marked with `…`).
+pub const MAX_TARGET_BYTES: usize = 256;
+
+fn bounded_target(mut target: String) -> String {
+    if target.len() > MAX_TARGET_BYTES {
+        let mut end = MAX_TARGET_BYTES;
+        while !target.is_char_boundary(end) {
+            end -= 1;
+        }
+        target.truncate(end);
+        target.push('…');
+    }
+    target
 }
 
 /// One audit entry as the engine hands it out.
@@ -89,5 +105,24 @@ impl Engine {
             // Past the calendar's start: nothing is that old.
             None => Ok(0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Regression (REVIEW13 #5): a 60 KB template name was stored whole in every entry.
+    #[test]
+    fn long_targets_are_cut_at_a_char_boundary() {
+        let long = "é".repeat(40_000);
+        let rec = super::audit_record("w", "template.delete", Some(long), "ok");
+        let kept = rec.target.expect("target");
+        assert!(
+            kept.len() <= super::MAX_TARGET_BYTES + '…'.len_utf8(),
+            "{}",
+            kept.len()
+        );
+        assert!(kept.ends_with('…'));
+        let short = super::audit_record("w", "sandbox.create", Some("abc".into()), "ok");
+        assert_eq!(short.target.as_deref(), Some("abc"));
     }
 }

@@ -49,18 +49,30 @@ pub fn main(args: AuditArgs) -> Result<()> {
             });
             println!("{line}");
         } else {
+            // Targets and request ids come from clients: their control characters
+            // (terminal escapes, newlines forging lines) are shown escaped.
             println!(
                 "{:<30} {:<18} {:<36} {:<36} {:<20} {}",
                 at,
-                e.action,
-                e.target.as_deref().unwrap_or("-"),
-                key,
-                e.outcome,
-                e.request_id.as_deref().unwrap_or("-")
+                shown(&e.action),
+                shown(e.target.as_deref().unwrap_or("-")),
+                shown(key),
+                shown(&e.outcome),
+                shown(e.request_id.as_deref().unwrap_or("-"))
             );
         }
     }
     Ok(())
+}
+
+/// `text` for a terminal: control characters as Rust escapes (`\u{1b}`, `\n`).
+fn shown(text: &str) -> String {
+    text.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
 }
 
 /// An RFC 3339 time, or an age before `now` (`<n>s|m|h|d`).
@@ -112,6 +124,20 @@ pub fn record_cli(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (REVIEW13 #5): a target's terminal escapes reached the operator's
+    /// terminal as they were (retitle, clear, a forged line).
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        let hostile = "x\u{1b}]0;PWNED\u{7}\u{1b}[2J\nfake-line";
+        let out = shown(hostile);
+        assert!(!out.chars().any(char::is_control), "{out:?}");
+        assert!(
+            out.contains("\\u{1b}]0;PWNED") && out.contains("\\nfake-line"),
+            "{out}"
+        );
+        assert_eq!(shown("sandbox-ok é"), "sandbox-ok é");
+    }
 
     #[test]
     fn since_takes_times_and_ages() {
