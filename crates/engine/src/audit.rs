@@ -12,6 +12,9 @@ use time::OffsetDateTime;
 /// Most entries one read returns.
 pub const MAX_READ: u32 = 10_000;
 
+/// Actions that make something: recorded whatever their outcome.
+const MAKES: [&str; 2] = ["sandbox.create", "template.build"];
+
 /// Outcomes of operations that found no target: not recorded (see [`Engine::audit`]).
 const NO_TARGET: [crate::error::ErrorCode; 3] = [
     crate::error::ErrorCode::SandboxNotFound,
@@ -73,8 +76,9 @@ impl Engine {
             // An operation on a sandbox, snapshot or template the caller has not (a
             // guessed id, another workspace's) changed nothing: not recorded, so that a
             // flood of them neither grows the database nor pushes the workspace's real
-            // entries out of its bounded trail.
-            Err(e) if NO_TARGET.contains(&e.code) => return,
+            // entries out of its bounded trail. A create or build refused for a missing
+            // image or snapshot is still recorded (creates are rate-limited).
+            Err(e) if NO_TARGET.contains(&e.code) && !MAKES.contains(&action) => return,
             Err(e) => e.code.as_str(),
         };
         let rec = audit_record(ws, action, target, outcome);
