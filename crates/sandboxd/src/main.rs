@@ -142,6 +142,23 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     }
+    // The data-dir tools print listings (`keys list | head`): a reader gone ends them
+    // as it ends `ls`, by SIGPIPE, instead of a panic on the failed print. Not the
+    // server, a run (it tears its sandbox down) or the long-running image commands.
+    if matches!(
+        cli.command,
+        Command::Keys(_)
+            | Command::Quota(_)
+            | Command::Secrets(_)
+            | Command::NetworkPolicy(_)
+            | Command::Workspace(_)
+            | Command::Audit(_)
+            | Command::Openapi(_)
+            | Command::Console(_)
+    ) {
+        // SAFETY: restoring a signal's default disposition, before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.command {
         Command::SandboxInit(args) => init::main(args),
         Command::GvisorAgent(args) => gvisor_agent::main(args),

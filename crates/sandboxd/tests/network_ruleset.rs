@@ -137,6 +137,12 @@ fn sandboxes_leave_the_rest_of_the_ruleset_alone_and_share_one_table() {
         .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
         .expect("start b");
     assert!(table_exists() && entries_exist(a.id) && entries_exist(b.id));
+    // Every cloud's metadata service is out of reach (REVIEW13 #8: only the link-local
+    // one was), checked in the ruleset: no traffic goes to these outside addresses.
+    let blocked = nft(&["list", "set", "inet", "sandboxd", "blocked"]);
+    for metadata in ["169.254.0.0/16", "100.100.100.200", "168.63.129.16"] {
+        assert!(blocked.contains(metadata), "{metadata} not in {blocked}");
+    }
     let during = other_tables();
 
     rt.destroy(&a).expect("destroy a");

@@ -15,10 +15,13 @@ pub const TABLE: &str = "sandboxd";
 /// Host-side interface names of sandboxes start with this.
 pub const IF_PREFIX: &str = "sbx";
 
-/// Destinations no sandbox may reach: "this" network, loopback, link-local (metadata),
-/// multicast, reserved and broadcast. Sandbox networks are in `nets` (their /30s'
-/// network addresses).
-const BLOCKED: &str = "0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3";
+/// Destinations no sandbox may reach: "this" network, loopback, link-local (the usual
+/// metadata address, 169.254.169.254), the cloud metadata services outside it
+/// (Alibaba's 100.100.100.200, Azure's WireServer 168.63.129.16), multicast, reserved
+/// and broadcast. Sandbox networks are in `nets` (their /30s' network addresses). The
+/// rest of 100.64.0.0/10 (carrier-grade NAT, also Tailscale's peers) stays reachable.
+const BLOCKED: &str =
+    "0.0.0.0/8, 100.100.100.200/32, 127.0.0.0/8, 168.63.129.16/32, 169.254.0.0/16, 224.0.0.0/3";
 
 /// Per-sandbox sets and maps keyed by (or starting with) the sandbox's interface name.
 const BY_IFNAME: [&str; 6] = ["dispatch", "owners", "dns", "deny", "restricted", "allow"];
