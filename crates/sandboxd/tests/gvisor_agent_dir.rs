@@ -168,31 +168,3 @@ fn writes_to_the_agents_output_are_bounded_by_the_sandbox_disk() {
     assert_eq!((code, out.as_str()), (Some(0), "ok\n"));
     rt.destroy(&handle).expect("destroy");
 }
-
-/// Bytes of the regular files in the state dir `dir`, leaving out the sandbox's disk
-/// (its image, and what is mounted from it or from elsewhere).
-fn walk_sizes(dir: &std::path::Path) -> u64 {
-    let skip = [dir.join("layer"), dir.join("layer.img")];
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::symlink_metadata(dir).map(|m| m.dev()).unwrap_or(0);
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if skip.contains(&path) || meta.dev() != dev {
-                continue;
-            }
-            if meta.is_dir() {
-                stack.push(path);
-            } else if meta.is_file() {
-                // Allocated bytes: the disk image is sparse.
-                total += meta.blocks() * 512;
-            }
-        }
-    }
-    total
-}

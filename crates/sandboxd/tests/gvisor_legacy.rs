@@ -1,0 +1,132 @@
+//! A gVisor sandbox of the old agent-dir layout (its `/.sandboxd/run` the host dir
+//! `<state>/agent`, reached by the host by name), started as an earlier sandboxd did
+//! (failpoint `start.gvisor.legacy_layout`) and adopted by a new server's reconcile
+//! (REVIEW13 #1): it can no longer point the host's agent calls at another sandbox, nor
+//! fill the data dir through that dir, its output, or a file it held open before; it
+//! keeps running and answering. Skipped where runsc is missing.
+
+mod common;
+mod gvisor_common;
+
+use gvisor_common::*;
+use sandboxd_runtime::{Runtime, SandboxHandle, SandboxSpec};
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+
+fn spec_with_disk(disk_mb: u32) -> SandboxSpec {
+    SandboxSpec {
+        disk_mb,
+        ..common::spec("default")
+    }
+}
+
+/// Bytes of the deleted files under `handle`'s state dir its processes hold open.
+fn held_deleted_bytes(rt: &Gvisor, handle: &SandboxHandle) -> u64 {
+    let prefix = handle.state_dir.display().to_string();
+    let mut seen = HashSet::new();
+    let mut total = 0;
+    for pid in rt.cgroups().procs(handle.id) {
+        for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let Ok(target) = std::fs::read_link(entry.path()) else {
+                continue;
+            };
+            let target = target.display().to_string();
+            if !target.starts_with(&prefix) || !target.ends_with("(deleted)") {
+                continue;
+            }
+            if let Ok(meta) = std::fs::metadata(entry.path()) {
+                if meta.is_file() && seen.insert(meta.ino()) {
+                    total += meta.blocks() * 512;
+                }
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn an_adopted_sandbox_of_the_old_layout_can_neither_redirect_its_agent_nor_fill_the_data_dir() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let scenario = fail::FailScenario::setup();
+    fail::cfg("start.gvisor.legacy_layout", "return").expect("failpoint");
+    let attacker = rt
+        .start(&spec_with_disk(64))
+        .expect("start the old-layout sandbox");
+    fail::remove("start.gvisor.legacy_layout");
+    let victim = rt.start(&spec_with_disk(64)).expect("start the victim");
+    // The old layout: the host reaches the agent by a name in the sandbox's own dir.
+    assert_eq!(
+        attacker.agent_socket,
+        attacker.state_dir.join("agent").join("agent.sock")
+    );
+    for (handle, who) in [(&attacker, "attacker"), (&victim, "victim")] {
+        let (code, _) = common::agent_sh(handle, &format!("echo {who} > /root/who"));
+        assert_eq!(code, Some(0));
+    }
+    // Before the upgrade: a file opened in the dir and deleted, written once told to.
+    let hold = "cd /.sandboxd/run && setsid sh -c 'exec 3>held; rm held; \
+                while [ ! -e /tmp/go ]; do sleep 0.1; done; \
+                head -c 209715200 /dev/zero >&3; echo $? > /tmp/held-rc' \
+                >/dev/null 2>&1 </dev/null & echo holding";
+    assert_eq!(
+        common::agent_sh(&attacker, hold),
+        (Some(0), "holding\n".into())
+    );
+
+    // A new server adopts both.
+    let keep: HashSet<_> = [attacker.id, victim.id].into();
+    rt.reconcile(&keep, &HashSet::new());
+
+    // The redirection: the agent's socket renamed, a symlink to the victim's in its place.
+    let swap = format!(
+        "cd /.sandboxd/run; mv agent.sock moved; ln -s {} agent.sock; ls -la; echo tried",
+        victim.agent_socket.display()
+    );
+    let (code, out) = common::agent_sh(&attacker, &swap);
+    assert_eq!(code, Some(0), "{out}");
+    for _ in 0..3 {
+        let (code, out) = common::agent_sh(&attacker, "cat /root/who");
+        assert_eq!(
+            (code, out.as_str()),
+            (Some(0), "attacker\n"),
+            "the old-layout sandbox's call ran elsewhere"
+        );
+    }
+    // The fill: a new file in the dir, the agent's output, the file held open.
+    let fill = "dd if=/dev/zero of=/.sandboxd/run/big bs=1M count=200 2>/dev/null; \
+                head -c 209715200 /dev/zero > /proc/1/fd/1 2>/dev/null; touch /tmp/go; \
+                for i in $(seq 1200); do [ -e /tmp/held-rc ] && break; sleep 0.1; done; \
+                cat /tmp/held-rc";
+    let (_, out) = common::agent_sh(&attacker, fill);
+    let outside = walk_sizes(&attacker.state_dir);
+    let held = held_deleted_bytes(&rt, &attacker);
+    assert!(
+        outside < 16 << 20,
+        "{outside} bytes written to the data dir by the old-layout sandbox ({out})"
+    );
+    assert!(
+        held < 16 << 20,
+        "{held} bytes written to a deleted file it held open ({out})"
+    );
+    // It still answers as itself; the victim too.
+    assert_eq!(
+        common::agent_sh(&attacker, "cat /root/who"),
+        (Some(0), "attacker\n".into())
+    );
+    assert_eq!(
+        common::agent_sh(&victim, "cat /root/who"),
+        (Some(0), "victim\n".into())
+    );
+    rt.destroy(&attacker)
+        .expect("destroy the old-layout sandbox");
+    rt.destroy(&victim).expect("destroy the victim");
+    assert!(!attacker.state_dir.exists(), "its state dir is removed");
+    scenario.teardown();
+}
