@@ -7,10 +7,11 @@
 //! admission and the create is let go: it answers 503 with a Retry-After in the
 //! dialect's shape instead of hanging, and the snapshot then completes. Real engine and Linux backend, the router in-process.
 
+mod faults;
 mod inngest_api;
 
 use inngest_api::Api;
-use sandboxd_engine::{CreateSandbox, Resources, DEFAULT_WORKSPACE};
+use sandboxd_engine::{CreateSandbox, DEFAULT_WORKSPACE};
 use serde_json::json;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -25,24 +26,8 @@ async fn a_named_create_answers_while_a_snapshot_holds_its_due_namesake() {
         // A named sandbox with a deadline (the engine's API: no dialect gives a named
         // create a timeout today, a builder or a future one may).
         let request = CreateSandbox {
-            name: Some("job".into()),
-            resources: Resources {
-                vcpu: 1,
-                memory_mb: 128,
-            },
-            image: None,
-            snapshot_id: None,
-            environment: Default::default(),
-            secrets: Vec::new(),
-            metadata: Default::default(),
             timeout: Some(Duration::from_secs(3)),
-            auto_pause: false,
-            network: None,
-            egress: None,
-            disk_mb: None,
-            aliases: Default::default(),
-            attributes: Default::default(),
-            isolation: None,
+            ..faults::request("job")
         };
         let (sb, _) = api.engine.create(&ws, request).await.expect("create");
         let expires = sb.expires_at.expect("a deadline");
