@@ -25,9 +25,11 @@
 //!   time for a checkpoint;
 //! - `snapshot.freeze`: a filesystem snapshot about to freeze its RUNNING sandbox
 //!   (engine);
-//! - `snapshot.measured`: a snapshot's layer measured (bytes and entries logged), before
-//!   its admission, its sandbox's lock held; a filesystem snapshot's sandbox is frozen
-//!   here (engine);
+//! - `snapshot.admission`: a snapshot under its sandbox's lock about to wait for
+//!   admission (a filesystem snapshot's sandbox not frozen yet) (engine);
+//! - `snapshot.measured`: a snapshot's layer measured (bytes and entries logged): a
+//!   filesystem snapshot's measured frozen, before what it grew by since its reservation
+//!   is reserved; a memory snapshot's before its admission (engine);
 //! - `create.named`: a named create, under admission, about to look at an existing
 //!   sandbox of that name (engine);
 //! - `capture`: a snapshot's layer captured;

@@ -1,11 +1,13 @@
-//! A named create never waits for the lock of a due sandbox of that name while holding
-//! `admission` (REVIEW12b #1b): a snapshot holds its sandbox's lock and then waits for
-//! `admission`, so the old order deadlocked every create, snapshot and pause of the
-//! server. A snapshot is held between its sandbox's lock and its reservation (failpoint
-//! `snapshot.measured`), the sandbox's deadline passes, an Inngest create of the same
-//! name is held under admission (`create.named`), the snapshot goes on to wait for
-//! admission and the create is let go: it answers 503 with a Retry-After in the
-//! dialect's shape instead of hanging, and the snapshot then completes. Real engine and Linux backend, the router in-process.
+//! A snapshot's wait for `admission` (the server-wide lock under which creates and
+//! snapshots reserve room) against its sandbox's lock, through the Inngest dialect (real
+//! engine and Linux backend, the router in-process; failpoints hold each side):
+//!
+//! - a named create never waits for the lock of a due sandbox of that name while
+//!   holding `admission` (REVIEW12b #1b): a snapshot holds its sandbox's lock and then
+//!   waits for `admission`, so the old order deadlocked every create, snapshot and pause
+//!   of the server;
+//! - a snapshot waiting for `admission` does not keep its sandbox frozen meanwhile
+//!   (REVIEW11b #7): it reserves before it freezes.
 
 mod faults;
 mod inngest_api;
@@ -19,6 +21,11 @@ use std::time::Duration;
 /// How long the create may take before it counts as hung (it answers at once).
 const HANG: Duration = Duration::from_secs(60);
 
+/// A snapshot is held under its sandbox's lock before it waits for admission (failpoint
+/// `snapshot.admission`), the sandbox's deadline passes, an Inngest create of the same
+/// name is held under admission (`create.named`), the snapshot goes on to wait for
+/// admission and the create is let go: it answers 503 with a Retry-After in the
+/// dialect's shape instead of hanging, and the snapshot then completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_create_answers_while_a_snapshot_holds_its_due_namesake() {
     Api::run(|api| async move {
@@ -33,7 +40,7 @@ async fn a_named_create_answers_while_a_snapshot_holds_its_due_namesake() {
         let expires = sb.expires_at.expect("a deadline");
 
         // The snapshot, held past its sandbox's lock until the test lets it go.
-        let (snapshot_at, release_snapshot) = hold("snapshot.measured");
+        let (snapshot_at, release_snapshot) = hold("snapshot.admission");
         let engine = api.engine.clone();
         let snapshot = tokio::spawn({
             let ws = ws.clone();
@@ -54,7 +61,7 @@ async fn a_named_create_answers_while_a_snapshot_holds_its_due_namesake() {
         });
         reached(create_at).await;
         release_snapshot.send(()).expect("release the snapshot");
-        fail::remove("snapshot.measured");
+        fail::remove("snapshot.admission");
         release_create.send(()).expect("release the create");
         fail::remove("create.named");
         let abort = create.abort_handle();
@@ -93,6 +100,66 @@ async fn a_named_create_answers_while_a_snapshot_holds_its_due_namesake() {
         assert_ne!(again.json()["data"]["id"], json!(sb.id.to_string()));
         let old = api.engine.get(&ws, sb.id).await.expect("get");
         assert!(!old.status.is_active(), "{:?}", old.status);
+    })
+    .await;
+}
+
+/// A create holds admission (held at `create.named`, a name already taken); a snapshot
+/// of a running sandbox then waits for admission: the sandbox answers an exec
+/// meanwhile (before, it was frozen for the whole wait), and both complete once the
+/// create lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_waiting_for_admission_does_not_keep_its_sandbox_frozen() {
+    Api::run(|api| async move {
+        let body = json!({"name": "busy", "vcpu": 1, "memoryMb": 128});
+        let first = api.post("/v2/sandboxes", body.clone()).await;
+        assert!(first.status.is_success(), "{}", first.json());
+        let id = first.json()["data"]["id"].as_str().expect("id").to_owned();
+        let (create_at, release_create) = hold("create.named");
+        let create = tokio::spawn({
+            let api = api.clone();
+            async move { api.post("/v2/sandboxes", body).await }
+        });
+        reached(create_at).await;
+        // The snapshot, let go just before its wait for admission, which the create holds.
+        let (snapshot_at, release_snapshot) = hold("snapshot.admission");
+        let snapshot = tokio::spawn({
+            let (api, path) = (api.clone(), format!("/v2/sandboxes/{id}/snapshots"));
+            async move { api.post(&path, json!({"name": "waiting"})).await }
+        });
+        reached(snapshot_at).await;
+        release_snapshot.send(()).expect("release the snapshot");
+        fail::remove("snapshot.admission");
+        let exec_path = format!("/v2/sandboxes/{id}/exec");
+        let exec = api.post(
+            &exec_path,
+            json!({"command": ["/bin/sh", "-c", "echo awake"]}),
+        );
+        let answered = tokio::time::timeout(HANG, exec).await;
+        // The create lets go of admission whatever the exec did, so all can end.
+        release_create.send(()).expect("release the create");
+        fail::remove("create.named");
+        let exec = answered.expect("the sandbox stayed frozen while its snapshot waited");
+        assert_eq!(exec.status.as_u16(), 200, "{}", exec.json());
+        use base64::Engine;
+        let stdout = exec.json()["data"]["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let stdout = base64::engine::general_purpose::STANDARD
+            .decode(stdout)
+            .expect("base64");
+        assert_eq!(stdout, b"awake\n");
+        let again = tokio::time::timeout(HANG, create)
+            .await
+            .expect("the create answers")
+            .expect("join");
+        assert_eq!(again.json()["data"]["id"], json!(id), "{}", again.json());
+        let taken = tokio::time::timeout(HANG, snapshot)
+            .await
+            .expect("the snapshot completes")
+            .expect("join");
+        assert_eq!(taken.status.as_u16(), 201, "{}", taken.json());
     })
     .await;
 }
