@@ -48,28 +48,73 @@ fn held_deleted_bytes(rt: &Gvisor, handle: &SandboxHandle) -> u64 {
     total
 }
 
+/// A sandbox started in the old layout (as an earlier sandboxd did), its `/root/who`
+/// saying "attacker", and the scenario (the failpoint set) until the start.
+fn start_legacy(rt: &Gvisor) -> SandboxHandle {
+    let scenario = fail::FailScenario::setup();
+    fail::cfg("start.gvisor.legacy_layout", "return").expect("failpoint");
+    let started = rt.start(&spec_with_disk(64));
+    fail::remove("start.gvisor.legacy_layout");
+    scenario.teardown();
+    let handle = started.expect("start the old-layout sandbox");
+    // The old layout: the host reaches the agent by a name in the sandbox's own dir.
+    assert_eq!(
+        handle.agent_socket,
+        handle.state_dir.join("agent").join("agent.sock")
+    );
+    let (code, _) = common::agent_sh(&handle, "echo attacker > /root/who");
+    assert_eq!(code, Some(0));
+    handle
+}
+
+/// A new server's adoption of `handles` (its start-up reconcile).
+fn adopt(rt: &Gvisor, handles: &[&SandboxHandle]) {
+    let keep: HashSet<_> = handles.iter().map(|h| h.id).collect();
+    rt.reconcile(&keep, &HashSet::new());
+}
+
 #[test]
-fn an_adopted_sandbox_of_the_old_layout_can_neither_redirect_its_agent_nor_fill_the_data_dir() {
+fn an_adopted_sandbox_of_the_old_layout_cannot_point_its_agent_calls_at_another_sandbox() {
     let data = tempfile::tempdir().expect("tempdir");
     let Some(rt) = gvisor(data.path()) else {
         return;
     };
-    let scenario = fail::FailScenario::setup();
-    fail::cfg("start.gvisor.legacy_layout", "return").expect("failpoint");
-    let attacker = rt
-        .start(&spec_with_disk(64))
-        .expect("start the old-layout sandbox");
-    fail::remove("start.gvisor.legacy_layout");
+    let attacker = start_legacy(&rt);
     let victim = rt.start(&spec_with_disk(64)).expect("start the victim");
-    // The old layout: the host reaches the agent by a name in the sandbox's own dir.
-    assert_eq!(
-        attacker.agent_socket,
-        attacker.state_dir.join("agent").join("agent.sock")
+    let (code, _) = common::agent_sh(&victim, "echo victim > /root/who");
+    assert_eq!(code, Some(0));
+    adopt(&rt, &[&attacker, &victim]);
+    // The agent's socket renamed, a symlink to the victim's in its place.
+    let swap = format!(
+        "cd /.sandboxd/run; mv agent.sock moved; ln -s {} agent.sock; echo tried",
+        victim.agent_socket.display()
     );
-    for (handle, who) in [(&attacker, "attacker"), (&victim, "victim")] {
-        let (code, _) = common::agent_sh(handle, &format!("echo {who} > /root/who"));
-        assert_eq!(code, Some(0));
+    let (code, out) = common::agent_sh(&attacker, &swap);
+    assert_eq!(code, Some(0), "{out}");
+    for _ in 0..3 {
+        assert_eq!(
+            common::agent_sh(&attacker, "cat /root/who"),
+            (Some(0), "attacker\n".into()),
+            "the old-layout sandbox's call ran elsewhere"
+        );
     }
+    assert_eq!(
+        common::agent_sh(&victim, "cat /root/who"),
+        (Some(0), "victim\n".into())
+    );
+    rt.destroy(&attacker)
+        .expect("destroy the old-layout sandbox");
+    rt.destroy(&victim).expect("destroy the victim");
+    assert!(!attacker.state_dir.exists(), "its state dir is removed");
+}
+
+#[test]
+fn an_adopted_sandbox_of_the_old_layout_cannot_fill_the_data_dir() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let Some(rt) = gvisor(data.path()) else {
+        return;
+    };
+    let attacker = start_legacy(&rt);
     // Before the upgrade: a file opened in the dir and deleted, written once told to.
     let hold = "cd /.sandboxd/run && setsid sh -c 'exec 3>held; rm held; \
                 while [ ! -e /tmp/go ]; do sleep 0.1; done; \
@@ -79,27 +124,8 @@ fn an_adopted_sandbox_of_the_old_layout_can_neither_redirect_its_agent_nor_fill_
         common::agent_sh(&attacker, hold),
         (Some(0), "holding\n".into())
     );
-
-    // A new server adopts both.
-    let keep: HashSet<_> = [attacker.id, victim.id].into();
-    rt.reconcile(&keep, &HashSet::new());
-
-    // The redirection: the agent's socket renamed, a symlink to the victim's in its place.
-    let swap = format!(
-        "cd /.sandboxd/run; mv agent.sock moved; ln -s {} agent.sock; ls -la; echo tried",
-        victim.agent_socket.display()
-    );
-    let (code, out) = common::agent_sh(&attacker, &swap);
-    assert_eq!(code, Some(0), "{out}");
-    for _ in 0..3 {
-        let (code, out) = common::agent_sh(&attacker, "cat /root/who");
-        assert_eq!(
-            (code, out.as_str()),
-            (Some(0), "attacker\n"),
-            "the old-layout sandbox's call ran elsewhere"
-        );
-    }
-    // The fill: a new file in the dir, the agent's output, the file held open.
+    adopt(&rt, &[&attacker]);
+    // A new file in the dir, the agent's output, the file held open.
     let fill = "dd if=/dev/zero of=/.sandboxd/run/big bs=1M count=200 2>/dev/null; \
                 head -c 209715200 /dev/zero > /proc/1/fd/1 2>/dev/null; touch /tmp/go; \
                 for i in $(seq 1200); do [ -e /tmp/held-rc ] && break; sleep 0.1; done; \
@@ -115,18 +141,12 @@ fn an_adopted_sandbox_of_the_old_layout_can_neither_redirect_its_agent_nor_fill_
         held < 16 << 20,
         "{held} bytes written to a deleted file it held open ({out})"
     );
-    // It still answers as itself; the victim too.
+    // It still answers as itself.
     assert_eq!(
         common::agent_sh(&attacker, "cat /root/who"),
         (Some(0), "attacker\n".into())
     );
-    assert_eq!(
-        common::agent_sh(&victim, "cat /root/who"),
-        (Some(0), "victim\n".into())
-    );
     rt.destroy(&attacker)
         .expect("destroy the old-layout sandbox");
-    rt.destroy(&victim).expect("destroy the victim");
     assert!(!attacker.state_dir.exists(), "its state dir is removed");
-    scenario.teardown();
 }
