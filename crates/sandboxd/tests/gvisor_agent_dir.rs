@@ -90,21 +90,7 @@ fn a_renamed_socket_with_a_symlink_in_its_place_never_reaches_another_sandbox() 
     // The attacker's calls on its own sandbox land in its own (or fail), never the
     // victim's: several, each on a new connection.
     for _ in 0..3 {
-        let client = sandboxd_agent_protocol::AgentClient::new(attacker.agent_socket.clone());
-        let req = sandboxd_agent_protocol::ExecRequest {
-            argv: vec!["/bin/cat".into(), "/root/who".into()],
-            env: None,
-            cwd: None,
-            timeout_ms: 60_000,
-            max_output_bytes: 1 << 20,
-            user: None,
-        };
-        if let Ok(result) = block_on(client.exec(&req)) {
-            use base64::Engine;
-            let out = base64::engine::general_purpose::STANDARD
-                .decode(&result.stdout)
-                .expect("base64");
-            let out = String::from_utf8_lossy(&out).to_string();
+        if let Some(out) = who_answers(&attacker) {
             assert_eq!(
                 out, "attacker\n",
                 "the attacker's call ran in another sandbox"

@@ -279,3 +279,23 @@ pub fn walk_sizes(dir: &std::path::Path) -> u64 {
     }
     total
 }
+
+/// What `/root/who` says in the sandbox `handle`'s socket reaches, on a new connection,
+/// or `None` when the call fails.
+pub fn who_answers(handle: &SandboxHandle) -> Option<String> {
+    use base64::Engine;
+    let client = AgentClient::new(handle.agent_socket.clone());
+    let req = sandboxd_agent_protocol::ExecRequest {
+        argv: vec!["/bin/cat".into(), "/root/who".into()],
+        env: None,
+        cwd: None,
+        timeout_ms: 60_000,
+        max_output_bytes: 1 << 20,
+        user: None,
+    };
+    let result = block_on(client.exec(&req)).ok()?;
+    let out = base64::engine::general_purpose::STANDARD
+        .decode(&result.stdout)
+        .expect("base64");
+    Some(String::from_utf8_lossy(&out).into_owned())
+}

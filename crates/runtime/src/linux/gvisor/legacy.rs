@@ -20,9 +20,11 @@
 //!   write, no new name, no growth. The agent needs none of them once its socket is
 //!   bound (its one other use, a pause's verdict file, is refused to this layout).
 //!
-//! A destroy clears those flags first ([`release`]). When a step fails (a filesystem
-//! without inode flags, a socket the sandbox renamed away before the upgrade) the
-//! sandbox is frozen instead, its files kept: it can be snapshotted and deleted.
+//! A destroy clears those flags first ([`release`]). When the writes cannot be stopped
+//! (a filesystem without inode flags, more than [`MAX_ENTRIES`] entries) the sandbox is
+//! frozen instead, its files kept; when its socket is not in its dir (the sandbox
+//! renamed or replaced it before the upgrade) its agent is not reached at all. Either
+//! way it can be snapshotted and deleted.
 
 use super::GvisorRuntime;
 use crate::{RuntimeError, SandboxHandle};
@@ -69,78 +71,97 @@ pub(super) fn is_legacy(handle: &SandboxHandle) -> bool {
 }
 
 /// Makes a running sandbox of the old layout safe (see the module doc); idempotent.
-/// On failure the sandbox is frozen and the error logged.
+/// When its writes cannot be stopped the sandbox is frozen; when its socket cannot be
+/// linked its agent is not reached at all (calls fail); either is logged.
 pub(super) fn secure(rt: &GvisorRuntime, handle: &SandboxHandle) {
-    if let Err(e) = try_secure(rt, handle) {
-        tracing::error!(sandbox = %handle.id, error = %e, "a gVisor sandbox of an earlier sandboxd's agent-dir layout cannot be made safe; frozen (snapshot and delete it)");
+    if let Err(e) = stop_writes(rt, handle) {
+        tracing::error!(sandbox = %handle.id, error = %e, "a gVisor sandbox of an earlier sandboxd's agent-dir layout cannot be kept from writing the data dir; frozen (snapshot and delete it)");
         if let Err(e) = rt.linux.cgroups.set_frozen(handle.id, true) {
             tracing::error!(sandbox = %handle.id, error = %e, "freezing it failed too");
         }
+    } else if let Err(e) = link_socket(&handle.state_dir) {
+        tracing::error!(sandbox = %handle.id, error = %e, "the agent of a gVisor sandbox of an earlier sandboxd's agent-dir layout cannot be reached (snapshot and delete it)");
     }
 }
 
-fn try_secure(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+fn io_err(what: &'static str, path: &Path) -> impl FnOnce(Errno) -> RuntimeError {
+    let path = path.to_path_buf();
+    move |e: Errno| RuntimeError::Io {
+        what,
+        path,
+        source: e.into(),
+    }
+}
+
+/// Moves the sandbox's dir away from the name the host connects by, makes that name a
+/// host-only dir, and makes what the sandbox can write there (and its output) immutable.
+fn stop_writes(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
     let state = &handle.state_dir;
     let (old, moved) = (socket_dir(state), moved_dir(state));
-    let err = |what: &'static str, path: &Path| {
-        let path = path.to_path_buf();
-        move |e: Errno| RuntimeError::Io {
-            what,
-            path,
-            source: e.into(),
-        }
-    };
     // The state dir and these names are the host's: the sandbox reaches only inside
     // the dir it was given.
     if fs::statat(fs::CWD, &moved, AtFlags::SYMLINK_NOFOLLOW).is_err() {
-        fs::rename(&old, &moved).map_err(err("moving the sandbox's agent dir", &old))?;
+        fs::rename(&old, &moved).map_err(io_err("moving the sandbox's agent dir", &old))?;
     }
     match fs::mkdir(&old, Mode::RWXU) {
         Ok(()) | Err(Errno::EXIST) => {}
-        Err(e) => return Err(err("making the host's agent dir", &old)(e)),
+        Err(e) => return Err(io_err("making the host's agent dir", &old)(e)),
     }
-    let host = open_dir(&old).map_err(err("opening the host's agent dir", &old))?;
-    let sandbox = open_dir(&moved).map_err(err("opening the sandbox's agent dir", &moved))?;
-    if !is_socket(&host) {
-        let _ = fs::unlinkat(&host, SOCKET_NAME, AtFlags::empty());
-        // No AT_SYMLINK_FOLLOW: a symlink is linked as one, and refused below.
-        let linked = fs::linkat(&sandbox, SOCKET_NAME, &host, SOCKET_NAME, AtFlags::empty());
-        if linked.is_err() || !is_socket(&host) {
-            let _ = fs::unlinkat(&host, SOCKET_NAME, AtFlags::empty());
-            return Err(RuntimeError::AgentStart(
-                "the sandbox's agent socket is not in its dir (renamed or replaced)".into(),
-            ));
-        }
-    }
+    let sandbox = open_dir(&moved).map_err(io_err("opening the sandbox's agent dir", &moved))?;
     let mut budget = MAX_ENTRIES;
-    set_tree(&sandbox, true, &mut budget).map_err(err("making the agent dir immutable", &moved))?;
+    set_tree(&sandbox, true, &mut budget)
+        .map_err(io_err("making the agent dir immutable", &moved))?;
     if let Ok(log) = fs::open(
         log_path(state),
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
         Mode::empty(),
     ) {
-        set_file(&log, true).map_err(err("making the agent log immutable", &log_path(state)))?;
+        set_file(&log, true).map_err(io_err("making the agent log immutable", &log_path(state)))?;
     }
-    held_files(rt, handle, &moved)
+    held_files(rt, handle)
 }
 
-/// Makes immutable every file (and dir) under `moved` the sandbox's processes hold
-/// open, deleted ones included (reached through `/proc/<pid>/fd`).
-fn held_files(
-    rt: &GvisorRuntime,
-    handle: &SandboxHandle,
-    moved: &Path,
-) -> Result<(), RuntimeError> {
-    let prefix = moved.as_os_str().as_encoded_bytes();
+/// Hard-links the agent's socket (never following a name of the sandbox's) into the
+/// host-only dir, by the name the handle connects to.
+fn link_socket(state: &Path) -> Result<(), RuntimeError> {
+    let (old, moved) = (socket_dir(state), moved_dir(state));
+    let host = open_dir(&old).map_err(io_err("opening the host's agent dir", &old))?;
+    let sandbox = open_dir(&moved).map_err(io_err("opening the sandbox's agent dir", &moved))?;
+    if is_socket(&host) {
+        return Ok(());
+    }
+    let _ = fs::unlinkat(&host, SOCKET_NAME, AtFlags::empty());
+    // No AT_SYMLINK_FOLLOW: a symlink is linked as one, and refused below. The socket
+    // itself carries no flag, so it links out of the immutable dir.
+    let linked = fs::linkat(&sandbox, SOCKET_NAME, &host, SOCKET_NAME, AtFlags::empty());
+    if linked.is_ok() && is_socket(&host) {
+        return Ok(());
+    }
+    let _ = fs::unlinkat(&host, SOCKET_NAME, AtFlags::empty());
+    Err(RuntimeError::AgentStart(
+        "the sandbox's agent socket is not in its dir (renamed or replaced)".into(),
+    ))
+}
+
+/// Makes immutable every deleted regular file of the state dir's filesystem the
+/// sandbox's processes hold open (those still named are the walk's): the sandbox may
+/// have opened and removed one in its dir before the upgrade. Told by the inode (the
+/// gofer's paths are those of its own root), reached through `/proc/<pid>/fd`.
+fn held_files(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(&handle.state_dir)
+        .map_err(|e| RuntimeError::Io {
+            what: "reading the sandbox state dir",
+            path: handle.state_dir.clone(),
+            source: e,
+        })?
+        .dev();
     for pid in rt.linux.cgroups.procs(handle.id) {
         let fds = PathBuf::from(format!("/proc/{pid}/fd"));
         for entry in std::fs::read_dir(&fds).into_iter().flatten().flatten() {
-            let Ok(target) = std::fs::read_link(entry.path()) else {
-                continue;
-            };
-            let target = target.as_os_str().as_encoded_bytes();
-            if !target.starts_with(prefix) || target.get(prefix.len()).is_some_and(|b| *b != b'/') {
-                continue;
+            match std::fs::metadata(entry.path()) {
+                Ok(m) if m.is_file() && m.dev() == dev && m.nlink() == 0 => {}
+                _ => continue,
             }
             let Ok(fd) = fs::open(
                 entry.path(),
