@@ -25,7 +25,9 @@ impl Engine {
         handle: &SandboxHandle,
         memory_bytes: u64,
     ) -> Result<Reservation<'_>, EngineError> {
-        let bound = self.measure_snapshot(handle, "snapshot: layer measured").await?;
+        let bound = self
+            .measure_snapshot(handle, "snapshot: layer measured")
+            .await?;
         // Tests hold a snapshot here, past its measure.
         self.blocking(|_| sandboxd_runtime::faults::hit("snapshot.measured"))
             .await?;
