@@ -12,31 +12,59 @@ use crate::disk_reservations::Reservation;
 use crate::engine::{runtime_error, Engine};
 use crate::error::{EngineError, ErrorCode};
 use crate::model::WorkspaceId;
-use sandboxd_runtime::SandboxHandle;
+use sandboxd_runtime::{CaptureBound, SandboxHandle};
 
 impl Engine {
     /// Reserves room for a snapshot of `handle` (in `ws`) that also keeps
     /// `memory_bytes` of memory image; nothing is reserved when the backend keeps
     /// nothing admission accounts, but the snapshot still counts as under way in the
-    /// workspace. A filesystem snapshot calls this with its sandbox frozen, so what it
-    /// measures is what the capture copies.
+    /// workspace.
     pub(crate) async fn reserve_snapshot(
         &self,
         ws: &WorkspaceId,
         handle: &SandboxHandle,
         memory_bytes: u64,
     ) -> Result<Reservation<'_>, EngineError> {
+        let bound = self
+            .measure_snapshot(handle, "snapshot: layer measured")
+            .await?;
+        // Tests hold a snapshot here, past its measure.
+        self.blocking(|_| sandboxd_runtime::faults::hit("snapshot.measured"))
+            .await?;
+        self.admit_snapshot(ws, bound, memory_bytes).await
+    }
+
+    /// The most a capture of `handle`'s layer would store now (logged as `what`).
+    pub(crate) async fn measure_snapshot(
+        &self,
+        handle: &SandboxHandle,
+        what: &'static str,
+    ) -> Result<Option<CaptureBound>, EngineError> {
         let h = handle.clone();
         let bound = self
             .blocking(move |rt| rt.snapshot_bound(&h))
             .await?
             .map_err(|e| runtime_error("cannot measure the sandbox's layer", e))?;
         if let Some(b) = bound {
-            tracing::info!(sandbox = %handle.id, bytes = b.bytes, entries = b.entries, "snapshot: layer measured");
+            tracing::info!(sandbox = %handle.id, bytes = b.bytes, entries = b.entries, "{what}");
         }
-        // Tests hold a snapshot here, past its measure, to show nothing grows meanwhile.
-        self.blocking(|_| sandboxd_runtime::faults::hit("snapshot.measured"))
-            .await?;
+        Ok(bound)
+    }
+
+    /// Reserves `bound` (measured: see [`Engine::measure_snapshot`]) and `memory_bytes`
+    /// for a snapshot of `ws`, under admission, its quota checked there too.
+    pub(crate) async fn admit_snapshot(
+        &self,
+        ws: &WorkspaceId,
+        bound: Option<CaptureBound>,
+        memory_bytes: u64,
+    ) -> Result<Reservation<'_>, EngineError> {
+        // Tests hold a snapshot here, under its sandbox's lock, about to wait for
+        // admission (no hop in production).
+        if cfg!(feature = "failpoints") {
+            self.blocking(|_| sandboxd_runtime::faults::hit("snapshot.admission"))
+                .await?;
+        }
         // Under admission: no create is admitted, and no other snapshot reserves,
         // between this measure and the reservation.
         let _admission = self.admission.lock().await;
@@ -44,18 +72,51 @@ impl Engine {
         let Some(bound) = bound else {
             return Ok(self.disk_reservations.reserve(ws, 0, 0));
         };
-        let space = self
-            .blocking(|rt| rt.disk_space())
-            .await?
-            .map_err(|e| runtime_error("cannot measure the disk", e))?;
-        let Some(space) = space else {
-            return Ok(self.disk_reservations.reserve(ws, 0, 0));
-        };
         let want = bound.bytes.saturating_add(memory_bytes);
         // A memory image is a few files.
         let inodes = bound
             .entries
             .saturating_add(u64::from(memory_bytes > 0) * 16);
+        match self.admit_room(want, inodes).await? {
+            true => Ok(self.disk_reservations.reserve(ws, want, inodes)),
+            false => Ok(self.disk_reservations.reserve(ws, 0, 0)),
+        }
+    }
+
+    /// Reserves what a layer grew by from `before` to `now` (the snapshot already counts
+    /// as under way, with `before` reserved), under admission; nothing (and no wait for
+    /// admission) when it did not grow.
+    pub(crate) async fn admit_growth(
+        &self,
+        before: Option<CaptureBound>,
+        now: Option<CaptureBound>,
+    ) -> Result<Option<Reservation<'_>>, EngineError> {
+        let (Some(before), Some(now)) = (before, now) else {
+            return Ok(None);
+        };
+        let bytes = now.bytes.saturating_sub(before.bytes);
+        let inodes = now.entries.saturating_sub(before.entries);
+        if bytes == 0 && inodes == 0 {
+            return Ok(None);
+        }
+        let _admission = self.admission.lock().await;
+        match self.admit_room(bytes, inodes).await? {
+            true => Ok(Some(self.disk_reservations.reserve_image(bytes, inodes))),
+            false => Ok(None),
+        }
+    }
+
+    /// Whether `bytes` and `inodes` more fit the data dir beside what active sandboxes
+    /// may still write and what is reserved (an error when not); `false` when the
+    /// backend measures no disk (nothing to reserve). Called under admission.
+    async fn admit_room(&self, bytes: u64, inodes: u64) -> Result<bool, EngineError> {
+        let space = self
+            .blocking(|rt| rt.disk_space())
+            .await?
+            .map_err(|e| runtime_error("cannot measure the disk", e))?;
+        let Some(space) = space else {
+            return Ok(false);
+        };
         let active = self
             .store
             .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;
@@ -64,7 +125,7 @@ impl Engine {
             self.limits.disk_policy,
             self.committed_mb(&active),
             self.disk_reservations.reserved(),
-            want,
+            bytes,
         )?;
         crate::disk_admission::admit_snapshot_inodes(
             space,
@@ -72,7 +133,7 @@ impl Engine {
             self.disk_reservations.reserved_inodes(),
             inodes,
         )?;
-        Ok(self.disk_reservations.reserve(ws, want, inodes))
+        Ok(true)
     }
 
     /// `QuotaExceeded` when the workspace holds as many snapshots (recorded, or being

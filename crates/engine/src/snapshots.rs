@@ -102,7 +102,14 @@ impl Engine {
         handle: sandboxd_runtime::SandboxHandle,
         name: Option<String>,
     ) -> Result<Snapshot, EngineError> {
-        // Frozen before it is measured, until the copy is done: what the capture
+        // Room is reserved on a measure of the sandbox as it runs, before the freeze:
+        // the wait for admission (a create or another snapshot holding it) never keeps
+        // the sandbox frozen.
+        let estimate = self
+            .measure_snapshot(&handle, "snapshot: layer estimated")
+            .await?;
+        let room = self.admit_snapshot(&e.sb.workspace, estimate, 0).await?;
+        // Frozen before it is measured again, until the copy is done: what the capture
         // stores is what it reserved (a paused sandbox is frozen already).
         let frozen = match e.sb.status {
             SandboxStatus::Running => {
@@ -110,7 +117,8 @@ impl Engine {
             }
             _ => None,
         };
-        let taken = self.frozen_snapshot(e, handle, name).await;
+        let taken = self.frozen_snapshot(e, handle, name, estimate).await;
+        drop(room);
         // Thawed before the answer (an error path's drop thaws on a task of its own).
         if let Some(frozen) = frozen {
             frozen.release().await;
@@ -118,16 +126,25 @@ impl Engine {
         taken
     }
 
-    /// [`Engine::filesystem_snapshot`]'s work once its sandbox is frozen (or paused).
+    /// [`Engine::filesystem_snapshot`]'s work once its sandbox is frozen (or paused),
+    /// with room reserved for `estimate`: measured again, frozen, and what it grew by
+    /// reserved too (only then is admission waited for frozen).
     async fn frozen_snapshot(
         &self,
         e: &crate::convert::Entry,
         handle: sandboxd_runtime::SandboxHandle,
         name: Option<String>,
+        estimate: Option<sandboxd_runtime::CaptureBound>,
     ) -> Result<Snapshot, EngineError> {
         let id = e.sb.id;
         let limit = self.limits.deadlines.snapshot;
-        let _room = self.reserve_snapshot(&e.sb.workspace, &handle, 0).await?;
+        let bound = self
+            .measure_snapshot(&handle, "snapshot: layer measured")
+            .await?;
+        // Tests hold a snapshot here, past its measure (its sandbox frozen).
+        self.blocking(|_| sandboxd_runtime::faults::hit("snapshot.measured"))
+            .await?;
+        let _grown = self.admit_growth(estimate, bound).await?;
         // Past the deadline the copy and digest stop; a layer committed all the same
         // goes unless a record uses it.
         let cancel = sandboxd_runtime::Cancel::new();

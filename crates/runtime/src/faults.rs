@@ -13,6 +13,8 @@
 //! - `start.mount_root`: its root mounted through the user namespace;
 //! - `start.handshake`: PID 1 attached, before its `Ready`;
 //! - `start.handle`: the agent ready, before `handle.json` is written;
+//! - `start.gvisor.legacy_layout`: on gVisor, the start makes the agent-dir layout of
+//!   an earlier sandboxd (tests of its adoption, see `gvisor::legacy`);
 //! - `start.gvisor.handle`: on gVisor, the container created and started, before the
 //!   agent is attached and `handle.json` written;
 //! - `network.prepare`: the host side of an egress network leased and ruled;
@@ -23,8 +25,13 @@
 //!   time for a checkpoint;
 //! - `snapshot.freeze`: a filesystem snapshot about to freeze its RUNNING sandbox
 //!   (engine);
-//! - `snapshot.measured`: a snapshot's layer measured (bytes and entries logged), before
-//!   its admission; a filesystem snapshot's sandbox is frozen here (engine);
+//! - `snapshot.admission`: a snapshot under its sandbox's lock about to wait for
+//!   admission (a filesystem snapshot's sandbox not frozen yet) (engine);
+//! - `snapshot.measured`: a snapshot's layer measured (bytes and entries logged): a
+//!   filesystem snapshot's measured frozen, before what it grew by since its reservation
+//!   is reserved; a memory snapshot's before its admission (engine);
+//! - `create.named`: a named create, under admission, about to look at an existing
+//!   sandbox of that name (engine);
 //! - `capture`: a snapshot's layer captured;
 //! - `capture.copied`: the sandbox's upper dir copied into scratch, the sandbox still
 //!   frozen for the copy;

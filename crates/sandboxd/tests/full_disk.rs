@@ -667,17 +667,17 @@ fn logged_number(line: &str, field: &str) -> u64 {
         .unwrap_or_else(|_| panic!("no number for {field} in {line}"))
 }
 
-/// A snapshot stores no more than it reserved: the sandbox is frozen before its layer
-/// is measured, so a file it grows while the snapshot is held just past the measure
-/// (failpoint `snapshot.measured`) is not in the snapshot.
-#[test]
-fn a_file_grown_during_a_snapshot_is_never_stored_beyond_its_reservation() {
-    let fs = SmallFs::new();
+/// A server on `fs` whose snapshots meet `failpoint` (`name=actions`), one of its
+/// sandboxes (100 MiB of disk), and a snapshot of it under way on a thread of its own.
+fn snapshot_held(
+    fs: &SmallFs,
+    failpoint: &str,
+) -> (Served, String, std::thread::JoinHandle<serve_bin::Reply>) {
     let s = serve(
-        &fs,
+        fs,
         &[
             ("SANDBOXD_DISK_MB_PER_SANDBOX", "100"),
-            ("SANDBOXD_FAILPOINTS", "snapshot.measured=sleep(4000)"),
+            ("SANDBOXD_FAILPOINTS", failpoint),
         ],
     );
     let id = s.create_sandbox(KEY, &body(128));
@@ -689,6 +689,16 @@ fn a_file_grown_during_a_snapshot_is_never_stored_beyond_its_reservation() {
         ];
         serve_bin::http(addr, "POST", &path, &headers, "{}")
     });
+    (s, id, snapshot)
+}
+
+/// A snapshot stores no more than it reserved: the sandbox is frozen before its layer
+/// is measured, so a file it grows while the snapshot is held just past the measure
+/// (failpoint `snapshot.measured`) is not in the snapshot.
+#[test]
+fn a_file_grown_during_a_snapshot_is_never_stored_beyond_its_reservation() {
+    let fs = SmallFs::new();
+    let (s, id, snapshot) = snapshot_held(&fs, "snapshot.measured=sleep(4000)");
     let line = s.wait_for_line(|l| l.contains("snapshot: layer measured"));
     let measured = logged_number(&line, "bytes");
     // Held past its measure: the sandbox grows a file by 20 MiB (on the old order it
@@ -714,6 +724,46 @@ fn a_file_grown_during_a_snapshot_is_never_stored_beyond_its_reservation() {
     );
     let grown = grow.join().expect("the exec");
     assert_eq!(grown.status, 200, "{}", grown.text());
+    s.destroy(KEY, &id);
+}
+
+/// A snapshot reserves room on a measure of its running sandbox before it freezes it (so
+/// a wait for admission never keeps it frozen); what the sandbox writes between that
+/// estimate and the freeze (the snapshot held there, failpoint `snapshot.admission`) is
+/// measured frozen and reserved too, and stored: the snapshot is never more than the
+/// frozen measure.
+#[test]
+fn what_a_sandbox_writes_before_its_snapshot_freezes_it_is_reserved_and_stored() {
+    let fs = SmallFs::new();
+    let (s, id, snapshot) = snapshot_held(&fs, "snapshot.admission=sleep(15000)");
+    let line = s.wait_for_line(|l| l.contains("snapshot: layer estimated"));
+    let estimated = logged_number(&line, "bytes");
+    // Held before its admission, the sandbox running: it writes 20 MiB.
+    let (code, out) = s.exec(
+        KEY,
+        &id,
+        &[
+            "/bin/sh",
+            "-c",
+            "dd if=/dev/urandom of=/grown bs=1M count=20 2>&1; sync",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    let r = snapshot.join().expect("the snapshot request");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let line = s.wait_for_line(|l| l.contains("snapshot: layer measured"));
+    let measured = logged_number(&line, "bytes");
+    assert!(
+        measured >= estimated + 20 * MIB,
+        "measured frozen {measured}, estimated {estimated}"
+    );
+    let stored = r.json()["data"]["storedBytes"]
+        .as_u64()
+        .expect("storedBytes");
+    assert!(
+        (20 * MIB..=measured).contains(&stored),
+        "the snapshot stored {stored} bytes, {measured} were measured and reserved"
+    );
     s.destroy(KEY, &id);
 }
 

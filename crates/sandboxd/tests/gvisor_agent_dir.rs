@@ -90,21 +90,7 @@ fn a_renamed_socket_with_a_symlink_in_its_place_never_reaches_another_sandbox() 
     // The attacker's calls on its own sandbox land in its own (or fail), never the
     // victim's: several, each on a new connection.
     for _ in 0..3 {
-        let client = sandboxd_agent_protocol::AgentClient::new(attacker.agent_socket.clone());
-        let req = sandboxd_agent_protocol::ExecRequest {
-            argv: vec!["/bin/cat".into(), "/root/who".into()],
-            env: None,
-            cwd: None,
-            timeout_ms: 60_000,
-            max_output_bytes: 1 << 20,
-            user: None,
-        };
-        if let Ok(result) = block_on(client.exec(&req)) {
-            use base64::Engine;
-            let out = base64::engine::general_purpose::STANDARD
-                .decode(&result.stdout)
-                .expect("base64");
-            let out = String::from_utf8_lossy(&out).to_string();
+        if let Some(out) = who_answers(&attacker) {
             assert_eq!(
                 out, "attacker\n",
                 "the attacker's call ran in another sandbox"
@@ -167,32 +153,4 @@ fn writes_to_the_agents_output_are_bounded_by_the_sandbox_disk() {
     let (code, out) = common::agent_sh(&handle, "echo ok");
     assert_eq!((code, out.as_str()), (Some(0), "ok\n"));
     rt.destroy(&handle).expect("destroy");
-}
-
-/// Bytes of the regular files in the state dir `dir`, leaving out the sandbox's disk
-/// (its image, and what is mounted from it or from elsewhere).
-fn walk_sizes(dir: &std::path::Path) -> u64 {
-    let skip = [dir.join("layer"), dir.join("layer.img")];
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::symlink_metadata(dir).map(|m| m.dev()).unwrap_or(0);
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if skip.contains(&path) || meta.dev() != dev {
-                continue;
-            }
-            if meta.is_dir() {
-                stack.push(path);
-            } else if meta.is_file() {
-                // Allocated bytes: the disk image is sparse.
-                total += meta.blocks() * 512;
-            }
-        }
-    }
-    total
 }

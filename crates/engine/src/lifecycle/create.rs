@@ -348,6 +348,11 @@ impl Engine {
             let id = rec.id;
             // One left mid-transition by a failed create is no sandbox to hand back.
             self.settle_if_stuck(ws, id).await?;
+            // Tests hold a named create here, under admission (no hop in production).
+            if cfg!(feature = "failpoints") {
+                self.blocking(|_| sandboxd_runtime::faults::hit("create.named"))
+                    .await?;
+            }
             // Under `admission`: never waits for the sandbox's lock (lock order).
             self.expire_if_due_under_admission(ws, id).await?;
             let e = self.load(ws, id)?;

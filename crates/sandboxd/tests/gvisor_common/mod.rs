@@ -251,3 +251,51 @@ pub fn sandbox_dir_names(data: &Path) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Bytes of the regular files in the state dir `dir`, leaving out the sandbox's disk
+/// (its image, and what is mounted from it or from elsewhere).
+pub fn walk_sizes(dir: &std::path::Path) -> u64 {
+    let skip = [dir.join("layer"), dir.join("layer.img")];
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::symlink_metadata(dir).map(|m| m.dev()).unwrap_or(0);
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if skip.contains(&path) || meta.dev() != dev {
+                continue;
+            }
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                // Allocated bytes: the disk image is sparse.
+                total += meta.blocks() * 512;
+            }
+        }
+    }
+    total
+}
+
+/// What `/root/who` says in the sandbox `handle`'s socket reaches, on a new connection,
+/// or `None` when the call fails.
+pub fn who_answers(handle: &SandboxHandle) -> Option<String> {
+    use base64::Engine;
+    let client = AgentClient::new(handle.agent_socket.clone());
+    let req = sandboxd_agent_protocol::ExecRequest {
+        argv: vec!["/bin/cat".into(), "/root/who".into()],
+        env: None,
+        cwd: None,
+        timeout_ms: 60_000,
+        max_output_bytes: 1 << 20,
+        user: None,
+    };
+    let result = block_on(client.exec(&req)).ok()?;
+    let out = base64::engine::general_purpose::STANDARD
+        .decode(&result.stdout)
+        .expect("base64");
+    Some(String::from_utf8_lossy(&out).into_owned())
+}

@@ -47,6 +47,8 @@ pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), 
 
 /// The root's mounts (and the netns file), the disk and the state dir.
 fn remove_files(handle: &SandboxHandle) -> Result<(), RuntimeError> {
+    // An adopted sandbox of the old agent-dir layout has immutable files.
+    super::legacy::release(&handle.state_dir);
     rootfs::unmount_root(&handle.state_dir)?;
     if rootfs::has_mounts_under(&handle.state_dir) {
         return Err(RuntimeError::Unsupported(format!(

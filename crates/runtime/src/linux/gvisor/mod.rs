@@ -29,6 +29,7 @@ pub mod checkpoint;
 mod destroy;
 pub mod features;
 mod interrupted;
+mod legacy;
 mod remount;
 pub mod runsc;
 mod start;
@@ -503,11 +504,18 @@ impl Runtime for GvisorRuntime {
         interrupted::clear(self, keep);
         // Kept sandboxes on disk whose root a host restart unmounted: mounted again now,
         // so that their files (captures, the next restore) are there.
+        // Running sandboxes of an earlier sandboxd's agent-dir layout are made safe
+        // (see `legacy`); what that set on the files of others is cleared, so that
+        // their state dirs can go.
         for handle in self.stored_handles() {
             if keep.contains(&handle.id) && checkpoint::on_disk(&handle) {
                 if let Err(e) = remount::ensure(self, &handle) {
                     tracing::error!(sandbox = %handle.id, error = %e, "cannot mount the root of a sandbox on disk again; its restore will fail");
                 }
+            } else if keep.contains(&handle.id) && legacy::is_legacy(&handle) {
+                legacy::secure(self, &handle);
+            } else if !keep.contains(&handle.id) {
+                legacy::release(&handle.state_dir);
             }
         }
         let sandboxes = self.linux.sandboxes_dir();

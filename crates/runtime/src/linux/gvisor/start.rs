@@ -83,7 +83,10 @@ pub(super) fn start_at(
         id: spec.id,
         agent_pid: 0,
         agent_start_ticks: 0,
-        agent_socket: super::agent_dir::host_socket(&state_dir),
+        agent_socket: match super::legacy::wanted() {
+            true => super::legacy::socket(&state_dir),
+            false => super::agent_dir::host_socket(&state_dir),
+        },
         state_dir,
         host_id_base: 0,
         warm: false,
@@ -112,7 +115,15 @@ fn launch(
     let disk = Some((rt.linux.config.data_dir.as_path(), spec.disk_mb));
     rootfs::prepare_dirs(&state_dir, 0, 0, disk)?;
     mount_root(&state_dir, layers)?;
-    super::agent_dir::make(&state_dir)?;
+    if super::legacy::wanted() {
+        let dir = super::legacy::socket_dir(&state_dir);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io("creating the agent socket dir", &dir))?;
+    } else {
+        super::agent_dir::make(&state_dir)?;
+    }
     let root = rootfs::rootfs(&state_dir);
     let netns = state_dir.join(rootfs::NETNS_FILE);
     let egress = network.mode == NetworkMode::Egress;
@@ -203,7 +214,10 @@ pub(super) fn write_bundle(
     let root = rootfs::rootfs(state_dir);
     let bind_tmp = ensure_tmp(&root)?;
     let netns = state_dir.join(rootfs::NETNS_FILE);
-    let socket_dir = super::agent_dir::run_dir(state_dir);
+    let socket_dir = match super::legacy::wanted() {
+        true => super::legacy::socket_dir(state_dir),
+        false => super::agent_dir::run_dir(state_dir),
+    };
     bundle::write(
         state_dir,
         &Bundle {
@@ -232,6 +246,9 @@ pub(super) fn attach(handle: &mut SandboxHandle) -> Result<(), RuntimeError> {
     handle.agent_start_ticks = sys::proc_stat(pid)
         .map(|(_, t)| t)
         .ok_or_else(|| RuntimeError::AgentStart("the gVisor sandbox exited at once".into()))?;
+    if super::legacy::wanted() {
+        return crate::linux::init_process::wait_connectable(&handle.agent_socket);
+    }
     super::agent_dir::wait_connectable(&state_dir, super::agent_dir::START_TIMEOUT).map_err(|e| {
         let log = super::agent_dir::log_tail(&state_dir);
         RuntimeError::AgentStart(format!("{e}; agent output: {log}"))
@@ -375,7 +392,10 @@ pub(super) fn run_in_cgroup(
         .iter()
         .filter_map(|d| CString::new(d.join("cgroup.procs").as_os_str().as_bytes()).ok())
         .collect();
-    let out_path = super::agent_dir::log_path(state_dir);
+    let out_path = match super::legacy::wanted() {
+        true => super::legacy::log_path(state_dir),
+        false => super::agent_dir::log_path(state_dir),
+    };
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
