@@ -288,7 +288,7 @@ fn the_audit_trail_lists_who_did_what() {
     );
     let table = String::from_utf8(recent.stdout).unwrap();
     assert!(table.starts_with("TIME"), "{table}");
-    assert_eq!(table.lines().count(), 7, "{table}");
+    assert_eq!(table.lines().count(), 6, "{table}");
     let later = cli(
         &[
             "audit",
