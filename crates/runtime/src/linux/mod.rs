@@ -38,6 +38,7 @@ mod usage;
 mod warm;
 mod warm_counts;
 mod watch;
+mod whole_file;
 
 use crate::{
     DiskSpace, ExitWatch, ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle,
