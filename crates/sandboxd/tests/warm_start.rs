@@ -178,22 +178,26 @@ fn a_server_killed_while_writing_an_entrys_owner_leaves_nothing_once_restarted()
         ("SANDBOXD_FAILPOINTS", "warm.owner=sleep(600000)"),
     ];
     let server = Server::start_with_env(&data_dir, Some(MASTER), &env);
-    // An entry dir with no complete mark in it: none (an atomic write), or an empty one
-    // (a server that creates the file, then writes the mark).
-    let unwritten = || {
-        entries(&data_dir, false)
-            .into_iter()
-            .filter(|k| {
-                let owner = data_dir.join("sandboxes").join(format!(".warm-{k}/owner"));
-                std::fs::read(owner).map_or(true, |m| m.is_empty())
+    // The entries whose owner mark the server is writing: it holds a file open in their
+    // dir (the owner file made and empty, or the mark's unnamed file not linked in yet).
+    let pid = server.pid();
+    let writing = || {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return Vec::new();
+        };
+        fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter_map(|target| {
+                let target = target.to_string_lossy().into_owned();
+                let rest = target.split("/sandboxes/.warm-").nth(1)?;
+                Some(rest.split('/').next()?.to_owned())
             })
             .collect::<Vec<String>>()
     };
-    common::wait_for("an entry made, its owner mark not written", || {
-        !unwritten().is_empty()
+    common::wait_for("an entry's owner mark being written", || {
+        !writing().is_empty()
     });
+    let killed = writing();
     server.kill9();
-    let killed = unwritten();
     // The restarted server's start-up sweep removes it before it listens: a mark is
     // either absent or complete, so an entry without one is no live make's.
     let server = Server::start_with_env(&data_dir, Some(MASTER), &[]);
