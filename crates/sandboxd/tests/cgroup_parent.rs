@@ -186,7 +186,10 @@ fn a_parent_whose_maker_died_is_removed_by_the_runtime_that_finds_it() {
         let _ = std::fs::remove_dir(d);
     }
     let _ = std::fs::remove_file(Path::new("/run/sandboxd/cgroup-parents").join(&parent));
-    assert!(left.is_empty(), "kept by the runtime that found it: {left:?}");
+    assert!(
+        left.is_empty(),
+        "kept by the runtime that found it: {left:?}"
+    );
 }
 
 /// The child of [`a_parent_whose_maker_died_is_removed_by_the_runtime_that_finds_it`]:

@@ -170,7 +170,11 @@ fn a_sweep_during_an_owner_marks_write_finds_no_partial_mark_and_the_pool_fills(
         .into_iter()
         .filter(|e| e.join("owner").exists())
         .collect();
-    assert_eq!(partial, Vec::<PathBuf>::new(), "an owner file before its mark is complete");
+    assert_eq!(
+        partial,
+        Vec::<PathBuf>::new(),
+        "an owner file before its mark is complete"
+    );
     let other = common::raw_runtime(&data);
     fail::remove("warm.owner");
     let mut ready = None;
@@ -182,7 +186,11 @@ fn a_sweep_during_an_owner_marks_write_finds_no_partial_mark_and_the_pool_fills(
     });
     let ready = ready.expect("the ready entry");
     let mark = std::fs::read_to_string(ready.join("owner")).expect("its owner mark");
-    assert_eq!(mark.split_whitespace().count(), 2, "a complete mark: {mark:?}");
+    assert_eq!(
+        mark.split_whitespace().count(),
+        2,
+        "a complete mark: {mark:?}"
+    );
     drop(other);
     drop(rt);
     let left = mounts_and_loops(&data);

@@ -20,8 +20,8 @@ fn record(dir: &Path, parent: &str) -> PathBuf {
 /// process from now on.
 pub fn claim(dir: &Path, parent: &str, made: bool) -> bool {
     let path = record(dir, parent);
-    let ours = made
-        || std::fs::read_to_string(&path).is_ok_and(|maker| !refill::owner_alive(&maker));
+    let ours =
+        made || std::fs::read_to_string(&path).is_ok_and(|maker| !refill::owner_alive(&maker));
     if ours {
         let written = std::fs::create_dir_all(dir)
             .and_then(|()| whole_file::replace(&path, &refill::owner_mark()));

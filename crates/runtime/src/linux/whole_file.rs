@@ -122,7 +122,10 @@ fn parent(path: &Path) -> &Path {
 }
 
 fn temp_name(dir: &Path, what: &str) -> PathBuf {
-    dir.join(format!(".whole-{what}-{}.tmp", uuid::Uuid::new_v4().simple()))
+    dir.join(format!(
+        ".whole-{what}-{}.tmp",
+        uuid::Uuid::new_v4().simple()
+    ))
 }
 
 #[cfg(test)]
@@ -150,7 +153,10 @@ mod tests {
         let path = dir.path().join("marker");
         create(&path, "1 2").expect("create");
         replace(&path, "1 2 claimable").expect("replace");
-        assert_eq!(std::fs::read_to_string(&path).expect("read"), "1 2 claimable");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "1 2 claimable"
+        );
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .expect("dir")
             .map(|e| e.expect("entry").file_name())
