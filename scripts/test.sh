@@ -3,7 +3,10 @@
 # integration tests (as root: they create real sandboxes), the Inngest SDK conformance
 # suite against a real server (container tier, then gVisor tier), then a Schemathesis run against each dialect's OpenAPI
 # document (scripts/schemathesis.sh; SCHEMATHESIS names the command, by default the one
-# scripts/setup.sh installs). Ends with one "N passed, N failed" line.
+# scripts/setup.sh installs). What the run left on the machine (scripts/leftovers.sh:
+# cgroups, mounts, loop devices, network namespaces, nft tables, temp dirs, processes
+# that were not there before the Rust tests) is printed ("leftovers: …") and counted as
+# one failed test. Ends with one "N passed, N failed" line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +17,9 @@ cargo build --locked -p sandboxd
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 status=0
+# The machine's state before the tests (scripts/leftovers.sh): what is new after the
+# whole suite is a leftover, counted as one failed test.
+bash scripts/leftovers.sh snapshot "$logs/before"
 cargo nextest run --workspace --locked --no-fail-fast --test-threads 2 2>&1 \
     | tee "$logs/rust.log" || status=1
 
@@ -47,6 +53,15 @@ else
     status=1
 fi
 
+# Leftovers of the whole run (Rust, SDK and Schemathesis): a second look after a few
+# seconds lets a process that is just exiting go.
+if ! bash scripts/leftovers.sh compare "$logs/before" >/dev/null; then
+    sleep 5
+    bash scripts/leftovers.sh compare "$logs/before" | tee "$logs/leftovers.log" || status=1
+fi
+leftovers_failed=0
+[ -s "$logs/leftovers.log" ] && leftovers_failed=1
+
 rust_passed=$(sed -nE 's/.*Summary .* tests run: ([0-9]+) passed.*/\1/p' "$logs/rust.log" | tail -1)
 rust_failed=$(sed -nE 's/.*Summary .* ([0-9]+) failed.*/\1/p' "$logs/rust.log" | tail -1)
 node_passed=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$logs/node.log" 2>/dev/null | tail -1)
@@ -58,7 +73,7 @@ node_failed=$(( ${node_failed:-0} + ${gv_failed:-0} ))
 st_passed=$(sed -nE 's/^schemathesis: ([0-9]+) passed, ([0-9]+) failed$/\1/p' "$logs/schemathesis.log" | tail -1)
 st_failed=$(sed -nE 's/^schemathesis: ([0-9]+) passed, ([0-9]+) failed$/\2/p' "$logs/schemathesis.log" | tail -1)
 passed=$(( ${rust_passed:-0} + ${node_passed:-0} + ${st_passed:-0} ))
-failed=$(( ${rust_failed:-0} + ${node_failed:-0} + ${st_failed:-0} ))
+failed=$(( ${rust_failed:-0} + ${node_failed:-0} + ${st_failed:-0} + leftovers_failed ))
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
     failed=1 # a runner failed without a countable test failure (build error, crash)
 fi

@@ -39,8 +39,9 @@
 //! - `snapshot_memory.restore`: a memory snapshot taken, before the sandbox is restored;
 //! - `destroy.cgroup`, `destroy.unmount`, `destroy.dir`: the steps of a teardown;
 //! - `warm.make`: a warm pool's entry about to be made (either tier's pool);
-//! - `warm.owner`: a container warm entry's owner file made, its mark not yet written
-//!   (a sweep then must not take the entry for a dead owner's);
+//! - `warm.owner`: a container warm entry's dir made and its owner mark written into an
+//!   unnamed file, not yet linked in as `owner` (a process killed here leaves an empty
+//!   entry dir, which the next sweep removes);
 //! - in the engine, the store's writes: `store.insert_sandbox`, `store.save` (every
 //!   sandbox update), `store.save.<STATUS>` (an update to that status),
 //!   `store.insert_audit` (an audit entry, alone or with a create's RUNNING record) and

@@ -149,12 +149,13 @@ fn a_killed_runs_early_init_beside_a_server_is_removed_by_the_server() {
 
 /// A runtime opening the data dir (as every `sandboxd run` and the gVisor tier do,
 /// sweeping dead owners' entries) while another runtime's entry is in the making, its
-/// owner mark half-written (held there by a failpoint), removes nothing of it: that very
-/// make finishes and its entry is the one the pool holds. Before, an owner file read
-/// while still empty counted as a dead owner's, and the live entry was removed under
-/// its maker.
+/// owner mark being written (held there by a failpoint), never finds a partial mark:
+/// the entry's dir shows no owner file until the mark is complete (it is written whole).
+/// The sweep may take the still-empty dir; the make then makes another, and the pool
+/// fills with nothing left behind. Before, an owner file read while still empty counted
+/// as a dead owner's, and the live entry was removed under its maker.
 #[test]
-fn a_sweep_leaves_an_entry_whose_owner_mark_is_being_written() {
+fn a_sweep_during_an_owner_marks_write_finds_no_partial_mark_and_the_pool_fills() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().canonicalize().expect("canonical");
     let rt = common::raw_runtime(&data)
@@ -162,22 +163,18 @@ fn a_sweep_leaves_an_entry_whose_owner_mark_is_being_written() {
         .with_warm_images(0);
     fail::cfg("warm.owner", "pause").expect("failpoint");
     rt.grow_warm_inits(1);
-    let mut making = None;
     wait_until("an entry held in its owner mark's write", || {
-        making = warm_dirs(&data)
-            .into_iter()
-            .find(|e| e.join("owner").exists());
-        making.is_some()
+        !warm_dirs(&data).is_empty()
     });
-    let key = |p: &Path| {
-        let name = p.file_name().expect("name").to_string_lossy().into_owned();
-        name.trim_start_matches(".warm-")
-            .split('.')
-            .next()
-            .expect("key")
-            .to_owned()
-    };
-    let making = key(&making.expect("the entry in the making"));
+    let partial: Vec<PathBuf> = warm_dirs(&data)
+        .into_iter()
+        .filter(|e| e.join("owner").exists())
+        .collect();
+    assert_eq!(
+        partial,
+        Vec::<PathBuf>::new(),
+        "an owner file before its mark is complete"
+    );
     let other = common::raw_runtime(&data);
     fail::remove("warm.owner");
     let mut ready = None;
@@ -187,10 +184,12 @@ fn a_sweep_leaves_an_entry_whose_owner_mark_is_being_written() {
             .find(|e| e.join("ready").exists());
         ready.is_some()
     });
+    let ready = ready.expect("the ready entry");
+    let mark = std::fs::read_to_string(ready.join("owner")).expect("its owner mark");
     assert_eq!(
-        key(&ready.expect("the ready entry")),
-        making,
-        "the entry in the making was removed under its maker (the pool made another)"
+        mark.split_whitespace().count(),
+        2,
+        "a complete mark: {mark:?}"
     );
     drop(other);
     drop(rt);

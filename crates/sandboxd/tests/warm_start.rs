@@ -132,22 +132,12 @@ fn a_server_killed_while_filling_its_pool_leaves_nothing_once_restarted_and_stop
         !killed.is_empty(),
         "the killed server left entries to sweep"
     );
-    // The next server sweeps them before it listens, and fills a pool of its own. An
-    // entry killed between making its owner file and writing the mark in it counts as a
-    // make under way for a minute (`refill::owner_gone`); the server's periodic sweep
-    // removes it after that.
+    // The next server sweeps them before it listens, and fills a pool of its own.
     let server = Server::start_with_env(&data_dir, Some(MASTER), &env);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(100);
-    let left = loop {
-        let left: Vec<String> = entries(&data_dir, false)
-            .into_iter()
-            .filter(|k| killed.contains(k))
-            .collect();
-        if left.is_empty() || std::time::Instant::now() > deadline {
-            break left;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    };
+    let left: Vec<String> = entries(&data_dir, false)
+        .into_iter()
+        .filter(|k| killed.contains(k))
+        .collect();
     assert_eq!(left, Vec::<String>::new(), "the killed server's entries");
     let traces: Vec<String> = killed.iter().flat_map(|k| host_traces(k)).collect();
     assert_eq!(
@@ -182,40 +172,39 @@ fn a_server_killed_while_filling_its_pool_leaves_nothing_once_restarted_and_stop
 fn a_server_killed_while_writing_an_entrys_owner_leaves_nothing_once_restarted() {
     let data = tempfile::tempdir().expect("tempdir");
     let data_dir = data.path().canonicalize().expect("canonical");
-    // Every make stops between making its owner file and writing the mark in it.
+    // Every make stops while writing its owner mark (`warm.owner`).
     let env = [
         ("SANDBOXD_WARM_INITS_START", "2"),
         ("SANDBOXD_FAILPOINTS", "warm.owner=sleep(600000)"),
     ];
     let server = Server::start_with_env(&data_dir, Some(MASTER), &env);
-    let unwritten = || {
-        entries(&data_dir, false)
-            .into_iter()
-            .filter(|k| {
-                let owner = data_dir.join("sandboxes").join(format!(".warm-{k}/owner"));
-                std::fs::read(owner).is_ok_and(|m| m.is_empty())
+    // The entries whose owner mark the server is writing: it holds a file open in their
+    // dir (the owner file made and empty, or the mark's unnamed file not linked in yet).
+    let pid = server.pid();
+    let writing = || {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return Vec::new();
+        };
+        fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter_map(|target| {
+                let target = target.to_string_lossy().into_owned();
+                let rest = target.split("/sandboxes/.warm-").nth(1)?;
+                Some(rest.split('/').next()?.to_owned())
             })
             .collect::<Vec<String>>()
     };
-    common::wait_for("an owner file made, its mark not written", || {
-        !unwritten().is_empty()
+    common::wait_for("an entry's owner mark being written", || {
+        !writing().is_empty()
     });
+    let killed = writing();
     server.kill9();
-    let killed = unwritten();
-    // A mark never written is a make under way for a minute, then a dead owner's: the
-    // restarted server's periodic sweep removes the entry.
+    // The restarted server's start-up sweep removes it before it listens: a mark is
+    // either absent or complete, so an entry without one is no live make's.
     let server = Server::start_with_env(&data_dir, Some(MASTER), &[]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(100);
-    let left = loop {
-        let left: Vec<String> = entries(&data_dir, false)
-            .into_iter()
-            .filter(|k| killed.contains(k))
-            .collect();
-        if left.is_empty() || std::time::Instant::now() > deadline {
-            break left;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    };
+    let left: Vec<String> = entries(&data_dir, false)
+        .into_iter()
+        .filter(|k| killed.contains(k))
+        .collect();
     assert_eq!(left, Vec::<String>::new(), "the killed server's entries");
     let traces: Vec<String> = killed.iter().flat_map(|k| host_traces(k)).collect();
     assert_eq!(traces, Vec::<String>::new(), "their cgroups or leases");

@@ -398,6 +398,11 @@ impl Cgroups {
         }
     }
 
+    /// Whether our parent dir is gone in every hierarchy.
+    pub fn parent_gone(&self) -> bool {
+        self.parents().iter().all(|p| !p.exists())
+    }
+
     /// Gives back what the sandbox's memory cgroup still holds once its tasks are gone
     /// (page cache charged to it, e.g. a checkpoint image's): best effort.
     pub fn reclaim(&self, id: Uuid) {

@@ -23,6 +23,7 @@ mod init_process;
 pub mod layer_pins;
 pub mod layers;
 mod net;
+mod parent_record;
 pub mod private_dir;
 mod reconcile;
 mod refill;
@@ -40,13 +41,14 @@ mod usage;
 mod warm;
 mod warm_counts;
 mod watch;
+mod whole_file;
 
 use crate::{
     DiskSpace, ExitWatch, ImageLayers, Layer, ResourceUsage, Runtime, RuntimeError, SandboxHandle,
     SandboxSpec,
 };
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use uuid::Uuid;
 
@@ -139,7 +141,13 @@ impl LinuxRuntime {
                 "the Linux backend needs to run as root".into(),
             ));
         }
-        let (cgroups, made_cgroup_parent) = Cgroups::detect_made(&config.cgroup_parent)?;
+        let (cgroups, made) = Cgroups::detect_made(&config.cgroup_parent)?;
+        // Ours to remove once empty: made now, or made by a process that is gone.
+        let made_cgroup_parent = parent_record::claim(
+            Path::new(parent_record::HOST_DIR),
+            &config.cgroup_parent,
+            made,
+        );
         // Sandbox-made files (a setuid-root program a tenant snapshots) lie below: only
         // root may enter.
         private_dir::ensure(&config.data_dir)?;
@@ -357,9 +365,7 @@ impl LinuxRuntime {
             spares.drain();
         }
         // Sandboxes left running keep it (the rmdir of a parent in use fails).
-        if self.made_cgroup_parent {
-            self.cgroups.remove_parent_if_unused();
-        }
+        self.remove_cgroup_parent_if_made();
     }
 
     /// Removes the warm entries of the data dir whose owning process is gone, as every
@@ -371,11 +377,17 @@ impl LinuxRuntime {
         warm::sweep_stale(&self.config.data_dir, &self.cgroups, &self.slots);
     }
 
-    /// Removes the parent cgroup if this runtime made it and nothing is in it (as a
-    /// drain does): for a one-shot process, whose runtime is not dropped at its end.
+    /// Removes the parent cgroup if this runtime made it (or took it over from a maker
+    /// that is gone: `parent_record`) and nothing is in it (as a drain does): for a
+    /// one-shot process, whose runtime is not dropped at its end.
     pub fn remove_cgroup_parent_if_made(&self) {
         if self.made_cgroup_parent {
             self.cgroups.remove_parent_if_unused();
+            parent_record::release(
+                Path::new(parent_record::HOST_DIR),
+                &self.config.cgroup_parent,
+                self.cgroups.parent_gone(),
+            );
         }
     }
 

@@ -111,41 +111,16 @@ pub(super) fn owner_mark() -> String {
     format!("{me} {ticks}")
 }
 
-/// Whether the process an owner mark names still runs (a malformed mark: no).
+/// Whether the process an owner mark names still runs (a malformed mark: no). Marks
+/// are written whole (`whole_file`), so an owner file is absent or complete: one that
+/// holds no complete mark (empty) was left by a server of an earlier version, which
+/// created the file and then wrote the mark, killed in between: a dead owner's.
 pub(super) fn owner_alive(mark: &str) -> bool {
     let mut fields = mark.split_whitespace().map(|f| f.parse::<u64>().ok());
     match (fields.next().flatten(), fields.next().flatten()) {
         (Some(pid), Some(ticks)) => sys::is_same_live_process(pid as i32, ticks),
         _ => false,
     }
-}
-
-/// How long an owner file may hold no complete mark before it counts as a dead
-/// owner's: a make creates the file, then writes the mark (one short write), so a sweep
-/// in between reads it empty while its maker lives on. Only a maker killed in that
-/// instant leaves one empty for longer.
-const OWNER_WRITE_GRACE: Duration = Duration::from_secs(60);
-
-/// Whether the owner file at `path` (read as `mark`) names a process that is gone, or
-/// holds no complete mark and was written longer ago than [`OWNER_WRITE_GRACE`] (one
-/// written just now is a make under way, never a dead owner's).
-pub(super) fn owner_gone(path: &std::path::Path, mark: &str) -> bool {
-    if mark_parses(mark) {
-        return !owner_alive(mark);
-    }
-    let age = std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.elapsed().ok());
-    age.is_none_or(|age| age > OWNER_WRITE_GRACE)
-}
-
-fn mark_parses(mark: &str) -> bool {
-    let mut fields = mark.split_whitespace().map(|f| f.parse::<u64>().ok());
-    matches!(
-        (fields.next(), fields.next(), fields.next()),
-        (Some(Some(_)), Some(Some(_)), None)
-    )
 }
 
 #[cfg(test)]
@@ -160,23 +135,10 @@ mod tests {
     }
 
     #[test]
-    fn an_owner_file_being_written_is_no_dead_owners() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("owner");
-        std::fs::write(&path, "").expect("owner");
-        // Just created, its mark not written yet: a make under way.
-        assert!(!owner_gone(&path, ""));
-        assert!(!owner_gone(&path, "12"));
-        assert!(!owner_gone(&path, &owner_mark()));
-        assert!(owner_gone(&path, "999999999 1"));
-        let old = std::time::SystemTime::now() - OWNER_WRITE_GRACE - Duration::from_secs(1);
-        std::fs::File::options()
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.set_modified(old))
-            .expect("age the file");
-        // Left empty for longer: its maker was killed in that instant.
-        assert!(owner_gone(&path, ""));
-        assert!(owner_gone(&dir.path().join("missing"), ""));
+    fn an_incomplete_mark_is_a_dead_owners() {
+        // An earlier version's owner file created, its mark never written.
+        assert!(!owner_alive(""));
+        assert!(!owner_alive("12"));
+        assert!(!owner_alive(&format!("{} junk", std::process::id())));
     }
 }

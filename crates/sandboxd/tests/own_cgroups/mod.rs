@@ -47,5 +47,9 @@ extern "C" fn remove_own() {
         for root in &roots {
             let _ = std::fs::remove_dir(root.join(name));
         }
+        // The runtime's record of a parent it made (`parent_record`), once it is gone.
+        if roots.iter().all(|r| !r.join(name).exists()) {
+            let _ = std::fs::remove_file(Path::new("/run/sandboxd/cgroup-parents").join(name));
+        }
     }
 }

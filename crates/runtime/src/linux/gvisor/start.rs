@@ -69,7 +69,8 @@ pub(super) fn start_at(
     }
     if let Some((name, text)) = first {
         let path = state_dir.join(name);
-        if let Err(e) = std::fs::write(&path, text) {
+        // Written whole: the dir shows no file until its text is complete.
+        if let Err(e) = crate::linux::whole_file::create(&path, text) {
             // Gone already when a sweep took the dir while it was empty.
             let _ = std::fs::remove_dir_all(&state_dir);
             return Err(io("writing the sandbox's first file", &path)(e));

@@ -459,7 +459,7 @@ pub(super) fn sweep_stale(rt: &GvisorRuntime) {
         };
         let owner_file = dir.path().join(OWNER);
         let stale = match std::fs::read_to_string(&owner_file) {
-            Ok(owner) => refill::owner_gone(&owner_file, &owner),
+            Ok(owner) => !refill::owner_alive(&owner),
             // A make writes the owner into the dir before anything else, so a dir
             // without one is either a make in its first instant (empty: `rmdir` takes
             // it only while empty, and that make then fails cleanly on its owner

@@ -14,7 +14,7 @@
 use super::host::{HostLock, Lease};
 use super::policy::Policy;
 use super::NetConfig;
-use crate::linux::refill;
+use crate::linux::{refill, whole_file};
 use crate::RuntimeError;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -189,7 +189,8 @@ impl Shared {
 /// Marks spare `id` of this process's pool as one another process may [`claim`].
 fn mark_claimable(config: &NetConfig, id: Uuid) {
     let mark = format!("{} {CLAIMABLE}", refill::owner_mark());
-    if let Err(e) = std::fs::write(marker(config, id), mark) {
+    // Replaced whole: a sweep reading it meanwhile finds the old mark or the new one.
+    if let Err(e) = whole_file::replace(&marker(config, id), &mark) {
         tracing::debug!(%id, error = %e, "marking a spare network claimable");
     }
 }
@@ -233,11 +234,12 @@ pub(super) fn claim(config: &NetConfig, id: Uuid) -> Option<Lease> {
 }
 
 /// Makes a spare host side named after `id`: the marker first (so a crash mid-way is
-/// swept), then lease and chain.
+/// swept; written whole, so that a sweep never reads it empty and takes a live
+/// process's spare for a dead one's), then lease and chain.
 pub(super) fn make(config: &NetConfig, id: Uuid, policy: &Policy) -> Result<Lease, RuntimeError> {
     let path = marker(config, id);
     std::fs::create_dir_all(path.parent().unwrap_or(&config.state_dir))
-        .and_then(|()| std::fs::write(&path, refill::owner_mark()))
+        .and_then(|()| whole_file::create(&path, &refill::owner_mark()))
         .map_err(|e| RuntimeError::Network(format!("recording a spare network: {e}")))?;
     super::prepare(config, id, policy)
 }
@@ -262,7 +264,14 @@ fn sweep_stale(config: &NetConfig) {
         return;
     };
     for entry in entries.filter_map(|e| e.ok()) {
-        let Ok(id) = Uuid::parse_str(&entry.file_name().to_string_lossy()) else {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if whole_file::is_temp_name(&name) {
+            // A replacement's temporary name, left by a process killed between its link
+            // and its rename (a live one's, taken here, only leaves its mark as it was).
+            let _ = std::fs::remove_file(entry.path());
+            continue;
+        }
+        let Ok(id) = Uuid::parse_str(&name) else {
             continue;
         };
         let owner = std::fs::read_to_string(entry.path()).unwrap_or_default();

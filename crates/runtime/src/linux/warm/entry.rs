@@ -9,7 +9,7 @@ use crate::linux::handshake::{self, Channel, InitConfig, Msg};
 use crate::linux::init_process::{expect, map_ids, protect_from_oom, spawn_init};
 use crate::linux::net::{wired, NetConfig};
 use crate::linux::slots::Slots;
-use crate::linux::{disk, io, layer_pins, refill, rootfs, sys, LinuxConfig};
+use crate::linux::{disk, io, layer_pins, refill, rootfs, sys, whole_file, LinuxConfig};
 use crate::RuntimeError;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
@@ -93,9 +93,8 @@ impl Maker {
     /// dir (the server's gVisor tier, a `sandboxd run`) sweeps entry dirs without an
     /// owner and may take an empty one in its first instant: the owner write then finds
     /// no dir, and a new dir is made (a few times at most), so that the pool's fill does
-    /// not stop on it. A sweep reading the owner file between its creation and its
-    /// write finds no complete mark, which it leaves alone while the file is new
-    /// (`refill::owner_gone`).
+    /// not stop on it. The mark is written whole (`whole_file`): the dir stays empty
+    /// until the owner file appears complete, so a sweep never reads a partial mark.
     fn make_dir(&self) -> Result<(Uuid, std::path::PathBuf), RuntimeError> {
         let mut tries = 0;
         loop {
@@ -110,10 +109,11 @@ impl Maker {
                 .create(&dir)
                 .map_err(io("creating a warm init's dir", &dir))?;
             let owner_file = dir.join("owner");
-            let written = std::fs::File::create(&owner_file).and_then(|mut f| {
-                let _ = crate::faults::hit("warm.owner");
-                std::io::Write::write_all(&mut f, refill::owner_mark().as_bytes())
-            });
+            let written =
+                whole_file::Unlinked::write(&dir, &refill::owner_mark()).and_then(|mark| {
+                    let _ = crate::faults::hit("warm.owner");
+                    mark.link(&owner_file)
+                });
             match written {
                 Ok(()) => return Ok((key, dir)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 5 => {
@@ -372,7 +372,7 @@ pub(in crate::linux) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &
             }
             continue;
         };
-        if refill::owner_gone(&owner_file, &owner) {
+        if !refill::owner_alive(&owner) {
             remove(cgroups, slots, key, &entry.path());
         }
     }

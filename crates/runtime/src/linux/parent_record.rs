@@ -1,0 +1,64 @@
+//! The host-wide record of parent cgroups a sandboxd process made
+//! (`/run/sandboxd/cgroup-parents/<name>`, holding the maker's owner mark): a runtime
+//! that finds a parent whose maker is gone (killed, or it stopped while another
+//! server's sandboxes kept the parent) takes the record over, and so removes the parent
+//! once empty as its maker would have. A parent with no record (one an operator made)
+//! is never removed; one whose maker lives is left to it.
+
+use super::{refill, whole_file};
+use std::path::{Path, PathBuf};
+
+/// Where the records live (tmpfs: gone at reboot, as the cgroups are).
+pub const HOST_DIR: &str = "/run/sandboxd/cgroup-parents";
+
+fn record(dir: &Path, parent: &str) -> PathBuf {
+    dir.join(parent)
+}
+
+/// Whether this process answers for removing `parent`: it made it just now (`made`),
+/// or the parent's record names a maker that is gone. Either way the record names this
+/// process from now on.
+pub fn claim(dir: &Path, parent: &str, made: bool) -> bool {
+    let path = record(dir, parent);
+    let ours =
+        made || std::fs::read_to_string(&path).is_ok_and(|maker| !refill::owner_alive(&maker));
+    if ours {
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|()| whole_file::replace(&path, &refill::owner_mark()));
+        if let Err(e) = written {
+            tracing::debug!(path = %path.display(), error = %e, "recording a made cgroup parent");
+        }
+    }
+    ours
+}
+
+/// Drops `parent`'s record once the parent is gone (removed empty).
+pub fn release(dir: &Path, parent: &str, gone: bool) {
+    if gone {
+        let _ = std::fs::remove_file(record(dir, parent));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_makers_parent_is_taken_over_and_a_live_makers_or_an_operators_is_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // An operator's parent: no record.
+        assert!(!claim(dir.path(), "ops", false));
+        // Made here: recorded with our mark, which a later finder sees alive.
+        assert!(claim(dir.path(), "made", true));
+        let mark = std::fs::read_to_string(dir.path().join("made")).expect("record");
+        assert_eq!(mark, refill::owner_mark());
+        assert!(!claim(dir.path(), "made", false));
+        // A maker that is gone: taken over.
+        std::fs::write(dir.path().join("dead"), "999999999 1").expect("record");
+        assert!(claim(dir.path(), "dead", false));
+        release(dir.path(), "dead", false);
+        assert!(dir.path().join("dead").exists(), "kept while the parent is");
+        release(dir.path(), "dead", true);
+        assert!(!dir.path().join("dead").exists());
+    }
+}

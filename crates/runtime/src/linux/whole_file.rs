@@ -1,0 +1,173 @@
+//! Small files written whole (owner marks): a reader finds such a file absent (or its
+//! previous text) or complete, never created and not yet written.
+//!
+//! The text goes into an unnamed file in the target's dir (`O_TMPFILE`), which is then
+//! linked in under its name: the dir shows nothing until the file is complete. A
+//! replacement is linked in under a temporary name and renamed over the old file. Where
+//! the filesystem has no `O_TMPFILE`, the text goes into a temporary name instead.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// A file written and not linked in yet (dropped: gone, or its temporary name removed).
+pub(in crate::linux) struct Unlinked {
+    file: File,
+    /// The temporary name it has where the filesystem has no `O_TMPFILE`.
+    named: Option<PathBuf>,
+}
+
+impl Unlinked {
+    /// Writes `text` into a new unnamed file in `dir`.
+    pub fn write(dir: &Path, text: &str) -> std::io::Result<Self> {
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE)
+            .open(dir);
+        let mut unlinked = match opened {
+            Ok(file) => Unlinked { file, named: None },
+            // No O_TMPFILE here (EISDIR: a kernel that ignores the flag).
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+                ) =>
+            {
+                let path = temp_name(dir, "new");
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&path)?;
+                Unlinked {
+                    file,
+                    named: Some(path),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        unlinked.file.write_all(text.as_bytes())?;
+        Ok(unlinked)
+    }
+
+    /// Links the file in as `path` (in the dir it was written in); fails if `path`
+    /// exists, or its dir is gone.
+    pub fn link(mut self, path: &Path) -> std::io::Result<()> {
+        match self.named.take() {
+            None => {
+                let fd = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+                let from = std::ffi::CString::new(fd)?;
+                let to = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+                // SAFETY: both paths are NUL-terminated C strings that outlive the call;
+                // AT_SYMLINK_FOLLOW makes linkat(2) link the file the /proc link names.
+                let rc = unsafe {
+                    libc::linkat(
+                        libc::AT_FDCWD,
+                        from.as_ptr(),
+                        libc::AT_FDCWD,
+                        to.as_ptr(),
+                        libc::AT_SYMLINK_FOLLOW,
+                    )
+                };
+                if rc != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            }
+            Some(temp) => {
+                let linked = std::fs::hard_link(&temp, path);
+                let _ = std::fs::remove_file(&temp);
+                linked
+            }
+        }
+    }
+}
+
+impl Drop for Unlinked {
+    fn drop(&mut self) {
+        if let Some(temp) = &self.named {
+            let _ = std::fs::remove_file(temp);
+        }
+    }
+}
+
+/// Writes `text` to `path` whole; fails if `path` exists.
+pub(in crate::linux) fn create(path: &Path, text: &str) -> std::io::Result<()> {
+    Unlinked::write(parent(path), text)?.link(path)
+}
+
+/// Writes `text` over `path` whole: a reader finds the old text or the new one. A
+/// process killed between the link and the rename leaves the temporary name (a dot
+/// name ending in `.tmp`, see [`is_temp_name`]).
+pub(in crate::linux) fn replace(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = parent(path);
+    let temp = temp_name(dir, "old");
+    Unlinked::write(dir, text)?.link(&temp)?;
+    std::fs::rename(&temp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temp);
+    })
+}
+
+/// Whether `name` is a temporary name of this module's (a dot name ending in `.tmp`).
+pub(in crate::linux) fn is_temp_name(name: &str) -> bool {
+    name.starts_with(".whole-") && name.ends_with(".tmp")
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new("."))
+}
+
+fn temp_name(dir: &Path, what: &str) -> PathBuf {
+    dir.join(format!(
+        ".whole-{what}-{}.tmp",
+        uuid::Uuid::new_v4().simple()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_absent_until_it_is_complete() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("owner");
+        let unlinked = Unlinked::write(dir.path(), "12 34").expect("write");
+        // Written, not linked in: the dir shows nothing.
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+        unlinked.link(&path).expect("link");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "12 34");
+        let again = create(&path, "56 78").expect_err("exists");
+        assert_eq!(again.kind(), std::io::ErrorKind::AlreadyExists);
+    }
+
+    #[test]
+    fn a_dropped_file_leaves_nothing_and_a_replacement_is_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(Unlinked::write(dir.path(), "gone").expect("write"));
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+        let path = dir.path().join("marker");
+        create(&path, "1 2").expect("create");
+        replace(&path, "1 2 claimable").expect("replace");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "1 2 claimable"
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("marker")]);
+        // The link fails cleanly once the dir is gone (a sweep took it).
+        let sub = dir.path().join("entry");
+        std::fs::create_dir(&sub).expect("entry dir");
+        let unlinked = Unlinked::write(&sub, "3 4").expect("write");
+        std::fs::remove_dir(&sub).expect("rmdir");
+        let gone = unlinked.link(&sub.join("owner")).expect_err("dir gone");
+        assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
+    }
+}
