@@ -82,12 +82,21 @@ impl HostLock {
             .collect()
     }
 
+    /// The pool slot the next allocation starts its search at (persisted beside the
+    /// leases, read and written under this lock).
+    fn next_slot(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join("next"))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// The lease of `id`, if it has one.
     pub fn lease(&self, id: Uuid) -> Option<Lease> {
         parse_lease(&std::fs::read_to_string(self.lease_path(id)).ok()?)
     }
 
-    /// Claims the first /30 of `pool` no sandbox holds, for a chain with `allow_layers`
+    /// Claims the next /30 of `pool` (round-robin) no sandbox holds, for a chain with `allow_layers`
     /// allow sets (`plain`: made under no policy).
     pub fn allocate(
         &self,
@@ -99,11 +108,18 @@ impl HostLock {
         let taken: Vec<Ipv4Addr> = self.leases().iter().map(|l| l.net.network()).collect();
         let first = u32::from(pool.network());
         let count = 1u64 << (32 - u32::from(pool.prefix.min(30))) >> 2;
-        let free = (0..count)
-            .map(|i| Ipv4Addr::from(first + (i as u32) * 4))
-            .find(|a| !taken.contains(a));
-        let addr =
-            free.ok_or_else(|| RuntimeError::Network(format!("no free /30 left in {pool}")))?;
+        // Round-robin from the /30 after the last one handed out, so a freed address
+        // (whose old flows the host's conntrack may still hold) comes back only after
+        // the whole pool has been used.
+        let start = self.next_slot() % count;
+        let slot = (0..count)
+            .map(|i| (start + i) % count)
+            .find(|i| !taken.contains(&Ipv4Addr::from(first + (*i as u32) * 4)));
+        let slot =
+            slot.ok_or_else(|| RuntimeError::Network(format!("no free /30 left in {pool}")))?;
+        let addr = Ipv4Addr::from(first + (slot as u32) * 4);
+        std::fs::write(self.dir.join("next"), ((slot + 1) % count).to_string())
+            .map_err(|e| net_err("recording the next lease", e))?;
         let lease = Lease {
             net: Cidr { addr, prefix: 30 },
             allow_layers,
@@ -255,5 +271,31 @@ mod tests {
                 .net,
             la.net
         );
+    }
+
+    /// A freed /30 is not handed out again while another one is free (its old flows'
+    /// conntrack entries would deliver them to the next owner).
+    #[test]
+    fn leases_do_not_reuse_a_freed_slash30_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lock = HostLock::take(dir.path()).expect("lock");
+        let pool: Cidr = "10.213.0.0/28".parse().expect("pool");
+        let a = Uuid::new_v4();
+        let la = lock.allocate(a, pool, 0, true).expect("a");
+        lock.release(a);
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let l = lock.allocate(Uuid::new_v4(), pool, 0, true).expect("next");
+            assert_ne!(l.net, la.net, "freed /30 reused while others were free");
+            assert!(!seen.contains(&l.net));
+            seen.push(l.net);
+        }
+        // Only the freed one is left now: it comes back after the whole pool was used.
+        let last = lock.allocate(Uuid::new_v4(), pool, 0, true).expect("last");
+        assert_eq!(last.net, la.net);
+        // And the position survives a new lock (it is persisted with the leases).
+        drop(lock);
+        let lock = HostLock::take(dir.path()).expect("lock again");
+        assert!(lock.allocate(Uuid::new_v4(), pool, 0, true).is_err());
     }
 }
