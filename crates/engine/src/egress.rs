@@ -85,6 +85,20 @@ pub(crate) fn check_request(req: &CreateSandbox) -> Result<(), EngineError> {
     }
 }
 
+/// The server's mode is a ceiling, not only a default: on a server whose operator chose
+/// `none`, a request asking for egress (or giving an egress policy) is refused, never
+/// given a network.
+pub(crate) fn check_ceiling(req: &CreateSandbox, server: NetworkMode) -> Result<(), EngineError> {
+    let wants_egress = req.network == Some(NetworkMode::Egress) || req.egress.is_some();
+    match server == NetworkMode::None && wants_egress {
+        true => Err(EngineError::invalid(
+            "this server allows no sandbox network (its network mode is none): \
+             a sandbox cannot ask for egress",
+        )),
+        false => Ok(()),
+    }
+}
+
 /// The network of a new sandbox: the request's mode (else `default`); with egress,
 /// the workspace's layer and then the request's, so the sandbox can only narrow.
 pub(crate) fn network_spec(
@@ -169,5 +183,17 @@ mod tests {
         assert!(check_request(&request(Some(NetworkMode::None), Some(sb))).is_err());
         assert!(clear_workspace_policy(&store, "w").expect("clear"));
         assert_eq!(workspace_policy(&store, "w").expect("get"), None);
+    }
+
+    #[test]
+    fn a_server_without_network_is_a_ceiling() {
+        let none = NetworkMode::None;
+        let egress = NetworkMode::Egress;
+        let sb = policy(&["10.0.0.0/8"], &[]);
+        assert!(check_ceiling(&request(Some(egress), None), none).is_err());
+        assert!(check_ceiling(&request(None, Some(sb.clone())), none).is_err());
+        assert!(check_ceiling(&request(None, None), none).is_ok());
+        assert!(check_ceiling(&request(Some(none), None), none).is_ok());
+        assert!(check_ceiling(&request(Some(egress), Some(sb)), egress).is_ok());
     }
 }

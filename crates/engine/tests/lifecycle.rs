@@ -148,6 +148,21 @@ async fn a_named_fork_is_reused_on_a_server_whose_default_network_is_egress() {
     assert_eq!(err.code, ErrorCode::NameTaken, "{err}");
 }
 
+#[tokio::test]
+async fn a_server_without_network_refuses_a_create_asking_for_egress() {
+    let h = Harness::with_limits(Limits {
+        default_network: NetworkMode::None,
+        ..limits()
+    });
+    let mut egress = request(None);
+    egress.network = Some(NetworkMode::Egress);
+    let err = h.engine.create(&h.ws(), egress).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err}");
+    assert!(h.runtime.state().networks.is_empty(), "nothing was started");
+    let (plain, _) = h.engine.create(&h.ws(), request(None)).await.unwrap();
+    assert_eq!(h.runtime.state().networks[&plain.id], NetworkMode::None);
+}
+
 /// A change that makes a create request invalid.
 type Spoil = fn(&mut CreateSandbox);
 

@@ -117,6 +117,7 @@ impl Engine {
         let tm =
             |phase: &str| tracing::debug!(phase, ms = t0.elapsed().as_secs_f64() * 1e3, "create");
         check_request(&req)?;
+        crate::egress::check_ceiling(&req, self.limits.default_network)?;
         // What depends on no other create is done before admission, which creates
         // arriving together pass one at a time: the plan (a snapshot's, which a
         // snapshot delete under admission may remove, is made under it) and the disk's
