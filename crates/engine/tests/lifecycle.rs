@@ -42,7 +42,11 @@ async fn create_runs_and_destroy_is_idempotent() {
 
 #[tokio::test]
 async fn names_are_reused_only_with_the_same_configuration() {
-    let h = Harness::new();
+    // A server whose default is egress (one with `none` refuses egress creates first).
+    let h = Harness::with_limits(Limits {
+        default_network: NetworkMode::Egress,
+        ..Limits::default()
+    });
     let (first, _) = h
         .engine
         .create(&h.ws(), request(Some("job")))
@@ -69,7 +73,7 @@ async fn names_are_reused_only_with_the_same_configuration() {
     // Another autoPause consent, another network mode or egress layer: not a repeat.
     let spoils: [Spoil; 3] = [
         |r| r.auto_pause = true,
-        |r| r.network = Some(NetworkMode::Egress),
+        |r| r.network = Some(NetworkMode::None),
         |r| {
             r.network = Some(NetworkMode::Egress);
             r.egress = Some(sandboxd_runtime::EgressPolicy {
