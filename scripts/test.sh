@@ -22,6 +22,10 @@ status=0
 # The machine's state before the tests (scripts/leftovers.sh): what is new after the
 # whole suite is a leftover.
 bash scripts/leftovers.sh snapshot "$logs/before"
+# The tests' sandboxes are admitted against the free space of the disk under /tmp (their
+# data dirs): a shortage there fails them with CapacityExhausted, so the log says how much
+# there was.
+echo "disk: $(df -BM --output=avail /tmp | tail -1 | tr -d ' ') free under /tmp before the Rust tests"
 cargo nextest run --workspace --locked --no-fail-fast --test-threads 2 2>&1 \
     | tee "$logs/rust.log" || status=1
 
@@ -54,6 +58,8 @@ else
     echo "schemathesis: 0 passed, 1 failed" >>"$logs/schemathesis.log"
     status=1
 fi
+
+echo "disk: $(df -BM --output=avail /tmp | tail -1 | tr -d ' ') free under /tmp after the tests"
 
 # Leftovers of the whole run (Rust, SDK and Schemathesis): a second look after a few
 # seconds lets a process that is just exiting go.
