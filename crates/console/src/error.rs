@@ -65,6 +65,7 @@ impl ApiError {
             }
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::KeyRevoked => StatusCode::UNAUTHORIZED,
+            ErrorCode::RequestBodyTimedOut => StatusCode::REQUEST_TIMEOUT,
         };
         if status.is_server_error() {
             tracing::warn!(error = %e, "console request failed");

@@ -39,6 +39,9 @@ pub enum ErrorCode {
     /// The API key that opened this request was revoked while it ran (the request, a
     /// stream or a terminal, ends; what it started in the sandbox runs on).
     KeyRevoked,
+    /// The client sent its request body too slowly (the server's body pace): the
+    /// request ends, nothing of it is kept.
+    RequestBodyTimedOut,
 }
 
 impl ErrorCode {
@@ -67,6 +70,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
             ErrorCode::KeyRevoked => "key_revoked",
+            ErrorCode::RequestBodyTimedOut => "request_body_timed_out",
         }
     }
 }

@@ -3,20 +3,27 @@
 //! nothing, or half a request header, holds a connection for at most the header-read
 //! timeout, and never more than the connection cap of them: past the cap a connection is
 //! answered 503 with `Retry-After` in the dialect of the path it asked for, and closed.
+//! A request body must keep the server's pace (`BodyPace`): one that stalls or dribbles
+//! fails its request (408 in the dialect's shape) and ends its connection.
 
 use crate::accept_errors::AcceptErrors;
 use crate::config::ConnectionLimits;
 use crate::overload::overloaded;
 use crate::trim::ConnectionCount;
+use axum::body::Body;
+use axum::http::Request;
 use axum::Router;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use sandboxd_dialect_common::{paced, BodyPace};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
+use tower::ServiceExt;
 
 /// Connections past the cap that may be waiting for their 503 at once; more are closed
 /// unanswered.
@@ -69,6 +76,7 @@ pub async fn serve(
                 let conn = Connection {
                     builder: builder.clone(),
                     app: app.clone(),
+                    pace: limits.body_pace,
                     stop: stop_rx.clone(),
                 };
                 let count = count.clone();
@@ -100,12 +108,17 @@ pub async fn serve(
 struct Connection {
     builder: http1::Builder,
     app: Router,
+    pace: BodyPace,
     stop: watch::Receiver<bool>,
 }
 
 impl Connection {
     async fn run(mut self, tcp: TcpStream) {
-        let service = TowerToHyperService::new(self.app);
+        let pace = self.pace;
+        let app = self.app.map_request(move |req: Request<Incoming>| {
+            req.map(|body| paced(Body::new(body), pace))
+        });
+        let service = TowerToHyperService::new(app);
         let conn = self
             .builder
             .serve_connection(TokioIo::new(tcp), service)

@@ -114,7 +114,7 @@ pub async fn upload(
     let path = absolute(&q.path)?.to_owned();
     let stream = body
         .into_data_stream()
-        .map(|r| r.map_err(std::io::Error::other))
+        .map(|r| r.map_err(sandboxd_dialect_common::body_io_error))
         .boxed();
     let written = c
         .engine

@@ -13,6 +13,9 @@ pub enum JsonBodyError {
     UnsupportedMediaType,
     #[error("request body exceeds {limit} bytes")]
     TooLarge { limit: usize },
+    /// The client stopped sending its body, or sent it slower than the server's pace.
+    #[error("{0}")]
+    TooSlow(crate::BodyTooSlow),
     #[error("request body could not be read")]
     Read(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("request body is empty")]
@@ -41,7 +44,10 @@ pub async fn read_capped(body: Body, limit: usize) -> Result<bytes::Bytes, JsonB
         Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => {
             Err(JsonBodyError::TooLarge { limit })
         }
-        Err(err) => Err(JsonBodyError::Read(err)),
+        Err(err) => match crate::BodyTooSlow::in_chain(&*err) {
+            Some(slow) => Err(JsonBodyError::TooSlow(slow.clone())),
+            None => Err(JsonBodyError::Read(err)),
+        },
     }
 }
 

@@ -120,6 +120,7 @@ pub fn status_and_code(code: ErrorCode) -> (StatusCode, &'static str) {
         ),
         Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         KeyRevoked => (StatusCode::UNAUTHORIZED, "unauthorized"),
+        RequestBodyTimedOut => (StatusCode::REQUEST_TIMEOUT, "invalid_request"),
     }
 }
 
@@ -147,6 +148,10 @@ impl From<JsonBodyError> for ApiError {
             ),
             JsonBodyError::TooLarge { .. } => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", message)
+            }
+            JsonBodyError::TooSlow(_) => {
+                let (status, code) = status_and_code(ErrorCode::RequestBodyTimedOut);
+                Self::new(status, code, message)
             }
             JsonBodyError::Shape(ref inner) if is_value_error(inner) => {
                 Self::invalid_field(message)

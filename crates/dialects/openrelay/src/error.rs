@@ -126,6 +126,7 @@ fn status_and_code(code: ErrorCode) -> (StatusCode, &'static str) {
         QuotaExceeded => (StatusCode::TOO_MANY_REQUESTS, "QUOTA_EXCEEDED"),
         RateLimited => (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED"),
         KeyRevoked => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
+        RequestBodyTimedOut => (StatusCode::REQUEST_TIMEOUT, "TIMEOUT"),
         // No file operation here; the closest documented answer is 503.
         Unavailable | InsufficientStorage => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
@@ -155,6 +156,10 @@ impl From<JsonBodyError> for ApiError {
             ),
             JsonBodyError::TooLarge { .. } => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "TOO_LARGE", e.to_string())
+            }
+            JsonBodyError::TooSlow(slow) => {
+                let (status, code) = status_and_code(ErrorCode::RequestBodyTimedOut);
+                Self::new(status, code, slow.to_string())
             }
             other => Self::invalid(other.to_string()),
         }

@@ -117,6 +117,8 @@ pub fn status_and_code(op: Op, code: ErrorCode) -> (StatusCode, &'static str) {
         QuotaExceeded => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
         RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
         KeyRevoked => (StatusCode::UNAUTHORIZED, "unauthorized"),
+        // The spec answers every body problem 400 `invalid_request`.
+        RequestBodyTimedOut => (StatusCode::BAD_REQUEST, "invalid_request"),
         // No file operation here; the closest documented answer is 503.
         Unavailable | ExecTimedOut | WaitTimedOut | InsufficientStorage => match op {
             Op::Sandboxes => (StatusCode::SERVICE_UNAVAILABLE, "sandboxes_unavailable"),

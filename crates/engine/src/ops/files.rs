@@ -11,14 +11,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use uuid::Uuid;
 
-/// Wraps `body` so that it fails (and sets `over`) once more than `max` bytes passed.
-fn capped(body: ByteStream, max: u64, over: Arc<AtomicBool>) -> ByteStream {
+/// What cut an upload's body short, as seen by [`capped`].
+#[derive(Default)]
+struct Cut {
+    /// More than the cap arrived.
+    over: AtomicBool,
+    /// The client's body failed with `TimedOut`: it came slower than the server's pace.
+    slow: AtomicBool,
+}
+
+/// Wraps `body` so that it fails (and sets `cut.over`) once more than `max` bytes passed,
+/// and notes in `cut.slow` a body that failed because the client sent it too slowly.
+fn capped(body: ByteStream, max: u64, cut: Arc<Cut>) -> ByteStream {
     let mut seen: u64 = 0;
     body.map(move |chunk| {
-        let chunk = chunk?;
+        let chunk = chunk.inspect_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                cut.slow.store(true, Ordering::SeqCst);
+            }
+        })?;
         seen = seen.saturating_add(chunk.len() as u64);
         if seen > max {
-            over.store(true, Ordering::SeqCst);
+            cut.over.store(true, Ordering::SeqCst);
             return Err(std::io::Error::other("upload too large"));
         }
         Ok(chunk)
@@ -77,18 +91,24 @@ impl Engine {
                 "file mode {mode:o} is not a permission mode"
             )));
         }
-        let over = Arc::new(AtomicBool::new(false));
-        let body = capped(body, max_bytes, over.clone());
+        let cut = Arc::new(Cut::default());
+        let body = capped(body, max_bytes, cut.clone());
         let path = path.to_owned();
         let written = self
             .with_agent(ws, id, Hold::Check, |client, _| {
                 Ok(async move { client.write_file(&path, mode, body).await })
             })
             .await;
-        if over.load(Ordering::SeqCst) {
+        if cut.over.load(Ordering::SeqCst) {
             return Err(EngineError::new(
                 ErrorCode::FileTooLarge,
                 format!("the file is larger than {max_bytes} bytes"),
+            ));
+        }
+        if cut.slow.load(Ordering::SeqCst) {
+            return Err(EngineError::new(
+                ErrorCode::RequestBodyTimedOut,
+                "the upload came too slowly and was cut off; the file was not changed",
             ));
         }
         written.map(Into::into)
@@ -106,10 +126,11 @@ mod tests {
             let chunks = [Bytes::from_static(b"abc"), Bytes::from_static(b"def")];
             futures_util::stream::iter(chunks.map(Ok)).boxed()
         };
-        let over = Arc::new(AtomicBool::new(false));
-        let out: Vec<_> = capped(body(), 6, over.clone()).collect().await;
-        assert!(out.iter().all(|c| c.is_ok()) && !over.load(Ordering::SeqCst));
-        let out: Vec<_> = capped(body(), 5, over.clone()).collect().await;
-        assert!(out[0].is_ok() && out[1].is_err() && over.load(Ordering::SeqCst));
+        let cut = Arc::new(Cut::default());
+        let out: Vec<_> = capped(body(), 6, cut.clone()).collect().await;
+        assert!(out.iter().all(|c| c.is_ok()) && !cut.over.load(Ordering::SeqCst));
+        let out: Vec<_> = capped(body(), 5, cut.clone()).collect().await;
+        assert!(out[0].is_ok() && out[1].is_err() && cut.over.load(Ordering::SeqCst));
+        assert!(!cut.slow.load(Ordering::SeqCst));
     }
 }

@@ -11,10 +11,13 @@ use std::process::{Child, Command, Output, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");
 
-/// A running `sandboxd serve`; stopped with SIGTERM when dropped.
+/// A running `sandboxd serve`; stopped with SIGTERM when dropped (a server's stop leaves
+/// its sandboxes running, so a test that panics first has its default workspace's
+/// sandboxes destroyed: a failed test must not leave sandboxes behind).
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    master: Option<String>,
     /// Every line the server logged so far.
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -77,7 +80,12 @@ impl Server {
             }
         });
         match rx.recv() {
-            Ok(addr) => Server { child, addr, log },
+            Ok(addr) => Server {
+                child,
+                addr,
+                master: master.map(str::to_owned),
+                log,
+            },
             Err(_) => {
                 let status = child.wait().expect("wait for serve");
                 panic!("sandboxd serve exited before listening: {status}");
@@ -188,9 +196,41 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Destroys, best effort and without panicking, every sandbox of the master key's
+    /// workspace, waiting up to 20 s for them to end.
+    fn destroy_all_quietly(&self) {
+        let Some(key) = self.master.as_deref() else {
+            return;
+        };
+        let ids = |s: &Server| -> Vec<String> {
+            let Ok(list) = s.try_request("GET", "/v2/sandboxes", key, None) else {
+                return Vec::new();
+            };
+            let data = list.json()["data"].clone();
+            data.as_array()
+                .into_iter()
+                .flatten()
+                .filter(|sb| sb["status"] != "TERMINATED")
+                .filter_map(|sb| sb["id"].as_str().map(str::to_owned))
+                .collect()
+        };
+        for id in ids(self) {
+            let _ = self.try_request("DELETE", &format!("/v2/sandboxes/{id}"), key, None);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !ids(self).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
+            if std::thread::panicking() {
+                self.destroy_all_quietly();
+            }
             // SAFETY: kill(2) on the PID of our own, not yet reaped, child.
             unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
             let _ = self.child.wait();

@@ -2,9 +2,12 @@
 //! `SANDBOXD_HEADER_READ_TIMEOUT_SECONDS`): what a client that opens connections and
 //! sends nothing, or half a request, can hold of the server; and what one workspace's
 //! long-lived requests and all captured execs' output may hold of it
-//! (`SANDBOXD_MAX_IN_FLIGHT_PER_WORKSPACE`, `SANDBOXD_EXEC_OUTPUT_BUDGET_MIB`).
+//! (`SANDBOXD_MAX_IN_FLIGHT_PER_WORKSPACE`, `SANDBOXD_EXEC_OUTPUT_BUDGET_MIB`); and the pace
+//! a request body must keep (`SANDBOXD_BODY_GRACE_SECONDS`,
+//! `SANDBOXD_BODY_MIN_BYTES_PER_SECOND`).
 
 use super::{env_number, ConfigError};
+use sandboxd_dialect_common::BodyPace;
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -32,6 +35,13 @@ pub struct ConnectionLimits {
     /// is sent; an exec finding no room within 5 s gets 503 with `Retry-After`);
     /// 512 by default; 0: no budget.
     pub exec_output_budget_mib: u64,
+    /// The pace a request body must keep while the server waits for it: `grace` of
+    /// waiting at first and banked at most, one more second per `min_rate` bytes
+    /// received (20 s and 500 B/s by default, as Apache's `mod_reqtimeout`; a body that
+    /// falls behind fails its request with 408 and its connection ends; a `min_rate` of
+    /// 0 requires no pace). Without it one client holding headers-complete requests and
+    /// a byte every few seconds could keep the whole connection cap.
+    pub body_pace: BodyPace,
 }
 
 impl ConnectionLimits {
@@ -49,6 +59,7 @@ impl Default for ConnectionLimits {
             header_read_timeout: Duration::from_secs(10),
             max_in_flight_per_workspace: None,
             exec_output_budget_mib: 512,
+            body_pace: BodyPace::default(),
         }
     }
 }
@@ -61,6 +72,8 @@ pub(super) struct ConnectionsLayer {
     header_read_timeout_seconds: Option<u64>,
     max_in_flight_per_workspace: Option<u32>,
     exec_output_budget_mib: Option<u64>,
+    body_grace_seconds: Option<u64>,
+    body_min_bytes_per_second: Option<u64>,
 }
 
 impl ConnectionsLayer {
@@ -72,6 +85,8 @@ impl ConnectionsLayer {
             header_read_timeout_seconds: env_number(env, "SANDBOXD_HEADER_READ_TIMEOUT_SECONDS")?,
             max_in_flight_per_workspace: env_number(env, "SANDBOXD_MAX_IN_FLIGHT_PER_WORKSPACE")?,
             exec_output_budget_mib: env_number(env, "SANDBOXD_EXEC_OUTPUT_BUDGET_MIB")?,
+            body_grace_seconds: env_number(env, "SANDBOXD_BODY_GRACE_SECONDS")?,
+            body_min_bytes_per_second: env_number(env, "SANDBOXD_BODY_MIN_BYTES_PER_SECOND")?,
         }))
     }
 
@@ -85,6 +100,13 @@ impl ConnectionsLayer {
         }
         if let Some(mib) = self.exec_output_budget_mib {
             limits.exec_output_budget_mib = mib.min(u64::MAX >> 20);
+        }
+        if let Some(secs) = self.body_grace_seconds {
+            // At least a second, at most a day (a `sleep_until` far past it is forever).
+            limits.body_pace.grace = Duration::from_secs(secs.clamp(1, 86_400));
+        }
+        if let Some(rate) = self.body_min_bytes_per_second {
+            limits.body_pace.min_rate = rate;
         }
     }
 }

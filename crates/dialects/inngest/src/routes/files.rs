@@ -75,7 +75,7 @@ pub async fn upload(
     let data = request
         .into_body()
         .into_data_stream()
-        .map_err(std::io::Error::other);
+        .map_err(sandboxd_dialect_common::body_io_error);
     let written = state
         .engine
         .write_file(&ws, id, &path, mode, Box::pin(data), MAX_FILE_BYTES)
