@@ -2,6 +2,7 @@
 //! `/run/sandboxd/net`: address leases, the shared nftables table and `ip_forward`.
 
 use super::nft;
+use crate::linux::whole_file;
 use crate::{Cidr, RuntimeError};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -74,12 +75,34 @@ impl HostLock {
     }
 
     fn leases(&self) -> Vec<Lease> {
+        self.lease_files()
+            .into_iter()
+            .map(|(_, lease)| lease)
+            .collect()
+    }
+
+    /// The lease files with their leases. Every lease is written whole under this lock,
+    /// so a file that does not parse, or a temporary name, is what a writer killed
+    /// mid-write left (an empty file, from versions that wrote leases in place): it is
+    /// removed here, never counted, and never kept forever by a teardown that cannot
+    /// read it.
+    fn lease_files(&self) -> Vec<(String, Lease)> {
         let Ok(entries) = std::fs::read_dir(self.dir.join("leases")) else {
             return Vec::new();
         };
-        entries
-            .filter_map(|e| parse_lease(&std::fs::read_to_string(e.ok()?.path()).ok()?))
-            .collect()
+        let mut files = Vec::new();
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            match parse_lease(&text) {
+                Some(lease) if !whole_file::is_temp_name(&name) => files.push((name, lease)),
+                _ => {
+                    tracing::debug!(%name, "removing a lease file left half-written");
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        files
     }
 
     /// The pool slot the next allocation starts its search at (persisted beside the
@@ -127,9 +150,9 @@ impl HostLock {
             plain,
         };
         let plain = if plain { " plain" } else { "" };
-        std::fs::write(
-            self.lease_path(id),
-            format!("{} {} {id}{plain}", lease.net, allow_layers),
+        whole_file::replace(
+            &self.lease_path(id),
+            &format!("{} {} {id}{plain}", lease.net, allow_layers),
         )
         .map_err(|e| net_err("recording a lease", e))?;
         Ok(lease)
@@ -152,9 +175,9 @@ impl HostLock {
             .lease(id)
             .ok_or_else(|| RuntimeError::Network(format!("sandbox {id} has no lease")))?;
         let named_after = lease.named_after.unwrap_or(id);
-        std::fs::write(
-            self.lease_path(id),
-            format!("{} {allow_layers} {named_after}", lease.net),
+        whole_file::replace(
+            &self.lease_path(id),
+            &format!("{} {allow_layers} {named_after}", lease.net),
         )
         .map_err(|e| net_err("recording a lease", e))
     }
@@ -172,14 +195,8 @@ impl HostLock {
 
     /// Whether `id` holds the only lease on the host (so the table goes with it).
     pub fn only_lease(&self, id: Uuid) -> bool {
-        let Ok(entries) = std::fs::read_dir(self.dir.join("leases")) else {
-            return false;
-        };
-        let names: Vec<_> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name())
-            .collect();
-        names.len() == 1 && names[0].to_string_lossy() == id.to_string()
+        let files = self.lease_files();
+        files.len() == 1 && files[0].0 == id.to_string()
     }
 
     /// Makes the shared table (its sets and chains; no sandbox's elements), turning
@@ -271,6 +288,42 @@ mod tests {
                 .net,
             la.net
         );
+    }
+
+    /// A lease file a writer killed mid-write left (empty, as versions that wrote leases
+    /// in place could leave; or a whole-file temporary name) takes no address, does not
+    /// keep the table, and is removed: it once stayed forever, as no teardown could
+    /// read it.
+    #[test]
+    fn half_written_lease_files_take_nothing_and_are_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lock = HostLock::take(dir.path()).expect("lock");
+        let leases = dir.path().join("leases");
+        std::fs::create_dir_all(&leases).expect("leases dir");
+        let empty = Uuid::new_v4();
+        std::fs::write(leases.join(empty.to_string()), "").expect("empty lease");
+        let pool: Cidr = "10.213.0.0/30".parse().expect("pool");
+        let temp = leases.join(".whole-old-1-2.tmp");
+        std::fs::write(&temp, format!("10.213.0.0/30 0 {empty}")).expect("temp lease");
+        assert!(lock.table_missing(), "junk counted as a lease");
+        // The pool's one /30 is free: neither file holds it.
+        let id = Uuid::new_v4();
+        assert_eq!(
+            lock.allocate(id, pool, 0, true)
+                .expect("the one /30")
+                .net
+                .addr,
+            pool.addr
+        );
+        assert!(!leases.join(empty.to_string()).exists() && !temp.exists());
+        assert!(lock.only_lease(id));
+        lock.set_allow_layers(id, 2).expect("rewritten whole");
+        assert_eq!(lock.lease(id).expect("lease").allow_layers, 2);
+        let names: Vec<_> = std::fs::read_dir(&leases)
+            .expect("leases")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from(id.to_string())]);
     }
 
     /// A freed /30 is not handed out again while another one is free (its old flows'

@@ -393,6 +393,9 @@ fn teardown(config: &NetConfig, id: Uuid) {
         return;
     };
     let Some(lease) = held.lease(id) else {
+        // None, or a file a writer killed mid-write left (of an older version, which
+        // wrote leases in place): it names nothing to tear down, and must not stay.
+        held.release(id);
         return;
     };
     let (ifname, _) = lease_names(id, &lease);
