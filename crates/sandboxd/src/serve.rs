@@ -83,6 +83,9 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn run(config: ServerConfig) -> Result<()> {
+    // Before anything is made: a SIGTERM from here on stops the server gracefully (its
+    // warm inits drained) once it serves, however early it comes.
+    let shutdown = sandboxd_server::shutdown_signal();
     let cap = warm_cap(&config);
     let linux: Arc<LinuxRuntime> = Arc::new(
         crate::runtime::open_linux(
@@ -162,7 +165,7 @@ async fn run(config: ServerConfig) -> Result<()> {
         gvisor.fill_warm_pool(limits.disk_mb_per_sandbox);
     }
     crate::layer_collector::spawn(config.data_dir.clone(), config.layer_gc);
-    let served = sandboxd_server::serve(config, engine, sandboxd_server::shutdown_signal()).await;
+    let served = sandboxd_server::serve(config, engine, shutdown).await;
     // Sandboxes keep running for the next start; the warm inits and the warm gVisor
     // sandboxes are ours alone.
     tokio::task::spawn_blocking(move || {

@@ -210,3 +210,46 @@ fn a_server_killed_while_writing_an_entrys_owner_leaves_nothing_once_restarted()
     assert_eq!(traces, Vec::<String>::new(), "their cgroups or leases");
     drop(server);
 }
+
+/// A SIGTERM while the server starts, its pool being made and before it listens, is a
+/// graceful stop: it drains what it made. (The handlers were installed only once it
+/// served: such a signal killed it at once, its entries' mounts, loop devices, cgroups
+/// and leases left on the host.)
+#[test]
+fn a_server_stopped_while_it_starts_drains_what_it_made() {
+    use std::os::unix::process::ExitStatusExt;
+    let data = tempfile::tempdir().expect("tempdir");
+    let data_dir = data.path().canonicalize().expect("canonical");
+    let mut child = std::process::Command::new(serve_bin::BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data_dir)
+        .env("SANDBOXD_MASTER_KEY", MASTER)
+        .env("SANDBOXD_METRICS_LISTEN", "none")
+        .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+        .env("SANDBOXD_WARM_INITS_START", "6")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn sandboxd serve");
+    common::wait_for("a first warm entry in the making", || {
+        !entries(&data_dir, false).is_empty()
+    });
+    let seen = entries(&data_dir, false);
+    // SAFETY: kill(2) on the PID of our own, not yet reaped, child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().expect("wait for the server");
+    assert_eq!(status.signal(), None, "it died of the signal: {status}");
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        entries(&data_dir, false),
+        Vec::<String>::new(),
+        "entries left"
+    );
+    assert_eq!(
+        common::mounts_under(&data_dir.join("sandboxes")),
+        Vec::<String>::new()
+    );
+    let traces: Vec<String> = seen.iter().flat_map(|k| host_traces(k)).collect();
+    assert_eq!(traces, Vec::<String>::new(), "cgroups or leases left");
+}

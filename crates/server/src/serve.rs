@@ -171,18 +171,25 @@ async fn drain_limit(begun: tokio::sync::oneshot::Receiver<()>, grace: std::time
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+/// Completes on SIGTERM or SIGINT received from this call on. The handlers are
+/// installed by the call itself, not when the future is first polled: a server calls it
+/// before it starts anything, so a signal during its start (its warm inits being made)
+/// becomes a graceful stop once it serves, never the default action's instant death,
+/// which left the inits' mounts, loop devices, cgroups and leases behind.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
+    let streams = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::warn!("cannot install signal handlers; stop the server with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = streams else {
+            tracing::warn!("cannot install signal handlers; stop the server with SIGKILL");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+        }
     }
 }
