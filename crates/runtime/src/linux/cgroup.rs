@@ -101,6 +101,19 @@ impl Cgroups {
         Ok(())
     }
 
+    /// The parent's name below the hierarchies' roots (`sandboxd` by default).
+    fn parent_name(&self) -> Option<String> {
+        let root = Path::new(ROOT);
+        let rel = match self {
+            Cgroups::V1 { parents } => {
+                let (ctrl, dir) = parents.first()?;
+                dir.strip_prefix(root.join(ctrl)).ok()?
+            }
+            Cgroups::V2 { parent } => parent.strip_prefix(root).ok()?,
+        };
+        rel.to_str().map(str::to_owned)
+    }
+
     fn parents(&self) -> Vec<&PathBuf> {
         match self {
             Cgroups::V1 { parents } => parents.iter().map(|(_, p)| p).collect(),
@@ -155,6 +168,12 @@ impl Cgroups {
                 match &made {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         self.make_parent()?;
+                        // Made again here: this process answers for removing it now
+                        // (its record names us), as the maker that removed it did.
+                        if let Some(name) = self.parent_name() {
+                            let records = Path::new(super::parent_record::HOST_DIR);
+                            super::parent_record::remade(records, &name);
+                        }
                         made = std::fs::create_dir(&dir);
                     }
                     _ => break,

@@ -381,7 +381,7 @@ impl LinuxRuntime {
     /// that is gone: `parent_record`) and nothing is in it (as a drain does): for a
     /// one-shot process, whose runtime is not dropped at its end.
     pub fn remove_cgroup_parent_if_made(&self) {
-        if self.made_cgroup_parent {
+        if self.made_cgroup_parent || parent_record::was_remade(&self.config.cgroup_parent) {
             self.cgroups.remove_parent_if_unused();
             parent_record::release(
                 Path::new(parent_record::HOST_DIR),

@@ -7,6 +7,7 @@
 
 use super::{refill, whole_file};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// Where the records live (tmpfs: gone at reboot, as the cgroups are).
 pub const HOST_DIR: &str = "/run/sandboxd/cgroup-parents";
@@ -32,9 +33,33 @@ pub fn claim(dir: &Path, parent: &str, made: bool) -> bool {
     ours
 }
 
+/// Parents this process made again after another runtime removed them empty (a start
+/// found them gone): its runtimes answer for them as their makers do.
+static REMADE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Records that this process made `parent` again (see [`claim`]): the record names this
+/// process, and its runtimes remove the parent once empty ([`was_remade`]).
+pub fn remade(dir: &Path, parent: &str) {
+    claim(dir, parent, true);
+    let mut remade = REMADE.lock().unwrap_or_else(|p| p.into_inner());
+    if !remade.iter().any(|p| p == parent) {
+        remade.push(parent.to_owned());
+    }
+}
+
+/// Whether this process made `parent` again since it was last removed.
+pub fn was_remade(parent: &str) -> bool {
+    let remade = REMADE.lock().unwrap_or_else(|p| p.into_inner());
+    remade.iter().any(|p| p == parent)
+}
+
 /// Drops `parent`'s record once the parent is gone (removed empty).
 pub fn release(dir: &Path, parent: &str, gone: bool) {
     if gone {
+        REMADE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|p| p != parent);
         let _ = std::fs::remove_file(record(dir, parent));
     }
 }
