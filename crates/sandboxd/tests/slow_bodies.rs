@@ -222,31 +222,25 @@ fn a_steady_upload_longer_than_the_grace_is_stored_and_a_stalled_one_changes_not
     );
 
     // 5 KiB every 100 ms is ~50 KiB/s, a hundred times the pace, for ~4 s: twice the grace.
-    let reply = upload(
-        &server,
-        &id,
-        "/steady",
-        200 * 1024,
-        5 * 1024,
-        Duration::from_millis(100),
-        None,
-    )
-    .expect("an answer to the steady upload");
+    let steady = |stop_after| {
+        let pause = Duration::from_millis(100);
+        upload(
+            &server,
+            &id,
+            "/steady",
+            200 * 1024,
+            5 * 1024,
+            pause,
+            stop_after,
+        )
+    };
+    let reply = steady(None).expect("an answer to the steady upload");
     assert_eq!(reply.status, 200, "{}", reply.text());
     let (code, size) = server.exec(MASTER, &id, &["/bin/sh", "-c", "wc -c < /steady"]);
     assert_eq!((code, size.trim()), (0, "204800"));
 
     // The same upload stops after 10 KiB: 408, and /steady is still the first upload.
-    let reply = upload(
-        &server,
-        &id,
-        "/steady",
-        200 * 1024,
-        5 * 1024,
-        Duration::from_millis(100),
-        Some(10 * 1024),
-    )
-    .expect("a stalled upload is answered");
+    let reply = steady(Some(10 * 1024)).expect("a stalled upload is answered");
     assert_eq!(reply.status, 408, "{}", reply.text());
     assert!(reply.text().contains("too slowly"), "{}", reply.text());
     let (code, size) = server.exec(MASTER, &id, &["/bin/sh", "-c", "wc -c < /steady"]);

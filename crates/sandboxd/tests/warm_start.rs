@@ -36,6 +36,19 @@ fn entries(data: &Path, ready: bool) -> Vec<String> {
         .collect()
 }
 
+/// No warm entry, and nothing mounted, is left under `data_dir`.
+fn assert_no_entries(data_dir: &Path) {
+    assert_eq!(
+        entries(data_dir, false),
+        Vec::<String>::new(),
+        "entries left"
+    );
+    assert_eq!(
+        common::mounts_under(&data_dir.join("sandboxes")),
+        Vec::<String>::new()
+    );
+}
+
 /// What entry `key` may have left on the host: its cgroups and its network lease.
 fn host_traces(key: &str) -> Vec<String> {
     let mut left = Vec::new();
@@ -98,15 +111,7 @@ fn a_server_grows_its_pool_at_start_a_burst_takes_it_and_the_stop_drains_it() {
     }
     let before_stop = entries(&data_dir, false);
     drop(server);
-    assert_eq!(
-        entries(&data_dir, false),
-        Vec::<String>::new(),
-        "entries left"
-    );
-    assert_eq!(
-        common::mounts_under(&data_dir.join("sandboxes")),
-        Vec::<String>::new()
-    );
+    assert_no_entries(&data_dir);
     assert_eq!(common::slot_leases(&data_dir), Vec::<String>::new());
     let traces: Vec<String> = ahead
         .iter()
@@ -154,15 +159,7 @@ fn a_server_killed_while_filling_its_pool_leaves_nothing_once_restarted_and_stop
     server.destroy(MASTER, &id);
     let before_stop = entries(&data_dir, false);
     drop(server);
-    assert_eq!(
-        entries(&data_dir, false),
-        Vec::<String>::new(),
-        "entries left"
-    );
-    assert_eq!(
-        common::mounts_under(&data_dir.join("sandboxes")),
-        Vec::<String>::new()
-    );
+    assert_no_entries(&data_dir);
     assert_eq!(common::slot_leases(&data_dir), Vec::<String>::new());
     let traces: Vec<String> = before_stop.iter().flat_map(|k| host_traces(k)).collect();
     assert_eq!(traces, Vec::<String>::new(), "cgroups or leases left");
@@ -241,15 +238,7 @@ fn a_server_stopped_while_it_starts_drains_what_it_made() {
     let status = child.wait().expect("wait for the server");
     assert_eq!(status.signal(), None, "it died of the signal: {status}");
     assert!(status.success(), "{status}");
-    assert_eq!(
-        entries(&data_dir, false),
-        Vec::<String>::new(),
-        "entries left"
-    );
-    assert_eq!(
-        common::mounts_under(&data_dir.join("sandboxes")),
-        Vec::<String>::new()
-    );
+    assert_no_entries(&data_dir);
     let traces: Vec<String> = seen.iter().flat_map(|k| host_traces(k)).collect();
     assert_eq!(traces, Vec::<String>::new(), "cgroups or leases left");
 }
