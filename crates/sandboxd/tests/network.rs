@@ -183,3 +183,46 @@ fn network_none_has_only_loopback() {
     assert_eq!(net_rt.sandbox_address(handle.id), None);
     net_rt.destroy(&handle).expect("destroy");
 }
+
+/// The host's connection-tracking entries of the flows `addr` opened (their original
+/// source), from `/proc/net/nf_conntrack`.
+fn tracked_from(addr: Ipv4Addr) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/net/nf_conntrack").unwrap_or_default();
+    let source = format!("src={addr}");
+    table
+        .lines()
+        .filter(|l| l.split_whitespace().find(|w| w.starts_with("src=")) == Some(&source))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A sandbox's tracked connections (and their NAT mappings) go with its network: the
+/// next sandbox given its address must not receive what the far end still sends to the
+/// last one. Before, they stayed for as long as the kernel's timeouts (days for TCP).
+#[test]
+fn a_destroyed_sandboxs_tracked_connections_are_forgotten() {
+    let fake = FakeNet::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = NetConfig::from_host();
+    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
+    let _cleanup = runtime(dir.path());
+    let net_rt = LinuxRuntime::with_network(common::raw_runtime(dir.path()), config);
+    let _net_cleanup = DestroyOnDrop(&net_rt);
+    let sb = net_rt
+        .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+        .expect("start");
+    let addr = net_rt.sandbox_address(sb.id).expect("address");
+    // A TCP flow to the fake host, found by name (a UDP flow to the resolver first).
+    assert_eq!(
+        probe(&sb, "good.test", 8080),
+        format!("ok {} hello", fake.addr(2))
+    );
+    let before = tracked_from(addr);
+    assert!(!before.is_empty(), "the probe's flows are not tracked");
+    net_rt.destroy(&sb).expect("destroy");
+    assert_eq!(
+        tracked_from(addr),
+        Vec::<String>::new(),
+        "tracked after destroy"
+    );
+}

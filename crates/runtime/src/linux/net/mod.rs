@@ -3,6 +3,7 @@
 //! resolved at start through the configured resolvers.
 
 mod batch;
+mod conntrack;
 mod dns;
 mod host;
 mod inner;
@@ -403,12 +404,15 @@ fn teardown(config: &NetConfig, id: Uuid) {
     // transaction, not two), under the lock no new lease is made without.
     if held.only_lease(id) {
         link::delete(&ifname);
+        conntrack::forget_logged(lease.sandbox());
         held.release(id);
         held.tidy_if_unused();
         return;
     }
     drop(held);
     link::delete(&ifname);
+    // Before the address can go to another sandbox: its flows' replies must not.
+    conntrack::forget_logged(lease.sandbox());
     match RulesLock::take(&config.state_dir) {
         Ok(_rules) => {
             if let Err(e) = nft::remove_sandbox(&ifname, Some((lease.net, lease.sandbox()))) {

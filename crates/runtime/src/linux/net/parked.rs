@@ -101,14 +101,16 @@ pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path) -> bool {
     // grace period (10-20 ms here), and the next run's start takes the host lock to
     // take a parked network. The link is this sandbox's alone, and a network that is not
     // parked after all is removed by the caller (deleting a deleted link is a no-op).
-    let Some(name) = HostLock::take(&config.state_dir)
+    let Some((name, addr)) = HostLock::take(&config.state_dir)
         .ok()
-        .and_then(|l| parkable(&l))
+        .and_then(|l| Some((parkable(&l)?, l.lease(id)?.sandbox())))
     else {
         return false;
     };
     let (ifname, _) = super::names(name);
     super::link::delete(&ifname);
+    // The next sandbox to take the parked network gets the address: not its flows.
+    super::conntrack::forget_logged(addr);
     let Ok(lock) = HostLock::take(&config.state_dir) else {
         return false;
     };
