@@ -3,7 +3,9 @@
 //! sandbox that opened it is gone, and the next sandbox given that address would receive
 //! whatever the far end still sends to it: another tenant's replies. So the entries
 //! whose original source is the address are deleted (ctnetlink: a dump, then a delete
-//! per entry) when a network is torn down or parked for the next sandbox.
+//! per entry) when a network is torn down or parked for the next sandbox. The dump reads
+//! the host's whole IPv4 table: the kernel's own filter (`CTA_FILTER` with the source
+//! address) answered `EINVAL` here when tried, so filtering is done on this side.
 
 use super::nlsock;
 use netlink_packet_core::{NetlinkMessage, NLM_F_DUMP, NLM_F_REQUEST};
