@@ -23,6 +23,16 @@ impl Drop for DestroyOnDrop<'_> {
     }
 }
 
+/// A runtime on `data` (kept to destroy what is left) and one with egress networking
+/// whose resolver is the fake host's.
+fn fake_net_runtime(fake: &FakeNet, data: &std::path::Path) -> (common::TestRuntime, LinuxRuntime) {
+    let mut config = NetConfig::from_host();
+    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
+    let cleanup = runtime(data);
+    let net_rt = LinuxRuntime::with_network(common::raw_runtime(data), config);
+    (cleanup, net_rt)
+}
+
 fn probe(handle: &SandboxHandle, host: &str, port: u16) -> String {
     common::python_probe(handle, PROBE, host, port)
 }
@@ -69,11 +79,8 @@ fn egress_reaches_the_fake_internet_under_policy_and_nothing_else() {
     };
     let fake = FakeNet::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = NetConfig::from_host();
-    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
     // `_cleanup` destroys whatever a failed assertion leaves running when dropped.
-    let _cleanup = runtime(dir.path());
-    let net_rt = LinuxRuntime::with_network(common::raw_runtime(dir.path()), config);
+    let (_cleanup, net_rt) = fake_net_runtime(&fake, dir.path());
     let _net_cleanup = DestroyOnDrop(&net_rt);
     let loopback = TcpListener::bind("127.0.0.1:0").expect("loopback listener");
     let any = TcpListener::bind("0.0.0.0:0").expect("host listener");
@@ -203,10 +210,8 @@ fn tracked_from(addr: Ipv4Addr) -> Vec<String> {
 fn a_destroyed_sandboxs_tracked_connections_are_forgotten() {
     let fake = FakeNet::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = NetConfig::from_host();
-    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
-    let _cleanup = runtime(dir.path());
-    let net_rt = LinuxRuntime::with_network(common::raw_runtime(dir.path()), config);
+    // `_cleanup` destroys whatever a failed assertion leaves running when dropped.
+    let (_cleanup, net_rt) = fake_net_runtime(&fake, dir.path());
     let _net_cleanup = DestroyOnDrop(&net_rt);
     let sb = net_rt
         .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))

@@ -39,8 +39,8 @@ impl Default for BodyPace {
 /// A request body that came slower than its [`BodyPace`].
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "the request body came too slowly: nothing for {waited_secs} s (a body must keep \
-     sending at least {min_rate} bytes a second)"
+    "the request body came too slowly: cut after waiting {waited_secs} s for more of it \
+     (a body must keep sending at least {min_rate} bytes a second)"
 )]
 pub struct BodyTooSlow {
     pub waited_secs: u64,
@@ -221,16 +221,15 @@ mod tests {
 
     #[tokio::test]
     async fn time_the_reader_takes_is_not_the_clients() {
-        // The client sent everything at once; the handler takes 4 graces per chunk.
-        let chunks: Vec<Result<Bytes, std::io::Error>> =
-            (0..3).map(|_| Ok(Bytes::from_static(b"z"))).collect();
-        let stream = futures_util::stream::iter(chunks);
-        let mut body = paced(Body::from_stream(stream), pace(50, 1_000_000));
+        // Each chunk keeps the server waiting 20 ms (60 ms of a 150 ms grace in all; a byte
+        // earns a microsecond), and the handler then takes 300 ms over it: counted against
+        // the client, the time between frames would cut the body at its second chunk.
+        let mut body = paced(dribbled(3, 20, b"z"), pace(150, 1_000_000));
         let mut n = 0;
         while let Some(frame) = body.frame().await {
             frame.expect("never cut");
             n += 1;
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
         assert_eq!(n, 3);
     }
