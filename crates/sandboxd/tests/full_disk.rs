@@ -299,7 +299,13 @@ fn a_full_layer_is_enospc_inside_507_on_upload_and_delete_frees_it() {
     assert!(text.contains("sandbox_insufficient_storage"), "{text}");
     s.destroy(KEY, &id);
     assert!(fs.layer_devices().is_empty());
-    assert!(fs.available() >= before, "the layer's space came back");
+    // The 64 MiB layer was full; what the store's log and directories grew by meanwhile
+    // (a few KiB) is not a leak of it.
+    let after = fs.available();
+    assert!(
+        after + (1 << 20) >= before,
+        "the layer's space came back: {before} free before, {after} after"
+    );
     let again = s.create_sandbox(KEY, &body(128));
     let (status, text) = upload(&s, &again, 4 << 20);
     assert_eq!(status, 200, "{text}");
