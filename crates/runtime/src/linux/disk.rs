@@ -373,6 +373,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_old_format_and_its_spares_go_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let names = [
+            "64.img",
+            "64.img.spare-a",
+            ".64.img.partial-b",
+            "64mb-v2.img",
+            "64mb-v2.img.spare-c",
+            "640.img",
+            "640.img.spare-d",
+        ];
+        for name in names {
+            File::create(dir.path().join(name)).expect("create");
+        }
+        remove_old_templates(dir.path(), 64);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "640.img",
+                "640.img.spare-d",
+                "64mb-v2.img",
+                "64mb-v2.img.spare-c"
+            ]
+        );
+    }
+
+    #[test]
     fn copy_sparse_keeps_data_and_holes() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (a, b) = (dir.path().join("a"), dir.path().join("b"));
