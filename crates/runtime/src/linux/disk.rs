@@ -173,23 +173,10 @@ fn template(data_dir: &Path, disk_mb: u32) -> Result<PathBuf, RuntimeError> {
     Ok(path)
 }
 
-/// Best effort: the first format's template of `disk_mb` (`<mb>.img`) and its spares
-/// and partial spares, which no start takes any more.
+/// Best effort: the first format's template of `disk_mb` (`<mb>.img`) and its spares,
+/// which no start takes any more.
 fn remove_old_templates(dir: &Path, disk_mb: u32) {
-    let old = format!("{disk_mb}.img");
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.filter_map(|e| e.ok()) {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name == old
-            || name.starts_with(&format!("{old}.spare-"))
-            || name.starts_with(&format!(".{old}.partial-"))
-        {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
+    super::disk_spares::remove_with_spares(&dir.join(format!("{disk_mb}.img")));
 }
 
 /// Copies `from` to `to` keeping holes (SEEK_DATA/SEEK_HOLE + copy_file_range).
@@ -371,6 +358,15 @@ pub fn release(state_dir: &Path, defer: bool) -> Result<(), RuntimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_10_gib_template_holds_under_a_mib_of_data() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = template(dir.path(), 10240).expect("template");
+        let held = std::fs::metadata(&path).expect("metadata").blocks() * 512;
+        assert!(held < 1 << 20, "every spare copies {held} bytes");
+    }
 
     #[test]
     fn the_old_format_and_its_spares_go_and_nothing_else() {

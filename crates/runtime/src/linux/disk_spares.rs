@@ -92,6 +92,24 @@ fn dir_and_name(template: &Path) -> (&Path, String) {
     (dir, name.into_owned())
 }
 
+/// Best effort: `template`, its spares and its copies in progress, all of them (a
+/// template no start uses any more).
+pub(super) fn remove_with_spares(template: &Path) {
+    let (dir, name) = dir_and_name(template);
+    let partial = format!(".{name}.partial-");
+    for spare in spares(template) {
+        let _ = std::fs::remove_file(spare);
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.filter_map(|e| e.ok()) {
+            if entry.file_name().to_string_lossy().starts_with(&partial) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_file(template);
+}
+
 /// Removes copies a process that died mid-copy left behind (older than a minute).
 fn remove_stale_partials(template: &Path) {
     let (dir, name) = dir_and_name(template);
