@@ -164,20 +164,34 @@ pub fn remove_image(
     Ok(image.name)
 }
 
+/// Resolves `name` to its layers from the image records alone (any spelling of its
+/// reference; the built-in image by its own name only): `None` when no record has it,
+/// the built-in image not built yet included.
+/// Reads only: for checks on a data dir that may be going away.
+pub fn recorded(data_dir: &Path, store: &LayerStore, name: &str) -> Option<ImageLayers> {
+    if let Some(image) = read_record(data_dir, store, name) {
+        return Some(image);
+    }
+    // The built-in image is only ever itself (`default:latest` is another image).
+    if name == DEFAULT_IMAGE {
+        return None;
+    }
+    reference_spellings(name)
+        .iter()
+        .find_map(|n| read_record(data_dir, store, n))
+}
+
 /// Resolves `name` to its layers, building the built-in image on first use.
 pub fn resolve(
     data_dir: &Path,
     store: &LayerStore,
     name: &str,
 ) -> Result<ImageLayers, RuntimeError> {
-    if let Some(image) = read_record(data_dir, store, name) {
+    if let Some(image) = recorded(data_dir, store, name) {
         return Ok(image);
     }
     if name != DEFAULT_IMAGE {
-        return reference_spellings(name)
-            .iter()
-            .find_map(|n| read_record(data_dir, store, n))
-            .ok_or_else(|| RuntimeError::UnknownImage(name.to_string()));
+        return Err(RuntimeError::UnknownImage(name.to_string()));
     }
     let record = record_path(data_dir, name);
     let scratch = store.scratch()?;

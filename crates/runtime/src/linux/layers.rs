@@ -77,6 +77,13 @@ impl LayerStore {
         Ok(store)
     }
 
+    /// The store of `data_dir` as it is, for lookups only: nothing made, nothing swept.
+    pub fn existing(data_dir: &Path) -> Self {
+        LayerStore {
+            root: data_dir.join("layers"),
+        }
+    }
+
     /// The store's own dir, `flock`ed: held shared while a scratch dir is made and
     /// locked, exclusively while a sweep picks the dead ones (so it never takes a dir made
     /// but not yet locked). The dir itself, not a lock file in it: the store holds layers

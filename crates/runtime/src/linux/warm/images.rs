@@ -76,12 +76,12 @@ impl Recent {
     }
 }
 
-/// Whether image `name` in `data_dir` resolves to exactly `layers` (top first).
+/// Whether image `name` in `data_dir` resolves to exactly `layers` (top first), read
+/// from its records: the watchers ask this of data dirs that may be going away, so it
+/// makes nothing (no store, no built-in image).
 pub(in crate::linux) fn still_stacks(data_dir: &Path, name: &str, layers: &[PathBuf]) -> bool {
-    let Ok(store) = LayerStore::new(data_dir) else {
-        return false;
-    };
-    let Ok(image) = crate::linux::images::resolve(data_dir, &store, name) else {
+    let store = LayerStore::existing(data_dir);
+    let Some(image) = crate::linux::images::recorded(data_dir, &store, name) else {
         return false;
     };
     let dirs: Result<Vec<PathBuf>, _> = image.layers.iter().rev().map(|d| store.path(d)).collect();
@@ -115,4 +115,31 @@ pub(super) fn watch(shared: &Arc<Shared>) {
 
 fn modified(dir: &Path) -> Option<SystemTime> {
     std::fs::metadata(dir).and_then(|m| m.modified()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The watchers ask this of data dirs that may be going away (a server's removed
+    /// under it, a test's temp dir): the answer is read from the records, and nothing is
+    /// made, least of all the built-in image. (It once built `default` into a data dir
+    /// being removed, which then stayed behind.)
+    #[test]
+    fn asking_whether_an_image_still_stacks_makes_nothing() {
+        let data = tempfile::tempdir().expect("tempdir");
+        let layers = vec![data.path().join("layers").join("0".repeat(64))];
+        for name in [crate::linux::DEFAULT_IMAGE, "python:3.12"] {
+            assert!(!still_stacks(data.path(), name, &layers), "{name}");
+        }
+        let made: Vec<_> = std::fs::read_dir(data.path())
+            .expect("read_dir")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .collect();
+        assert!(made.is_empty(), "made {made:?}");
+        let gone = data.path().join("removed");
+        assert!(!still_stacks(&gone, crate::linux::DEFAULT_IMAGE, &layers));
+        assert!(!gone.exists(), "a removed data dir came back");
+    }
 }
