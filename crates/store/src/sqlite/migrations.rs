@@ -256,6 +256,10 @@ fn migrate_to(conn: &mut Connection, target: usize) -> Result<i64, StoreError> {
             known,
         });
     }
+    // The common open: nothing to run, so no foreign-key toggling either.
+    if current >= target as i64 {
+        return Ok(current);
+    }
     // Foreign keys are off while migrating (a migration may rebuild a referenced table,
     // as SQLite's ALTER TABLE procedure asks) and checked before each commit.
     let enforced: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?;
