@@ -295,10 +295,17 @@ async fn run(
     } = open_engine_over(&config, linux, &tethers)?;
     engine.accounts().ensure_default_workspace()?;
     phase("engine open");
-    // Earlier runs killed before they finished their teardown.
-    if crate::run_orphans::sweep(&engine, &store, &linux, &tiers).await > 0 {
-        phase("orphans swept");
-    }
+    // Earlier runs killed before they finished their teardown, swept beside this run's
+    // create (on the other CPU; a server's sweeps run beside runs the same way: this
+    // run's owner mark is locked, so the sweep never takes its sandbox) and waited for
+    // before the command, so that what they held is free for it.
+    let sweeping = {
+        let (engine, store) = (engine.clone(), store.clone());
+        let (linux, tiers) = (linux.clone(), tiers.clone());
+        tokio::spawn(
+            async move { crate::run_orphans::sweep(&engine, &store, &linux, &tiers).await },
+        )
+    };
     let ws = DEFAULT_WORKSPACE.to_owned();
     let request = CreateSandbox {
         name: None,
@@ -334,6 +341,9 @@ async fn run(
             signo = signals.next(), if stopped.is_none() => stopped = Some(signo),
         }
     };
+    if matches!(sweeping.await, Ok(swept) if swept > 0) {
+        phase("orphans swept");
+    }
     let (sb, _) = match created {
         Ok(created) => created,
         Err(e) => {
