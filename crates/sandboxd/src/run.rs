@@ -295,17 +295,6 @@ async fn run(
     } = open_engine_over(&config, linux, &tethers)?;
     engine.accounts().ensure_default_workspace()?;
     phase("engine open");
-    // Earlier runs killed before they finished their teardown, swept beside this run's
-    // create (on the other CPU; a server's sweeps run beside runs the same way: this
-    // run's owner mark is locked, so the sweep never takes its sandbox) and waited for
-    // before the command, so that what they held is free for it.
-    let sweeping = {
-        let (engine, store) = (engine.clone(), store.clone());
-        let (linux, tiers) = (linux.clone(), tiers.clone());
-        tokio::spawn(
-            async move { crate::run_orphans::sweep(&engine, &store, &linux, &tiers).await },
-        )
-    };
     let ws = DEFAULT_WORKSPACE.to_owned();
     let request = CreateSandbox {
         name: None,
@@ -330,20 +319,52 @@ async fn run(
     if let Some(signo) = signals.next().now_or_never() {
         return Ok(stopped_early(handoff, signo));
     }
+    // Earlier runs killed before they finished their teardown are swept beside this
+    // run's create (on the other CPU; a server's sweeps run beside runs the same way:
+    // this run's owner mark is locked, so the sweep never takes its sandbox), and waited
+    // for before the command. Their records count against the create's admission
+    // (quota, capacity, disk) until the sweep ends them, so a create that fails while
+    // the sweep found some is tried once more after it.
+    let mut sweeping = Some({
+        let (engine, store) = (engine.clone(), store.clone());
+        let (linux, tiers) = (linux.clone(), tiers.clone());
+        tokio::spawn(
+            async move { crate::run_orphans::sweep(&engine, &store, &linux, &tiers).await },
+        )
+    });
     // A signal meanwhile lets the create finish (the engine then knows the sandbox),
     // and the run ends by it once the sandbox is destroyed.
-    let create = engine.create(&ws, request);
-    tokio::pin!(create);
     let mut stopped = None;
     let created = loop {
-        tokio::select! {
-            created = &mut create => break created,
-            signo = signals.next(), if stopped.is_none() => stopped = Some(signo),
+        let create = engine.create(&ws, request.clone());
+        tokio::pin!(create);
+        let created = loop {
+            tokio::select! {
+                created = &mut create => break created,
+                signo = signals.next(), if stopped.is_none() => stopped = Some(signo),
+            }
+        };
+        let Some(sweep) = sweeping.take() else {
+            break created;
+        };
+        let swept = match sweep.await {
+            Ok(swept) => swept,
+            Err(e) => {
+                tracing::error!(error = %e, "the sweep of killed runs' sandboxes failed");
+                0
+            }
+        };
+        if swept == 0 {
+            break created;
+        }
+        phase("orphans swept");
+        match created {
+            Err(e) if stopped.is_none() => {
+                tracing::debug!(error = %e, "create refused beside the sweep: trying again");
+            }
+            created => break created,
         }
     };
-    if matches!(sweeping.await, Ok(swept) if swept > 0) {
-        phase("orphans swept");
-    }
     let (sb, _) = match created {
         Ok(created) => created,
         Err(e) => {

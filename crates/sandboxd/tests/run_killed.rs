@@ -247,6 +247,53 @@ fn a_killed_offline_run_beside_a_server_leaves_nothing() {
     killed_run_leaves_nothing("none", true);
 }
 
+/// Under a quota of one sandbox, the run after a killed one still runs: the killed run's
+/// sandbox, still RUNNING in the store, counts against the quota until the sweep ends
+/// it, so a create refused meanwhile is tried again once the sweep is done. (With the
+/// sweep beside the create and no second try, the next run failed with the quota.)
+#[test]
+fn the_run_after_a_killed_one_gets_the_quota_its_sandbox_held() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().canonicalize().expect("canonical");
+    let mut run = start_sleeping_run(&data, "none");
+    let id = the_sandbox(&data);
+    let quota = Command::new(BIN)
+        .args(["quota", "set", "--sandboxes", "1", "--workspace", "default"])
+        .arg("--data-dir")
+        .arg(&data)
+        .env_remove("SANDBOXD_DATA_DIR")
+        .output()
+        .expect("sandboxd quota set");
+    assert!(quota.status.success(), "{quota:?}");
+    let procs = processes_of(id);
+    // The run and its worker, so that nothing tears the sandbox down but a sweep.
+    let workers = children_of(run.id());
+    assert_eq!(workers.len(), 1, "the run's worker: {workers:?}");
+    for pid in [workers[0], run.id() as i32] {
+        // SAFETY: kill(2) on processes this test started (the run and its worker).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    run.wait().expect("reap the run");
+    wait_until("the killed run's sandbox processes end", || {
+        procs
+            .iter()
+            .all(|(pid, t)| start_time(*pid).as_ref() != Some(t))
+    });
+    let next = run_cmd(&data, "none", &["/bin/echo", "ran"])
+        .output()
+        .expect("the next run");
+    assert_eq!(
+        (
+            next.status.code(),
+            String::from_utf8_lossy(&next.stdout).as_ref()
+        ),
+        (Some(0), "ran\n"),
+        "{}",
+        String::from_utf8_lossy(&next.stderr)
+    );
+    serve_bin::wait_for_runs(&data);
+}
+
 /// A server's own sandboxes are never taken for a killed run's: one made from a warm init
 /// (whose dir carries the warm pool's `owner` file, not a run's mark) still runs after
 /// several periods of the server's sweep of dead runs' sandboxes (every 5 s). The sweep
