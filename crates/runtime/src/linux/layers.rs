@@ -78,7 +78,7 @@ impl LayerStore {
     }
 
     /// The store of `data_dir` as it is, for lookups only: nothing made, nothing swept.
-    pub fn existing(data_dir: &Path) -> Self {
+    pub(crate) fn existing(data_dir: &Path) -> Self {
         LayerStore {
             root: data_dir.join("layers"),
         }

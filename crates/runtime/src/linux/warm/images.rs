@@ -78,7 +78,8 @@ impl Recent {
 
 /// Whether image `name` in `data_dir` resolves to exactly `layers` (top first), read
 /// from its records: the watchers ask this of data dirs that may be going away, so it
-/// makes nothing (no store, no built-in image).
+/// makes nothing (no store, no built-in image: a `default` whose record or layer was
+/// removed by hand counts as gone, and the pool's entries of it are drained).
 pub(in crate::linux) fn still_stacks(data_dir: &Path, name: &str, layers: &[PathBuf]) -> bool {
     let store = LayerStore::existing(data_dir);
     let Some(image) = crate::linux::images::recorded(data_dir, &store, name) else {
