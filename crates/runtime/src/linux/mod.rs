@@ -549,8 +549,12 @@ impl Runtime for LinuxRuntime {
     }
 
     fn destroy(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
-        destroy::destroy(self, handle)?;
+        // The network goes even when the rest could not (its link gone, nothing inside
+        // reaches out any more): a destroy tried again finds no lease, and one never
+        // tried again (its data dir removed by hand) leaves no network behind.
+        let destroyed = destroy::destroy(self, handle);
         net::detach(self, handle.id)?;
+        destroyed?;
         if let Some(tethers) = &self.tethers {
             tethers.release(handle.id);
         }

@@ -2,7 +2,7 @@
 //! `/run/sandboxd/net`: address leases, the shared nftables table and `ip_forward`.
 
 use super::nft;
-use crate::linux::whole_file;
+use crate::linux::{refill, whole_file};
 use crate::{Cidr, RuntimeError};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -119,14 +119,36 @@ impl HostLock {
         parse_lease(&std::fs::read_to_string(self.lease_path(id)).ok()?)
     }
 
+    /// The sandboxes whose leases nothing keeps any more: the process that made or
+    /// took the lease is dead, and the sandbox's state dir it named is gone (its start
+    /// failed, or its data dir was removed since). A sandbox outliving its server keeps
+    /// its state dir, and so its lease; leases naming no keeper (a spare's or a parked
+    /// network's, which their own markers keep, or an earlier version's) are never
+    /// strays.
+    pub fn strays(&self) -> Vec<Uuid> {
+        self.lease_files()
+            .into_iter()
+            .filter_map(|(name, _)| {
+                let id = Uuid::parse_str(&name).ok()?;
+                let text = std::fs::read_to_string(self.lease_path(id)).ok()?;
+                let (owner, keeper) = parse_keeper(&text)?;
+                let kept = !keeper.is_absolute() || keeper.exists();
+                (!kept && !refill::owner_alive(owner)).then_some(id)
+            })
+            .collect()
+    }
+
     /// Claims the next /30 of `pool` (round-robin) no sandbox holds, for a chain with `allow_layers`
-    /// allow sets (`plain`: made under no policy).
+    /// allow sets (`plain`: made under no policy). `keeper`: the state dir of the
+    /// sandbox it is for (none for a spare), recorded with this process as the lease's
+    /// owner (see [`HostLock::strays`]).
     pub fn allocate(
         &self,
         id: Uuid,
         pool: Cidr,
         allow_layers: usize,
         plain: bool,
+        keeper: Option<&Path>,
     ) -> Result<Lease, RuntimeError> {
         let taken: Vec<Ipv4Addr> = self.leases().iter().map(|l| l.net.network()).collect();
         let first = u32::from(pool.network());
@@ -150,22 +172,45 @@ impl HostLock {
             plain,
         };
         let plain = if plain { " plain" } else { "" };
-        whole_file::replace(
-            &self.lease_path(id),
-            &format!("{} {} {id}{plain}", lease.net, allow_layers),
-        )
-        .map_err(|e| net_err("recording a lease", e))?;
+        let line = format!("{} {} {id}{plain}", lease.net, allow_layers);
+        whole_file::replace(&self.lease_path(id), &with_keeper(line, keeper))
+            .map_err(|e| net_err("recording a lease", e))?;
         Ok(lease)
     }
 
-    /// Gives the lease of `from` (a spare) to sandbox `to`; its names stay `from`'s.
-    pub fn hand_over(&self, from: Uuid, to: Uuid) -> Result<Lease, RuntimeError> {
+    /// Gives the lease of `from` (a spare, a parked network) to `to`; its names stay
+    /// `from`'s. `keeper`: the state dir of sandbox `to`, recorded with this process as
+    /// the owner (none when `to` is a parked network's name).
+    pub fn hand_over(
+        &self,
+        from: Uuid,
+        to: Uuid,
+        keeper: Option<&Path>,
+    ) -> Result<Lease, RuntimeError> {
         let lease = self
             .lease(from)
             .ok_or_else(|| RuntimeError::Network(format!("spare network {from} has no lease")))?;
+        // Renamed first: a crash before the rewrite leaves the lease as it was (kept
+        // by no one's record but still one lease, never two holding one address).
         std::fs::rename(self.lease_path(from), self.lease_path(to))
             .map_err(|e| net_err("handing over a lease", e))?;
+        self.rewrite(to, None, keeper)?;
         Ok(lease)
+    }
+
+    /// Rewrites `id`'s lease whole with its first line `line` (its own when `None`)
+    /// and `keeper` (see [`HostLock::allocate`]).
+    fn rewrite(
+        &self,
+        id: Uuid,
+        line: Option<String>,
+        keeper: Option<&Path>,
+    ) -> Result<(), RuntimeError> {
+        let path = self.lease_path(id);
+        let text = std::fs::read_to_string(&path).map_err(|e| net_err("reading a lease", e))?;
+        let line = line.unwrap_or_else(|| text.lines().next().unwrap_or_default().to_owned());
+        whole_file::replace(&path, &with_keeper(line, keeper))
+            .map_err(|e| net_err("recording a lease", e))
     }
 
     /// Records that `id`'s chain now has `allow_layers` allow sets (and a policy: no
@@ -175,11 +220,10 @@ impl HostLock {
             .lease(id)
             .ok_or_else(|| RuntimeError::Network(format!("sandbox {id} has no lease")))?;
         let named_after = lease.named_after.unwrap_or(id);
-        whole_file::replace(
-            &self.lease_path(id),
-            &format!("{} {allow_layers} {named_after}", lease.net),
-        )
-        .map_err(|e| net_err("recording a lease", e))
+        let line = format!("{} {allow_layers} {named_after}", lease.net);
+        let text = std::fs::read_to_string(self.lease_path(id)).unwrap_or_default();
+        let keeper = parse_keeper(&text).map(|(_, keeper)| keeper);
+        self.rewrite(id, Some(line), keeper)
     }
 
     pub fn release(&self, id: Uuid) {
@@ -242,8 +286,29 @@ impl HostLock {
     }
 }
 
+/// A lease's text: its first `line`, then, for a sandbox's, this process's owner mark
+/// and the sandbox's state dir (last, to the end: a path may hold spaces).
+fn with_keeper(line: String, keeper: Option<&Path>) -> String {
+    match keeper {
+        Some(dir) => format!(
+            "{line}\nowner {}\nkeeper {}",
+            refill::owner_mark(),
+            dir.display()
+        ),
+        None => line,
+    }
+}
+
+/// The owner mark and state dir a sandbox's lease records, if it does.
+fn parse_keeper(text: &str) -> Option<(&str, &Path)> {
+    let mut lines = text.lines().skip(1);
+    let owner = lines.next()?.strip_prefix("owner ")?;
+    let rest = &text[text.find("\nkeeper ")? + "\nkeeper ".len()..];
+    Some((owner, Path::new(rest)))
+}
+
 fn parse_lease(text: &str) -> Option<Lease> {
-    let mut fields = text.split_whitespace();
+    let mut fields = text.lines().next()?.split_whitespace();
     let (net, layers) = (fields.next()?, fields.next()?);
     let named_after = match fields.next() {
         Some(id) => Some(Uuid::parse_str(id).ok()?),
@@ -267,8 +332,8 @@ mod tests {
         let lock = HostLock::take(dir.path()).expect("lock");
         let pool: Cidr = "10.213.0.0/29".parse().expect("pool");
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let la = lock.allocate(a, pool, 1, false).expect("a");
-        let lb = lock.allocate(b, pool, 0, true).expect("b");
+        let la = lock.allocate(a, pool, 1, false, None).expect("a");
+        let lb = lock.allocate(b, pool, 0, true, None).expect("b");
         assert!(!la.plain && lb.plain);
         assert_eq!(
             (la.host(), la.sandbox()),
@@ -278,12 +343,12 @@ mod tests {
         assert_eq!(lock.lease(a), Some(la));
         assert_eq!(lock.lease(b), Some(lb));
         assert!(
-            lock.allocate(Uuid::new_v4(), pool, 0, true).is_err(),
+            lock.allocate(Uuid::new_v4(), pool, 0, true, None).is_err(),
             "the pool holds two"
         );
         lock.release(a);
         assert_eq!(
-            lock.allocate(Uuid::new_v4(), pool, 0, true)
+            lock.allocate(Uuid::new_v4(), pool, 0, true, None)
                 .expect("reuse")
                 .net,
             la.net
@@ -309,7 +374,7 @@ mod tests {
         // The pool's one /30 is free: neither file holds it.
         let id = Uuid::new_v4();
         assert_eq!(
-            lock.allocate(id, pool, 0, true)
+            lock.allocate(id, pool, 0, true, None)
                 .expect("the one /30")
                 .net
                 .addr,
@@ -326,6 +391,60 @@ mod tests {
         assert_eq!(names, vec![std::ffi::OsString::from(id.to_string())]);
     }
 
+    /// A sandbox's lease names its maker and state dir; it is a stray only once both
+    /// are gone. A spare's or a parked network's (no keeper) never is, nor is one whose
+    /// keeper is relative (it cannot be looked at from here).
+    #[test]
+    fn a_lease_is_a_stray_only_when_its_owner_and_state_dir_are_both_gone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lock = HostLock::take(dir.path()).expect("lock");
+        let pool: Cidr = "10.213.0.0/26".parse().expect("pool");
+        let gone = dir.path().join("data/sandboxes/gone");
+        let kept = dir.path().join("data/sandboxes/kept");
+        std::fs::create_dir_all(&kept).expect("kept state dir");
+        let ids: Vec<Uuid> = (0..6).map(|_| Uuid::new_v4()).collect();
+        let keepers = [Some(&gone), Some(&kept), None, Some(&gone), Some(&kept)];
+        for (id, keeper) in ids.iter().zip(keepers) {
+            lock.allocate(*id, pool, 0, true, keeper.map(|p| p.as_path()))
+                .expect("allocate");
+        }
+        assert!(lock.strays().is_empty(), "this process owns them all");
+        // What a killed maker leaves: the same leases, naming a process that is gone.
+        let dead = |id: Uuid, keeper: &str| {
+            let text = format!("10.213.0.0/30 0 {id} plain\nowner 999999999 1\nkeeper {keeper}");
+            std::fs::write(lock.lease_path(id), text).expect("rewrite");
+        };
+        dead(ids[0], &gone.display().to_string());
+        dead(ids[1], &kept.display().to_string());
+        dead(ids[5], "data/sandboxes/gone");
+        // ids[2]: no keeper; ids[3], ids[4]: owner alive.
+        assert_eq!(lock.strays(), vec![ids[0]]);
+        assert_eq!(lock.lease(ids[0]).expect("still a lease").net.prefix, 30);
+        // A hand-over to a parked name drops the keeper; one to a sandbox records this
+        // process and the new state dir; a policy change keeps them.
+        let parked = Uuid::new_v4();
+        lock.hand_over(ids[0], parked, None).expect("park");
+        let mut strays = lock.strays();
+        assert!(strays.is_empty(), "{strays:?}");
+        let taker = Uuid::new_v4();
+        lock.hand_over(ids[1], taker, Some(&gone)).expect("take");
+        lock.set_allow_layers(taker, 1).expect("policy");
+        assert_eq!(lock.lease(taker).expect("lease").allow_layers, 1);
+        dead(ids[3], &gone.display().to_string());
+        strays = lock.strays();
+        assert_eq!(
+            strays,
+            vec![ids[3]],
+            "the taker's is kept by its live owner"
+        );
+        let text = std::fs::read_to_string(lock.lease_path(taker)).expect("taker's");
+        let (owner, keeper) = parse_keeper(&text).expect("keeper recorded");
+        assert_eq!(
+            (owner, keeper),
+            (refill::owner_mark().as_str(), gone.as_path())
+        );
+    }
+
     /// A freed /30 is not handed out again while another one is free (its old flows'
     /// conntrack entries would deliver them to the next owner).
     #[test]
@@ -334,21 +453,25 @@ mod tests {
         let lock = HostLock::take(dir.path()).expect("lock");
         let pool: Cidr = "10.213.0.0/28".parse().expect("pool");
         let a = Uuid::new_v4();
-        let la = lock.allocate(a, pool, 0, true).expect("a");
+        let la = lock.allocate(a, pool, 0, true, None).expect("a");
         lock.release(a);
         let mut seen = Vec::new();
         for _ in 0..3 {
-            let l = lock.allocate(Uuid::new_v4(), pool, 0, true).expect("next");
+            let l = lock
+                .allocate(Uuid::new_v4(), pool, 0, true, None)
+                .expect("next");
             assert_ne!(l.net, la.net, "freed /30 reused while others were free");
             assert!(!seen.contains(&l.net));
             seen.push(l.net);
         }
         // Only the freed one is left now: it comes back after the whole pool was used.
-        let last = lock.allocate(Uuid::new_v4(), pool, 0, true).expect("last");
+        let last = lock
+            .allocate(Uuid::new_v4(), pool, 0, true, None)
+            .expect("last");
         assert_eq!(last.net, la.net);
         // And the position survives a new lock (it is persisted with the leases).
         drop(lock);
         let lock = HostLock::take(dir.path()).expect("lock again");
-        assert!(lock.allocate(Uuid::new_v4(), pool, 0, true).is_err());
+        assert!(lock.allocate(Uuid::new_v4(), pool, 0, true, None).is_err());
     }
 }

@@ -26,7 +26,7 @@ use host::{HostLock, RulesLock};
 use policy::Policy;
 use std::net::Ipv4Addr;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
 /// How sandboxes reach the outside.
@@ -79,8 +79,11 @@ fn names(id: Uuid) -> (String, String) {
 
 impl LinuxRuntime {
     /// Enables egress networking for [`Runtime::start_with_network`].
+    /// Takes back the host's networks nothing keeps any more first (see
+    /// [`take_back_strays`]).
     pub fn with_network(mut self, config: NetConfig) -> Self {
         parked::resume_reaper(&config.state_dir, &self.config.init_exe);
+        take_back_strays(&config);
         self.network = Some(config);
         self
     }
@@ -150,15 +153,15 @@ pub(super) fn start(
         }
     }
     let spare = match (&rt.spare_nets, no_rules) {
-        (Some(spares), true) => spares.take(spec.id),
+        (Some(spares), true) => spares.take(spec.id, &keeper(rt, spec.id)),
         _ => None,
     };
     // A network a one-shot run parked (this process's or another's); for a one-shot
     // run, else a spare of a server running beside it.
     let spare = match (spare, no_rules) {
-        (None, true) => parked::take(config, spec.id)
+        (None, true) => parked::take(config, spec.id, &keeper(rt, spec.id))
             .or_else(|| match rt.park_networks {
-                true => spares::claim(config, spec.id),
+                true => spares::claim(config, spec.id, &keeper(rt, spec.id)),
                 false => None,
             })
             .and_then(|lease| adopt(config, spec.id, lease)),
@@ -173,7 +176,7 @@ pub(super) fn start(
         None => std::thread::scope(|s| {
             let host = s.spawn(|| {
                 let policy = policy::resolve(network, &config.resolvers);
-                let prepared = prepare(config, spec.id, &policy);
+                let prepared = prepare(config, spec.id, &policy, Some(&keeper(rt, spec.id)));
                 tm("host side prepared");
                 prepared
             });
@@ -240,9 +243,21 @@ fn adopt(config: &NetConfig, id: Uuid, lease: host::Lease) -> Option<host::Lease
     }
 }
 
+/// The state dir whose existence keeps sandbox `id`'s lease once the process that made
+/// or took it is gone (see [`host::HostLock::strays`]).
+fn keeper(rt: &LinuxRuntime, id: Uuid) -> PathBuf {
+    rt.sandboxes_dir().join(id.to_string())
+}
+
 /// Host side, before the sandbox's namespace exists: the lease and the sandbox's set
 /// elements (in-process, one transaction shared with starts arriving together).
-fn prepare(config: &NetConfig, id: Uuid, policy: &Policy) -> Result<host::Lease, RuntimeError> {
+/// `keeper`: the sandbox's state dir (none for a spare's).
+fn prepare(
+    config: &NetConfig,
+    id: Uuid,
+    policy: &Policy,
+    keeper: Option<&Path>,
+) -> Result<host::Lease, RuntimeError> {
     let (ifname, _) = names(id);
     let elements = |lease: &host::Lease| {
         nft::sandbox_elements(&nft::SandboxRules {
@@ -259,7 +274,8 @@ fn prepare(config: &NetConfig, id: Uuid, policy: &Policy) -> Result<host::Lease,
     let (lease, made) = {
         let lock = HostLock::take(&config.state_dir)?;
         let missing = lock.table_missing();
-        let lease = lock.allocate(id, config.pool, policy.allow.len(), policy.is_open())?;
+        let plain = policy.is_open();
+        let lease = lock.allocate(id, config.pool, policy.allow.len(), plain, keeper)?;
         if missing {
             lock.make_table()?;
             nft::add_sandbox(&elements(&lease))?;
@@ -356,6 +372,24 @@ pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
             Ok(())
         }
         None => Ok(()),
+    }
+}
+
+/// Removes the networks whose leases nothing keeps any more: made or taken by a
+/// process now dead, for a sandbox whose state dir is gone (its start failed, or its
+/// data dir was removed after its server died). No one else would: a reconcile only
+/// sees its own data dir, and such a lease kept the shared table for good.
+fn take_back_strays(config: &NetConfig) {
+    let strays = match HostLock::take(&config.state_dir) {
+        Ok(lock) => lock.strays(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot look for networks nothing keeps");
+            return;
+        }
+    };
+    for id in strays {
+        tracing::info!(%id, "removing the network of a sandbox and owner both gone");
+        teardown(config, id);
     }
 }
 

@@ -75,12 +75,13 @@ fn parked(state_dir: &Path) -> Vec<(Uuid, SystemTime)> {
         .collect()
 }
 
-/// Hands a parked network to sandbox `id` (its names stay the parked one's), if any.
-pub(super) fn take(config: &NetConfig, id: Uuid) -> Option<Lease> {
+/// Hands a parked network to sandbox `id`, kept by its state dir `keeper` (its names
+/// stay the parked one's), if any.
+pub(super) fn take(config: &NetConfig, id: Uuid, keeper: &Path) -> Option<Lease> {
     let lock = HostLock::take(&config.state_dir).ok()?;
     for (name, _) in parked(&config.state_dir) {
         let _ = std::fs::remove_file(dir(&config.state_dir).join(name.to_string()));
-        match lock.hand_over(name, id) {
+        match lock.hand_over(name, id, Some(keeper)) {
             Ok(lease) => return Some(lease),
             Err(e) => tracing::warn!(%name, error = %e, "a parked network without its lease"),
         }
@@ -124,7 +125,7 @@ pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path) -> bool {
         tracing::warn!(error = %e, "cannot park a network");
         return false;
     }
-    if let Err(e) = lock.hand_over(id, name) {
+    if let Err(e) = lock.hand_over(id, name, None) {
         tracing::warn!(error = %e, "cannot park a network");
         let _ = std::fs::remove_file(&marker);
         return false;

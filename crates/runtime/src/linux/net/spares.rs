@@ -16,7 +16,7 @@ use super::policy::Policy;
 use super::NetConfig;
 use crate::linux::{refill, whole_file};
 use crate::RuntimeError;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use uuid::Uuid;
@@ -64,12 +64,12 @@ impl SpareNets {
         SpareNets(shared)
     }
 
-    /// Hands a spare's lease (and so its chain) to sandbox `id`, if there is one (not
-    /// claimed by another process meanwhile).
-    pub fn take(&self, id: Uuid) -> Option<Lease> {
+    /// Hands a spare's lease (and so its chain) to sandbox `id`, kept by its state dir
+    /// `keeper`, if there is one (not claimed by another process meanwhile).
+    pub fn take(&self, id: Uuid, keeper: &Path) -> Option<Lease> {
         loop {
             let spare = self.0.spares.lock().ok()?.pop()?;
-            match take_own(&self.0.config, spare, id) {
+            match take_own(&self.0.config, spare, id, keeper) {
                 Ok(Some(lease)) => return Some(lease),
                 Ok(None) => continue,
                 Err(e) => {
@@ -197,17 +197,23 @@ fn mark_claimable(config: &NetConfig, id: Uuid) {
 
 /// Spare `spare` of this process's pool for sandbox `id`, under the host lock: `None`
 /// when another process claimed it (its marker is gone).
-fn take_own(config: &NetConfig, spare: Uuid, id: Uuid) -> Result<Option<Lease>, RuntimeError> {
+fn take_own(
+    config: &NetConfig,
+    spare: Uuid,
+    id: Uuid,
+    keeper: &Path,
+) -> Result<Option<Lease>, RuntimeError> {
     let lock = HostLock::take(&config.state_dir)?;
     if std::fs::remove_file(marker(config, spare)).is_err() {
         return Ok(None);
     }
-    lock.hand_over(spare, id).map(Some)
+    lock.hand_over(spare, id, Some(keeper)).map(Some)
 }
 
 /// Hands a finished spare of another live process's pool (a server's, beside a
-/// one-shot run) to sandbox `id`, if there is one: no network setup on this start.
-pub(super) fn claim(config: &NetConfig, id: Uuid) -> Option<Lease> {
+/// one-shot run) to sandbox `id`, kept by its state dir `keeper`, if there is one: no
+/// network setup on this start.
+pub(super) fn claim(config: &NetConfig, id: Uuid, keeper: &Path) -> Option<Lease> {
     let lock = HostLock::take(&config.state_dir).ok()?;
     let entries = std::fs::read_dir(config.state_dir.join("spares")).ok()?;
     for entry in entries.filter_map(|e| e.ok()) {
@@ -223,7 +229,7 @@ pub(super) fn claim(config: &NetConfig, id: Uuid) -> Option<Lease> {
         if std::fs::remove_file(entry.path()).is_err() {
             continue;
         }
-        match lock.hand_over(spare, id) {
+        match lock.hand_over(spare, id, Some(keeper)) {
             Ok(lease) => return Some(lease),
             Err(e) => {
                 tracing::warn!(%spare, error = %e, "a claimed spare network without its lease")
@@ -241,13 +247,20 @@ pub(super) fn make(config: &NetConfig, id: Uuid, policy: &Policy) -> Result<Leas
     std::fs::create_dir_all(path.parent().unwrap_or(&config.state_dir))
         .and_then(|()| whole_file::create(&path, &refill::owner_mark()))
         .map_err(|e| RuntimeError::Network(format!("recording a spare network: {e}")))?;
-    super::prepare(config, id, policy)
+    super::prepare(config, id, policy, None)
 }
 
-/// Gives spare `spare`'s lease to sandbox `id` (its names stay the spare's) and drops
-/// its marker: from now on the sandbox's destroy removes it.
-pub(super) fn hand_over(config: &NetConfig, spare: Uuid, id: Uuid) -> Result<Lease, RuntimeError> {
-    let lease = HostLock::take(&config.state_dir).and_then(|lock| lock.hand_over(spare, id));
+/// Gives spare `spare`'s lease to sandbox `id`, kept by its state dir `keeper` (its
+/// names stay the spare's) and drops its marker: from now on the sandbox's destroy
+/// removes it.
+pub(super) fn hand_over(
+    config: &NetConfig,
+    spare: Uuid,
+    id: Uuid,
+    keeper: &Path,
+) -> Result<Lease, RuntimeError> {
+    let lease =
+        HostLock::take(&config.state_dir).and_then(|lock| lock.hand_over(spare, id, Some(keeper)));
     let _ = std::fs::remove_file(marker(config, spare));
     lease
 }

@@ -66,7 +66,8 @@ pub(in crate::linux) fn take(
         layers,
         policy,
     )?;
-    let handed = spares::hand_over(config, warm.key, spec.id).and_then(|lease| {
+    let keeper = super::keeper(rt, spec.id);
+    let handed = spares::hand_over(config, warm.key, spec.id, &keeper).and_then(|lease| {
         match warm.shape.policy == *policy {
             true => Ok(()),
             false => super::retarget(config, spec.id, &lease, policy),
