@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use futures_util::{FutureExt, StreamExt};
 use sandboxd_engine::{
-    CreateSandbox, Engine, EngineConfig, ExecEvent, OnCap, Resources, StreamCommand, StreamKind,
-    DEFAULT_WORKSPACE,
+    CreateSandbox, Engine, EngineConfig, EngineError, ExecEvent, OnCap, Resources, Sandbox,
+    StreamCommand, StreamKind, WorkspaceId, DEFAULT_WORKSPACE,
 };
 use sandboxd_runtime::linux::{LinuxRuntime, Tethers};
 use sandboxd_runtime::{NetworkMode, Runtime};
@@ -325,45 +325,30 @@ async fn run(
     // for before the command. Their records count against the create's admission
     // (quota, capacity, disk) until the sweep ends them, so a create that fails while
     // the sweep found some is tried once more after it.
-    let mut sweeping = Some({
+    let sweeping = {
         let (engine, store) = (engine.clone(), store.clone());
         let (linux, tiers) = (linux.clone(), tiers.clone());
         tokio::spawn(
             async move { crate::run_orphans::sweep(&engine, &store, &linux, &tiers).await },
         )
-    });
+    };
     // A signal meanwhile lets the create finish (the engine then knows the sandbox),
     // and the run ends by it once the sandbox is destroyed.
     let mut stopped = None;
-    let created = loop {
-        let create = engine.create(&ws, request.clone());
-        tokio::pin!(create);
-        let created = loop {
-            tokio::select! {
-                created = &mut create => break created,
-                signo = signals.next(), if stopped.is_none() => stopped = Some(signo),
-            }
-        };
-        let Some(sweep) = sweeping.take() else {
-            break created;
-        };
-        let swept = match sweep.await {
-            Ok(swept) => swept,
-            Err(e) => {
-                tracing::error!(error = %e, "the sweep of killed runs' sandboxes failed");
-                0
-            }
-        };
-        if swept == 0 {
-            break created;
-        }
+    let created = create_noting_signals(&engine, &ws, &request, &mut signals, &mut stopped).await;
+    let swept = sweeping.await.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "the sweep of killed runs' sandboxes failed");
+        0
+    });
+    if swept > 0 {
         phase("orphans swept");
-        match created {
-            Err(e) if stopped.is_none() => {
-                tracing::debug!(error = %e, "create refused beside the sweep: trying again");
-            }
-            created => break created,
+    }
+    let created = match created {
+        Err(e) if swept > 0 && stopped.is_none() => {
+            tracing::debug!(error = %e, "create refused beside the sweep: trying again");
+            create_noting_signals(&engine, &ws, &request, &mut signals, &mut stopped).await
         }
+        created => created,
     };
     let (sb, _) = match created {
         Ok(created) => created,
@@ -406,6 +391,25 @@ async fn run(
     let code = outcome?;
     destroyed?;
     Ok(code)
+}
+
+/// The engine's create of `request`, to its end; the first signal that comes meanwhile
+/// is noted in `stopped` (the run ends by it once the sandbox is destroyed).
+async fn create_noting_signals(
+    engine: &Engine,
+    ws: &WorkspaceId,
+    request: &CreateSandbox,
+    signals: &mut Signals,
+    stopped: &mut Option<i32>,
+) -> Result<(Sandbox, bool), EngineError> {
+    let create = engine.create(ws, request.clone());
+    tokio::pin!(create);
+    loop {
+        tokio::select! {
+            created = &mut create => return created,
+            signo = signals.next(), if stopped.is_none() => *stopped = Some(signo),
+        }
+    }
 }
 
 /// The status of a run ended by signal `signo` before its sandbox existed: handed over.

@@ -15,19 +15,32 @@ static REFILLING: AtomicBool = AtomicBool::new(false);
 /// Refills held back by [`defer_refills`] for [`refill_deferred`].
 static DEFERRED: super::deferred::Deferred = super::deferred::Deferred::new();
 
-fn spares(template: &Path) -> Vec<PathBuf> {
-    let (Some(dir), Some(name)) = (template.parent(), template.file_name()) else {
+/// The files next to `template` whose names start with `prefix` (none for a path
+/// without a dir or a file name).
+fn named_beside(template: &Path, prefix: &str) -> Vec<PathBuf> {
+    let (Some(dir), Some(_)) = (template.parent(), template.file_name()) else {
         return Vec::new();
     };
-    let prefix = format!("{}.spare-", name.to_string_lossy());
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     entries
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
         .map(|e| e.path())
         .collect()
+}
+
+/// `template`'s spares.
+fn spares(template: &Path) -> Vec<PathBuf> {
+    let (_, name) = dir_and_name(template);
+    named_beside(template, &format!("{name}.spare-"))
+}
+
+/// `template`'s copies in progress (or left by a process that died mid-copy).
+fn partials(template: &Path) -> Vec<PathBuf> {
+    let (_, name) = dir_and_name(template);
+    named_beside(template, &format!(".{name}.partial-"))
 }
 
 /// Moves a spare of `template` to `into`; false when there is none (copy instead).
@@ -95,37 +108,22 @@ fn dir_and_name(template: &Path) -> (&Path, String) {
 /// Best effort: `template`, its spares and its copies in progress, all of them (a
 /// template no start uses any more).
 pub(super) fn remove_with_spares(template: &Path) {
-    let (dir, name) = dir_and_name(template);
-    let partial = format!(".{name}.partial-");
-    for spare in spares(template) {
-        let _ = std::fs::remove_file(spare);
-    }
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.filter_map(|e| e.ok()) {
-            if entry.file_name().to_string_lossy().starts_with(&partial) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
+    for file in spares(template).into_iter().chain(partials(template)) {
+        let _ = std::fs::remove_file(file);
     }
     let _ = std::fs::remove_file(template);
 }
 
 /// Removes copies a process that died mid-copy left behind (older than a minute).
 fn remove_stale_partials(template: &Path) {
-    let (dir, name) = dir_and_name(template);
-    let prefix = format!(".{name}.partial-");
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.filter_map(|e| e.ok()) {
-        let stale = entry
-            .metadata()
+    for partial in partials(template) {
+        let stale = std::fs::metadata(&partial)
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age.as_secs() > 60);
-        if stale && entry.file_name().to_string_lossy().starts_with(&prefix) {
-            let _ = std::fs::remove_file(entry.path());
+        if stale {
+            let _ = std::fs::remove_file(partial);
         }
     }
 }
@@ -163,5 +161,39 @@ mod tests {
         assert_eq!(std::fs::read(&into).expect("taken"), b"ext4 image stand-in");
         assert!(spares(&template).is_empty());
         assert!(!take(&template, &dir.path().join("c.img")));
+    }
+
+    /// A copy in progress is removed as stale only after a minute (a live refill's is
+    /// younger); a template no start uses goes with its spares and every copy, and
+    /// never with another template's.
+    #[test]
+    fn stale_copies_and_a_removed_templates_files_go_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (template, other) = (dir.path().join("64.img"), dir.path().join("640.img"));
+        for t in [&template, &other] {
+            std::fs::write(t, b"image").expect("template");
+            make_one(t).expect("spare");
+        }
+        let (fresh, stale) = (
+            dir.path().join(".64.img.partial-fresh"),
+            dir.path().join(".64.img.partial-stale"),
+        );
+        std::fs::write(&fresh, b"").expect("fresh copy");
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+        let file = std::fs::File::create(&stale).expect("stale copy");
+        file.set_modified(old).expect("age it");
+        remove_stale_partials(&template);
+        assert_eq!(partials(&template), vec![fresh.clone()]);
+        remove_with_spares(&template);
+        let mut left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(
+            left[0] == "640.img" && left[1].starts_with("640.img.spare-"),
+            "{left:?}"
+        );
     }
 }

@@ -320,6 +320,20 @@ mod tests {
         assert_eq!(rows, 1);
     }
 
+    /// An open of a current database (every short-lived process's) changes nothing of
+    /// the connection: foreign keys stay enforced, as the store's open set them.
+    #[test]
+    fn a_migration_with_nothing_to_do_leaves_foreign_keys_enforced() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), MIGRATIONS.len() as i64);
+        let fk: bool = conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert!(fk, "foreign keys are off after a no-op migration");
+    }
+
     #[test]
     fn refuses_a_newer_schema() {
         let mut conn = Connection::open_in_memory().unwrap();
