@@ -151,6 +151,11 @@ async fn run(config: ServerConfig) -> Result<()> {
     );
     // Readers for a first burst of requests, opened now rather than on its way.
     store.open_readers(STORE_READERS_AHEAD);
+    // Its WAL checkpointed on a thread of its own, not inside the commit that fills it
+    // (a create's, under admission: every create queued behind it waited for the sync).
+    if let Err(e) = store.checkpoint_in_background() {
+        tracing::warn!(error = %e, "WAL checkpoints stay inside commits");
+    }
     let engine: Arc<Engine> = Engine::open(EngineConfig {
         data_dir: config.data_dir.clone(),
         runtime: runtime.clone(),

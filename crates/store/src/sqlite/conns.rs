@@ -43,6 +43,8 @@ pub(super) struct Conns {
     reserve: super::reserve::Reserve,
     writer: parking_lot::Mutex<Connection>,
     readers: parking_lot::Mutex<Vec<Connection>>,
+    /// The WAL's checkpoints off the writer's path, once started.
+    checkpoints: std::sync::OnceLock<super::checkpoints::Checkpoints>,
 }
 
 impl Conns {
@@ -53,7 +55,29 @@ impl Conns {
             reserve,
             writer: parking_lot::Mutex::new(writer),
             readers: parking_lot::Mutex::new(Vec::new()),
+            checkpoints: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Moves the WAL's checkpoints off the writer onto a thread of their own (see
+    /// `checkpoints`); once per store.
+    pub(super) fn checkpoint_in_background(&self) -> StoreResult<()> {
+        let writer = self.write()?;
+        if self.checkpoints.get().is_some() {
+            return Ok(());
+        }
+        let started = open(&self.path)
+            .map_err(StoreError::from)
+            .and_then(|conn| {
+                super::checkpoints::Checkpoints::start(conn).map_err(|source| StoreError::Io {
+                    what: "start the WAL checkpoint thread",
+                    path: self.path.clone(),
+                    source,
+                })
+            })?;
+        writer.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let _ = self.checkpoints.set(started);
+        Ok(())
     }
 
     /// The writer, once our other writes let go of it and with SQLite told to wait for
@@ -76,10 +100,14 @@ impl Conns {
         mut op: impl FnMut(&mut Connection) -> StoreResult<T>,
     ) -> StoreResult<T> {
         let mut conn = self.write()?;
-        match op(&mut conn) {
+        let done = match op(&mut conn) {
             Err(StoreError::Full) if self.reserve.release() => op(&mut conn),
             other => other,
+        };
+        if let (Ok(_), Some(checkpoints)) = (&done, self.checkpoints.get()) {
+            checkpoints.committed();
         }
+        done
     }
 
     /// Opens readers (their schema read) until `n` are idle, at most

@@ -3,6 +3,7 @@
 mod accounts;
 mod aliases;
 mod audit;
+mod checkpoints;
 mod codec;
 mod conns;
 mod console;
@@ -79,6 +80,13 @@ impl SqliteStore {
     /// failure leaves fewer, opened when needed as before.
     pub fn open_readers(&self, n: usize) {
         self.conns.open_readers(n)
+    }
+
+    /// Checkpoints the WAL on a thread of its own instead of inside the commit that
+    /// fills it (see `checkpoints`), for a long-lived store such as a server's: its
+    /// writes then never wait for the database file's sync.
+    pub fn checkpoint_in_background(&self) -> StoreResult<()> {
+        self.conns.checkpoint_in_background()
     }
 
     /// Readers idle now, ready for the next read.
