@@ -11,6 +11,7 @@ mod libnft;
 mod link;
 mod netlink;
 pub(super) mod netns;
+mod nfdump;
 mod nfset;
 mod nft;
 mod nlsock;

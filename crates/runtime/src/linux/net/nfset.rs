@@ -3,9 +3,10 @@
 //! transaction, all or nothing) of NEWSETELEM / DELSETELEM messages; a set's elements
 //! are read back with a GETSETELEM dump. No `nft` process, no GPL library.
 
+use super::nfdump::DumpedElems;
 use super::nft::TABLE;
 use super::nlsock;
-use netlink_packet_core::{NetlinkMessage, Nla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP};
+use netlink_packet_core::{NetlinkMessage, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP};
 use netlink_packet_netfilter::nftables::{
     DataAttribute, ListAttribute, NfTablesMessage, SetElementAttribute, SetElementFlags,
     SetElementList, SetElementMessage, TableAttribute, TableMessage, Verdict, VerdictAttribute,
@@ -160,54 +161,18 @@ pub fn list(set: &'static str) -> io::Result<Vec<Elem>> {
             SetElementList::Set(set.into()),
         ],
     }));
-    let answers = nlsock::dump(NETLINK_NETFILTER, request, NLM_F_DUMP)?;
-    let mut out = Vec::new();
-    for answer in answers {
-        let netlink_packet_netfilter::NetfilterMessageInner::NfTables(
-            NfTablesMessage::NewSetElement(msg),
-        ) = answer.inner
-        else {
-            continue;
-        };
-        for attr in msg.attributes {
-            let SetElementList::Elements(elems) = attr else {
-                continue;
-            };
-            for elem in elems {
-                if let ListAttribute::Element(attrs) = elem {
-                    out.extend(parse_element(set, &attrs));
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn parse_element(set: &'static str, attrs: &[SetElementAttribute]) -> Option<Elem> {
-    let mut key = None;
-    let mut key_end = None;
-    let mut end = false;
-    for a in attrs {
-        match a {
-            SetElementAttribute::Flags(f) => end = f.contains(SetElementFlags::IntervalEnd),
-            SetElementAttribute::Key(DataAttribute::Value(k)) => key = Some(k.clone()),
-            SetElementAttribute::KeyEnd(nlas) => {
-                key_end = nlas.iter().find(|n| n.kind() == DATA_VALUE).map(|n| {
-                    let mut v = vec![0; n.value_len()];
-                    n.emit_value(&mut v);
-                    v
-                })
-            }
-            _ => {}
-        }
-    }
-    Some(Elem {
-        set,
-        key: key?,
-        key_end,
-        end,
-        jump: None,
-    })
+    let answers: Vec<DumpedElems> = nlsock::dump(NETLINK_NETFILTER, request, NLM_F_DUMP)?;
+    Ok(answers
+        .into_iter()
+        .flat_map(|DumpedElems(elems)| elems)
+        .map(|e| Elem {
+            set,
+            key: e.key,
+            key_end: e.key_end,
+            end: e.end,
+            jump: None,
+        })
+        .collect())
 }
 
 /// Deletes the whole table (`ENOENT`: there was none).

@@ -137,16 +137,17 @@ where
     })
 }
 
-/// Sends the dump request `msg` and returns the messages answering it.
-pub fn dump<I>(protocol: isize, msg: NetlinkMessage<I>, flags: u16) -> io::Result<Vec<I>>
+/// Sends the dump request `msg` and returns the messages answering it, read as `A`.
+pub fn dump<Q, A>(protocol: isize, msg: NetlinkMessage<Q>, flags: u16) -> io::Result<Vec<A>>
 where
-    I: NetlinkSerializable + NetlinkDeserializable,
+    Q: NetlinkSerializable,
+    A: NetlinkDeserializable,
 {
     let (bytes, _) = serialize(vec![(msg, flags)]);
     let sock = open(protocol)?;
     sock.send(&bytes, 0)?;
     let mut got = Vec::new();
-    read(&sock, |msg: NetlinkMessage<I>| match msg.payload {
+    read(&sock, |msg: NetlinkMessage<A>| match msg.payload {
         NetlinkPayload::Done(_) => Ok(Some(())),
         NetlinkPayload::Error(e) if e.code.is_some() => Err(e.to_io()),
         NetlinkPayload::InnerMessage(m) => {
