@@ -85,9 +85,11 @@ fn a_lease_whose_maker_died_without_its_sandbox_is_taken_back() {
         .map_while(Result::ok)
         .any(|l| l.contains("starting"));
     assert!(started, "the helper did not start");
-    // Its lease made and its failed start's state dir removed: then it is killed.
+    // Its lease and the table made (the lease comes first), and its failed start's
+    // state dir removed: then it is killed.
     let deadline = Instant::now() + Duration::from_secs(120);
-    while lease_files(state.path()).len() != 1 || sandbox_dirs(dead_dir.path()) != 0 {
+    let held = || lease_files(state.path()).len() == 1 && table().is_some();
+    while !held() || sandbox_dirs(dead_dir.path()) != 0 {
         assert!(Instant::now() < deadline, "the helper never held its lease");
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -553,8 +553,9 @@ impl Runtime for LinuxRuntime {
         // reaches out any more): a destroy tried again finds no lease, and one never
         // tried again (its data dir removed by hand) leaves no network behind.
         let destroyed = destroy::destroy(self, handle);
-        net::detach(self, handle.id)?;
+        let detached = net::detach(self, handle.id);
         destroyed?;
+        detached?;
         if let Some(tethers) = &self.tethers {
             tethers.release(handle.id);
         }

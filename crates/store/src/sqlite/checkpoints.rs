@@ -5,7 +5,9 @@
 //! create's admission, so a burst of creates queued behind one). With
 //! [`Checkpoints::start`], the writer's commits only append to the WAL (no sync under
 //! `synchronous=NORMAL`), and a thread of its own checkpoints (`PASSIVE`: it never
-//! holds up a writer or a reader) every [`COMMITS`] commits, and once writes pause.
+//! holds up a writer or a reader) every [`COMMITS`] commits, and within [`IDLE`] of
+//! any fewer. Should the thread die, the writer takes SQLite's automatic checkpoint
+//! back (see [`Checkpoints::committed`]).
 //!
 //! Short-lived processes (`sandboxd run`, the CLI) keep SQLite's automatic checkpoint:
 //! a thread would not outlive them, and their own few commits rarely cross its
@@ -19,7 +21,7 @@ use std::time::Duration;
 /// Commits after which the thread checkpoints (a create's or destroy's commit writes
 /// a few pages: this keeps the WAL well under SQLite's own 1000-page threshold).
 pub(super) const COMMITS: u64 = 64;
-/// How long writes pause before the thread checkpoints what they left.
+/// How often, at most, the thread looks for commits left pending below [`COMMITS`].
 const IDLE: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
@@ -58,13 +60,19 @@ impl Checkpoints {
         })
     }
 
-    /// Counts a commit of the writer; wakes the thread every [`COMMITS`].
-    pub(super) fn committed(&self) {
+    /// Counts a commit of the writer; wakes the thread every [`COMMITS`]. False once
+    /// the thread is gone (it panicked): the writer must checkpoint on its own again.
+    pub(super) fn committed(&self) -> bool {
+        match &self.thread {
+            Some(thread) if !thread.is_finished() => {}
+            _ => return false,
+        }
         let mut state = self.shared.state.lock();
         state.pending += 1;
         if state.pending >= COMMITS {
             self.shared.wake.notify_one();
         }
+        true
     }
 }
 
@@ -78,8 +86,8 @@ impl Drop for Checkpoints {
     }
 }
 
-/// The thread: waits for [`COMMITS`] commits, or for writes to pause [`IDLE`] with
-/// some pending, then checkpoints; a last one when stopped.
+/// The thread: waits for [`COMMITS`] commits, or [`IDLE`] with some pending, then
+/// checkpoints; a last one when stopped.
 fn run(shared: &Shared, conn: &Connection) {
     loop {
         let mut state = shared.state.lock();
@@ -166,5 +174,51 @@ mod tests {
         (0..3).for_each(commit);
         wait_for(COMMITS as i64 + 3);
         drop(checkpoints);
+    }
+
+    /// Through the store as a server uses it: its writer's own checkpoint is off, and
+    /// what it writes still reaches the database file.
+    #[test]
+    fn a_stores_writes_reach_its_file_with_checkpoints_in_the_background() {
+        use crate::Store;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sandboxd.db");
+        let scratch = dir.path().join("copy");
+        let store = crate::SqliteStore::open(&path).expect("store");
+        store
+            .checkpoint_in_background()
+            .expect("background checkpoints");
+        store
+            .checkpoint_in_background()
+            .expect("a second call is none");
+        let auto: i64 = store
+            .conns
+            .write()
+            .expect("writer")
+            .query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))
+            .expect("pragma");
+        assert_eq!(auto, 0, "the writer still checkpoints inside its commits");
+        let n = COMMITS + 5;
+        for i in 0..n {
+            store
+                .set_secret("default", &format!("s{i}"), b"v")
+                .expect("write");
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let _ = std::fs::remove_file(&scratch);
+            std::fs::copy(&path, &scratch).expect("copy the database file");
+            let rows: i64 = Connection::open(&scratch)
+                .and_then(|c| c.query_row("SELECT count(*) FROM secrets", [], |r| r.get(0)))
+                .unwrap_or(-1);
+            if rows == n as i64 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{rows} of {n} secrets in the database file"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }

@@ -105,7 +105,10 @@ impl Conns {
             other => other,
         };
         if let (Ok(_), Some(checkpoints)) = (&done, self.checkpoints.get()) {
-            checkpoints.committed();
+            if !checkpoints.committed() {
+                // Its thread is gone: SQLite's own checkpoint again (1000 pages).
+                let _ = conn.pragma_update(None, "wal_autocheckpoint", 1000);
+            }
         }
         done
     }

@@ -130,12 +130,37 @@ impl HostLock {
             .into_iter()
             .filter_map(|(name, _)| {
                 let id = Uuid::parse_str(&name).ok()?;
-                let text = std::fs::read_to_string(self.lease_path(id)).ok()?;
-                let (owner, keeper) = parse_keeper(&text)?;
-                let kept = !keeper.is_absolute() || keeper.exists();
-                (!kept && !refill::owner_alive(owner)).then_some(id)
+                self.is_stray(id).then_some(id)
             })
             .collect()
+    }
+
+    /// Whether `id`'s lease is a stray (see [`HostLock::strays`]). A keeper that
+    /// cannot be looked at (relative, or an error other than its absence) keeps it.
+    fn is_stray(&self, id: Uuid) -> bool {
+        let Ok(text) = std::fs::read_to_string(self.lease_path(id)) else {
+            return false;
+        };
+        let Some((owner, keeper)) = parse_keeper(&text) else {
+            return false;
+        };
+        let gone = keeper.is_absolute() && keeper.try_exists().is_ok_and(|there| !there);
+        gone && !refill::owner_alive(owner)
+    }
+
+    /// Takes stray `id`'s lease under a name of its own (returned) for this process to
+    /// tear down, still naming the gone keeper (a teardown killed midway leaves a stray
+    /// again): a destroy or park of `id` by another process meanwhile finds no lease
+    /// and leaves it alone. `None` when it is no stray any more.
+    pub fn claim_stray(&self, id: Uuid) -> Option<Uuid> {
+        if !self.is_stray(id) {
+            return None;
+        }
+        let text = std::fs::read_to_string(self.lease_path(id)).ok()?;
+        let keeper = parse_keeper(&text).map(|(_, keeper)| keeper.to_path_buf())?;
+        let claim = Uuid::new_v4();
+        self.hand_over(id, claim, Some(&keeper)).ok()?;
+        Some(claim)
     }
 
     /// Claims the next /30 of `pool` (round-robin) no sandbox holds, for a chain with `allow_layers`
@@ -190,27 +215,16 @@ impl HostLock {
         let lease = self
             .lease(from)
             .ok_or_else(|| RuntimeError::Network(format!("spare network {from} has no lease")))?;
-        // Renamed first: a crash before the rewrite leaves the lease as it was (kept
-        // by no one's record but still one lease, never two holding one address).
-        std::fs::rename(self.lease_path(from), self.lease_path(to))
-            .map_err(|e| net_err("handing over a lease", e))?;
-        self.rewrite(to, None, keeper)?;
-        Ok(lease)
-    }
-
-    /// Rewrites `id`'s lease whole with its first line `line` (its own when `None`)
-    /// and `keeper` (see [`HostLock::allocate`]).
-    fn rewrite(
-        &self,
-        id: Uuid,
-        line: Option<String>,
-        keeper: Option<&Path>,
-    ) -> Result<(), RuntimeError> {
-        let path = self.lease_path(id);
+        // Rewritten in place first, then renamed: a failure leaves the lease where it
+        // was, and a crash between the two leaves one lease naming its new keeper.
+        let path = self.lease_path(from);
         let text = std::fs::read_to_string(&path).map_err(|e| net_err("reading a lease", e))?;
-        let line = line.unwrap_or_else(|| text.lines().next().unwrap_or_default().to_owned());
+        let line = text.lines().next().unwrap_or_default().to_owned();
         whole_file::replace(&path, &with_keeper(line, keeper))
-            .map_err(|e| net_err("recording a lease", e))
+            .map_err(|e| net_err("recording a lease", e))?;
+        std::fs::rename(&path, self.lease_path(to))
+            .map_err(|e| net_err("handing over a lease", e))?;
+        Ok(lease)
     }
 
     /// Records that `id`'s chain now has `allow_layers` allow sets (and a policy: no
@@ -220,10 +234,12 @@ impl HostLock {
             .lease(id)
             .ok_or_else(|| RuntimeError::Network(format!("sandbox {id} has no lease")))?;
         let named_after = lease.named_after.unwrap_or(id);
-        let line = format!("{} {allow_layers} {named_after}", lease.net);
-        let text = std::fs::read_to_string(self.lease_path(id)).unwrap_or_default();
-        let keeper = parse_keeper(&text).map(|(_, keeper)| keeper);
-        self.rewrite(id, Some(line), keeper)
+        let path = self.lease_path(id);
+        let text = std::fs::read_to_string(&path).map_err(|e| net_err("reading a lease", e))?;
+        // The first line anew; its owner and keeper as they were.
+        let rest = text.find('\n').map_or("", |at| &text[at..]);
+        let text = format!("{} {allow_layers} {named_after}{rest}", lease.net);
+        whole_file::replace(&path, &text).map_err(|e| net_err("recording a lease", e))
     }
 
     pub fn release(&self, id: Uuid) {
@@ -288,13 +304,11 @@ impl HostLock {
 
 /// A lease's text: its first `line`, then, for a sandbox's, this process's owner mark
 /// and the sandbox's state dir (last, to the end: a path may hold spaces).
+/// A keeper whose path is no UTF-8 is not recorded (it could not be read back as the
+/// same path, and would read as gone).
 fn with_keeper(line: String, keeper: Option<&Path>) -> String {
-    match keeper {
-        Some(dir) => format!(
-            "{line}\nowner {}\nkeeper {}",
-            refill::owner_mark(),
-            dir.display()
-        ),
+    match keeper.and_then(Path::to_str) {
+        Some(dir) => format!("{line}\nowner {}\nkeeper {dir}", refill::owner_mark()),
         None => line,
     }
 }
@@ -304,7 +318,7 @@ fn parse_keeper(text: &str) -> Option<(&str, &Path)> {
     let mut lines = text.lines().skip(1);
     let owner = lines.next()?.strip_prefix("owner ")?;
     let rest = &text[text.find("\nkeeper ")? + "\nkeeper ".len()..];
-    Some((owner, Path::new(rest)))
+    Some((owner, Path::new(rest.strip_suffix('\n').unwrap_or(rest))))
 }
 
 fn parse_lease(text: &str) -> Option<Lease> {
@@ -419,11 +433,19 @@ mod tests {
         dead(ids[5], "data/sandboxes/gone");
         // ids[2]: no keeper; ids[3], ids[4]: owner alive.
         assert_eq!(lock.strays(), vec![ids[0]]);
-        assert_eq!(lock.lease(ids[0]).expect("still a lease").net.prefix, 30);
+        // Claimed under a name of its own: the old name holds nothing any more (a
+        // destroy or park of it elsewhere finds no lease), the address is still held.
+        let net = lock.lease(ids[0]).expect("still a lease").net;
+        let claim = lock.claim_stray(ids[0]).expect("claimed");
+        assert_eq!(lock.lease(ids[0]), None);
+        assert_eq!(lock.lease(claim).expect("the claim's").net, net);
+        assert_eq!(lock.claim_stray(ids[0]), None, "claimed twice");
+        assert!(lock.strays().is_empty(), "the claimer is alive");
         // A hand-over to a parked name drops the keeper; one to a sandbox records this
         // process and the new state dir; a policy change keeps them.
         let parked = Uuid::new_v4();
-        lock.hand_over(ids[0], parked, None).expect("park");
+        dead(ids[4], &gone.display().to_string());
+        lock.hand_over(ids[4], parked, None).expect("park");
         let mut strays = lock.strays();
         assert!(strays.is_empty(), "{strays:?}");
         let taker = Uuid::new_v4();

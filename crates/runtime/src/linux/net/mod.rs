@@ -247,7 +247,8 @@ fn adopt(config: &NetConfig, id: Uuid, lease: host::Lease) -> Option<host::Lease
 /// The state dir whose existence keeps sandbox `id`'s lease once the process that made
 /// or took it is gone (see [`host::HostLock::strays`]).
 fn keeper(rt: &LinuxRuntime, id: Uuid) -> PathBuf {
-    rt.sandboxes_dir().join(id.to_string())
+    let dir = rt.sandboxes_dir().join(id.to_string());
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 /// Host side, before the sandbox's namespace exists: the lease and the sandbox's set
@@ -381,16 +382,20 @@ pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
 /// data dir was removed after its server died). No one else would: a reconcile only
 /// sees its own data dir, and such a lease kept the shared table for good.
 fn take_back_strays(config: &NetConfig) {
-    let strays = match HostLock::take(&config.state_dir) {
-        Ok(lock) => lock.strays(),
+    let claimed: Vec<(Uuid, Uuid)> = match HostLock::take(&config.state_dir) {
+        Ok(lock) => lock
+            .strays()
+            .into_iter()
+            .filter_map(|id| Some((id, lock.claim_stray(id)?)))
+            .collect(),
         Err(e) => {
             tracing::warn!(error = %e, "cannot look for networks nothing keeps");
             return;
         }
     };
-    for id in strays {
+    for (id, claim) in claimed {
         tracing::info!(%id, "removing the network of a sandbox and owner both gone");
-        teardown(config, id);
+        teardown(config, claim);
     }
 }
 

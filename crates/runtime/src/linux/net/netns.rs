@@ -28,7 +28,7 @@ pub(in crate::linux) fn wire_new(
     })?;
     let policy = policy::resolve(network, &config.resolvers);
     // The rules are in place before the link exists.
-    let lease = prepare(config, id, &policy, netns.parent())?;
+    let lease = prepare(config, id, &policy, Some(&super::keeper(rt, id)))?;
     let (ifname, _) = names(id);
     holding_new_netns(netns, |tid| link::create(&ifname, tid, &lease))?;
     crate::faults::check("network.connect")?;

@@ -20,8 +20,8 @@ const LIST_ELEM: u16 = 1;
 const ELEM_KEY: u16 = 1;
 const ELEM_FLAGS: u16 = 3;
 const ELEM_KEY_END: u16 = 10;
-/// `NFTA_DATA_VALUE`.
-const DATA_VALUE: u16 = 1;
+/// `NFTA_DATA_VALUE`, the attribute holding a key's bytes.
+pub(super) const DATA_VALUE: u16 = 1;
 /// `NFT_SET_ELEM_INTERVAL_END`.
 const INTERVAL_END: u32 = 1;
 

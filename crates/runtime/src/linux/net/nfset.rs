@@ -3,7 +3,7 @@
 //! transaction, all or nothing) of NEWSETELEM / DELSETELEM messages; a set's elements
 //! are read back with a GETSETELEM dump. No `nft` process, no GPL library.
 
-use super::nfdump::DumpedElems;
+use super::nfdump::{DumpedElems, DATA_VALUE};
 use super::nft::TABLE;
 use super::nlsock;
 use netlink_packet_core::{NetlinkMessage, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP};
@@ -18,8 +18,6 @@ use std::io;
 
 /// `NFNL_SUBSYS_NFTABLES`: the subsystem a batch's begin and end name.
 const SUBSYS_NFTABLES: u16 = 10;
-/// `NFTA_DATA_VALUE`, the attribute holding a key's bytes.
-const DATA_VALUE: u16 = 1;
 
 /// One element of set `set`: its key; for a concatenated interval set its (inclusive)
 /// end; for a plain interval set whether it ends an interval (`end`: its key is one
