@@ -176,12 +176,18 @@ impl Shared {
         make(&self.config, id, &Policy::default()).map(|_| ())
     }
 
-    /// Removes spare `id` unless another process claimed it.
+    /// Removes spare `id` unless another process claimed it. Its marker is made
+    /// unclaimable (under the host lock) before the teardown and removed only after
+    /// it: a process killed in between leaves a marker of a dead owner, which the next
+    /// sweep removes with the lease, never a lease no marker names.
     fn remove(&self, id: Uuid) {
-        let ours = HostLock::take(&self.config.state_dir)
-            .is_ok_and(|_lock| std::fs::remove_file(marker(&self.config, id)).is_ok());
+        let path = marker(&self.config, id);
+        let ours = HostLock::take(&self.config.state_dir).is_ok_and(|_lock| {
+            path.exists() && whole_file::replace(&path, &refill::owner_mark()).is_ok()
+        });
         if ours {
             super::teardown(&self.config, id);
+            let _ = std::fs::remove_file(&path);
         }
     }
 }
