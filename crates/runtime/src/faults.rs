@@ -20,6 +20,8 @@
 //! - `network.prepare`: the host side of an egress network leased and ruled;
 //! - `network.connect`: the sandbox's link made (with a host side made earlier, while
 //!   the sandbox starts), before its `resolv.conf`;
+//! - `network.reap`: the parked networks' reaper took expired ones off the list, before
+//!   it removes them (the reaper configures its points from `SANDBOXD_FAILPOINTS`);
 //! - `freeze`, `thaw`: pause and resume;
 //! - `checkpoint.quiesce`: on gVisor, the agent taken not to let go of its socket in
 //!   time for a checkpoint;

@@ -163,10 +163,13 @@ fn main() -> std::process::ExitCode {
         Command::SandboxInit(args) => init::main(args),
         Command::GvisorAgent(args) => gvisor_agent::main(args),
         Command::GvisorHostname(args) => gvisor_agent::set_hostname(args),
-        Command::NetReaper { state_dir } => report(
-            "__net-reaper",
-            sandboxd_runtime::linux::net_reaper_main(&state_dir).map_err(Into::into),
-        ),
+        Command::NetReaper { state_dir } => {
+            sandboxd_runtime::faults::from_env();
+            report(
+                "__net-reaper",
+                sandboxd_runtime::linux::net_reaper_main(&state_dir).map_err(Into::into),
+            )
+        }
         Command::Serve(args) => serve::main(args).unwrap_or_else(|err| {
             eprintln!("sandboxd serve: {err:#}");
             std::process::ExitCode::FAILURE

@@ -11,7 +11,10 @@
 //! runtime that opens the network state; a marker whose network is gone is dropped.
 //!
 //! Markers: `parked/<id>` (the id the link and chain are named after, whose lease is
-//! `leases/<id>`), its mtime the time it was parked. `reaper.lock` is held by the
+//! `leases/<id>`), its mtime the time it was parked; renamed `parked/<id>.reaping` under
+//! the host lock when the reaper takes it off the list, and removed only after its
+//! network is (so a reaper killed midway leaves it to the next, never a lease that no
+//! marker names, which nothing would take back). `reaper.lock` is held by the
 //! running reaper. Parking, taking and the reaper's decision to exit all happen under
 //! the host lock, so a network parked while a reaper exits always gets a new reaper.
 //!
@@ -57,6 +60,32 @@ pub fn linger() -> Duration {
         .map_or(DEFAULT_LINGER, Duration::from_secs)
 }
 
+/// Suffix of the marker of a parked network the reaper is removing.
+const REAPING: &str = ".reaping";
+
+fn marker(state_dir: &Path, id: Uuid) -> PathBuf {
+    dir(state_dir).join(id.to_string())
+}
+
+fn reaping_marker(state_dir: &Path, id: Uuid) -> PathBuf {
+    dir(state_dir).join(format!("{id}{REAPING}"))
+}
+
+/// The ids of the networks a reaper took off the parked list and has not removed yet
+/// (one killed midway leaves them for the next).
+fn reaping(state_dir: &Path) -> Vec<Uuid> {
+    let Ok(entries) = std::fs::read_dir(dir(state_dir)) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            Uuid::parse_str(name.strip_suffix(REAPING)?).ok()
+        })
+        .collect()
+}
+
 /// The ids of the parked networks, with when each was parked.
 fn parked(state_dir: &Path) -> Vec<(Uuid, SystemTime)> {
     let Ok(entries) = std::fs::read_dir(dir(state_dir)) else {
@@ -80,9 +109,14 @@ fn parked(state_dir: &Path) -> Vec<(Uuid, SystemTime)> {
 pub(super) fn take(config: &NetConfig, id: Uuid, keeper: &Path) -> Option<Lease> {
     let lock = HostLock::take(&config.state_dir).ok()?;
     for (name, _) in parked(&config.state_dir) {
-        let _ = std::fs::remove_file(dir(&config.state_dir).join(name.to_string()));
+        // Handed over first: a process killed between the two leaves a marker whose
+        // lease is gone (the reaper drops it), never a lease nothing names.
         match lock.hand_over(name, id, Some(keeper)) {
-            Ok(lease) => return Some(lease),
+            Ok(lease) => {
+                let _ = std::fs::remove_file(marker(&config.state_dir, name));
+                return Some(lease);
+            }
+            // Left to the reaper, which removes it (lease or not) once it has lingered.
             Err(e) => tracing::warn!(%name, error = %e, "a parked network without its lease"),
         }
     }
@@ -118,7 +152,7 @@ pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path) -> bool {
     if parkable(&lock) != Some(name) {
         return false;
     }
-    let marker = dir(&config.state_dir).join(name.to_string());
+    let marker = marker(&config.state_dir, name);
     let made =
         std::fs::create_dir_all(dir(&config.state_dir)).and_then(|()| std::fs::write(&marker, ""));
     if let Err(e) = made {
@@ -336,11 +370,12 @@ fn recorded_reaper_live(state_dir: &Path) -> bool {
 /// A runtime opening the network state: parked networks whose reaper died (killed)
 /// get a new one.
 pub(super) fn resume_reaper(state_dir: &Path, exe: &Path) {
-    if parked(state_dir).is_empty() {
+    let any = || !parked(state_dir).is_empty() || !reaping(state_dir).is_empty();
+    if !any() {
         return;
     }
     if let Ok(_lock) = HostLock::take(state_dir) {
-        if !parked(state_dir).is_empty() {
+        if any() {
             ensure_reaper(state_dir, exe);
         }
     }
@@ -364,7 +399,7 @@ pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
         let lock = HostLock::take(state_dir)?;
         let now = SystemTime::now();
         let all = parked(state_dir);
-        if all.is_empty() {
+        if all.is_empty() && reaping(state_dir).is_empty() {
             // Released under the host lock: a network parked from now on finds no
             // reaper and starts one. The name goes first: it never names a process
             // that no longer holds the lock.
@@ -373,23 +408,23 @@ pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
             return Ok(());
         }
         let age = |at: SystemTime| now.duration_since(at).unwrap_or_default();
-        let expired: Vec<Uuid> = all
-            .iter()
-            .filter(|(_, at)| age(*at) >= linger)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in &expired {
-            let _ = std::fs::remove_file(dir(state_dir).join(id.to_string()));
+        for (id, _) in all.iter().filter(|(_, at)| age(*at) >= linger) {
+            let _ = std::fs::rename(marker(state_dir, *id), reaping_marker(state_dir, *id));
         }
         let next = all
             .iter()
             .filter(|(_, at)| age(*at) < linger)
             .map(|(_, at)| linger - age(*at))
             .min();
+        let doomed = reaping(state_dir);
         drop(lock);
-        // Taken off the list under the lock: no one takes them meanwhile.
-        for id in expired {
+        crate::faults::hit("network.reap");
+        // Taken off the list under the lock: no one takes them meanwhile. Each keeps
+        // its reaping marker until its teardown is done: a reaper killed midway leaves
+        // the rest to the next (see [`resume_reaper`]), never a lease nothing names.
+        for id in doomed {
             super::teardown(&config, id);
+            let _ = std::fs::remove_file(reaping_marker(state_dir, id));
         }
         if let Some(wait) = next {
             std::thread::sleep(wait.max(Duration::from_millis(50)));

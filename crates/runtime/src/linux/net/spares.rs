@@ -8,7 +8,7 @@
 //!
 //! A one-shot process (`sandboxd run`) beside a server may [`claim`] one of the
 //! server's spares once it is made (its marker then says [`CLAIMABLE`]). Whoever
-//! removes the marker under the host lock owns the spare: the pool skips a spare whose
+//! hands its lease over and removes its marker under the host lock owns the spare: the pool skips a spare whose
 //! marker is gone, and never removes it.
 
 use super::host::{HostLock, Lease};
@@ -74,7 +74,7 @@ impl SpareNets {
                 Ok(None) => continue,
                 Err(e) => {
                     tracing::warn!(%spare, error = %e, "cannot hand over a spare network");
-                    super::teardown(&self.0.config, spare);
+                    remove(&self.0.config, spare);
                     return None;
                 }
             }
@@ -210,10 +210,15 @@ fn take_own(
     keeper: &Path,
 ) -> Result<Option<Lease>, RuntimeError> {
     let lock = HostLock::take(&config.state_dir)?;
-    if std::fs::remove_file(marker(config, spare)).is_err() {
+    let path = marker(config, spare);
+    if !path.exists() {
         return Ok(None);
     }
-    lock.hand_over(spare, id, Some(keeper)).map(Some)
+    // Handed over first: a process killed between the two leaves a marker whose lease
+    // is gone (swept), never a lease that no marker names.
+    let lease = lock.hand_over(spare, id, Some(keeper))?;
+    let _ = std::fs::remove_file(path);
+    Ok(Some(lease))
 }
 
 /// Hands a finished spare of another live process's pool (a server's, beside a
@@ -231,14 +236,16 @@ pub(super) fn claim(config: &NetConfig, id: Uuid, keeper: &Path) -> Option<Lease
         if !claimable || !refill::owner_alive(&mark) {
             continue;
         }
-        // Removed under the host lock: from now on its pool does not count it as its own.
-        if std::fs::remove_file(entry.path()).is_err() {
-            continue;
-        }
+        // Handed over, then its marker removed, under the host lock: from now on its
+        // pool does not count it as its own. One that cannot be handed over is left to
+        // its pool.
         match lock.hand_over(spare, id, Some(keeper)) {
-            Ok(lease) => return Some(lease),
+            Ok(lease) => {
+                let _ = std::fs::remove_file(entry.path());
+                return Some(lease);
+            }
             Err(e) => {
-                tracing::warn!(%spare, error = %e, "a claimed spare network without its lease")
+                tracing::warn!(%spare, error = %e, "a claimable spare network without its lease")
             }
         }
     }
