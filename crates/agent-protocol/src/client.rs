@@ -112,6 +112,11 @@ impl AgentClient {
         transport::parse(&transport::check(status, body)?)
     }
 
+    /// Opens a kept connection ahead of the first short call, unless one is kept.
+    pub async fn preconnect(&self) {
+        pool::preconnect(&self.socket).await;
+    }
+
     pub async fn health(&self) -> Result<Health, ClientError> {
         let body = transport::empty();
         self.short(Method::GET, "/v1/health", body, SMALL_ANSWER_BYTES)

@@ -59,6 +59,25 @@ pub(crate) async fn exchange(
     finish(key, sender, resp, limit).await
 }
 
+/// Opens a connection to the agent at `socket` and keeps it idle for the next short
+/// call, unless one is kept already (a new sandbox's first call then pays no connect
+/// and handshake). Nothing is sent; a failure is the next call's to meet.
+pub(crate) async fn preconnect(socket: &Path) {
+    let Some(key) = Handle::try_current().ok().map(|h| (h.id(), socket.to_owned())) else {
+        return;
+    };
+    let kept = IDLE
+        .lock()
+        .map(|idle| idle.get(&key).is_some_and(|s| s.iter().any(|s| !s.is_closed())))
+        .unwrap_or(true);
+    if kept {
+        return;
+    }
+    if let Ok(sender) = transport::open(socket).await {
+        put_back(key, sender);
+    }
+}
+
 /// Reads the body whole, then keeps the connection for the next call (not when the
 /// body failed or passed `limit`: its rest is unread, the connection is dropped).
 async fn finish(
@@ -201,6 +220,19 @@ mod tests {
             assert_eq!(client.health().await.unwrap().protocol, 1);
         }
         assert_eq!(peer.counts(), (1, 3));
+        assert_eq!(idle_count(&socket), 1);
+        peer.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_preconnected_connection_serves_the_first_call() {
+        let (_dir, socket, client) = scratch();
+        let peer = Peer::start(&socket, false);
+        client.preconnect().await;
+        client.preconnect().await; // one is kept already: no second
+        assert_eq!(idle_count(&socket), 1);
+        client.health().await.unwrap();
+        assert_eq!(peer.counts(), (1, 1), "the call went on the kept connection");
         assert_eq!(idle_count(&socket), 1);
         peer.stop().await;
     }

@@ -165,6 +165,9 @@ fn prepare_first_command() {
     }
     #[cfg(target_arch = "x86_64")]
     let _ = std::is_x86_feature_detected!("sse4.2");
+    // What every command's start reads, found out now rather than at the first one.
+    vfork::prepare();
+    spawn::may_set_oom_score();
 }
 
 /// Runs the agent on a current-thread runtime (small memory footprint); never returns.

@@ -109,6 +109,7 @@ fn start_shell(
         .stdout(stdio(&slave)?)
         .stderr(Stdio::from(slave));
     let confine = shared.config.confine.clone();
+    spawn::may_set_oom_score();
     // SAFETY: the hook runs in the forked child and only issues syscalls (setsid,
     // ioctl, open, write, close, close_range, rlimits) plus the confinement, which is prepared before fork.
     unsafe {

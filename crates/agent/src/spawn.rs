@@ -77,6 +77,7 @@ pub(crate) fn spawn(
         )
     };
     let io_err = |e: std::io::Error| error(AgentErrorCode::Io, format!("output pipe: {e}"));
+    may_set_oom_score();
     let program = Program::new(l.argv, l.env.unwrap_or(default_env), l.cwd.unwrap_or("/"))
         .map_err(spawn_failed)?;
     let null = std::fs::File::open("/dev/null").map_err(spawn_failed)?;
@@ -176,7 +177,11 @@ fn command_open_files() -> std::io::Result<()> {
 pub const COMMAND_OPEN_FILES: libc::rlim_t = 1024;
 
 /// Writes 0 to /proc/self/oom_score_adj (the agent itself runs at -1000); errors ignored.
+/// Nothing when the agent found it cannot write the file at all ([`may_set_oom_score`]).
 pub(crate) fn neutral_oom_score() {
+    if OOM_SCORE_WRITABLE.get() == Some(&false) {
+        return;
+    }
     let path = c"/proc/self/oom_score_adj";
     // SAFETY: plain open/write/close on a constant path from the forked child.
     unsafe {
@@ -186,6 +191,22 @@ pub(crate) fn neutral_oom_score() {
             libc::close(fd);
         }
     }
+}
+
+/// Whether the agent may open its `oom_score_adj` for writing (its children have its
+/// credentials): in a user namespace that does not own the file it may not, and a
+/// child's open would only fail (a path walk through /proc on every command's start).
+static OOM_SCORE_WRITABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Finds out, in the agent and once, whether children can set their OOM score (read
+/// by [`neutral_oom_score`] in each child).
+pub(crate) fn may_set_oom_score() {
+    OOM_SCORE_WRITABLE.get_or_init(|| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/proc/self/oom_score_adj")
+            .map_or_else(|e| e.kind() != std::io::ErrorKind::PermissionDenied, |_| true)
+    });
 }
 
 /// Sends `sig` to the process group led by `pid`; a vanished group is not an error.

@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::ptr;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// Stack of the child between `clone` and `execve` (a guard page sits below it), more
 /// for long argument lists: execvpe copies argv onto it to run a script by /bin/sh.
@@ -70,6 +70,8 @@ struct Job<'a> {
     program: &'a Program,
     stdio: [RawFd; 3],
     setup: &'a dyn Fn() -> io::Result<()>,
+    /// The signals the child sets back to their default action (see [`to_default`]).
+    to_default: &'a [c_int],
     errno: c_int,
 }
 
@@ -105,6 +107,7 @@ pub(crate) fn spawn(
         program,
         stdio,
         setup,
+        to_default: to_default(),
         errno: 0,
     };
     let pid = {
@@ -168,7 +171,7 @@ unsafe fn prepare_and_exec(job: &Job<'_>) -> io::Result<std::convert::Infallible
     };
     // SAFETY: plain syscalls on descriptors and strings the job keeps alive.
     unsafe {
-        default_signal_handlers();
+        default_signal_handlers(job.to_default);
         for (target, &fd) in job.stdio.iter().enumerate() {
             let target = target as c_int;
             if fd == target {
@@ -200,22 +203,43 @@ unsafe fn prepare_and_exec(job: &Job<'_>) -> io::Result<std::convert::Infallible
     Err(io::Error::last_os_error())
 }
 
-/// In the child only: resets every caught signal to its default action, and SIGPIPE (which Rust programs
-/// ignore) too, as std's `Command` does; other ignored signals stay ignored.
-fn default_signal_handlers() {
+/// The signals a child sets back to their default action: every signal the agent
+/// catches, and SIGPIPE (which Rust programs ignore), as std's `Command` does; other
+/// ignored signals stay ignored. Read once, in the agent, at its first command (the
+/// agent installs its handlers before it serves: its reaper's SIGCHLD, std's own at
+/// process start), not in each child: a look at every signal is some 70 syscalls on
+/// the path of every command's start.
+fn to_default() -> &'static [c_int] {
+    static CAUGHT: OnceLock<Vec<c_int>> = OnceLock::new();
+    CAUGHT.get_or_init(|| {
+        (1..=libc::SIGRTMAX())
+            .filter(|&sig| {
+                // SAFETY: sigaction with a null new action only reads the current one
+                // into `old`, a zeroed plain C struct we own.
+                let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+                // SAFETY: see above.
+                let read = unsafe { libc::sigaction(sig, ptr::null(), &mut old) } == 0;
+                let caught = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+                read && (caught || sig == libc::SIGPIPE)
+            })
+            .collect()
+    })
+}
+
+/// Reads what [`spawn`] needs once (the signals a child sets back to default), ahead
+/// of the first command.
+pub(crate) fn prepare() {
+    to_default();
+}
+
+/// In the child only: sets `signals` back to their default action.
+fn default_signal_handlers(signals: &[c_int]) {
     // SAFETY: sigaction on structures we own; the handlers are not called here.
     unsafe {
         let mut dfl: libc::sigaction = std::mem::zeroed();
         dfl.sa_sigaction = libc::SIG_DFL;
-        for sig in 1..=libc::SIGRTMAX() {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, ptr::null(), &mut old) != 0 {
-                continue;
-            }
-            let caught = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
-            if caught || sig == libc::SIGPIPE {
-                libc::sigaction(sig, &dfl, ptr::null_mut());
-            }
+        for &sig in signals {
+            libc::sigaction(sig, &dfl, ptr::null_mut());
         }
     }
 }

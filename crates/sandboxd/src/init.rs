@@ -1,8 +1,7 @@
 //! `sandboxd __sandbox-init`: sets up a new sandbox from inside, then becomes its agent.
 
 use clap::Args;
-use sandboxd_agent::{AgentConfig, ConfineFn};
-use std::sync::Arc;
+use sandboxd_agent::AgentConfig;
 
 #[derive(Args)]
 pub struct InitArgs {
@@ -70,32 +69,8 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
             std::process::exit(0);
         });
     }
-    let confine: ConfineFn = Arc::new(|| {
-        reset_oom_score_adj();
-        Ok(())
-    });
-    sandboxd_agent::run_blocking(
-        listener,
-        AgentConfig {
-            confine: Some(confine),
-            ..AgentConfig::default()
-        },
-    )
-}
-
-/// Commands must not inherit the agent's OOM protection (-1000): the memory cgroup's OOM
-/// killer should pick them. Raising the value needs no privilege. Runs between fork and
-/// exec, so only raw syscalls; failure is ignored (the value may never have been lowered).
-fn reset_oom_score_adj() {
-    // SAFETY: open/write/close with a static path and buffer.
-    unsafe {
-        let fd = libc::open(
-            c"/proc/self/oom_score_adj".as_ptr(),
-            libc::O_WRONLY | libc::O_CLOEXEC,
-        );
-        if fd >= 0 {
-            libc::write(fd, b"0".as_ptr().cast(), 1);
-            libc::close(fd);
-        }
-    }
+    // Commands do not inherit the agent's OOM protection: every command's start sets
+    // its score back to 0 (`sandboxd_agent`'s command defaults), so no confinement of
+    // our own is needed here.
+    sandboxd_agent::run_blocking(listener, AgentConfig::default())
 }

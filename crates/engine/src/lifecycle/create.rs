@@ -121,17 +121,25 @@ impl Engine {
         // What depends on no other create is done before admission, which creates
         // arriving together pass one at a time: the plan (a snapshot's, which a
         // snapshot delete under admission may remove, is made under it) and the disk's
-        // room.
-        let early = match req.snapshot_id {
-            None => Some(self.plan(ws, &req).await?),
-            Some(_) => None,
-        };
+        // room, measured beside the plan (each waits on a blocking thread).
         // A snapshot written meanwhile (its reservation given back) is in a later measure.
         let epoch = self.disk_reservations.epoch();
-        let space = match &early {
-            Some(plan) => Some(self.measure_disk(plan.disk_mb).await?),
-            None => None,
+        let (early, space) = match req.snapshot_id {
+            None => {
+                // A size the plan refuses is its error; nothing is measured for it.
+                let disk_mb = crate::disk::choose(req.disk_mb, None, &self.limits).unwrap_or(0);
+                let (plan, space) =
+                    tokio::join!(self.plan(ws, &req), self.measure_disk(disk_mb));
+                let plan = plan?;
+                let space = match plan.disk_mb == disk_mb {
+                    true => space?,
+                    false => self.measure_disk(plan.disk_mb).await?,
+                };
+                (Some(plan), Some(space))
+            }
+            Some(_) => (None, None),
         };
+        tm("plan made, disk measured");
         // A fork too gets the network its create asks for, under its own workspace's
         // policy: its own link, address and rules (the memory image holds none of them).
         // Read before admission, like the plan: it depends on no other create.
@@ -141,6 +149,7 @@ impl Engine {
             &req,
             self.limits.default_network,
         )?;
+        tm("network read");
         let admission = self.admission.lock().await;
         let plan = match early {
             Some(plan) => plan,
@@ -528,6 +537,10 @@ impl Engine {
         tracing::debug!(id = %e.sb.id, "create: runtime returned");
         let handle = started
             .map_err(|err| runtime_error(&format!("sandbox {} failed to start", e.sb.id), err))?;
+        // Its first command's connection, opened while the record is written and the
+        // create answered (the command then pays no connect and handshake).
+        let client = sandboxd_agent_protocol::AgentClient::new(&handle.agent_socket);
+        tokio::spawn(async move { client.preconnect().await });
         e.handle = Some(handle);
         e.sb.started_at = Some(OffsetDateTime::now_utc());
         // The create's audit entry goes with the RUNNING record: one write before the

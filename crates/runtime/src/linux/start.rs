@@ -33,7 +33,9 @@ pub(super) fn start_notifying(
     spec: &SandboxSpec,
     on_netns: OnNetns<'_>,
 ) -> Result<SandboxHandle, RuntimeError> {
+    let t0 = Instant::now();
     let (layers, pin) = rt.layer_stack(spec)?;
+    phase(spec, t0, "layers stacked");
     let warm = rt.warm.as_ref().and_then(|pool| {
         pool.take(
             (spec.disk_mb, false),
@@ -43,7 +45,15 @@ pub(super) fn start_notifying(
         )
     });
     let warm = warm.or_else(|| rt.early.as_ref().and_then(|early| early.take(spec.disk_mb)));
-    start_with(rt, spec, layers, pin, warm, on_netns)
+    phase(spec, t0, "warm taken");
+    let started = start_with(rt, spec, layers, pin, warm, on_netns);
+    phase(spec, t0, "started");
+    started
+}
+
+/// Logs (debug) that the start of `spec` reached `name`, `t0` its beginning.
+fn phase(spec: &SandboxSpec, t0: Instant, name: &str) {
+    tracing::debug!(id = %spec.id, phase = name, ms = t0.elapsed().as_secs_f64() * 1e3, "start steps");
 }
 
 /// Starts a sandbox over `layers` (its [`LinuxRuntime::layer_stack`]) from `warm` if
@@ -143,9 +153,12 @@ fn start_in(
         isolation: Default::default(),
     };
     let mut init: Option<Child> = None;
-    let launched = pin
-        .write(&handle.state_dir)
-        .and_then(|()| launch(rt, spec, layers, &mut handle, &mut init, warm, on_netns));
+    let t0 = Instant::now();
+    let launched = pin.write(&handle.state_dir).and_then(|()| {
+        phase(spec, t0, "pin written");
+        launch(rt, spec, layers, &mut handle, &mut init, warm, on_netns)
+    });
+    phase(spec, t0, "launched");
     match launched {
         Ok(()) => Ok(handle),
         Err(e) => {
@@ -183,7 +196,9 @@ fn launch(
         Some(w) if w.parked.is_some() => {
             super::unpark::unpark(rt, spec, handle, w)?;
             tm("ready (parked)");
-            return finish(handle);
+            let finished = finish(handle);
+            tm("handle written");
+            return finished;
         }
         other => other,
     };

@@ -288,6 +288,7 @@ impl Maker {
             .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
         expect(ours, &log, |m| matches!(m, Msg::Ready).then_some(()))?;
         let _ = child.wait(); // the intermediate exits once it has reported
+        super::first_command::run(&dir.join("agent.sock"));
         let ticks = sys::proc_stat(pid1)
             .map(|(_, t)| t)
             .ok_or_else(|| RuntimeError::AgentStart("the parked PID 1 exited".into()))?;

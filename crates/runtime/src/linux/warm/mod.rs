@@ -21,6 +21,7 @@
 mod demand;
 mod early;
 mod entry;
+mod first_command;
 mod images;
 pub(super) use images::still_stacks;
 
