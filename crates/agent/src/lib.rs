@@ -168,6 +168,7 @@ fn prepare_first_command() {
     // What every command's start reads, found out now rather than at the first one.
     vfork::prepare();
     spawn::may_set_oom_score();
+    let _ = spawn::dev_null();
 }
 
 /// Runs the agent on a current-thread runtime (small memory footprint); never returns.

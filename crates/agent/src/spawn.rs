@@ -80,7 +80,7 @@ pub(crate) fn spawn(
     may_set_oom_score();
     let program = Program::new(l.argv, l.env.unwrap_or(default_env), l.cwd.unwrap_or("/"))
         .map_err(spawn_failed)?;
-    let null = std::fs::File::open("/dev/null").map_err(spawn_failed)?;
+    let null = dev_null().map_err(spawn_failed)?;
     let (out_rx, out_tx) = pipe2(OFlag::O_CLOEXEC).map_err(|e| io_err(e.into()))?;
     let (err_rx, err_tx) = pipe2(OFlag::O_CLOEXEC).map_err(|e| io_err(e.into()))?;
     let stdio = [null.as_raw_fd(), out_tx.as_raw_fd(), err_tx.as_raw_fd()];
@@ -102,13 +102,24 @@ pub(crate) fn spawn(
     })
     .map_err(spawn_failed)?;
     // Our copies of the child's ends go now: the pipes reach EOF when the child's do.
-    drop((null, out_tx, err_tx));
+    drop((out_tx, err_tx));
     Ok(Spawned {
         pid,
         stdout: pipe::Receiver::from_owned_fd(out_rx).map_err(io_err)?,
         stderr: pipe::Receiver::from_owned_fd(err_rx).map_err(io_err)?,
         exit,
     })
+}
+
+/// `/dev/null`, every command's stdin: opened once (close-on-exec) and kept, rather than
+/// opened for each command.
+pub(crate) fn dev_null() -> std::io::Result<&'static std::fs::File> {
+    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    if let Some(null) = NULL.get() {
+        return Ok(null);
+    }
+    let null = std::fs::File::open("/dev/null")?;
+    Ok(NULL.get_or_init(|| null))
 }
 
 /// What every command starts with, set in the child before its confinement: only
