@@ -63,12 +63,18 @@ pub(crate) async fn exchange(
 /// call, unless one is kept already (a new sandbox's first call then pays no connect
 /// and handshake). Nothing is sent; a failure is the next call's to meet.
 pub(crate) async fn preconnect(socket: &Path) {
-    let Some(key) = Handle::try_current().ok().map(|h| (h.id(), socket.to_owned())) else {
+    let Some(key) = Handle::try_current()
+        .ok()
+        .map(|h| (h.id(), socket.to_owned()))
+    else {
         return;
     };
     let kept = IDLE
         .lock()
-        .map(|idle| idle.get(&key).is_some_and(|s| s.iter().any(|s| !s.is_closed())))
+        .map(|idle| {
+            idle.get(&key)
+                .is_some_and(|s| s.iter().any(|s| !s.is_closed()))
+        })
         .unwrap_or(true);
     if kept {
         return;
@@ -232,7 +238,11 @@ mod tests {
         client.preconnect().await; // one is kept already: no second
         assert_eq!(idle_count(&socket), 1);
         client.health().await.unwrap();
-        assert_eq!(peer.counts(), (1, 1), "the call went on the kept connection");
+        assert_eq!(
+            peer.counts(),
+            (1, 1),
+            "the call went on the kept connection"
+        );
         assert_eq!(idle_count(&socket), 1);
         peer.stop().await;
     }

@@ -210,13 +210,28 @@ pub(crate) fn neutral_oom_score() {
 static OOM_SCORE_WRITABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// Finds out, in the agent and once, whether children can set their OOM score (read
-/// by [`neutral_oom_score`] in each child).
+/// by [`neutral_oom_score`] in each child). When they cannot while the agent is
+/// protected, its commands keep that protection: said once, as a warning.
 pub(crate) fn may_set_oom_score() {
     OOM_SCORE_WRITABLE.get_or_init(|| {
-        std::fs::OpenOptions::new()
+        let writable = std::fs::OpenOptions::new()
             .write(true)
             .open("/proc/self/oom_score_adj")
-            .map_or_else(|e| e.kind() != std::io::ErrorKind::PermissionDenied, |_| true)
+            .map_or_else(
+                |e| e.kind() != std::io::ErrorKind::PermissionDenied,
+                |_| true,
+            );
+        let protected = std::fs::read_to_string("/proc/self/oom_score_adj")
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .is_some_and(|adj| adj < 0);
+        if !writable && protected {
+            tracing::warn!(
+                "commands cannot set their OOM score back to 0: they keep the agent's \
+                 protection from the OOM killer"
+            );
+        }
+        writable
     });
 }
 

@@ -110,6 +110,11 @@ pub(crate) fn spawn(
         to_default: to_default(),
         errno: 0,
     };
+    debug_assert_eq!(
+        job.to_default,
+        read_to_default().as_slice(),
+        "a handler came late"
+    );
     let pid = {
         // Signals stay blocked until the child has reset every handler: a handler of
         // the agent must never run on the child's stack in the shared address space.
@@ -205,25 +210,29 @@ unsafe fn prepare_and_exec(job: &Job<'_>) -> io::Result<std::convert::Infallible
 
 /// The signals a child sets back to their default action: every signal the agent
 /// catches, and SIGPIPE (which Rust programs ignore), as std's `Command` does; other
-/// ignored signals stay ignored. Read once, in the agent, at its first command (the
-/// agent installs its handlers before it serves: its reaper's SIGCHLD, std's own at
-/// process start), not in each child: a look at every signal is some 70 syscalls on
-/// the path of every command's start.
+/// ignored signals stay ignored. Read once, in the agent, before it serves (or at its
+/// first command), not in each child: a look at every signal is some 70 syscalls on the
+/// path of every command's start. The agents install their handlers before that (the
+/// reaper's SIGCHLD, std's own at process start, the gVisor agent's SIGUSR1/SIGUSR2);
+/// debug builds check at each spawn that none came later.
 fn to_default() -> &'static [c_int] {
     static CAUGHT: OnceLock<Vec<c_int>> = OnceLock::new();
-    CAUGHT.get_or_init(|| {
-        (1..=libc::SIGRTMAX())
-            .filter(|&sig| {
-                // SAFETY: sigaction with a null new action only reads the current one
-                // into `old`, a zeroed plain C struct we own.
-                let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-                // SAFETY: see above.
-                let read = unsafe { libc::sigaction(sig, ptr::null(), &mut old) } == 0;
-                let caught = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
-                read && (caught || sig == libc::SIGPIPE)
-            })
-            .collect()
-    })
+    CAUGHT.get_or_init(read_to_default)
+}
+
+/// [`to_default`] as the dispositions are now.
+fn read_to_default() -> Vec<c_int> {
+    (1..=libc::SIGRTMAX())
+        .filter(|&sig| {
+            // SAFETY: sigaction with a null new action only reads the current one
+            // into `old`, a zeroed plain C struct we own.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: see above.
+            let read = unsafe { libc::sigaction(sig, ptr::null(), &mut old) } == 0;
+            let caught = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+            read && (caught || sig == libc::SIGPIPE)
+        })
+        .collect()
 }
 
 /// Reads what [`spawn`] needs once (the signals a child sets back to default), ahead

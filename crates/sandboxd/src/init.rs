@@ -69,8 +69,7 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
             std::process::exit(0);
         });
     }
-    // Commands do not inherit the agent's OOM protection: every command's start sets
-    // its score back to 0 (`sandboxd_agent`'s command defaults), so no confinement of
-    // our own is needed here.
+    // Every command's start sets its OOM score back to 0 (`sandboxd_agent`'s command
+    // defaults) where it can; the agent warns when it cannot (see `may_set_oom_score`).
     sandboxd_agent::run_blocking(listener, AgentConfig::default())
 }

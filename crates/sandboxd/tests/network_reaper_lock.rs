@@ -207,7 +207,10 @@ fn networks_a_killed_reaper_was_removing_are_removed_by_the_next() {
     reaper.kill().expect("kill the reaper");
     reaper.wait().expect("reap the reaper");
     assert_eq!(leases().len(), 1, "the paused reaper removed the lease");
-    assert!(netns_common::table().is_some(), "the paused reaper removed the table");
+    assert!(
+        netns_common::table().is_some(),
+        "the paused reaper removed the table"
+    );
 
     // The next runtime opening the state starts a reaper that finishes the job.
     std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");

@@ -128,14 +128,11 @@ impl Engine {
             None => {
                 // A size the plan refuses is its error; nothing is measured for it.
                 let disk_mb = crate::disk::choose(req.disk_mb, None, &self.limits).unwrap_or(0);
-                let (plan, space) =
-                    tokio::join!(self.plan(ws, &req), self.measure_disk(disk_mb));
+                let (plan, space) = tokio::join!(self.plan(ws, &req), self.measure_disk(disk_mb));
                 let plan = plan?;
-                let space = match plan.disk_mb == disk_mb {
-                    true => space?,
-                    false => self.measure_disk(plan.disk_mb).await?,
-                };
-                (Some(plan), Some(space))
+                // The plan chose the same size (`disk::choose`, no snapshot's to inherit).
+                debug_assert_eq!(plan.disk_mb, disk_mb);
+                (Some(plan), Some(space?))
             }
             Some(_) => (None, None),
         };

@@ -146,7 +146,7 @@ pub(super) fn start(
         if let Some(warm) = wired::take(rt, spec, &layers, &policy) {
             let started = super::start::start_with(rt, spec, layers, pin, Some(warm), None);
             if started.is_err() {
-                teardown(config, spec.id);
+                let _ = teardown(config, spec.id);
                 unmark_if_gone(rt, spec.id);
             }
             tm("started wired");
@@ -238,7 +238,7 @@ fn adopt(config: &NetConfig, id: Uuid, lease: host::Lease) -> Option<host::Lease
         Ok(()) => Some(lease),
         Err(e) => {
             tracing::warn!(%id, error = %e, "cannot give a taken network this process's resolvers");
-            teardown(config, id);
+            let _ = teardown(config, id);
             None
         }
     }
@@ -369,7 +369,7 @@ pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
     match rt.network.as_ref() {
         Some(config) => {
             if !(rt.park_networks && parked::park(config, id, &rt.config.init_exe)) {
-                teardown(config, id);
+                let _ = teardown(config, id);
             }
             Ok(())
         }
@@ -395,7 +395,7 @@ fn take_back_strays(config: &NetConfig) {
     };
     for (id, claim) in claimed {
         tracing::info!(%id, "removing the network of a sandbox and owner both gone");
-        teardown(config, claim);
+        let _ = teardown(config, claim);
     }
 }
 
@@ -403,7 +403,7 @@ fn take_back_strays(config: &NetConfig) {
 /// (an orphan's): removed, not parked (its link and entries may be half made).
 pub(super) fn remove_unstarted(rt: &LinuxRuntime, id: Uuid) {
     if let Some(config) = rt.network.as_ref() {
-        teardown(config, id);
+        let _ = teardown(config, id);
     }
 }
 
@@ -421,8 +421,9 @@ fn unmark_if_gone(rt: &LinuxRuntime, id: Uuid) {
 ///
 /// The link and rules are removed without the host lock (its lease keeps its addresses
 /// and the table until it is released, under that lock), except for the host's last
-/// lease, whose rules go with the table.
-fn teardown(config: &NetConfig, id: Uuid) {
+/// lease, whose rules go with the table. False when the lease may still be there (the
+/// host lock could not be taken): a marker that names it must then stay.
+fn teardown(config: &NetConfig, id: Uuid) -> bool {
     let lock = |what| match HostLock::take(&config.state_dir) {
         Ok(lock) => Some(lock),
         Err(e) => {
@@ -431,13 +432,13 @@ fn teardown(config: &NetConfig, id: Uuid) {
         }
     };
     let Some(held) = lock("read a lease") else {
-        return;
+        return false;
     };
     let Some(lease) = held.lease(id) else {
         // None, or a file a writer killed mid-write left (of an older version, which
         // wrote leases in place): it names nothing to tear down, and must not stay.
         held.release(id);
-        return;
+        return true;
     };
     let (ifname, _) = lease_names(id, &lease);
     // The last lease on the host: deleting the table removes the elements too (one
@@ -447,7 +448,7 @@ fn teardown(config: &NetConfig, id: Uuid) {
         conntrack::forget_logged(lease.sandbox());
         held.release(id);
         held.tidy_if_unused();
-        return;
+        return true;
     }
     drop(held);
     link::delete(&ifname);
@@ -461,9 +462,13 @@ fn teardown(config: &NetConfig, id: Uuid) {
         }
         Err(e) => tracing::error!(%id, error = %e, "cannot lock the rules to remove a network's"),
     }
-    if let Some(lock) = lock("release a lease") {
-        lock.release(id);
-        lock.tidy_if_unused();
+    match lock("release a lease") {
+        Some(lock) => {
+            lock.release(id);
+            lock.tidy_if_unused();
+            true
+        }
+        None => false,
     }
 }
 

@@ -423,12 +423,14 @@ pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
         // its reaping marker until its teardown is done: a reaper killed midway leaves
         // the rest to the next (see [`resume_reaper`]), never a lease nothing names.
         for id in doomed {
-            super::teardown(&config, id);
-            let _ = std::fs::remove_file(reaping_marker(state_dir, id));
+            if super::teardown(&config, id) {
+                let _ = std::fs::remove_file(reaping_marker(state_dir, id));
+            }
         }
-        if let Some(wait) = next {
-            std::thread::sleep(wait.max(Duration::from_millis(50)));
-        }
+        // At least a moment between rounds: a marker that cannot be renamed or
+        // removed is tried again, not spun on.
+        let wait = next.unwrap_or_default();
+        std::thread::sleep(wait.max(Duration::from_millis(50)));
     }
 }
 

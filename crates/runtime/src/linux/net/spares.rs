@@ -7,9 +7,10 @@
 //! and start time; a runtime opening the network state removes spares whose owner died.
 //!
 //! A one-shot process (`sandboxd run`) beside a server may [`claim`] one of the
-//! server's spares once it is made (its marker then says [`CLAIMABLE`]). Whoever
-//! hands its lease over and removes its marker under the host lock owns the spare: the pool skips a spare whose
-//! marker is gone, and never removes it.
+//! server's spares once it is made (its marker then says [`CLAIMABLE`]). Whoever hands
+//! its lease over and removes its marker under the host lock owns the spare: the pool
+//! skips a spare whose marker is gone, and never removes it. A marker goes only once its
+//! network is torn down (or handed over): never a lease that no marker names.
 
 use super::host::{HostLock, Lease};
 use super::policy::Policy;
@@ -74,7 +75,9 @@ impl SpareNets {
                 Ok(None) => continue,
                 Err(e) => {
                     tracing::warn!(%spare, error = %e, "cannot hand over a spare network");
-                    remove(&self.0.config, spare);
+                    // Made unclaimable under the host lock first: no run claims it
+                    // while it is torn down.
+                    self.0.remove(spare);
                     return None;
                 }
             }
@@ -185,8 +188,7 @@ impl Shared {
         let ours = HostLock::take(&self.config.state_dir).is_ok_and(|_lock| {
             path.exists() && whole_file::replace(&path, &refill::owner_mark()).is_ok()
         });
-        if ours {
-            super::teardown(&self.config, id);
+        if ours && super::teardown(&self.config, id) {
             let _ = std::fs::remove_file(&path);
         }
     }
@@ -280,8 +282,9 @@ pub(super) fn hand_over(
 
 /// Removes spare `id`'s link, chain, lease and marker.
 pub(super) fn remove(config: &NetConfig, id: Uuid) {
-    super::teardown(config, id);
-    let _ = std::fs::remove_file(marker(config, id));
+    if super::teardown(config, id) {
+        let _ = std::fs::remove_file(marker(config, id));
+    }
 }
 
 /// Removes the spares whose owning process is gone.
@@ -301,8 +304,7 @@ fn sweep_stale(config: &NetConfig) {
             continue;
         };
         let owner = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        if !refill::owner_alive(&owner) {
-            super::teardown(config, id);
+        if !refill::owner_alive(&owner) && super::teardown(config, id) {
             let _ = std::fs::remove_file(entry.path());
         }
     }

@@ -77,7 +77,7 @@ pub(in crate::linux) fn take(
         Ok(()) => Some(warm),
         Err(e) => {
             tracing::warn!(id = %spec.id, error = %e, "cannot take a wired warm init's network");
-            super::teardown(config, spec.id);
+            let _ = super::teardown(config, spec.id);
             pool.discard(warm);
             None
         }
