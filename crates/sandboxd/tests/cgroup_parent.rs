@@ -207,3 +207,44 @@ fn a_maker_that_dies() {
     assert!(parent_dirs(&rt).iter().all(|d| d.is_dir()), "made");
     std::mem::forget(rt);
 }
+
+/// Opening a runtime while another process removes the empty parent (a run ending
+/// beside it) succeeds: the CI once saw `sandboxd run` fail with "resolving the cgroup
+/// parent …: No such file or directory" when the parent went between its making and
+/// its resolving.
+#[test]
+fn detecting_the_parent_while_another_removes_it_empty_succeeds() {
+    let parent = fresh_parent();
+    let dirs: Vec<PathBuf> = ["cpu", "cpuacct", "memory", "pids", "freezer"]
+        .iter()
+        .map(|c| Path::new("/sys/fs/cgroup").join(c).join(&parent))
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let remover = {
+        let (stop, dirs) = (stop.clone(), dirs.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for dir in &dirs {
+                    let _ = std::fs::remove_dir(dir);
+                }
+            }
+        })
+    };
+    let mut failures = Vec::new();
+    for _ in 0..3000 {
+        if let Err(e) = sandboxd_runtime::linux::Cgroups::detect(&parent) {
+            failures.push(e.to_string());
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    remover.join().expect("remover");
+    for dir in &dirs {
+        let _ = std::fs::remove_dir(dir);
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of 3000 detections failed, first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+}

@@ -38,6 +38,22 @@ fn write(path: &Path, value: &str) -> Result<(), RuntimeError> {
     std::fs::write(path, value).map_err(io("writing a cgroup file", path))
 }
 
+/// Makes our parent dir if missing. Another runtime may remove it, empty, at any
+/// moment: `create_dir_all` then fails with "exists" for a dir gone by the time it
+/// looks, so that is tried again.
+fn make_parent_dir(dir: &Path) -> Result<(), RuntimeError> {
+    let mut made = std::fs::create_dir_all(dir);
+    for _ in 0..8 {
+        match &made {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                made = std::fs::create_dir_all(dir)
+            }
+            _ => break,
+        }
+    }
+    made.map_err(io("creating the cgroup parent", dir))
+}
+
 fn read_u64(path: &Path) -> Option<u64> {
     std::fs::read_to_string(path)
         .ok()?
@@ -65,6 +81,7 @@ impl Cgroups {
             return Ok((cgroups, made));
         }
         let mut parents = Vec::new();
+        let mut hierarchies: Vec<PathBuf> = Vec::new();
         let mut made = false;
         for ctrl in V1_CONTROLLERS {
             let mount = root.join(ctrl);
@@ -73,19 +90,20 @@ impl Cgroups {
                     "cgroup v1 controller {ctrl} is not mounted"
                 )));
             }
+            // cpu and cpuacct are often one hierarchy (a link to `cpu,cpuacct`): keep a
+            // single entry per real hierarchy. The hierarchy's root is resolved, never
+            // our parent: another runtime may remove that, empty, at any moment.
+            let real = mount
+                .canonicalize()
+                .map_err(io("resolving the cgroup hierarchy", &mount))?;
+            if hierarchies.contains(&real) {
+                continue;
+            }
             let dir = mount.join(parent);
             made |= !dir.exists();
-            std::fs::create_dir_all(&dir).map_err(io("creating the cgroup parent", &dir))?;
-            // cpu and cpuacct are often one hierarchy: keep a single entry per real dir.
-            let real = dir
-                .canonicalize()
-                .map_err(io("resolving the cgroup parent", &dir))?;
-            if !parents
-                .iter()
-                .any(|(_, p): &(&str, PathBuf)| p.canonicalize().ok().as_ref() == Some(&real))
-            {
-                parents.push((ctrl, dir));
-            }
+            make_parent_dir(&dir)?;
+            hierarchies.push(real);
+            parents.push((ctrl, dir));
         }
         Ok((Cgroups::V1 { parents }, made))
     }
@@ -93,9 +111,23 @@ impl Cgroups {
     /// Makes our parent dir(s) (again: another process may have removed them empty).
     fn make_parent(&self) -> Result<(), RuntimeError> {
         for dir in self.parents() {
-            std::fs::create_dir_all(dir).map_err(io("creating the cgroup parent", dir))?;
+            make_parent_dir(dir)?;
             if let Cgroups::V2 { .. } = self {
-                write(&dir.join("cgroup.subtree_control"), "+cpu +memory +pids")?;
+                let control = dir.join("cgroup.subtree_control");
+                let mut written = write(&control, "+cpu +memory +pids");
+                // Removed (empty) by another runtime between the two: made again.
+                for _ in 0..8 {
+                    match &written {
+                        Err(RuntimeError::Io { source, .. })
+                            if source.kind() == std::io::ErrorKind::NotFound =>
+                        {
+                            make_parent_dir(dir)?;
+                            written = write(&control, "+cpu +memory +pids");
+                        }
+                        _ => break,
+                    }
+                }
+                written?;
             }
         }
         Ok(())
