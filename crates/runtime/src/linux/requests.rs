@@ -111,17 +111,20 @@ fn pin(cg: &Cgroups, id: Uuid, n: u32) -> Result<Vec<u32>, RuntimeError> {
         )));
     }
     let chosen: Vec<u32> = free.into_iter().take(n as usize).collect();
-    let root = Path::new(CPUSET_ROOT);
-    if !parent.exists() {
-        std::fs::create_dir(&parent).map_err(io("creating the cpuset parent", &parent))?;
-    }
-    for file in ["cpuset.cpus", "cpuset.mems"] {
-        let value = std::fs::read_to_string(root.join(file))
-            .map_err(io("reading the root cpuset", root))?;
-        write(&parent.join(file), value.trim())?;
-    }
     let dir = parent.join(id.to_string());
-    std::fs::create_dir(&dir).map_err(io("creating a sandbox cpuset", &dir))?;
+    // Another runtime may remove the parent, empty, until our dir is in it: again then.
+    let mut made = make_pinned_dir(&parent, &dir);
+    for _ in 0..8 {
+        match &made {
+            Err(RuntimeError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                made = make_pinned_dir(&parent, &dir)
+            }
+            _ => break,
+        }
+    }
+    made?;
     let mems = std::fs::read_to_string(parent.join("cpuset.mems")).unwrap_or_default();
     write(&dir.join("cpuset.mems"), mems.trim())?;
     write(&dir.join("cpuset.cpus"), &format_cpus(&chosen))?;
@@ -139,6 +142,23 @@ fn pin(cg: &Cgroups, id: Uuid, n: u32) -> Result<Vec<u32>, RuntimeError> {
         }
     }
     Ok(chosen)
+}
+
+/// Makes the cpuset parent (if missing) with the root's CPUs and nodes, and `dir` in it.
+fn make_pinned_dir(parent: &Path, dir: &Path) -> Result<(), RuntimeError> {
+    let root = Path::new(CPUSET_ROOT);
+    match std::fs::create_dir(parent) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(io("creating the cpuset parent", parent)(e))
+        }
+        _ => {}
+    }
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let value = std::fs::read_to_string(root.join(file))
+            .map_err(io("reading the root cpuset", root))?;
+        write(&parent.join(file), value.trim())?;
+    }
+    std::fs::create_dir(dir).map_err(io("creating a sandbox cpuset", dir))
 }
 
 fn procs(file: &Path) -> BTreeSet<i32> {
