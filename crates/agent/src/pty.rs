@@ -133,6 +133,7 @@ fn start_shell(
             format!("cannot start a shell: {e}"),
         )
     })?;
+    spawn::neutral_oom_score_of(child.id());
     // Dropping the command closes our copies of the slave: only the shell and what it
     // starts hold it.
     drop(cmd);

@@ -101,6 +101,7 @@ pub(crate) fn spawn(
         Ok((pid as u32, pid))
     })
     .map_err(spawn_failed)?;
+    neutral_oom_score_of(pid);
     // Our copies of the child's ends go now: the pipes reach EOF when the child's do.
     drop((out_tx, err_tx));
     Ok(Spawned {
@@ -187,8 +188,9 @@ fn command_open_files() -> std::io::Result<()> {
 /// The soft open-files limit a command starts with (as on most Linux logins).
 pub const COMMAND_OPEN_FILES: libc::rlim_t = 1024;
 
-/// Writes 0 to /proc/self/oom_score_adj (the agent itself runs at -1000); errors ignored.
-/// Nothing when the agent found it cannot write the file at all ([`may_set_oom_score`]).
+/// Writes 0 to /proc/self/oom_score_adj (the agent itself runs at -1000), in a child
+/// before its exec; errors ignored. Nothing when the agent found it cannot write the
+/// file at all ([`may_set_oom_score`]): [`neutral_oom_score_of`] does it after the exec.
 pub(crate) fn neutral_oom_score() {
     if OOM_SCORE_WRITABLE.get() == Some(&false) {
         return;
@@ -204,34 +206,47 @@ pub(crate) fn neutral_oom_score() {
     }
 }
 
+/// After a command's exec (`pid` runs its own program), sets its OOM score to 0 from
+/// the agent when the command could not do it itself before its exec (see
+/// [`may_set_oom_score`]); errors ignored (the command may be gone already).
+///
+/// A command's `/proc/<pid>` files belong to the agent's credentials until its exec
+/// (it shares or copies the agent's non-dumpable memory, whose owner is the host's
+/// root when the init was started outside the sandbox's user namespace); after its
+/// exec they are the command's, and the agent, root of the sandbox, may write them.
+/// Raising a score needs no privilege. The command runs at the agent's score from its
+/// exec until this write: a few microseconds, a program that forks in its very first
+/// instructions could hand that score on.
+pub(crate) fn neutral_oom_score_of(pid: u32) {
+    if OOM_SCORE_WRITABLE.get() != Some(&false) {
+        return;
+    }
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/oom_score_adj"))
+    {
+        let _ = std::io::Write::write_all(&mut file, b"0");
+    }
+}
+
 /// Whether the agent may open its `oom_score_adj` for writing (its children have its
-/// credentials): in a user namespace that does not own the file it may not, and a
-/// child's open would only fail (a path walk through /proc on every command's start).
+/// credentials until their exec): in a user namespace that does not own the file it
+/// may not, and a child's open would only fail (a path walk through /proc on every
+/// command's start); the agent sets the score after the exec instead.
 static OOM_SCORE_WRITABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
-/// Finds out, in the agent and once, whether children can set their OOM score (read
-/// by [`neutral_oom_score`] in each child). When they cannot while the agent is
-/// protected, its commands keep that protection: said once, as a warning.
+/// Finds out, in the agent and once, whether children can set their OOM score before
+/// their exec (read by [`neutral_oom_score`] in each child, and by
+/// [`neutral_oom_score_of`] after it).
 pub(crate) fn may_set_oom_score() {
     OOM_SCORE_WRITABLE.get_or_init(|| {
-        let writable = std::fs::OpenOptions::new()
+        std::fs::OpenOptions::new()
             .write(true)
             .open("/proc/self/oom_score_adj")
             .map_or_else(
                 |e| e.kind() != std::io::ErrorKind::PermissionDenied,
                 |_| true,
-            );
-        let protected = std::fs::read_to_string("/proc/self/oom_score_adj")
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-            .is_some_and(|adj| adj < 0);
-        if !writable && protected {
-            tracing::warn!(
-                "commands cannot set their OOM score back to 0: they keep the agent's \
-                 protection from the OOM killer"
-            );
-        }
-        writable
+            )
     });
 }
 

@@ -69,7 +69,7 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
             std::process::exit(0);
         });
     }
-    // Every command's start sets its OOM score back to 0 (`sandboxd_agent`'s command
-    // defaults) where it can; the agent warns when it cannot (see `may_set_oom_score`).
+    // Every command's OOM score goes back to 0 (`sandboxd_agent`'s command defaults
+    // before its exec where it can, the agent after it where it cannot).
     sandboxd_agent::run_blocking(listener, AgentConfig::default())
 }

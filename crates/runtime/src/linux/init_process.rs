@@ -17,12 +17,24 @@ const SYNC_FD: i32 = 3;
 /// How long one handshake step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Sets the init's (so the agent's) `oom_score_adj` to -1000 so the memory cgroup's OOM
+/// Sets the init's (so the agent's) OOM score to -1000 so the memory cgroup's OOM
 /// killer picks commands, not the agent. Hosts that deny us CAP_SYS_RESOURCE (some
 /// containers) cannot lower it: that is logged, not fatal.
+///
+/// Written through the legacy `oom_adj` (-17, which the kernel stores as an
+/// `oom_score_adj` of -1000): a privileged write of `oom_score_adj` would also lower
+/// the floor a process may later set itself (`oom_score_adj_min`), which every command
+/// inherits, so a tenant's command could make itself unkillable again after the agent
+/// set it to 0. The legacy file leaves the floor where it was. The kernel logs once
+/// per boot that `oom_adj` is deprecated; where it is gone, `oom_score_adj` is used.
 pub(super) fn protect_from_oom(pid: i32) -> Result<(), RuntimeError> {
-    let adj = PathBuf::from(format!("/proc/{pid}/oom_score_adj"));
-    match std::fs::write(&adj, "-1000") {
+    let legacy = PathBuf::from(format!("/proc/{pid}/oom_adj"));
+    let (adj, value) = if legacy.exists() {
+        (legacy, "-17")
+    } else {
+        (PathBuf::from(format!("/proc/{pid}/oom_score_adj")), "-1000")
+    };
+    match std::fs::write(&adj, value) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             tracing::warn!(
