@@ -206,3 +206,31 @@ fn a_cgroup_parent_that_is_a_path_is_refused() {
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     assert!(stderr.contains("SANDBOXD_CGROUP_PARENT"), "{stderr}");
 }
+
+/// After each run (its teardown waited for), the database's WAL is short: the next run
+/// opens the database alone and reads every frame of it before its first statement.
+#[test]
+fn runs_keep_the_databases_log_short() {
+    /// The store's bound (64 frames of 4096-byte pages and their 24-byte headers).
+    const MAX_WAL_BYTES: u64 = 64 * (4096 + 24);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    for n in 0..4 {
+        let out = Command::new(serve_bin::BIN)
+            .args(["run", "--wait-cleanup", "--network", "none", "--data-dir"])
+            .arg(&data)
+            .args(["--", "/bin/true"])
+            .env_remove("SANDBOXD_DATA_DIR")
+            .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run sandboxd run");
+        assert!(out.status.success(), "run {n}: {out:?}");
+        let wal = std::fs::metadata(data.join("sandboxd.db-wal")).map_or(0, |m| m.len());
+        assert!(
+            wal <= MAX_WAL_BYTES,
+            "after run {n} the WAL holds {wal} bytes ({} frames)",
+            wal / (4096 + 24)
+        );
+    }
+}

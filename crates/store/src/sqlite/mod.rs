@@ -89,6 +89,16 @@ impl SqliteStore {
         self.conns.checkpoint_in_background()
     }
 
+    /// For a short-lived process (`sandboxd run`) once its writes are done: when the
+    /// WAL has grown past a few dozen pages, checkpoints it into the database and
+    /// truncates it (a few syncs), unless another connection is busy with the database
+    /// (then nothing). The next process to open the database alone rebuilds the WAL's
+    /// index from every frame in it, on its way to its first statement; this keeps that
+    /// small. True when it trimmed.
+    pub fn trim_wal(&self) -> StoreResult<bool> {
+        self.conns.trim_wal()
+    }
+
     /// Readers idle now, ready for the next read.
     pub fn idle_readers(&self) -> usize {
         self.conns.idle_readers()
