@@ -5,7 +5,7 @@ mod common;
 mod fakenet;
 
 use common::{agent_sh, runtime};
-use fakenet::{FakeNet, PROBE};
+use fakenet::{FakeNet, DNS_PROBE, PROBE};
 use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime, SandboxHandle};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -230,4 +230,31 @@ fn a_destroyed_sandboxs_tracked_connections_are_forgotten() {
         Vec::<String>::new(),
         "tracked after destroy"
     );
+}
+
+/// A cold start under a policy that lets nothing through gets no DNS (see
+/// `network_warm_policy` for warm entries), and no DNS entry in the shared table.
+#[test]
+fn a_cold_sandbox_whose_policy_lets_nothing_through_gets_no_dns() {
+    let fake = FakeNet::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_cleanup, net_rt) = fake_net_runtime(&fake, dir.path());
+    let _net_cleanup = DestroyOnDrop(&net_rt);
+    let sb = net_rt
+        .start_with_network(
+            &common::spec("default"),
+            &NetworkSpec::egress(vec![policy(&[], &["0.0.0.0/0"])]),
+        )
+        .expect("start");
+    assert!(!sb.state_dir.join("owner").exists(), "not a cold start");
+    let answer = common::python_probe(&sb, DNS_PROBE, &fake.addr(2), 53);
+    let listed = Command::new("nft")
+        .args(["list", "set", "inet", "sandboxd", "dns"])
+        .output()
+        .expect("nft");
+    let ifname = format!("\"sbx{}\"", &sb.id.simple().to_string()[..12]);
+    let dns_entry = String::from_utf8_lossy(&listed.stdout).contains(&ifname);
+    net_rt.destroy(&sb).expect("destroy");
+    assert_eq!(answer, "silent", "the resolver answered");
+    assert!(!dns_entry, "the sandbox has a DNS entry");
 }

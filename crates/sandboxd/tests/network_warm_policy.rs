@@ -8,7 +8,7 @@ mod common;
 mod fakenet;
 
 use common::{runtime, wait_for};
-use fakenet::{FakeNet, PROBE};
+use fakenet::{FakeNet, DNS_PROBE, PROBE};
 use sandboxd_runtime::linux::{LinuxRuntime, NetConfig};
 use sandboxd_runtime::{EgressPolicy, NetworkSpec, Runtime, SandboxHandle};
 use std::net::{Ipv4Addr, TcpListener};
@@ -104,6 +104,57 @@ fn policy_sandboxes_start_warm_and_policy_changes_reach_the_warm_entries() {
     for sb in &started {
         rt.destroy(sb).expect("destroy");
         assert_eq!(rt.sandbox_address(sb.id), None, "lease left behind");
+    }
+    rt.drain_warm_inits();
+}
+
+/// A policy that lets nothing through takes DNS too (a query to the resolvers reaches
+/// whoever serves the name asked: a way out the policy means to close), on a wired warm
+/// entry whose chain is rewritten to it as on one made for it; an open sandbox still
+/// resolves.
+#[test]
+fn a_sandbox_whose_policy_lets_nothing_through_gets_no_dns() {
+    let fake = FakeNet::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = NetConfig::from_host();
+    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
+    let _cleanup = runtime(dir.path());
+    let rt = LinuxRuntime::with_network(common::raw_runtime(dir.path()), config).with_warm_inits(1);
+    rt.fill_warm_inits(0, true);
+    let resolver = |sb: &SandboxHandle| common::python_probe(sb, DNS_PROBE, &fake.addr(2), 53);
+    let mut started = Vec::new();
+    let deny_all = egress(&[], &["0.0.0.0/0"]);
+    // An allow layer whose only rule is an address a second layer denies.
+    let nothing_in_common = NetworkSpec::egress(vec![
+        EgressPolicy {
+            allow: vec![format!("{}/32", fake.addr(3)).parse().expect("rule")],
+            deny: vec![],
+        },
+        EgressPolicy {
+            allow: vec![],
+            deny: vec![fake.addr(3).parse().expect("rule")],
+        },
+    ]);
+    for (what, network) in [
+        ("deny all, an open entry rewritten", &deny_all),
+        ("deny all, an entry made for it", &deny_all),
+        ("nothing in common", &nothing_in_common),
+    ] {
+        wait_for("a wired warm init", || rt.warm_inits_ready() >= 1);
+        let sb = start_warm(&rt, network);
+        let answer = resolver(&sb);
+        started.push(sb);
+        assert_eq!(answer, "silent", "{what}: the resolver answered");
+    }
+    // The resolver itself answers an open sandbox (the probe works), also on an entry
+    // made for a policy that let nothing through and rewritten.
+    wait_for("a wired warm init", || rt.warm_inits_ready() >= 1);
+    let open = start_warm(&rt, &NetworkSpec::egress(vec![]));
+    let answer = resolver(&open);
+    started.push(open);
+    assert_eq!(answer, "answered", "open");
+    for sb in &started {
+        rt.destroy(sb).expect("destroy");
     }
     rt.drain_warm_inits();
 }

@@ -53,6 +53,20 @@ except Exception as e:
     print("err", host, type(e).__name__)
 "#;
 
+/// Prints "answered" when the resolver at `argv[1]` answers an A query for good.test
+/// over UDP (three tries of a second each), "silent" when it never does.
+pub const DNS_PROBE: &str = r#"
+import socket, sys
+q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04good\x04test\x00\x00\x01\x00\x01"
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1)
+for _ in range(3):
+    try:
+        s.sendto(q, (sys.argv[1], int(sys.argv[2]))); s.recv(512); print("answered"); sys.exit(0)
+    except OSError:
+        pass
+print("silent")
+"#;
+
 pub fn run(args: &[&str]) {
     let out = Command::new(args[0])
         .args(&args[1..])

@@ -303,7 +303,7 @@ fn retarget(
     let (ifname, _) = lease_names(id, lease);
     HostLock::take(&config.state_dir)?.set_allow_layers(id, policy.allow.len())?;
     let _rules = RulesLock::take(&config.state_dir)?;
-    nft::retarget(&ifname, policy)
+    nft::retarget(&ifname, policy, &config.resolvers)
 }
 
 /// Once the sandbox runs: its link into the namespace, and its `resolv.conf`.

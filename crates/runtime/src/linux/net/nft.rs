@@ -190,7 +190,7 @@ pub fn intersect(a: &[(u32, u32)], b: &[(u32, u32)]) -> Vec<(u32, u32)> {
 
 /// The elements a sandbox's policy adds: its deny ranges (the union of its layers'),
 /// and when it has allow layers, its name in `restricted` and the ranges all of them
-/// allow (none: it reaches nothing but its resolvers).
+/// allow (none: it reaches nothing, its resolvers neither: see [`dns_for`]).
 pub fn policy_elements(ifname: &str, policy: &Policy) -> Vec<Elem> {
     let range = |set, (s, e): (u32, u32)| Elem {
         key_end: Some(concat(ifname, e)),
@@ -207,6 +207,15 @@ pub fn policy_elements(ifname: &str, policy: &Policy) -> Vec<Elem> {
         out.extend(allowed.into_iter().map(|r| range("allow", r)));
     }
     out
+}
+
+/// The resolvers a sandbox under `policy` may reach over DNS: `resolvers`, none when
+/// the policy lets nothing through (see [`Policy::reaches_nothing`]).
+pub fn dns_for<'a>(policy: &Policy, resolvers: &'a [Ipv4Addr]) -> &'a [Ipv4Addr] {
+    match policy.reaches_nothing() {
+        true => &[],
+        false => resolvers,
+    }
 }
 
 /// The elements letting the sandbox on `ifname` reach `resolvers` over DNS.
@@ -226,7 +235,7 @@ pub fn sandbox_elements(r: &SandboxRules) -> Vec<Elem> {
         single("nat_sources", r.addr.octets().to_vec()),
         single("owners", concat(r.ifname, u32::from(r.addr))),
     ]);
-    out.extend(dns_elements(r.ifname, r.resolvers));
+    out.extend(dns_elements(r.ifname, dns_for(r.policy, r.resolvers)));
     out.extend(policy_elements(r.ifname, r.policy));
     out.push(Elem {
         jump: Some("egress"),
@@ -276,11 +285,17 @@ pub fn add_sandbox(elems: &[Elem]) -> Result<(), RuntimeError> {
 }
 
 /// Gives the sandbox on `ifname` `policy` instead of the one it had: its policy
-/// elements as they are now removed and the new ones added, in one transaction.
-pub fn retarget(ifname: &str, policy: &Policy) -> Result<(), RuntimeError> {
+/// elements as they are now removed and the new ones added, and its DNS entries those
+/// the new policy lets it have of `resolvers` (see [`dns_for`]), in one transaction.
+pub fn retarget(ifname: &str, policy: &Policy, resolvers: &[Ipv4Addr]) -> Result<(), RuntimeError> {
     let what = "changing a sandbox's policy";
-    let old = owned(ifname, &POLICY_SETS).map_err(|e| nft_err(what, e))?;
-    nfset::commit(&policy_elements(ifname, policy), &old).map_err(|e| nft_err(what, e))
+    let mut old = owned(ifname, &POLICY_SETS).map_err(|e| nft_err(what, e))?;
+    let mut new = policy_elements(ifname, policy);
+    let (dns_add, dns_del) =
+        resolver_changes(ifname, dns_for(policy, resolvers)).map_err(|e| nft_err(what, e))?;
+    new.extend(dns_add);
+    old.extend(dns_del);
+    nfset::commit(&new, &old).map_err(|e| nft_err(what, e))
 }
 
 /// The DNS elements the sandbox on `ifname` lacks to reach `resolvers`, and those it
@@ -540,8 +555,19 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} missing in {text}");
         }
-        retarget("sbxaaaaaaaaaaaa", &Policy::default()).expect("retarget");
+        // A policy letting nothing through takes the sandbox's DNS too; opening it
+        // again gives it back.
+        let deny_all = Policy {
+            deny: cidrs(&["0.0.0.0/0"]),
+            allow: vec![],
+        };
+        retarget("sbxaaaaaaaaaaaa", &deny_all, &resolvers).expect("retarget to deny all");
         let text = listed();
+        assert!(!text.contains("\"sbxaaaaaaaaaaaa\" . 192.0.2.53"), "{text}");
+        assert!(text.contains("\"sbxbbbbbbbbbbbb\" . 192.0.2.53"), "{text}");
+        retarget("sbxaaaaaaaaaaaa", &Policy::default(), &resolvers).expect("retarget");
+        let text = listed();
+        assert!(text.contains("\"sbxaaaaaaaaaaaa\" . 192.0.2.53"), "{text}");
         assert!(
             !text.contains("\"sbxaaaaaaaaaaaa\" . 198.18.0.0/15"),
             "{text}"

@@ -2,7 +2,7 @@
 //! warm entry made for one policy serves the next start under it; domain rules resolve
 //! through a small cache that keeps each answer for its TTL (see `dns`).
 
-use super::dns;
+use super::{dns, nft};
 use crate::{Cidr, EgressRule, NetworkSpec};
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -21,6 +21,22 @@ impl Policy {
     /// Whether it adds nothing to the default (egress-only) rules.
     pub fn is_open(&self) -> bool {
         self.deny.is_empty() && self.allow.is_empty()
+    }
+
+    /// Whether no destination passes it: its allow layers have nothing in common, or its
+    /// deny ranges cover what they allow (`deny 0.0.0.0/0`). A sandbox under such a
+    /// policy is given no DNS either: a query to its resolvers reaches whoever serves
+    /// the name asked for, a way out for data that the policy means to close.
+    pub fn reaches_nothing(&self) -> bool {
+        let mut allowed = vec![(0u32, u32::MAX)];
+        for layer in &self.allow {
+            allowed = nft::intersect(&allowed, &nft::ranges(layer));
+        }
+        let denied = nft::ranges(&self.deny);
+        // Merged ranges are disjoint and apart: one of them covers a range, or none.
+        allowed
+            .iter()
+            .all(|&(s, e)| denied.iter().any(|&(ds, de)| ds <= s && e <= de))
     }
 }
 
@@ -98,6 +114,31 @@ pub fn resolve(network: &NetworkSpec, resolvers: &[Ipv4Addr]) -> Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cidrs(list: &[&str]) -> Vec<Cidr> {
+        list.iter().map(|c| c.parse().expect("cidr")).collect()
+    }
+
+    #[test]
+    fn a_policy_reaches_nothing_only_when_no_address_passes_it() {
+        let policy = |deny: &[&str], allow: &[&[&str]]| Policy {
+            deny: cidrs(deny),
+            allow: allow.iter().map(|l| cidrs(l)).collect(),
+        };
+        assert!(!Policy::default().reaches_nothing());
+        assert!(policy(&["0.0.0.0/0"], &[]).reaches_nothing());
+        assert!(policy(&["0.0.0.0/1", "128.0.0.0/1"], &[]).reaches_nothing());
+        assert!(!policy(&["0.0.0.0/1"], &[]).reaches_nothing());
+        // An allow layer with nothing in it (a domain that resolved to nothing).
+        assert!(policy(&[], &[&[]]).reaches_nothing());
+        // Allow layers with nothing in common.
+        assert!(policy(&[], &[&["10.0.0.0/8"], &["192.168.0.0/16"]]).reaches_nothing());
+        assert!(!policy(&[], &[&["10.0.0.0/8"], &["10.1.0.0/16"]]).reaches_nothing());
+        // What they allow, denied; or only part of it.
+        assert!(policy(&["10.0.0.0/8"], &[&["10.1.0.0/16"]]).reaches_nothing());
+        assert!(!policy(&["10.1.0.0/16"], &[&["10.0.0.0/8"]]).reaches_nothing());
+        assert!(!policy(&["10.0.0.1"], &[&["10.0.0.0/31"]]).reaches_nothing());
+    }
     use std::net::UdpSocket;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
