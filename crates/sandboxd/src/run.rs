@@ -237,6 +237,12 @@ fn open_engine_over(
         SqliteStore::open(config.data_dir.join(DATABASE_FILE))
             .context("opening the sandbox database")?,
     );
+    // The create's first read needs a second connection, whose first statement reads
+    // the schema: made beside the engine's opening rather than on the create's path.
+    {
+        let store = store.clone();
+        std::thread::spawn(move || store.open_readers(1));
+    }
     let engine = Engine::open_beside(EngineConfig {
         data_dir: config.data_dir.clone(),
         runtime: tiers.clone(),
