@@ -208,7 +208,8 @@ pub(crate) fn neutral_oom_score() {
 
 /// After a command's exec (`pid` runs its own program), sets its OOM score to 0 from
 /// the agent when the command could not do it itself before its exec (see
-/// [`may_set_oom_score`]); errors ignored (the command may be gone already).
+/// [`may_set_oom_score`]) and the agent's own score is not 0 already (then the
+/// command's is not either: it inherited it); errors ignored (the command may be gone).
 ///
 /// A command's `/proc/<pid>` files belong to the agent's credentials until its exec
 /// (it shares or copies the agent's non-dumpable memory, whose owner is the host's
@@ -218,7 +219,7 @@ pub(crate) fn neutral_oom_score() {
 /// exec until this write: a few microseconds, a program that forks in its very first
 /// instructions could hand that score on.
 pub(crate) fn neutral_oom_score_of(pid: u32) {
-    if OOM_SCORE_WRITABLE.get() != Some(&false) {
+    if OOM_SCORE_WRITABLE.get() != Some(&false) || own_oom_score() == Some(0) {
         return;
     }
     if let Ok(mut file) = std::fs::OpenOptions::new()
@@ -227,6 +228,18 @@ pub(crate) fn neutral_oom_score_of(pid: u32) {
     {
         let _ = std::io::Write::write_all(&mut file, b"0");
     }
+}
+
+/// The agent's own OOM score now (what a command has until [`neutral_oom_score_of`]),
+/// read through a descriptor kept open (one `pread`); `None` when it cannot be read.
+fn own_oom_score() -> Option<i32> {
+    static OWN: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let file = OWN
+        .get_or_init(|| std::fs::File::open("/proc/self/oom_score_adj").ok())
+        .as_ref()?;
+    let mut buf = [0u8; 16];
+    let n = std::os::unix::fs::FileExt::read_at(file, &mut buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
 }
 
 /// Whether the agent may open its `oom_score_adj` for writing (its children have its
@@ -248,6 +261,7 @@ pub(crate) fn may_set_oom_score() {
                 |_| true,
             )
     });
+    own_oom_score();
 }
 
 /// Sends `sig` to the process group led by `pid`; a vanished group is not an error.
