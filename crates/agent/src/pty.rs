@@ -127,13 +127,19 @@ fn start_shell(
             }
         });
     }
-    let (child, exit) = reaper::spawn(&mut cmd).map_err(|e| {
+    // The score is set under the reaper's lock (see `spawn::spawn`).
+    let (child, exit) = reaper::spawn_with(|| {
+        let child = cmd.spawn()?;
+        spawn::neutral_oom_score_of(child.id());
+        let pid = child.id() as i32;
+        Ok((child, pid))
+    })
+    .map_err(|e| {
         error(
             AgentErrorCode::SpawnFailed,
             format!("cannot start a shell: {e}"),
         )
     })?;
-    spawn::neutral_oom_score_of(child.id());
     // Dropping the command closes our copies of the slave: only the shell and what it
     // starts hold it.
     drop(cmd);

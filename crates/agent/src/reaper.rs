@@ -7,7 +7,6 @@ use nix::unistd::Pid;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::process::{Child, Command};
 use std::sync::{Mutex, OnceLock};
 use tokio::sync::oneshot;
 
@@ -108,16 +107,6 @@ fn peek_zombie() -> Option<i32> {
     }
 }
 
-/// Spawns `cmd` and registers its PID before the reaper can see it exit (see
-/// [`spawn_with`]).
-pub(crate) fn spawn(cmd: &mut Command) -> io::Result<(Child, oneshot::Receiver<Exit>)> {
-    spawn_with(|| {
-        let child = cmd.spawn()?;
-        let pid = child.id() as i32;
-        Ok((child, pid))
-    })
-}
-
 /// Runs `start`, which starts a child and returns it with its PID, and registers the
 /// PID before the reaper can see it exit: the waiters lock is held across the start, so
 /// no status is ever lost or stolen. A `start` that fails reaps its child itself.
@@ -138,6 +127,16 @@ pub(crate) fn spawn_with<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::{Child, Command};
+
+    /// Spawns `cmd` and registers its PID before the reaper can see it exit.
+    fn spawn(cmd: &mut Command) -> io::Result<(Child, oneshot::Receiver<Exit>)> {
+        spawn_with(|| {
+            let child = cmd.spawn()?;
+            let pid = child.id() as i32;
+            Ok((child, pid))
+        })
+    }
 
     #[tokio::test]
     async fn delivers_exit_codes_and_signals() {

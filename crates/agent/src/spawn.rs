@@ -96,12 +96,14 @@ pub(crate) fn spawn(
             None => Ok(()),
         }
     };
+    // The score is set under the reaper's lock: the command cannot be reaped (and its
+    // PID taken by another process) before it.
     let (pid, exit) = reaper::spawn_with(|| {
         let pid = vfork::spawn(&program, stdio, &setup)?;
+        neutral_oom_score_of(pid as u32);
         Ok((pid as u32, pid))
     })
     .map_err(spawn_failed)?;
-    neutral_oom_score_of(pid);
     // Our copies of the child's ends go now: the pipes reach EOF when the child's do.
     drop((out_tx, err_tx));
     Ok(Spawned {
@@ -216,8 +218,11 @@ pub(crate) fn neutral_oom_score() {
 /// root when the init was started outside the sandbox's user namespace); after its
 /// exec they are the command's, and the agent, root of the sandbox, may write them.
 /// Raising a score needs no privilege. The command runs at the agent's score from its
-/// exec until this write: a few microseconds, a program that forks in its very first
-/// instructions could hand that score on.
+/// exec until this write (tens of microseconds: the agent wakes from the vfork, opens
+/// and writes the file): a program that forks in its very first instructions, as a
+/// tenant trying for it could, hands that score on to its children, which nothing
+/// resets. Closing that window needs the child to write its own score before its exec
+/// (an init exec'd inside the sandbox's user namespace) or a trampoline exec.
 pub(crate) fn neutral_oom_score_of(pid: u32) {
     if OOM_SCORE_WRITABLE.get() != Some(&false) || own_oom_score() == Some(0) {
         return;

@@ -239,9 +239,12 @@ fn open_engine_over(
     );
     // The create's first read needs a second connection, whose first statement reads
     // the schema: made beside the engine's opening rather than on the create's path.
+    // (No thread to be had, under a pids limit: the create opens its reader itself.)
     {
         let store = store.clone();
-        std::thread::spawn(move || store.open_readers(1));
+        let _ = std::thread::Builder::new()
+            .name("store-reader".into())
+            .spawn(move || store.open_readers(1));
     }
     let engine = Engine::open_beside(EngineConfig {
         data_dir: config.data_dir.clone(),

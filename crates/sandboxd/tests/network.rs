@@ -248,6 +248,13 @@ fn a_cold_sandbox_whose_policy_lets_nothing_through_gets_no_dns() {
         .expect("start");
     assert!(!sb.state_dir.join("owner").exists(), "not a cold start");
     let answer = common::python_probe(&sb, DNS_PROBE, &fake.addr(2), 53);
+    // The probe and the resolver work: an open sandbox beside it is answered.
+    let open = net_rt
+        .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+        .expect("start an open sandbox");
+    let open_answer = common::python_probe(&open, DNS_PROBE, &fake.addr(2), 53);
+    net_rt.destroy(&open).expect("destroy the open sandbox");
+    assert_eq!(open_answer, "answered", "an open sandbox got no answer");
     let listed = Command::new("nft")
         .args(["list", "set", "inet", "sandboxd", "dns"])
         .output()

@@ -124,8 +124,8 @@ fn a_sandbox_whose_policy_lets_nothing_through_gets_no_dns() {
     let resolver = |sb: &SandboxHandle| common::python_probe(sb, DNS_PROBE, &fake.addr(2), 53);
     let mut started = Vec::new();
     let deny_all = egress(&[], &["0.0.0.0/0"]);
-    // An allow layer whose only rule is an address a second layer denies.
-    let nothing_in_common = NetworkSpec::egress(vec![
+    // What one layer allows, all denied by another.
+    let allowed_then_denied = NetworkSpec::egress(vec![
         EgressPolicy {
             allow: vec![format!("{}/32", fake.addr(3)).parse().expect("rule")],
             deny: vec![],
@@ -138,7 +138,7 @@ fn a_sandbox_whose_policy_lets_nothing_through_gets_no_dns() {
     for (what, network) in [
         ("deny all, an open entry rewritten", &deny_all),
         ("deny all, an entry made for it", &deny_all),
-        ("nothing in common", &nothing_in_common),
+        ("what is allowed, denied", &allowed_then_denied),
     ] {
         wait_for("a wired warm init", || rt.warm_inits_ready() >= 1);
         let sb = start_warm(&rt, network);

@@ -54,6 +54,12 @@ fn make_parent_dir(dir: &Path) -> Result<(), RuntimeError> {
     made.map_err(io("creating the cgroup parent", dir))
 }
 
+/// Whether a cgroup file's open or write failed because its dir was removed meanwhile
+/// (missing on the open; `ENODEV` on a write to a file opened before the removal).
+pub(super) fn gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENODEV)
+}
+
 fn read_u64(path: &Path) -> Option<u64> {
     std::fs::read_to_string(path)
         .ok()?
@@ -118,9 +124,7 @@ impl Cgroups {
                 // Removed (empty) by another runtime between the two: made again.
                 for _ in 0..8 {
                     match &written {
-                        Err(RuntimeError::Io { source, .. })
-                            if source.kind() == std::io::ErrorKind::NotFound =>
-                        {
+                        Err(RuntimeError::Io { source, .. }) if gone(source) => {
                             make_parent_dir(dir)?;
                             written = write(&control, "+cpu +memory +pids");
                         }

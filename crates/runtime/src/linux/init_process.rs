@@ -21,34 +21,39 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 /// killer picks commands, not the agent. Hosts that deny us CAP_SYS_RESOURCE (some
 /// containers) cannot lower it: that is logged, not fatal.
 ///
-/// Written through the legacy `oom_adj` (-17, which the kernel stores as an
-/// `oom_score_adj` of -1000): a privileged write of `oom_score_adj` would also lower
-/// the floor a process may later set itself (`oom_score_adj_min`), which every command
-/// inherits, so a tenant's command could make itself unkillable again after the agent
-/// set it to 0. The legacy file leaves the floor where it was. The kernel logs once
-/// per boot that `oom_adj` is deprecated; where it is gone, `oom_score_adj` is used.
+/// Commands inherit both the score (the agent sets theirs to 0 after their exec) and
+/// the floor a process may lower its own score to without privilege
+/// (`oom_score_adj_min`). A privileged write of `oom_score_adj` sets that floor to the
+/// value written, so -1000 there would let any command make itself unkillable again.
+/// The floor is set to 0 first (a privileged write of 0: sandboxd's own floor, which a
+/// service manager may have lowered, is not handed on), then the score is lowered
+/// through the legacy `oom_adj` (-17, stored as -1000), which leaves the floor alone.
+/// The kernel logs once per boot that `oom_adj` is deprecated (it keeps it for
+/// existing programs).
 pub(super) fn protect_from_oom(pid: i32) -> Result<(), RuntimeError> {
-    let legacy = PathBuf::from(format!("/proc/{pid}/oom_adj"));
-    let (adj, value) = if legacy.exists() {
-        (legacy, "-17")
-    } else {
-        (PathBuf::from(format!("/proc/{pid}/oom_score_adj")), "-1000")
-    };
-    match std::fs::write(&adj, value) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            tracing::warn!(
-                pid,
-                "cannot lower the agent's oom_score_adj (no CAP_SYS_RESOURCE)"
-            );
-            Ok(())
+    let floor = PathBuf::from(format!("/proc/{pid}/oom_score_adj"));
+    let protect = PathBuf::from(format!("/proc/{pid}/oom_adj"));
+    for (path, value) in [(floor, "0"), (protect, "-17")] {
+        match std::fs::write(&path, value) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                tracing::warn!(
+                    pid,
+                    "cannot lower the agent's OOM score (no CAP_SYS_RESOURCE): the \
+                     memory cgroup's OOM killer may pick the agent"
+                );
+                return Ok(());
+            }
+            Err(source) => {
+                return Err(RuntimeError::Io {
+                    what: "protecting the agent from the OOM killer",
+                    path,
+                    source,
+                })
+            }
         }
-        Err(source) => Err(RuntimeError::Io {
-            what: "protecting the agent from the OOM killer",
-            path: adj,
-            source,
-        }),
     }
+    Ok(())
 }
 
 /// Spawns `init_exe init_args --sync-fd 3` in its own session, logging to `log`; with

@@ -116,9 +116,7 @@ fn pin(cg: &Cgroups, id: Uuid, n: u32) -> Result<Vec<u32>, RuntimeError> {
     let mut made = make_pinned_dir(&parent, &dir);
     for _ in 0..8 {
         match &made {
-            Err(RuntimeError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
+            Err(RuntimeError::Io { source, .. }) if super::cgroup::gone(source) => {
                 made = make_pinned_dir(&parent, &dir)
             }
             _ => break,
@@ -145,18 +143,23 @@ fn pin(cg: &Cgroups, id: Uuid, n: u32) -> Result<Vec<u32>, RuntimeError> {
 }
 
 /// Makes the cpuset parent (if missing) with the root's CPUs and nodes, and `dir` in it.
+/// A parent found keeps its CPUs and nodes (pinned sandboxes run in it), unless they
+/// are empty (made by a process that stopped before it filled them).
 fn make_pinned_dir(parent: &Path, dir: &Path) -> Result<(), RuntimeError> {
     let root = Path::new(CPUSET_ROOT);
-    match std::fs::create_dir(parent) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-            return Err(io("creating the cpuset parent", parent)(e))
-        }
-        _ => {}
-    }
+    let made = match std::fs::create_dir(parent) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(io("creating the cpuset parent", parent)(e)),
+    };
     for file in ["cpuset.cpus", "cpuset.mems"] {
-        let value = std::fs::read_to_string(root.join(file))
-            .map_err(io("reading the root cpuset", root))?;
-        write(&parent.join(file), value.trim())?;
+        let empty =
+            || std::fs::read_to_string(parent.join(file)).is_ok_and(|v| v.trim().is_empty());
+        if made || empty() {
+            let value = std::fs::read_to_string(root.join(file))
+                .map_err(io("reading the root cpuset", root))?;
+            write(&parent.join(file), value.trim())?;
+        }
     }
     std::fs::create_dir(dir).map_err(io("creating a sandbox cpuset", dir))
 }

@@ -23,6 +23,11 @@ pub const IF_PREFIX: &str = "sbx";
 const BLOCKED: &str =
     "0.0.0.0/8, 100.100.100.200/32, 127.0.0.0/8, 168.63.129.16/32, 169.254.0.0/16, 224.0.0.0/3";
 
+/// [`BLOCKED`] as CIDRs.
+pub fn blocked() -> Vec<Cidr> {
+    BLOCKED.split(", ").filter_map(|c| c.parse().ok()).collect()
+}
+
 /// Per-sandbox sets and maps keyed by (or starting with) the sandbox's interface name.
 const BY_IFNAME: [&str; 6] = ["dispatch", "owners", "dns", "deny", "restricted", "allow"];
 /// Of those, the ones a policy fills.
@@ -395,6 +400,11 @@ mod tests {
 
     fn ip(s: &str) -> u32 {
         u32::from(s.parse::<Ipv4Addr>().expect("ip"))
+    }
+
+    #[test]
+    fn every_blocked_range_parses() {
+        assert_eq!(blocked().len(), BLOCKED.split(", ").count());
     }
 
     #[test]

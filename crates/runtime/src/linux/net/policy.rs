@@ -24,7 +24,8 @@ impl Policy {
     }
 
     /// Whether no destination passes it: its allow layers have nothing in common, or its
-    /// deny ranges cover what they allow (`deny 0.0.0.0/0`). A sandbox under such a
+    /// deny ranges and what no sandbox may reach (`nft::blocked`: loopback, metadata…)
+    /// cover what they allow (`deny 0.0.0.0/0`). A sandbox under such a
     /// policy is given no DNS either: a query to its resolvers reaches whoever serves
     /// the name asked for, a way out for data that the policy means to close.
     pub fn reaches_nothing(&self) -> bool {
@@ -32,7 +33,9 @@ impl Policy {
         for layer in &self.allow {
             allowed = nft::intersect(&allowed, &nft::ranges(layer));
         }
-        let denied = nft::ranges(&self.deny);
+        let mut denied = nft::blocked();
+        denied.extend_from_slice(&self.deny);
+        let denied = nft::ranges(&denied);
         // Merged ranges are disjoint and apart: one of them covers a range, or none.
         allowed
             .iter()
@@ -138,6 +141,10 @@ mod tests {
         assert!(policy(&["10.0.0.0/8"], &[&["10.1.0.0/16"]]).reaches_nothing());
         assert!(!policy(&["10.1.0.0/16"], &[&["10.0.0.0/8"]]).reaches_nothing());
         assert!(!policy(&["10.0.0.1"], &[&["10.0.0.0/31"]]).reaches_nothing());
+        // Only what no sandbox may reach anyway (metadata, loopback).
+        assert!(policy(&[], &[&["169.254.169.254"]]).reaches_nothing());
+        assert!(policy(&[], &[&["127.0.0.1", "169.254.0.0/16"]]).reaches_nothing());
+        assert!(!policy(&[], &[&["127.0.0.1", "192.0.2.1"]]).reaches_nothing());
     }
     use std::net::UdpSocket;
     use std::sync::atomic::{AtomicUsize, Ordering};
