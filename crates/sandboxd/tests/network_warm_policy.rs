@@ -52,15 +52,22 @@ fn reach(rt: &LinuxRuntime, sb: &SandboxHandle, fake: &FakeNet, host: &TcpListen
     ]
 }
 
+/// A runtime on `data` keeping one wired warm init, the fake host its resolver, and
+/// one that destroys what is left when dropped.
+fn wired_runtime(fake: &FakeNet, data: &std::path::Path) -> (common::TestRuntime, LinuxRuntime) {
+    let mut config = NetConfig::from_host();
+    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
+    let cleanup = runtime(data);
+    let rt = LinuxRuntime::with_network(common::raw_runtime(data), config).with_warm_inits(1);
+    rt.fill_warm_inits(0, true);
+    (cleanup, rt)
+}
+
 #[test]
 fn policy_sandboxes_start_warm_and_policy_changes_reach_the_warm_entries() {
     let fake = FakeNet::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = NetConfig::from_host();
-    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
-    let _cleanup = runtime(dir.path());
-    let rt = LinuxRuntime::with_network(common::raw_runtime(dir.path()), config).with_warm_inits(1);
-    rt.fill_warm_inits(0, true);
+    let (_cleanup, rt) = wired_runtime(&fake, dir.path());
     let host = TcpListener::bind("0.0.0.0:0").expect("host listener");
     let mut started = Vec::new();
 
@@ -116,11 +123,7 @@ fn policy_sandboxes_start_warm_and_policy_changes_reach_the_warm_entries() {
 fn a_sandbox_whose_policy_lets_nothing_through_gets_no_dns() {
     let fake = FakeNet::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = NetConfig::from_host();
-    config.resolvers = vec![fake.addr(2).parse().expect("resolver")];
-    let _cleanup = runtime(dir.path());
-    let rt = LinuxRuntime::with_network(common::raw_runtime(dir.path()), config).with_warm_inits(1);
-    rt.fill_warm_inits(0, true);
+    let (_cleanup, rt) = wired_runtime(&fake, dir.path());
     let resolver = |sb: &SandboxHandle| common::python_probe(sb, DNS_PROBE, &fake.addr(2), 53);
     let mut started = Vec::new();
     let deny_all = egress(&[], &["0.0.0.0/0"]);
