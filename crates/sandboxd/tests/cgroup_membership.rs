@@ -14,14 +14,6 @@ use uuid::Uuid;
 /// The v1 controllers a sandbox's limits, usage and pause use.
 const CONTROLLERS: [&str; 5] = ["cpu", "cpuacct", "memory", "pids", "freezer"];
 
-fn block<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio")
-        .block_on(f)
-}
-
 /// Parent PID of `pid` (from `/proc/<pid>/stat`), if it still exists.
 fn ppid(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

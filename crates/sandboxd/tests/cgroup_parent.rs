@@ -215,9 +215,12 @@ fn a_maker_that_dies() {
 #[test]
 fn detecting_the_parent_while_another_removes_it_empty_succeeds() {
     let parent = fresh_parent();
-    let dirs: Vec<PathBuf> = ["cpu", "cpuacct", "memory", "pids", "freezer"]
-        .iter()
-        .map(|c| Path::new("/sys/fs/cgroup").join(c).join(&parent))
+    // The parent's dir in every hierarchy this host's cgroups (v1 or v2) use.
+    let dirs: Vec<PathBuf> = sandboxd_runtime::linux::Cgroups::detect(&parent)
+        .expect("detect")
+        .dirs(uuid::Uuid::nil())
+        .into_iter()
+        .map(|d| d.parent().expect("a parent").to_path_buf())
         .collect();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let remover = {

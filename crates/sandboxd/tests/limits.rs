@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{agent_sh, runtime};
+use common::{agent_sh, block, runtime};
 use sandboxd_agent_protocol::{AgentClient, ProcessState, SignalRequest, StartProcess};
 use sandboxd_runtime::{Runtime, SandboxHandle, SandboxSpec};
 use std::time::Duration;
@@ -20,14 +20,6 @@ fn spec(vcpu: u32, memory_mb: u32, pids_max: u32) -> SandboxSpec {
         disk_mb: 0,
         isolation: Default::default(),
     }
-}
-
-fn block<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio")
-        .block_on(f)
 }
 
 /// Starts `script` under `/bin/sh -c` as a managed process; returns its id.

@@ -18,14 +18,6 @@ use sandboxd_agent_protocol::{AgentClient, ExecRequest, StartProcess, UserIds};
 use sandboxd_runtime::{Runtime, SandboxHandle};
 use uuid::Uuid;
 
-fn block<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio")
-        .block_on(f)
-}
-
 fn agent_score(handle: &SandboxHandle) -> i32 {
     std::fs::read_to_string(format!("/proc/{}/oom_score_adj", handle.agent_pid))
         .expect("the agent's score")
@@ -159,14 +151,6 @@ fn a_cold_sandboxs_commands_start_at_a_neutral_oom_score() {
 fn a_warm_sandboxs_commands_start_at_a_neutral_oom_score() {
     let data = tempfile::tempdir().expect("tempdir");
     let rt = warm_runtime(data.path(), 1);
-    rt.fill_warm_inits(64, false);
-    wait_for("a warm init", || rt.warm_inits_ready() >= 1);
-    let mut want = spec("default");
-    want.disk_mb = 64;
-    let handle = rt.start(&want).expect("start from a warm init");
-    assert!(
-        handle.state_dir.join("owner").exists(),
-        "the start did not take the warm init"
-    );
+    let handle = start_from_warm_init(&rt);
     checked(&rt, data.path(), handle);
 }

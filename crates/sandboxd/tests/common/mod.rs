@@ -139,6 +139,31 @@ pub fn spec(image: &str) -> SandboxSpec {
     }
 }
 
+/// Runs `f` to its end on a runtime of its own (the backend's tests are synchronous).
+pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio")
+        .block_on(f)
+}
+
+/// Starts a `default` sandbox with a 64 MiB disk from a warm init of `rt` (one filled
+/// for that size and waited for), asserting that it took the warm init (its dir, renamed,
+/// holds the init's `owner` file).
+pub fn start_from_warm_init(rt: &LinuxRuntime) -> SandboxHandle {
+    rt.fill_warm_inits(64, false);
+    wait_for("a warm init", || rt.warm_inits_ready() >= 1);
+    let mut want = spec("default");
+    want.disk_mb = 64;
+    let handle = rt.start(&want).expect("start from a warm init");
+    assert!(
+        handle.state_dir.join("owner").exists(),
+        "the start did not take the warm init"
+    );
+    handle
+}
+
 /// `GET path` over the agent's Unix socket; returns the response body.
 pub fn get(socket: &Path, path: &str) -> String {
     let mut conn = std::os::unix::net::UnixStream::connect(socket).expect("connect agent");
