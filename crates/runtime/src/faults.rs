@@ -5,10 +5,12 @@
 //! ([`from_env`]).
 //!
 //! The points, in the order a sandbox meets them:
+//! - `run.held`: a `sandboxd run` spawned its held init, before anything else (a
+//!   `"sleep(ms)"` there holds the run with the init unbegun);
 //! - `start.cgroup`: its cgroups made (cold start);
 //! - `start.self_move`: the init's own move into its cgroups (v1, between its fork and
-//!   its exec) fails in the child: its `tasks` files are opened read-only (cold start
-//!   and warm entries);
+//!   its exec, or a held init's after its `begin`) fails in the child: its `tasks`
+//!   files are opened read-only (cold start and warm entries);
 //! - `start.disk`: its state dirs made and its disk mounted (cold start);
 //! - `start.mount_root`: its root mounted through the user namespace;
 //! - `start.handshake`: PID 1 attached, before its `Ready`;

@@ -8,9 +8,24 @@ pub struct InitArgs {
     /// File descriptor of the handshake socket shared with the backend.
     #[arg(long)]
     pub sync_fd: i32,
+    /// Spawned ahead of its sandbox: wait for the backend's `begin` (which brings the
+    /// log and the cgroups to join) before the first step.
+    #[arg(long)]
+    pub held: bool,
 }
 
 pub fn main(args: InitArgs) -> std::process::ExitCode {
+    if args.held {
+        match sandboxd_runtime::linux::init::wait_for_begin(args.sync_fd) {
+            Ok(true) => {}
+            // Not needed after all (the run took another way, or ended).
+            Ok(false) => return std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sandbox init failed: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
     // The confinement (capability plan, compiled seccomp programs) is prepared while the
     // backend mounts the root, as root of the new user namespace with its full set.
     let (entered, prepared) =

@@ -11,7 +11,7 @@ use sandboxd_engine::{
     CreateSandbox, Engine, EngineConfig, EngineError, ExecEvent, OnCap, Resources, Sandbox,
     StreamCommand, StreamKind, WorkspaceId, DEFAULT_WORKSPACE,
 };
-use sandboxd_runtime::linux::{LinuxRuntime, Tethers};
+use sandboxd_runtime::linux::{HeldInit, LinuxRuntime, Tethers};
 use sandboxd_runtime::{NetworkMode, Runtime};
 use sandboxd_server::{Isolation, ServerConfig};
 use sandboxd_store::SqliteStore;
@@ -100,6 +100,14 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     };
     // Tests' fault injection points (only in builds with the `failpoints` feature).
     sandboxd_runtime::faults::from_env();
+    // The sandbox's init, spawned now (the process still has one thread) and held
+    // until the backend begins it: its exec and start-up overlap all that follows.
+    // Not for an image to pull or the gVisor tier (dropped, it is ended).
+    let held = (args.image == "default" && !matches!(args.isolation, Some(IsolationArg::Gvisor)))
+        .then(crate::runtime::hold_init)
+        .flatten();
+    // A test's pause here: the held init waits while the run is killed.
+    let _ = sandboxd_runtime::faults::hit("run.held");
     // Quiet unless asked: `RUST_LOG=sandboxd=debug,sandboxd_runtime=debug` shows the
     // run's phases and each start's, with times since the process started.
     if std::env::var_os("RUST_LOG").is_some() {
@@ -118,7 +126,7 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     let tethers = Tethers::new();
     sandboxd_runtime::linux::defer_disk_work();
     let backend = match args.image == "default" {
-        true => Some(open_backend_tied(&config, Tie::OneShot(&tethers))?),
+        true => Some(open_backend_tied(&config, Tie::OneShot(&tethers, held))?),
         false => None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -167,7 +175,7 @@ enum Tie<'a> {
     /// opening the data dir to remove, rather than wait for that at its exit, and parks
     /// its sandboxes' plain egress networks for the next run (see the runtime's
     /// `with_parked_networks`): `sandboxd run`.
-    OneShot(&'a Arc<Tethers>),
+    OneShot(&'a Arc<Tethers>, Option<HeldInit>),
 }
 
 /// The engine over the data directory (as [`open_engine_over`]) whose sandboxes, on both
@@ -182,7 +190,7 @@ pub(crate) fn open_engine_tethered(
 
 fn open_engine_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Opened> {
     let tethers = match tie {
-        Tie::Tethered(tethers) | Tie::OneShot(tethers) => tethers,
+        Tie::Tethered(tethers) | Tie::OneShot(tethers, _) => tethers,
     };
     let linux = open_backend_tied(config, tie)?;
     open_engine_over(config, linux, tethers)
@@ -199,7 +207,7 @@ fn open_backend_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Arc<LinuxRun
     phase("backend open");
     let linux = match tie {
         Tie::Tethered(tethers) => linux.with_tethers(tethers.clone()),
-        Tie::OneShot(tethers) => {
+        Tie::OneShot(tethers, held) => {
             let linux = linux
                 .with_deferred_disk_removal()
                 .with_parked_networks()
@@ -207,7 +215,9 @@ fn open_backend_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Arc<LinuxRun
             // The sandbox's init (spawn, first cgroup move, id maps, disk) is made while
             // the engine opens and the create is recorded; not for the gVisor tier.
             match config.isolation {
-                Isolation::Container => linux.with_early_init(config.limits().disk_mb_per_sandbox),
+                Isolation::Container => {
+                    linux.with_early_init(config.limits().disk_mb_per_sandbox, held)
+                }
                 Isolation::Gvisor => linux,
             }
         }
@@ -294,7 +304,7 @@ async fn run(
     phase("started");
     let linux = match backend {
         Some(linux) => linux,
-        None => open_backend_tied(&config, Tie::OneShot(&tethers))?,
+        None => open_backend_tied(&config, Tie::OneShot(&tethers, None))?,
     };
     let Opened {
         engine,

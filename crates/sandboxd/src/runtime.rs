@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use sandboxd_runtime::linux::gvisor::{runsc, GvisorRuntime};
-use sandboxd_runtime::linux::{LinuxConfig, LinuxRuntime, NetConfig, Tethers};
+use sandboxd_runtime::linux::{HeldInit, LinuxConfig, LinuxRuntime, NetConfig, Tethers};
 use sandboxd_runtime::tiers::Tiers;
 use sandboxd_runtime::Runtime;
 use std::net::Ipv4Addr;
@@ -29,6 +29,17 @@ pub fn open_linux(
     let runtime = LinuxRuntime::new(linux_config(data_dir, max_ptys)?)
         .context("opening the Linux sandbox backend")?;
     Ok(runtime.with_network(net_config(resolvers)))
+}
+
+/// A sandbox init of this binary, spawned now and held until the backend begins it
+/// (see `LinuxRuntime::with_early_init`); `None` (logged) when it cannot be spawned:
+/// the start then spawns its own. Call it while the process has one thread.
+pub fn hold_init() -> Option<HeldInit> {
+    let held = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("locating the sandboxd binary: {e}"))
+        .and_then(|exe| Ok(HeldInit::spawn(&exe, &INIT_ARGS.map(String::from))?));
+    held.map_err(|e| tracing::debug!(error = %e, "no held init"))
+        .ok()
 }
 
 /// Opens the gVisor tier with its state under `data_dir` (the same layout as the Linux
@@ -137,12 +148,15 @@ fn net_config(resolvers: Option<Vec<Ipv4Addr>>) -> NetConfig {
     net
 }
 
+/// The subcommand this binary runs as a sandbox's init (and agent).
+const INIT_ARGS: [&str; 1] = ["__sandbox-init"];
+
 /// The backend configuration with this very binary as the sandbox init (and agent).
 fn linux_config(data_dir: std::path::PathBuf, max_ptys: u32) -> Result<LinuxConfig> {
     Ok(LinuxConfig {
         data_dir,
         init_exe: std::env::current_exe().context("locating the sandboxd binary")?,
-        init_args: vec!["__sandbox-init".into()],
+        init_args: INIT_ARGS.map(String::from).to_vec(),
         cgroup_parent: cgroup_parent()?,
         max_ptys_per_sandbox: max_ptys,
     })

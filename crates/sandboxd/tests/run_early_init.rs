@@ -91,7 +91,7 @@ fn a_start_takes_the_early_init_and_one_of_another_size_is_removed_untaken() {
     let tethers = sandboxd_runtime::linux::Tethers::new();
     let rt = common::raw_runtime(&data)
         .with_tethers(tethers.clone())
-        .with_early_init(spec.disk_mb);
+        .with_early_init(spec.disk_mb, None);
     let taken = rt.start(&spec).expect("start");
     assert!(taken.warm, "the start did not take the early init");
     assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
@@ -101,7 +101,7 @@ fn a_start_takes_the_early_init_and_one_of_another_size_is_removed_untaken() {
     tethers.finish_released();
 
     // Made for a 64 MiB disk: a start without one does not take it.
-    let other = common::raw_runtime(&data).with_early_init(spec.disk_mb + 64);
+    let other = common::raw_runtime(&data).with_early_init(spec.disk_mb + 64, None);
     let spec = common::spec("default");
     let cold = other.start(&spec).expect("start");
     assert!(

@@ -67,36 +67,47 @@ pub(super) fn spawn_init(
 ) -> Result<Child, RuntimeError> {
     let out = std::fs::File::create(log).map_err(io("creating the init log", log))?;
     let err = out.try_clone().map_err(io("creating the init log", log))?;
+    let files = moves.map(SelfMove::raw).unwrap_or_default();
+    let mut cmd = init_command(&config.init_exe, &config.init_args, theirs, files);
+    cmd.stdout(out).stderr(err);
+    let what = match moves {
+        Some(_) => "spawning the sandbox init (moving into its cgroups, then exec)",
+        None => "spawning the sandbox init",
+    };
+    cmd.spawn().map_err(io(what, &config.init_exe))
+}
+
+/// The command that spawns `init_exe init_args --sync-fd 3` with `theirs` on fd 3, a
+/// clean environment and stdin from /dev/null (stdout and stderr are the caller's to
+/// set); the child writes itself into the cgroup `tasks` files `moves` before its exec
+/// (a failed move fails the spawn: the child never execs).
+pub(super) fn init_command(
+    init_exe: &Path,
+    init_args: &[String],
+    theirs: &OwnedFd,
+    moves: Vec<std::os::fd::RawFd>,
+) -> Command {
     let fd = theirs.as_raw_fd();
-    let mut cmd = Command::new(&config.init_exe);
-    cmd.args(&config.init_args)
+    let mut cmd = Command::new(init_exe);
+    cmd.args(init_args)
         .arg("--sync-fd")
         .arg(SYNC_FD.to_string());
-    cmd.stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .env_clear()
-        .env(
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        );
-    let files = moves.map(SelfMove::raw).unwrap_or_default();
+    cmd.stdin(Stdio::null()).env_clear().env(
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    );
     // SAFETY: only async-signal-safe calls (write, dup2, fcntl) run between fork and
-    // exec; the descriptors in `files` stay open in the parent until `spawn` returns.
+    // exec; the descriptors in `moves` stay open in the parent until `spawn` returns.
     unsafe {
         cmd.pre_exec(move || {
-            move_self(&files)?;
+            move_self(&moves)?;
             if libc::dup2(fd, SYNC_FD) < 0 || libc::fcntl(SYNC_FD, libc::F_SETFD, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    let what = match moves {
-        Some(_) => "spawning the sandbox init (moving into its cgroups, then exec)",
-        None => "spawning the sandbox init",
-    };
-    cmd.spawn().map_err(io(what, &config.init_exe))
+    cmd
 }
 
 /// Receives the next message and picks the wanted one out; errors carry the init's log.

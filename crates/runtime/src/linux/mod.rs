@@ -16,6 +16,7 @@ mod disk_trash;
 pub use disk::IMAGE_NAME as DISK_IMAGE_NAME;
 pub mod gvisor;
 pub mod handshake;
+mod held_init;
 pub mod image_files;
 pub mod images;
 pub mod init;
@@ -54,6 +55,7 @@ use uuid::Uuid;
 
 pub use bounds::{open_files_limit, DEFAULT_MAX_PTYS};
 pub use cgroup::Cgroups;
+pub use held_init::{HeldInit, HELD_ARG};
 pub use images::DEFAULT_IMAGE;
 pub use net::NetConfig;
 pub use tether::{owner_mark, wait_for_runs, Orphan, Tethers};
@@ -187,12 +189,13 @@ impl LinuxRuntime {
     /// Begins making, now and in the background, the init of this (one-shot) runtime's
     /// next start with a `disk_mb` MiB disk, as a warm entry: its spawn, first cgroup
     /// move, id maps and disk overlap what the caller does before the start, which takes
-    /// it (waiting for its make if need be). Untaken, it is removed by
+    /// it (waiting for its make if need be). With `held` (spawned at the process's
+    /// start), that init is begun instead of one spawned then. Untaken, it is removed by
     /// [`LinuxRuntime::discard_early_init`] or on drop. Not for runtimes with warm inits.
-    pub fn with_early_init(mut self, disk_mb: u32) -> Self {
+    pub fn with_early_init(mut self, disk_mb: u32, held: Option<HeldInit>) -> Self {
         if self.warm.is_none() {
             let (config, cgroups) = (self.config.clone(), self.cgroups.clone());
-            self.early = match warm::EarlyInit::begin(config, cgroups, disk_mb) {
+            self.early = match warm::EarlyInit::begin(config, cgroups, disk_mb, held) {
                 Ok(early) => Some(early),
                 Err(e) => {
                     tracing::warn!(error = %e, "no early init");

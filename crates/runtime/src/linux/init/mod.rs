@@ -1,8 +1,11 @@
 //! The inside half of a sandbox start, run by `sandboxd __sandbox-init` (single-threaded):
 //! user namespace, handshake with the backend, the other namespaces, PID 1, root switch.
 
+mod held;
 mod mounts;
 mod net;
+
+pub use held::wait_for_begin;
 
 use super::handshake::{Channel, InitConfig, Msg};
 use nix::sched::{unshare, CloneFlags};

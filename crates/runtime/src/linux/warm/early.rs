@@ -9,6 +9,7 @@
 use super::entry::{Maker, Warm};
 use super::Shape;
 use crate::linux::cgroup::Cgroups;
+use crate::linux::held_init::HeldInit;
 use crate::linux::slots::Slots;
 use crate::linux::LinuxConfig;
 use crate::RuntimeError;
@@ -24,11 +25,13 @@ pub(in crate::linux) struct EarlyInit {
 }
 
 impl EarlyInit {
-    /// Starts making the init, for a sandbox with a `disk_mb` MiB disk (0: none).
+    /// Starts making the init, for a sandbox with a `disk_mb` MiB disk (0: none), from
+    /// `held` if given (spawned ahead).
     pub fn begin(
         config: LinuxConfig,
         cgroups: Cgroups,
         disk_mb: u32,
+        held: Option<HeldInit>,
     ) -> Result<Self, RuntimeError> {
         let slots = Slots::new(&config.data_dir)?;
         let maker = Arc::new(Maker {
@@ -44,7 +47,7 @@ impl EarlyInit {
         let made = maker.clone();
         let making = std::thread::Builder::new()
             .name("early-init".into())
-            .spawn(move || made.make(&shape))
+            .spawn(move || made.make_from(&shape, held))
             .map_err(|e| RuntimeError::AgentStart(format!("starting the early init: {e}")))?;
         Ok(EarlyInit {
             maker,

@@ -6,6 +6,7 @@ use super::Shape;
 use crate::linux::cgroup::Cgroups;
 use crate::linux::cgroup_self_move::SelfMove;
 use crate::linux::handshake::{self, Channel, InitConfig, Msg};
+use crate::linux::held_init::HeldInit;
 use crate::linux::init_process::{expect, map_ids, protect_from_oom, spawn_init};
 use crate::linux::net::{wired, NetConfig};
 use crate::linux::slots::Slots;
@@ -61,11 +62,16 @@ impl Maker {
     /// Spawns an init into a fresh cgroup, waits for its user namespace, gives it an id
     /// range, and mounts and wires what `shape` says.
     pub fn make(&self, shape: &Shape) -> Result<Warm, RuntimeError> {
+        self.make_from(shape, None)
+    }
+
+    /// [`Maker::make`], beginning `held` (spawned ahead) instead of spawning an init.
+    pub fn make_from(&self, shape: &Shape, held: Option<HeldInit>) -> Result<Warm, RuntimeError> {
         crate::faults::check("warm.make")?;
         let (key, dir) = self.make_dir()?;
         let mut made: Option<(Child, Channel)> = None;
         let mut base = None;
-        let result = self.set_up(key, &dir, shape, &mut made, &mut base);
+        let result = self.set_up(key, &dir, shape, held, &mut made, &mut base);
         match (result, made, base) {
             (Ok(parked), Some((child, channel)), Some(host_id_base)) => Ok(Warm {
                 key,
@@ -133,6 +139,7 @@ impl Maker {
         key: Uuid,
         dir: &Path,
         shape: &Shape,
+        held: Option<HeldInit>,
         made: &mut Option<(Child, Channel)>,
         base: &mut Option<u32>,
     ) -> Result<Option<(i32, u64)>, RuntimeError> {
@@ -156,7 +163,7 @@ impl Maker {
                 tm("dirs and disk");
                 made
             });
-            let userns = self.spawn_mapped(key, dir, host_id_base, made);
+            let userns = self.spawn_mapped(key, dir, host_id_base, held, made);
             tm("init mapped");
             let disk = disk.join().unwrap_or_else(|_| {
                 Err(RuntimeError::AgentStart(
@@ -187,25 +194,35 @@ impl Maker {
         self.park(key, dir, made).map(Some)
     }
 
-    /// Spawns the init into a fresh cgroup (kept in `made`), waits for its user
-    /// namespace, maps its ids onto `host_id_base`'s range and protects it from the OOM
-    /// killer; its user namespace.
+    /// Spawns the init (or begins `held`) into a fresh cgroup (kept in `made`), waits
+    /// for its user namespace, maps its ids onto `host_id_base`'s range and protects it
+    /// from the OOM killer; its user namespace.
     fn spawn_mapped(
         &self,
         key: Uuid,
         dir: &Path,
         host_id_base: u32,
+        held: Option<HeldInit>,
         made: &mut Option<(Child, Channel)>,
     ) -> Result<OwnedFd, RuntimeError> {
-        let (ours, theirs) =
-            handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
         let log = dir.join("init.log");
         // Its cgroup first: on v1 the init moves itself into it before its exec (no
-        // RCU grace period, `cgroup_self_move`).
+        // RCU grace period, `cgroup_self_move`), or a held one before its first step.
         self.cgroups.make(key)?;
         let moves = SelfMove::open(&self.cgroups, key)?;
-        let child = spawn_init(&self.config, &theirs.0, &log, moves.as_ref())?;
-        drop(theirs);
+        let begun = held.map(|held| held.begin(&log, moves.as_ref()));
+        let (child, ours) = match begun {
+            Some(Ok(begun)) => begun,
+            other => {
+                if let Some(Err(e)) = other {
+                    tracing::debug!(error = %e, "the held init could not begin; spawning one");
+                }
+                let (ours, theirs) =
+                    handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
+                let child = spawn_init(&self.config, &theirs.0, &log, moves.as_ref())?;
+                (child, ours)
+            }
+        };
         let on_v2 = moves.is_none();
         drop(moves);
         let pid = child.id() as i32;

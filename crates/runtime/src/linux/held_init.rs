@@ -1,0 +1,113 @@
+//! An init spawned before the backend needs it and held before its first step: a
+//! one-shot run spawns its sandbox's init at its very start, so that the init's exec and
+//! start-up (a few milliseconds of a large binary's loading) overlap the run's own
+//! opening instead of following it. The init waits on its handshake socket for one
+//! `begin` packet carrying its log (its stdout and stderr from then on) and the cgroup
+//! `tasks` files to write itself into (v1, see `cgroup_self_move`); then it goes on as
+//! a freshly spawned init does. Dropped unbegun, it is killed and reaped; it also exits
+//! by itself when its socket closes (the run died).
+
+use super::cgroup_self_move::SelfMove;
+use super::handshake::{self, Channel};
+use super::init_process::init_command;
+use super::io;
+use crate::RuntimeError;
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
+use std::process::{Child, Stdio};
+
+/// The argument that tells `__sandbox-init` to wait for [`BEGIN`] first.
+pub const HELD_ARG: &str = "--held";
+/// The payload of the packet that starts a held init.
+pub const BEGIN: &[u8] = b"begin";
+/// At most this many descriptors come with [`BEGIN`]: the log and one `tasks` file
+/// per v1 hierarchy.
+pub const MAX_BEGIN_FDS: usize = 16;
+
+/// A spawned init waiting for [`HeldInit::begin`].
+pub struct HeldInit {
+    /// Until begun (or dropped): the init and our end of its handshake.
+    held: Option<(Child, Channel)>,
+}
+
+impl HeldInit {
+    /// Spawns `init_exe init_args --held` in a session of its own, with no output until
+    /// it is begun. Call it while the process has a single thread (it forks).
+    pub fn spawn(init_exe: &Path, init_args: &[String]) -> Result<HeldInit, RuntimeError> {
+        let (ours, theirs) =
+            handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
+        let mut args = init_args.to_vec();
+        args.push(HELD_ARG.into());
+        let mut cmd = init_command(init_exe, &args, &theirs.0, Vec::new());
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        // Its own session from the start (as a spawned init makes for itself first): a
+        // terminal's Ctrl-C reaches the run, which ends what it started, not the held
+        // init directly.
+        // SAFETY: setsid(2) is async-signal-safe; the forked child is not a process
+        // group leader, so it cannot fail.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(io("spawning a held sandbox init", init_exe))?;
+        Ok(HeldInit {
+            held: Some((child, ours)),
+        })
+    }
+
+    /// The init's PID (until begun).
+    pub fn id(&self) -> Option<u32> {
+        self.held.as_ref().map(|(child, _)| child.id())
+    }
+
+    /// Hands the init its log (created at `log`) and, on v1, its cgroups' `tasks` files:
+    /// it writes itself into them, then starts as a spawned init does (its first
+    /// message is `UserNs`). Its process and handshake, as [`super::init_process::spawn_init`]
+    /// and [`handshake::pair`] give them.
+    pub(super) fn begin(
+        mut self,
+        log: &Path,
+        moves: Option<&SelfMove>,
+    ) -> Result<(Child, Channel), RuntimeError> {
+        // Kept in `self` until sent: a failure below ends the init on drop.
+        let Some((_, channel)) = &self.held else {
+            return Err(gone());
+        };
+        let out = std::fs::File::create(log).map_err(io("creating the init log", log))?;
+        let mut fds: Vec<RawFd> = vec![out.as_raw_fd()];
+        fds.extend(moves.map(SelfMove::raw).unwrap_or_default());
+        let sent = sendmsg::<()>(
+            channel.0.as_raw_fd(),
+            &[IoSlice::new(BEGIN)],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        );
+        if let Err(e) = sent {
+            return Err(RuntimeError::AgentStart(format!(
+                "the held sandbox init is gone ({e})"
+            )));
+        }
+        self.held.take().ok_or_else(gone)
+    }
+}
+
+fn gone() -> RuntimeError {
+    RuntimeError::AgentStart("the held sandbox init is gone".into())
+}
+
+impl Drop for HeldInit {
+    fn drop(&mut self) {
+        if let Some((mut child, channel)) = self.held.take() {
+            drop(channel);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
