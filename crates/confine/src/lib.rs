@@ -8,6 +8,7 @@
 mod capabilities;
 pub mod descriptors;
 mod seccomp;
+mod seccomp_tree;
 mod syscalls;
 
 pub use capabilities::DEFAULT_CAPABILITIES;
@@ -27,6 +28,9 @@ pub enum ConfineError {
     /// seccompiler could not compile the filter to BPF.
     #[error("cannot compile the seccomp filter")]
     Compile(#[source] seccompiler::Error),
+    /// seccompiler's program is not of the shape the syscall search extends.
+    #[error("unexpected seccomp program: {0}")]
+    Shape(&'static str),
     /// The current capability sets could not be read.
     #[error("cannot read the current capabilities: {0}")]
     Caps(String),

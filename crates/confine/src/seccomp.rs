@@ -23,13 +23,7 @@ pub(crate) struct Filters {
 pub(crate) fn build() -> Result<Filters, ConfineError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|_| ConfineError::UnsupportedArch(std::env::consts::ARCH.to_owned()))?;
-    let allow = SeccompFilter::new(
-        allow_rules()?,
-        SeccompAction::Errno(libc::EPERM as u32),
-        SeccompAction::Allow,
-        arch,
-    )
-    .map_err(ConfineError::Seccomp)?;
+    let allow = allowlist(arch)?;
     let clone3 = SeccompFilter::new(
         BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
         SeccompAction::Allow,
@@ -51,11 +45,54 @@ pub(crate) fn build() -> Result<Filters, ConfineError> {
         arch,
     )
     .map_err(ConfineError::Seccomp)?;
-    let programs = [allow, clone3, families, netlink]
-        .into_iter()
-        .map(|f| BpfProgram::try_from(f).map_err(ConfineError::Seccomp))
-        .collect::<Result<_, _>>()?;
+    let mut programs = vec![allow];
+    for filter in [clone3, families, netlink] {
+        programs.push(BpfProgram::try_from(filter).map_err(ConfineError::Seccomp)?);
+    }
     Ok(Filters { programs })
+}
+
+/// The allowlist program: seccompiler's chains for the syscalls with argument rules,
+/// then a search over those allowed whatever their arguments (`seccomp_tree`).
+fn allowlist(arch: TargetArch) -> Result<BpfProgram, ConfineError> {
+    let (unconditional, ruled): (BTreeMap<_, _>, BTreeMap<_, _>) = allow_rules()?
+        .into_iter()
+        .partition(|(_, rules)| rules.is_empty());
+    let deny = SeccompAction::Errno(libc::EPERM as u32);
+    let chains = SeccompFilter::new(ruled, deny.clone(), SeccompAction::Allow, arch)
+        .and_then(BpfProgram::try_from)
+        .map_err(ConfineError::Seccomp)?;
+    let numbers: Vec<u32> = unconditional
+        .into_keys()
+        .map(|nr| u32::try_from(nr).map_err(|_| ConfineError::Shape("a negative syscall number")))
+        .collect::<Result<_, _>>()?;
+    crate::seccomp_tree::with_search(
+        chains,
+        &numbers,
+        u32::from(SeccompAction::Allow),
+        u32::from(deny),
+    )
+}
+
+/// The allowlist as seccompiler alone compiles it (one comparison per syscall): what
+/// [`allowlist`] must decide exactly alike.
+#[cfg(test)]
+pub(crate) fn chained_allowlist() -> BpfProgram {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).expect("arch");
+    SeccompFilter::new(
+        allow_rules().expect("rules"),
+        SeccompAction::Errno(libc::EPERM as u32),
+        SeccompAction::Allow,
+        arch,
+    )
+    .and_then(BpfProgram::try_from)
+    .expect("the chained allowlist")
+}
+
+/// [`allowlist`] for the running architecture.
+#[cfg(test)]
+pub(crate) fn searched_allowlist() -> BpfProgram {
+    allowlist(TargetArch::try_from(std::env::consts::ARCH).expect("arch")).expect("allowlist")
 }
 
 fn allow_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, ConfineError> {

@@ -1,0 +1,188 @@
+//! The allowlist's unconditional syscalls as a binary search instead of seccompiler's
+//! chain of one comparison per syscall. The kernel runs a new program once for every
+//! syscall number when it is installed (to cache the numbers it always allows): through
+//! a chain of ~300 comparisons that took ~1.6 ms of each sandbox's start; through a
+//! search, about a dozen instructions per number. The syscalls with argument rules
+//! stay seccompiler's chains, ahead of the search.
+
+use crate::ConfineError;
+use seccompiler::{sock_filter, BpfProgram};
+
+// Classic BPF opcodes (linux/bpf_common.h): load word at absolute offset, jumps
+// comparing the accumulator with a constant, unconditional jump, return a constant.
+const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+const JEQ_K: u16 = 0x05 | 0x10;
+const JGE_K: u16 = 0x05 | 0x30;
+const JA: u16 = 0x05;
+const RET_K: u16 = 0x06;
+/// Offset of `nr` in `struct seccomp_data`.
+const NR_OFFSET: u32 = 0;
+/// Numbers compared one by one at a leaf of the search.
+const LEAF: usize = 3;
+
+/// `program` (seccompiler's, ending with the instruction that returns `deny` for a
+/// syscall none of its chains names) with that last return replaced by a search over
+/// `allowed`: those syscall numbers return `allow`, every other one `deny`.
+pub(crate) fn with_search(
+    mut program: BpfProgram,
+    allowed: &[u32],
+    allow: u32,
+    deny: u32,
+) -> Result<BpfProgram, ConfineError> {
+    match program.pop() {
+        Some(last) if last.code == RET_K && last.k == deny => {}
+        _ => return Err(ConfineError::Shape("the program does not end by denying")),
+    }
+    let mut sorted = allowed.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    // The chains leave the syscall number loaded, but a search that loads it itself
+    // does not depend on that.
+    program.push(stmt(LD_W_ABS, NR_OFFSET));
+    program.extend(search(&sorted, allow, deny));
+    Ok(program)
+}
+
+/// Returns `allow` for a number in `nrs` (sorted), else `deny`; jumps forward only, and
+/// never by more than a conditional jump's 255 (farther ones are `JA`s).
+fn search(nrs: &[u32], allow: u32, deny: u32) -> Vec<sock_filter> {
+    if nrs.len() <= LEAF {
+        // jeq a → allow; jeq b → allow; …; ret deny; ret allow
+        let n = nrs.len();
+        let mut out: Vec<sock_filter> = nrs
+            .iter()
+            .enumerate()
+            .map(|(i, nr)| jump(JEQ_K, *nr, (n - i) as u8, 0))
+            .collect();
+        out.push(stmt(RET_K, deny));
+        out.push(stmt(RET_K, allow));
+        return out;
+    }
+    let mid = nrs.len() / 2;
+    let (left, right) = (
+        search(&nrs[..mid], allow, deny),
+        search(&nrs[mid..], allow, deny),
+    );
+    // A ≥ nrs[mid]: the `ja` over the left half, to the right half; else the left half.
+    let mut out = vec![jump(JGE_K, nrs[mid], 0, 1), stmt(JA, left.len() as u32)];
+    out.extend(left);
+    out.extend(right);
+    out
+}
+
+fn stmt(code: u16, k: u32) -> sock_filter {
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Runs a classic BPF seccomp program over `seccomp_data` {nr, arch, ip 0, args}:
+    /// the subset seccompiler and [`search`] emit (loads of words, ALU AND, jumps with
+    /// constants, returns).
+    pub(crate) fn run(program: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+        let mut data = vec![nr, arch, 0, 0];
+        for a in args {
+            data.push(a as u32);
+            data.push((a >> 32) as u32);
+        }
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let i = &program[pc];
+            pc += 1;
+            match i.code {
+                0x20 => a = data[i.k as usize / 4],
+                0x54 => a &= i.k,
+                0x05 => pc += i.k as usize,
+                0x15 | 0x25 | 0x35 | 0x45 => {
+                    let taken = match i.code {
+                        0x15 => a == i.k,
+                        0x25 => a > i.k,
+                        0x35 => a >= i.k,
+                        _ => a & i.k != 0,
+                    };
+                    pc += if taken { i.jt } else { i.jf } as usize;
+                }
+                0x06 => return i.k,
+                other => panic!("unexpected opcode {other:#x} at {}", pc - 1),
+            }
+        }
+    }
+
+    #[test]
+    fn the_search_allows_exactly_its_numbers() {
+        for n in [0usize, 1, 2, 3, 4, 5, 7, 64, 300, 513] {
+            // Every third number, so that neighbours of each allowed one are not.
+            let allowed: Vec<u32> = (0..n as u32).map(|i| i * 3 + 1).collect();
+            let program = with_search(vec![stmt(RET_K, 7)], &allowed, 1, 7).expect("search");
+            assert!(program.len() < 4096, "{n}: {} instructions", program.len());
+            for nr in (0..n as u32 * 3 + 5).chain([0x4000_0001, u32::MAX]) {
+                let want = if allowed.contains(&nr) { 1 } else { 7 };
+                assert_eq!(run(&program, nr, 0, [0; 6]), want, "{n} allowed, nr {nr}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_program_not_ending_by_denying_is_refused() {
+        assert!(with_search(vec![stmt(RET_K, 1)], &[1], 1, 7).is_err());
+        assert!(with_search(Vec::new(), &[1], 1, 7).is_err());
+    }
+}
+
+#[cfg(test)]
+mod equivalence {
+    use super::tests::run;
+
+    /// The searched allowlist decides every syscall number, on every architecture value,
+    /// with the argument values its rules look at, exactly as seccompiler's chain does.
+    #[test]
+    fn the_searched_allowlist_decides_as_the_chained_one() {
+        let (chained, searched) = (
+            crate::seccomp::chained_allowlist(),
+            crate::seccomp::searched_allowlist(),
+        );
+        assert!(searched.len() < 4096, "{} instructions", searched.len());
+        let native = run(&chained, libc::SYS_getpid as u32, 0, [0; 6]);
+        let arches = [0xc000_003e, 0x4000_0003, 0xc000_00b7, 0, u32::MAX];
+        let newuser = libc::CLONE_NEWUSER as u64;
+        let args = [
+            [0; 6],
+            [newuser, 0, 0, 0, 0, 0],
+            [newuser | libc::CLONE_NEWNS as u64, 1, 2, 3, 4, 5],
+            [libc::CLONE_NEWNS as u64, 0, 0, 0, 0, 0],
+            [0x0008, 0, 0, 0, 0, 0],
+            [0xffff_ffff, 0, 0, 0, 0, 0],
+            [u64::MAX, u64::MAX, u64::MAX, 0, 0, 0],
+            [1 << 32, 0, 0, 0, 0, 0],
+        ];
+        let mut allowed = 0;
+        for nr in (0..1100u32).chain([0x4000_0000, 0x4000_0001, 0x4000_0027, u32::MAX]) {
+            for arch in arches {
+                for a in args {
+                    let want = run(&chained, nr, arch, a);
+                    assert_eq!(
+                        run(&searched, nr, arch, a),
+                        want,
+                        "nr {nr} arch {arch:#x} args {a:?}"
+                    );
+                    allowed += usize::from(want == native);
+                }
+            }
+        }
+        assert!(
+            allowed > 1000,
+            "the test saw too few allowed calls: {allowed}"
+        );
+    }
+}
