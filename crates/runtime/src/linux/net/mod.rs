@@ -153,42 +153,40 @@ pub(super) fn start(
             return started;
         }
     }
-    let spare = match (&rt.spare_nets, no_rules) {
-        (Some(spares), true) => spares.take(spec.id, &keeper(rt, spec.id)),
-        _ => None,
-    };
-    // A network a one-shot run parked (this process's or another's); for a one-shot
-    // run, else a spare of a server running beside it.
-    let spare = match (spare, no_rules) {
-        (None, true) => parked::take(config, spec.id, &keeper(rt, spec.id))
-            .or_else(|| match rt.park_networks {
-                true => spares::claim(config, spec.id, &keeper(rt, spec.id)),
-                false => None,
-            })
-            .and_then(|lease| adopt(config, spec.id, lease)),
-        (spare, _) => spare,
-    };
-    let (prepared, started, linked) = match spare {
-        Some(lease) => {
-            let (started, linked) = start_linking(rt, spec, &lease);
-            tm("sandbox started, linked");
-            (Ok(lease), started, linked)
-        }
-        None => std::thread::scope(|s| {
-            let host = s.spawn(|| {
+    // The host side (a spare's or a parked one's, taken, else made) and the link into
+    // the sandbox's network namespace are done on a second thread while the sandbox
+    // starts: only the link's last step and `resolv.conf` follow the start.
+    let (tell, told) = std::sync::mpsc::channel::<OwnedFd>();
+    let (host, started) = std::thread::scope(|s| {
+        let host = s.spawn(move || {
+            let Some(lease) = take_host_side(rt, config, spec.id, no_rules) else {
+                tm("no host side to take");
                 let policy = policy::resolve(network, &config.resolvers);
                 let prepared = prepare(config, spec.id, &policy, Some(&keeper(rt, spec.id)));
                 tm("host side prepared");
-                prepared
+                return HostSide::Made(prepared);
+            };
+            tm("host side taken");
+            let (ifname, _) = lease_names(spec.id, &lease);
+            let linked = told.recv().ok().map(|ns| {
+                link::create_in(&ifname, &ns, &lease)
+                    .and_then(|()| crate::faults::check("network.connect"))
             });
-            let started = rt.start(spec);
-            tm("sandbox started");
-            let prepared = host
-                .join()
-                .unwrap_or_else(|_| Err(RuntimeError::Network("network setup panicked".into())));
-            (prepared, started, None)
-        }),
-    };
+            HostSide::Taken(lease, linked)
+        });
+        let started = {
+            // Dropped once the start returns, so the host thread never waits longer.
+            let tell = move |ns: OwnedFd| {
+                let _ = tell.send(ns);
+            };
+            super::start::start_notifying(rt, spec, Some(&tell))
+        };
+        tm("sandbox started");
+        let host = host.join().unwrap_or_else(|_| {
+            HostSide::Made(Err(RuntimeError::Network("network setup panicked".into())))
+        });
+        (host, started)
+    });
     if let Some(spares) = &rt.spare_nets {
         spares.refill();
     }
@@ -204,10 +202,12 @@ pub(super) fn start(
             return Err(e);
         }
     };
-    let connected = match linked {
+    let connected = match host {
         // The link was made while the sandbox started: only its resolv.conf is left.
-        Some(linked) => linked.and_then(|()| resolv_conf(config, &handle)),
-        None => prepared.and_then(|lease| connect(config, &handle, &lease)),
+        HostSide::Taken(_, Some(linked)) => linked.and_then(|()| resolv_conf(config, &handle)),
+        // The start told no namespace (it could not be opened): linked to PID 1's.
+        HostSide::Taken(lease, None) => connect(config, &handle, &lease),
+        HostSide::Made(prepared) => prepared.and_then(|lease| connect(config, &handle, &lease)),
     };
     match connected {
         Ok(()) => {
@@ -327,40 +327,39 @@ fn resolv_conf(config: &NetConfig, handle: &SandboxHandle) -> Result<(), Runtime
     )
 }
 
-/// Starts the sandbox while its link over `lease` (a host side made earlier) is made on
-/// a second thread as soon as its network namespace exists, instead of after the start.
-/// The link's outcome is `None` when the start told no namespace (it failed first, or
-/// the namespace could not be opened): the caller then connects after the start.
-fn start_linking(
+/// What the host thread of [`start`] got: a host side taken (with the link made into
+/// the namespace the start told, `None` when it told none), or one made for the sandbox.
+enum HostSide {
+    Taken(host::Lease, Option<Result<(), RuntimeError>>),
+    Made(Result<host::Lease, RuntimeError>),
+}
+
+/// A host side made earlier, for a sandbox with no rules of its own: a spare of this
+/// server's, else a network a one-shot run parked (this process's or another's), else
+/// (for a one-shot run) a spare of a server running beside it; `None` when there is
+/// none (or the sandbox has rules).
+fn take_host_side(
     rt: &LinuxRuntime,
-    spec: &SandboxSpec,
-    lease: &host::Lease,
-) -> (
-    Result<SandboxHandle, RuntimeError>,
-    Option<Result<(), RuntimeError>>,
-) {
-    let (ifname, _) = lease_names(spec.id, lease);
-    let (tell, told) = std::sync::mpsc::channel::<OwnedFd>();
-    std::thread::scope(|s| {
-        let link = s.spawn(move || {
-            let ns = told.recv().ok()?;
-            let linked = link::create_in(&ifname, &ns, lease);
-            Some(linked.and_then(|()| crate::faults::check("network.connect")))
-        });
-        let started = {
-            // Dropped once the start returns, so the link thread never waits longer.
-            let tell = move |ns: OwnedFd| {
-                let _ = tell.send(ns);
-            };
-            super::start::start_notifying(rt, spec, Some(&tell))
-        };
-        let linked = link.join().unwrap_or_else(|_| {
-            Some(Err(RuntimeError::Network(
-                "making the sandbox's link panicked".into(),
-            )))
-        });
-        (started, linked)
-    })
+    config: &NetConfig,
+    id: Uuid,
+    no_rules: bool,
+) -> Option<host::Lease> {
+    if !no_rules {
+        return None;
+    }
+    if let Some(lease) = rt
+        .spare_nets
+        .as_ref()
+        .and_then(|s| s.take(id, &keeper(rt, id)))
+    {
+        return Some(lease);
+    }
+    parked::take(config, id, &keeper(rt, id))
+        .or_else(|| match rt.park_networks {
+            true => spares::claim(config, id, &keeper(rt, id)),
+            false => None,
+        })
+        .and_then(|lease| adopt(config, id, lease))
 }
 
 /// Removes a sandbox's link, rules and lease (idempotent), and the shared table once
