@@ -230,11 +230,7 @@ impl Serve {
             // disk than the host has (they write next to nothing).
             .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
             .env("SANDBOXD_METRICS_LISTEN", "127.0.0.1:0")
-            .env(
-                "RUST_LOG",
-                std::env::var("SANDBOXD_BENCH_SERVE_LOG")
-                    .unwrap_or_else(|_| "warn,sandboxd_server=info".into()),
-            )
+            .env("RUST_LOG", serve_log_filter())
             .env("NO_COLOR", "1")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -307,6 +303,17 @@ impl Serve {
 }
 
 /// The container warm pool's `(ready, target)` from the metrics at `addr`.
+/// The server's log filter: `SANDBOXD_BENCH_SERVE_LOG` (else warnings), with
+/// `sandboxd_server=info` unless it names that target itself: those lines give the
+/// addresses the bench waits for (a filter without them left the bench waiting for ever).
+fn serve_log_filter() -> String {
+    let asked = std::env::var("SANDBOXD_BENCH_SERVE_LOG").unwrap_or_else(|_| "warn".into());
+    match asked.contains("sandboxd_server") {
+        true => asked,
+        false => format!("{asked},sandboxd_server=info"),
+    }
+}
+
 async fn warm_pool(addr: SocketAddr) -> Result<(u64, u64)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
