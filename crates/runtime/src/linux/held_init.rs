@@ -82,6 +82,13 @@ impl HeldInit {
         let out = std::fs::File::create(log).map_err(io("creating the init log", log))?;
         let mut fds: Vec<RawFd> = vec![out.as_raw_fd()];
         fds.extend(moves.map(SelfMove::raw).unwrap_or_default());
+        if fds.len() > MAX_BEGIN_FDS {
+            // The init would get some of them only: refused, a spawned init moves itself.
+            return Err(RuntimeError::AgentStart(format!(
+                "{} cgroup hierarchies are more than a held init takes",
+                fds.len() - 1
+            )));
+        }
         let sent = sendmsg::<()>(
             channel.0.as_raw_fd(),
             &[IoSlice::new(BEGIN)],

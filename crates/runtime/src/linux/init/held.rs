@@ -49,6 +49,13 @@ fn receive(sync_fd: RawFd) -> Result<Option<Vec<OwnedFd>>, InitError> {
                 })
             }
             Ok(msg) => {
+                // Descriptors the kernel could not hand over (no room) would leave the
+                // sandbox outside some of its cgroups: refused.
+                if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+                    return Err(InitError::Unexpected(
+                        "a begin message with more descriptors than room for them".into(),
+                    ));
+                }
                 let mut fds = Vec::new();
                 for cmsg in msg.cmsgs().map_err(|source| InitError::Sys {
                     what: "reading the begin message".into(),
