@@ -19,6 +19,8 @@ const RET_K: u16 = 0x06;
 const NR_OFFSET: u32 = 0;
 /// Numbers compared one by one at a leaf of the search.
 const LEAF: usize = 3;
+/// The most instructions the kernel takes in one program (linux/bpf_common.h).
+const BPF_MAXINSNS: usize = 4096;
 
 /// `program` (seccompiler's, ending with the instruction that returns `deny` for a
 /// syscall none of its chains names) with that last return replaced by a search over
@@ -40,6 +42,11 @@ pub(crate) fn with_search(
     // does not depend on that.
     program.push(stmt(LD_W_ABS, NR_OFFSET));
     program.extend(search(&sorted, allow, deny));
+    // The kernel refuses a longer program (BPF_MAXINSNS) at every install: refused
+    // here once, by name.
+    if program.len() > BPF_MAXINSNS {
+        return Err(ConfineError::Shape("the searched program is too long"));
+    }
     Ok(program)
 }
 
@@ -153,7 +160,12 @@ mod equivalence {
             crate::seccomp::searched_allowlist(),
         );
         assert!(searched.len() < 4096, "{} instructions", searched.len());
-        let native = run(&chained, libc::SYS_getpid as u32, 0, [0; 6]);
+        // What an allowed call returns: getpid on x86_64 (AUDIT_ARCH_X86_64).
+        let native = run(&chained, libc::SYS_getpid as u32, 0xc000_003e, [0; 6]);
+        assert_eq!(
+            native, 0x7fff_0000,
+            "getpid is not allowed (SECCOMP_RET_ALLOW)"
+        );
         let arches = [0xc000_003e, 0x4000_0003, 0xc000_00b7, 0, u32::MAX];
         let newuser = libc::CLONE_NEWUSER as u64;
         let args = [

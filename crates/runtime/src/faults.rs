@@ -7,6 +7,8 @@
 //! The points, in the order a sandbox meets them:
 //! - `run.held`: a `sandboxd run` spawned its held init, before anything else (a
 //!   `"sleep(ms)"` there holds the run with the init unbegun);
+//! - `run.opened`: a `sandboxd run` opened its backend (its early init is being made),
+//!   before its async runtime and its signal handlers;
 //! - `start.cgroup`: its cgroups made (cold start);
 //! - `start.self_move`: the init's own move into its cgroups (v1, between its fork and
 //!   its exec, or a held init's after its `begin`) fails in the child: its `tasks`
@@ -14,6 +16,8 @@
 //! - `start.disk`: its state dirs made and its disk mounted (cold start);
 //! - `start.mount_root`: its root mounted through the user namespace;
 //! - `start.handshake`: PID 1 attached, before its `Ready`;
+//! - `start.pin`: the sandbox's layer pin about to be written (a warm start: into the
+//!   entry's dir before its rename);
 //! - `start.handle`: the agent ready, before `handle.json` is written;
 //! - `start.gvisor.legacy_layout`: on gVisor, the start makes the agent-dir layout of
 //!   an earlier sandboxd (tests of its adoption, see `gvisor::legacy`);

@@ -93,9 +93,13 @@ pub enum NetworkArg {
 
 pub fn main(args: RunArgs) -> Result<ExitCode> {
     STARTED.get_or_init(Instant::now);
-    // First, while the process has one thread: the caller waits for the command only.
+    // First, while the process has one thread: the caller waits for the command only,
+    // and the signals that end the run wait, blocked, for its handlers (`Signals`).
     let handoff = match args.wait_cleanup {
-        true => None,
+        true => {
+            crate::run_detach::hold_signals()?;
+            None
+        }
         false => Some(crate::run_detach::split()?),
     };
     // Tests' fault injection points (only in builds with the `failpoints` feature).
@@ -129,6 +133,8 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         true => Some(open_backend_tied(&config, Tie::OneShot(&tethers, held))?),
         false => None,
     };
+    // A test's pause here: the early init is being made, no signal is caught yet.
+    let _ = sandboxd_runtime::faults::hit("run.opened");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -564,6 +570,8 @@ impl Signals {
             };
             all.push((reported, stream));
         }
+        // Caught now: what came since the run began is delivered (`hold_signals`).
+        crate::run_detach::release_signals()?;
         Ok(Signals(all))
     }
 

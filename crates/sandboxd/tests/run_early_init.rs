@@ -126,17 +126,79 @@ fn a_start_takes_the_early_init_and_one_of_another_size_is_removed_untaken() {
         "loop devices left"
     );
     assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
-    let parent = other.cgroups().dirs(uuid::Uuid::nil());
-    for dir in parent.iter().filter_map(|d| d.parent()) {
-        let children: Vec<_> = std::fs::read_dir(dir)
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .filter(|e| e.path().is_dir())
-                    .collect()
+    assert_eq!(cgroups_under(&other), Vec::<PathBuf>::new(), "cgroups left");
+}
+
+/// The cgroup dirs under the runtime's own parent, in every hierarchy.
+fn cgroups_under(rt: &sandboxd_runtime::linux::LinuxRuntime) -> Vec<PathBuf> {
+    let parent = rt.cgroups().dirs(uuid::Uuid::nil());
+    parent
+        .iter()
+        .filter_map(|d| d.parent())
+        .flat_map(|dir| {
+            std::fs::read_dir(dir)
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .map(|e| e.path())
+                        .filter(|p| p.is_dir())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// This process's children that are zombies (ended, never reaped).
+fn zombie_children() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|t| {
+                let field = |name: &str| {
+                    t.lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .map(|v| v.trim().to_owned())
+                };
+                field("PPid:").as_deref() == Some(me.as_str())
+                    && field("State:").is_some_and(|s| s.starts_with('Z'))
             })
-            .unwrap_or_default();
-        assert!(children.is_empty(), "cgroups left under {}", dir.display());
-    }
+        })
+        .collect()
+}
+
+/// Regression: a start that took the early init and then failed to write its layer pin
+/// (a full disk, an I/O error) dropped the taken entry without ending it: its init was
+/// left a zombie and its cgroups, still named by the entry's key, stayed for ever
+/// (empty `sandboxd/<key>` dirs in every hierarchy, what a CI run found left over).
+#[test]
+fn a_start_failing_at_its_layer_pin_ends_the_early_init_it_took() {
+    let scenario = fail::FailScenario::setup();
+    let (_dir, data) = data_dir();
+    let _cleanup = common::runtime(&data);
+    let spec = common::spec("default");
+    let tethers = sandboxd_runtime::linux::Tethers::new();
+    let rt = common::raw_runtime(&data)
+        .with_tethers(tethers.clone())
+        .with_early_init(spec.disk_mb, None);
+    fail::cfg("start.pin", "1*return").expect("failpoint");
+    assert!(
+        rt.start(&spec).is_err(),
+        "the start did not fail at its pin"
+    );
+    rt.discard_early_init();
+    tethers.finish_released();
+    assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
+    assert_eq!(cgroups_under(&rt), Vec::<PathBuf>::new(), "cgroups left");
+    assert_eq!(
+        zombie_children(),
+        Vec::<i32>::new(),
+        "an init left unreaped"
+    );
+    assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
+    assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
+    scenario.teardown();
 }
 
 #[test]

@@ -164,14 +164,19 @@ fn a_held_init_that_cannot_join_its_cgroups_fails_and_the_run_starts_cold() {
     // read-only: the held init's own write fails (on cgroup v2 there is no such write,
     // and the run simply takes its early init).
     let out = run(&data, Some("start.self_move=1*return"))
+        .env("RUST_LOG", "sandboxd_runtime=warn")
         .output()
         .expect("run");
-    assert!(
-        out.status.success(),
-        "the run failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the run failed: {stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    // The failed move was seen, and the start went cold (on v2 there is no such move).
+    if std::path::Path::new("/sys/fs/cgroup/pids").is_dir() {
+        assert!(
+            stderr.contains("the early init was not made; starting cold"),
+            "the held init's failed move went unseen: {stderr}"
+        );
+    }
     assert!(serve_bin::wait_for_runs(&data).is_empty());
     let sandboxes: Vec<String> = std::fs::read_dir(data.join("sandboxes"))
         .map(|d| {
@@ -187,4 +192,77 @@ fn a_held_init_that_cannot_join_its_cgroups_fails_and_the_run_starts_cold() {
     );
     assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
     assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
+}
+
+/// The keys of the warm entry dirs (`.warm-<key>`) under the data dir.
+fn warm_keys(data: &Path) -> Vec<String> {
+    std::fs::read_dir(data.join("sandboxes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| Some(e.file_name().to_str()?.strip_prefix(".warm-")?.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The cgroup dirs named `key` under a run's parent (`sandboxd`), in every hierarchy.
+fn cgroups_named(key: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/sys/fs/cgroup")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join("sandboxd").join(key))
+                .filter(|p| p.exists())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Regression: a run's worker caught no signal until its async runtime ran, while its
+/// early init was being made already: the waiting process killed then (the worker's
+/// parent-death signal), or a SIGTERM, ended the worker by the signal's default action,
+/// and the begun init, alone in its cgroups, exited on its closed handshake. Its cgroups
+/// (empty `sandboxd/<key>` dirs in every hierarchy), its entry dir and its disk's mount
+/// were left until a later run opened the same data dir (none does for a temp dir: a
+/// CI run found such cgroups left over). The signals now wait, blocked, for the run's
+/// handlers, and the run ends cleanly.
+#[test]
+fn a_run_whose_waiting_process_dies_while_its_early_init_is_made_leaves_nothing() {
+    let (_dir, data) = data_dir();
+    let mut waiting = run(&data, Some("run.opened=sleep(3000)"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the run");
+    let mut worker = None;
+    let mut key = None;
+    wait_until("the run's early init is in its cgroups", || {
+        worker = children_of(waiting.id()).first().copied();
+        key = warm_keys(&data).into_iter().next();
+        key.as_deref().is_some_and(|k| {
+            cgroups_named(k).iter().any(|dir| {
+                std::fs::read_to_string(dir.join("cgroup.procs"))
+                    .is_ok_and(|p| !p.trim().is_empty())
+            })
+        })
+    });
+    let (worker, key) = (worker.expect("the worker"), key.expect("the entry"));
+    // SAFETY: kill(2) on the process this test started.
+    unsafe { libc::kill(waiting.id() as i32, libc::SIGKILL) };
+    let _ = waiting.wait();
+    wait_until("the worker ends", || ended(worker));
+    let left = (warm_keys(&data), cgroups_named(&key), mounts_under(&data));
+    // Whatever is left goes with the next run's sweep of the data dir, before the checks.
+    let _ = run(&data, None).stdout(Stdio::null()).status();
+    assert!(serve_bin::wait_for_runs(&data).is_empty());
+    assert_eq!(
+        left.0,
+        Vec::<String>::new(),
+        "the early init's entry dir is left"
+    );
+    assert_eq!(
+        left.1,
+        Vec::<std::path::PathBuf>::new(),
+        "its cgroups are left"
+    );
+    assert_eq!(left.2, Vec::<String>::new(), "its mounts are left");
 }

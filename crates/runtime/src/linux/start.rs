@@ -14,7 +14,7 @@ use super::{destroy, rootfs, sys, LinuxRuntime};
 use crate::{faults, RuntimeError, SandboxHandle, SandboxSpec};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Instant;
 
@@ -124,13 +124,18 @@ fn start_in(
         None => Ok(()),
     };
     // 0700: the agent socket and the sandbox's files are for host root only (a warm
-    // entry's dir was made so).
-    let made = marked.and_then(|()| {
-        match &warm {
-            Some(w) => std::fs::rename(&w.dir, &state_dir),
-            None => std::fs::DirBuilder::new().mode(0o700).create(&state_dir),
-        }
-        .map_err(io("creating the sandbox state dir", &state_dir))
+    // entry's dir was made so). A warm entry's pin goes into its dir before the rename:
+    // a failed write leaves the entry whole, for its discard below.
+    let mut pin = Some(pin);
+    let made = marked.and_then(|()| match &warm {
+        Some(w) => write_pin(&mut pin, &w.dir).and_then(|()| {
+            std::fs::rename(&w.dir, &state_dir)
+                .map_err(io("creating the sandbox state dir", &state_dir))
+        }),
+        None => std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&state_dir)
+            .map_err(io("creating the sandbox state dir", &state_dir)),
     });
     if let Err(e) = made {
         if let Some(w) = warm {
@@ -154,7 +159,7 @@ fn start_in(
     };
     let mut init: Option<Child> = None;
     let t0 = Instant::now();
-    let launched = pin.write(&handle.state_dir).and_then(|()| {
+    let launched = write_pin(&mut pin, &handle.state_dir).and_then(|()| {
         phase(spec, t0, "pin written");
         launch(rt, spec, layers, &mut handle, &mut init, warm, on_netns)
     });
@@ -178,6 +183,14 @@ fn start_in(
             }
             Err(e)
         }
+    }
+}
+
+/// Writes `pin` into `dir` unless written already.
+fn write_pin(pin: &mut Option<LayerPin>, dir: &Path) -> Result<(), RuntimeError> {
+    match pin.take() {
+        Some(pin) => faults::check("start.pin").and_then(|()| pin.write(dir)),
+        None => Ok(()),
     }
 }
 

@@ -49,13 +49,7 @@ fn receive(sync_fd: RawFd) -> Result<Option<Vec<OwnedFd>>, InitError> {
                 })
             }
             Ok(msg) => {
-                // Descriptors the kernel could not hand over (no room) would leave the
-                // sandbox outside some of its cgroups: refused.
-                if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
-                    return Err(InitError::Unexpected(
-                        "a begin message with more descriptors than room for them".into(),
-                    ));
-                }
+                let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
                 let mut fds = Vec::new();
                 for cmsg in msg.cmsgs().map_err(|source| InitError::Sys {
                     what: "reading the begin message".into(),
@@ -69,6 +63,13 @@ fn receive(sync_fd: RawFd) -> Result<Option<Vec<OwnedFd>>, InitError> {
                                 .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
                         );
                     }
+                }
+                // Descriptors the kernel could not hand over (no room) would leave the
+                // sandbox outside some of its cgroups: refused (those received close).
+                if truncated {
+                    return Err(InitError::Unexpected(
+                        "a begin message with more descriptors than room for them".into(),
+                    ));
                 }
                 break (msg.bytes, fds);
             }
