@@ -10,6 +10,8 @@
 //! - `run.opened`: a `sandboxd run` opened its backend (its early init is being made),
 //!   before its async runtime and its signal handlers;
 //! - `start.cgroup`: its cgroups made (cold start);
+//! - `start.warm_dir`: a warm entry's dir renamed the sandbox's, its cgroups not yet
+//!   (a `"sleep(ms)"` there lets a test kill the process between the two);
 //! - `start.self_move`: the init's own move into its cgroups (v1, between its fork and
 //!   its exec, or a held init's after its `begin`) fails in the child: its `tasks`
 //!   files are opened read-only (cold start and warm entries);

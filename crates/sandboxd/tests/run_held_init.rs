@@ -266,3 +266,59 @@ fn a_run_whose_waiting_process_dies_while_its_early_init_is_made_leaves_nothing(
     );
     assert_eq!(left.2, Vec::<String>::new(), "its mounts are left");
 }
+
+/// Regression: a start that took a warm entry renames its dir first, its cgroups next:
+/// a process killed between the two left the cgroups under the entry's key, which no
+/// sweep knew any more (the dir had the sandbox's name; the sandbox's teardown removes
+/// the cgroups of its id): empty `sandboxd/<key>` cgroups stayed for ever once the
+/// init, alone in them, exited on its closed handshake. The entry's dir now records
+/// its key, and a teardown removes the cgroups of that key too.
+#[test]
+fn a_run_killed_between_its_warm_dirs_rename_and_its_cgroups_leaves_no_cgroup() {
+    let (_dir, data) = data_dir();
+    let mut waiting = run(
+        &data,
+        Some("run.opened=sleep(1500);start.warm_dir=sleep(60000)"),
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn the run");
+    let mut key = None;
+    wait_until("the run's early init is made", || {
+        key = warm_keys(&data).into_iter().next();
+        key.as_deref().is_some_and(|k| !cgroups_named(k).is_empty())
+    });
+    let key = key.expect("the entry");
+    wait_until("the start renamed the entry's dir", || {
+        warm_keys(&data).is_empty()
+    });
+    let worker = children_of(waiting.id())
+        .first()
+        .copied()
+        .expect("the worker");
+    for pid in [worker, waiting.id()] {
+        // SAFETY: kill(2) on processes this test started (the run and its worker).
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    let _ = waiting.wait();
+    wait_until("the worker ends", || ended(worker));
+    // The next run sweeps what the killed one left.
+    let next = run(&data, None).output().expect("the next run");
+    assert!(
+        next.status.success(),
+        "{}",
+        String::from_utf8_lossy(&next.stderr)
+    );
+    assert!(serve_bin::wait_for_runs(&data).is_empty());
+    let left = cgroups_named(&key);
+    for dir in &left {
+        let _ = std::fs::remove_dir(dir); // not to leave them on the host
+    }
+    assert_eq!(
+        left,
+        Vec::<std::path::PathBuf>::new(),
+        "the entry's cgroups are left"
+    );
+    assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
+}

@@ -63,6 +63,11 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
     }
     faults::check("destroy.cgroup")?;
     rt.cgroups.remove(id)?;
+    // A warm entry's cgroups keep its key until its start renames them, after its dir:
+    // a start interrupted between the two (a crash) left them under that key.
+    if let Some(key) = super::warm::entry_key(&handle.state_dir).filter(|k| *k != id) {
+        rt.cgroups.kill_and_remove(key)?;
+    }
     super::requests::remove(&rt.cgroups, id)?;
     faults::check("destroy.unmount")?;
     rootfs::unmount_root(&handle.state_dir)?;

@@ -230,6 +230,7 @@ fn launch(
             Some(w) => {
                 let pid = w.child.id() as i32;
                 *init = Some(w.child);
+                let _ = faults::hit("start.warm_dir");
                 if let Err(e) = rt.cgroups.rename(w.key, spec.id) {
                     if let Some(mut child) = init.take() {
                         let _ = child.kill();

@@ -25,6 +25,18 @@ pub(in crate::linux) const DIR_PREFIX: &str = ".warm-";
 pub(in crate::linux) const READY_FILE: &str = "ready";
 /// File in an entry's dir holding its id slot's base (for the sweep of a dead owner's).
 pub(in crate::linux) const SLOT_FILE: &str = "slot";
+/// File in an entry's dir holding its key, written before its cgroups are made: a start
+/// renames the dir the sandbox's before it renames the cgroups, and a teardown of a
+/// start interrupted between the two finds the key's cgroups through it
+/// ([`entry_key`]).
+const KEY_FILE: &str = "warm-key";
+
+/// The key of the warm entry whose dir `dir` was (a sandbox's state dir, renamed from
+/// an entry's), if it was one.
+pub(in crate::linux) fn entry_key(dir: &Path) -> Option<Uuid> {
+    let text = std::fs::read_to_string(dir.join(KEY_FILE)).ok()?;
+    Uuid::parse_str(text.trim()).ok()
+}
 
 /// An init waiting for its sandbox.
 pub(in crate::linux) struct Warm {
@@ -153,6 +165,9 @@ impl Maker {
         let slot_file = dir.join(SLOT_FILE);
         std::fs::write(&slot_file, host_id_base.to_string())
             .map_err(io("writing a warm init's slot", &slot_file))?;
+        let key_file = dir.join(KEY_FILE);
+        std::fs::write(&key_file, key.to_string())
+            .map_err(io("writing a warm init's key", &key_file))?;
         // The disk (a loop device's configuration waits for an RCU grace period, and its
         // mount) is made on a thread of its own while the init is spawned and mapped.
         let (disk, userns) = std::thread::scope(|s| {
