@@ -19,12 +19,21 @@ pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), 
     if cgroups.is_frozen(id) {
         cgroups.set_frozen(id, false)?;
     }
+    // A warm sandbox's cgroups keep its entry's key until its hand-over renames them,
+    // after its dir: a hand-over a crash interrupted between the two left them so.
+    let key = super::warm::runsc_id_in(&handle.state_dir)
+        .and_then(|k| uuid::Uuid::parse_str(&k).ok())
+        .filter(|k| *k != id);
     let mut killed = cgroups.procs(id);
+    killed.extend(key.map(|k| cgroups.procs(k)).unwrap_or_default());
     if handle.agent_pid > 0 {
         killed.push(handle.agent_pid);
     }
     // SIGKILL ends even a paused (ptrace-stopped) sentry; runsc's own state goes next.
     cgroups.kill_and_remove(id)?;
+    if let Some(key) = key {
+        cgroups.kill_and_remove(key)?;
+    }
     reap(&killed);
     let name = super::warm::runsc_id(handle);
     rt.runsc.delete(&name);
