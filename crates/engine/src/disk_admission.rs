@@ -8,7 +8,7 @@
 use crate::engine::Engine;
 use crate::error::{EngineError, ErrorCode};
 use sandboxd_runtime::DiskSpace;
-use sandboxd_store::SandboxRecord;
+use sandboxd_store::{SandboxRecord, WorkspaceUsage};
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
@@ -176,20 +176,34 @@ impl Engine {
     }
 
     /// Whether a `disk_mb` layer (`asked` by the client) fits in `space` next to the
-    /// layers of the `active` sandboxes and the snapshots being written.
+    /// layers of the `active` sandboxes (summed per workspace) and the snapshots being
+    /// written.
     pub(crate) fn check_disk(
         &self,
         space: Option<DiskSpace>,
-        active: &[SandboxRecord],
+        active: &[WorkspaceUsage],
         disk_mb: u32,
         asked: bool,
     ) -> Result<(), EngineError> {
         let Some(space) = space else {
             return Ok(());
         };
+        let default = u64::from(self.limits.disk_mb_per_sandbox);
+        let promised: u64 = active
+            .iter()
+            .map(|u| {
+                u.disk_mb
+                    .saturating_add(u.default_disk.saturating_mul(default))
+            })
+            .sum();
         let reserved = self.disk_reservations.reserved().div_ceil(MIB);
-        let committed = self.committed_mb(active).saturating_add(reserved);
-        admit(space, self.limits.disk_policy, committed, disk_mb, asked)
+        admit(
+            space,
+            self.limits.disk_policy,
+            promised.saturating_add(reserved),
+            disk_mb,
+            asked,
+        )
     }
 
     /// MiB the limited layers of the `active` sandboxes are promised.

@@ -64,6 +64,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<SandboxRecord>>;
     /// Every sandbox (all workspaces) whose status is one of `statuses`.
     fn sandboxes_in_status(&self, statuses: &[&str]) -> StoreResult<Vec<SandboxRecord>>;
+    /// The sandboxes whose status is one of `statuses`, summed per workspace (what
+    /// [`Store::sandboxes_in_status`] gives, without the records).
+    fn usage_in_status(&self, statuses: &[&str]) -> StoreResult<Vec<WorkspaceUsage>>;
     /// One workspace's sandboxes with this name (any status).
     fn sandboxes_named(&self, workspace: &str, name: &str) -> StoreResult<Vec<SandboxRecord>>;
     /// One workspace's sandboxes that ended at or after `since`, by (ended_at DESC, id

@@ -57,6 +57,20 @@ pub struct ApiKeyRecord {
     pub alias_of: Option<Uuid>,
 }
 
+/// What one workspace's sandboxes in some statuses hold, summed: admission's view of
+/// them, read without decoding every record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkspaceUsage {
+    pub workspace: String,
+    pub sandboxes: u64,
+    pub vcpu: u64,
+    pub memory_mb: u64,
+    /// The disk sizes recorded for them, summed.
+    pub disk_mb: u64,
+    /// How many have no disk size recorded (the server's default applies to them).
+    pub default_disk: u64,
+}
+
 /// A sandbox row: every field of the engine's sandbox plus backend data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxRecord {

@@ -406,3 +406,53 @@ fn sqlite_story() {
         );
     }
 }
+
+/// The per-workspace sums admission reads are those of the records in the statuses
+/// asked for: counts, vCPUs, memory, recorded disk sizes and how many have none.
+#[test]
+fn usage_in_status_sums_the_records_it_stands_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("sandboxd.db")).unwrap();
+    for ws in ["u1", "u2"] {
+        store.create_workspace(&workspace(ws, ws)).unwrap();
+    }
+    let rows = [
+        ("u1", "RUNNING", 2, 512, Some(100)),
+        ("u1", "PAUSED", 1, 256, None),
+        ("u1", "STARTING", 4, 1024, Some(300)),
+        ("u1", "TERMINATED", 8, 4096, Some(5000)),
+        ("u2", "RUNNING", 1, 128, None),
+        ("u2", "FAILED", 16, 8192, None),
+    ];
+    for (i, (ws, status, vcpu, memory_mb, disk_mb)) in rows.into_iter().enumerate() {
+        let mut sb = sandbox(ws, None, t(i as i64));
+        sb.status = status.into();
+        sb.vcpu = vcpu;
+        sb.memory_mb = memory_mb;
+        sb.disk_mb = disk_mb;
+        store.insert_sandbox(&sb).unwrap();
+    }
+    let statuses = ["RUNNING", "PAUSED", "STARTING"];
+    let mut usage = store.usage_in_status(&statuses).unwrap();
+    usage.sort_by(|a, b| a.workspace.cmp(&b.workspace));
+    let want = |workspace: &str, sandboxes, vcpu, memory_mb, disk_mb, default_disk| {
+        WorkspaceUsage {
+            workspace: workspace.into(),
+            sandboxes,
+            vcpu,
+            memory_mb,
+            disk_mb,
+            default_disk,
+        }
+    };
+    assert_eq!(
+        usage,
+        vec![want("u1", 3, 7, 1792, 400, 1), want("u2", 1, 1, 128, 0, 1)]
+    );
+    // The same as summing the records themselves.
+    let records = store.sandboxes_in_status(&statuses).unwrap();
+    let total: u64 = records.iter().map(|r| u64::from(r.vcpu)).sum();
+    assert_eq!(total, usage.iter().map(|u| u.vcpu).sum::<u64>());
+    assert_eq!(store.usage_in_status(&["DELETED"]).unwrap(), vec![]);
+    assert_eq!(store.usage_in_status(&[]).unwrap(), vec![]);
+}

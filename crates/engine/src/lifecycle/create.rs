@@ -8,7 +8,7 @@ use crate::model::{CreateSandbox, EndReason, Sandbox, WorkspaceId};
 use crate::state::SandboxStatus;
 use crate::validate;
 use sandboxd_runtime::{NetworkSpec, Requests, SandboxSpec};
-use sandboxd_store::SandboxRecord;
+use sandboxd_store::WorkspaceUsage;
 use std::collections::BTreeSet;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -181,9 +181,8 @@ impl Engine {
                 };
             }
         }
-        let active = self
-            .store
-            .sandboxes_in_status(&crate::state::ACTIVE_STATUSES)?;
+        // Summed per workspace by the store: no record of theirs is decoded here.
+        let active = self.store.usage_in_status(&crate::state::ACTIVE_STATUSES)?;
         // The client's own limits first: a request that can never fit (400: too big, or
         // pinned on a tier that does not pin) or that is past its workspace's quota
         // (429) is no shortage a retry could wait out (503).
@@ -388,13 +387,14 @@ impl Engine {
     /// The server's limits, counting the `active` sandboxes.
     fn check_capacity(
         &self,
-        active: &[SandboxRecord],
+        active: &[WorkspaceUsage],
         req: &CreateSandbox,
     ) -> Result<(), EngineError> {
         let l = self.limits;
-        let vcpu: u64 = active.iter().map(|r| u64::from(r.vcpu)).sum();
-        let memory: u64 = active.iter().map(|r| u64::from(r.memory_mb)).sum();
-        let full = active.len() as u64 + 1 > u64::from(l.max_sandboxes)
+        let vcpu: u64 = active.iter().map(|u| u.vcpu).sum();
+        let memory: u64 = active.iter().map(|u| u.memory_mb).sum();
+        let count: u64 = active.iter().map(|u| u.sandboxes).sum();
+        let full = count + 1 > u64::from(l.max_sandboxes)
             || vcpu + u64::from(req.resources.vcpu) > u64::from(l.max_vcpu_total)
             || memory + u64::from(req.resources.memory_mb) > l.max_memory_mb_total;
         match full {
@@ -409,15 +409,15 @@ impl Engine {
     /// The workspace's quota, counting its `active` sandboxes.
     fn check_quota(
         &self,
-        active: &[SandboxRecord],
+        active: &[WorkspaceUsage],
         ws: &str,
         req: &CreateSandbox,
     ) -> Result<(), EngineError> {
         let mut used = crate::quota::Usage::default();
-        for r in active.iter().filter(|r| r.workspace == ws) {
-            used.sandboxes += 1;
-            used.vcpu += u64::from(r.vcpu);
-            used.memory_mb += u64::from(r.memory_mb);
+        for u in active.iter().filter(|u| u.workspace == ws) {
+            used.sandboxes += u.sandboxes;
+            used.vcpu += u.vcpu;
+            used.memory_mb += u.memory_mb;
         }
         let over = self.store.get_quota_override(ws)?;
         let quota = self.limits.workspace_quota.with_override(over.as_ref());

@@ -205,6 +205,9 @@ impl Store for SqliteStore {
     fn sandboxes_in_status(&self, statuses: &[&str]) -> StoreResult<Vec<SandboxRecord>> {
         sandboxes::in_status(&*self.conns.read()?, statuses)
     }
+    fn usage_in_status(&self, statuses: &[&str]) -> StoreResult<Vec<WorkspaceUsage>> {
+        sandboxes::usage_in_status(&*self.conns.read()?, statuses)
+    }
     fn sandboxes_named(&self, workspace: &str, name: &str) -> StoreResult<Vec<SandboxRecord>> {
         sandboxes::named(&*self.conns.read()?, workspace, name)
     }

@@ -3,7 +3,7 @@
 use super::codec::*;
 use super::unique_violation;
 use crate::error::StoreError;
-use crate::records::{AliasKind, Keyset, SandboxFilter, SandboxRecord};
+use crate::records::{AliasKind, Keyset, SandboxFilter, SandboxRecord, WorkspaceUsage};
 use crate::StoreResult;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
 use time::OffsetDateTime;
@@ -208,6 +208,33 @@ pub(super) fn in_status(c: &Connection, statuses: &[&str]) -> StoreResult<Vec<Sa
     );
     let mut st = c.prepare(&sql)?;
     let rows = st.query_map(params_from_iter(statuses), row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn usage_in_status(
+    c: &Connection,
+    statuses: &[&str],
+) -> StoreResult<Vec<WorkspaceUsage>> {
+    if statuses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; statuses.len()].join(", ");
+    let sql = format!(
+        "SELECT workspace, COUNT(*), SUM(vcpu), SUM(memory_mb), COALESCE(SUM(disk_mb), 0), \
+         COUNT(*) - COUNT(disk_mb) FROM sandboxes WHERE status IN ({marks}) GROUP BY workspace"
+    );
+    let mut st = c.prepare_cached(&sql)?;
+    let rows = st.query_map(params_from_iter(statuses), |r| {
+        let count = |i: usize| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
+        Ok(WorkspaceUsage {
+            workspace: r.get(0)?,
+            sandboxes: count(1)?,
+            vcpu: count(2)?,
+            memory_mb: count(3)?,
+            disk_mb: count(4)?,
+            default_disk: count(5)?,
+        })
+    })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
