@@ -435,16 +435,15 @@ fn usage_in_status_sums_the_records_it_stands_for() {
     let statuses = ["RUNNING", "PAUSED", "STARTING"];
     let mut usage = store.usage_in_status(&statuses).unwrap();
     usage.sort_by(|a, b| a.workspace.cmp(&b.workspace));
-    let want = |workspace: &str, sandboxes, vcpu, memory_mb, disk_mb, default_disk| {
-        WorkspaceUsage {
+    let want =
+        |workspace: &str, sandboxes, vcpu, memory_mb, disk_mb, default_disk| WorkspaceUsage {
             workspace: workspace.into(),
             sandboxes,
             vcpu,
             memory_mb,
             disk_mb,
             default_disk,
-        }
-    };
+        };
     assert_eq!(
         usage,
         vec![want("u1", 3, 7, 1792, 400, 1), want("u2", 1, 1, 128, 0, 1)]

@@ -56,7 +56,9 @@ pub(super) fn create_workspace(c: &mut Connection, ws: &WorkspaceRecord) -> Stor
 
 pub(super) fn workspace(c: &Connection, id: &str) -> StoreResult<Option<WorkspaceRecord>> {
     let sql = format!("SELECT {} FROM workspaces WHERE id = ?1", ws_cols());
-    Ok(c.query_row(&sql, [id], workspace_row).optional()?)
+    Ok(c.prepare_cached(&sql)?
+        .query_row([id], workspace_row)
+        .optional()?)
 }
 
 pub(super) fn workspace_by_alias(

@@ -34,8 +34,14 @@ pub(super) fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.busy_timeout(READ_BOUND)?;
+    // Room for every statement a create or an exec runs (rusqlite's default is 16):
+    // each is parsed once per connection, not once per call.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
+
+/// Prepared statements each connection keeps.
+const STATEMENT_CACHE: usize = 64;
 
 /// Bytes of one WAL frame: a 24-byte header and a page (the default 4096 bytes).
 const WAL_FRAME_BYTES: u64 = 24 + 4096;

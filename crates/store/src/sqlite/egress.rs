@@ -15,19 +15,19 @@ pub(super) fn set(c: &Connection, p: &EgressPolicyRecord) -> StoreResult<()> {
 }
 
 pub(super) fn get(c: &Connection, ws: &str) -> StoreResult<Option<EgressPolicyRecord>> {
+    // Cached: every create reads it.
     let rec = c
-        .query_row(
+        .prepare_cached(
             "SELECT workspace, allow, deny, updated_at FROM egress_policies WHERE workspace = ?1",
-            [ws],
-            |r| {
-                Ok(EgressPolicyRecord {
-                    workspace: r.get("workspace")?,
-                    allow: get_json(r, "allow")?,
-                    deny: get_json(r, "deny")?,
-                    updated_at: get_ts(r, "updated_at")?,
-                })
-            },
-        )
+        )?
+        .query_row([ws], |r| {
+            Ok(EgressPolicyRecord {
+                workspace: r.get("workspace")?,
+                allow: get_json(r, "allow")?,
+                deny: get_json(r, "deny")?,
+                updated_at: get_ts(r, "updated_at")?,
+            })
+        })
         .optional()?;
     Ok(rec)
 }

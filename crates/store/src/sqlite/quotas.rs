@@ -22,21 +22,21 @@ pub(super) fn set(c: &Connection, q: &QuotaOverrideRecord) -> StoreResult<()> {
 }
 
 pub(super) fn get(c: &Connection, ws: &str) -> StoreResult<Option<QuotaOverrideRecord>> {
+    // Cached: every create reads it.
     let rec = c
-        .query_row(
+        .prepare_cached(
             "SELECT workspace, max_sandboxes, max_vcpu, max_memory_mb, updated_at \
              FROM workspace_quotas WHERE workspace = ?1",
-            [ws],
-            |r| {
-                Ok(QuotaOverrideRecord {
-                    workspace: r.get("workspace")?,
-                    max_sandboxes: r.get("max_sandboxes")?,
-                    max_vcpu: r.get("max_vcpu")?,
-                    max_memory_mb: r.get::<_, Option<i64>>("max_memory_mb")?.map(|m| m as u64),
-                    updated_at: get_ts(r, "updated_at")?,
-                })
-            },
-        )
+        )?
+        .query_row([ws], |r| {
+            Ok(QuotaOverrideRecord {
+                workspace: r.get("workspace")?,
+                max_sandboxes: r.get("max_sandboxes")?,
+                max_vcpu: r.get("max_vcpu")?,
+                max_memory_mb: r.get::<_, Option<i64>>("max_memory_mb")?.map(|m| m as u64),
+                updated_at: get_ts(r, "updated_at")?,
+            })
+        })
         .optional()?;
     Ok(rec)
 }

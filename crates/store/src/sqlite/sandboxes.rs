@@ -206,7 +206,7 @@ pub(super) fn in_status(c: &Connection, statuses: &[&str]) -> StoreResult<Vec<Sa
         "SELECT {} FROM sandboxes WHERE status IN ({marks}) ORDER BY created_at",
         cols()
     );
-    let mut st = c.prepare(&sql)?;
+    let mut st = c.prepare_cached(&sql)?;
     let rows = st.query_map(params_from_iter(statuses), row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
@@ -243,7 +243,8 @@ pub(super) fn named(c: &Connection, ws: &str, name: &str) -> StoreResult<Vec<San
         "SELECT {} FROM sandboxes WHERE workspace = ?1 AND name = ?2 ORDER BY created_at DESC",
         cols()
     );
-    let mut st = c.prepare(&sql)?;
+    // Cached: every named create runs it.
+    let mut st = c.prepare_cached(&sql)?;
     let rows = st.query_map(params![ws, name], row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
