@@ -267,8 +267,7 @@ impl Locked<'_> {
 fn held_slot(dir: &Path) -> Option<(Uuid, u32)> {
     let name = dir.file_name()?.to_str()?;
     if let Some(key) = name.strip_prefix(super::warm::DIR_PREFIX) {
-        let base = std::fs::read_to_string(dir.join(super::warm::SLOT_FILE)).ok()?;
-        return Some((Uuid::parse_str(key).ok()?, base.trim().parse().ok()?));
+        return Some((Uuid::parse_str(key).ok()?, super::warm::slot_base(dir)?));
     }
     let handle: crate::SandboxHandle =
         serde_json::from_slice(&std::fs::read(dir.join("handle.json")).ok()?).ok()?;

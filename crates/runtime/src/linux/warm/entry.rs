@@ -23,19 +23,25 @@ pub(in crate::linux) const DIR_PREFIX: &str = ".warm-";
 /// Empty file in an entry's dir once it is in the pool, ready to be taken (for
 /// operators and tests looking at the data dir).
 pub(in crate::linux) const READY_FILE: &str = "ready";
-/// File in an entry's dir holding its id slot's base (for the sweep of a dead owner's).
+/// File in an entry's dir holding its id slot's base (for the sweep of a dead owner's)
+/// on its first line, and the entry's key on its second, both written before the
+/// entry's cgroups are made: a start renames the dir the sandbox's before it renames
+/// the cgroups, and a teardown of a start interrupted between the two finds the key's
+/// cgroups through it ([`entry_key`]). One file: a new file is an inode to allocate on
+/// the early init's path.
 pub(in crate::linux) const SLOT_FILE: &str = "slot";
-/// File in an entry's dir holding its key, written before its cgroups are made: a start
-/// renames the dir the sandbox's before it renames the cgroups, and a teardown of a
-/// start interrupted between the two finds the key's cgroups through it
-/// ([`entry_key`]).
-const KEY_FILE: &str = "warm-key";
+
+/// The slot base an entry's (or a renamed entry's) `slot` file holds.
+pub(in crate::linux) fn slot_base(dir: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(dir.join(SLOT_FILE)).ok()?;
+    text.lines().next()?.trim().parse().ok()
+}
 
 /// The key of the warm entry whose dir `dir` was (a sandbox's state dir, renamed from
 /// an entry's), if it was one.
 pub(in crate::linux) fn entry_key(dir: &Path) -> Option<Uuid> {
-    let text = std::fs::read_to_string(dir.join(KEY_FILE)).ok()?;
-    Uuid::parse_str(text.trim()).ok()
+    let text = std::fs::read_to_string(dir.join(SLOT_FILE)).ok()?;
+    Uuid::parse_str(text.lines().nth(1)?.trim()).ok()
 }
 
 /// An init waiting for its sandbox.
@@ -163,11 +169,8 @@ impl Maker {
         let host_id_base = self.slots.allocate(key)?;
         *base = Some(host_id_base);
         let slot_file = dir.join(SLOT_FILE);
-        std::fs::write(&slot_file, host_id_base.to_string())
+        std::fs::write(&slot_file, format!("{host_id_base}\n{key}\n"))
             .map_err(io("writing a warm init's slot", &slot_file))?;
-        let key_file = dir.join(KEY_FILE);
-        std::fs::write(&key_file, key.to_string())
-            .map_err(io("writing a warm init's key", &key_file))?;
         // The disk (a loop device's configuration waits for an RCU grace period, and its
         // mount) is made on a thread of its own while the init is spawned and mapped.
         let (disk, userns) = std::thread::scope(|s| {
@@ -363,10 +366,7 @@ fn remove(cgroups: &Cgroups, slots: &Slots, key: Uuid, dir: &Path) {
     if let Err(e) = disk::release(dir, false) {
         tracing::warn!(%key, error = %e, "releasing a warm init's disk");
     }
-    if let Some(base) = std::fs::read_to_string(dir.join(SLOT_FILE))
-        .ok()
-        .and_then(|b| b.trim().parse().ok())
-    {
+    if let Some(base) = slot_base(dir) {
         slots.free(base, key);
     }
     if let Err(e) = std::fs::remove_dir_all(dir) {

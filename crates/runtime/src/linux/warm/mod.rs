@@ -35,7 +35,7 @@ use demand::Demand;
 pub(super) use early::EarlyInit;
 use entry::Maker;
 pub(super) use entry::Warm;
-pub(super) use entry::{entry_key, DIR_PREFIX, SLOT_FILE};
+pub(super) use entry::{entry_key, slot_base, DIR_PREFIX};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
