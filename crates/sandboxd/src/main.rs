@@ -30,6 +30,7 @@ mod quota;
 mod run;
 mod run_detach;
 mod run_orphans;
+mod run_signals_early;
 mod runtime;
 mod secrets;
 mod serve;

@@ -94,10 +94,10 @@ pub enum NetworkArg {
 pub fn main(args: RunArgs) -> Result<ExitCode> {
     STARTED.get_or_init(Instant::now);
     // First, while the process has one thread: the caller waits for the command only,
-    // and the signals that end the run wait, blocked, for its handlers (`Signals`).
+    // and the signals that end the run are noted until its handlers catch them (`Signals`).
     let handoff = match args.wait_cleanup {
         true => {
-            crate::run_detach::hold_signals()?;
+            crate::run_signals_early::note_from_now(&crate::run_detach::ending_signals())?;
             None
         }
         false => Some(crate::run_detach::split()?),
@@ -552,7 +552,11 @@ async fn run_in(
 /// The signals that end a run (the waiting process forwards them), unless ignored when
 /// the run began, and the worker's parent-death signal: they kill the command with its
 /// sandbox, torn down as after any command.
-struct Signals(Vec<(i32, tokio::signal::unix::Signal)>);
+struct Signals {
+    /// A signal noted before these handlers were installed, reported first.
+    early: Option<i32>,
+    all: Vec<(i32, tokio::signal::unix::Signal)>,
+}
 
 impl Signals {
     fn new() -> Result<Signals> {
@@ -570,14 +574,21 @@ impl Signals {
             };
             all.push((reported, stream));
         }
-        // Caught now: what came since the run began is delivered (`hold_signals`).
-        crate::run_detach::release_signals()?;
-        Ok(Signals(all))
+        // Caught now; one that came since the run began was noted (`run_signals_early`).
+        let early =
+            crate::run_signals_early::take_noted().map(|signo| match signo == death as i32 {
+                true => nix::sys::signal::Signal::SIGTERM as i32,
+                false => signo,
+            });
+        Ok(Signals { early, all })
     }
 
     /// The next signal's number.
     async fn next(&mut self) -> i32 {
-        let waits = self.0.iter_mut().map(|(signo, stream)| {
+        if let Some(signo) = self.early.take() {
+            return signo;
+        }
+        let waits = self.all.iter_mut().map(|(signo, stream)| {
             let signo = *signo;
             Box::pin(async move {
                 stream.recv().await;

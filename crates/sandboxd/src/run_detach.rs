@@ -62,30 +62,10 @@ fn set_of(signals: &[Signal]) -> SigSet {
 
 /// The signals that end a run: the forwarded ones this process does not ignore, and
 /// [`DEATH`].
-fn ending_signals() -> SigSet {
-    let mut set = set_of(&honoured());
-    set.add(DEATH);
-    set
-}
-
-/// Blocks the signals that end a run, in this thread and in those it starts: until the
-/// run catches them ([`release_signals`]), one that comes stays pending instead of
-/// killing the process with no teardown (an early init made meanwhile, alone in its
-/// cgroups, would be left). Called while the process has one thread; children
-/// spawned through `Command` start with no signal blocked.
-pub fn hold_signals() -> Result<()> {
-    ending_signals()
-        .thread_block()
-        .context("blocking the signals that end the run")
-}
-
-/// Unblocks, in this thread, the signals [`hold_signals`] blocked, once the run has
-/// its handlers for them: a pending one is delivered now. The threads started
-/// meanwhile keep them blocked, so that each comes to this one.
-pub fn release_signals() -> Result<()> {
-    ending_signals()
-        .thread_unblock()
-        .context("unblocking the signals that end the run")
+pub fn ending_signals() -> Vec<Signal> {
+    let mut all = honoured();
+    all.push(DEATH);
+    all
 }
 
 /// Forks. In the caller's process this never returns: it exits with the status byte the
@@ -109,15 +89,16 @@ pub fn split() -> Result<HandOff> {
             // The waiting process killed outright (-9) ends the command as a SIGTERM
             // would, even when the caller ignores SIGTERM: the worker's own [`DEATH`]
             // signal (not ignored, whatever the caller's dispositions). Its death before
-            // this call shows as a new parent. Blocked like the forwarded ones until the
-            // run catches them ([`release_signals`]).
-            // SAFETY: restoring a signal's default action; no handler is installed.
-            unsafe { signal(DEATH, SigHandler::SigDfl) }.context("the worker's death signal")?;
-            hold_signals()?;
+            // this call shows as a new parent. Noted, like the forwarded ones, until the
+            // run's handlers catch them (`run_signals_early`).
+            crate::run_signals_early::note_from_now(&ending_signals())?;
             nix::sys::prctl::set_pdeathsig(DEATH).context("the worker's death signal")?;
             if nix::unistd::getppid() != parent {
                 let _ = raise(DEATH);
             }
+            forwarded
+                .thread_unblock()
+                .context("unblocking the signals in the worker")?;
             Ok(HandOff {
                 status: File::from(write),
             })

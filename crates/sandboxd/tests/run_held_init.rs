@@ -322,3 +322,53 @@ fn a_run_killed_between_its_warm_dirs_rename_and_its_cgroups_leaves_no_cgroup() 
     );
     assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
 }
+
+/// Regression: for a while the signals that end a run were blocked from its first step
+/// until its handlers caught them; `Command` keeps the mask across fork and exec, so
+/// the held init, and with it the sandbox's PID 1 and agent (and a terminal's shell
+/// it starts), ran with SIGHUP, SIGINT, SIGQUIT, SIGUSR2 and SIGTERM blocked for life
+/// (`SigBlk: 0000000000004807`). Now they are noted by a handler instead (handlers do
+/// not cross an exec).
+#[test]
+fn a_runs_sandbox_starts_with_no_signal_blocked() {
+    let (_dir, data) = data_dir();
+    for wait_cleanup in [false, true] {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("run");
+        if wait_cleanup {
+            cmd.arg("--wait-cleanup");
+        }
+        let out = cmd
+            .args(["--network", "none", "--data-dir"])
+            .arg(&data)
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                "grep SigBlk /proc/1/status /proc/self/status",
+            ])
+            .env_remove("SANDBOXD_DATA_DIR")
+            .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let masks: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split_whitespace().last())
+            .collect();
+        assert_eq!(masks.len(), 2, "{text}");
+        for mask in masks {
+            assert!(
+                mask.chars().all(|c| c == '0'),
+                "blocked signals in the sandbox (wait-cleanup {wait_cleanup}): {text}"
+            );
+        }
+    }
+    assert!(serve_bin::wait_for_runs(&data).is_empty());
+}

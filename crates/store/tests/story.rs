@@ -450,8 +450,19 @@ fn usage_in_status_sums_the_records_it_stands_for() {
     );
     // The same as summing the records themselves.
     let records = store.sandboxes_in_status(&statuses).unwrap();
-    let total: u64 = records.iter().map(|r| u64::from(r.vcpu)).sum();
-    assert_eq!(total, usage.iter().map(|u| u.vcpu).sum::<u64>());
+    let sum = |f: fn(&SandboxRecord) -> u64| records.iter().map(f).sum::<u64>();
+    let summed = |f: fn(&WorkspaceUsage) -> u64| usage.iter().map(f).sum::<u64>();
+    assert_eq!(sum(|_| 1), summed(|u| u.sandboxes));
+    assert_eq!(sum(|r| u64::from(r.vcpu)), summed(|u| u.vcpu));
+    assert_eq!(sum(|r| u64::from(r.memory_mb)), summed(|u| u.memory_mb));
+    assert_eq!(
+        sum(|r| u64::from(r.disk_mb.unwrap_or(0))),
+        summed(|u| u.disk_mb)
+    );
+    assert_eq!(
+        sum(|r| u64::from(r.disk_mb.is_none())),
+        summed(|u| u.default_disk)
+    );
     assert_eq!(store.usage_in_status(&["DELETED"]).unwrap(), vec![]);
     assert_eq!(store.usage_in_status(&[]).unwrap(), vec![]);
 }

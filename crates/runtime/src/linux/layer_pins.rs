@@ -50,6 +50,12 @@ impl LayerPin {
 
     /// Records the layers in `state_dir` (removed with it), then releases the lock.
     pub fn write(self, state_dir: &Path) -> Result<(), RuntimeError> {
+        self.record(state_dir)
+    }
+
+    /// Records the layers in `state_dir`, keeping the lock until the pin is dropped (a
+    /// dir renamed after its pin is written stays pinned through the rename).
+    pub fn record(&self, state_dir: &Path) -> Result<(), RuntimeError> {
         let path = state_dir.join(PIN_FILE);
         let mut text = self.digests.join("\n");
         text.push('\n');

@@ -126,9 +126,10 @@ fn start_in(
     // 0700: the agent socket and the sandbox's files are for host root only (a warm
     // entry's dir was made so). A warm entry's pin goes into its dir before the rename:
     // a failed write leaves the entry whole, for its discard below.
-    let mut pin = Some(pin);
+    // The collector's lock is held (by `pin`) through the rename.
+    let mut written = false;
     let made = marked.and_then(|()| match &warm {
-        Some(w) => write_pin(&mut pin, &w.dir).and_then(|()| {
+        Some(w) => write_pin(&pin, &mut written, &w.dir).and_then(|()| {
             std::fs::rename(&w.dir, &state_dir)
                 .map_err(io("creating the sandbox state dir", &state_dir))
         }),
@@ -159,7 +160,9 @@ fn start_in(
     };
     let mut init: Option<Child> = None;
     let t0 = Instant::now();
-    let launched = write_pin(&mut pin, &handle.state_dir).and_then(|()| {
+    let pinned = write_pin(&pin, &mut written, &handle.state_dir);
+    drop(pin);
+    let launched = pinned.and_then(|()| {
         phase(spec, t0, "pin written");
         launch(rt, spec, layers, &mut handle, &mut init, warm, on_netns)
     });
@@ -186,12 +189,14 @@ fn start_in(
     }
 }
 
-/// Writes `pin` into `dir` unless written already.
-fn write_pin(pin: &mut Option<LayerPin>, dir: &Path) -> Result<(), RuntimeError> {
-    match pin.take() {
-        Some(pin) => faults::check("start.pin").and_then(|()| pin.write(dir)),
-        None => Ok(()),
+/// Writes `pin` into `dir` unless `written` says it was already.
+fn write_pin(pin: &LayerPin, written: &mut bool, dir: &Path) -> Result<(), RuntimeError> {
+    if *written {
+        return Ok(());
     }
+    faults::check("start.pin").and_then(|()| pin.record(dir))?;
+    *written = true;
+    Ok(())
 }
 
 fn launch(
