@@ -8,23 +8,12 @@
 mod common;
 mod serve_bin;
 
-use common::{mounts_under, sh_ok, slot_leases};
+use common::{mounts_under, sh_ok, slot_leases, warm_keys};
 use sandboxd_runtime::Runtime;
 use serve_bin::BIN;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Warm entry dirs (`.warm-<key>`) under the data dir's `sandboxes/`: their keys.
-fn warm_keys(data: &Path) -> Vec<String> {
-    std::fs::read_dir(data.join("sandboxes"))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter_map(|e| Some(e.file_name().to_str()?.strip_prefix(".warm-")?.to_owned()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 /// Loop devices whose backing file lies under `data`.
 fn loops_under(data: &Path) -> Vec<String> {

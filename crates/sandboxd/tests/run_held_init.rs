@@ -7,7 +7,7 @@
 mod common;
 mod serve_bin;
 
-use common::{mounts_under, sh_ok, slot_leases};
+use common::{mounts_under, sh_ok, slot_leases, warm_keys};
 use sandboxd_runtime::linux::HeldInit;
 use sandboxd_runtime::Runtime;
 use serve_bin::BIN;
@@ -192,17 +192,6 @@ fn a_held_init_that_cannot_join_its_cgroups_fails_and_the_run_starts_cold() {
     );
     assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
     assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
-}
-
-/// The keys of the warm entry dirs (`.warm-<key>`) under the data dir.
-fn warm_keys(data: &Path) -> Vec<String> {
-    std::fs::read_dir(data.join("sandboxes"))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter_map(|e| Some(e.file_name().to_str()?.strip_prefix(".warm-")?.to_owned()))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The cgroup dirs named `key` under a run's parent (`sandboxd`), in every hierarchy.

@@ -343,3 +343,14 @@ pub fn wait_for(what: &str, done: impl Fn() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Warm entry dirs (`.warm-<key>`) under the data dir's `sandboxes/`: their keys.
+pub fn warm_keys(data: &Path) -> Vec<String> {
+    std::fs::read_dir(data.join("sandboxes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| Some(e.file_name().to_str()?.strip_prefix(".warm-")?.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
