@@ -96,9 +96,6 @@ pub fn split() -> Result<HandOff> {
             if nix::unistd::getppid() != parent {
                 let _ = raise(DEATH);
             }
-            forwarded
-                .thread_unblock()
-                .context("unblocking the signals in the worker")?;
             Ok(HandOff {
                 status: File::from(write),
             })

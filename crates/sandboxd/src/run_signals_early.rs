@@ -19,8 +19,12 @@ extern "C" fn note(signo: libc::c_int) {
     NOTED.store(signo, Ordering::SeqCst);
 }
 
-/// Notes each of `signals` from now on (until the run's own handlers replace this one).
-/// Called while the process has one thread, before the signals are unblocked.
+/// Notes each of `signals` from now on, and unblocks them (a mask the caller passed
+/// down would hold them, and go on to every thread and child). The run's own handlers
+/// (tokio's, through signal-hook-registry) chain to this one rather than replace it:
+/// a signal that comes while tokio has enabled its handler but not yet subscribed its
+/// stream is dropped by tokio and only noted here, so this handler must stay installed
+/// until [`take_noted`] has run. Called while the process has one thread.
 pub fn note_from_now(signals: &[Signal]) -> Result<()> {
     let action = SigAction::new(
         SigHandler::Handler(note),
@@ -32,7 +36,12 @@ pub fn note_from_now(signals: &[Signal]) -> Result<()> {
         // whole process.
         unsafe { sigaction(*sig, &action) }.context("noting the signals that end the run")?;
     }
-    Ok(())
+    let mut set = SigSet::empty();
+    for sig in signals {
+        set.add(*sig);
+    }
+    set.thread_unblock()
+        .context("unblocking the signals that end the run")
 }
 
 /// The signal noted before the run's handlers took over, if one was (taken: asked once,

@@ -561,3 +561,52 @@ fn killing_the_waiting_process_of_a_caller_ignoring_sigterm_ends_the_command() {
     }
     assert_eq!(assert_clean(&data), 1);
 }
+
+/// A caller that blocks the worker's parent-death signal (a mask inherited across exec,
+/// as `Command` passes it on) and then kills the waiting process with -9: the worker
+/// unblocks the signals that end a run at its start, so its death signal still ends the
+/// command and its sandbox (with SIGUSR2 left blocked it would stay pending for ever).
+#[test]
+fn killing_the_waiting_process_of_a_caller_blocking_signals_ends_the_command() {
+    use std::os::unix::process::CommandExt;
+    let (_keep, data) = data_dir();
+    let mut cmd = Command::new(serve_bin::BIN);
+    cmd.args(["run", "--network", "none", "--data-dir"])
+        .arg(&data)
+        .args(["--", "/bin/sh", "-c", "echo ready; exec sleep 1000"])
+        .env_remove("SANDBOXD_DATA_DIR")
+        .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    // SAFETY: sigprocmask between fork and exec only changes the child's own mask
+    // (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set = nix::sys::signal::SigSet::empty();
+            for sig in [
+                nix::sys::signal::Signal::SIGUSR2,
+                nix::sys::signal::Signal::SIGTERM,
+                nix::sys::signal::Signal::SIGINT,
+            ] {
+                set.add(sig);
+            }
+            set.thread_block().map_err(std::io::Error::from)
+        })
+    };
+    let mut child = cmd.spawn().expect("spawn the run");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("the command's first line");
+    assert_eq!(line, "ready\n", "the command started");
+    sigkill(child.id() as i32);
+    child.wait().expect("wait");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !markers(&data).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command still runs a minute after its run was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(assert_clean(&data), 1);
+}

@@ -212,8 +212,8 @@ fn cgroups_named(key: &str) -> Vec<std::path::PathBuf> {
 /// and the begun init, alone in its cgroups, exited on its closed handshake. Its cgroups
 /// (empty `sandboxd/<key>` dirs in every hierarchy), its entry dir and its disk's mount
 /// were left until a later run opened the same data dir (none does for a temp dir: a
-/// CI run found such cgroups left over). The signals now wait, blocked, for the run's
-/// handlers, and the run ends cleanly.
+/// CI run found such cgroups left over). A handler now notes them until the run's own
+/// handlers catch them, and the run ends cleanly.
 #[test]
 fn a_run_whose_waiting_process_dies_while_its_early_init_is_made_leaves_nothing() {
     let (_dir, data) = data_dir();
