@@ -550,15 +550,7 @@ fn killing_the_waiting_process_of_a_caller_ignoring_sigterm_ends_the_command() {
     assert_eq!(found.len(), 1, "one run: {found:?}");
     sigkill(child.id() as i32);
     child.wait().expect("wait");
-    // Bounded: with the command running on, the worker never lets its mark go.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !markers(&data).is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command still runs a minute after its run was killed"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_no_markers(&data);
     assert_eq!(assert_clean(&data), 1);
 }
 
@@ -600,13 +592,19 @@ fn killing_the_waiting_process_of_a_caller_blocking_signals_ends_the_command() {
     assert_eq!(line, "ready\n", "the command started");
     sigkill(child.id() as i32);
     child.wait().expect("wait");
+    wait_for_no_markers(&data);
+    assert_eq!(assert_clean(&data), 1);
+}
+
+/// Waits (bounded) until no run's owner mark is left: with the command running on, the
+/// worker never lets its mark go.
+fn wait_for_no_markers(data: &Path) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !markers(&data).is_empty() {
+    while !markers(data).is_empty() {
         assert!(
             std::time::Instant::now() < deadline,
             "the command still runs a minute after its run was killed"
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert_eq!(assert_clean(&data), 1);
 }

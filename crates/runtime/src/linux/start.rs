@@ -127,9 +127,9 @@ fn start_in(
     // entry's dir was made so). A warm entry's pin goes into its dir before the rename:
     // a failed write leaves the entry whole, for its discard below.
     // The collector's lock is held (by `pin`) through the rename.
-    let mut written = false;
+    let pinned_in_entry = warm.is_some();
     let made = marked.and_then(|()| match &warm {
-        Some(w) => write_pin(&pin, &mut written, &w.dir).and_then(|()| {
+        Some(w) => write_pin(&pin, &w.dir).and_then(|()| {
             std::fs::rename(&w.dir, &state_dir)
                 .map_err(io("creating the sandbox state dir", &state_dir))
         }),
@@ -160,7 +160,10 @@ fn start_in(
     };
     let mut init: Option<Child> = None;
     let t0 = Instant::now();
-    let pinned = write_pin(&pin, &mut written, &handle.state_dir);
+    let pinned = match pinned_in_entry {
+        true => Ok(()),
+        false => write_pin(&pin, &handle.state_dir),
+    };
     drop(pin);
     let launched = pinned.and_then(|()| {
         phase(spec, t0, "pin written");
@@ -189,14 +192,9 @@ fn start_in(
     }
 }
 
-/// Writes `pin` into `dir` unless `written` says it was already.
-fn write_pin(pin: &LayerPin, written: &mut bool, dir: &Path) -> Result<(), RuntimeError> {
-    if *written {
-        return Ok(());
-    }
-    faults::check("start.pin").and_then(|()| pin.record(dir))?;
-    *written = true;
-    Ok(())
+/// Writes `pin` into `dir` (a test's `start.pin` failpoint fails it).
+fn write_pin(pin: &LayerPin, dir: &Path) -> Result<(), RuntimeError> {
+    faults::check("start.pin").and_then(|()| pin.record(dir))
 }
 
 fn launch(
