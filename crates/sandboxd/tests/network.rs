@@ -232,6 +232,66 @@ fn a_destroyed_sandboxs_tracked_connections_are_forgotten() {
     );
 }
 
+/// The IPv6 settings of the host's own interfaces (`all`, `default` and each link).
+fn host_ipv6_settings() -> Vec<(String, String)> {
+    let names: Vec<String> = std::fs::read_dir("/proc/sys/net/ipv6/conf")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut all: Vec<(String, String)> = names
+        .into_iter()
+        .filter(|name| !name.starts_with("sbx"))
+        .map(|name| {
+            let path = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
+            (name, std::fs::read_to_string(path).unwrap_or_default())
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+/// A sandbox that sends nothing leaves nothing its network's teardown must look for in
+/// the host's connection tracking (that look walks the host's whole table: ~12 ms of
+/// system time here): its `eth0` has IPv6 off, so the host end of its link receives no
+/// packet until a process in it sends one. Before, `eth0` sent a dozen neighbour
+/// discovery and multicast listener packets of its own as it came up. The host's own
+/// interfaces keep their IPv6 setting (the sandbox's is set from a thread in its
+/// namespace, by name: `eth0` is a host interface's name too).
+#[test]
+fn an_idle_sandboxs_link_carries_nothing_and_its_eth0_has_no_ipv6() {
+    let host_before = host_ipv6_settings();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _cleanup = runtime(dir.path());
+    let net_rt =
+        LinuxRuntime::with_network(common::raw_runtime(dir.path()), NetConfig::from_host());
+    let _net_cleanup = DestroyOnDrop(&net_rt);
+    let sb = net_rt
+        .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+        .expect("start");
+    let host_end = format!("sbx{}", &sb.id.simple().to_string()[..12]);
+    // Duplicate address detection and router solicitation run for about a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let received =
+        std::fs::read_to_string(format!("/sys/class/net/{host_end}/statistics/rx_packets"))
+            .expect("the host end's counter");
+    let (code, inet6) = agent_sh(&sb, "cat /proc/net/if_inet6");
+    assert_eq!(code, Some(0));
+    assert!(
+        !inet6.contains("eth0") && inet6.contains("lo"),
+        "eth0 has IPv6 addresses, or lo has none: {inet6}"
+    );
+    assert_eq!(received.trim(), "0", "the idle sandbox sent packets");
+    assert_eq!(
+        host_ipv6_settings(),
+        host_before,
+        "the host's IPv6 settings changed"
+    );
+    net_rt.destroy(&sb).expect("destroy");
+}
+
 /// A cold start under a policy that lets nothing through gets no DNS (see
 /// `network_warm_policy` for warm entries), and no DNS entry in the shared table.
 #[test]

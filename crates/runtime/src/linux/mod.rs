@@ -556,7 +556,8 @@ impl Runtime for LinuxRuntime {
         // reaches out any more): a destroy tried again finds no lease, and one never
         // tried again (its data dir removed by hand) leaves no network behind.
         let destroyed = destroy::destroy(self, handle);
-        let detached = net::detach(self, handle.id);
+        // Destroyed, it has no process left to send anything after its link is read.
+        let detached = net::detach(self, handle.id, destroyed.is_ok());
         destroyed?;
         detached?;
         if let Some(tethers) = &self.tethers {

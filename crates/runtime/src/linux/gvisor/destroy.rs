@@ -46,7 +46,9 @@ pub(super) fn destroy(rt: &GvisorRuntime, handle: &SandboxHandle) -> Result<(), 
     // The network (link, rules, lease) goes whatever happens to the files, so that a
     // destroy failing on a mount leaves no lease behind; the first error is returned.
     let files = remove_files(handle);
-    let network = crate::linux::net::detach(&rt.linux, id);
+    // Its network stack (gVisor's own) is not known to stay quiet: its flows are
+    // always forgotten.
+    let network = crate::linux::net::detach(&rt.linux, id, false);
     let done = files.and(network);
     if let (Ok(()), Some(tethers)) = (&done, &rt.linux.tethers) {
         tethers.release(id);

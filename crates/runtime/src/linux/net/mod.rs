@@ -193,7 +193,7 @@ pub(super) fn start(
     let handle = match started {
         Ok(handle) => handle,
         Err(e) => {
-            match detach(rt, spec.id) {
+            match detach(rt, spec.id, false) {
                 Ok(()) => unmark_if_gone(rt, spec.id),
                 Err(cleanup) => {
                     tracing::error!(id = %spec.id, error = %cleanup, "removing a failed start's network")
@@ -364,11 +364,11 @@ fn take_host_side(
 
 /// Removes a sandbox's link, rules and lease (idempotent), and the shared table once
 /// no sandbox needs it.
-pub(super) fn detach(rt: &LinuxRuntime, id: Uuid) -> Result<(), RuntimeError> {
+pub(super) fn detach(rt: &LinuxRuntime, id: Uuid, emptied: bool) -> Result<(), RuntimeError> {
     match rt.network.as_ref() {
         Some(config) => {
-            if !(rt.park_networks && parked::park(config, id, &rt.config.init_exe)) {
-                let _ = teardown(config, id);
+            if !(rt.park_networks && parked::park(config, id, &rt.config.init_exe, emptied)) {
+                let _ = teardown_emptied(config, id, emptied);
             }
             Ok(())
         }
@@ -423,6 +423,13 @@ fn unmark_if_gone(rt: &LinuxRuntime, id: Uuid) {
 /// lease, whose rules go with the table. False when the lease may still be there (the
 /// host lock could not be taken): a marker that names it must then stay.
 fn teardown(config: &NetConfig, id: Uuid) -> bool {
+    teardown_emptied(config, id, false)
+}
+
+/// [`teardown`] of the network of a sandbox in which no process runs any more when
+/// `emptied` (its tracked flows are forgotten only if it sent anything: see
+/// [`conntrack::may_have_flows`]).
+fn teardown_emptied(config: &NetConfig, id: Uuid, emptied: bool) -> bool {
     let lock = |what| match HostLock::take(&config.state_dir) {
         Ok(lock) => Some(lock),
         Err(e) => {
@@ -442,9 +449,12 @@ fn teardown(config: &NetConfig, id: Uuid) -> bool {
     let (ifname, _) = lease_names(id, &lease);
     // The last lease on the host: deleting the table removes the elements too (one
     // transaction, not two), under the lock no new lease is made without.
+    let used = conntrack::may_have_flows(&ifname, emptied);
     if held.only_lease(id) {
         link::delete(&ifname);
-        conntrack::forget_logged(lease.sandbox());
+        if used {
+            conntrack::forget_logged(lease.sandbox());
+        }
         held.release(id);
         held.tidy_if_unused();
         return true;
@@ -452,7 +462,9 @@ fn teardown(config: &NetConfig, id: Uuid) -> bool {
     drop(held);
     link::delete(&ifname);
     // Before the address can go to another sandbox: its flows' replies must not.
-    conntrack::forget_logged(lease.sandbox());
+    if used {
+        conntrack::forget_logged(lease.sandbox());
+    }
     match RulesLock::take(&config.state_dir) {
         Ok(_rules) => {
             if let Err(e) = nft::remove_sandbox(&ifname, Some((lease.net, lease.sandbox()))) {

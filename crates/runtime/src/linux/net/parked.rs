@@ -126,7 +126,7 @@ pub(super) fn take(config: &NetConfig, id: Uuid, keeper: &Path) -> Option<Lease>
 /// Parks sandbox `id`'s network instead of removing it, when its chain is plain and
 /// the host has room (true: parked, its link deleted; false: the caller removes it).
 /// `exe` is the sandboxd binary, run as the reaper when none runs.
-pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path) -> bool {
+pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path, emptied: bool) -> bool {
     let parkable = |lock: &HostLock| {
         let lease = lock.lease(id)?;
         (lease.plain && parked(&config.state_dir).len() < MAX_PARKED)
@@ -143,9 +143,12 @@ pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path) -> bool {
         return false;
     };
     let (ifname, _) = super::names(name);
+    let used = super::conntrack::may_have_flows(&ifname, emptied);
     super::link::delete(&ifname);
     // The next sandbox to take the parked network gets the address: not its flows.
-    super::conntrack::forget_logged(addr);
+    if used {
+        super::conntrack::forget_logged(addr);
+    }
     let Ok(lock) = HostLock::take(&config.state_dir) else {
         return false;
     };
