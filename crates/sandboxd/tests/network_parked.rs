@@ -281,3 +281,72 @@ fn a_parked_networks_tracked_connections_are_forgotten() {
     eventually("the reaper stays", || reapers().is_empty());
     assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
 }
+
+/// A sandbox that sent nothing has no flows to forget, and its teardown does not look
+/// for any (that look walks the host's whole table: ~12 ms of system time here), on
+/// both paths: parked by a one-shot runtime, removed by a server's. Seen from outside by
+/// a canary: a tracked flow with the sandbox's address as its source that the host
+/// made itself (a datagram sent from this test's namespace from that address, by a
+/// transparent socket),
+/// which a look would have deleted. Before, every teardown looked, and the first version
+/// of the skip read the link's counter once the sandbox's namespace, and its link, were
+/// gone (so never skipped).
+#[test]
+fn an_idle_sandboxs_teardown_leaves_the_hosts_connection_tracking_alone() {
+    let _nft_calls = counted_nft_in_own_netns(None);
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "3600");
+    let ip = |args: &[&str]| {
+        let ok = Command::new("ip").args(args).status().expect("ip");
+        assert!(ok.success(), "ip {args:?}");
+    };
+    ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"]);
+    ip(&["addr", "add", "192.0.2.1/24", "dev", "d0"]);
+    ip(&["link", "set", "d0", "up"]);
+    ip(&["link", "set", "d1", "up"]);
+    let canary = |addr: std::net::Ipv4Addr| {
+        let send = "import socket, sys\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.setsockopt(socket.SOL_IP, 19, 1)\ns.bind((sys.argv[1], 0))\ns.sendto(b\"x\", (\"192.0.2.9\", 9))";
+        let ok = Command::new("python3")
+            .args(["-c", send, &addr.to_string()])
+            .status()
+            .expect("python3");
+        assert!(ok.success(), "the canary's datagram");
+        assert!(!tracked_from(addr).is_empty(), "the canary is not tracked");
+    };
+    let state = tempfile::tempdir().expect("tempdir");
+    let (run_dir, server_dir) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let _cleanup = (runtime(run_dir.path()), runtime(server_dir.path()));
+    let one_shot = net_runtime(run_dir.path(), state.path()).with_parked_networks();
+    let server = net_runtime(server_dir.path(), state.path());
+    for (rt, path) in [(&one_shot, "parked"), (&server, "removed")] {
+        let sb = rt
+            .start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+            .expect("start");
+        let addr = rt.sandbox_address(sb.id).expect("address");
+        // The sandbox runs a command that sends nothing.
+        assert_eq!(common::agent_sh(&sb, "true").0, Some(0));
+        canary(addr);
+        rt.destroy(&sb).expect("destroy");
+        if path == "parked" {
+            // (The server's start then takes it.)
+            assert_eq!(names(&state.path().join("parked")).len(), 1, "not parked");
+        }
+        assert!(
+            !tracked_from(addr).is_empty(),
+            "the teardown ({path}) of a sandbox that sent nothing looked for its flows"
+        );
+    }
+    for pid in reapers() {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
+            .expect("kill the reaper");
+    }
+    eventually("the killed reaper is gone", || reapers().is_empty());
+    drop((one_shot, server));
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
+    let _reopened = net_runtime(run_dir.path(), state.path());
+    eventually("the table outlived the linger", || table().is_none());
+    eventually("the reaper stays", || reapers().is_empty());
+    assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
+}

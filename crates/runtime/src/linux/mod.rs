@@ -555,9 +555,13 @@ impl Runtime for LinuxRuntime {
         // The network goes even when the rest could not (its link gone, nothing inside
         // reaches out any more): a destroy tried again finds no lease, and one never
         // tried again (its data dir removed by hand) leaves no network behind.
+        // Its network namespace is held through the kill, so that once no process of it
+        // is left its link is still there to tell whether it ever sent anything.
+        let netns = net::hold_netns(handle);
         let destroyed = destroy::destroy(self, handle);
-        // Destroyed, it has no process left to send anything after its link is read.
-        let detached = net::detach(self, handle.id, destroyed.is_ok());
+        let quiet = destroyed.is_ok() && netns.is_some() && net::received_nothing(self, handle.id);
+        drop(netns);
+        let detached = net::detach(self, handle.id, quiet);
         destroyed?;
         detached?;
         if let Some(tethers) = &self.tethers {

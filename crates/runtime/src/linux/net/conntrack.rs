@@ -10,7 +10,8 @@
 //! That dump walks every bucket of the host's table (262144 here) under its locks:
 //! about 12 ms of system time each, whatever the table holds. So a link whose host end
 //! never received a packet, read once nothing in its sandbox runs any more, skips it
-//! ([`may_have_flows`]): no flow of that address ever reached the host.
+//! ([`link_received_nothing`]): no flow of that address ever reached the host. Its
+//! sandbox's `eth0` has IPv6 off (see `inner`), so it sends nothing a process did not.
 
 use super::nlsock;
 use netlink_packet_core::{NetlinkMessage, NLM_F_DUMP, NLM_F_REQUEST};
@@ -49,21 +50,23 @@ fn from_addr(message: NetfilterMessage, addr: Ipv4Addr) -> Option<Vec<Tuple>> {
     })
 }
 
-/// Whether the sandbox whose link's host end is `ifname` may have left tracked flows:
-/// false only when `emptied` (no process of the sandbox runs any more, so none can send
-/// after this read) and the host end has received no packet at all. Its `eth0` has
-/// IPv6 off (see `inner`), so it sends nothing a process did not; anything unread (the
-/// link gone, a counter that cannot be read) counts as used. Read before the link is
-/// deleted.
-pub fn may_have_flows(ifname: &str, emptied: bool) -> bool {
-    if !emptied {
-        return true;
-    }
-    let path = format!("/sys/class/net/{ifname}/statistics/rx_packets");
-    let received = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|n| n.trim().parse::<u64>().ok());
-    received != Some(0)
+/// Whether the host end `ifname` of a sandbox's link has received no packet at all
+/// (false when its counter cannot be read: the link gone, say). Meaningful only once no
+/// process of the sandbox is left to send one (see `LinuxRuntime::destroy`). Read from
+/// the calling thread's namespace's `net/dev` (a `/sys` mounted elsewhere shows
+/// another namespace's links).
+pub fn link_received_nothing(ifname: &str) -> bool {
+    let table = std::fs::read_to_string("/proc/thread-self/net/dev").unwrap_or_default();
+    received_packets(&table, ifname) == Some(0)
+}
+
+/// The packets `ifname` received, from a `net/dev` table (`name: rx_bytes rx_packets …`).
+fn received_packets(table: &str, ifname: &str) -> Option<u64> {
+    table.lines().find_map(|line| {
+        let (name, counters) = line.split_once(':')?;
+        (name.trim() == ifname).then_some(())?;
+        counters.split_whitespace().nth(1)?.parse().ok()
+    })
 }
 
 /// Deletes the tracked connections whose original source is `addr`; how many were found.
@@ -97,5 +100,21 @@ pub fn forget_logged(addr: Ipv4Addr) {
         Err(e) => {
             tracing::warn!(%addr, error = %e, "cannot forget a released address's connections")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::received_packets;
+
+    #[test]
+    fn received_packets_are_read_by_exact_name() {
+        let table = "Inter-|   Receive                            |  Transmit\n \
+             face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets\n \
+             sbx0123456789ab:       0       0    0    0    0     0          0         0      866      11\n \
+             sbx0123456789a:     120       2    0    0    0     0          0         0        0       0\n";
+        assert_eq!(received_packets(table, "sbx0123456789ab"), Some(0));
+        assert_eq!(received_packets(table, "sbx0123456789a"), Some(2));
+        assert_eq!(received_packets(table, "sbx01234"), None);
     }
 }

@@ -364,16 +364,42 @@ fn take_host_side(
 
 /// Removes a sandbox's link, rules and lease (idempotent), and the shared table once
 /// no sandbox needs it.
-pub(super) fn detach(rt: &LinuxRuntime, id: Uuid, emptied: bool) -> Result<(), RuntimeError> {
+pub(super) fn detach(rt: &LinuxRuntime, id: Uuid, quiet: bool) -> Result<(), RuntimeError> {
     match rt.network.as_ref() {
         Some(config) => {
-            if !(rt.park_networks && parked::park(config, id, &rt.config.init_exe, emptied)) {
-                let _ = teardown_emptied(config, id, emptied);
+            if !(rt.park_networks && parked::park(config, id, &rt.config.init_exe, quiet)) {
+                let _ = teardown_quiet(config, id, quiet);
             }
             Ok(())
         }
         None => Ok(()),
     }
+}
+
+/// The network namespace of the sandbox `handle` names, open (it stays while open),
+/// if its agent is the live process that started it.
+pub(super) fn hold_netns(handle: &SandboxHandle) -> Option<OwnedFd> {
+    let (pid, ticks) = (handle.agent_pid, handle.agent_start_ticks);
+    if !super::sys::is_same_live_process(pid, ticks) {
+        return None;
+    }
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).ok()?;
+    // Still that process after the open: the namespace is its, not a reused pid's.
+    super::sys::is_same_live_process(pid, ticks).then(|| ns.into())
+}
+
+/// Whether the link of sandbox `id` (a lease's, with a link still there) has received
+/// no packet: asked once no process of the sandbox is left, with its network namespace
+/// (and so the link) held open, it means no flow of its address ever reached the host,
+/// and its teardown need not look for any (see `conntrack`).
+pub(super) fn received_nothing(rt: &LinuxRuntime, id: Uuid) -> bool {
+    let Some(config) = rt.network.as_ref() else {
+        return false;
+    };
+    let lease = HostLock::take(&config.state_dir)
+        .ok()
+        .and_then(|lock| lock.lease(id));
+    lease.is_some_and(|lease| conntrack::link_received_nothing(&lease_names(id, &lease).0))
 }
 
 /// Removes the networks whose leases nothing keeps any more: made or taken by a
@@ -423,13 +449,12 @@ fn unmark_if_gone(rt: &LinuxRuntime, id: Uuid) {
 /// lease, whose rules go with the table. False when the lease may still be there (the
 /// host lock could not be taken): a marker that names it must then stay.
 fn teardown(config: &NetConfig, id: Uuid) -> bool {
-    teardown_emptied(config, id, false)
+    teardown_quiet(config, id, false)
 }
 
-/// [`teardown`] of the network of a sandbox in which no process runs any more when
-/// `emptied` (its tracked flows are forgotten only if it sent anything: see
-/// [`conntrack::may_have_flows`]).
-fn teardown_emptied(config: &NetConfig, id: Uuid, emptied: bool) -> bool {
+/// [`teardown`], which leaves the host's connection tracking alone when `quiet`: the
+/// sandbox is known to have sent nothing (see [`received_nothing`]).
+fn teardown_quiet(config: &NetConfig, id: Uuid, quiet: bool) -> bool {
     let lock = |what| match HostLock::take(&config.state_dir) {
         Ok(lock) => Some(lock),
         Err(e) => {
@@ -449,10 +474,9 @@ fn teardown_emptied(config: &NetConfig, id: Uuid, emptied: bool) -> bool {
     let (ifname, _) = lease_names(id, &lease);
     // The last lease on the host: deleting the table removes the elements too (one
     // transaction, not two), under the lock no new lease is made without.
-    let used = conntrack::may_have_flows(&ifname, emptied);
     if held.only_lease(id) {
         link::delete(&ifname);
-        if used {
+        if !quiet {
             conntrack::forget_logged(lease.sandbox());
         }
         held.release(id);
@@ -462,7 +486,7 @@ fn teardown_emptied(config: &NetConfig, id: Uuid, emptied: bool) -> bool {
     drop(held);
     link::delete(&ifname);
     // Before the address can go to another sandbox: its flows' replies must not.
-    if used {
+    if !quiet {
         conntrack::forget_logged(lease.sandbox());
     }
     match RulesLock::take(&config.state_dir) {

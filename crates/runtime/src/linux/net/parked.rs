@@ -126,7 +126,7 @@ pub(super) fn take(config: &NetConfig, id: Uuid, keeper: &Path) -> Option<Lease>
 /// Parks sandbox `id`'s network instead of removing it, when its chain is plain and
 /// the host has room (true: parked, its link deleted; false: the caller removes it).
 /// `exe` is the sandboxd binary, run as the reaper when none runs.
-pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path, emptied: bool) -> bool {
+pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path, quiet: bool) -> bool {
     let parkable = |lock: &HostLock| {
         let lease = lock.lease(id)?;
         (lease.plain && parked(&config.state_dir).len() < MAX_PARKED)
@@ -143,10 +143,10 @@ pub(super) fn park(config: &NetConfig, id: Uuid, exe: &Path, emptied: bool) -> b
         return false;
     };
     let (ifname, _) = super::names(name);
-    let used = super::conntrack::may_have_flows(&ifname, emptied);
     super::link::delete(&ifname);
-    // The next sandbox to take the parked network gets the address: not its flows.
-    if used {
+    // The next sandbox to take the parked network gets the address: not its flows
+    // (a sandbox known to have sent nothing has none).
+    if !quiet {
         super::conntrack::forget_logged(addr);
     }
     let Ok(lock) = HostLock::take(&config.state_dir) else {
