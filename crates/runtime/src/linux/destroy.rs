@@ -14,6 +14,16 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 const REAP_TIMEOUT: Duration = Duration::from_secs(1);
 
 pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+    destroy_noting(rt, handle, || {})
+}
+
+/// [`destroy`], calling `emptied` as soon as no process of the sandbox is left (before
+/// its cgroups, mounts and files go; not at all when some could not be killed).
+pub(super) fn destroy_noting(
+    rt: &LinuxRuntime,
+    handle: &SandboxHandle,
+    emptied: impl FnOnce(),
+) -> Result<(), RuntimeError> {
     let id = handle.id;
     if rt.cgroups.is_frozen(id) {
         // SIGKILL is not delivered to frozen tasks on v1.
@@ -61,6 +71,7 @@ pub(super) fn destroy(rt: &LinuxRuntime, handle: &SandboxHandle) -> Result<(), R
             }
         }
     }
+    emptied();
     faults::check("destroy.cgroup")?;
     rt.cgroups.remove(id)?;
     // A warm entry's cgroups keep its key until its start renames them, after its dir:

@@ -556,10 +556,15 @@ impl Runtime for LinuxRuntime {
         // reaches out any more): a destroy tried again finds no lease, and one never
         // tried again (its data dir removed by hand) leaves no network behind.
         // Its network namespace is held through the kill, so that once no process of it
-        // is left its link is still there to tell whether it ever sent anything.
-        let netns = net::hold_netns(handle);
-        let destroyed = destroy::destroy(self, handle);
-        let quiet = destroyed.is_ok() && netns.is_some() && net::received_nothing(self, handle.id);
+        // is left its link is still there to tell whether it ever sent anything; let go
+        // right then, the namespace and its link go while the rest is removed.
+        let mut netns = net::hold_netns(handle);
+        let mut quiet = false;
+        let destroyed = destroy::destroy_noting(self, handle, || {
+            let held = netns.take();
+            quiet = held.is_some() && net::received_nothing(self, handle.id);
+            drop(held);
+        });
         drop(netns);
         let detached = net::detach(self, handle.id, quiet);
         destroyed?;
