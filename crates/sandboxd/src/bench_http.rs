@@ -33,6 +33,10 @@ pub struct HttpFigures {
     pub exec_round_trip: Paired,
     /// From the server's spawn until it reported its warm pool full (after one create).
     pub pool_filled: Duration,
+    /// DELETE of each spaced create's sandbox (its first exec run) until TERMINATED.
+    pub destroy: Duration,
+    /// The CPU time of the server's threads over each such destroy.
+    pub destroy_cpu: Duration,
 }
 
 /// Starts a server on a fresh temporary data directory (short, so that agent socket
@@ -97,6 +101,8 @@ pub fn main(samples: usize) -> Result<()> {
             f.create_first_exec_burst_again,
             String::new(),
         );
+        row("destroy (spaced)", f.destroy, String::new());
+        row("  ... the server's CPU time", f.destroy_cpu, String::new());
         let e = f.exec_round_trip;
         row(
             "exec round trip",
@@ -207,6 +213,22 @@ pub(crate) struct Serve {
     pub(crate) metrics: SocketAddr,
     /// When it was spawned.
     pub(crate) started: Instant,
+}
+
+impl Serve {
+    /// The CPU time of the server's threads so far (not its children's), from each
+    /// one's `schedstat` (nanoseconds; a thread that ended meanwhile is not counted).
+    pub(crate) fn cpu_time(&self) -> Duration {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let nanos: u64 = std::fs::read_dir(tasks)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+            .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+            .sum();
+        Duration::from_nanos(nanos)
+    }
 }
 
 /// How long [`Serve::pool_full`] waits at most.
@@ -443,6 +465,7 @@ impl Api {
         // Each is destroyed before the next baseline sample, so that the host's mount
         // table (which `unshare` copies) holds no more than the server's warm inits.
         let mut creates = PairedSamples::default();
+        let (mut destroys, mut destroys_cpu) = (Vec::new(), Vec::new());
         for _ in 0..n {
             tokio::time::sleep(CREATE_SPACING).await;
             let base = bench_base::unshare()?;
@@ -450,7 +473,10 @@ impl Api {
             let id = self.create().await?;
             self.exec_true(&id).await?;
             creates.push(t.elapsed(), base);
+            let (t, cpu) = (Instant::now(), server.cpu_time());
             self.destroy(&id).await?;
+            destroys.push(t.elapsed());
+            destroys_cpu.push(server.cpu_time().saturating_sub(cpu));
         }
         let burst = self.burst(n).await?;
         // The first burst outran the pool, which grew by one for each create it missed
@@ -475,6 +501,8 @@ impl Api {
             create_first_exec_burst_again: median(burst_again),
             exec_round_trip: execs.medians(),
             pool_filled: filled,
+            destroy: median(destroys),
+            destroy_cpu: median(destroys_cpu),
         })
     }
 
