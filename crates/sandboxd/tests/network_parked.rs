@@ -12,7 +12,7 @@
 mod common;
 mod netns_common;
 
-use common::runtime;
+use common::{runtime, tracked_from};
 use netns_common::{
     counted_nft_in_own_netns, eventually, named_after, names, net_runtime, nft, reapers, table,
 };
@@ -213,16 +213,18 @@ fn a_run_beside_a_server_takes_a_server_spare_which_the_server_then_leaves_alone
     assert!(!link_named_after(&spare[0]));
 }
 
-/// This test's network namespace's tracked connections whose original source is
-/// `addr` (the test runs on a thread of its own: `thread-self`, not `self`).
-fn tracked_from(addr: std::net::Ipv4Addr) -> Vec<String> {
-    let table = std::fs::read_to_string("/proc/thread-self/net/nf_conntrack").unwrap_or_default();
-    let source = format!("src={addr}");
-    table
-        .lines()
-        .filter(|l| l.split_whitespace().find(|w| w.starts_with("src=")) == Some(&source))
-        .map(str::to_owned)
-        .collect()
+/// A veth pair whose both ends are in this test's own namespace, `d0` addressed in
+/// 192.0.2.0/24: where the sandboxes' datagrams to a documentation address are
+/// forwarded (and tracked), and no one answers them.
+fn veth_pair_to_nowhere() {
+    let ip = |args: &[&str]| {
+        let ok = Command::new("ip").args(args).status().expect("ip");
+        assert!(ok.success(), "ip {args:?}");
+    };
+    ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"]);
+    ip(&["addr", "add", "192.0.2.1/24", "dev", "d0"]);
+    ip(&["link", "set", "d0", "up"]);
+    ip(&["link", "set", "d1", "up"]);
 }
 
 /// A parked network's address goes to the next run: the flows its sandbox opened are
@@ -234,14 +236,7 @@ fn tracked_from(addr: std::net::Ipv4Addr) -> Vec<String> {
 fn a_parked_networks_tracked_connections_are_forgotten() {
     let _nft_calls = counted_nft_in_own_netns(None);
     std::env::set_var("SANDBOXD_NET_LINGER_SECS", "3600");
-    let ip = |args: &[&str]| {
-        let ok = Command::new("ip").args(args).status().expect("ip");
-        assert!(ok.success(), "ip {args:?}");
-    };
-    ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"]);
-    ip(&["addr", "add", "192.0.2.1/24", "dev", "d0"]);
-    ip(&["link", "set", "d0", "up"]);
-    ip(&["link", "set", "d1", "up"]);
+    veth_pair_to_nowhere();
     let state = tempfile::tempdir().expect("tempdir");
     let run_dir = tempfile::tempdir().expect("tempdir");
     let _cleanup = runtime(run_dir.path());
@@ -269,17 +264,20 @@ fn a_parked_networks_tracked_connections_are_forgotten() {
         Vec::<String>::new(),
         "tracked after park"
     );
-    // A reaper that lingers no more removes what is parked (see the first test).
+    drop(one_shot);
+    end_reapers();
+}
+
+/// Kills this test's lingering reapers and waits until they are gone. What they would
+/// have removed (the parked network's link and the table) is in this test's own
+/// network namespace, which goes with the test; its state dir is a temporary one. No
+/// reaper is started again, so none can recreate that dir once it is removed.
+fn end_reapers() {
     for pid in reapers() {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
             .expect("kill the reaper");
     }
     eventually("the killed reaper is gone", || reapers().is_empty());
-    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
-    let _reopened = net_runtime(run_dir.path(), state.path());
-    eventually("the table outlived the linger", || table().is_none());
-    eventually("the reaper stays", || reapers().is_empty());
-    assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
 }
 
 /// A sandbox that sent nothing has no flows to forget, and its teardown does not look
@@ -295,14 +293,7 @@ fn a_parked_networks_tracked_connections_are_forgotten() {
 fn an_idle_sandboxs_teardown_leaves_the_hosts_connection_tracking_alone() {
     let _nft_calls = counted_nft_in_own_netns(None);
     std::env::set_var("SANDBOXD_NET_LINGER_SECS", "3600");
-    let ip = |args: &[&str]| {
-        let ok = Command::new("ip").args(args).status().expect("ip");
-        assert!(ok.success(), "ip {args:?}");
-    };
-    ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"]);
-    ip(&["addr", "add", "192.0.2.1/24", "dev", "d0"]);
-    ip(&["link", "set", "d0", "up"]);
-    ip(&["link", "set", "d1", "up"]);
+    veth_pair_to_nowhere();
     let canary = |addr: std::net::Ipv4Addr| {
         let send = "import socket, sys\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.setsockopt(socket.SOL_IP, 19, 1)\ns.bind((sys.argv[1], 0))\ns.sendto(b\"x\", (\"192.0.2.9\", 9))";
         let ok = Command::new("python3")
@@ -338,15 +329,6 @@ fn an_idle_sandboxs_teardown_leaves_the_hosts_connection_tracking_alone() {
             "the teardown ({path}) of a sandbox that sent nothing looked for its flows"
         );
     }
-    for pid in reapers() {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
-            .expect("kill the reaper");
-    }
-    eventually("the killed reaper is gone", || reapers().is_empty());
     drop((one_shot, server));
-    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
-    let _reopened = net_runtime(run_dir.path(), state.path());
-    eventually("the table outlived the linger", || table().is_none());
-    eventually("the reaper stays", || reapers().is_empty());
-    assert_eq!(names(&state.path().join("leases")), Vec::<String>::new());
+    end_reapers();
 }

@@ -306,6 +306,19 @@ pub fn agent_sh(handle: &SandboxHandle, script: &str) -> (Option<i32>, String) {
     )
 }
 
+/// The tracked connections (of the calling thread's network namespace: a test may have
+/// moved its thread into one of its own) whose original source is `addr`, from
+/// `nf_conntrack`.
+pub fn tracked_from(addr: std::net::Ipv4Addr) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/thread-self/net/nf_conntrack").unwrap_or_default();
+    let source = format!("src={addr}");
+    table
+        .lines()
+        .filter(|l| l.split_whitespace().find(|w| w.starts_with("src=")) == Some(&source))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Runs the Python `script` with `host port` inside the sandbox (it must exit 0) and
 /// returns its trimmed output (the network tests' connection probe).
 pub fn python_probe(handle: &SandboxHandle, script: &str, host: &str, port: u16) -> String {
