@@ -57,7 +57,7 @@ pub fn configure_at(
 /// every IPv6 packet a sandbox sends anyway; with it on, `eth0` sent a dozen neighbour
 /// discovery and multicast listener packets of its own as it came up. Off, it sends
 /// nothing until a process in the sandbox does, so the host end's counters tell whether
-/// the sandbox's address was ever used (see `conntrack::may_have_flows`). `lo` keeps
+/// the sandbox's address was ever used (see `conntrack::link_received_nothing`). `lo` keeps
 /// `::1`. A kernel without IPv6 has nothing to turn off.
 fn ipv6_off(name: &str) -> Result<(), RuntimeError> {
     let path = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
