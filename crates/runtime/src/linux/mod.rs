@@ -558,7 +558,7 @@ impl Runtime for LinuxRuntime {
         // Its network namespace is held through the kill, so that once no process of it
         // is left its link is still there to tell whether it ever sent anything; let go
         // right then, the namespace and its link go while the rest is removed.
-        let mut netns = net::hold_netns(handle);
+        let mut netns = net::hold_netns(self, handle);
         let mut quiet = false;
         let destroyed = destroy::destroy_noting(self, handle, || {
             let held = netns.take();

@@ -377,8 +377,9 @@ pub(super) fn detach(rt: &LinuxRuntime, id: Uuid, quiet: bool) -> Result<(), Run
 }
 
 /// The network namespace of the sandbox `handle` names, open (it stays while open),
-/// if its agent is the live process that started it.
-pub(super) fn hold_netns(handle: &SandboxHandle) -> Option<OwnedFd> {
+/// if the runtime has networking and its agent is the live process that started it.
+pub(super) fn hold_netns(rt: &LinuxRuntime, handle: &SandboxHandle) -> Option<OwnedFd> {
+    rt.network.as_ref()?;
     let (pid, ticks) = (handle.agent_pid, handle.agent_start_ticks);
     if !super::sys::is_same_live_process(pid, ticks) {
         return None;
