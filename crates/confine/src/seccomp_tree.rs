@@ -10,11 +10,18 @@ use seccompiler::{sock_filter, BpfProgram};
 
 // Classic BPF opcodes (linux/bpf_common.h): load word at absolute offset, jumps
 // comparing the accumulator with a constant, unconditional jump, return a constant.
-const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-const JEQ_K: u16 = 0x05 | 0x10;
-const JGE_K: u16 = 0x05 | 0x30;
-const JA: u16 = 0x05;
-const RET_K: u16 = 0x06;
+const BPF_LD: u16 = 0x00;
+const BPF_JMP: u16 = 0x05;
+const BPF_RET: u16 = 0x06;
+const BPF_W: u16 = 0x00;
+const BPF_ABS: u16 = 0x20;
+const BPF_JEQ: u16 = 0x10;
+const BPF_JGE: u16 = 0x30;
+const LD_W_ABS: u16 = BPF_LD + BPF_W + BPF_ABS;
+const JEQ_K: u16 = BPF_JMP + BPF_JEQ;
+const JGE_K: u16 = BPF_JMP + BPF_JGE;
+const JA: u16 = BPF_JMP;
+const RET_K: u16 = BPF_RET;
 /// Offset of `nr` in `struct seccomp_data`.
 const NR_OFFSET: u32 = 0;
 /// Numbers compared one by one at a leaf of the search.
