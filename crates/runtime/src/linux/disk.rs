@@ -75,11 +75,35 @@ const DEVICE_NAME: &str = "layer.loop";
 pub fn mount_limited(data_dir: &Path, state_dir: &Path, disk_mb: u32) -> Result<(), RuntimeError> {
     let template = template(data_dir, disk_mb)?;
     let img = image(state_dir);
-    if !super::disk_spares::take(&template, &img) {
-        copy_sparse(&template, &img).map_err(io("copying the disk image", &img))?;
-    }
+    let attached = super::disk_spares::claim(&template).and_then(|spare| {
+        attach_spare(spare, &img)
+            .inspect_err(|e| tracing::debug!(error = %e, "a spare disk did not attach; copying"))
+            .ok()
+    });
     super::disk_spares::refill(&template);
-    mount_image(state_dir, &img)
+    let device = match attached {
+        Some(device) => device,
+        None => {
+            copy_sparse(&template, &img).map_err(io("copying the disk image", &img))?;
+            attach(&img).map_err(io("attaching a loop device", &img))?
+        }
+    };
+    mount_device(state_dir, device)
+}
+
+/// Attaches the claimed `spare` as it is (written back whole, its inode too: the fsync
+/// `LOOP_CONFIGURE` makes of its backing file then has nothing to write but the
+/// host disk's flush), then moves it to `img`. Moved first, its inode's new change time
+/// was written synchronously in that fsync: ~0.8 ms more on each start's path.
+fn attach_spare(
+    spare: super::disk_spares::Claimed,
+    img: &Path,
+) -> std::io::Result<(File, PathBuf)> {
+    let device = attach_backing(spare.file(), img)?;
+    // Refused (the spare was removed meanwhile), the device goes: nothing is mounted
+    // on it, and with autoclear it detaches when closed.
+    spare.move_to(img)?;
+    Ok(device)
 }
 
 /// Loop-mounts a sandbox's existing disk image on [`layer_dir`] again: after a host
@@ -101,6 +125,11 @@ pub fn has_image(state_dir: &Path) -> bool {
 /// Attaches `img` to a loop device, records which, and mounts it on [`layer_dir`].
 fn mount_image(state_dir: &Path, img: &Path) -> Result<(), RuntimeError> {
     let device = attach(img).map_err(io("attaching a loop device", img))?;
+    mount_device(state_dir, device)
+}
+
+/// Records which loop device `device` is and mounts it on [`layer_dir`].
+fn mount_device(state_dir: &Path, device: (File, PathBuf)) -> Result<(), RuntimeError> {
     let name = device.1.file_name().unwrap_or_default();
     let record = state_dir.join(DEVICE_NAME);
     std::fs::write(&record, name.as_encoded_bytes())
@@ -240,6 +269,11 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
 /// path. `/dev/loop-control` makes a new device when none is free.
 fn attach(img: &Path) -> std::io::Result<(File, PathBuf)> {
     let backing = OpenOptions::new().read(true).write(true).open(img)?;
+    attach_backing(&backing, img)
+}
+
+/// [`attach`] of the open `backing`, named `img` in the device's status.
+fn attach_backing(backing: &File, img: &Path) -> std::io::Result<(File, PathBuf)> {
     let ctl = OpenOptions::new()
         .read(true)
         .write(true)
@@ -253,7 +287,7 @@ fn attach(img: &Path) -> std::io::Result<(File, PathBuf)> {
         if n < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        match configure(n, &backing, img) {
+        match configure(n, backing, img) {
             Ok(attached) => return Ok(attached),
             // Another process (losetup, another server) took it between GET_FREE and
             // CONFIGURE: take the next one, backing off a little when that repeats.

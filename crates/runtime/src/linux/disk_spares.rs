@@ -5,6 +5,9 @@
 //! progress has a `.partial-` name and becomes a spare by rename only when complete, so
 //! a process that dies mid-copy never leaves a broken spare behind.
 
+use nix::fcntl::{Flock, FlockArg};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -43,12 +46,46 @@ fn partials(template: &Path) -> Vec<PathBuf> {
     named_beside(template, &format!(".{name}.partial-"))
 }
 
-/// Moves a spare of `template` to `into`; false when there is none (copy instead).
-pub fn take(template: &Path, into: &Path) -> bool {
-    // Another start may win the rename of the same spare: try the next one.
-    spares(template)
-        .iter()
-        .any(|spare| std::fs::rename(spare, into).is_ok())
+/// A spare of a template that this process alone holds (an exclusive `flock` on it,
+/// taken while its spare name still named it), to attach before [`Claimed::move_to`].
+pub struct Claimed {
+    file: Flock<File>,
+    path: PathBuf,
+}
+
+impl Claimed {
+    /// The spare, open for reading and writing.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Moves the spare to `into`; its lock goes with the file, once the name other
+    /// claims look for is gone.
+    pub fn move_to(self, into: &Path) -> std::io::Result<()> {
+        std::fs::rename(&self.path, into)
+    }
+}
+
+/// Claims a spare of `template`; None when there is none (copy instead). Other starts,
+/// in this process or another, may claim at the same time: a spare is claimed by whoever
+/// holds its lock while its spare name still names it, and a claim keeps that lock until
+/// the spare has left that name ([`Claimed::move_to`]) or was given up (dropped).
+pub fn claim(template: &Path) -> Option<Claimed> {
+    spares(template).into_iter().find_map(|path| {
+        let file = OpenOptions::new().read(true).write(true).open(&path).ok()?;
+        let file = Flock::lock(file, FlockArg::LockExclusiveNonblock).ok()?;
+        // Locked after another claim moved it and let go: the name is gone (or, never
+        // seen, names another file).
+        still_names(&path, &file).then_some(Claimed { file, path })
+    })
+}
+
+/// Whether `path` names the file `file` has open.
+fn still_names(path: &Path, file: &File) -> bool {
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(named), Ok(held)) => named.dev() == held.dev() && named.ino() == held.ino(),
+        _ => false,
+    }
 }
 
 /// Makes this process's refills wait for [`refill_deferred`]: a one-shot run's start
@@ -134,14 +171,19 @@ fn make_one(template: &Path) -> std::io::Result<()> {
     let partial = dir.join(format!(".{name}.partial-{id}"));
     // Written back here, in the background: attaching a loop device fsyncs its backing
     // file (`loop_configure`), and a spare still dirty in the page cache made the start
-    // that took it wait for that writeback (8-20 ms on this host's disk).
+    // that took it wait for that writeback (8-20 ms on this host's disk). Its inode too,
+    // once renamed (a rename changes it): that was a synchronous write in every start's
+    // fsync (~0.8 ms).
+    let spare = dir.join(format!("{name}.spare-{id}"));
     let made = super::disk::copy_sparse(template, &partial)
-        .and_then(|()| std::fs::File::open(&partial)?.sync_data())
-        .and_then(|()| std::fs::rename(&partial, dir.join(format!("{name}.spare-{id}"))));
+        .and_then(|()| File::open(&partial)?.sync_data())
+        .and_then(|()| std::fs::rename(&partial, &spare));
     if made.is_err() {
         let _ = std::fs::remove_file(&partial);
+        return made;
     }
-    made
+    // A spare already (a start may claim it now): one not written back is only slower.
+    File::open(&spare)?.sync_all()
 }
 
 #[cfg(test)]
@@ -149,18 +191,67 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_spare_is_taken_once_and_refilled() {
+    fn a_spare_is_claimed_once_and_moved() {
         let dir = tempfile::tempdir().expect("tempdir");
         let template = dir.path().join("64.img");
         std::fs::write(&template, b"ext4 image stand-in").expect("template");
-        assert!(!take(&template, &dir.path().join("a.img")), "no spare yet");
+        assert!(claim(&template).is_none(), "no spare yet");
         make_one(&template).expect("spare");
         assert_eq!(spares(&template).len(), 1);
+        let first = claim(&template).expect("the spare");
+        assert!(claim(&template).is_none(), "claimed already");
+        drop(first);
+        let again = claim(&template).expect("given up, the spare is there again");
+        // Opened by another claim before the move and locked after it: the lock is
+        // free then, and the name no longer names the file.
+        let spare = spares(&template).remove(0);
+        let late = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&spare)
+            .expect("open");
+        assert!(still_names(&spare, &late));
         let into = dir.path().join("b.img");
-        assert!(take(&template, &into));
+        again.move_to(&into).expect("moved");
+        let late = Flock::lock(late, FlockArg::LockExclusiveNonblock).expect("free");
+        assert!(!still_names(&spare, &late));
         assert_eq!(std::fs::read(&into).expect("taken"), b"ext4 image stand-in");
         assert!(spares(&template).is_empty());
-        assert!(!take(&template, &dir.path().join("c.img")));
+        assert!(claim(&template).is_none());
+    }
+
+    /// Starts claiming at once (threads: each open is its own lock holder, as another
+    /// process's would be) get distinct spares, each once, and the rest none.
+    #[test]
+    fn concurrent_claims_get_each_spare_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let template = dir.path().join("64.img");
+        std::fs::write(&template, b"image").expect("template");
+        for _ in 0..3 {
+            make_one(&template).expect("spare");
+        }
+        let moved: Vec<PathBuf> = std::thread::scope(|s| {
+            let claims: Vec<_> = (0..12)
+                .map(|n| {
+                    let (template, into) = (&template, dir.path().join(format!("{n}.img")));
+                    s.spawn(move || {
+                        let spare = claim(template)?;
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                        spare.move_to(&into).expect("move");
+                        Some(into)
+                    })
+                })
+                .collect();
+            claims
+                .into_iter()
+                .filter_map(|c| c.join().expect("claim"))
+                .collect()
+        });
+        assert_eq!(moved.len(), 3, "{moved:?}");
+        for into in &moved {
+            assert_eq!(std::fs::read(into).expect("moved"), b"image");
+        }
+        assert!(spares(&template).is_empty());
     }
 
     /// A copy in progress is removed as stale only after a minute (a live refill's is
