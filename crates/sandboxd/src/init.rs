@@ -68,12 +68,16 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
         eprintln!("sandbox init failed: confining the agent: {e}");
         return std::process::ExitCode::FAILURE;
     }
-    // A warm init serves ahead of its sandbox, and ends if the server goes away first.
+    // A warm init serves ahead of its sandbox, and ends if the server goes away first;
+    // a run's early init, tethered, also once its run is gone after the start.
     if let Some(parked) = parked {
-        std::thread::spawn(move || {
-            if parked.wait_for_start().is_err() {
+        std::thread::spawn(move || match parked.wait_for_start() {
+            Ok(None) => {}
+            Ok(Some(tether)) => {
+                tether.wait_until_gone();
                 std::process::exit(0);
             }
+            Err(_) => std::process::exit(0),
         });
     }
     // A tethered sandbox (a one-shot run's) ends with the process that started it:

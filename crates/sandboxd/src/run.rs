@@ -130,7 +130,10 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     let tethers = Tethers::new();
     sandboxd_runtime::linux::defer_disk_work();
     let backend = match args.image == "default" {
-        true => Some(open_backend_tied(&config, Tie::OneShot(&tethers, held))?),
+        true => Some(open_backend_tied(
+            &config,
+            Tie::OneShot(&tethers, held, &args.image),
+        )?),
         false => None,
     };
     // A test's pause here: the early init is being made, no signal is caught yet.
@@ -180,8 +183,8 @@ enum Tie<'a> {
     /// Tethered, and one-shot: leaves its sandboxes' disk images for the next process
     /// opening the data dir to remove, rather than wait for that at its exit, and parks
     /// its sandboxes' plain egress networks for the next run (see the runtime's
-    /// `with_parked_networks`): `sandboxd run`.
-    OneShot(&'a Arc<Tethers>, Option<HeldInit>),
+    /// `with_parked_networks`): `sandboxd run`, of the image named.
+    OneShot(&'a Arc<Tethers>, Option<HeldInit>, &'a str),
 }
 
 /// The engine over the data directory (as [`open_engine_over`]) whose sandboxes, on both
@@ -196,7 +199,7 @@ pub(crate) fn open_engine_tethered(
 
 fn open_engine_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Opened> {
     let tethers = match tie {
-        Tie::Tethered(tethers) | Tie::OneShot(tethers, _) => tethers,
+        Tie::Tethered(tethers) | Tie::OneShot(tethers, _, _) => tethers,
     };
     let linux = open_backend_tied(config, tie)?;
     open_engine_over(config, linux, tethers)
@@ -213,7 +216,7 @@ fn open_backend_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Arc<LinuxRun
     phase("backend open");
     let linux = match tie {
         Tie::Tethered(tethers) => linux.with_tethers(tethers.clone()),
-        Tie::OneShot(tethers, held) => {
+        Tie::OneShot(tethers, held, image) => {
             let linux = linux
                 .with_deferred_disk_removal()
                 .with_parked_networks()
@@ -222,7 +225,7 @@ fn open_backend_tied(config: &ServerConfig, tie: Tie<'_>) -> Result<Arc<LinuxRun
             // the engine opens and the create is recorded; not for the gVisor tier.
             match config.isolation {
                 Isolation::Container => {
-                    linux.with_early_init(config.limits().disk_mb_per_sandbox, held)
+                    linux.with_early_init(config.limits().disk_mb_per_sandbox, image, held)
                 }
                 Isolation::Gvisor => linux,
             }
@@ -310,7 +313,7 @@ async fn run(
     phase("started");
     let linux = match backend {
         Some(linux) => linux,
-        None => open_backend_tied(&config, Tie::OneShot(&tethers, None))?,
+        None => open_backend_tied(&config, Tie::OneShot(&tethers, None, &args.image))?,
     };
     let Opened {
         engine,

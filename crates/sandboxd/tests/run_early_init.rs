@@ -1,7 +1,9 @@
 //! A one-shot runtime's early init (`with_early_init`, what `sandboxd run` uses): made
-//! at the runtime's open, taken by the start of the same disk size (the sandbox then
-//! starts warm and works), not taken by another size and then removed with everything
-//! it made; and a `sandboxd run` killed with SIGKILL while its early init waits (the
+//! at the runtime's open (for the built-in image: parked in its root, its agent serving
+//! before the start; for another image: without a root), taken by the start of the same
+//! disk size (the sandbox then starts warm and works), not taken by another size and
+//! then removed with everything it made; a parked one's PID 1 tethered to the runtime's
+//! process once started; and a `sandboxd run` killed with SIGKILL while its early init waits (the
 //! create held before its start) leaves nothing once the next run has opened the data
 //! dir: no entry dir, process, mount, loop device, cgroup or id slot.
 
@@ -80,7 +82,16 @@ fn a_start_takes_the_early_init_and_one_of_another_size_is_removed_untaken() {
     let tethers = sandboxd_runtime::linux::Tethers::new();
     let rt = common::raw_runtime(&data)
         .with_tethers(tethers.clone())
-        .with_early_init(spec.disk_mb, None);
+        .with_early_init(spec.disk_mb, "default", None);
+    // Parked in the built-in image's root: its agent serves before any start.
+    wait_until("the early init's agent serves", || {
+        warm_keys(&data).iter().any(|key| {
+            let socket = data
+                .join("sandboxes")
+                .join(format!(".warm-{key}/agent.sock"));
+            std::os::unix::net::UnixStream::connect(socket).is_ok()
+        })
+    });
     let taken = rt.start(&spec).expect("start");
     assert!(taken.warm, "the start did not take the early init");
     assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
@@ -89,8 +100,20 @@ fn a_start_takes_the_early_init_and_one_of_another_size_is_removed_untaken() {
     rt.discard_early_init();
     tethers.finish_released();
 
+    // Made for another image: no root of its own, the start mounts the one it asks for.
+    let rootless = common::raw_runtime(&data)
+        .with_tethers(tethers.clone())
+        .with_early_init(spec.disk_mb, "another-image", None);
+    let spec = common::spec("default");
+    let taken = rootless.start(&spec).expect("start");
+    assert!(taken.warm, "the start did not take the rootless early init");
+    assert_eq!(sh_ok(&taken, "echo ok; hostname"), "ok\nbox\n");
+    rootless.destroy(&taken).expect("destroy");
+    rootless.discard_early_init();
+    tethers.finish_released();
+
     // Made for a 64 MiB disk: a start without one does not take it.
-    let other = common::raw_runtime(&data).with_early_init(spec.disk_mb + 64, None);
+    let other = common::raw_runtime(&data).with_early_init(spec.disk_mb + 64, "default", None);
     let spec = common::spec("default");
     let cold = other.start(&spec).expect("start");
     assert!(
@@ -170,7 +193,7 @@ fn a_start_failing_at_its_layer_pin_ends_the_early_init_it_took() {
     let tethers = sandboxd_runtime::linux::Tethers::new();
     let rt = common::raw_runtime(&data)
         .with_tethers(tethers.clone())
-        .with_early_init(spec.disk_mb, None);
+        .with_early_init(spec.disk_mb, "default", None);
     fail::cfg("start.pin", "1*return").expect("failpoint");
     assert!(
         rt.start(&spec).is_err(),

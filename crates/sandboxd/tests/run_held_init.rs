@@ -73,7 +73,7 @@ fn a_start_begins_the_held_init_inside_the_sandboxs_cgroups() {
     let tethers = sandboxd_runtime::linux::Tethers::new();
     let rt = common::raw_runtime(&data)
         .with_tethers(tethers.clone())
-        .with_early_init(spec.disk_mb, Some(held_init()));
+        .with_early_init(spec.disk_mb, "default", Some(held_init()));
     let sandbox = rt.start(&spec).expect("start");
     assert!(sandbox.warm, "the start did not take the early init");
     // PID 1 is the held init's child: it keeps the held init's command line.

@@ -192,10 +192,20 @@ impl LinuxRuntime {
     /// it (waiting for its make if need be). With `held` (spawned at the process's
     /// start), that init is begun instead of one spawned then. Untaken, it is removed by
     /// [`LinuxRuntime::discard_early_init`] or on drop. Not for runtimes with warm inits.
-    pub fn with_early_init(mut self, disk_mb: u32, held: Option<HeldInit>) -> Self {
+    /// For a start of the built-in image (`image`), the init goes on as a pool's entry
+    /// does: that root mounted, its agent confined and serving, parked until the start.
+    pub fn with_early_init(mut self, disk_mb: u32, image: &str, held: Option<HeldInit>) -> Self {
         if self.warm.is_none() {
+            // Another image's root is mounted by the start (its record may change
+            // meanwhile; the built-in image's is this process's own).
+            let root = (image == DEFAULT_IMAGE)
+                .then(|| self.image_layers(image))
+                .and_then(|layers| layers.ok())
+                .map(|layers| (image.to_owned(), layers));
             let (config, cgroups) = (self.config.clone(), self.cgroups.clone());
-            self.early = match warm::EarlyInit::begin(config, cgroups, disk_mb, held) {
+            let tethered = self.tethers.is_some();
+            let began = warm::EarlyInit::begin(config, cgroups, (disk_mb, root), held, tethered);
+            self.early = match began {
                 Ok(early) => Some(early),
                 Err(e) => {
                     tracing::warn!(error = %e, "no early init");
@@ -436,6 +446,17 @@ impl LinuxRuntime {
             .map(|d| self.layers.path(d))
             .collect::<Result<_, _>>()?;
         Ok((dirs, layer_pins::LayerPin::new(digests, lock)))
+    }
+
+    /// The layer dirs of image `name`, top first.
+    fn image_layers(&self, name: &str) -> Result<Vec<PathBuf>, RuntimeError> {
+        let image = self.resolve_image(name)?;
+        image
+            .layers
+            .iter()
+            .rev()
+            .map(|d| self.layers.path(d))
+            .collect()
     }
 
     /// Layers that live sandboxes (their state dirs) use.

@@ -44,8 +44,23 @@ pub(super) fn start_notifying(
             &Default::default(),
         )
     });
-    let warm = warm.or_else(|| rt.early.as_ref().and_then(|early| early.take(spec.disk_mb)));
+    let warm = warm.or_else(|| {
+        rt.early
+            .as_ref()
+            .and_then(|early| early.take(spec.disk_mb, &layers))
+    });
     phase(spec, t0, "warm taken");
+    // A parked init's network namespace exists already: told now, the caller links it
+    // while the rest of the start is done.
+    let on_netns = match (on_netns, warm.as_ref().and_then(|w| w.parked)) {
+        (Some(tell), Some((pid1, _))) => {
+            if let Ok(ns) = std::fs::File::open(format!("/proc/{pid1}/ns/net")) {
+                tell(ns.into());
+            }
+            None
+        }
+        (on_netns, _) => on_netns,
+    };
     let started = start_with(rt, spec, layers, pin, warm, on_netns);
     phase(spec, t0, "started");
     started
@@ -210,6 +225,7 @@ fn launch(
     let tm = |phase: &str| tracing::debug!(id = %spec.id, phase, ms = t0.elapsed().as_secs_f64() * 1e3, "start");
     let warm = match warm {
         Some(w) if w.parked.is_some() => {
+            // Its network namespace was told at its take (`start_notifying`).
             super::unpark::unpark(rt, spec, handle, w)?;
             tm("ready (parked)");
             let finished = finish(handle);

@@ -27,8 +27,10 @@
 //! record, which the sweep ends like any other (a claim its start never used is given
 //! back by [`Runtime::unclaim`] when the start fails with nothing made).
 //! Warm inits are never tethered (a tethered runtime has no pool): its early init
-//! (`warm::EarlyInit`) is tethered at its start's `Go`, and one left untaken by a killed
-//! run is swept as a dead owner's warm entry.
+//! (`warm::EarlyInit`) is tethered at its start (at its `Go`; parked in its root, at
+//! its `Start`, after which its PID 1 keeps watching the handshake the start holds), and
+//! one left untaken by a killed run is swept as a dead owner's warm entry (a parked PID 1
+//! exits as soon as its run's end of the handshake closes).
 
 use super::handshake::Channel;
 use super::LinuxRuntime;

@@ -27,6 +27,8 @@ pub(super) fn unpark(
     };
     handle.agent_pid = pid1;
     handle.agent_start_ticks = ticks;
+    // A test's pause between the dir's rename (done) and the cgroups' (as a cold one's).
+    let _ = crate::faults::hit("start.warm_dir");
     if let Err(e) = rt.cgroups.rename(warm.key, spec.id) {
         // Still in the entry's cgroup: end it there.
         let _ = kill(Pid::from_raw(pid1), Signal::SIGKILL);
@@ -46,7 +48,13 @@ pub(super) fn unpark(
     super::bounds::limit_open_files(pid1, spec.pids_max)?;
     warm.channel
         .send(&Msg::Start)
-        .map_err(|e| RuntimeError::AgentStart(format!("starting a parked agent: {e}")))
+        .map_err(|e| RuntimeError::AgentStart(format!("starting a parked agent: {e}")))?;
+    // A tethered PID 1 (a run's early init) keeps watching the handshake: kept open
+    // while this process lives.
+    if let Some(tethers) = &rt.tethers {
+        tethers.hold(spec.id, warm.channel);
+    }
+    Ok(())
 }
 
 /// Sets the hostname in the UTS namespace of `pid` (from a thread of ours that joins it).

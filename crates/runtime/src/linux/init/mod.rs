@@ -53,8 +53,9 @@ pub struct Entered {
     channel: Channel,
 }
 
-/// The handshake of a parked PID 1, kept until its sandbox starts.
-pub struct Parked(Channel);
+/// The handshake of a parked PID 1, kept until its sandbox starts; and after, when
+/// tethered (a one-shot run's early init).
+pub struct Parked(Channel, bool);
 
 /// The handshake a tethered PID 1 keeps (see [`InitConfig::tethered`]).
 pub struct Tether(Channel);
@@ -73,11 +74,12 @@ impl Tether {
 }
 
 impl Parked {
-    /// Blocks until the backend says the sandbox starts (`Ok`), or is gone without it
-    /// (`Err`: the entry will never be used, and PID 1 should exit).
-    pub fn wait_for_start(self) -> Result<(), InitError> {
+    /// Blocks until the backend says the sandbox starts (`Ok`, with the handshake to
+    /// keep watching when tethered), or is gone without it (`Err`: the entry will never
+    /// be used, and PID 1 should exit).
+    pub fn wait_for_start(self) -> Result<Option<Tether>, InitError> {
         match self.0.recv(GO_TIMEOUT)? {
-            Msg::Start => Ok(()),
+            Msg::Start => Ok(self.1.then_some(Tether(self.0))),
             other => Err(InitError::Unexpected(format!("{other:?}"))),
         }
     }
@@ -94,7 +96,7 @@ impl Entered {
     ) -> Result<(UnixListener, InitConfig, Option<Parked>, Option<Tether>), InitError> {
         self.channel.send(&Msg::Ready)?;
         let (parked, tether) = match (self.config.park, self.config.tethered) {
-            (true, _) => (Some(Parked(self.channel)), None),
+            (true, tethered) => (Some(Parked(self.channel, tethered)), None),
             (false, true) => (None, Some(Tether(self.channel))),
             (false, false) => (None, None),
         };

@@ -1,7 +1,9 @@
 //! One init made at once, in the background, for the single start of a one-shot runtime
 //! (`sandboxd run`): its spawn, its first cgroup move (an RCU grace period), its id maps
 //! and its disk overlap the opening of the engine and the create's bookkeeping instead
-//! of following them. It is a warm entry (`.warm-<key>` dir, owner mark): a start of
+//! of following them. Given the root it will run in (the built-in image's), it goes on
+//! as a pool's entry does: root mounted, PID 1 confined and serving, parked (and
+//! tethered to the run from its start on, as a cold start's PID 1 is). It is a warm entry (`.warm-<key>` dir, owner mark): a start of
 //! the same disk size takes it, waiting for its make if need be; one left untaken is
 //! removed by [`EarlyInit::discard`] (also on drop), and one whose process was killed
 //! by the next runtime opening the data dir (`sweep_stale`).
@@ -21,17 +23,22 @@ type Making = JoinHandle<Result<Warm, RuntimeError>>;
 pub(in crate::linux) struct EarlyInit {
     maker: Arc<Maker>,
     disk_mb: u32,
+    /// The layers its root is mounted from (none: no root, the start mounts it).
+    layers: Option<Vec<std::path::PathBuf>>,
     making: Mutex<Option<Making>>,
 }
 
 impl EarlyInit {
     /// Starts making the init, for a sandbox with a `disk_mb` MiB disk (0: none), from
-    /// `held` if given (spawned ahead).
+    /// `held` if given (spawned ahead), parked in `root` (an image's name and layer
+    /// dirs, top first) if given; `tethered`: its PID 1 ends with this process once
+    /// started.
     pub fn begin(
         config: LinuxConfig,
         cgroups: Cgroups,
-        disk_mb: u32,
+        (disk_mb, root): (u32, Option<(String, Vec<std::path::PathBuf>)>),
         held: Option<HeldInit>,
+        tethered: bool,
     ) -> Result<Self, RuntimeError> {
         let slots = Slots::new(&config.data_dir)?;
         let maker = Arc::new(Maker {
@@ -39,9 +46,12 @@ impl EarlyInit {
             cgroups,
             slots,
             net: None,
+            tethered,
         });
+        let layers = root.as_ref().map(|(_, layers)| layers.clone());
         let shape = Shape {
             disk_mb,
+            root,
             ..Shape::default()
         };
         let made = maker.clone();
@@ -52,15 +62,17 @@ impl EarlyInit {
         Ok(EarlyInit {
             maker,
             disk_mb,
+            layers,
             making: Mutex::new(Some(making)),
         })
     }
 
-    /// The init, for a start whose disk is `disk_mb` MiB, once made (waiting for that);
-    /// `None` when it was made for another size (it stays, for [`EarlyInit::discard`]),
-    /// taken already, or its make failed (the start is then cold).
-    pub fn take(&self, disk_mb: u32) -> Option<Warm> {
-        if disk_mb != self.disk_mb {
+    /// The init, for a start whose disk is `disk_mb` MiB over `layers`, once made
+    /// (waiting for that); `None` when it was made for another size or root (it stays,
+    /// for [`EarlyInit::discard`]), taken already, or its make failed (the start is then
+    /// cold).
+    pub fn take(&self, disk_mb: u32, layers: &[std::path::PathBuf]) -> Option<Warm> {
+        if disk_mb != self.disk_mb || self.layers.as_ref().is_some_and(|l| l != layers) {
             return None;
         }
         let making = self.making.lock().ok()?.take()?;

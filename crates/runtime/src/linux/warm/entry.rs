@@ -74,6 +74,9 @@ pub(super) struct Maker {
     pub cgroups: Cgroups,
     pub slots: Slots,
     pub net: Option<NetConfig>,
+    /// Whether a parked PID 1 stays tied to this process once started (a one-shot
+    /// run's early init: see `tether`); a pool's never is.
+    pub tethered: bool,
 }
 
 impl Maker {
@@ -304,7 +307,7 @@ impl Maker {
             hostname: "sandbox".into(),
             park: true,
             max_ptys: self.config.max_ptys_per_sandbox,
-            tethered: false,
+            tethered: self.tethered,
         };
         ours.send(&Msg::Go(config))
             .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
@@ -323,7 +326,11 @@ impl Maker {
             .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
         expect(ours, &log, |m| matches!(m, Msg::Ready).then_some(()))?;
         let _ = child.wait(); // the intermediate exits once it has reported
-        super::first_command::run(&dir.join("agent.sock"));
+                              // A run's early init leaves its first request to the run: made here, it was on
+                              // the start's path (the start waits for the make) and cost a spawn more.
+        if !self.tethered {
+            super::first_command::run(&dir.join("agent.sock"));
+        }
         let ticks = sys::proc_stat(pid1)
             .map(|(_, t)| t)
             .ok_or_else(|| RuntimeError::AgentStart("the parked PID 1 exited".into()))?;

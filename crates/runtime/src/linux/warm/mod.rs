@@ -126,6 +126,7 @@ impl WarmPool {
                 cgroups,
                 slots,
                 net,
+                tethered: false,
             },
             demand: Mutex::new(Demand::new(size, max)),
             entries: Mutex::new(Vec::new()),
