@@ -51,7 +51,11 @@ pub fn measure(samples: usize, run_dir: &std::path::Path) -> Result<SpeedFigures
     let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
     let dir = std::env::temp_dir().join(format!("sandboxd-bench-{short}"));
     let key = format!("bench-{}", uuid::Uuid::new_v4().simple());
-    let mut server = Serve::start(&dir, &key, "egress", &[])?;
+    // Every create the rows make (policy and plain ones in turn, two bursts) within the
+    // create rate's burst: past the default's, `--samples 15` was refused (429).
+    let creates = (2 * samples + 2 * BURST + 16).to_string();
+    let env = [("SANDBOXD_CREATE_RATE_BURST", creates.as_str())];
+    let mut server = Serve::start(&dir, &key, "egress", &env)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
