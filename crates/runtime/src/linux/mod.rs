@@ -199,7 +199,7 @@ impl LinuxRuntime {
             // Another image's root is mounted by the start (its record may change
             // meanwhile; the built-in image's is this process's own).
             let root = (image == DEFAULT_IMAGE)
-                .then(|| self.image_layers(image))
+                .then(|| self.image_dirs(image))
                 .and_then(|layers| layers.ok())
                 .map(|layers| (image.to_owned(), layers));
             let (config, cgroups) = (self.config.clone(), self.cgroups.clone());
@@ -446,17 +446,6 @@ impl LinuxRuntime {
             .map(|d| self.layers.path(d))
             .collect::<Result<_, _>>()?;
         Ok((dirs, layer_pins::LayerPin::new(digests, lock)))
-    }
-
-    /// The layer dirs of image `name`, top first.
-    fn image_layers(&self, name: &str) -> Result<Vec<PathBuf>, RuntimeError> {
-        let image = self.resolve_image(name)?;
-        image
-            .layers
-            .iter()
-            .rev()
-            .map(|d| self.layers.path(d))
-            .collect()
     }
 
     /// Layers that live sandboxes (their state dirs) use.
