@@ -135,6 +135,25 @@ impl AgentClient {
             .await
     }
 
+    /// Starts a process and follows its output from the first byte until `Exit`, in
+    /// one exchange (as its holder when `hold_output`): on a kept connection when one
+    /// is idle, kept again once the stream has been read to its end. An agent of an
+    /// earlier build answers the start alone: its output is then followed as
+    /// [`AgentClient::output_from`] does.
+    pub async fn start_following(&self, req: &StartProcess) -> Result<FrameStream, ClientError> {
+        let uri = "/v1/processes?follow=true";
+        let request = self.request(Method::POST, uri, transport::json(req)?)?;
+        let (resp, connection) = pool::stream(&self.socket, request).await?;
+        let status = resp.status();
+        if status.is_success() && transport::is_ndjson(&resp) {
+            return Ok(kept_after(transport::frames(resp), connection));
+        }
+        let body = transport::collect(resp, SMALL_ANSWER_BYTES).await?;
+        connection.keep();
+        let _started: ProcessInfo = transport::parse(&transport::check(status, body)?)?;
+        self.output_from(req.id, 0, req.hold_output).await
+    }
+
     pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>, ClientError> {
         self.list_processes_page(None, 0).await
     }
@@ -255,4 +274,33 @@ impl AgentClient {
         let resp = self.call(Method::PUT, &uri, body).await?;
         transport::decode(resp, SMALL_ANSWER_BYTES).await
     }
+}
+
+/// `frames`, its connection kept for the next call once they have been read to their
+/// end (an `Exit` is passed on at once, the body's end read after it on a task of its
+/// own); closed with them when they break or are dropped before.
+fn kept_after(frames: FrameStream, connection: pool::Streaming) -> FrameStream {
+    /// How long the body's end may take after its `Exit` before the connection is shut.
+    const END_AFTER_EXIT: Duration = Duration::from_secs(1);
+    futures_util::stream::unfold(Some((frames, connection)), |state| async move {
+        let (mut frames, connection) = state?;
+        match frames.next().await {
+            Some(Ok(frame @ Frame::Exit { .. })) => {
+                tokio::spawn(async move {
+                    let end = tokio::time::timeout(END_AFTER_EXIT, frames.next()).await;
+                    if let Ok(None) = end {
+                        connection.keep();
+                    }
+                });
+                Some((Ok(frame), None))
+            }
+            Some(Ok(frame)) => Some((Ok(frame), Some((frames, connection)))),
+            Some(Err(e)) => Some((Err(e), None)),
+            None => {
+                connection.keep();
+                None
+            }
+        }
+    })
+    .boxed()
 }

@@ -5,6 +5,9 @@
 //! - `GET  /v1/health` → [`Health`]
 //! - `POST /v1/exec` [`ExecRequest`] → [`ExecResult`] (captured command, output cap, timeout)
 //! - `POST /v1/processes` [`StartProcess`] → [`ProcessInfo`]
+//! - `POST /v1/processes?follow=true` [`StartProcess`] → NDJSON of [`Frame`]: the
+//!   start and its output from offset 0 until `Exit` in one exchange (the holder's
+//!   stream when `hold_output`); a start that fails answers its error as above
 //! - `GET  /v1/processes[?after=ID&limit=N]` → `Vec<ProcessInfo>` (managed processes,
 //!   sorted by id; those after `after`, at most `N` of them; `0` or none: all)
 //! - `GET  /v1/processes/{id}` → [`ProcessInfo`]

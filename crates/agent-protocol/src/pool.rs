@@ -33,18 +33,49 @@ static IDLE: LazyLock<Mutex<HashMap<Key, Vec<Sender>>>> = LazyLock::new(Default:
 /// new one kept afterwards.
 pub(crate) async fn exchange(
     socket: &Path,
-    mut req: Request<Body>,
+    req: Request<Body>,
     limit: u64,
 ) -> Result<(StatusCode, Bytes), ClientError> {
+    let (resp, connection) = stream(socket, req).await?;
+    let status = resp.status();
+    // Not kept when the body failed or passed `limit`: its rest is unread.
+    let body = transport::collect(resp, limit).await?;
+    connection.keep();
+    Ok((status, body))
+}
+
+/// A connection busy with a streamed answer, kept again once the answer has been read
+/// to its end ([`Streaming::keep`]); dropped (closed) with it otherwise.
+pub(crate) struct Streaming {
+    key: Option<Key>,
+    sender: Sender,
+}
+
+impl Streaming {
+    /// Keeps the connection for the next call: its answer was read whole.
+    pub(crate) fn keep(self) {
+        if let Some(key) = self.key {
+            put_back(key, self.sender);
+        }
+    }
+}
+
+/// Sends `req` to the agent at `socket` on an idle connection when a live one is kept
+/// (a new one otherwise) and returns the answer unread, with its connection: a stream
+/// on a kept connection pays no connect and handshake.
+pub(crate) async fn stream(
+    socket: &Path,
+    mut req: Request<Body>,
+) -> Result<(hyper::Response<hyper::body::Incoming>, Streaming), ClientError> {
     let key = Handle::try_current()
         .ok()
         .map(|h| (h.id(), socket.to_owned()));
     while let Some(mut sender) = key.as_ref().and_then(take) {
         if sender.ready().await.is_err() {
-            continue; // closed since it was kept: the agent went away or restarted
+            continue;
         }
         match sender.try_send_request(req).await {
-            Ok(resp) => return finish(key, sender, resp, limit).await,
+            Ok(resp) => return Ok((resp, Streaming { key, sender })),
             Err(mut e) => match e.take_message() {
                 Some(unsent) => req = unsent,
                 None => return Err(transport::request_failed(e.error())),
@@ -56,7 +87,7 @@ pub(crate) async fn exchange(
         .send_request(req)
         .await
         .map_err(|e| transport::request_failed(&e))?;
-    finish(key, sender, resp, limit).await
+    Ok((resp, Streaming { key, sender }))
 }
 
 /// Opens a connection to the agent at `socket` and keeps it idle for the next short
@@ -82,22 +113,6 @@ pub(crate) async fn preconnect(socket: &Path) {
     if let Ok(sender) = transport::open(socket).await {
         put_back(key, sender);
     }
-}
-
-/// Reads the body whole, then keeps the connection for the next call (not when the
-/// body failed or passed `limit`: its rest is unread, the connection is dropped).
-async fn finish(
-    key: Option<Key>,
-    sender: Sender,
-    resp: hyper::Response<hyper::body::Incoming>,
-    limit: u64,
-) -> Result<(StatusCode, Bytes), ClientError> {
-    let status = resp.status();
-    let body = transport::collect(resp, limit).await?;
-    if let Some(key) = key {
-        put_back(key, sender);
-    }
-    Ok((status, body))
 }
 
 fn take(key: &Key) -> Option<Sender> {

@@ -89,6 +89,13 @@ fn agent_error(status: StatusCode, body: &[u8]) -> ClientError {
     }
 }
 
+/// Whether an answer is an NDJSON stream (a JSON answer or error is not).
+pub(crate) fn is_ndjson(resp: &Response<Incoming>) -> bool {
+    resp.headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/x-ndjson"))
+}
+
 /// Reads a whole response body of at most `limit` bytes; `TooLarge` as soon as it
 /// declares or sends more (the rest is never read, and the connection is not kept).
 pub(crate) async fn collect(resp: Response<Incoming>, limit: u64) -> Result<Bytes, ClientError> {

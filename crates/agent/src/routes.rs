@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use sandboxd_agent_protocol::query::parse_query;
 use sandboxd_agent_protocol::{
-    AgentError, AgentErrorCode, Health, SignalRequest, UserIds, PROTOCOL_VERSION,
+    AgentError, AgentErrorCode, Health, SignalRequest, StartProcess, UserIds, PROTOCOL_VERSION,
 };
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -94,6 +94,9 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         (&Method::POST, ["exec"]) => {
             let result = exec::exec(shared, json_body(req).await?).await?;
             Ok(body::json(StatusCode::OK, &result))
+        }
+        (&Method::POST, ["processes"]) if query.flag("follow")? => {
+            start_following(shared, json_body(req).await?)
         }
         (&Method::POST, ["processes"]) => {
             let info = processes::start(shared, json_body(req).await?)?;
@@ -205,6 +208,31 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             Ok(body::json(StatusCode::OK, &written))
         }
         _ => Err(invalid(format!("no route {method} {path}"))),
+    }
+}
+
+/// Starts the process and answers its output from the first byte, then live output
+/// until `Exit`, as one NDJSON stream (its holder, when it is held): a start and its
+/// follow in one exchange. A reader that cannot open kills what was started.
+fn start_following(shared: &Arc<Shared>, req: StartProcess) -> Result<Response<Body>, AgentError> {
+    let (id, hold) = (req.id, req.hold_output);
+    processes::start(shared, req)?;
+    let start = Start {
+        tail_bytes: 0,
+        from: Some(0),
+        follow: true,
+        hold,
+    };
+    match Reader::open(shared.clone(), Source::Process(id), start) {
+        Ok(reader) => Ok(body::ndjson(reader.into_stream())),
+        Err(e) => {
+            let kill = SignalRequest {
+                signal: libc::SIGKILL,
+                group: true,
+            };
+            let _ = signal(shared, id, kill);
+            Err(e)
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use common::*;
 use futures_util::StreamExt;
 use sandboxd_agent::AgentConfig;
 use sandboxd_agent_protocol::{
-    AgentErrorCode, Frame, ProcessState, SignalRequest, StartProcess, StreamKind,
+    AgentErrorCode, ClientError, Frame, ProcessState, SignalRequest, StartProcess, StreamKind,
 };
 use std::time::Duration;
 
@@ -292,7 +292,20 @@ async fn a_held_process_waits_for_its_slow_holder_and_loses_nothing() {
         ..sh("seq 1 300000")
     };
     let p = c.start_process(&req).await.unwrap();
-    let mut follow = c.output_from(p.id, 0, true).await.unwrap();
+    let follow = c.output_from(p.id, 0, true).await.unwrap();
+    let want: String = (1..=300000).map(|i| format!("{i}\n")).collect();
+    read_slowly_as_holder(follow, want.as_bytes()).await;
+    // Reading from an offset the ring no longer holds says where it starts now.
+    let mut from_zero = c.output_from(p.id, 0, false).await.unwrap();
+    match from_zero.next().await.unwrap().unwrap() {
+        Frame::Gap { from: 0, to } => assert!(to > 0 && to < want.len() as u64),
+        f => panic!("expected a gap first, got {f:?}"),
+    }
+}
+
+/// Reads a holder's stream slowly (a pause every 8 chunks): every byte of `want`, in
+/// order and without a gap, then the `Exit` of a command that exited 0.
+async fn read_slowly_as_holder(mut follow: sandboxd_agent_protocol::FrameStream, want: &[u8]) {
     let (mut out, mut exited, mut reads) = (Vec::new(), false, 0u32);
     while let Some(frame) = follow.next().await {
         match frame.unwrap() {
@@ -312,17 +325,56 @@ async fn a_held_process_waits_for_its_slow_holder_and_loses_nothing() {
         }
     }
     assert!(exited);
+    assert!(out == want, "got {} bytes of {}", out.len(), want.len());
+}
+
+#[tokio::test]
+async fn a_start_followed_in_one_exchange_loses_nothing_to_its_slow_holder() {
+    let agent = start_with(AgentConfig {
+        ring_bytes: 64 * 1024,
+        ..AgentConfig::default()
+    })
+    .await;
+    let c = &agent.client;
+    let req = StartProcess {
+        hold_output: true,
+        ..sh("seq 1 300000")
+    };
+    let follow = c.start_following(&req).await.unwrap();
     let want: String = (1..=300000).map(|i| format!("{i}\n")).collect();
-    assert!(
-        out == want.as_bytes(),
-        "got {} bytes of {}",
-        out.len(),
-        want.len()
+    read_slowly_as_holder(follow, want.as_bytes()).await;
+    let done = c.get_process(req.id).await.unwrap();
+    assert_eq!(done.state, ProcessState::Exited);
+}
+
+#[tokio::test]
+async fn a_start_followed_that_fails_answers_its_error_and_leaves_nothing() {
+    let agent = start().await;
+    let c = &agent.client;
+    let missing = StartProcess {
+        hold_output: true,
+        ..process(&["/nonexistent/binary"])
+    };
+    let err = c
+        .start_following(&missing)
+        .await
+        .err()
+        .expect("a failed start");
+    assert!(matches!(err, ClientError::Agent(_)), "{err:?}");
+    let relative = StartProcess {
+        hold_output: true,
+        ..process(&["true"])
+    };
+    assert_eq!(
+        code(c.start_following(&relative).await),
+        AgentErrorCode::InvalidArgument
     );
-    // Reading from an offset the ring no longer holds says where it starts now.
-    let mut from_zero = c.output_from(p.id, 0, false).await.unwrap();
-    match from_zero.next().await.unwrap().unwrap() {
-        Frame::Gap { from: 0, to } => assert!(to > 0 && to < want.len() as u64),
-        f => panic!("expected a gap first, got {f:?}"),
-    }
+    assert!(c.list_processes().await.unwrap().is_empty());
+    // The connection the failures came back on serves the next start.
+    let ok = c.start_following(&sh("exit 0")).await.unwrap();
+    let frames: Vec<Frame> = ok.map(Result::unwrap).collect().await;
+    assert!(
+        matches!(frames.last(), Some(Frame::Exit { .. })),
+        "{frames:?}"
+    );
 }

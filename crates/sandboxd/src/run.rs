@@ -526,6 +526,7 @@ async fn run_in(
         .exec_stream(ws, id, cmd)
         .await
         .context("starting the command")?;
+    phase("command started");
     loop {
         let event = tokio::select! {
             event = events.next() => event,

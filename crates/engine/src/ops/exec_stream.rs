@@ -155,20 +155,13 @@ impl Engine {
             env: Some(env),
             cwd: cmd.cwd.clone(),
         };
-        let info = self.start_process_held(ws, sb.id, start, true).await?;
-        let (frames, slot) = match self.held_output(ws, id, info.id, slot).await {
-            Ok(held) => held,
-            Err(e) => {
-                let _ = self.signal_process(ws, id, info.id, SIGKILL, true).await;
-                return Err(e);
-            }
-        };
+        let (process, frames) = self.start_following(ws, sb.id, start).await?;
         let (tx, rx) = mpsc::channel(16);
         let driver = Driver {
             engine: self.clone(),
             ws: ws.clone(),
             sandbox: id,
-            process: info.id,
+            process,
             cmd,
             tx,
             started,
@@ -180,7 +173,7 @@ impl Engine {
             rx.recv().await.map(|event| (event, rx))
         })
         .boxed();
-        Ok((info.id, events))
+        Ok((process, events))
     }
 }
 

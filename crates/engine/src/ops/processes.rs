@@ -1,15 +1,19 @@
 //! Managed processes: start, list, get, signal, wait.
 
 use super::Hold;
+use crate::convert::Entry;
 use crate::cursor;
 use crate::engine::Engine;
-use crate::error::EngineError;
+use crate::error::{EngineError, ErrorCode};
 use crate::model::{Page, PageRequest, ProcessInfo, StartCommand, WorkspaceId};
+use crate::output::{from_frames, OutputStream};
 use crate::validate;
 use sandboxd_agent_protocol::limits::process_page_answer_bytes;
 use sandboxd_agent_protocol::{SignalRequest, StartProcess};
 use std::time::Duration;
 use uuid::Uuid;
+
+const SIGKILL: i32 = 9;
 
 impl Engine {
     /// Starts a managed process; the engine chooses its id (UUID v4).
@@ -19,36 +23,69 @@ impl Engine {
         id: Uuid,
         cmd: StartCommand,
     ) -> Result<ProcessInfo, EngineError> {
-        self.start_process_held(ws, id, cmd, false).await
-    }
-
-    /// [`Engine::start_process`]; a `held` process keeps every output byte for the
-    /// reader of [`Engine::held_output`], waiting for it rather than dropping any.
-    pub(crate) async fn start_process_held(
-        &self,
-        ws: &WorkspaceId,
-        id: Uuid,
-        cmd: StartCommand,
-        held: bool,
-    ) -> Result<ProcessInfo, EngineError> {
         validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
         self.with_agent(ws, id, Hold::Call, |client, e| {
-            let env = match cmd.env {
-                Some(env) => Some(env),
-                None => self.default_env(e)?,
-            };
-            let req = StartProcess {
-                id: Uuid::new_v4(),
-                argv: cmd.argv,
-                env,
-                cwd: cmd.cwd.or_else(|| self.image_cwd(e)),
-                hold_output: held,
-                user: self.image_user(e)?,
-            };
+            let req = self.start_request(e, cmd, false)?;
             Ok(async move { client.start_process(&req).await })
         })
         .await
         .map(Into::into)
+    }
+
+    /// Starts a held process (it keeps every output byte for this reader, waiting for
+    /// it rather than dropping any) and follows its output from the first byte until
+    /// `Exit`, in one exchange with the agent; the process's id and its output. A
+    /// failure after the request went out kills whatever may have started.
+    pub(crate) async fn start_following(
+        &self,
+        ws: &WorkspaceId,
+        id: Uuid,
+        cmd: StartCommand,
+    ) -> Result<(Uuid, OutputStream), EngineError> {
+        validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
+        let mut sent = None;
+        let followed = self
+            .agent_call(ws, id, Hold::Check, |client, e| {
+                let req = self.start_request(e, cmd, true)?;
+                sent = Some(req.id);
+                Ok(async move { client.start_following(&req).await })
+            })
+            .await;
+        match (followed, sent) {
+            (Ok(frames), Some(pid)) => Ok((pid, from_frames(frames))),
+            (Ok(_), None) => Err(EngineError::new(
+                ErrorCode::Internal,
+                "a process was followed before it was asked for",
+            )),
+            (Err(e), sent) => {
+                if let Some(pid) = sent {
+                    let _ = self.signal_process(ws, id, pid, SIGKILL, true).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The agent's start request for `cmd` in sandbox `e` (its image's user, working
+    /// directory and environment unless `cmd` names them).
+    fn start_request(
+        &self,
+        e: &Entry,
+        cmd: StartCommand,
+        held: bool,
+    ) -> Result<StartProcess, EngineError> {
+        let env = match cmd.env {
+            Some(env) => Some(env),
+            None => self.default_env(e)?,
+        };
+        Ok(StartProcess {
+            id: Uuid::new_v4(),
+            argv: cmd.argv,
+            env,
+            cwd: cmd.cwd.or_else(|| self.image_cwd(e)),
+            hold_output: held,
+            user: self.image_user(e)?,
+        })
     }
 
     /// The sandbox's managed processes sorted by id; the cursor is the last id seen.

@@ -35,23 +35,6 @@ impl Engine {
         Ok(in_use(events, (self.activity.begin(id), slot)))
     }
 
-    /// All output of a held process from its first byte, then live output until
-    /// `Exit`, as its holder: the process waits for this reader, nothing is dropped.
-    pub(crate) async fn held_output(
-        &self,
-        ws: &WorkspaceId,
-        id: Uuid,
-        pid: Uuid,
-        slot: InFlightSlot,
-    ) -> Result<(OutputStream, InFlightSlot), EngineError> {
-        let s = self
-            .agent_call(ws, id, super::Hold::Check, |client, _| {
-                Ok(async move { client.output_from(pid, 0, true).await })
-            })
-            .await?;
-        Ok((mapped(s), slot))
-    }
-
     /// The sandbox-level log, then live frames when `follow`. A follow the sandbox's end
     /// cuts (destroy, expiry, a dead agent) ends with a `WrongState` error naming the
     /// sandbox's state, so a reader can tell it from a dropped connection.

@@ -1,0 +1,173 @@
+//! A start and its follow in one exchange, through a counting relay in front of a real
+//! agent: the stream rides a kept connection and leaves it kept, and an agent of an
+//! earlier build (one that ignores `follow` on a start) is still followed whole.
+
+mod common;
+
+use common::*;
+use futures_util::StreamExt;
+use sandboxd_agent_protocol::{AgentClient, Frame, StartProcess};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+
+/// A relay on its own socket to the agent's, counting the connections it accepts;
+/// with `strip`, every request head's `?follow=true` is cut out on its way (the agent
+/// then answers as a build without the one-exchange start did).
+struct Relay {
+    socket: PathBuf,
+    connections: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    fn start(dir: &Path, agent: &Path, strip: bool) -> Relay {
+        let socket = dir.join("relay.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (count, agent) = (connections.clone(), agent.to_owned());
+        let task = tokio::spawn(async move {
+            let mut pipes = tokio::task::JoinSet::new();
+            while let Ok((client, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let agent = agent.clone();
+                pipes.spawn(async move {
+                    let upstream = UnixStream::connect(&agent).await.unwrap();
+                    let (mut client_r, client_w) = client.into_split();
+                    let (mut up_r, mut up_w) = upstream.into_split();
+                    let answers = tokio::spawn(async move {
+                        let mut client_w = client_w;
+                        let _ = tokio::io::copy(&mut up_r, &mut client_w).await;
+                    });
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = client_r.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let mut chunk = buf[..n].to_vec();
+                        if strip {
+                            chunk = cut(&chunk, b"?follow=true");
+                        }
+                        if up_w.write_all(&chunk).await.is_err() {
+                            break;
+                        }
+                    }
+                    drop(up_w);
+                    let _ = answers.await;
+                });
+            }
+        });
+        Relay {
+            socket,
+            connections,
+            task,
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `data` with every `pattern` cut out.
+fn cut(data: &[u8], pattern: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len());
+    let mut i = 0;
+    while i < data.len() {
+        if data[i..].starts_with(pattern) {
+            i += pattern.len();
+        } else {
+            out.push(data[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Every frame of a stream, each one a success.
+async fn all(frames: sandboxd_agent_protocol::FrameStream) -> Vec<Frame> {
+    frames.map(Result::unwrap).collect().await
+}
+
+/// The output bytes of `frames` and the exit code their `Exit` (the last) reports.
+fn output_and_code(frames: &[Frame]) -> (Vec<u8>, Option<i32>) {
+    let mut out = Vec::new();
+    for f in frames {
+        if let Frame::Log { data, .. } = f {
+            out.extend(decode(data));
+        }
+    }
+    let code = match frames.last() {
+        Some(Frame::Exit { info }) => info.exit_code,
+        other => panic!("the stream must end with Exit, not {other:?}"),
+    };
+    (out, code)
+}
+
+#[tokio::test]
+async fn a_followed_start_rides_the_kept_connection_and_leaves_it_kept() {
+    let agent = start().await;
+    let relay = Relay::start(agent.dir.path(), agent.client.socket(), false);
+    let client = AgentClient::new(&relay.socket);
+    client.health().await.unwrap();
+    assert_eq!(relay.connections(), 1);
+    for i in 0..3 {
+        let req = StartProcess {
+            hold_output: true,
+            ..sh(&format!("echo run {i}; exit {i}"))
+        };
+        let frames = all(client.start_following(&req).await.unwrap()).await;
+        assert_eq!(
+            output_and_code(&frames),
+            (format!("run {i}\n").into_bytes(), Some(i))
+        );
+        // The body's end after `Exit` is read on a task of its own: let it run.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.health().await.unwrap();
+    }
+    assert_eq!(
+        relay.connections(),
+        1,
+        "every start, its stream and the calls between went on one kept connection"
+    );
+}
+
+#[tokio::test]
+async fn an_earlier_agent_that_answers_the_start_alone_is_followed_whole() {
+    let agent = start_with(sandboxd_agent::AgentConfig {
+        ring_bytes: 64 * 1024,
+        ..sandboxd_agent::AgentConfig::default()
+    })
+    .await;
+    let relay = Relay::start(agent.dir.path(), agent.client.socket(), true);
+    let client = AgentClient::new(&relay.socket);
+    let req = StartProcess {
+        hold_output: true,
+        ..sh("seq 1 100000; exit 7")
+    };
+    let frames = all(client.start_following(&req).await.unwrap()).await;
+    let want: String = (1..=100000).map(|i| format!("{i}\n")).collect();
+    let (out, code) = output_and_code(&frames);
+    assert_eq!(code, Some(7));
+    assert!(
+        out == want.as_bytes(),
+        "got {} bytes of {}",
+        out.len(),
+        want.len()
+    );
+    assert!(
+        frames.iter().all(|f| !matches!(f, Frame::Gap { .. })),
+        "the holder's stream has no gap"
+    );
+    // It went as a start, then a follow of its own.
+    assert_eq!(relay.connections(), 2);
+}
