@@ -20,7 +20,7 @@ use std::time::Instant;
 
 /// Called with the sandbox's network namespace as soon as it exists (before PID 1 is
 /// set up), so the caller can connect it while the start goes on.
-pub(super) type OnNetns<'a> = Option<&'a (dyn Fn(OwnedFd) + Sync)>;
+pub(in crate::linux) type OnNetns<'a> = Option<&'a (dyn Fn(OwnedFd) + Sync)>;
 
 /// Starts a sandbox with only `lo` (from an unwired warm init if there is one).
 pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
@@ -44,18 +44,30 @@ pub(super) fn start_notifying(
             &Default::default(),
         )
     });
+    // The early init's network namespace is told as soon as its init has one, before
+    // its make ends: the caller links it while the make goes on.
+    let mut told_early = false;
+    if let (None, Some(tell), Some(early)) = (&warm, on_netns, rt.early.as_ref()) {
+        if let Some(ns) = early.netns(spec.disk_mb, &layers) {
+            tell(ns);
+            told_early = true;
+            phase(spec, t0, "early namespace told");
+        }
+    }
     let warm = warm.or_else(|| {
         rt.early
             .as_ref()
             .and_then(|early| early.take(spec.disk_mb, &layers))
     });
     phase(spec, t0, "warm taken");
-    // A parked init's network namespace exists already: told now, the caller links it
-    // while the rest of the start is done.
+    // A parked init's network namespace exists already: told now (unless told above),
+    // the caller links it while the rest of the start is done.
     let on_netns = match (on_netns, warm.as_ref().and_then(|w| w.parked)) {
         (Some(tell), Some((pid1, _))) => {
-            if let Ok(ns) = std::fs::File::open(format!("/proc/{pid1}/ns/net")) {
-                tell(ns.into());
+            if !told_early {
+                if let Ok(ns) = std::fs::File::open(format!("/proc/{pid1}/ns/net")) {
+                    tell(ns.into());
+                }
             }
             None
         }

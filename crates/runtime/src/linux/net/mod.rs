@@ -168,11 +168,22 @@ pub(super) fn start(
             };
             tm("host side taken");
             let (ifname, _) = lease_names(spec.id, &lease);
-            let linked = told.recv().ok().map(|ns| {
-                link::create_in(&ifname, &ns, &lease)
-                    .and_then(|()| crate::faults::check("network.connect"))
-            });
-            HostSide::Taken(lease, linked)
+            // Linked into each namespace the start tells: a second one only when the
+            // init told first (an early init's, before its make ended) failed, and the
+            // start went on cold in a namespace of its own.
+            let mut linked: Option<(OwnedFd, Result<(), RuntimeError>)> = None;
+            for ns in told.iter() {
+                if let Some((before, _)) = &linked {
+                    if same_namespace(before, &ns) {
+                        continue;
+                    }
+                    link::delete(&ifname);
+                }
+                let made = link::create_in(&ifname, &ns, &lease)
+                    .and_then(|()| crate::faults::check("network.connect"));
+                linked = Some((ns, made));
+            }
+            HostSide::Taken(lease, linked.map(|(_, made)| made))
         });
         let started = {
             // Dropped once the start returns, so the host thread never waits longer.
@@ -220,6 +231,14 @@ pub(super) fn start(
             }
             Err(e)
         }
+    }
+}
+
+/// Whether two descriptors name one namespace.
+fn same_namespace(a: &OwnedFd, b: &OwnedFd) -> bool {
+    match (rustix::fs::fstat(a), rustix::fs::fstat(b)) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+        _ => false,
     }
 }
 

@@ -15,7 +15,8 @@ use crate::linux::held_init::HeldInit;
 use crate::linux::slots::Slots;
 use crate::linux::LinuxConfig;
 use crate::RuntimeError;
-use std::sync::{Arc, Mutex};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 type Making = JoinHandle<Result<Warm, RuntimeError>>;
@@ -26,6 +27,66 @@ pub(in crate::linux) struct EarlyInit {
     /// The layers its root is mounted from (none: no root, the start mounts it).
     layers: Option<Vec<std::path::PathBuf>>,
     making: Mutex<Option<Making>>,
+    /// Its network namespace once its init has one (long before it is parked).
+    netns: Arc<Told>,
+}
+
+/// A network namespace told by the making thread, waited for by a start.
+#[derive(Default)]
+struct Told {
+    state: Mutex<Telling>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+enum Telling {
+    #[default]
+    Waiting,
+    Told(OwnedFd),
+    /// The make ended without telling one (it failed first).
+    Never,
+}
+
+/// Tells [`Telling::Never`] when dropped, unless a namespace was told.
+struct EndsTelling(Arc<Told>);
+
+impl Drop for EndsTelling {
+    fn drop(&mut self) {
+        self.0.set(Telling::Never);
+    }
+}
+
+impl Told {
+    fn set(&self, telling: Telling) {
+        if let Ok(mut state) = self.state.lock() {
+            if matches!(*state, Telling::Waiting) {
+                *state = telling;
+                self.changed.notify_all();
+            }
+        }
+    }
+
+    /// The namespace once told, handed out once (no descriptor of it is kept here);
+    /// `None` once the make ended without one.
+    fn take(&self) -> Option<OwnedFd> {
+        let mut state = self.state.lock().ok()?;
+        while matches!(*state, Telling::Waiting) {
+            state = self.changed.wait(state).ok()?;
+        }
+        match std::mem::replace(&mut *state, Telling::Never) {
+            Telling::Told(ns) => Some(ns),
+            _ => None,
+        }
+    }
+
+    /// Drops a namespace told and not handed out (its sandbox is not to be kept alive
+    /// by this process's descriptor).
+    fn forget(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            *state = Telling::Never;
+            self.changed.notify_all();
+        }
+    }
 }
 
 impl EarlyInit {
@@ -55,16 +116,42 @@ impl EarlyInit {
             ..Shape::default()
         };
         let made = maker.clone();
+        let netns = Arc::new(Told::default());
+        let told = netns.clone();
         let making = std::thread::Builder::new()
             .name("early-init".into())
-            .spawn(move || made.make_from(&shape, held))
+            .spawn(move || {
+                // Its end (a panic too) tells a waiting start that none will come.
+                let ended = EndsTelling(told);
+                let tell = |ns: OwnedFd| ended.0.set(Telling::Told(ns));
+                made.make_telling(&shape, held, Some(&tell))
+            })
             .map_err(|e| RuntimeError::AgentStart(format!("starting the early init: {e}")))?;
         Ok(EarlyInit {
             maker,
             disk_mb,
             layers,
             making: Mutex::new(Some(making)),
+            netns,
         })
+    }
+
+    /// Whether a start whose disk is `disk_mb` MiB over `layers` would take it.
+    fn fits(&self, disk_mb: u32, layers: &[std::path::PathBuf]) -> bool {
+        disk_mb == self.disk_mb && self.layers.as_ref().is_none_or(|l| l == layers)
+    }
+
+    /// The network namespace of the init a start whose disk is `disk_mb` MiB over
+    /// `layers` would take, once its init has one (before it is parked: the start's
+    /// link can be made while the make goes on); `None` when it would not be taken or
+    /// its make failed first. A make that fails after telling leaves the start cold,
+    /// in another namespace it tells too.
+    pub fn netns(&self, disk_mb: u32, layers: &[std::path::PathBuf]) -> Option<OwnedFd> {
+        let untaken = self.making.lock().ok().is_some_and(|m| m.is_some());
+        if !untaken || !self.fits(disk_mb, layers) {
+            return None;
+        }
+        self.netns.take()
     }
 
     /// The init, for a start whose disk is `disk_mb` MiB over `layers`, once made
@@ -72,11 +159,13 @@ impl EarlyInit {
     /// for [`EarlyInit::discard`]), taken already, or its make failed (the start is then
     /// cold).
     pub fn take(&self, disk_mb: u32, layers: &[std::path::PathBuf]) -> Option<Warm> {
-        if disk_mb != self.disk_mb || self.layers.as_ref().is_some_and(|l| l != layers) {
+        if !self.fits(disk_mb, layers) {
             return None;
         }
         let making = self.making.lock().ok()?.take()?;
-        match making.join() {
+        let made = making.join();
+        self.netns.forget();
+        match made {
             Ok(Ok(warm)) => Some(warm),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "the early init was not made; starting cold");
@@ -99,7 +188,9 @@ impl EarlyInit {
     /// Ends the init if no start took it (waiting for its make) and removes what it made.
     pub fn discard(&self) {
         let making = self.making.lock().ok().and_then(|mut m| m.take());
-        if let Some(Ok(Ok(warm))) = making.map(JoinHandle::join) {
+        let made = making.map(JoinHandle::join);
+        self.netns.forget();
+        if let Some(Ok(Ok(warm))) = made {
             self.maker.discard(warm);
         }
     }

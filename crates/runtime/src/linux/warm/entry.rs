@@ -10,6 +10,7 @@ use crate::linux::held_init::HeldInit;
 use crate::linux::init_process::{expect, map_ids, protect_from_oom, spawn_init};
 use crate::linux::net::{wired, NetConfig};
 use crate::linux::slots::Slots;
+use crate::linux::start::OnNetns;
 use crate::linux::{disk, io, layer_pins, refill, rootfs, sys, whole_file, LinuxConfig};
 use crate::RuntimeError;
 use std::os::fd::OwnedFd;
@@ -88,11 +89,22 @@ impl Maker {
 
     /// [`Maker::make`], beginning `held` (spawned ahead) instead of spawning an init.
     pub fn make_from(&self, shape: &Shape, held: Option<HeldInit>) -> Result<Warm, RuntimeError> {
+        self.make_telling(shape, held, None)
+    }
+
+    /// [`Maker::make_from`], telling `on_netns` the init's network namespace as soon
+    /// as it exists (with its user namespace, long before the entry is parked).
+    pub fn make_telling(
+        &self,
+        shape: &Shape,
+        held: Option<HeldInit>,
+        on_netns: OnNetns<'_>,
+    ) -> Result<Warm, RuntimeError> {
         crate::faults::check("warm.make")?;
         let (key, dir) = self.make_dir()?;
         let mut made: Option<(Child, Channel)> = None;
         let mut base = None;
-        let result = self.set_up(key, &dir, shape, held, &mut made, &mut base);
+        let result = self.set_up(key, &dir, shape, (held, on_netns), &mut made, &mut base);
         match (result, made, base) {
             (Ok(parked), Some((child, channel)), Some(host_id_base)) => Ok(Warm {
                 key,
@@ -160,7 +172,7 @@ impl Maker {
         key: Uuid,
         dir: &Path,
         shape: &Shape,
-        held: Option<HeldInit>,
+        (held, on_netns): (Option<HeldInit>, OnNetns<'_>),
         made: &mut Option<(Child, Channel)>,
         base: &mut Option<u32>,
     ) -> Result<Option<(i32, u64)>, RuntimeError> {
@@ -184,7 +196,7 @@ impl Maker {
                 tm("dirs and disk");
                 made
             });
-            let userns = self.spawn_mapped(key, dir, host_id_base, held, made);
+            let userns = self.spawn_mapped(key, dir, host_id_base, (held, on_netns), made);
             tm("init mapped");
             let disk = disk.join().unwrap_or_else(|_| {
                 Err(RuntimeError::AgentStart(
@@ -205,14 +217,19 @@ impl Maker {
             return Ok(None);
         };
         self.pin(dir, image, layers)?;
+        tm("pinned");
         let restage = shape.wired
             && self.net.is_some()
             && wired::unstage_over_linked_etc(&rootfs::upper(dir), layers)?;
         rootfs::mount_root(dir, layers, &userns, image == crate::linux::DEFAULT_IMAGE)?;
+        tm("root mounted");
         if let (true, Some(net)) = (restage, &self.net) {
             wired::write_after_mount(net, &rootfs::rootfs(dir), host_id_base)?;
         }
-        self.park(key, dir, made).map(Some)
+        crate::faults::check("warm.park")?;
+        let parked = self.park(key, dir, made).map(Some);
+        tm("parked");
+        parked
     }
 
     /// Spawns the init (or begins `held`) into a fresh cgroup (kept in `made`), waits
@@ -223,15 +240,22 @@ impl Maker {
         key: Uuid,
         dir: &Path,
         host_id_base: u32,
-        held: Option<HeldInit>,
+        (held, on_netns): (Option<HeldInit>, OnNetns<'_>),
         made: &mut Option<(Child, Channel)>,
     ) -> Result<OwnedFd, RuntimeError> {
         let log = dir.join("init.log");
         // Its cgroup first: on v1 the init moves itself into it before its exec (no
         // RCU grace period, `cgroup_self_move`), or a held one before its first step.
+        let t0 = std::time::Instant::now();
+        let tm = |phase: &str| {
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            tracing::trace!(%key, phase, ms, "warm spawn");
+        };
         self.cgroups.make(key)?;
         let moves = SelfMove::open(&self.cgroups, key)?;
+        tm("cgroups made");
         let begun = held.map(|held| held.begin(&log, moves.as_ref()));
+        tm("begun");
         let (child, ours) = match begun {
             Some(Ok(begun)) => begun,
             other => {
@@ -254,8 +278,15 @@ impl Maker {
             let attach = on_v2.then(|| s.spawn(|| self.cgroups.attach(key, pid)));
             let mapped = (|| {
                 expect(ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
+                tm("user namespace");
+                if let Some(tell) = on_netns {
+                    if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/net")) {
+                        tell(ns.into());
+                    }
+                }
                 let userns = map_ids(pid, host_id_base)?;
                 protect_from_oom(pid)?;
+                tm("mapped");
                 Ok(userns)
             })();
             let attached = match attach {
@@ -325,9 +356,10 @@ impl Maker {
         ours.send(&Msg::Attached)
             .map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
         expect(ours, &log, |m| matches!(m, Msg::Ready).then_some(()))?;
-        let _ = child.wait(); // the intermediate exits once it has reported
-                              // A run's early init leaves its first request to the run: made here, it was on
-                              // the start's path (the start waits for the make) and cost a spawn more.
+        // The intermediate exits once it has reported.
+        let _ = child.wait();
+        // A run's early init leaves its first request to the run: made here, it was on
+        // the start's path (the start waits for the make) and cost a spawn more.
         if !self.tethered {
             super::first_command::run(&dir.join("agent.sock"));
         }

@@ -1,0 +1,151 @@
+//! An egress start that takes a one-shot runtime's early init (what `sandboxd run`
+//! does) links the network it took as soon as the init's network namespace exists,
+//! while the init's make goes on; when that make then fails, the start goes on cold and
+//! its link is made again, in the cold start's namespace. Either way the sandbox's
+//! `eth0` is up, addressed and routed, and one link is left for it, none after it.
+//!
+//! Like network_early_link.rs, the test runs in a network namespace and with network
+//! state of its own; it leaves no reaper.
+
+mod common;
+mod netns_common;
+
+use common::{mounts_under, sh_ok};
+use netns_common::{counted_nft_in_own_netns, named_after, names, net_runtime, reapers};
+use sandboxd_runtime::linux::{LinuxRuntime, Tethers};
+use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+/// The host's links named `ifname` (a sandbox's host end), as `ip` lists them.
+fn links_named(ifname: &str) -> usize {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .expect("ip link");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|n| n.trim_end_matches(':').split('@').next() == Some(ifname))
+        })
+        .count()
+}
+
+fn ifname(named: &str) -> String {
+    format!("sbx{}", &named.replace('-', "")[..12])
+}
+
+/// A one-shot runtime over `run_dir` with parked networks in `state`, its early init
+/// begun (the built-in image's, parked in its root).
+fn one_shot(run_dir: &Path, state: &Path, tethers: &Arc<Tethers>) -> LinuxRuntime {
+    let spec = common::spec("default");
+    net_runtime(run_dir, state)
+        .with_parked_networks()
+        .with_tethers(tethers.clone())
+        .with_early_init(spec.disk_mb, "default", None)
+}
+
+fn start(rt: &LinuxRuntime) -> SandboxHandle {
+    rt.start_with_network(&common::spec("default"), &NetworkSpec::egress(vec![]))
+        .expect("start")
+}
+
+/// `eth0` is up with the sandbox's lease address and a default route through it, and
+/// one host end is named after its lease.
+fn assert_linked(rt: &LinuxRuntime, sb: &SandboxHandle, named: &str) {
+    let inside = sh_ok(
+        sb,
+        "cat /sys/class/net/eth0/operstate; cat /proc/net/route; cat /proc/net/fib_trie",
+    );
+    assert!(inside.starts_with("up"), "eth0 is not up: {inside}");
+    let default_route = inside.lines().any(|l| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        fields.len() > 2 && fields[..2] == ["eth0", "00000000"] && fields[2] != "00000000"
+    });
+    assert!(default_route, "no default route via eth0: {inside}");
+    let address = rt.sandbox_address(sb.id).expect("the sandbox's address");
+    assert!(
+        inside.contains(&address.to_string()),
+        "eth0 lacks {address}: {inside}"
+    );
+    assert_eq!(links_named(&ifname(named)), 1, "one host end");
+}
+
+#[test]
+fn an_early_inits_namespace_is_linked_before_its_take_and_again_when_its_make_fails() {
+    let _nft = counted_nft_in_own_netns(None);
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "3600");
+    let scenario = fail::FailScenario::setup();
+    let state = tempfile::tempdir().expect("tempdir");
+    let run_dir = tempfile::tempdir().expect("tempdir");
+    let _cleanup = common::runtime(run_dir.path());
+    let tethers = Tethers::new();
+    let parked = || names(&state.path().join("parked"));
+
+    // A first start makes its network and parks it at destroy.
+    let first = one_shot(run_dir.path(), state.path(), &tethers);
+    let a = start(&first);
+    let name = named_after(state.path(), a.id).expect("a's lease");
+    first.destroy(&a).expect("destroy a");
+    first.discard_early_init();
+    tethers.finish_released();
+    assert_eq!(parked(), std::slice::from_ref(&name));
+
+    // The next takes it and the early init, linked while the init was made.
+    let second = one_shot(run_dir.path(), state.path(), &tethers);
+    let b = start(&second);
+    assert!(b.warm, "b did not take the early init");
+    assert_eq!(named_after(state.path(), b.id), Some(name.clone()));
+    assert_linked(&second, &b, &name);
+    second.destroy(&b).expect("destroy b");
+    second.discard_early_init();
+    tethers.finish_released();
+    assert_eq!(links_named(&ifname(&name)), 0, "b's link is left");
+
+    // Its make fails after its namespace was told (and perhaps linked): the start is
+    // cold, linked in its own namespace, and the early init's link is gone.
+    fail::cfg("warm.park", "return").expect("failpoint");
+    let third = one_shot(run_dir.path(), state.path(), &tethers);
+    let c = start(&third);
+    fail::remove("warm.park");
+    assert!(!c.warm, "c took an early init whose make failed");
+    assert_eq!(named_after(state.path(), c.id), Some(name.clone()));
+    assert_linked(&third, &c, &name);
+    third.destroy(&c).expect("destroy c");
+    third.discard_early_init();
+    tethers.finish_released();
+    scenario.teardown();
+
+    assert_eq!(links_named(&ifname(&name)), 0, "c's link is left");
+    assert_eq!(
+        parked(),
+        std::slice::from_ref(&name),
+        "the network is parked again"
+    );
+    assert_eq!(
+        names(&run_dir.path().join("sandboxes")),
+        Vec::<String>::new(),
+        "sandbox or early init dirs left"
+    );
+    assert_eq!(
+        mounts_under(run_dir.path()),
+        Vec::<String>::new(),
+        "mounts left"
+    );
+
+    // The reaper started for the parked network is ended, the network removed.
+    for pid in reapers() {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
+            .expect("kill the reaper");
+    }
+    common::wait_for("the killed reaper lets go of its lock", || {
+        reapers().is_empty()
+    });
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
+    let _reopened = net_runtime(run_dir.path(), state.path());
+    common::wait_for("the parked network is removed", || parked().is_empty());
+    common::wait_for("its reaper ends", || reapers().is_empty());
+}
