@@ -18,9 +18,16 @@ pub fn create(ifname: &str, pid: i32, lease: &Lease) -> Result<(), RuntimeError>
 /// [`create`] in the network namespace `ns` is open on (a sandbox's, taken while its
 /// start goes on: its first process may be gone by then).
 pub fn create_in(ifname: &str, ns: &OwnedFd, lease: &Lease) -> Result<(), RuntimeError> {
+    let t0 = std::time::Instant::now();
+    let tm =
+        |phase: &str| tracing::trace!(ifname, phase, ms = t0.elapsed().as_secs_f64() * 1e3, "link");
     super::netlink::create_veth(ifname, "eth0", ns.as_fd())?;
+    tm("veth made");
     super::inner::configure_host_end(ifname, lease.host())?;
-    super::inner::configure_in(ns, lease.sandbox(), lease.host())
+    tm("host end up");
+    let configured = super::inner::configure_in(ns, lease.sandbox(), lease.host());
+    tm("sandbox end up");
+    configured
 }
 
 /// Deletes the host end (gone already once the namespace died with the sandbox).
