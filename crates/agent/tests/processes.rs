@@ -280,20 +280,10 @@ async fn a_follower_that_does_not_read_never_blocks_the_process_and_is_told_of_t
 
 #[tokio::test]
 async fn a_held_process_waits_for_its_slow_holder_and_loses_nothing() {
-    let agent = start_with(AgentConfig {
-        ring_bytes: 64 * 1024,
-        ..AgentConfig::default()
-    })
-    .await;
+    let (agent, req, want) = small_rings_and_a_held_writer().await;
     let c = &agent.client;
-    let req = StartProcess {
-        hold_output: true,
-        user: None,
-        ..sh("seq 1 300000")
-    };
     let p = c.start_process(&req).await.unwrap();
     let follow = c.output_from(p.id, 0, true).await.unwrap();
-    let want: String = (1..=300000).map(|i| format!("{i}\n")).collect();
     read_slowly_as_holder(follow, want.as_bytes()).await;
     // Reading from an offset the ring no longer holds says where it starts now.
     let mut from_zero = c.output_from(p.id, 0, false).await.unwrap();
@@ -301,6 +291,21 @@ async fn a_held_process_waits_for_its_slow_holder_and_loses_nothing() {
         Frame::Gap { from: 0, to } => assert!(to > 0 && to < want.len() as u64),
         f => panic!("expected a gap first, got {f:?}"),
     }
+}
+
+/// An agent with 64 KiB rings, a held command writing ~30 of them, and its output.
+async fn small_rings_and_a_held_writer() -> (TestAgent, StartProcess, String) {
+    let agent = start_with(AgentConfig {
+        ring_bytes: 64 * 1024,
+        ..AgentConfig::default()
+    })
+    .await;
+    let req = StartProcess {
+        hold_output: true,
+        ..sh("seq 1 300000")
+    };
+    let want = (1..=300000).map(|i| format!("{i}\n")).collect();
+    (agent, req, want)
 }
 
 /// Reads a holder's stream slowly (a pause every 8 chunks): every byte of `want`, in
@@ -330,18 +335,9 @@ async fn read_slowly_as_holder(mut follow: sandboxd_agent_protocol::FrameStream,
 
 #[tokio::test]
 async fn a_start_followed_in_one_exchange_loses_nothing_to_its_slow_holder() {
-    let agent = start_with(AgentConfig {
-        ring_bytes: 64 * 1024,
-        ..AgentConfig::default()
-    })
-    .await;
+    let (agent, req, want) = small_rings_and_a_held_writer().await;
     let c = &agent.client;
-    let req = StartProcess {
-        hold_output: true,
-        ..sh("seq 1 300000")
-    };
     let follow = c.start_following(&req).await.unwrap();
-    let want: String = (1..=300000).map(|i| format!("{i}\n")).collect();
     read_slowly_as_holder(follow, want.as_bytes()).await;
     let done = c.get_process(req.id).await.unwrap();
     assert_eq!(done.state, ProcessState::Exited);

@@ -10,8 +10,10 @@
 mod common;
 mod netns_common;
 
-use common::{mounts_under, sh_ok};
-use netns_common::{counted_nft_in_own_netns, named_after, names, net_runtime, reapers};
+use common::mounts_under;
+use netns_common::{
+    assert_eth0_linked, counted_nft_in_own_netns, named_after, names, net_runtime, reapers,
+};
 use sandboxd_runtime::linux::{LinuxRuntime, Tethers};
 use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle};
 use std::path::Path;
@@ -53,24 +55,10 @@ fn start(rt: &LinuxRuntime) -> SandboxHandle {
         .expect("start")
 }
 
-/// `eth0` is up with the sandbox's lease address and a default route through it, and
-/// one host end is named after its lease.
+/// The sandbox's `eth0` is linked (up, addressed, routed) and one host end is named
+/// after its lease.
 fn assert_linked(rt: &LinuxRuntime, sb: &SandboxHandle, named: &str) {
-    let inside = sh_ok(
-        sb,
-        "cat /sys/class/net/eth0/operstate; cat /proc/net/route; cat /proc/net/fib_trie",
-    );
-    assert!(inside.starts_with("up"), "eth0 is not up: {inside}");
-    let default_route = inside.lines().any(|l| {
-        let fields: Vec<&str> = l.split_whitespace().collect();
-        fields.len() > 2 && fields[..2] == ["eth0", "00000000"] && fields[2] != "00000000"
-    });
-    assert!(default_route, "no default route via eth0: {inside}");
-    let address = rt.sandbox_address(sb.id).expect("the sandbox's address");
-    assert!(
-        inside.contains(&address.to_string()),
-        "eth0 lacks {address}: {inside}"
-    );
+    assert_eth0_linked(rt, sb);
     assert_eq!(links_named(&ifname(named)), 1, "one host end");
 }
 

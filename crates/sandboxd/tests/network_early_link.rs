@@ -11,7 +11,9 @@ mod common;
 mod netns_common;
 
 use common::{mounts_under, runtime, sh_ok};
-use netns_common::{counted_nft_in_own_netns, named_after, names, net_runtime, reapers};
+use netns_common::{
+    assert_eth0_linked, counted_nft_in_own_netns, named_after, names, net_runtime, reapers,
+};
 use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{NetworkSpec, Runtime, RuntimeError, SandboxHandle};
 use std::process::{Command, Stdio};
@@ -60,21 +62,7 @@ fn a_taken_network_is_linked_during_the_start_and_a_late_failure_leaves_no_link(
     let b = start(&one_shot).expect("start b");
     assert_eq!(named_after(state.path(), b.id), Some(name.clone()));
     assert!(link_named_after(&name), "b's host end is missing");
-    let inside = sh_ok(
-        &b,
-        "cat /sys/class/net/eth0/operstate; cat /proc/net/route; cat /proc/net/fib_trie",
-    );
-    assert!(inside.starts_with("up"), "eth0 is not up: {inside}");
-    let default_route = inside.lines().any(|l| {
-        let fields: Vec<&str> = l.split_whitespace().collect();
-        fields.len() > 2 && fields[..2] == ["eth0", "00000000"] && fields[2] != "00000000"
-    });
-    assert!(default_route, "no default route via eth0: {inside}");
-    let address = one_shot.sandbox_address(b.id).expect("b's address");
-    assert!(
-        inside.contains(&address.to_string()),
-        "eth0 lacks {address}: {inside}"
-    );
+    assert_eth0_linked(&one_shot, &b);
     one_shot.destroy(&b).expect("destroy b");
     assert_eq!(parked(), std::slice::from_ref(&name));
 

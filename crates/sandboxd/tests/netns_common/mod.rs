@@ -130,3 +130,23 @@ pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `eth0` in sandbox `sb` is up with its lease's address and a default route through
+/// it (a gateway, not a link-scope route).
+pub fn assert_eth0_linked(rt: &LinuxRuntime, sb: &sandboxd_runtime::SandboxHandle) {
+    let inside = common::sh_ok(
+        sb,
+        "cat /sys/class/net/eth0/operstate; cat /proc/net/route; cat /proc/net/fib_trie",
+    );
+    assert!(inside.starts_with("up"), "eth0 is not up: {inside}");
+    let default_route = inside.lines().any(|l| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        fields.len() > 2 && fields[..2] == ["eth0", "00000000"] && fields[2] != "00000000"
+    });
+    assert!(default_route, "no default route via eth0: {inside}");
+    let address = rt.sandbox_address(sb.id).expect("the sandbox's address");
+    assert!(
+        inside.contains(&address.to_string()),
+        "eth0 lacks {address}: {inside}"
+    );
+}
