@@ -12,7 +12,8 @@ mod netns_common;
 
 use common::mounts_under;
 use netns_common::{
-    assert_eth0_linked, counted_nft_in_own_netns, named_after, names, net_runtime, reapers,
+    assert_eth0_linked, counted_nft_in_own_netns, end_parked_networks, named_after, names,
+    net_runtime,
 };
 use sandboxd_runtime::linux::{LinuxRuntime, Tethers};
 use sandboxd_runtime::{NetworkSpec, Runtime, SandboxHandle};
@@ -124,16 +125,7 @@ fn an_early_inits_namespace_is_linked_before_its_take_and_again_when_its_make_fa
         "mounts left"
     );
 
-    // The reaper started for the parked network is ended, the network removed.
-    for pid in reapers() {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
-            .expect("kill the reaper");
-    }
-    common::wait_for("the killed reaper lets go of its lock", || {
-        reapers().is_empty()
-    });
-    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
-    let _reopened = net_runtime(run_dir.path(), state.path());
-    common::wait_for("the parked network is removed", || parked().is_empty());
-    common::wait_for("its reaper ends", || reapers().is_empty());
+    // Nothing lingers: the reaper started for the parked network (with the hour's
+    // linger) is killed, and one started by the next runtime with none removes it.
+    end_parked_networks(run_dir.path(), state.path());
 }

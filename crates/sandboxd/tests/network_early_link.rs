@@ -12,7 +12,8 @@ mod netns_common;
 
 use common::{mounts_under, runtime, sh_ok};
 use netns_common::{
-    assert_eth0_linked, counted_nft_in_own_netns, named_after, names, net_runtime, reapers,
+    assert_eth0_linked, counted_nft_in_own_netns, end_parked_networks, named_after, names,
+    net_runtime,
 };
 use sandboxd_runtime::linux::LinuxRuntime;
 use sandboxd_runtime::{NetworkSpec, Runtime, RuntimeError, SandboxHandle};
@@ -96,24 +97,7 @@ fn a_taken_network_is_linked_during_the_start_and_a_late_failure_leaves_no_link(
     one_shot.destroy(&c).expect("destroy c");
     scenario.teardown();
 
-    // Nothing lingers after the test: the reaper started for the parked network (with
-    // the hour's linger) is killed, and one started by the next runtime with none
-    // removes the network and ends. The reapers are found as this process's children
-    // (its parks start them), not by their command line alone: that reads empty while
-    // a just-started one is still being exec'd (such a one was missed, and lived on
-    // with the lock: the CI failure), and once a killed one's memory is gone but before
-    // its descriptors, and its lock, are.
-    let found = reapers();
-    assert!(!found.is_empty(), "no reaper for the parked network");
-    for pid in found {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
-            .expect("kill the reaper");
-    }
-    common::wait_for("the killed reaper lets go of its lock", || {
-        reapers().is_empty()
-    });
-    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
-    let _reopened = net_runtime(run_dir.path(), state.path());
-    common::wait_for("the parked network is removed", || parked().is_empty());
-    common::wait_for("its reaper ends", || reapers().is_empty());
+    // Nothing lingers: the reaper started for the parked network (with the hour's
+    // linger) is killed, and one started by the next runtime with none removes it.
+    end_parked_networks(run_dir.path(), state.path());
 }

@@ -150,3 +150,29 @@ pub fn assert_eth0_linked(rt: &LinuxRuntime, sb: &sandboxd_runtime::SandboxHandl
         "eth0 lacks {address}: {inside}"
     );
 }
+
+/// Ends what parking networks in `state` left (the test set a long linger): the
+/// reapers this process started are killed, then a runtime opened with no linger
+/// removes the parked networks, and its reaper ends. The reapers are found as this
+/// process's children (its parks start them), not by their command line alone: that
+/// reads empty while a just-started one is still being exec'd (such a one was missed,
+/// and lived on with the lock: a CI failure), and once a killed one's memory is gone
+/// but before its descriptors, and its lock, are.
+pub fn end_parked_networks(run_dir: &Path, state: &Path) {
+    let found = reapers();
+    assert!(!found.is_empty(), "no reaper for the parked network");
+    for pid in found {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
+            .expect("kill the reaper");
+    }
+    common::wait_for("the killed reaper lets go of its lock", || {
+        reapers().is_empty()
+    });
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "0");
+    let _reopened = net_runtime(run_dir, state);
+    let parked = state.join("parked");
+    common::wait_for("the parked network is removed", || {
+        names(&parked).is_empty()
+    });
+    common::wait_for("its reaper ends", || reapers().is_empty());
+}
