@@ -44,8 +44,11 @@ impl Engine {
     ) -> Result<(Uuid, OutputStream), EngineError> {
         validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
         let mut sent = None;
+        // The sandbox's lock is held until the agent answers the start (its stream's
+        // head), as for a plain start: a destroy or pause waits for that, not for the
+        // stream, which is read without it.
         let followed = self
-            .agent_call(ws, id, Hold::Check, |client, e| {
+            .agent_call(ws, id, Hold::Call, |client, e| {
                 let req = self.start_request(e, cmd, true)?;
                 sent = Some(req.id);
                 Ok(async move { client.start_following(&req).await })
