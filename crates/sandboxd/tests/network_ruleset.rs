@@ -172,9 +172,9 @@ fn sandboxes_leave_the_rest_of_the_ruleset_alone_and_share_one_table() {
 
 /// Programming a sandbox's network spawns no `nft` or `ip` process, and needs no
 /// GPL library loaded (libnftables stays off): tools of those names first on PATH
-/// record any call (and then do the real thing). Only making the shared table, when
-/// the host has none, runs an `nft` script: a first sandbox keeps it while the others
-/// start and end, and its own destroy deletes the table in-process.
+/// record any call (and then do the real thing). The first sandbox makes the shared
+/// table (over netlink too) and keeps it while the others start and end; its own
+/// destroy deletes the table.
 #[test]
 fn start_and_destroy_spawn_no_nft_or_ip() {
     let bin = tempfile::tempdir().expect("tempdir");
@@ -214,7 +214,6 @@ fn start_and_destroy_spawn_no_nft_or_ip() {
     };
     let keeper = start(&NetworkSpec::egress(vec![]));
     assert!(table_exists() && entries_exist(keeper.id));
-    std::fs::write(&log, "").expect("clear the log");
 
     let policy = EgressPolicy {
         allow: vec!["198.51.100.0/24".parse().expect("allow")],

@@ -1,7 +1,6 @@
 //! Host-wide network state shared by every sandboxd on the host, under one lock in
 //! `/run/sandboxd/net`: address leases, the shared nftables table and `ip_forward`.
 
-use super::nft;
 use crate::linux::{refill, whole_file};
 use crate::{Cidr, RuntimeError};
 use std::net::Ipv4Addr;
@@ -272,12 +271,9 @@ impl HostLock {
         if !on {
             std::fs::write(&marker, "").map_err(|e| net_err("recording ip_forward", e))?;
         }
-        // `add` then `delete` replaces a table a crash left (and fails on none).
-        let fresh = format!(
-            "add table inet {t}\ndelete table inet {t}\n",
-            t = nft::TABLE
-        );
-        nft::apply(&(fresh + &nft::base_table(marker.exists())))?;
+        // In-process, one transaction that also replaces a table a crash left.
+        super::nftable::make(marker.exists())
+            .map_err(|e| net_err("making the shared nftables table", e))?;
         if !on {
             std::fs::write(IP_FORWARD, "1").map_err(|e| net_err("enabling ip_forward", e))?;
         }

@@ -1,9 +1,9 @@
 //! nftables scripts run in-process through the host's `libnftables` (loaded at run time
 //! with `dlopen`, so building needs no C library and a host without it falls back to
 //! the `nft` binary): each script is one netlink transaction, without the ~30 ms of
-//! spawning `nft` and its start-up. Only the rare scripts use it (making the shared
-//! table, upgrading an older one); sandboxes' own entries are set elements sent
-//! without it (see `nfset`).
+//! spawning `nft` and its start-up. Only the rare script uses it (upgrading a table an
+//! older sandboxd made); the table is made by `nftable`, and sandboxes' own entries
+//! are set elements sent by `nfset`, both over netlink without it.
 //!
 //! One context is kept for the process, behind a mutex (a context is not thread-safe).
 //!

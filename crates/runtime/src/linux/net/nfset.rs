@@ -39,14 +39,14 @@ impl Elem {
     }
 }
 
-fn inet(inner: NfTablesMessage) -> NetlinkMessage<NetfilterMessage> {
+pub(super) fn inet(inner: NfTablesMessage) -> NetlinkMessage<NetfilterMessage> {
     NetlinkMessage::from(NetfilterMessage::new(
         NetfilterHeader::new(NetfilterProtoFamily::Inet, 0, 0),
         inner,
     ))
 }
 
-fn control(inner: ControlMessage) -> NetlinkMessage<NetfilterMessage> {
+pub(super) fn control(inner: ControlMessage) -> NetlinkMessage<NetfilterMessage> {
     NetlinkMessage::from(NetfilterMessage::new(
         NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, SUBSYS_NFTABLES),
         inner,

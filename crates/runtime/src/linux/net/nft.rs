@@ -33,7 +33,8 @@ const BY_IFNAME: [&str; 6] = ["dispatch", "owners", "dns", "deny", "restricted",
 /// Of those, the ones a policy fills.
 const POLICY_SETS: [&str; 3] = ["deny", "restricted", "allow"];
 
-/// The shared table. With `guard`, forwarding that involves no sandbox is dropped (set
+/// The shared table as an `nft` script: what `nftable::make` sends over netlink (a
+/// test compares the two, listed by `nft`), and the reference for reading it. With `guard`, forwarding that involves no sandbox is dropped (set
 /// when sandboxd itself turned `ip_forward` on, so the host does not become a router).
 ///
 /// A packet from a sandbox (its interface `sbx*`) is dispatched by interface name to
@@ -41,6 +42,7 @@ const POLICY_SETS: [&str; 3] = ["deny", "restricted", "allow"];
 /// The base chains, `nets`, `nat_sources` and `dispatch` are as sandboxd made them
 /// when each sandbox had a chain of its own, so sandboxes of both kinds can share a
 /// table while a host upgrades.
+#[cfg(test)]
 pub fn base_table(guard: bool) -> String {
     let p = IF_PREFIX;
     format!(
