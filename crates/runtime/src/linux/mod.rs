@@ -60,6 +60,12 @@ pub use images::DEFAULT_IMAGE;
 pub use net::NetConfig;
 pub use tether::{owner_mark, wait_for_runs, Orphan, Tethers};
 
+/// Whether sandboxd's shared nftables table exists in this network namespace (the
+/// bench waits for it to go before it times a run that finds none).
+pub fn shared_table_exists() -> bool {
+    net::table_exists()
+}
+
 /// The detached process removing parked egress networks once they have lingered
 /// untaken (the sandboxd binary's hidden `__net-reaper STATE_DIR`).
 pub fn net_reaper_main(state_dir: &std::path::Path) -> Result<(), RuntimeError> {

@@ -275,6 +275,12 @@ fn keeper(rt: &LinuxRuntime, id: Uuid) -> PathBuf {
 /// Host side, before the sandbox's namespace exists: the lease and the sandbox's set
 /// elements (in-process, one transaction shared with starts arriving together).
 /// `keeper`: the sandbox's state dir (none for a spare's).
+/// Whether the shared table exists in this network namespace (any error reading it
+/// counts as none).
+pub(super) fn table_exists() -> bool {
+    nfset::list("nets").is_ok()
+}
+
 fn prepare(
     config: &NetConfig,
     id: Uuid,
@@ -294,14 +300,21 @@ fn prepare(
     // The host lock only for the table and the lease (the table stays while a lease
     // exists): a start handing a lease over does not wait for the elements of another.
     // The first sandbox makes the table (one script) and then adds its elements.
+    let t0 = std::time::Instant::now();
+    let tm =
+        |step: &str| tracing::trace!(%id, step, ms = t0.elapsed().as_secs_f64() * 1e3, "prepare");
     let (lease, made) = {
         let lock = HostLock::take(&config.state_dir)?;
+        tm("host lock");
         let missing = lock.table_missing();
         let plain = policy.is_open();
         let lease = lock.allocate(id, config.pool, policy.allow.len(), plain, keeper)?;
+        tm("lease");
         if missing {
             lock.make_table()?;
+            tm("table made");
             nft::add_sandbox(&elements(&lease))?;
+            tm("entries added");
         }
         (lease, missing)
     };

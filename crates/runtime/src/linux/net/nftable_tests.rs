@@ -124,3 +124,44 @@ fn a_refused_batch_leaves_what_was_there() {
     assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
     assert_eq!(listing(), was);
 }
+
+/// The socket kept after an exchange serves the next one only in the network namespace
+/// it was opened in, and one whose batch was refused is not kept: a thread that moves
+/// to another namespace makes its table there, and each answer is its own exchange's.
+#[test]
+fn exchanges_after_a_refusal_and_a_move_answer_for_themselves() {
+    fresh_netns();
+    make(false).expect("the batch");
+    let mut refused = batch(false);
+    let at = refused.len() - 1;
+    refused.insert(
+        at,
+        (
+            super::super::nfset::inet(NfTablesMessage::NewRule(rule("missing", vec![x::drop()]))),
+            NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK,
+        ),
+    );
+    for _ in 0..3 {
+        let e = nlsock::transact(NETLINK_NETFILTER, refused.clone()).expect_err("refused");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+        make(false).expect("made after a refusal");
+    }
+    // An error answered after the last ack asked for (callers ask it of their last
+    // message; this one does not) is not read by its exchange: it is left queued on
+    // the kept socket, and the next exchange must not take it for its own.
+    let mut unasked = refused.clone();
+    let at = unasked.len() - 2;
+    unasked[at].1 &= !NLM_F_ACK;
+    nlsock::transact(NETLINK_NETFILTER, unasked).expect("the ack before the error");
+    make(false).expect("made after an error left queued");
+    let first = listing();
+    fresh_netns();
+    assert!(
+        !crate::linux::net::table_exists(),
+        "a new namespace has no table"
+    );
+    make(true).expect("made in the new namespace");
+    assert!(crate::linux::net::table_exists());
+    assert!(listing().0.contains("\t\tdrop\n\t}"), "the guarded table, here");
+    assert_ne!(listing(), first);
+}

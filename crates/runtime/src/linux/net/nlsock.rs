@@ -6,6 +6,7 @@ use netlink_packet_core::{
     NetlinkDeserializable, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_ACK,
     NLM_F_REQUEST,
 };
+use netlink_sys::protocols::NETLINK_NETFILTER;
 use netlink_sys::{Socket, SocketAddr};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -40,14 +41,129 @@ fn set_option<T>(sock: &Socket, name: libc::c_int, value: &T) -> io::Result<()> 
 }
 
 /// A socket whose acks carry no copy of the request (`NETLINK_CAP_ACK`): an error
-/// names its message by sequence number, and acks stay small.
-fn open(protocol: isize) -> io::Result<Socket> {
+/// names its message by sequence number, and acks stay small. A `NETLINK_NETFILTER`
+/// one is a kept one when there is one (see [`Lent`]).
+fn open(protocol: isize) -> io::Result<Lent> {
+    let netfilter = protocol == NETLINK_NETFILTER;
+    let ns = netfilter.then(netns).flatten();
+    if let Some(sock) = ns.and_then(kept) {
+        return Ok(Lent {
+            sock: Some(sock),
+            ns,
+            netfilter,
+            done: false,
+        });
+    }
     let mut sock = Socket::new(protocol)?;
     sock.bind_auto()?;
     sock.connect(&SocketAddr::new(0, 0))?;
     set_option(&sock, libc::SO_RCVTIMEO, &REPLY_TIMEOUT)?;
     sock.set_cap_ack(true)?;
-    Ok(sock)
+    Ok(Lent {
+        sock: Some(sock),
+        ns,
+        netfilter,
+        done: false,
+    })
+}
+
+/// A socket for one exchange. Closing a `NETLINK_NETFILTER` socket waits, holding
+/// nftables' commit lock, until the kernel has freed what earlier transactions released
+/// (nf_tables flushes its destroy work, an RCU grace period, on every netfilter socket's
+/// release): measured 7.5-12 ms after the shared table's batch, during which the next
+/// transaction, and even a veth's creation (its netdev notifier takes the same lock),
+/// wait. So such a socket is kept for the next exchange once this one was read to its
+/// end (`done`), in the network namespace it was opened in; one that cannot be kept is
+/// closed on a thread of its own.
+struct Lent {
+    sock: Option<Socket>,
+    /// The network namespace it was opened in (dev, inode), when known.
+    ns: Option<(u64, u64)>,
+    netfilter: bool,
+    /// Every answer of the exchange read: nothing is left queued on it.
+    done: bool,
+}
+
+impl std::ops::Deref for Lent {
+    type Target = Socket;
+    fn deref(&self) -> &Socket {
+        self.sock.as_ref().expect("open until dropped")
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        let Some(sock) = self.sock.take() else {
+            return;
+        };
+        if !self.netfilter {
+            return;
+        }
+        let sock = match (self.done, self.ns) {
+            (true, Some(ns)) => match keep(ns, sock) {
+                None => return,
+                Some(sock) => sock,
+            },
+            _ => sock,
+        };
+        close_aside(sock);
+    }
+}
+
+/// How many netfilter sockets are kept (exchanges at once beyond it close theirs).
+const KEPT: usize = 4;
+static KEPT_SOCKETS: std::sync::Mutex<Vec<((u64, u64), Socket)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The calling thread's network namespace (dev, inode).
+fn netns() -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata("/proc/thread-self/ns/net").ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+/// A kept socket of namespace `ns`, with nothing queued on it.
+fn kept(ns: (u64, u64)) -> Option<Socket> {
+    let mut kept = KEPT_SOCKETS.lock().unwrap_or_else(|p| p.into_inner());
+    let at = kept.iter().position(|(n, _)| *n == ns)?;
+    let (_, sock) = kept.swap_remove(at);
+    drop(kept);
+    let mut buf = [0u8; 256];
+    // An answer queued after its exchange ended (none is expected): read away.
+    while sock.recv(&mut &mut buf[..], libc::MSG_DONTWAIT).is_ok() {}
+    Some(sock)
+}
+
+/// Keeps `sock` of namespace `ns`; gives it back when there is no room.
+fn keep(ns: (u64, u64), sock: Socket) -> Option<Socket> {
+    let mut kept = KEPT_SOCKETS.lock().unwrap_or_else(|p| p.into_inner());
+    if kept.len() >= KEPT {
+        return Some(sock);
+    }
+    kept.push((ns, sock));
+    None
+}
+
+/// Sockets waiting for the closer thread; a full queue (or no thread) closes here.
+const CLOSE_QUEUE: usize = 64;
+
+/// Hands `sock` to the closer thread (started at the first), or closes it here.
+fn close_aside(sock: Socket) {
+    use std::sync::mpsc::{sync_channel, SyncSender};
+    use std::sync::OnceLock;
+    static CLOSER: OnceLock<Option<SyncSender<Socket>>> = OnceLock::new();
+    let closer = CLOSER.get_or_init(|| {
+        let (tx, rx) = sync_channel::<Socket>(CLOSE_QUEUE);
+        std::thread::Builder::new()
+            .name("netlink-closer".into())
+            .spawn(move || rx.into_iter().for_each(drop))
+            .ok()
+            .map(|_| tx)
+    });
+    if let Some(tx) = closer {
+        // Full or gone: the socket comes back in the error, and closes here.
+        let _ = tx.try_send(sock);
+    }
 }
 
 /// Lets `sock` send `len` bytes in one message: netlink refuses (`EMSGSIZE`) a
@@ -120,7 +236,7 @@ where
 {
     let acked = msgs.iter().filter(|(_, f)| f & NLM_F_ACK != 0).count();
     let (bytes, _) = serialize(msgs);
-    let sock = open(protocol)?;
+    let mut sock = open(protocol)?;
     room_to_send(&sock, bytes.len())?;
     sock.send(&bytes, 0)?;
     if acked == 0 {
@@ -134,7 +250,9 @@ where
             Ok((seen == acked).then_some(()))
         }
         _ => Ok(None),
-    })
+    })?;
+    sock.done = true;
+    Ok(())
 }
 
 /// Sends the dump request `msg` and returns the messages answering it, read as `A`.
@@ -144,7 +262,7 @@ where
     A: NetlinkDeserializable,
 {
     let (bytes, _) = serialize(vec![(msg, flags)]);
-    let sock = open(protocol)?;
+    let mut sock = open(protocol)?;
     sock.send(&bytes, 0)?;
     let mut got = Vec::new();
     read(&sock, |msg: NetlinkMessage<A>| match msg.payload {
@@ -156,5 +274,6 @@ where
         }
         _ => Ok(None),
     })?;
+    sock.done = true;
     Ok(got)
 }
