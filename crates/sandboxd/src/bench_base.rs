@@ -49,9 +49,15 @@ pub fn bwrap() -> Result<Duration> {
 
 /// One `sandboxd run [--network none] -- /bin/true` on `data_dir`, the whole process.
 pub fn sandboxd_run(data_dir: &Path, network: &str) -> Result<Duration> {
+    sandboxd_run_with(data_dir, network, &[])
+}
+
+/// [`sandboxd_run`] with `env` set for it.
+pub fn sandboxd_run_with(data_dir: &Path, network: &str, env: &[(&str, &str)]) -> Result<Duration> {
     let exe = std::env::current_exe().context("locating the sandboxd binary")?;
     let t = Instant::now();
     let ok = Command::new(exe)
+        .envs(env.iter().copied())
         .arg("run")
         .arg("--data-dir")
         .arg(data_dir)

@@ -40,12 +40,30 @@ pub struct SpeedFigures {
     pub run_egress: Paired,
     pub run_none: Paired,
     pub run_beside: Paired,
+    /// The egress run that finds no shared table (made by its start, removed after its
+    /// end: parked networks linger 0 s), as the first run after an idle spell does.
+    pub run_idle: Paired,
 }
+
+/// A run that finds no shared table: its parked network lingers 0 s, and the next
+/// sample waits (up to 5 s) until its reaper removed the table.
+fn run_after_idle(run_dir: &std::path::Path) -> Result<Duration> {
+    let took = bench_base::sandboxd_run_with(run_dir, "egress", &[(LINGER_ENV, "0")])?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sandboxd_runtime::linux::shared_table_exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(took)
+}
+
+/// How long parked networks linger untaken (see the runtime's `parked::linger`).
+const LINGER_ENV: &str = "SANDBOXD_NET_LINGER_SECS";
 
 /// Runs a fresh egress server and measures (see [`SpeedFigures`]); one-shot runs use
 /// `run_dir`.
 pub fn measure(samples: usize, run_dir: &std::path::Path) -> Result<SpeedFigures> {
     let run = |network| move || bench_base::sandboxd_run(run_dir, network);
+    let run_idle = bench_base::paired(samples, || run_after_idle(run_dir), bench_base::bwrap)?;
     let run_egress = bench_base::paired(samples, run("egress"), bench_base::bwrap)?;
     let run_none = bench_base::paired(samples, run("none"), bench_base::bwrap)?;
     let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
@@ -81,6 +99,7 @@ pub fn measure(samples: usize, run_dir: &std::path::Path) -> Result<SpeedFigures
         run_egress,
         run_none,
         run_beside,
+        run_idle,
         ..f
     })
 }
@@ -160,6 +179,7 @@ async fn measure_on(
         run_egress: Paired::default(),
         run_none: Paired::default(),
         run_beside: Paired::default(),
+        run_idle: Paired::default(),
     })
 }
 
@@ -231,6 +251,10 @@ pub fn print(f: &SpeedFigures) {
             f.run_beside,
         ),
         ("sandboxd run --network none -- /bin/true", f.run_none),
+        (
+            "  ... egress, the first after an idle spell (no table yet)",
+            f.run_idle,
+        ),
     ] {
         row(
             name,
@@ -283,12 +307,13 @@ pub fn print(f: &SpeedFigures) {
     println!(
         "* policy creates alternate with creates without one (medians {:.3}ms / {:.3}ms); \
          spaced create without policy {:.3}ms; runs alternate with \
-         `bwrap --unshare-all` (medians {:.3} / {:.3} / {:.3}ms)",
+         `bwrap --unshare-all` (medians {:.3} / {:.3} / {:.3} / {:.3}ms)",
         ms(f.policy_creates.median),
         ms(f.policy_creates.baseline),
         ms(f.spaced),
         ms(f.run_egress.baseline),
         ms(f.run_beside.baseline),
         ms(f.run_none.baseline),
+        ms(f.run_idle.baseline),
     );
 }
