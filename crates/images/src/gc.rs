@@ -6,7 +6,7 @@
 
 use crate::store::{walk_size, Images};
 use crate::{io, ImageError};
-use nix::fcntl::{Flock, FlockArg};
+use sandboxd_runtime::linux::file_lock::{How, Locked};
 use sandboxd_runtime::linux::images as rt_images;
 use sandboxd_runtime::linux::layers::remove_tree;
 use std::collections::HashSet;
@@ -79,19 +79,19 @@ impl Images {
     }
 
     /// Trades this store's shared prune lock for the exclusive one, or says who holds it.
-    fn exclusive_gc_lock(&mut self) -> Result<Flock<std::fs::File>, ImageError> {
+    fn exclusive_gc_lock(&mut self) -> Result<Locked, ImageError> {
         let busy = || {
             ImageError::Busy(
                 "a pull, an import or a sandbox start is running (or another prune); try again when it is done".into(),
             )
         };
         let shared = self.gc_lock.take().ok_or_else(busy)?;
-        let file = shared.unlock().map_err(|(_, e)| ImageError::Io {
+        let file = shared.unlock().map_err(|e| ImageError::Io {
             what: "unlocking the prune lock",
             path: self.layers_dir(),
-            source: e.into(),
+            source: e,
         })?;
-        Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| busy())
+        Locked::lock(file, How::ExclusiveNow).map_err(|_| busy())
     }
 
     /// Removes blob-index entries whose layer is gone, and the blob locks (no pull can

@@ -17,7 +17,7 @@
 use crate::room::{self, RoomPolicy};
 use crate::unpack::{self, Budget, UnpackLimits};
 use crate::{io, sha256_hex, ImageError};
-use nix::fcntl::{Flock, FlockArg};
+use sandboxd_runtime::linux::file_lock::{How, Locked};
 use sandboxd_runtime::linux::images as rt_images;
 use sandboxd_runtime::linux::layers::{remove_tree, LayerStore};
 use sandboxd_runtime::{ImageConfig, ImageLayers};
@@ -34,10 +34,10 @@ pub struct Images {
     pub room: RoomPolicy,
     /// This store's owner id (in its scratch names) and the lock that proves it alive.
     owner: String,
-    _owner_lock: Flock<std::fs::File>,
+    _owner_lock: Locked,
     /// Shared while this store is open; a prune takes it exclusively, so no pull or
     /// import runs in any process while layers are removed.
-    pub(crate) gc_lock: Option<Flock<std::fs::File>>,
+    pub(crate) gc_lock: Option<Locked>,
 }
 
 const OWNER_PREFIX: &str = ".owner-";
@@ -171,7 +171,7 @@ impl Images {
     }
 
     /// Takes the lock of blob `digest` (blocking until other holders are done).
-    pub fn lock_blob(&self, digest: &str) -> Result<Flock<std::fs::File>, ImageError> {
+    pub fn lock_blob(&self, digest: &str) -> Result<Locked, ImageError> {
         let hex = sha256_hex(digest)?;
         let path = self.layers_dir().join(format!(".lock-{hex}"));
         let file = std::fs::File::options()
@@ -180,10 +180,10 @@ impl Images {
             .write(true)
             .open(&path)
             .map_err(io("opening a blob lock", &path))?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| ImageError::Io {
+        Locked::lock(file, How::Exclusive).map_err(|(_, e)| ImageError::Io {
             what: "locking blob",
             path,
-            source: e.into(),
+            source: e,
         })
     }
 
@@ -370,7 +370,7 @@ pub(crate) fn layer_error(digest: &str, source: unpack::UnpackError) -> ImageErr
 }
 
 /// The prune lock of the layer store `dir`, shared (waiting while a prune runs).
-fn gc_lock(dir: &Path) -> Result<Flock<std::fs::File>, ImageError> {
+fn gc_lock(dir: &Path) -> Result<Locked, ImageError> {
     let path = dir.join(GC_LOCK);
     let file = std::fs::File::options()
         .create(true)
@@ -378,16 +378,16 @@ fn gc_lock(dir: &Path) -> Result<Flock<std::fs::File>, ImageError> {
         .write(true)
         .open(&path)
         .map_err(io("opening the prune lock", &path))?;
-    Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| ImageError::Io {
+    Locked::lock(file, How::Shared).map_err(|(_, e)| ImageError::Io {
         what: "locking",
         path,
-        source: e.into(),
+        source: e,
     })
 }
 
 /// Creates this process's owner file, locked before it gets its name (so no sweeper
 /// ever sees it unlocked while its owner lives).
-fn take_owner(dir: &Path) -> Result<(String, Flock<std::fs::File>), ImageError> {
+fn take_owner(dir: &Path) -> Result<(String, Locked), ImageError> {
     let id = uuid::Uuid::new_v4().simple().to_string();
     let temp = dir.join(format!(".tmp-owner-{id}"));
     let file = std::fs::File::options()
@@ -395,12 +395,11 @@ fn take_owner(dir: &Path) -> Result<(String, Flock<std::fs::File>), ImageError> 
         .write(true)
         .open(&temp)
         .map_err(io("creating an owner lock", &temp))?;
-    let lock =
-        Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| ImageError::Io {
-            what: "locking an owner file",
-            path: temp.clone(),
-            source: e.into(),
-        })?;
+    let lock = Locked::lock(file, How::ExclusiveNow).map_err(|(_, e)| ImageError::Io {
+        what: "locking an owner file",
+        path: temp.clone(),
+        source: e,
+    })?;
     let path = dir.join(format!("{OWNER_PREFIX}{id}"));
     std::fs::rename(&temp, &path).map_err(io("naming an owner lock", &path))?;
     Ok((id, lock))
@@ -424,7 +423,7 @@ fn sweep_dead_owners(dir: &Path) {
         let Ok(file) = std::fs::File::open(&path) else {
             continue;
         };
-        let Ok(_lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
+        let Ok(_lock) = Locked::lock(file, How::ExclusiveNow) else {
             continue; // alive
         };
         let prefix = format!("{SCRATCH_PREFIX}{id}-");

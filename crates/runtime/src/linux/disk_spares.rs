@@ -5,7 +5,7 @@
 //! progress has a `.partial-` name and becomes a spare by rename only when complete, so
 //! a process that dies mid-copy never leaves a broken spare behind.
 
-use nix::fcntl::{Flock, FlockArg};
+use super::file_lock::{How, Locked};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -49,7 +49,7 @@ fn partials(template: &Path) -> Vec<PathBuf> {
 /// A spare of a template that this process alone holds (an exclusive `flock` on it,
 /// taken while its spare name still named it), to attach before [`Claimed::move_to`].
 pub struct Claimed {
-    file: Flock<File>,
+    file: Locked,
     path: PathBuf,
 }
 
@@ -73,7 +73,7 @@ impl Claimed {
 pub fn claim(template: &Path) -> Option<Claimed> {
     spares(template).into_iter().find_map(|path| {
         let file = OpenOptions::new().read(true).write(true).open(&path).ok()?;
-        let file = Flock::lock(file, FlockArg::LockExclusiveNonblock).ok()?;
+        let file = Locked::lock(file, How::ExclusiveNow).ok()?;
         // Locked after another claim moved it and let go: the name is gone (or, never
         // seen, names another file).
         still_names(&path, &file).then_some(Claimed { file, path })
@@ -213,7 +213,7 @@ mod tests {
         assert!(still_names(&spare, &late));
         let into = dir.path().join("b.img");
         again.move_to(&into).expect("moved");
-        let late = Flock::lock(late, FlockArg::LockExclusiveNonblock).expect("free");
+        let late = Locked::lock(late, How::ExclusiveNow).expect("free");
         assert!(!still_names(&spare, &late));
         assert_eq!(std::fs::read(&into).expect("taken"), b"ext4 image stand-in");
         assert!(spares(&template).is_empty());

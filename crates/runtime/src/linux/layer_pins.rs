@@ -5,9 +5,9 @@
 //! deletes. So no layer goes between a start's resolving it and its mount, and none
 //! while a sandbox whose state dir lists it lives (its image record may go meanwhile).
 
+use super::file_lock::{How, Locked};
 use super::io;
 use crate::RuntimeError;
-use nix::fcntl::{Flock, FlockArg};
 use std::collections::HashSet;
 use std::path::Path;
 
@@ -19,12 +19,12 @@ const PIN_FILE: &str = "layers";
 /// A start's layers, held against collection until written into its state dir.
 pub struct LayerPin {
     digests: Vec<String>,
-    _lock: Flock<std::fs::File>,
+    _lock: Locked,
 }
 
 /// Takes the collector lock of the layer store `layers_root` shared (waiting while a
 /// collection runs).
-pub fn share_gc_lock(layers_root: &Path) -> Result<Flock<std::fs::File>, RuntimeError> {
+pub fn share_gc_lock(layers_root: &Path) -> Result<Locked, RuntimeError> {
     let path = layers_root.join(GC_LOCK);
     let file = std::fs::File::options()
         .create(true)
@@ -32,16 +32,16 @@ pub fn share_gc_lock(layers_root: &Path) -> Result<Flock<std::fs::File>, Runtime
         .write(true)
         .open(&path)
         .map_err(io("opening the layer collector lock", &path))?;
-    Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| RuntimeError::Io {
+    Locked::lock(file, How::Shared).map_err(|(_, source)| RuntimeError::Io {
         what: "locking the layer collector lock",
         path,
-        source: e.into(),
+        source,
     })
 }
 
 impl LayerPin {
     /// Pins `digests`; `lock` is the collector lock, held shared.
-    pub fn new(digests: Vec<String>, lock: Flock<std::fs::File>) -> Self {
+    pub fn new(digests: Vec<String>, lock: Locked) -> Self {
         LayerPin {
             digests,
             _lock: lock,

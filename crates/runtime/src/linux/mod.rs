@@ -12,6 +12,7 @@ mod disk;
 mod disk_space;
 mod disk_spares;
 mod disk_trash;
+pub mod file_lock;
 /// The file name of a sandbox's disk image in its state dir (read by image pulls' room checks).
 pub use disk::IMAGE_NAME as DISK_IMAGE_NAME;
 pub mod gvisor;

@@ -9,7 +9,7 @@
 //! Grants are made under the exclusive lock of `.room-claims/.lock`, so two writers
 //! never both take the same free room; readers take it shared.
 
-use nix::fcntl::{Flock, FlockArg};
+use super::file_lock::{How, Locked};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
@@ -28,17 +28,12 @@ fn dir(data_dir: &Path) -> PathBuf {
     data_dir.join(DIR)
 }
 
-fn flock_err(path: &Path) -> impl FnOnce((std::fs::File, nix::Error)) -> std::io::Error + '_ {
-    move |(_, e)| {
-        std::io::Error::new(
-            std::io::Error::from(e).kind(),
-            format!("locking {}: {e}", path.display()),
-        )
-    }
+fn flock_err(path: &Path) -> impl FnOnce((std::fs::File, std::io::Error)) -> std::io::Error + '_ {
+    move |(_, e)| std::io::Error::new(e.kind(), format!("locking {}: {e}", path.display()))
 }
 
 /// The claims lock of `data_dir`: exclusive to grant, shared to read.
-pub struct ClaimsLock(#[allow(dead_code)] Flock<std::fs::File>);
+pub struct ClaimsLock(#[allow(dead_code)] Locked);
 
 /// Takes the claims lock (blocking), making the claims directory if needed.
 pub fn lock(data_dir: &Path, exclusive: bool) -> std::io::Result<ClaimsLock> {
@@ -58,10 +53,10 @@ pub fn lock(data_dir: &Path, exclusive: bool) -> std::io::Result<ClaimsLock> {
         .write(true)
         .open(&path)?;
     let arg = match exclusive {
-        true => FlockArg::LockExclusive,
-        false => FlockArg::LockShared,
+        true => How::Exclusive,
+        false => How::Shared,
     };
-    Flock::lock(file, arg)
+    Locked::lock(file, arg)
         .map(ClaimsLock)
         .map_err(flock_err(&path))
 }
@@ -69,7 +64,7 @@ pub fn lock(data_dir: &Path, exclusive: bool) -> std::io::Result<ClaimsLock> {
 /// One writer's claim; removed when dropped.
 pub struct Claim {
     path: PathBuf,
-    file: Flock<std::fs::File>,
+    file: Locked,
 }
 
 impl Drop for Claim {
@@ -90,7 +85,7 @@ impl Claim {
             let Ok(file) = std::fs::File::open(entry.path()) else {
                 continue;
             };
-            if Flock::lock(file, FlockArg::LockExclusiveNonblock).is_ok() {
+            if Locked::lock(file, How::ExclusiveNow).is_ok() {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
@@ -99,7 +94,7 @@ impl Claim {
             .write(true)
             .create_new(true)
             .open(&path)?;
-        let file = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(flock_err(&path))?;
+        let file = Locked::lock(file, How::ExclusiveNow).map_err(flock_err(&path))?;
         Ok(Claim { path, file })
     }
 
@@ -138,7 +133,7 @@ pub fn outstanding(
             continue;
         };
         // Lockable: its writer ended, and it holds nothing.
-        let mut file = match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        let mut file = match Locked::lock(file, How::SharedNow) {
             Ok(_) => continue,
             Err((file, _)) => file,
         };

@@ -162,6 +162,9 @@ fn exchanges_after_a_refusal_and_a_move_answer_for_themselves() {
     );
     make(true).expect("made in the new namespace");
     assert!(crate::linux::net::table_exists());
-    assert!(listing().0.contains("\t\tdrop\n\t}"), "the guarded table, here");
+    assert!(
+        listing().0.contains("\t\tdrop\n\t}"),
+        "the guarded table, here"
+    );
     assert_ne!(listing(), first);
 }
