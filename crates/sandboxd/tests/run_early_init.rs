@@ -287,3 +287,17 @@ fn a_run_killed_while_its_early_init_waits_leaves_nothing_after_the_next_run() {
         "cgroups left"
     );
 }
+
+/// Tethers come before the early init, or the init begun untethered would outlive a
+/// killed run: the other order is refused at once (the runtime, dropped while that
+/// refusal unwinds, removes its early init: nothing is left behind).
+#[test]
+#[should_panic(expected = "with_tethers after with_early_init")]
+fn tethers_after_the_early_init_are_refused() {
+    let (_dir, data) = data_dir();
+    let _cleanup = common::runtime(&data);
+    let spec = common::spec("default");
+    let _rt = common::raw_runtime(&data)
+        .with_early_init(spec.disk_mb, "default", None)
+        .with_tethers(sandboxd_runtime::linux::Tethers::new());
+}

@@ -283,8 +283,14 @@ fn try_lock(file: &File) -> std::io::Result<bool> {
 impl LinuxRuntime {
     /// Ties each sandbox this runtime starts to this process (see the module doc), with
     /// `tethers` shared by the process's tiers: for a one-shot process such as
-    /// `sandboxd run`.
+    /// `sandboxd run`. Before [`LinuxRuntime::with_early_init`]: an early init begun
+    /// untethered could not be tethered afterwards (a construction-order contract,
+    /// checked).
     pub fn with_tethers(mut self, tethers: Arc<Tethers>) -> Self {
+        assert!(
+            self.early.is_none(),
+            "with_tethers after with_early_init: the early init would outlive a killed run"
+        );
         self.tethers = Some(tethers);
         self
     }
