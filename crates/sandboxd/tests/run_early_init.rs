@@ -301,3 +301,25 @@ fn tethers_after_the_early_init_are_refused() {
         .with_early_init(spec.disk_mb, "default", None)
         .with_tethers(sandboxd_runtime::linux::Tethers::new());
 }
+
+/// A run that fails before its start drops its runtime with the early init untaken:
+/// that init and its cgroups go, and then the parent cgroup the runtime made (it was
+/// removed first, while the init was still in it, and stayed behind empty).
+#[test]
+fn a_runtime_dropped_with_its_early_init_untaken_leaves_no_parent_cgroup() {
+    let (_dir, data) = data_dir();
+    let spec = common::spec("default");
+    let parent = common::own_cgroups::parent_for(&data);
+    // The only runtime over the data dir: it makes the parent (and so removes it).
+    let rt = common::raw_runtime(&data).with_early_init(spec.disk_mb, "default", None);
+    wait_until("the early init is made", || !warm_keys(&data).is_empty());
+    let dirs: Vec<PathBuf> = ["memory", "pids", "cpu"]
+        .iter()
+        .map(|c| Path::new("/sys/fs/cgroup").join(c).join(&parent))
+        .collect();
+    assert!(dirs.iter().all(|d| d.is_dir()), "the parent: {dirs:?}");
+    drop(rt);
+    assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
+    let left: Vec<&PathBuf> = dirs.iter().filter(|d| d.exists()).collect();
+    assert!(left.is_empty(), "parent cgroups left: {left:?}");
+}

@@ -384,6 +384,9 @@ impl LinuxRuntime {
         if let Some(spares) = &self.spare_nets {
             spares.drain();
         }
+        // An untaken early init's cgroups are in the parent too (a run that failed
+        // before its start): removed first, or the parent would stay behind, empty.
+        self.discard_early_init();
         // Sandboxes left running keep it (the rmdir of a parent in use fails).
         self.remove_cgroup_parent_if_made();
     }
