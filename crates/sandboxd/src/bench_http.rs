@@ -216,19 +216,43 @@ pub(crate) struct Serve {
 }
 
 impl Serve {
-    /// The CPU time of the server's threads so far (not its children's), from each
-    /// one's `schedstat` (nanoseconds; a thread that ended meanwhile is not counted).
+    /// The CPU time of the server's threads so far (not its children's): each live
+    /// thread's `schedstat` (nanoseconds), and the threads that ended meanwhile (a
+    /// start's or destroy's scoped threads) as the process's `stat` counts them, in
+    /// clock ticks: its total less what its live threads account for.
     pub(crate) fn cpu_time(&self) -> Duration {
-        let tasks = format!("/proc/{}/task", self.child.id());
-        let nanos: u64 = std::fs::read_dir(tasks)
+        let pid = self.child.id();
+        let (mut live_nanos, mut live_ticks) = (0u64, 0u64);
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
             .into_iter()
             .flatten()
             .flatten()
-            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-            .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-            .sum();
-        Duration::from_nanos(nanos)
+        {
+            let read = |name: &str| std::fs::read_to_string(task.path().join(name)).ok();
+            let nanos = read("schedstat").and_then(|s| s.split_whitespace().next()?.parse().ok());
+            live_nanos += nanos.unwrap_or(0);
+            live_ticks += read("stat").as_deref().and_then(cpu_ticks).unwrap_or(0);
+        }
+        let total_ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .as_deref()
+            .and_then(cpu_ticks)
+            .unwrap_or(0);
+        // SAFETY: sysconf(3) reads a constant of the system.
+        let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100);
+        let ended = total_ticks.saturating_sub(live_ticks) * 1_000_000_000 / per_second.max(1);
+        Duration::from_nanos(live_nanos + ended)
     }
+}
+
+/// User and system time (clock ticks) of a `/proc/.../stat` line: its 14th and 15th
+/// fields, counted after the command name's closing parenthesis (a name may hold
+/// spaces and parentheses).
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // `fields[0]` is the 3rd field (state).
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(field(14)? + field(15)?)
 }
 
 /// How long [`Serve::pool_full`] waits at most.
@@ -558,5 +582,18 @@ impl Api {
         }
         self.made.retain(|m| m != id);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    /// Ticks are read past the name, whatever it holds.
+    #[test]
+    fn ticks_are_fields_14_and_15() {
+        let stat = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 3 0";
+        assert_eq!(super::cpu_ticks(stat), Some(12));
+        assert_eq!(super::cpu_ticks("42 (x"), None);
+        let own = std::fs::read_to_string("/proc/self/stat").expect("own stat");
+        assert!(super::cpu_ticks(&own).is_some());
     }
 }
