@@ -323,3 +323,42 @@ fn a_runtime_dropped_with_its_early_init_untaken_leaves_no_parent_cgroup() {
     let left: Vec<&PathBuf> = dirs.iter().filter(|d| d.exists()).collect();
     assert!(left.is_empty(), "parent cgroups left: {left:?}");
 }
+
+/// An early init that died after its make (killed, out of memory) is not handed to the
+/// start, which goes on cold and works; what the dead one made is removed.
+#[test]
+fn a_start_goes_cold_when_the_early_init_died_parked() {
+    let (_dir, data) = data_dir();
+    let _cleanup = common::runtime(&data);
+    let spec = common::spec("default");
+    let rt = common::raw_runtime(&data).with_early_init(spec.disk_mb, "default", None);
+    wait_until("the early init's agent serves", || {
+        warm_keys(&data).iter().any(|key| {
+            let socket = data
+                .join("sandboxes")
+                .join(format!(".warm-{key}/agent.sock"));
+            std::os::unix::net::UnixStream::connect(socket).is_ok()
+        })
+    });
+    let key = warm_keys(&data).remove(0);
+    let entry = data.join("sandboxes").join(format!(".warm-{key}"));
+    let parked = processes_holding(&entry);
+    assert!(!parked.is_empty(), "the early init's processes");
+    for pid in parked {
+        // SAFETY: kill(2) on the init this test's runtime started, and its PID 1.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    wait_until("the early init is dead", || {
+        processes_holding(&entry).is_empty()
+    });
+    let cold = rt.start(&spec).expect("a cold start");
+    assert!(!cold.warm, "the dead early init was taken");
+    assert_eq!(sh_ok(&cold, "echo ok"), "ok\n");
+    assert!(!entry.exists(), "the dead init's entry is left");
+    rt.destroy(&cold).expect("destroy");
+    rt.discard_early_init();
+    assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
+    assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
+    assert_eq!(loops_under(&data), Vec::<String>::new(), "loop devices left");
+    assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
+}

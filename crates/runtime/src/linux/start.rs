@@ -48,7 +48,7 @@ pub(super) fn start_notifying(
     // its make ends: the caller links it while the make goes on.
     let mut told_early = false;
     if let (None, Some(tell), Some(early)) = (&warm, on_netns, rt.early.as_ref()) {
-        if let Some(ns) = early.netns(spec.disk_mb, &layers) {
+        if let Some(ns) = early.netns(spec.disk_mb, &spec.image, &layers) {
             tell(ns);
             told_early = true;
             phase(spec, t0, "early namespace told");
@@ -57,7 +57,7 @@ pub(super) fn start_notifying(
     let warm = warm.or_else(|| {
         rt.early
             .as_ref()
-            .and_then(|early| early.take(spec.disk_mb, &layers))
+            .and_then(|early| early.take(spec.disk_mb, &spec.image, &layers))
     });
     phase(spec, t0, "warm taken");
     // A parked init's network namespace exists already: told now (unless told above),

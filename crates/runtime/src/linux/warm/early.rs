@@ -24,8 +24,9 @@ type Making = JoinHandle<Result<Warm, RuntimeError>>;
 pub(in crate::linux) struct EarlyInit {
     maker: Arc<Maker>,
     disk_mb: u32,
-    /// The layers its root is mounted from (none: no root, the start mounts it).
-    layers: Option<Vec<std::path::PathBuf>>,
+    /// The image and layers its root is mounted from (none: no root, the start mounts
+    /// it). The name matters too: whether the host's /usr is bound in goes by it.
+    root: Option<(String, Vec<std::path::PathBuf>)>,
     making: Mutex<Option<Making>>,
     /// Its network namespace once its init has one (long before it is parked).
     netns: Arc<Told>,
@@ -109,10 +110,9 @@ impl EarlyInit {
             net: None,
             tethered,
         });
-        let layers = root.as_ref().map(|(_, layers)| layers.clone());
         let shape = Shape {
             disk_mb,
-            root,
+            root: root.clone(),
             ..Shape::default()
         };
         let made = maker.clone();
@@ -130,43 +130,60 @@ impl EarlyInit {
         Ok(EarlyInit {
             maker,
             disk_mb,
-            layers,
+            root,
             making: Mutex::new(Some(making)),
             netns,
         })
     }
 
-    /// Whether a start whose disk is `disk_mb` MiB over `layers` would take it.
-    fn fits(&self, disk_mb: u32, layers: &[std::path::PathBuf]) -> bool {
-        disk_mb == self.disk_mb && self.layers.as_ref().is_none_or(|l| l == layers)
+    /// Whether a start whose disk is `disk_mb` MiB of image `image` over `layers` would
+    /// take it.
+    fn fits(&self, disk_mb: u32, image: &str, layers: &[std::path::PathBuf]) -> bool {
+        disk_mb == self.disk_mb
+            && self
+                .root
+                .as_ref()
+                .is_none_or(|(name, l)| name == image && l == layers)
     }
 
-    /// The network namespace of the init a start whose disk is `disk_mb` MiB over
-    /// `layers` would take, once its init has one (before it is parked: the start's
-    /// link can be made while the make goes on); `None` when it would not be taken or
-    /// its make failed first. A make that fails after telling leaves the start cold,
-    /// in another namespace it tells too.
-    pub fn netns(&self, disk_mb: u32, layers: &[std::path::PathBuf]) -> Option<OwnedFd> {
+    /// The network namespace of the init a start whose disk is `disk_mb` MiB of
+    /// `image` over `layers` would take, once its init has one (before it is parked:
+    /// the start's link can be made while the make goes on); `None` when it would not
+    /// be taken or its make failed first. A make that fails after telling leaves the
+    /// start cold, in another namespace it tells too.
+    pub fn netns(
+        &self,
+        disk_mb: u32,
+        image: &str,
+        layers: &[std::path::PathBuf],
+    ) -> Option<OwnedFd> {
         let untaken = self.making.lock().ok().is_some_and(|m| m.is_some());
-        if !untaken || !self.fits(disk_mb, layers) {
+        if !untaken || !self.fits(disk_mb, image, layers) {
             return None;
         }
         self.netns.take()
     }
 
-    /// The init, for a start whose disk is `disk_mb` MiB over `layers`, once made
-    /// (waiting for that); `None` when it was made for another size or root (it stays,
-    /// for [`EarlyInit::discard`]), taken already, or its make failed (the start is then
-    /// cold).
-    pub fn take(&self, disk_mb: u32, layers: &[std::path::PathBuf]) -> Option<Warm> {
-        if !self.fits(disk_mb, layers) {
+    /// The init, for a start whose disk is `disk_mb` MiB of `image` over `layers`,
+    /// once made (waiting for that); `None` when it was made for another size or root
+    /// (it stays, for [`EarlyInit::discard`]), taken already, its make failed, or its
+    /// init died meanwhile (removed): the start is then cold.
+    pub fn take(&self, disk_mb: u32, image: &str, layers: &[std::path::PathBuf]) -> Option<Warm> {
+        if !self.fits(disk_mb, image, layers) {
             return None;
         }
         let making = self.making.lock().ok()?.take()?;
         let made = making.join();
         self.netns.forget();
         match made {
-            Ok(Ok(warm)) => Some(warm),
+            Ok(Ok(mut warm)) => {
+                if warm.is_alive() {
+                    return Some(warm);
+                }
+                tracing::warn!(key = %warm.key, "the early init died before its start; starting cold");
+                self.maker.discard(warm);
+                None
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "the early init was not made; starting cold");
                 None
