@@ -74,6 +74,18 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until an early init of `data` is parked with its agent serving.
+fn wait_for_early_agent(data: &Path) {
+    wait_until("the early init's agent serves", || {
+        warm_keys(data).iter().any(|key| {
+            let socket = data
+                .join("sandboxes")
+                .join(format!(".warm-{key}/agent.sock"));
+            std::os::unix::net::UnixStream::connect(socket).is_ok()
+        })
+    });
+}
+
 #[test]
 fn a_start_takes_the_early_init_and_one_of_another_size_is_removed_untaken() {
     let (_dir, data) = data_dir();
@@ -84,14 +96,7 @@ fn a_start_takes_the_early_init_and_one_of_another_size_is_removed_untaken() {
         .with_tethers(tethers.clone())
         .with_early_init(spec.disk_mb, "default", None);
     // Parked in the built-in image's root: its agent serves before any start.
-    wait_until("the early init's agent serves", || {
-        warm_keys(&data).iter().any(|key| {
-            let socket = data
-                .join("sandboxes")
-                .join(format!(".warm-{key}/agent.sock"));
-            std::os::unix::net::UnixStream::connect(socket).is_ok()
-        })
-    });
+    wait_for_early_agent(&data);
     let taken = rt.start(&spec).expect("start");
     assert!(taken.warm, "the start did not take the early init");
     assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
@@ -332,14 +337,7 @@ fn a_start_goes_cold_when_the_early_init_died_parked() {
     let _cleanup = common::runtime(&data);
     let spec = common::spec("default");
     let rt = common::raw_runtime(&data).with_early_init(spec.disk_mb, "default", None);
-    wait_until("the early init's agent serves", || {
-        warm_keys(&data).iter().any(|key| {
-            let socket = data
-                .join("sandboxes")
-                .join(format!(".warm-{key}/agent.sock"));
-            std::os::unix::net::UnixStream::connect(socket).is_ok()
-        })
-    });
+    wait_for_early_agent(&data);
     let key = warm_keys(&data).remove(0);
     let entry = data.join("sandboxes").join(format!(".warm-{key}"));
     let parked = processes_holding(&entry);
@@ -359,6 +357,10 @@ fn a_start_goes_cold_when_the_early_init_died_parked() {
     rt.discard_early_init();
     assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
     assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
-    assert_eq!(loops_under(&data), Vec::<String>::new(), "loop devices left");
+    assert_eq!(
+        loops_under(&data),
+        Vec::<String>::new(),
+        "loop devices left"
+    );
     assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
 }
