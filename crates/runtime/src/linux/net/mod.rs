@@ -272,15 +272,15 @@ fn keeper(rt: &LinuxRuntime, id: Uuid) -> PathBuf {
     std::path::absolute(&dir).unwrap_or(dir)
 }
 
-/// Host side, before the sandbox's namespace exists: the lease and the sandbox's set
-/// elements (in-process, one transaction shared with starts arriving together).
-/// `keeper`: the sandbox's state dir (none for a spare's).
 /// Whether the shared table exists in this network namespace (any error reading it
 /// counts as none).
 pub(super) fn table_exists() -> bool {
     nfset::list("nets").is_ok()
 }
 
+/// Host side, before the sandbox's namespace exists: the lease and the sandbox's set
+/// elements (in-process, one transaction shared with starts arriving together).
+/// `keeper`: the sandbox's state dir (none for a spare's).
 fn prepare(
     config: &NetConfig,
     id: Uuid,

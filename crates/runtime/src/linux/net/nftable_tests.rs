@@ -125,13 +125,22 @@ fn a_refused_batch_leaves_what_was_there() {
     assert_eq!(listing(), was);
 }
 
-/// The socket kept after an exchange serves the next one only in the network namespace
-/// it was opened in, and one whose batch was refused is not kept: a thread that moves
-/// to another namespace makes its table there, and each answer is its own exchange's.
+/// The socket kept after an exchange serves the next one, only in the network
+/// namespace it was opened in; one whose batch was refused is not kept, and a refusal
+/// answered after the last ack asked for is still the exchange's error: a thread that
+/// moves to another namespace makes its table there, and each answer is its own
+/// exchange's.
 #[test]
 fn exchanges_after_a_refusal_and_a_move_answer_for_themselves() {
+    use std::sync::atomic::Ordering;
     fresh_netns();
     make(false).expect("the batch");
+    let reused = nlsock::REUSED.load(Ordering::Relaxed);
+    make(false).expect("again");
+    assert!(
+        nlsock::REUSED.load(Ordering::Relaxed) > reused,
+        "the kept socket served the next exchange"
+    );
     let mut refused = batch(false);
     let at = refused.len() - 1;
     refused.insert(
@@ -146,14 +155,15 @@ fn exchanges_after_a_refusal_and_a_move_answer_for_themselves() {
         assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
         make(false).expect("made after a refusal");
     }
-    // An error answered after the last ack asked for (callers ask it of their last
-    // message; this one does not) is not read by its exchange: it is left queued on
-    // the kept socket, and the next exchange must not take it for its own.
+    // The refused message is not asked to ack, the one before it is: its error comes
+    // after the last ack the exchange waits for, and is still its answer (not left
+    // queued for the next exchange on the kept socket).
     let mut unasked = refused.clone();
     let at = unasked.len() - 2;
     unasked[at].1 &= !NLM_F_ACK;
-    nlsock::transact(NETLINK_NETFILTER, unasked).expect("the ack before the error");
-    make(false).expect("made after an error left queued");
+    let e = nlsock::transact(NETLINK_NETFILTER, unasked).expect_err("refused after the ack");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+    make(false).expect("made after that refusal");
     let first = listing();
     fresh_netns();
     assert!(

@@ -99,18 +99,14 @@ impl Drop for Lent {
         if !self.netfilter {
             return;
         }
-        let sock = match (self.done, self.ns) {
-            (true, Some(ns)) => match keep(ns, sock) {
-                None => return,
-                Some(sock) => sock,
-            },
-            _ => sock,
-        };
-        close_aside(sock);
+        match (self.done, self.ns) {
+            (true, Some(ns)) => keep(ns, sock),
+            _ => close_aside(sock),
+        }
     }
 }
 
-/// How many netfilter sockets are kept (exchanges at once beyond it close theirs).
+/// How many netfilter sockets are kept, the most recently used last.
 const KEPT: usize = 4;
 static KEPT_SOCKETS: std::sync::Mutex<Vec<((u64, u64), Socket)>> =
     std::sync::Mutex::new(Vec::new());
@@ -126,22 +122,43 @@ fn netns() -> Option<(u64, u64)> {
 fn kept(ns: (u64, u64)) -> Option<Socket> {
     let mut kept = KEPT_SOCKETS.lock().unwrap_or_else(|p| p.into_inner());
     let at = kept.iter().position(|(n, _)| *n == ns)?;
-    let (_, sock) = kept.swap_remove(at);
+    let (_, sock) = kept.remove(at);
     drop(kept);
+    // An answer queued after its exchange ended (none is expected: `transact` reads
+    // what follows its last ack) is read away; a socket that reports an error instead
+    // (an overrun) is not used again.
     let mut buf = [0u8; 256];
-    // An answer queued after its exchange ended (none is expected): read away.
-    while sock.recv(&mut &mut buf[..], libc::MSG_DONTWAIT).is_ok() {}
+    loop {
+        match sock.recv(&mut &mut buf[..], libc::MSG_DONTWAIT) {
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                close_aside(sock);
+                return None;
+            }
+        }
+    }
+    #[cfg(test)]
+    REUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Some(sock)
 }
 
-/// Keeps `sock` of namespace `ns`; gives it back when there is no room.
-fn keep(ns: (u64, u64), sock: Socket) -> Option<Socket> {
+/// Kept sockets handed out again (for the tests to see that reuse happened).
+#[cfg(test)]
+pub(super) static REUSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Keeps `sock` of namespace `ns`. When [`KEPT`] are kept already, the one used
+/// longest ago goes (closed aside): a namespace no exchange uses again does not hold
+/// a place, or stay alive through its socket, for the rest of the process's life.
+fn keep(ns: (u64, u64), sock: Socket) {
     let mut kept = KEPT_SOCKETS.lock().unwrap_or_else(|p| p.into_inner());
-    if kept.len() >= KEPT {
-        return Some(sock);
-    }
+    let evicted = (kept.len() >= KEPT).then(|| kept.remove(0));
     kept.push((ns, sock));
-    None
+    drop(kept);
+    if let Some((_, old)) = evicted {
+        close_aside(old);
+    }
 }
 
 /// Sockets waiting for the closer thread; a full queue (or no thread) closes here.
@@ -251,8 +268,40 @@ where
         }
         _ => Ok(None),
     })?;
+    // The kernel answered the whole send before `send` returned: an error of a message
+    // after the last one asked to ack (the batch then took no effect) is queued behind
+    // that ack. Read to the queue's end, so it is not lost (nor left for the next
+    // exchange of a kept socket).
+    trailing_error::<I>(&sock)?;
     sock.done = true;
     Ok(())
+}
+
+/// The first error answered among the messages queued on `sock` now (read without
+/// waiting, to the queue's end).
+fn trailing_error<I: NetlinkDeserializable>(sock: &Socket) -> io::Result<()> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut first = None;
+    loop {
+        let n = match sock.recv(&mut &mut buf[..], libc::MSG_DONTWAIT) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let mut rest = &buf[..n.min(buf.len())];
+        while !rest.is_empty() {
+            let msg = NetlinkMessage::<I>::deserialize(rest).map_err(bad)?;
+            let len = (msg.header.length as usize + 3) & !3;
+            if let NetlinkPayload::Error(e) = msg.payload {
+                if e.code.is_some() && first.is_none() {
+                    first = Some(e.to_io());
+                }
+            }
+            rest = rest.get(len.max(1)..).unwrap_or_default();
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// Sends the dump request `msg` and returns the messages answering it, read as `A`.
