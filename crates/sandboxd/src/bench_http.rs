@@ -216,43 +216,31 @@ pub(crate) struct Serve {
 }
 
 impl Serve {
-    /// The CPU time of the server's threads so far (not its children's): each live
-    /// thread's `schedstat` (nanoseconds), and the threads that ended meanwhile (a
-    /// start's or destroy's scoped threads) as the process's `stat` counts them, in
-    /// clock ticks: its total less what its live threads account for.
+    /// The CPU time of the server's process so far, every thread's (those that ended
+    /// too), not its children's: its CPU-time clock (`clock_getcpuclockid`), in
+    /// nanoseconds. Zero when it cannot be read.
     pub(crate) fn cpu_time(&self) -> Duration {
-        let pid = self.child.id();
-        let (mut live_nanos, mut live_ticks) = (0u64, 0u64);
-        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let read = |name: &str| std::fs::read_to_string(task.path().join(name)).ok();
-            let nanos = read("schedstat").and_then(|s| s.split_whitespace().next()?.parse().ok());
-            live_nanos += nanos.unwrap_or(0);
-            live_ticks += read("stat").as_deref().and_then(cpu_ticks).unwrap_or(0);
+        let Ok(pid) = libc::pid_t::try_from(self.child.id()) else {
+            return Duration::ZERO;
+        };
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: clock_getcpuclockid(3) writes one clockid_t we own.
+        if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
+            return Duration::ZERO;
         }
-        let total_ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .as_deref()
-            .and_then(cpu_ticks)
-            .unwrap_or(0);
-        // SAFETY: sysconf(3) reads a constant of the system.
-        let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100);
-        let ended = total_ticks.saturating_sub(live_ticks) * 1_000_000_000 / per_second.max(1);
-        Duration::from_nanos(live_nanos + ended)
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime(2) writes one timespec we own.
+        if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+            return Duration::ZERO;
+        }
+        Duration::new(
+            ts.tv_sec.max(0) as u64,
+            ts.tv_nsec.clamp(0, 999_999_999) as u32,
+        )
     }
-}
-
-/// User and system time (clock ticks) of a `/proc/.../stat` line: its 14th and 15th
-/// fields, counted after the command name's closing parenthesis (a name may hold
-/// spaces and parentheses).
-fn cpu_ticks(stat: &str) -> Option<u64> {
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // `fields[0]` is the 3rd field (state).
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    Some(field(14)? + field(15)?)
 }
 
 /// How long [`Serve::pool_full`] waits at most.
@@ -587,13 +575,30 @@ impl Api {
 
 #[cfg(test)]
 mod cpu_tests {
-    /// Ticks are read past the name, whatever it holds.
+    /// A process's CPU-time clock counts what its threads that ended used.
     #[test]
-    fn ticks_are_fields_14_and_15() {
-        let stat = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 3 0";
-        assert_eq!(super::cpu_ticks(stat), Some(12));
-        assert_eq!(super::cpu_ticks("42 (x"), None);
-        let own = std::fs::read_to_string("/proc/self/stat").expect("own stat");
-        assert!(super::cpu_ticks(&own).is_some());
+    fn the_clock_counts_ended_threads() {
+        let own = || {
+            let mut clock: libc::clockid_t = 0;
+            // SAFETY: as in `Serve::cpu_time`, on this process.
+            assert_eq!(unsafe { libc::clock_getcpuclockid(0, &mut clock) }, 0);
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: as in `Serve::cpu_time`.
+            assert_eq!(unsafe { libc::clock_gettime(clock, &mut ts) }, 0);
+            std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+        };
+        let before = own();
+        std::thread::spawn(|| {
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(30) {
+                std::hint::spin_loop();
+            }
+        })
+        .join()
+        .expect("spinner");
+        assert!(own() - before >= std::time::Duration::from_millis(20));
     }
 }

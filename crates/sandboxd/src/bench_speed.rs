@@ -46,11 +46,15 @@ pub struct SpeedFigures {
 }
 
 /// A run that finds no shared table: its parked network lingers 0 s, and the next
-/// sample waits (up to 5 s) until its reaper removed the table.
+/// sample waits (up to 5 s, then fails) until its reaper removed the table.
 fn run_after_idle(run_dir: &std::path::Path) -> Result<Duration> {
     let took = bench_base::sandboxd_run_with(run_dir, "egress", &[(LINGER_ENV, "0")])?;
     let deadline = Instant::now() + Duration::from_secs(5);
-    while sandboxd_runtime::linux::shared_table_exists() && Instant::now() < deadline {
+    while sandboxd_runtime::linux::shared_table_exists() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the shared nftables table outlived its last run by 5 s: the next sample would find it"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(took)
