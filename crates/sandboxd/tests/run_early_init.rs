@@ -74,6 +74,14 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Nothing of a sandbox or an early init is left under `data`: no mount, loop device
+/// or id slot.
+fn assert_no_mounts_loops_or_slots(data: &Path) {
+    assert_eq!(mounts_under(data), Vec::<String>::new(), "mounts left");
+    assert_eq!(loops_under(data), Vec::<String>::new(), "loop devices left");
+    assert_eq!(slot_leases(data), Vec::<String>::new(), "id slots left");
+}
+
 /// Waits until an early init of `data` is parked with its agent serving.
 fn wait_for_early_agent(data: &Path) {
     wait_until("the early init's agent serves", || {
@@ -136,13 +144,7 @@ fn a_start_takes_the_early_init_and_one_of_another_size_is_removed_untaken() {
         Vec::<i32>::new(),
         "its init is left"
     );
-    assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
-    assert_eq!(
-        loops_under(&data),
-        Vec::<String>::new(),
-        "loop devices left"
-    );
-    assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
+    assert_no_mounts_loops_or_slots(&data);
     assert_eq!(cgroups_under(&other), Vec::<PathBuf>::new(), "cgroups left");
 }
 
@@ -279,13 +281,7 @@ fn a_run_killed_while_its_early_init_waits_leaves_nothing_after_the_next_run() {
     wait_until("the dead run's init ends", || {
         processes_holding(&entry).is_empty()
     });
-    assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
-    assert_eq!(
-        loops_under(&data),
-        Vec::<String>::new(),
-        "loop devices left"
-    );
-    assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
+    assert_no_mounts_loops_or_slots(&data);
     assert_eq!(
         cgroups_named("sandboxd", &key),
         Vec::<PathBuf>::new(),
@@ -356,11 +352,5 @@ fn a_start_goes_cold_when_the_early_init_died_parked() {
     rt.destroy(&cold).expect("destroy");
     rt.discard_early_init();
     assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
-    assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
-    assert_eq!(
-        loops_under(&data),
-        Vec::<String>::new(),
-        "loop devices left"
-    );
-    assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
+    assert_no_mounts_loops_or_slots(&data);
 }

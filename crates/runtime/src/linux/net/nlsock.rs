@@ -218,16 +218,31 @@ fn serialize<I: NetlinkSerializable>(msgs: Vec<(NetlinkMessage<I>, u16)>) -> (Ve
 /// Reads datagrams, handing each message to `each` until it says to stop (`Some`).
 fn read<I, T>(
     sock: &Socket,
-    mut each: impl FnMut(NetlinkMessage<I>) -> io::Result<Option<T>>,
+    each: impl FnMut(NetlinkMessage<I>) -> io::Result<Option<T>>,
 ) -> io::Result<T>
+where
+    I: NetlinkDeserializable,
+{
+    read_with(sock, 0, each)?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "no netlink answer in time"))
+}
+
+/// [`read`] with `recv` flags `flags`; `None` once nothing more is queued (with
+/// `MSG_DONTWAIT`) or the receive timeout passed.
+fn read_with<I, T>(
+    sock: &Socket,
+    flags: libc::c_int,
+    mut each: impl FnMut(NetlinkMessage<I>) -> io::Result<Option<T>>,
+) -> io::Result<Option<T>>
 where
     I: NetlinkDeserializable,
 {
     let mut buf = vec![0u8; 1 << 16];
     loop {
-        let n = match sock.recv(&mut &mut buf[..], 0) {
+        let n = match sock.recv(&mut &mut buf[..], flags) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) => return Err(e),
         };
         let mut rest = &buf[..n.min(buf.len())];
@@ -235,7 +250,7 @@ where
             let msg = NetlinkMessage::<I>::deserialize(rest).map_err(bad)?;
             let len = (msg.header.length as usize + 3) & !3;
             if let Some(done) = each(msg)? {
-                return Ok(done);
+                return Ok(Some(done));
             }
             rest = rest.get(len.max(1)..).unwrap_or_default();
         }
@@ -280,27 +295,15 @@ where
 /// The first error answered among the messages queued on `sock` now (read without
 /// waiting, to the queue's end).
 fn trailing_error<I: NetlinkDeserializable>(sock: &Socket) -> io::Result<()> {
-    let mut buf = vec![0u8; 1 << 16];
     let mut first = None;
-    loop {
-        let n = match sock.recv(&mut &mut buf[..], libc::MSG_DONTWAIT) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        let mut rest = &buf[..n.min(buf.len())];
-        while !rest.is_empty() {
-            let msg = NetlinkMessage::<I>::deserialize(rest).map_err(bad)?;
-            let len = (msg.header.length as usize + 3) & !3;
-            if let NetlinkPayload::Error(e) = msg.payload {
-                if e.code.is_some() && first.is_none() {
-                    first = Some(e.to_io());
-                }
+    read_with(sock, libc::MSG_DONTWAIT, |msg: NetlinkMessage<I>| {
+        if let NetlinkPayload::Error(e) = msg.payload {
+            if e.code.is_some() && first.is_none() {
+                first = Some(e.to_io());
             }
-            rest = rest.get(len.max(1)..).unwrap_or_default();
         }
-    }
+        Ok(None::<()>)
+    })?;
     first.map_or(Ok(()), Err)
 }
 
