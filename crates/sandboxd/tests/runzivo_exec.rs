@@ -298,3 +298,40 @@ async fn disconnect_cancels_the_process_group_and_the_fifth_command_is_refused()
         );
     }
 }
+
+/// Clients that hang up while their command is being started (any moment from before
+/// the request is read to after its first answer) leave nothing running: a start the
+/// server had sent to the agent is finished and handed to its driver, which ends the
+/// command as for any reader that went away. Before, a handler dropped between the
+/// agent's start and the driver left the command running with no timeout, output cap
+/// or session count.
+#[tokio::test(flavor = "multi_thread")]
+async fn hang_ups_during_the_start_leave_no_command_running() {
+    let s = Server::start(30);
+    let id = s.create().await;
+    let path = s.path(&format!("/{id}/exec"));
+    let key = Some(s.keys.writer.as_str());
+    let body = json!({"cmd": "exec sleep 1000"}).to_string();
+    for step in 0..60u64 {
+        let open = s.open("POST", &path, key, Some("application/json"), body.clone());
+        let _ = tokio::time::timeout(std::time::Duration::from_micros(step * 100), open).await;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Counted by a command of its own, once a session is free (the hung-up ones end).
+    let count = json!({"cmd": "pgrep -x sleep | wc -l"});
+    loop {
+        let reply = s.json("POST", &path, &count).await;
+        let left = match reply.status {
+            409 => "no session free".to_string(),
+            _ => String::from_utf8(collect(&reply.lines()).0).expect("utf-8"),
+        };
+        if left == "0\n" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "commands left running after their clients hung up: {left}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -8,6 +8,7 @@ use crate::model::{EndReason, StartCommand, WorkspaceId};
 use crate::output::{OutputEvent, OutputStream, ProcessExit, StreamKind};
 use crate::sessions::Session;
 use crate::state::SandboxStatus;
+use crate::ErrorCode;
 use bytes::Bytes;
 use futures_util::stream::{BoxStream, StreamExt};
 use std::collections::BTreeMap;
@@ -131,7 +132,22 @@ impl Engine {
         cmd: StreamCommand,
     ) -> Result<(Uuid, ExecStream), EngineError> {
         let started = std::time::Instant::now();
-        let begun = self.begin_stream(ws, id, cmd, started).await;
+        // Begun on a task of its own: a caller that goes away while the agent answers
+        // the start (a handler dropped with its client's connection) does not cut the
+        // start off between its request and its driver, which would leave the command
+        // running with no timeout, output cap or session count. The start is finished
+        // and handed to its driver; its stream then has no reader, and the driver ends
+        // the command as for any reader that went away.
+        let (engine, task_ws) = (self.clone(), ws.clone());
+        let begun =
+            tokio::spawn(async move { engine.begin_stream(&task_ws, id, cmd, started).await })
+                .await
+                .unwrap_or_else(|e| {
+                    Err(EngineError::new(
+                        ErrorCode::Internal,
+                        format!("the streamed exec's start ended early: {e}"),
+                    ))
+                });
         if begun.is_err() {
             self.metrics.exec_streamed(started.elapsed());
         }

@@ -35,7 +35,9 @@ impl Engine {
     /// Starts a held process (it keeps every output byte for this reader, waiting for
     /// it rather than dropping any) and follows its output from the first byte until
     /// `Exit`, in one exchange with the agent; the process's id and its output. A
-    /// failure after the request went out kills whatever may have started.
+    /// failure after the request went out kills whatever may have started (a caller
+    /// that must not be cancelled midway runs it on a task of its own, as
+    /// `exec_stream` does).
     pub(crate) async fn start_following(
         &self,
         ws: &WorkspaceId,
