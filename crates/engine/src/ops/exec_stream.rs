@@ -137,17 +137,19 @@ impl Engine {
         // start off between its request and its driver, which would leave the command
         // running with no timeout, output cap or session count. The start is finished
         // and handed to its driver; its stream then has no reader, and the driver ends
-        // the command as for any reader that went away.
+        // the command as for any reader that went away. The task keeps the request's
+        // context (its key: a revoke still ends the stream).
         let (engine, task_ws) = (self.clone(), ws.clone());
-        let begun =
-            tokio::spawn(async move { engine.begin_stream(&task_ws, id, cmd, started).await })
-                .await
-                .unwrap_or_else(|e| {
-                    Err(EngineError::new(
-                        ErrorCode::Internal,
-                        format!("the streamed exec's start ended early: {e}"),
-                    ))
-                });
+        let begun = crate::request::spawn_for_request(async move {
+            engine.begin_stream(&task_ws, id, cmd, started).await
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(EngineError::new(
+                ErrorCode::Internal,
+                format!("the streamed exec's start ended early: {e}"),
+            ))
+        });
         if begun.is_err() {
             self.metrics.exec_streamed(started.elapsed());
         }
