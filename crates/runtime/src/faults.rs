@@ -16,6 +16,10 @@
 //!   its exec, or a held init's after its `begin`) fails in the child: its `tasks`
 //!   files are opened read-only (cold start and warm entries);
 //! - `start.disk`: its state dirs made and its disk mounted (cold start);
+//! - `start.netns_open`: the open of the init's network namespace, to tell it to the
+//!   network set up beside the start, fails (cold start);
+//! - `warm.parking`, `warm.park`: a warm entry's (or an early init's) root mounted,
+//!   before its park (`warm.parking` to hang there, `warm.park` to fail);
 //! - `start.mount_root`: its root mounted through the user namespace;
 //! - `start.handshake`: PID 1 attached, before its `Ready`;
 //! - `start.pin`: the sandbox's layer pin about to be written (a warm start: into the

@@ -1,7 +1,8 @@
 //! An egress start that takes a one-shot runtime's early init (what `sandboxd run`
 //! does) links the network it took as soon as the init's network namespace exists,
 //! while the init's make goes on; when that make then fails, the start goes on cold and
-//! its link is made again, in the cold start's namespace. Either way the sandbox's
+//! its link is made again, in the cold start's namespace (or, when that namespace cannot
+//! be opened, in its PID 1's once started). Either way the sandbox's
 //! `eth0` is up, addressed and routed, and one link is left for it, none after it.
 //!
 //! Like network_early_link.rs, the test runs in a network namespace and with network
@@ -106,9 +107,28 @@ fn an_early_inits_namespace_is_linked_before_its_take_and_again_when_its_make_fa
     third.destroy(&c).expect("destroy c");
     third.discard_early_init();
     tethers.finish_released();
+    assert_eq!(links_named(&ifname(&name)), 0, "c's link is left");
+
+    // Again, the early init's namespace surely told (its make waits before failing),
+    // and the cold start's own namespace cannot be opened: the link made in the early
+    // init's namespace is not taken for the sandbox's, which is connected once started.
+    fail::cfg("warm.parking", "sleep(300)").expect("failpoint");
+    fail::cfg("warm.park", "return").expect("failpoint");
+    fail::cfg("start.netns_open", "return").expect("failpoint");
+    let fourth = one_shot(run_dir.path(), state.path(), &tethers);
+    let d = start(&fourth);
+    fail::remove("warm.parking");
+    fail::remove("warm.park");
+    fail::remove("start.netns_open");
+    assert!(!d.warm, "d took an early init whose make failed");
+    assert_eq!(named_after(state.path(), d.id), Some(name.clone()));
+    assert_linked(&fourth, &d, &name);
+    fourth.destroy(&d).expect("destroy d");
+    fourth.discard_early_init();
+    tethers.finish_released();
     scenario.teardown();
 
-    assert_eq!(links_named(&ifname(&name)), 0, "c's link is left");
+    assert_eq!(links_named(&ifname(&name)), 0, "d's link is left");
     assert_eq!(
         parked(),
         std::slice::from_ref(&name),

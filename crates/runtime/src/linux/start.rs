@@ -19,8 +19,10 @@ use std::process::Child;
 use std::time::Instant;
 
 /// Called with the sandbox's network namespace as soon as it exists (before PID 1 is
-/// set up), so the caller can connect it while the start goes on.
-pub(in crate::linux) type OnNetns<'a> = Option<&'a (dyn Fn(OwnedFd) + Sync)>;
+/// set up), so the caller can connect it while the start goes on; with `None` when the
+/// start goes on in a namespace it could not open (what was told before is then not
+/// the sandbox's: the caller connects PID 1's once started).
+pub(in crate::linux) type OnNetns<'a> = Option<&'a (dyn Fn(Option<OwnedFd>) + Sync)>;
 
 /// Starts a sandbox with only `lo` (from an unwired warm init if there is one).
 pub(super) fn start(rt: &LinuxRuntime, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
@@ -49,7 +51,7 @@ pub(super) fn start_notifying(
     let mut told_early = false;
     if let (None, Some(tell), Some(early)) = (&warm, on_netns, rt.early.as_ref()) {
         if let Some(ns) = early.netns(spec.disk_mb, &spec.image, &layers) {
-            tell(ns);
+            tell(Some(ns));
             told_early = true;
             phase(spec, t0, "early namespace told");
         }
@@ -65,9 +67,7 @@ pub(super) fn start_notifying(
     let on_netns = match (on_netns, warm.as_ref().and_then(|w| w.parked)) {
         (Some(tell), Some((pid1, _))) => {
             if !told_early {
-                if let Ok(ns) = std::fs::File::open(format!("/proc/{pid1}/ns/net")) {
-                    tell(ns.into());
-                }
+                tell(std::fs::File::open(format!("/proc/{pid1}/ns/net")).ok().map(Into::into));
             }
             None
         }
@@ -309,12 +309,14 @@ fn launch(
             expect(&ours, &log, |m| matches!(m, Msg::UserNs).then_some(()))?;
         }
         // The init made its network namespace with its user namespace (PID 1 keeps
-        // it); opened while the init lives. Not told when that fails: the caller then
-        // connects the namespace of the started sandbox's PID 1.
+        // it); opened while the init lives. Told `None` when that fails (an early
+        // init's namespace may have been told before): the caller then connects the
+        // namespace of the started sandbox's PID 1.
         if let Some(tell) = on_netns {
-            if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/net")) {
-                tell(ns.into());
-            }
+            let ns = faults::check("start.netns_open")
+                .ok()
+                .and_then(|()| std::fs::File::open(format!("/proc/{pid}/ns/net")).ok());
+            tell(ns.map(Into::into));
         }
         let prepared = prepare_and_go(rt, spec, layers, handle, &ours, pid, stage);
         let pid1 = prepared.and_then(|()| {

@@ -158,7 +158,7 @@ pub(super) fn start(
     // The host side (a spare's or a parked one's, taken, else made) and the link into
     // the sandbox's network namespace are done on a second thread while the sandbox
     // starts: only the link's last step and `resolv.conf` follow the start.
-    let (tell, told) = std::sync::mpsc::channel::<OwnedFd>();
+    let (tell, told) = std::sync::mpsc::channel::<Option<OwnedFd>>();
     let (host, started) = std::thread::scope(|s| {
         let host = s.spawn(move || {
             let Some(lease) = take_host_side(rt, config, spec.id, no_rules) else {
@@ -172,9 +172,17 @@ pub(super) fn start(
             let (ifname, _) = lease_names(spec.id, &lease);
             // Linked into each namespace the start tells: a second one only when the
             // init told first (an early init's, before its make ended) failed, and the
-            // start went on cold in a namespace of its own.
+            // start went on cold in a namespace of its own. Told none (that namespace
+            // could not be opened), the link made is not the sandbox's: it goes, and
+            // PID 1's namespace is connected once started.
             let mut linked: Option<(OwnedFd, Result<(), RuntimeError>)> = None;
             for ns in told.iter() {
+                let Some(ns) = ns else {
+                    if linked.take().is_some() {
+                        link::delete(&ifname);
+                    }
+                    continue;
+                };
                 if let Some((before, _)) = &linked {
                     if same_namespace(before, &ns) {
                         continue;
@@ -189,7 +197,7 @@ pub(super) fn start(
         });
         let started = {
             // Dropped once the start returns, so the host thread never waits longer.
-            let tell = move |ns: OwnedFd| {
+            let tell = move |ns: Option<OwnedFd>| {
                 let _ = tell.send(ns);
             };
             super::start::start_notifying(rt, spec, Some(&tell))

@@ -123,7 +123,13 @@ impl EarlyInit {
             .spawn(move || {
                 // Its end (a panic too) tells a waiting start that none will come.
                 let ended = EndsTelling(told);
-                let tell = |ns: OwnedFd| ended.0.set(Telling::Told(ns));
+                // Told none (its namespace could not be opened), the start waits for
+                // the make's end and links PID 1's namespace then.
+                let tell = |ns: Option<OwnedFd>| {
+                    if let Some(ns) = ns {
+                        ended.0.set(Telling::Told(ns));
+                    }
+                };
                 made.make_telling(&shape, held, Some(&tell))
             })
             .map_err(|e| RuntimeError::AgentStart(format!("starting the early init: {e}")))?;

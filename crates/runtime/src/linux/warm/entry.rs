@@ -226,6 +226,7 @@ impl Maker {
         if let (true, Some(net)) = (restage, &self.net) {
             wired::write_after_mount(net, &rootfs::rootfs(dir), host_id_base)?;
         }
+        let _ = crate::faults::hit("warm.parking");
         crate::faults::check("warm.park")?;
         let parked = self.park(key, dir, made).map(Some);
         tm("parked");
@@ -281,7 +282,7 @@ impl Maker {
                 tm("user namespace");
                 if let Some(tell) = on_netns {
                     if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/net")) {
-                        tell(ns.into());
+                        tell(Some(ns.into()));
                     }
                 }
                 let userns = map_ids(pid, host_id_base)?;
