@@ -354,3 +354,29 @@ fn a_start_goes_cold_when_the_early_init_died_parked() {
     assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
     assert_no_mounts_loops_or_slots(&data);
 }
+
+/// Two starts at once (a one-shot runtime makes one, but nothing stops a caller): the
+/// early init is claimed by one of them in one step, the other starts cold, both work,
+/// and nothing is left after them.
+#[test]
+fn of_two_starts_at_once_one_takes_the_early_init() {
+    let (_dir, data) = data_dir();
+    let _cleanup = common::runtime(&data);
+    let spec = common::spec("default");
+    let rt = common::raw_runtime(&data).with_early_init(spec.disk_mb, "default", None);
+    let started: Vec<_> = std::thread::scope(|s| {
+        let starts: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| rt.start(&common::spec("default")).expect("start")))
+            .collect();
+        starts.into_iter().map(|t| t.join().expect("join")).collect()
+    });
+    let warm = started.iter().filter(|h| h.warm).count();
+    assert_eq!(warm, 1, "starts that took the early init");
+    for handle in &started {
+        assert_eq!(sh_ok(handle, "echo ok"), "ok\n");
+        rt.destroy(handle).expect("destroy");
+    }
+    rt.discard_early_init();
+    assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
+    assert_no_mounts_loops_or_slots(&data);
+}

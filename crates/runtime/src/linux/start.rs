@@ -46,28 +46,36 @@ pub(super) fn start_notifying(
             &Default::default(),
         )
     });
-    // The early init's network namespace is told as soon as its init has one, before
-    // its make ends: the caller links it while the make goes on.
+    // The early init (unless a pool's entry was taken), claimed in one step; its
+    // network namespace is told as soon as its init has one, before its make ends: the
+    // caller links it while the make goes on.
+    let claimed = match &warm {
+        None => rt
+            .early
+            .as_ref()
+            .and_then(|early| early.claim(spec.disk_mb, &spec.image, &layers)),
+        Some(_) => None,
+    };
     let mut told_early = false;
-    if let (None, Some(tell), Some(early)) = (&warm, on_netns, rt.early.as_ref()) {
-        if let Some(ns) = early.netns(spec.disk_mb, &spec.image, &layers) {
+    if let (Some(tell), Some(claimed)) = (on_netns, &claimed) {
+        if let Some(ns) = claimed.netns() {
             tell(Some(ns));
             told_early = true;
             phase(spec, t0, "early namespace told");
         }
     }
-    let warm = warm.or_else(|| {
-        rt.early
-            .as_ref()
-            .and_then(|early| early.take(spec.disk_mb, &spec.image, &layers))
-    });
+    let warm = warm.or_else(|| claimed.and_then(super::warm::Claimed::wait));
     phase(spec, t0, "warm taken");
     // A parked init's network namespace exists already: told now (unless told above),
     // the caller links it while the rest of the start is done.
     let on_netns = match (on_netns, warm.as_ref().and_then(|w| w.parked)) {
         (Some(tell), Some((pid1, _))) => {
             if !told_early {
-                tell(std::fs::File::open(format!("/proc/{pid1}/ns/net")).ok().map(Into::into));
+                tell(
+                    std::fs::File::open(format!("/proc/{pid1}/ns/net"))
+                        .ok()
+                        .map(Into::into),
+                );
             }
             None
         }

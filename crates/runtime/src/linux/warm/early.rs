@@ -152,50 +152,25 @@ impl EarlyInit {
                 .is_none_or(|(name, l)| name == image && l == layers)
     }
 
-    /// The network namespace of the init a start whose disk is `disk_mb` MiB of
-    /// `image` over `layers` would take, once its init has one (before it is parked:
-    /// the start's link can be made while the make goes on); `None` when it would not
-    /// be taken or its make failed first. A make that fails after telling leaves the
-    /// start cold, in another namespace it tells too.
-    pub fn netns(
+    /// The init, for the start whose disk is `disk_mb` MiB of `image` over `layers`, in
+    /// one step: no other start can have it from then on. `None` when it was made for
+    /// another size or root (it stays, for [`EarlyInit::discard`]) or claimed already.
+    /// The claim tells its network namespace before the make ends
+    /// ([`Claimed::netns`]) and hands the init over once made ([`Claimed::wait`]).
+    pub fn claim(
         &self,
         disk_mb: u32,
         image: &str,
         layers: &[std::path::PathBuf],
-    ) -> Option<OwnedFd> {
-        let untaken = self.making.lock().ok().is_some_and(|m| m.is_some());
-        if !untaken || !self.fits(disk_mb, image, layers) {
-            return None;
-        }
-        self.netns.take()
-    }
-
-    /// The init, for a start whose disk is `disk_mb` MiB of `image` over `layers`,
-    /// once made (waiting for that); `None` when it was made for another size or root
-    /// (it stays, for [`EarlyInit::discard`]), taken already, its make failed, or its
-    /// init died meanwhile (removed): the start is then cold.
-    pub fn take(&self, disk_mb: u32, image: &str, layers: &[std::path::PathBuf]) -> Option<Warm> {
+    ) -> Option<Claimed<'_>> {
         if !self.fits(disk_mb, image, layers) {
             return None;
         }
         let making = self.making.lock().ok()?.take()?;
-        let made = making.join();
-        self.netns.forget();
-        match made {
-            Ok(Ok(mut warm)) => {
-                if warm.is_alive() {
-                    return Some(warm);
-                }
-                tracing::warn!(key = %warm.key, "the early init died before its start; starting cold");
-                self.maker.discard(warm);
-                None
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the early init was not made; starting cold");
-                None
-            }
-            Err(_) => None,
-        }
+        Some(Claimed {
+            early: self,
+            making: Some(making),
+        })
     }
 
     /// Gives a taken init's id slot to sandbox `id`.
@@ -222,5 +197,56 @@ impl EarlyInit {
 impl Drop for EarlyInit {
     fn drop(&mut self) {
         self.discard();
+    }
+}
+
+/// An early init claimed by a start (see [`EarlyInit::claim`]); dropped unwaited, its
+/// init is ended and what it made removed.
+pub(in crate::linux) struct Claimed<'a> {
+    early: &'a EarlyInit,
+    making: Option<Making>,
+}
+
+impl Claimed<'_> {
+    /// Its init's network namespace once the init has one (before it is parked: the
+    /// start's link can be made while the make goes on); `None` when its make failed
+    /// first. A make that fails after telling leaves the start cold, in another
+    /// namespace it tells too.
+    pub fn netns(&self) -> Option<OwnedFd> {
+        self.early.netns.take()
+    }
+
+    /// The init once made (waiting for that); `None` when its make failed or its init
+    /// died meanwhile (removed): the start is then cold.
+    pub fn wait(mut self) -> Option<Warm> {
+        let made = self.making.take()?.join();
+        self.early.netns.forget();
+        match made {
+            Ok(Ok(mut warm)) => {
+                if warm.is_alive() {
+                    return Some(warm);
+                }
+                tracing::warn!(key = %warm.key, "the early init died before its start; starting cold");
+                self.early.maker.discard(warm);
+                None
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the early init was not made; starting cold");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        if let Some(making) = self.making.take() {
+            let made = making.join();
+            self.early.netns.forget();
+            if let Ok(Ok(warm)) = made {
+                self.early.maker.discard(warm);
+            }
+        }
     }
 }

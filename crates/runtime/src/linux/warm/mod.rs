@@ -32,7 +32,7 @@ use super::slots::Slots;
 use super::{refill, LinuxConfig};
 use crate::RuntimeError;
 use demand::Demand;
-pub(super) use early::EarlyInit;
+pub(super) use early::{Claimed, EarlyInit};
 use entry::Maker;
 pub(super) use entry::Warm;
 pub(super) use entry::{entry_key, slot_base, DIR_PREFIX};
