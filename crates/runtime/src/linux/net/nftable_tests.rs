@@ -103,15 +103,10 @@ add chain inet {TABLE} stray
     assert!(before.0.contains("tcp dport 22 accept") && before.1.contains("udp dport 53 drop"));
 }
 
-/// The kernel refuses a batch it cannot take whole: then nothing of it is there, and a
-/// table that was there stays.
-#[test]
-fn a_refused_batch_leaves_what_was_there() {
-    fresh_netns();
-    make(false).expect("the batch");
-    let was = listing();
-    let mut msgs = batch(true);
-    // A rule into a chain the batch does not make, before the end.
+/// The table's batch with a rule into a chain it does not make, before its end: one
+/// the kernel refuses (`ENOENT`).
+fn refused_batch(guard: bool) -> Vec<(NetlinkMessage<NetfilterMessage>, u16)> {
+    let mut msgs = batch(guard);
     let at = msgs.len() - 1;
     msgs.insert(
         at,
@@ -120,7 +115,17 @@ fn a_refused_batch_leaves_what_was_there() {
             NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK,
         ),
     );
-    let e = nlsock::transact(NETLINK_NETFILTER, msgs).expect_err("refused");
+    msgs
+}
+
+/// The kernel refuses a batch it cannot take whole: then nothing of it is there, and a
+/// table that was there stays.
+#[test]
+fn a_refused_batch_leaves_what_was_there() {
+    fresh_netns();
+    make(false).expect("the batch");
+    let was = listing();
+    let e = nlsock::transact(NETLINK_NETFILTER, refused_batch(true)).expect_err("refused");
     assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
     assert_eq!(listing(), was);
 }
@@ -141,15 +146,7 @@ fn exchanges_after_a_refusal_and_a_move_answer_for_themselves() {
         nlsock::REUSED.load(Ordering::Relaxed) > reused,
         "the kept socket served the next exchange"
     );
-    let mut refused = batch(false);
-    let at = refused.len() - 1;
-    refused.insert(
-        at,
-        (
-            super::super::nfset::inet(NfTablesMessage::NewRule(rule("missing", vec![x::drop()]))),
-            NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK,
-        ),
-    );
+    let refused = refused_batch(false);
     for _ in 0..3 {
         let e = nlsock::transact(NETLINK_NETFILTER, refused.clone()).expect_err("refused");
         assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
@@ -177,4 +174,37 @@ fn exchanges_after_a_refusal_and_a_move_answer_for_themselves() {
         "the guarded table, here"
     );
     assert_ne!(listing(), first);
+}
+
+
+/// The thread that closes failed sockets aside, started by a thread in a namespace of
+/// its own, does not keep that namespace alive: it lives in the main thread's.
+#[test]
+fn the_closer_thread_keeps_no_namespace_of_its_starter() {
+    use std::os::unix::fs::MetadataExt;
+    let ino = |path: &str| std::fs::metadata(path).map(|m| m.ino()).ok();
+    let main = ino("/proc/self/ns/net").expect("the main thread's namespace");
+    fresh_netns();
+    assert_ne!(ino("/proc/thread-self/ns/net"), Some(main), "a namespace of its own");
+    let e = nlsock::transact(NETLINK_NETFILTER, refused_batch(false)).expect_err("refused");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+    let closer = || {
+        std::fs::read_dir("/proc/thread-self/..")
+            .expect("this process's threads")
+            .flatten()
+            .find(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "netlink-closer")
+            })
+            .and_then(|t| ino(&t.path().join("ns/net").to_string_lossy()))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while closer() != Some(main) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the closer thread's namespace: {:?}, the main thread's: {main}",
+            closer()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

@@ -173,7 +173,15 @@ fn close_aside(sock: Socket) {
         let (tx, rx) = sync_channel::<Socket>(CLOSE_QUEUE);
         std::thread::Builder::new()
             .name("netlink-closer".into())
-            .spawn(move || rx.into_iter().for_each(drop))
+            .spawn(move || {
+                // Started by whichever thread first closed a socket aside, it would keep
+                // that thread's network namespace alive for the process's life: it joins
+                // the main thread's (`/proc/self` is the thread group's leader).
+                if let Ok(ns) = std::fs::File::open("/proc/self/ns/net") {
+                    let _ = nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET);
+                }
+                rx.into_iter().for_each(drop)
+            })
             .ok()
             .map(|_| tx)
     });
