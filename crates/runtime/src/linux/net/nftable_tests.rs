@@ -176,7 +176,6 @@ fn exchanges_after_a_refusal_and_a_move_answer_for_themselves() {
     assert_ne!(listing(), first);
 }
 
-
 /// The thread that closes failed sockets aside, started by a thread in a namespace of
 /// its own, does not keep that namespace alive: it lives in the main thread's.
 #[test]
@@ -185,7 +184,11 @@ fn the_closer_thread_keeps_no_namespace_of_its_starter() {
     let ino = |path: &str| std::fs::metadata(path).map(|m| m.ino()).ok();
     let main = ino("/proc/self/ns/net").expect("the main thread's namespace");
     fresh_netns();
-    assert_ne!(ino("/proc/thread-self/ns/net"), Some(main), "a namespace of its own");
+    assert_ne!(
+        ino("/proc/thread-self/ns/net"),
+        Some(main),
+        "a namespace of its own"
+    );
     let e = nlsock::transact(NETLINK_NETFILTER, refused_batch(false)).expect_err("refused");
     assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
     let closer = || {
