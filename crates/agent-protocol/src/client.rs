@@ -15,6 +15,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 use uuid::Uuid;
 
+const SIGKILL: i32 = 9;
+
 /// A stream of NDJSON frames decoded from the agent.
 pub type FrameStream = BoxStream<'static, Result<Frame, ClientError>>;
 /// A stream of raw bytes (file bodies).
@@ -139,7 +141,8 @@ impl AgentClient {
     /// one exchange (as its holder when `hold_output`): on a kept connection when one
     /// is idle, kept again once the stream has been read to its end. An agent of an
     /// earlier build answers the start alone: its output is then followed as
-    /// [`AgentClient::output_from`] does.
+    /// [`AgentClient::output_from`] does. A `ClientError::Agent` (a typed refusal)
+    /// leaves nothing running, so a caller need not kill anything after one.
     pub async fn start_following(&self, req: &StartProcess) -> Result<FrameStream, ClientError> {
         let uri = "/v1/processes?follow=true";
         let request = self.request(Method::POST, uri, transport::json(req)?)?;
@@ -151,7 +154,19 @@ impl AgentClient {
         let body = transport::collect(resp, SMALL_ANSWER_BYTES).await?;
         connection.keep();
         let _started: ProcessInfo = transport::parse(&transport::check(status, body)?)?;
-        self.output_from(req.id, 0, req.hold_output).await
+        match self.output_from(req.id, 0, req.hold_output).await {
+            // Kept to the one exchange's promise (the agent kills what it started before
+            // refusing the follow): a caller trusts a typed refusal to leave nothing.
+            Err(refused @ ClientError::Agent(_)) => {
+                let kill = SignalRequest {
+                    signal: SIGKILL,
+                    group: true,
+                };
+                let _ = self.signal(req.id, &kill).await;
+                Err(refused)
+            }
+            followed => followed,
+        }
     }
 
     pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>, ClientError> {

@@ -1,12 +1,13 @@
 //! A start and its follow in one exchange, through a counting relay in front of a real
 //! agent: the stream rides a kept connection and leaves it kept, and an agent of an
-//! earlier build (one that ignores `follow` on a start) is still followed whole.
+//! earlier build (one that ignores `follow` on a start) is still followed whole, or,
+//! when its follow is refused, leaves nothing running (as a refused exchange does).
 
 mod common;
 
 use common::*;
 use futures_util::StreamExt;
-use sandboxd_agent_protocol::{AgentClient, Frame, StartProcess};
+use sandboxd_agent_protocol::{AgentClient, ClientError, Frame, StartProcess};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,8 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
 /// A relay on its own socket to the agent's, counting the connections it accepts;
-/// with `strip`, every request head's `?follow=true` is cut out on its way (the agent
-/// then answers as a build without the one-exchange start did).
+/// every `(pattern, with)` of `rewrites` is replaced in the requests on their way
+/// (`?follow=true` cut out: the agent then answers as a build without the one-exchange
+/// start did).
 struct Relay {
     socket: PathBuf,
     connections: Arc<AtomicUsize>,
@@ -24,7 +26,11 @@ struct Relay {
 }
 
 impl Relay {
-    fn start(dir: &Path, agent: &Path, strip: bool) -> Relay {
+    fn start(
+        dir: &Path,
+        agent: &Path,
+        rewrites: &'static [(&'static [u8], &'static [u8])],
+    ) -> Relay {
         let socket = dir.join("relay.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
@@ -48,8 +54,8 @@ impl Relay {
                             break;
                         }
                         let mut chunk = buf[..n].to_vec();
-                        if strip {
-                            chunk = cut(&chunk, b"?follow=true");
+                        for (pattern, with) in rewrites {
+                            chunk = replace(&chunk, pattern, with);
                         }
                         if up_w.write_all(&chunk).await.is_err() {
                             break;
@@ -78,12 +84,16 @@ impl Drop for Relay {
     }
 }
 
-/// `data` with every `pattern` cut out.
-fn cut(data: &[u8], pattern: &[u8]) -> Vec<u8> {
+/// The agent as a build without the one-exchange start answers.
+const EARLIER_AGENT: &[(&[u8], &[u8])] = &[(b"?follow=true", b"")];
+
+/// `data` with every `pattern` replaced by `with`.
+fn replace(data: &[u8], pattern: &[u8], with: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len());
     let mut i = 0;
     while i < data.len() {
         if data[i..].starts_with(pattern) {
+            out.extend_from_slice(with);
             i += pattern.len();
         } else {
             out.push(data[i]);
@@ -116,7 +126,7 @@ fn output_and_code(frames: &[Frame]) -> (Vec<u8>, Option<i32>) {
 #[tokio::test]
 async fn a_followed_start_rides_the_kept_connection_and_leaves_it_kept() {
     let agent = start().await;
-    let relay = Relay::start(agent.dir.path(), agent.client.socket(), false);
+    let relay = Relay::start(agent.dir.path(), agent.client.socket(), &[]);
     let client = AgentClient::new(&relay.socket);
     client.health().await.unwrap();
     assert_eq!(relay.connections(), 1);
@@ -148,7 +158,7 @@ async fn an_earlier_agent_that_answers_the_start_alone_is_followed_whole() {
         ..sandboxd_agent::AgentConfig::default()
     })
     .await;
-    let relay = Relay::start(agent.dir.path(), agent.client.socket(), true);
+    let relay = Relay::start(agent.dir.path(), agent.client.socket(), EARLIER_AGENT);
     let client = AgentClient::new(&relay.socket);
     let req = StartProcess {
         hold_output: true,
@@ -170,4 +180,27 @@ async fn an_earlier_agent_that_answers_the_start_alone_is_followed_whole() {
     );
     // It went as a start, then a follow of its own.
     assert_eq!(relay.connections(), 2);
+}
+
+#[tokio::test]
+async fn an_earlier_agent_whose_follow_is_refused_leaves_nothing_running() {
+    let agent = start().await;
+    // The follow's `from` made unreadable: the earlier agent refuses it.
+    const REFUSED_FOLLOW: &[(&[u8], &[u8])] =
+        &[(b"?follow=true", b""), (b"output?from=0", b"output?from=z")];
+    let relay = Relay::start(agent.dir.path(), agent.client.socket(), REFUSED_FOLLOW);
+    let client = AgentClient::new(&relay.socket);
+    let req = StartProcess {
+        hold_output: true,
+        ..sh("sleep 30")
+    };
+    let refused = client.start_following(&req).await.err();
+    assert!(
+        matches!(refused, Some(ClientError::Agent(_))),
+        "a typed refusal, not {refused:?}"
+    );
+    // A typed refusal of the exchange means nothing runs on: the engine sends no kill.
+    let info = agent.client.wait(req.id, Duration::from_secs(5)).await;
+    let info = info.expect("the started process is ended");
+    assert_eq!(info.signal, Some(9), "{info:?}");
 }
