@@ -3,36 +3,15 @@
 //! timeout, not a request held forever; the command, once the sandbox runs again, is
 //! ended by the agent's own timeout.
 
+mod freezer;
 mod serve_bin;
 
+use freezer::{set_frozen, thaw};
 use serde_json::json;
 use serve_bin::Server;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const MASTER: &str = "exec-unanswered-test-master-key-0123456789";
-
-/// The sandbox's freezer state file (cgroup v1 `freezer.state`, v2 `cgroup.freeze`).
-fn freezer_file(id: &str) -> PathBuf {
-    let v1 = Path::new("/sys/fs/cgroup/freezer/sandboxd").join(id);
-    match v1.is_dir() {
-        true => v1.join("freezer.state"),
-        false => Path::new("/sys/fs/cgroup/sandboxd")
-            .join(id)
-            .join("cgroup.freeze"),
-    }
-}
-
-fn set_frozen(id: &str, frozen: bool) {
-    let file = freezer_file(id);
-    let value = match (file.ends_with("freezer.state"), frozen) {
-        (true, true) => "FROZEN",
-        (true, false) => "THAWED",
-        (false, true) => "1",
-        (false, false) => "0",
-    };
-    std::fs::write(&file, value).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-}
 
 /// POSTs `body` to `path` from another thread; the answer, or `None` when none came in
 /// two minutes (far past the limit: only a request held forever misses it).
@@ -85,8 +64,7 @@ fn an_exec_in_a_frozen_sandbox_ends_as_a_timeout_and_its_command_does_not_run_on
         );
         assert_eq!((code, out.trim()), (0, "none"));
     }));
-    let _ = std::fs::write(freezer_file(&id), "THAWED");
-    let _ = std::fs::write(freezer_file(&id), "0");
+    thaw(&id);
     server.destroy(MASTER, &id);
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);

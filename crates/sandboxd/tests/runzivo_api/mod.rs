@@ -13,7 +13,7 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub const MASTER: &str = "runzivo-test-master-key";
 pub const TENANT: &str = "t_acme";
@@ -36,6 +36,8 @@ pub struct Server {
     pub addr: SocketAddr,
     pub keys: Keys,
     created: Mutex<Vec<String>>,
+    /// Every line the server logged so far.
+    log: Arc<Mutex<Vec<String>>>,
     _dir: tempfile::TempDir,
 }
 
@@ -141,9 +143,12 @@ impl Server {
             .expect("spawn sandboxd serve");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let kept = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("[serve] {line}");
+                kept.lock().unwrap().push(line.clone());
                 if let Some(addr) = line.split("listening on ").nth(1) {
                     let _ = tx.send(addr.trim().parse::<SocketAddr>());
                 }
@@ -162,8 +167,26 @@ impl Server {
             addr,
             keys,
             created: Mutex::new(Vec::new()),
+            log,
             _dir: dir,
         }
+    }
+
+    /// Waits until a logged line satisfies `found` (for lines logged after an answer,
+    /// such as a request's own log line); gives up after a minute.
+    pub fn wait_for_line(&self, found: impl Fn(&str) -> bool) -> String {
+        for _ in 0..6000 {
+            if let Some(line) = self.log_lines().into_iter().find(|l| found(l)) {
+                return line;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("no such line in the server's log");
+    }
+
+    /// The lines the server logged so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
     }
 
     /// The server's resident memory in KiB (`VmRSS`).
