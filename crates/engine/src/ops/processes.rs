@@ -9,7 +9,9 @@ use crate::model::{Page, PageRequest, ProcessInfo, StartCommand, WorkspaceId};
 use crate::output::{from_frames, OutputStream};
 use crate::validate;
 use sandboxd_agent_protocol::limits::process_page_answer_bytes;
-use sandboxd_agent_protocol::{SignalRequest, StartProcess};
+use sandboxd_agent_protocol::{ClientError, SignalRequest, StartProcess};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -37,15 +39,19 @@ impl Engine {
     /// `Exit`, in one exchange with the agent; the process's id and its output. A
     /// failure after the request went out kills whatever may have started (a caller
     /// that must not be cancelled midway runs it on a task of its own, as
-    /// `exec_stream` does).
+    /// `exec_stream` does), unless the agent refused the start: then nothing runs.
     pub(crate) async fn start_following(
-        &self,
+        self: &Arc<Self>,
         ws: &WorkspaceId,
         id: Uuid,
         cmd: StartCommand,
     ) -> Result<(Uuid, OutputStream), EngineError> {
         validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
         let mut sent = None;
+        // Set from the call's future, since `agent_call` maps the agent's error to the
+        // engine's: a typed refusal (a missing working directory or program) leaves
+        // nothing running (see `AgentClient::start_following`), so nothing to kill.
+        let refused = AtomicBool::new(false);
         // The sandbox's lock is held until the agent answers the start (its stream's
         // head), as for a plain start: a destroy or pause waits for that, not for the
         // stream, which is read without it.
@@ -53,7 +59,14 @@ impl Engine {
             .agent_call(ws, id, Hold::Call, |client, e| {
                 let req = self.start_request(e, cmd, true)?;
                 sent = Some(req.id);
-                Ok(async move { client.start_following(&req).await })
+                let refused = &refused;
+                Ok(async move {
+                    let answer = client.start_following(&req).await;
+                    if let Err(ClientError::Agent(_)) = &answer {
+                        refused.store(true, Ordering::Relaxed);
+                    }
+                    answer
+                })
             })
             .await;
         match (followed, sent) {
@@ -62,13 +75,29 @@ impl Engine {
                 ErrorCode::Internal,
                 "a process was followed before it was asked for",
             )),
-            (Err(e), sent) => {
-                if let Some(pid) = sent {
-                    let _ = self.signal_process(ws, id, pid, SIGKILL, true).await;
-                }
+            (Err(e), Some(pid)) if !refused.load(Ordering::Relaxed) => {
+                self.kill_unfollowed(ws, id, pid);
                 Err(e)
             }
+            (Err(e), _) => Err(e),
         }
+    }
+
+    /// Kills process `pid`, whose start may have run but could not be followed, on a
+    /// task of its own: its error reaches the caller now rather than after the kill,
+    /// which an agent that did not answer the start (frozen, hung) would not answer
+    /// either, holding the error as long again. Not bounded shorter: a slow agent that
+    /// did start the command still gets the whole bound to hear the kill, or the
+    /// command would run on with no driver (no timeout, output cap or session count).
+    fn kill_unfollowed(self: &Arc<Self>, ws: &WorkspaceId, id: Uuid, pid: Uuid) {
+        // Logged when sent, not only when failed: a refusal's test looks for its absence.
+        tracing::debug!(sandbox = %id, process = %pid, "killing a start that was not followed");
+        let (engine, ws) = (self.clone(), ws.clone());
+        crate::request::spawn_for_request(async move {
+            if let Err(e) = engine.signal_process(&ws, id, pid, SIGKILL, true).await {
+                tracing::debug!(sandbox = %id, error = %e, "cannot kill an unfollowed start");
+            }
+        });
     }
 
     /// The agent's start request for `cmd` in sandbox `e` (its image's user, working
