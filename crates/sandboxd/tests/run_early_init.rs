@@ -368,7 +368,10 @@ fn of_two_starts_at_once_one_takes_the_early_init() {
         let starts: Vec<_> = (0..2)
             .map(|_| s.spawn(|| rt.start(&common::spec("default")).expect("start")))
             .collect();
-        starts.into_iter().map(|t| t.join().expect("join")).collect()
+        starts
+            .into_iter()
+            .map(|t| t.join().expect("join"))
+            .collect()
     });
     let warm = started.iter().filter(|h| h.warm).count();
     assert_eq!(warm, 1, "starts that took the early init");
