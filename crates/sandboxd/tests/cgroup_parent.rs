@@ -114,6 +114,52 @@ fn the_cpuset_parent_pinning_made_is_removed_with_the_others() {
     assert!(!left, "the cpuset parent {} is left", pinned.display());
 }
 
+/// A runtime that found its parent (made by another, which keeps it) still owns the
+/// cpuset parent its pinning made: the last pinned sandbox takes it along, so that a
+/// server that stops with the others' parent in place leaves no empty cpuset parent
+/// (CI found one after Schemathesis pinned a sandbox on a machine whose `sandboxd`
+/// parent predated the run).
+#[test]
+fn the_cpuset_parent_goes_with_the_last_pinned_sandbox_of_a_runtime_that_found_its_parent() {
+    let cpuset = Path::new("/sys/fs/cgroup/cpuset");
+    if !cpuset.join("cpuset.cpus").exists() {
+        eprintln!("no v1 cpuset hierarchy: skipping");
+        return;
+    }
+    let data = tempfile::tempdir().expect("tempdir");
+    let parent = fresh_parent();
+    let maker = runtime(data.path(), &parent);
+    let finder = runtime(data.path(), &parent);
+    let requests = sandboxd_runtime::Requests {
+        cpu_millis: 1000,
+        memory_mb: 64,
+        pinned_vcpus: Some(1),
+    };
+    let pinned = cpuset.join(&parent);
+    let first = finder.start(&spec("default")).expect("start");
+    finder
+        .apply_requests(&first, &requests)
+        .expect("pin one CPU");
+    let second = finder.start(&spec("default")).expect("start");
+    let unpinned = sandboxd_runtime::Requests {
+        pinned_vcpus: None,
+        ..requests
+    };
+    finder.apply_requests(&second, &unpinned).expect("requests");
+    finder.destroy(&first).expect("destroy");
+    let left_after_last_pinned = pinned.exists();
+    finder.destroy(&second).expect("destroy");
+    drop(finder);
+    drop(maker);
+    let left = pinned.exists();
+    let _ = std::fs::remove_dir(&pinned);
+    assert!(
+        !left_after_last_pinned && !left,
+        "the cpuset parent {} is left",
+        pinned.display()
+    );
+}
+
 /// Env var naming the data dir of [`a_test_runtime_left_undropped`] (set only when
 /// this test binary runs it as a child).
 const UNDROPPED_DATA: &str = "SANDBOXD_TEST_UNDROPPED_DATA";

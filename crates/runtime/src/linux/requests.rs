@@ -172,16 +172,24 @@ fn procs(file: &Path) -> BTreeSet<i32> {
         .collect()
 }
 
-/// Removes the sandbox's cpuset, if it was pinned (its processes are gone by then).
+/// Removes the sandbox's cpuset, if it was pinned (its processes are gone by then), and
+/// the cpuset parent with it when it was the last one there: the cpuset parent lives
+/// exactly as long as a pinned sandbox of ours, whoever made the other parents (a
+/// runtime that found those keeps them, and would otherwise leave this one empty).
+/// A pinning that finds the parent gone meanwhile makes it again (`pin`).
 pub(super) fn remove(cg: &Cgroups, id: Uuid) -> Result<(), RuntimeError> {
-    let Some(dir) = cpuset_parent(cg).map(|p| p.join(id.to_string())) else {
+    let Some(parent) = cpuset_parent(cg) else {
         return Ok(());
     };
+    let dir = parent.join(id.to_string());
     match std::fs::remove_dir(&dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(io("removing a sandbox cpuset", &dir)(e))
+        Ok(()) => {
+            // Busy while another pinned sandbox is in it: that one takes it along.
+            let _ = std::fs::remove_dir(&parent);
+            Ok(())
         }
-        _ => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io("removing a sandbox cpuset", &dir)(e)),
     }
 }
 
