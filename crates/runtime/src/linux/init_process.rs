@@ -10,6 +10,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Fd number the init finds its end of the handshake socket on.
@@ -19,7 +20,7 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Sets the init's (so the agent's) OOM score to -1000 so the memory cgroup's OOM
 /// killer picks commands, not the agent. Hosts that deny us CAP_SYS_RESOURCE (some
-/// containers) cannot lower it: that is logged, not fatal.
+/// containers) cannot lower it: that is logged (once per process), not fatal.
 ///
 /// Commands inherit both the score (the agent sets theirs to 0 after their exec) and
 /// the floor a process may lower its own score to without privilege
@@ -37,11 +38,18 @@ pub(super) fn protect_from_oom(pid: i32) -> Result<(), RuntimeError> {
         match std::fs::write(&path, value) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                tracing::warn!(
-                    pid,
-                    "cannot lower the agent's OOM score (no CAP_SYS_RESOURCE): the \
-                     memory cgroup's OOM killer may pick the agent"
-                );
+                // The host's answer does not change: one warning per process, not one
+                // per sandbox (a server's log had one at every create).
+                static WARNED: AtomicBool = AtomicBool::new(false);
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        pid,
+                        "cannot lower the agents' OOM scores (no CAP_SYS_RESOURCE): the \
+                         memory cgroup's OOM killer may pick an agent (said once)"
+                    );
+                } else {
+                    tracing::debug!(pid, "agent's OOM score left as it is");
+                }
                 return Ok(());
             }
             Err(source) => {
