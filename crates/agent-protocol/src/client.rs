@@ -142,7 +142,8 @@ impl AgentClient {
     /// is idle, kept again once the stream has been read to its end. An agent of an
     /// earlier build answers the start alone: its output is then followed as
     /// [`AgentClient::output_from`] does. A `ClientError::Agent` (a typed refusal)
-    /// leaves nothing running, so a caller need not kill anything after one.
+    /// leaves nothing running, so a caller need not kill anything after one; any other
+    /// error may leave the process running (the caller kills it).
     pub async fn start_following(&self, req: &StartProcess) -> Result<FrameStream, ClientError> {
         let uri = "/v1/processes?follow=true";
         let request = self.request(Method::POST, uri, transport::json(req)?)?;
@@ -162,8 +163,16 @@ impl AgentClient {
                     signal: SIGKILL,
                     group: true,
                 };
-                let _ = self.signal(req.id, &kill).await;
-                Err(refused)
+                match self.signal(req.id, &kill).await {
+                    Ok(()) => Err(refused),
+                    // Not killed: no typed refusal then, so that the caller's own kill
+                    // runs (the process may still run).
+                    Err(ClientError::Agent(e)) => Err(ClientError::Protocol(format!(
+                        "{refused}, and killing what the start began was refused: {}",
+                        e.message
+                    ))),
+                    Err(unreached) => Err(unreached),
+                }
             }
             followed => followed,
         }

@@ -204,3 +204,41 @@ async fn an_earlier_agent_whose_follow_is_refused_leaves_nothing_running() {
     let info = info.expect("the started process is ended");
     assert_eq!(info.signal, Some(9), "{info:?}");
 }
+
+/// The fallback's kill is refused too: the process still runs, so the answer is no
+/// typed refusal (a caller trusts one to leave nothing), and the caller's own kill
+/// ends it.
+#[tokio::test]
+async fn an_earlier_agent_whose_follow_and_kill_are_refused_answers_no_typed_refusal() {
+    let agent = start().await;
+    // The follow's `from` made unreadable, and the kill's signal 0 (outside 1..=64).
+    const REFUSED_BOTH: &[(&[u8], &[u8])] = &[
+        (b"?follow=true", b""),
+        (b"output?from=0", b"output?from=z"),
+        (b"\"signal\":9,", b"\"signal\":0,"),
+    ];
+    let relay = Relay::start(agent.dir.path(), agent.client.socket(), REFUSED_BOTH);
+    let client = AgentClient::new(&relay.socket);
+    let req = StartProcess {
+        hold_output: true,
+        ..sh("sleep 30")
+    };
+    let failed = client.start_following(&req).await.err();
+    assert!(
+        matches!(failed, Some(ref e) if !matches!(e, ClientError::Agent(_))),
+        "an error that is no typed refusal, not {failed:?}"
+    );
+    let running = agent.client.list_processes().await.expect("list");
+    let still = running.iter().find(|p| p.id == req.id).expect("listed");
+    assert!(
+        still.exit_code.is_none() && still.signal.is_none(),
+        "{still:?}"
+    );
+    let kill = sandboxd_agent_protocol::SignalRequest {
+        signal: 9,
+        group: true,
+    };
+    agent.client.signal(req.id, &kill).await.expect("kill");
+    let info = agent.client.wait(req.id, Duration::from_secs(5)).await;
+    assert_eq!(info.expect("ended").signal, Some(9));
+}
