@@ -65,7 +65,37 @@ async fn a_streamed_exec_in_a_frozen_sandbox_fails_without_waiting_for_its_kill(
         "the error took {took:?} with a {BOUND} s bound"
     );
     // The kill was still sent (it may have started before the sandbox froze).
-    assert!(s.log_lines().iter().any(|l| l.contains(KILL_LINE)));
+    // Logged before the answer, but stored by the test's log reader a moment later.
+    s.wait_for_line(|l| l.contains(KILL_LINE));
+}
+
+/// The commands a frozen sandbox's agent may yet start count against the session limit
+/// until their kills are answered: four streamed execs given up at once leave no
+/// session for a fifth right after (it was admitted, and a client retrying at once
+/// could have more commands started than the limit, none with a driver).
+#[tokio::test(flavor = "multi_thread")]
+async fn unfollowed_starts_keep_their_sessions_until_their_kills_are_answered() {
+    let bound = BOUND.to_string();
+    let s = Server::start_with_env(30, &[("SANDBOXD_AGENT_ANSWER_SECONDS", &bound), LOG]);
+    let id = s.create().await;
+    let engine_id = only_sandbox(&s);
+    freezer::set_frozen(&engine_id, true);
+    let _thaw = Thaw(engine_id);
+    let (path, body) = (s.path(&format!("/{id}/exec")), json!({"cmd": "true"}));
+    // The Runzivo dialect's session limit (`MAX_SESSIONS`).
+    let (a, b, c, d) = tokio::join!(
+        s.json("POST", &path, &body),
+        s.json("POST", &path, &body),
+        s.json("POST", &path, &body),
+        s.json("POST", &path, &body),
+    );
+    for reply in [a, b, c, d] {
+        reply.expect(503, "sandbox_exec_unavailable");
+    }
+    // The kills wait a bound at least (the sandbox is still frozen): their sessions too.
+    s.json("POST", &path, &body)
+        .await
+        .expect(409, "session_limit_reached");
 }
 
 #[tokio::test(flavor = "multi_thread")]

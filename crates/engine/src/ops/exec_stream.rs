@@ -173,7 +173,10 @@ impl Engine {
             env: Some(env),
             cwd: cmd.cwd.clone(),
         };
-        let (process, frames) = self.start_following(ws, sb.id, start).await?;
+        // A start that cannot be followed keeps both until its kill is answered.
+        let (process, frames, (session, slot)) = self
+            .start_following(ws, sb.id, start, (session, slot))
+            .await?;
         let (tx, rx) = mpsc::channel(16);
         let driver = Driver {
             engine: self.clone(),

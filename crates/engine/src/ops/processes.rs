@@ -40,12 +40,17 @@ impl Engine {
     /// failure after the request went out kills whatever may have started (a caller
     /// that must not be cancelled midway runs it on a task of its own, as
     /// `exec_stream` does), unless the agent refused the start: then nothing runs.
-    pub(crate) async fn start_following(
+    ///
+    /// `held` (the caller's session and in-flight slot) comes back with the stream, or
+    /// goes with the kill: released only once the kill is answered, so that a command
+    /// a slow agent did start is counted until it is surely ended.
+    pub(crate) async fn start_following<H: Send + 'static>(
         self: &Arc<Self>,
         ws: &WorkspaceId,
         id: Uuid,
         cmd: StartCommand,
-    ) -> Result<(Uuid, OutputStream), EngineError> {
+        held: H,
+    ) -> Result<(Uuid, OutputStream, H), EngineError> {
         validate::command(&cmd.argv, cmd.env.as_ref(), cmd.cwd.as_deref())?;
         let mut sent = None;
         // Set from the call's future, since `agent_call` maps the agent's error to the
@@ -70,13 +75,13 @@ impl Engine {
             })
             .await;
         match (followed, sent) {
-            (Ok(frames), Some(pid)) => Ok((pid, from_frames(frames))),
+            (Ok(frames), Some(pid)) => Ok((pid, from_frames(frames), held)),
             (Ok(_), None) => Err(EngineError::new(
                 ErrorCode::Internal,
                 "a process was followed before it was asked for",
             )),
             (Err(e), Some(pid)) if !refused.load(Ordering::Relaxed) => {
-                self.kill_unfollowed(ws, id, pid);
+                self.kill_unfollowed(ws, id, pid, held);
                 Err(e)
             }
             (Err(e), _) => Err(e),
@@ -89,7 +94,14 @@ impl Engine {
     /// either, holding the error as long again. Not bounded shorter: a slow agent that
     /// did start the command still gets the whole bound to hear the kill, or the
     /// command would run on with no driver (no timeout, output cap or session count).
-    fn kill_unfollowed(self: &Arc<Self>, ws: &WorkspaceId, id: Uuid, pid: Uuid) {
+    /// `held` is dropped once the kill is answered (or given up).
+    fn kill_unfollowed<H: Send + 'static>(
+        self: &Arc<Self>,
+        ws: &WorkspaceId,
+        id: Uuid,
+        pid: Uuid,
+        held: H,
+    ) {
         // Logged when sent, not only when failed: a refusal's test looks for its absence.
         tracing::debug!(sandbox = %id, process = %pid, "killing a start that was not followed");
         let (engine, ws) = (self.clone(), ws.clone());
@@ -97,6 +109,7 @@ impl Engine {
             if let Err(e) = engine.signal_process(&ws, id, pid, SIGKILL, true).await {
                 tracing::debug!(sandbox = %id, error = %e, "cannot kill an unfollowed start");
             }
+            drop(held);
         });
     }
 
