@@ -177,8 +177,14 @@ fn close_aside(sock: Socket) {
                 // Started by whichever thread first closed a socket aside, it would keep
                 // that thread's network namespace alive for the process's life: it joins
                 // the main thread's (`/proc/self` is the thread group's leader).
-                if let Ok(ns) = std::fs::File::open("/proc/self/ns/net") {
-                    let _ = nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET);
+                let joined = std::fs::File::open("/proc/self/ns/net")
+                    .map_err(|e| e.to_string())
+                    .and_then(|ns| {
+                        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                            .map_err(|e| e.to_string())
+                    });
+                if let Err(e) = joined {
+                    tracing::debug!(error = %e, "the netlink closer keeps its starter's namespace");
                 }
                 rx.into_iter().for_each(drop)
             })
