@@ -149,3 +149,50 @@ fn an_early_inits_namespace_is_linked_before_its_take_and_again_when_its_make_fa
     // linger) is killed, and one started by the next runtime with none removes it.
     end_parked_networks(run_dir.path(), state.path());
 }
+
+/// Two egress starts at once on one one-shot runtime (nothing stops a caller): one
+/// claims the early init, namespace and all, in one step, the other starts cold; each
+/// sandbox's `eth0` is linked in its own namespace, with one host end each. Rounds,
+/// since the race (a start told one init's namespace while the other takes the init)
+/// is narrow.
+#[test]
+fn two_egress_starts_at_once_are_each_linked_in_their_own_namespace() {
+    let _nft = counted_nft_in_own_netns(None);
+    std::env::set_var("SANDBOXD_NET_LINGER_SECS", "3600");
+    let state = tempfile::tempdir().expect("tempdir");
+    let run_dir = tempfile::tempdir().expect("tempdir");
+    let _cleanup = common::runtime(run_dir.path());
+    let tethers = Tethers::new();
+    for round in 0..5 {
+        let rt = one_shot(run_dir.path(), state.path(), &tethers);
+        let started: Vec<SandboxHandle> = std::thread::scope(|s| {
+            let starts: Vec<_> = (0..2).map(|_| s.spawn(|| start(&rt))).collect();
+            starts
+                .into_iter()
+                .map(|t| t.join().expect("join"))
+                .collect()
+        });
+        let warm = started.iter().filter(|h| h.warm).count();
+        assert_eq!(warm, 1, "round {round}: starts that took the early init");
+        for sb in &started {
+            let name = named_after(state.path(), sb.id).expect("a lease");
+            assert_linked(&rt, sb, &name);
+        }
+        for sb in &started {
+            rt.destroy(sb).expect("destroy");
+        }
+        rt.discard_early_init();
+        tethers.finish_released();
+    }
+    assert_eq!(
+        names(&run_dir.path().join("sandboxes")),
+        Vec::<String>::new(),
+        "sandbox or early init dirs left"
+    );
+    assert_eq!(
+        mounts_under(run_dir.path()),
+        Vec::<String>::new(),
+        "mounts left"
+    );
+    end_parked_networks(run_dir.path(), state.path());
+}

@@ -133,12 +133,20 @@ pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 
 /// `eth0` in sandbox `sb` is up with its lease's address and a default route through
 /// it (a gateway, not a link-scope route).
+///
+/// Its carrier is on when the start returns (both veth ends up: set synchronously);
+/// its `operstate` follows on the kernel's link-watch work, a moment later when links
+/// change at once (two starts together read `unknown` or `down` first), so it is
+/// waited for.
 pub fn assert_eth0_linked(rt: &LinuxRuntime, sb: &sandboxd_runtime::SandboxHandle) {
     let inside = common::sh_ok(
         sb,
-        "cat /sys/class/net/eth0/operstate; cat /proc/net/route; cat /proc/net/fib_trie",
+        "cat /sys/class/net/eth0/carrier; cat /proc/net/route; cat /proc/net/fib_trie",
     );
-    assert!(inside.starts_with("up"), "eth0 is not up: {inside}");
+    assert!(inside.starts_with('1'), "eth0 has no carrier: {inside}");
+    eventually("eth0's operstate is up", || {
+        common::sh_ok(sb, "cat /sys/class/net/eth0/operstate").trim() == "up"
+    });
     let default_route = inside.lines().any(|l| {
         let fields: Vec<&str> = l.split_whitespace().collect();
         fields.len() > 2 && fields[..2] == ["eth0", "00000000"] && fields[2] != "00000000"
