@@ -71,14 +71,15 @@ pub(super) fn destroy_noting(
             }
         }
     }
-    emptied();
-    faults::check("destroy.cgroup")?;
-    rt.cgroups.remove(id)?;
     // A warm entry's cgroups keep its key until its start renames them, after its dir:
-    // a start interrupted between the two (a crash) left them under that key.
+    // a start interrupted between the two (a crash) left them, and the sandbox's
+    // processes, under that key; killed before `emptied` says none is left.
     if let Some(key) = super::warm::entry_key(&handle.state_dir).filter(|k| *k != id) {
         rt.cgroups.kill_and_remove(key)?;
     }
+    emptied();
+    faults::check("destroy.cgroup")?;
+    rt.cgroups.remove(id)?;
     super::requests::remove(&rt.cgroups, id)?;
     faults::check("destroy.unmount")?;
     rootfs::unmount_root(&handle.state_dir)?;
