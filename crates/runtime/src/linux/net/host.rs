@@ -69,6 +69,20 @@ impl HostLock {
         })
     }
 
+    /// [`HostLock::take`] for one who must not make the state dir again once it is
+    /// gone (a reaper outliving the state it reaps, e.g. a test's temporary dir, made
+    /// it again with `leases/` and `lock` and left it): `None` when `dir` is gone.
+    pub fn take_existing(dir: &Path) -> Result<Option<Self>, RuntimeError> {
+        match crate::linux::sys::lock_exclusive(&dir.join("lock")) {
+            Ok(file) => Ok(Some(HostLock {
+                dir: dir.to_path_buf(),
+                _file: file,
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(net_err("locking the network state", e)),
+        }
+    }
+
     fn lease_path(&self, id: Uuid) -> PathBuf {
         self.dir.join("leases").join(id.to_string())
     }
@@ -335,6 +349,16 @@ fn parse_lease(text: &str) -> Option<Lease> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lock_taken_only_if_its_dir_exists_never_makes_the_dir() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gone = dir.path().join("state");
+        assert!(HostLock::take_existing(&gone).expect("no error").is_none());
+        assert!(!gone.exists(), "the state dir was made again");
+        std::fs::create_dir(&gone).expect("state dir");
+        assert!(HostLock::take_existing(&gone).expect("lock").is_some());
+    }
 
     #[test]
     fn leases_allocate_distinct_slash30s_and_free() {

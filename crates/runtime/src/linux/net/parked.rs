@@ -386,8 +386,14 @@ pub(super) fn resume_reaper(state_dir: &Path, exe: &Path) {
 
 /// The reaper: removes each parked network once it has lingered untaken, and exits when
 /// none is left (the last removal takes the shared table with it).
+///
+/// A state dir that is gone (removed whole, as a test's temporary one is) ends it: it
+/// never makes the dir again, which would leave it behind with its lock files.
 pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
     let net = |e: std::io::Error| RuntimeError::Network(format!("the reaper's lock: {e}"));
+    if !state_dir.is_dir() {
+        return Ok(());
+    }
     let Some(held) = lock_within(state_dir, LOCK_WAIT).map_err(net)? else {
         return Ok(()); // another reaper runs
     };
@@ -399,7 +405,9 @@ pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
     };
     let linger = linger();
     loop {
-        let lock = HostLock::take(state_dir)?;
+        let Some(lock) = HostLock::take_existing(state_dir)? else {
+            return Ok(()); // the state dir is gone, its networks' leases with it
+        };
         let now = SystemTime::now();
         let all = parked(state_dir);
         if all.is_empty() && reaping(state_dir).is_empty() {
@@ -440,6 +448,14 @@ pub fn reaper_main(state_dir: &Path) -> Result<(), RuntimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reaper_whose_state_dir_is_gone_ends_without_making_it_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gone = dir.path().join("net");
+        reaper_main(&gone).expect("the reaper ends");
+        assert!(!gone.exists(), "the reaper made the state dir again");
+    }
 
     #[test]
     fn only_a_live_recorded_reaper_with_its_start_time_counts() {
