@@ -86,24 +86,34 @@ fn a_parent_cgroup_found_is_kept_and_one_removed_by_another_is_made_again() {
     assert!(left.is_empty(), "a parent made again was left: {left:?}");
 }
 
+/// The v1 cpuset hierarchy's root, when the host has one.
+fn cpuset_root() -> Option<&'static Path> {
+    let root = Path::new("/sys/fs/cgroup/cpuset");
+    root.join("cpuset.cpus").exists().then_some(root)
+}
+
+/// Requests that pin one CPU.
+fn pin_one_cpu() -> sandboxd_runtime::Requests {
+    sandboxd_runtime::Requests {
+        cpu_millis: 1000,
+        memory_mb: 64,
+        pinned_vcpus: Some(1),
+    }
+}
+
 /// A pinned sandbox's runtime makes a cpuset parent (v1) beside its others; once the
 /// sandbox is gone, dropping the runtime that made the parent removes that one too.
 #[test]
 fn the_cpuset_parent_pinning_made_is_removed_with_the_others() {
-    let cpuset = Path::new("/sys/fs/cgroup/cpuset");
-    if !cpuset.join("cpuset.cpus").exists() {
+    let Some(cpuset) = cpuset_root() else {
         eprintln!("no v1 cpuset hierarchy: skipping");
         return;
-    }
+    };
     let data = tempfile::tempdir().expect("tempdir");
     let parent = fresh_parent();
     let rt = runtime(data.path(), &parent);
     let handle = rt.start(&spec("default")).expect("start");
-    let requests = sandboxd_runtime::Requests {
-        cpu_millis: 1000,
-        memory_mb: 64,
-        pinned_vcpus: Some(1),
-    };
+    let requests = pin_one_cpu();
     rt.apply_requests(&handle, &requests).expect("pin one CPU");
     let pinned = cpuset.join(&parent);
     assert!(pinned.is_dir(), "pinning made {}", pinned.display());
@@ -121,20 +131,15 @@ fn the_cpuset_parent_pinning_made_is_removed_with_the_others() {
 /// parent predated the run).
 #[test]
 fn the_cpuset_parent_goes_with_the_last_pinned_sandbox_of_a_runtime_that_found_its_parent() {
-    let cpuset = Path::new("/sys/fs/cgroup/cpuset");
-    if !cpuset.join("cpuset.cpus").exists() {
+    let Some(cpuset) = cpuset_root() else {
         eprintln!("no v1 cpuset hierarchy: skipping");
         return;
-    }
+    };
     let data = tempfile::tempdir().expect("tempdir");
     let parent = fresh_parent();
     let maker = runtime(data.path(), &parent);
     let finder = runtime(data.path(), &parent);
-    let requests = sandboxd_runtime::Requests {
-        cpu_millis: 1000,
-        memory_mb: 64,
-        pinned_vcpus: Some(1),
-    };
+    let requests = pin_one_cpu();
     let pinned = cpuset.join(&parent);
     let first = finder.start(&spec("default")).expect("start");
     finder

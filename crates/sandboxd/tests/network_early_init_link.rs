@@ -64,6 +64,16 @@ fn assert_linked(rt: &LinuxRuntime, sb: &SandboxHandle, named: &str) {
     assert_eq!(links_named(&ifname(named)), 1, "one host end");
 }
 
+/// No sandbox or early init dir, and nothing mounted, is left under `run_dir`.
+fn assert_no_sandbox_dirs_or_mounts(run_dir: &Path) {
+    assert_eq!(
+        names(&run_dir.join("sandboxes")),
+        Vec::<String>::new(),
+        "sandbox or early init dirs left"
+    );
+    assert_eq!(mounts_under(run_dir), Vec::<String>::new(), "mounts left");
+}
+
 #[test]
 fn an_early_inits_namespace_is_linked_before_its_take_and_again_when_its_make_fails() {
     let _nft = counted_nft_in_own_netns(None);
@@ -134,16 +144,7 @@ fn an_early_inits_namespace_is_linked_before_its_take_and_again_when_its_make_fa
         std::slice::from_ref(&name),
         "the network is parked again"
     );
-    assert_eq!(
-        names(&run_dir.path().join("sandboxes")),
-        Vec::<String>::new(),
-        "sandbox or early init dirs left"
-    );
-    assert_eq!(
-        mounts_under(run_dir.path()),
-        Vec::<String>::new(),
-        "mounts left"
-    );
+    assert_no_sandbox_dirs_or_mounts(run_dir.path());
 
     // Nothing lingers: the reaper started for the parked network (with the hour's
     // linger) is killed, and one started by the next runtime with none removes it.
@@ -184,15 +185,6 @@ fn two_egress_starts_at_once_are_each_linked_in_their_own_namespace() {
         rt.discard_early_init();
         tethers.finish_released();
     }
-    assert_eq!(
-        names(&run_dir.path().join("sandboxes")),
-        Vec::<String>::new(),
-        "sandbox or early init dirs left"
-    );
-    assert_eq!(
-        mounts_under(run_dir.path()),
-        Vec::<String>::new(),
-        "mounts left"
-    );
+    assert_no_sandbox_dirs_or_mounts(run_dir.path());
     end_parked_networks(run_dir.path(), state.path());
 }

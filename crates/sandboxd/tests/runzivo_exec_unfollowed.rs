@@ -41,14 +41,20 @@ fn only_sandbox(s: &Server) -> String {
     dirs[0].clone()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_streamed_exec_in_a_frozen_sandbox_fails_without_waiting_for_its_kill() {
+/// A server with the short agent bound, and its one sandbox (the dialect's id), frozen
+/// until the `Thaw` is dropped.
+async fn frozen_sandbox() -> (Server, String, Thaw) {
     let bound = BOUND.to_string();
     let s = Server::start_with_env(30, &[("SANDBOXD_AGENT_ANSWER_SECONDS", &bound), LOG]);
     let id = s.create().await;
     let engine_id = only_sandbox(&s);
     freezer::set_frozen(&engine_id, true);
-    let _thaw = Thaw(engine_id);
+    (s, id, Thaw(engine_id))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_exec_in_a_frozen_sandbox_fails_without_waiting_for_its_kill() {
+    let (s, id, _thaw) = frozen_sandbox().await;
     let (path, body) = (s.path(&format!("/{id}/exec")), json!({"cmd": "true"}));
     let began = Instant::now();
     let exec = s.json("POST", &path, &body);
@@ -75,12 +81,7 @@ async fn a_streamed_exec_in_a_frozen_sandbox_fails_without_waiting_for_its_kill(
 /// could have more commands started than the limit, none with a driver).
 #[tokio::test(flavor = "multi_thread")]
 async fn unfollowed_starts_keep_their_sessions_until_their_kills_are_answered() {
-    let bound = BOUND.to_string();
-    let s = Server::start_with_env(30, &[("SANDBOXD_AGENT_ANSWER_SECONDS", &bound), LOG]);
-    let id = s.create().await;
-    let engine_id = only_sandbox(&s);
-    freezer::set_frozen(&engine_id, true);
-    let _thaw = Thaw(engine_id);
+    let (s, id, _thaw) = frozen_sandbox().await;
     let (path, body) = (s.path(&format!("/{id}/exec")), json!({"cmd": "true"}));
     // The Runzivo dialect's session limit (`MAX_SESSIONS`).
     let (a, b, c, d) = tokio::join!(
