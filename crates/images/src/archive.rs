@@ -232,6 +232,7 @@ fn import_docker(
     }
     let rootfs: ConfigRootFs = serde_json::from_slice(&config_bytes)
         .map_err(|e| ImageError::Malformed(format!("image configuration: {e}")))?;
+    crate::manifest_fetch::check_layer_count(m.layers.len())?;
     if rootfs.rootfs.diff_ids.len() != m.layers.len() {
         return Err(ImageError::Malformed(
             "layer count differs from the configuration's diff_ids".into(),
@@ -334,6 +335,7 @@ fn import_oci(images: &Images, root: &Root, name: Option<&str>) -> Result<ImageL
         break serde_json::from_slice::<Manifest>(&bytes)
             .map_err(|e| ImageError::Malformed(format!("image manifest: {e}")))?;
     };
+    crate::manifest_fetch::check_layer_count(manifest.layers.len())?;
     let config = image_config(&blob(root, &manifest.config.digest)?)?;
     let mut layers = Vec::new();
     let mut budget = images.image_budget()?;

@@ -20,7 +20,8 @@ use sha2::{Digest, Sha256};
 /// are a few KiB; registries refuse above 4 MiB).
 pub const MAX_ANSWER: u64 = 4 << 20;
 
-/// The most layers an image may have (overlayfs stacks well under this).
+/// The most layers an image may have: the most lower dirs one overlay stacks (the
+/// kernel's `OVL_MAX_STACK`).
 pub const MAX_LAYERS: usize = 500;
 
 const ACCEPTED: [&str; 4] = [
@@ -374,13 +375,19 @@ impl Registry {
 fn parse_manifest(body: &[u8]) -> Result<OciImageManifest, ImageError> {
     let manifest: OciImageManifest = serde_json::from_slice(body)
         .map_err(|e| ImageError::Malformed(format!("image manifest: {e}")))?;
-    if manifest.layers.len() > MAX_LAYERS {
+    check_layer_count(manifest.layers.len())?;
+    Ok(manifest)
+}
+
+/// Refuses an image of more layers than an overlay stacks ([`MAX_LAYERS`]): pulled or
+/// imported alike, since such an image could never start.
+pub(crate) fn check_layer_count(layers: usize) -> Result<(), ImageError> {
+    if layers > MAX_LAYERS {
         return Err(ImageError::Unsupported(format!(
-            "an image of {} layers (at most {MAX_LAYERS})",
-            manifest.layers.len()
+            "an image of {layers} layers (at most {MAX_LAYERS})"
         )));
     }
-    Ok(manifest)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ mod init_process;
 pub mod layer_pins;
 pub mod layers;
 mod net;
+mod overlay;
 mod parent_record;
 pub mod private_dir;
 mod reconcile;

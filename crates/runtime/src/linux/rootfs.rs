@@ -7,7 +7,6 @@
 
 use super::{disk, io, sys};
 use crate::RuntimeError;
-use nix::mount::{mount, MsFlags};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
@@ -85,26 +84,15 @@ pub fn mount_root(
     let (upper, work, root) = (upper(state_dir), work(state_dir), rootfs(state_dir));
     // Named relative to the state dir (mounted from there): the sandbox sees these
     // options in its mountinfo, and they must not tell it the host's data dir or ids.
-    let options = format!(
-        "lowerdir={},upperdir={},workdir={},index=off,xino=off",
-        lowers.join(":"),
-        relative(state_dir, &upper),
-        relative(state_dir, &work)
-    );
-    sys::in_dir(state_dir, || {
-        mount(
-            Some("overlay"),
-            &root,
-            Some("overlay"),
-            MsFlags::empty(),
-            Some(options.as_str()),
-        )
-        .map_err(std::io::Error::from)
+    let (upper, work) = (relative(state_dir, &upper), relative(state_dir, &work));
+    let mounted = sys::in_dir(state_dir, || {
+        Ok(super::overlay::mount_overlay(&root, &lowers, &upper, &work))
     })
     .map_err(|e| RuntimeError::Sys {
         what: "mounting the overlay root",
         source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
     })?;
+    mounted?;
     if host_usr {
         sys::idmapped_bind(Path::new("/usr"), &root.join("usr"), userns, true)
             .map_err(io("binding the host /usr", &root))?;

@@ -7,7 +7,8 @@ whole directory tree) and an opaque directory over a lower layer, Env and Workin
 big: four layers of random data (16 MiB each, or the fourth argument's MiB; the fifth
 argument's count of layers) (a pull that takes a moment). With `multi ARCH…`, only multi:
 an image index of one small image per linux/ARCH, each with /etc/arch and the label
-`arch` naming its ARCH."""
+`arch` naming its ARCH. With `many N`, only many: the good image's base layer and N
+one-file layers over it (/layers/0 … /layers/N-1)."""
 import hashlib, io, json, os, subprocess, sys, tarfile
 
 out, outside = sys.argv[1], sys.argv[2]
@@ -130,6 +131,13 @@ for path in sorted(files):
             dirs.add(p); base.append(d(p))
     with open(path, "rb") as fh:
         base.append(f(rel, fh.read(), 0o755))
+if sys.argv[3:4] == ["many"]:
+    # The fifth argument's count of one-file layers (/layers/<i>) over the base.
+    count = int(sys.argv[4])
+    layers = [tar_of(base)] + [tar_of([d("layers"), f(f"layers/{i}", b"x")]) for i in range(count)]
+    layout("many", layers, {"Env": ["PATH=/usr/bin:/bin"]})
+    sys.exit(0)
+
 top = [f("etc/.wh.gone"), f(".wh.olddir"), d("opq"), f("opq/.wh..wh..opq"), f("opq/new", b"new"),
        d("srv"), d("srv/app")]
 layout("good", [tar_of(base), tar_of(top)],

@@ -241,6 +241,21 @@ pub fn random_layers(work: &Path, dir: &str, mib: u32, count: u32) -> PathBuf {
     out.join("big")
 }
 
+/// A layout in `work/dir` of bash and its libraries under `count` one-file layers
+/// (`/layers/0` … `/layers/<count - 1>`).
+pub fn many_layers_layout(work: &Path, dir: &str, count: usize) -> PathBuf {
+    let out = work.join(dir);
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
+    run(Command::new("python3")
+        .arg(script)
+        .arg(&out)
+        .arg(work)
+        .arg("many")
+        .arg(count.to_string()));
+    out.join("many")
+}
+
 /// A layout in `work/dir` whose tag is an image index of one small image per
 /// `linux/ARCH` of `arches` (each with `/etc/arch` and the label `arch`).
 pub fn multi_layout(work: &Path, dir: &str, arches: &[&str]) -> PathBuf {

@@ -9,7 +9,6 @@ use super::GvisorRuntime;
 use crate::linux::cgroup::Limits;
 use crate::linux::{io, rootfs, sys};
 use crate::{NetworkMode, NetworkSpec, RuntimeError, SandboxHandle, SandboxSpec};
-use nix::mount::{mount, MsFlags};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
@@ -353,23 +352,12 @@ pub(super) fn mount_root(state_dir: &Path, layers: &[PathBuf]) -> Result<(), Run
     let upper = rootfs::upper(state_dir);
     let work = upper.with_file_name("work");
     let lowers: Vec<String> = layers.iter().map(|l| l.display().to_string()).collect();
-    let options = format!(
-        "lowerdir={},upperdir={},workdir={},index=off,xino=off",
-        lowers.join(":"),
-        upper.display(),
-        work.display()
-    );
-    mount(
-        Some("overlay"),
+    crate::linux::overlay::mount_overlay(
         &rootfs::rootfs(state_dir),
-        Some("overlay"),
-        MsFlags::empty(),
-        Some(options.as_str()),
+        &lowers,
+        &upper.display().to_string(),
+        &work.display().to_string(),
     )
-    .map_err(|source| RuntimeError::Sys {
-        what: "mounting the gVisor overlay root",
-        source,
-    })
 }
 
 /// `runsc create` or `restore` (`args`), run inside the sandbox's cgroups (joined

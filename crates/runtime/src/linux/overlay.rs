@@ -1,0 +1,117 @@
+//! Mounting an overlay root of any number of lower layers, up to the kernel's stack
+//! limit. `mount(2)` takes the overlay's options as one string, which the kernel cuts
+//! at one page: past it the lowest layers, the upper dir and the work dir were dropped
+//! without an error, and the sandbox got a read-only root missing part of its image. A
+//! string that fits goes to `mount(2)` as before (the common case: no extra calls on a
+//! start); a longer one goes through the new mount API, one `lowerdir+` per layer
+//! (Linux 6.8), and a kernel without that refuses the start with a clear error.
+
+use crate::RuntimeError;
+use rustix::mount::{
+    fsconfig_create, fsconfig_set_string, fsmount, fsopen, move_mount, FsMountFlags, FsOpenFlags,
+    MountAttrFlags, MoveMountFlags,
+};
+use std::path::Path;
+
+/// The most bytes of options `mount(2)` passes to a filesystem whole (a page, its
+/// last byte the terminating zero).
+fn option_bytes_max() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page).unwrap_or(4096).saturating_sub(1)
+}
+
+/// What [`mount_overlay`] would hand `mount(2)` for these dirs.
+fn options(lowers: &[String], upper: &str, work: &str) -> String {
+    format!(
+        "lowerdir={},upperdir={upper},workdir={work},index=off,xino=off",
+        lowers.join(":")
+    )
+}
+
+/// Mounts at `target` the overlay of `lowers` (top first) under `upper`, with `work`
+/// (relative names are looked up from the current directory, as `mount(2)`'s are).
+pub(super) fn mount_overlay(
+    target: &Path,
+    lowers: &[String],
+    upper: &str,
+    work: &str,
+) -> Result<(), RuntimeError> {
+    let options = options(lowers, upper, work);
+    if options.len() <= option_bytes_max() {
+        return nix::mount::mount(
+            Some("overlay"),
+            target,
+            Some("overlay"),
+            nix::mount::MsFlags::empty(),
+            Some(options.as_str()),
+        )
+        .map_err(|source| RuntimeError::Sys {
+            what: "mounting the overlay root",
+            source,
+        });
+    }
+    mount_layer_by_layer(target, lowers, upper, work)
+}
+
+/// The new mount API's way: each layer its own `lowerdir+`, so no string passes a page.
+fn mount_layer_by_layer(
+    target: &Path,
+    lowers: &[String],
+    upper: &str,
+    work: &str,
+) -> Result<(), RuntimeError> {
+    let sys = |what: &'static str| {
+        move |e: rustix::io::Errno| RuntimeError::Sys {
+            what,
+            source: nix::Error::from_raw(e.raw_os_error()),
+        }
+    };
+    let fs = fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC)
+        .map_err(sys("opening an overlay filesystem context"))?;
+    for lower in lowers {
+        fsconfig_set_string(&fs, "lowerdir+", lower.as_str()).map_err(|e| {
+            if e == rustix::io::Errno::INVAL && lower == &lowers[0] {
+                // The first one refused: no `lowerdir+` in this kernel.
+                RuntimeError::Unsupported(format!(
+                    "an image of {} layers needs Linux 6.8 or later (its overlay options \
+                     pass the one page older kernels take)",
+                    lowers.len()
+                ))
+            } else {
+                sys("adding an overlay layer")(e)
+            }
+        })?;
+    }
+    for (key, value) in [
+        ("upperdir", upper),
+        ("workdir", work),
+        ("index", "off"),
+        ("xino", "off"),
+    ] {
+        fsconfig_set_string(&fs, key, value).map_err(sys("configuring the overlay"))?;
+    }
+    fsconfig_create(&fs).map_err(sys("creating the overlay"))?;
+    let mnt = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())
+        .map_err(sys("mounting the overlay root"))?;
+    move_mount(
+        &mnt,
+        "",
+        rustix::fs::CWD,
+        target,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(sys("attaching the overlay root"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_fit_a_page_for_hundreds_of_short_layer_names_only() {
+        let names = |n: usize| (0..n).map(|i| format!("lower/{i}")).collect::<Vec<_>>();
+        assert!(options(&names(300), "upper", "work").len() <= option_bytes_max());
+        assert!(options(&names(500), "upper", "work").len() > option_bytes_max());
+    }
+}

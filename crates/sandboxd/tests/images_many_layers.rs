@@ -1,0 +1,91 @@
+//! An image of hundreds of layers runs whole, on either tier: every layer is in its
+//! root, and the root is writable. `mount(2)` takes an overlay's options as one string
+//! and the kernel cut it at one page: the lowest layers, the upper dir and the work dir
+//! were dropped without an error, and the sandbox ran on a read-only root missing part
+//! of its image (an outside audit found it at ~415 layers; the gVisor tier, which names
+//! its layers by absolute path, at a few dozen). More layers than the kernel stacks
+//! (500) are refused at import, as they were at pull.
+
+mod registry;
+
+use registry::{many_layers_layout, sandboxd};
+use std::path::Path;
+use std::process::Command;
+
+/// Counts the files of every one-file layer, then writes to the root.
+const CHECK: &str = "n=0; for f in /layers/*; do n=$((n+1)); done; echo $n; \
+                     echo written > /tmp/x && cat /tmp/x";
+
+/// `sandboxd run` of [`CHECK`] in image `image` of `data`, on tier `isolation`.
+fn run_check(data: &Path, image: &str, isolation: &str) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        .args([
+            "run",
+            "--network",
+            "none",
+            "--isolation",
+            isolation,
+            "--image",
+            image,
+        ])
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--", "/usr/bin/bash", "-c", CHECK])
+        .output()
+        .expect("sandboxd run");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn import(data: &Path, layout: &Path, name: &str) -> std::process::Output {
+    sandboxd(
+        data,
+        &["images", "import", layout.to_str().unwrap(), "--name", name],
+    )
+}
+
+#[test]
+fn an_image_of_450_layers_runs_whole_with_a_writable_root_on_each_tier() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let layout = many_layers_layout(work.path(), "layouts", 450);
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = import(data.path(), &layout, "local/many:v1");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut tiers = vec!["container"];
+    if Command::new("runsc").arg("--version").output().is_ok() {
+        tiers.push("gvisor");
+    } else {
+        eprintln!("runsc not installed: the gVisor tier is not tried");
+    }
+    for tier in tiers {
+        let (ok, stdout, stderr) = run_check(data.path(), "local/many:v1", tier);
+        assert!(ok, "{tier}: {stdout}{stderr}");
+        assert_eq!(stdout, "450\nwritten\n", "{tier}: {stderr}");
+    }
+}
+
+#[test]
+fn an_image_of_more_layers_than_the_kernel_stacks_is_refused_at_import() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let layout = many_layers_layout(work.path(), "layouts", 500);
+    let data = tempfile::tempdir().expect("tempdir");
+    // The base and 500 more.
+    let out = import(data.path(), &layout, "local/toomany:v1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "imported: {stderr}");
+    assert!(stderr.contains("501 layers (at most 500)"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let listed = sandboxd(data.path(), &["images", "list"]);
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout),
+        "",
+        "an image was stored"
+    );
+}
