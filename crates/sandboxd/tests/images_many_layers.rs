@@ -4,7 +4,8 @@
 //! were dropped without an error, and the sandbox ran on a read-only root missing part
 //! of its image (an outside audit found it at ~415 layers; the gVisor tier, which names
 //! its layers by absolute path, at a few dozen). More layers than the kernel stacks
-//! (500) are refused at import, as they were at pull.
+//! (500) are refused at import, as they were at pull. A layer an image lists twice is
+//! stacked once (the overlay refused the same dir twice: ELOOP at every start).
 
 mod registry;
 
@@ -50,7 +51,7 @@ fn import(data: &Path, layout: &Path, name: &str) -> std::process::Output {
 #[test]
 fn an_image_of_450_layers_runs_whole_with_a_writable_root_on_each_tier() {
     let work = tempfile::tempdir().expect("tempdir");
-    let layout = many_layers_layout(work.path(), "layouts", 450);
+    let layout = many_layers_layout(work.path(), "layouts", 450, false);
     let data = tempfile::tempdir().expect("tempdir");
     let out = import(data.path(), &layout, "local/many:v1");
     assert!(
@@ -58,23 +59,46 @@ fn an_image_of_450_layers_runs_whole_with_a_writable_root_on_each_tier() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut tiers = vec!["container"];
-    if Command::new("runsc").arg("--version").output().is_ok() {
-        tiers.push("gvisor");
-    } else {
-        eprintln!("runsc not installed: the gVisor tier is not tried");
-    }
-    for tier in tiers {
+    for tier in tiers() {
         let (ok, stdout, stderr) = run_check(data.path(), "local/many:v1", tier);
         assert!(ok, "{tier}: {stdout}{stderr}");
         assert_eq!(stdout, "450\nwritten\n", "{tier}: {stderr}");
     }
 }
 
+/// The container tier, and the gVisor tier where runsc is installed.
+fn tiers() -> Vec<&'static str> {
+    let mut tiers = vec!["container"];
+    if Command::new("runsc").arg("--version").output().is_ok() {
+        tiers.push("gvisor");
+    } else {
+        eprintln!("runsc not installed: the gVisor tier is not tried");
+    }
+    tiers
+}
+
+#[test]
+fn an_image_listing_one_layer_twice_runs_on_each_tier() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let layout = many_layers_layout(work.path(), "layouts", 2, true);
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = import(data.path(), &layout, "local/twice:v1");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for tier in tiers() {
+        let (ok, stdout, stderr) = run_check(data.path(), "local/twice:v1", tier);
+        assert!(ok, "{tier}: {stdout}{stderr}");
+        assert_eq!(stdout, "2\nwritten\n", "{tier}: {stderr}");
+    }
+}
+
 #[test]
 fn an_image_of_more_layers_than_the_kernel_stacks_is_refused_at_import() {
     let work = tempfile::tempdir().expect("tempdir");
-    let layout = many_layers_layout(work.path(), "layouts", 500);
+    let layout = many_layers_layout(work.path(), "layouts", 500, false);
     let data = tempfile::tempdir().expect("tempdir");
     // The base and 500 more.
     let out = import(data.path(), &layout, "local/toomany:v1");

@@ -445,17 +445,24 @@ impl LinuxRuntime {
     ) -> Result<(Vec<PathBuf>, layer_pins::LayerPin), RuntimeError> {
         let lock = layer_pins::share_gc_lock(&self.config.data_dir.join("layers"))?;
         let image = self.resolve_image(&spec.image)?;
-        let digests: Vec<String> = spec
+        // A layer listed twice (an image may) is stacked once, where it is highest: the
+        // overlay refuses one dir twice (ELOOP), and the one below adds nothing, every
+        // path it has being the one above's.
+        let mut seen = std::collections::HashSet::new();
+        let mut digests = Vec::new();
+        let mut dirs = Vec::new();
+        for digest in spec
             .extra_layers
             .iter()
             .rev()
             .chain(image.layers.iter().rev())
-            .cloned()
-            .collect();
-        let dirs = digests
-            .iter()
-            .map(|d| self.layers.path(d))
-            .collect::<Result<_, _>>()?;
+        {
+            let dir = self.layers.path(digest)?;
+            if seen.insert(dir.clone()) {
+                digests.push(digest.clone());
+                dirs.push(dir);
+            }
+        }
         Ok((dirs, layer_pins::LayerPin::new(digests, lock)))
     }
 

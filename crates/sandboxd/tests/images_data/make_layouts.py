@@ -8,7 +8,8 @@ big: four layers of random data (16 MiB each, or the fourth argument's MiB; the 
 argument's count of layers) (a pull that takes a moment). With `multi ARCH…`, only multi:
 an image index of one small image per linux/ARCH, each with /etc/arch and the label
 `arch` naming its ARCH. With `many N`, only many: the good image's base layer and N
-one-file layers over it (/layers/0 … /layers/N-1)."""
+one-file layers over it (/layers/0 … /layers/N-1); `many N dup` lists the first of them
+again on top."""
 import hashlib, io, json, os, subprocess, sys, tarfile
 
 out, outside = sys.argv[1], sys.argv[2]
@@ -135,6 +136,9 @@ if sys.argv[3:4] == ["many"]:
     # The fifth argument's count of one-file layers (/layers/<i>) over the base.
     count = int(sys.argv[4])
     layers = [tar_of(base)] + [tar_of([d("layers"), f(f"layers/{i}", b"x")]) for i in range(count)]
+    if sys.argv[5:6] == ["dup"]:
+        # The first one-file layer again on top: one digest listed twice.
+        layers.append(layers[1])
     layout("many", layers, {"Env": ["PATH=/usr/bin:/bin"]})
     sys.exit(0)
 

@@ -243,7 +243,8 @@ pub fn random_layers(work: &Path, dir: &str, mib: u32, count: u32) -> PathBuf {
 
 /// A layout in `work/dir` of bash and its libraries under `count` one-file layers
 /// (`/layers/0` … `/layers/<count - 1>`).
-pub fn many_layers_layout(work: &Path, dir: &str, count: usize) -> PathBuf {
+/// With `dup`, the first of them is listed again on top (one digest twice).
+pub fn many_layers_layout(work: &Path, dir: &str, count: usize, dup: bool) -> PathBuf {
     let out = work.join(dir);
     std::fs::create_dir_all(&out).expect("mkdir");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
@@ -252,7 +253,8 @@ pub fn many_layers_layout(work: &Path, dir: &str, count: usize) -> PathBuf {
         .arg(&out)
         .arg(work)
         .arg("many")
-        .arg(count.to_string()));
+        .arg(count.to_string())
+        .args(dup.then_some("dup")));
     out.join("many")
 }
 
