@@ -15,7 +15,8 @@ pub(crate) fn invalid(message: impl Into<String>) -> AgentError {
     error(AgentErrorCode::InvalidArgument, message)
 }
 
-/// Maps an I/O failure on `path` to `file_not_found`, `not_a_regular_file` or `io`.
+/// Maps an I/O failure on `path` to `file_not_found`, `not_a_regular_file`,
+/// `file_too_large`, `insufficient_storage`, `invalid_argument` or `io`.
 pub(crate) fn file_io(path: &str, e: &io::Error) -> AgentError {
     match e.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ENOTDIR) => error(
@@ -29,6 +30,17 @@ pub(crate) fn file_io(path: &str, e: &io::Error) -> AgentError {
         Some(libc::ENOSPC | libc::EDQUOT | libc::EIO | libc::EBADMSG | libc::EUCLEAN) => {
             error(AgentErrorCode::InsufficientStorage, format!("{path}: {e}"))
         }
+        // What the sandbox's own filesystem refuses the caller (its permissions, a
+        // read-only mount, a name too long, a busy program): the request's fault, not
+        // the agent's (they were `io`, answered as a server error).
+        Some(
+            libc::EACCES
+            | libc::EPERM
+            | libc::EROFS
+            | libc::ENAMETOOLONG
+            | libc::ETXTBSY
+            | libc::EEXIST,
+        ) => invalid(format!("{path}: {e}")),
         _ => error(AgentErrorCode::Io, format!("{path}: {e}")),
     }
 }
@@ -57,7 +69,9 @@ mod tests {
         let code = |errno| file_io("/p", &io::Error::from_raw_os_error(errno)).code;
         assert_eq!(code(libc::ENOENT), AgentErrorCode::FileNotFound);
         assert_eq!(code(libc::ELOOP), AgentErrorCode::NotARegularFile);
-        assert_eq!(code(libc::EACCES), AgentErrorCode::Io);
+        assert_eq!(code(libc::EACCES), AgentErrorCode::InvalidArgument);
+        assert_eq!(code(libc::EROFS), AgentErrorCode::InvalidArgument);
+        assert_eq!(code(libc::EMFILE), AgentErrorCode::Io);
         assert!(check_no_nul("argv", "a\0b").is_err());
         assert!(check_no_nul("argv", "ab").is_ok());
     }

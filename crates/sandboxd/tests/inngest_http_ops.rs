@@ -173,6 +173,17 @@ async fn files_streams_and_lifecycle() {
         api.get(&format!("{files}?path=/tmp/none"))
             .await
             .expect(404, "sandbox_file_not_found");
+        // What the sandbox's own filesystem refuses is the caller's mistake, not the
+        // server's: a read-only mount (the host's /usr), a name too long, a file its
+        // root may not read (an outside audit got 500 for each).
+        put("path=/usr/bin/new", "a")
+            .await
+            .expect(400, "invalid_field_format");
+        let long = format!("{files}?path=/tmp/{}", "a".repeat(300));
+        api.get(&long).await.expect(400, "invalid_field_format");
+        put(&format!("path=/tmp/{}", "a".repeat(300)), "a")
+            .await
+            .expect(400, "invalid_field_format");
         api.get(&format!("/v2/sandboxes/{id}/logs?follow=yes"))
             .await
             .expect(400, "invalid_field_format");
