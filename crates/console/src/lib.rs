@@ -28,6 +28,11 @@ pub struct Console {
     pub tickets: Arc<Tickets>,
 }
 
+/// The console's `400 invalid` answer (for a request refused before routing).
+pub fn invalid_request(message: &str) -> axum::response::Response {
+    axum::response::IntoResponse::into_response(error::ApiError::invalid(message))
+}
+
 /// The console's routes, all under `/console`, with its security headers on every
 /// response.
 pub fn router(engine: Arc<Engine>) -> Router {

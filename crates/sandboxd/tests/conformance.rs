@@ -1,7 +1,8 @@
 //! Spec gaps an audit found, each through the real server: a method a route does not
 //! take is a 405 in the dialect's shape, a create that can never fit is the client's
 //! error (400) while a full server is a 503 with `Retry-After`, and Runzivo's list pages
-//! its own sandboxes only, with no cursor after the last one.
+//! its own sandboxes only, with no cursor after the last one. A path that does not
+//! decode to UTF-8 is a 400 in its dialect's shape (it was plain text).
 
 mod serve_bin;
 
@@ -212,4 +213,42 @@ fn an_openrelay_run_cut_by_the_sandboxs_timeout_says_so() {
     assert_eq!(v["result"]["error"]["code"], "TIMEOUT", "{v}");
     let message = v["result"]["error"]["error"].as_str().unwrap_or_default();
     assert!(message.contains("timeoutSeconds"), "{v}");
+}
+
+#[test]
+fn a_path_that_does_not_decode_to_utf8_is_a_400_in_its_dialect() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(dir.path(), Some(MASTER));
+    let inngest = server.request("GET", "/v2/sandboxes/%ff", MASTER, None);
+    assert_eq!(inngest.status, 400, "{}", inngest.text());
+    assert!(
+        inngest.json()["errors"][0]["code"].is_string(),
+        "{}",
+        inngest.text()
+    );
+    let openrelay = server.request("GET", "/v1/sandboxes/%ff%fe", MASTER, None);
+    assert_eq!(openrelay.status, 400, "{}", openrelay.text());
+    assert_eq!(
+        openrelay.json()["code"],
+        "INVALID_REQUEST",
+        "{}",
+        openrelay.text()
+    );
+    let runzivo = server.request("GET", &format!("{RUNZIVO}/%c3%28"), MASTER, None);
+    assert_eq!(runzivo.status, 400, "{}", runzivo.text());
+    assert!(
+        runzivo.json()["error"]["code"].is_string(),
+        "{}",
+        runzivo.text()
+    );
+    let console = server.request("GET", "/console/api/sandboxes/%ff", MASTER, None);
+    assert_eq!(console.status, 400, "{}", console.text());
+    assert!(
+        console.json()["error"]["code"].is_string(),
+        "{}",
+        console.text()
+    );
+    // Encoded UTF-8 still routes: an unknown sandbox named in it is a 404.
+    let named = server.request("GET", "/v1/sandboxes/%C3%A9t%C3%A9", MASTER, None);
+    assert_eq!(named.status, 404, "{}", named.text());
 }

@@ -8,6 +8,7 @@ mod metrics_listener;
 mod not_found;
 pub mod observe;
 mod overload;
+mod path_utf8;
 mod serve;
 mod trim;
 

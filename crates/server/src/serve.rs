@@ -25,6 +25,9 @@ pub fn app_with(engine: Arc<Engine>, config: &ServerConfig) -> Router {
         .merge(sandboxd_dialect_runzivo::router(engine.clone(), runzivo))
         .merge(sandboxd_console::router(engine.clone()))
         .fallback(crate::not_found::not_found)
+        .layer(axum::middleware::from_fn(
+            crate::path_utf8::require_utf8_path,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             engine,
             crate::observe::observe,
