@@ -578,10 +578,7 @@ mod cpu_tests {
     /// A process's CPU-time clock counts what its threads that ended used.
     #[test]
     fn the_clock_counts_ended_threads() {
-        let own = || {
-            let mut clock: libc::clockid_t = 0;
-            // SAFETY: as in `Serve::cpu_time`, on this process.
-            assert_eq!(unsafe { libc::clock_getcpuclockid(0, &mut clock) }, 0);
+        let read = |clock: libc::clockid_t| {
             let mut ts = libc::timespec {
                 tv_sec: 0,
                 tv_nsec: 0,
@@ -590,15 +587,27 @@ mod cpu_tests {
             assert_eq!(unsafe { libc::clock_gettime(clock, &mut ts) }, 0);
             std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
         };
+        let own = || {
+            let mut clock: libc::clockid_t = 0;
+            // SAFETY: as in `Serve::cpu_time`, on this process.
+            assert_eq!(unsafe { libc::clock_getcpuclockid(0, &mut clock) }, 0);
+            read(clock)
+        };
         let before = own();
-        std::thread::spawn(|| {
-            let t = std::time::Instant::now();
-            while t.elapsed() < std::time::Duration::from_millis(30) {
+        // Spins until it has used 30 ms of CPU by its own clock (not of wall time, which
+        // a loaded machine may give it little of), then ends.
+        let spent = std::thread::spawn(move || {
+            let spent = || read(libc::CLOCK_THREAD_CPUTIME_ID);
+            while spent() < std::time::Duration::from_millis(30) {
                 std::hint::spin_loop();
             }
+            spent()
         })
         .join()
         .expect("spinner");
-        assert!(own() - before >= std::time::Duration::from_millis(20));
+        assert!(
+            own() - before >= spent,
+            "the ended thread's {spent:?} are counted"
+        );
     }
 }
