@@ -9,7 +9,10 @@
 //!
 //! OCI whiteouts become overlayfs whiteouts, since a stored layer is an overlay lower
 //! directory: `.wh.NAME` is a 0:0 character device at NAME and `.wh..wh..opq` sets
-//! `trusted.overlay.opaque=y` on its directory. Device nodes are skipped (a layer may not
+//! `trusted.overlay.opaque=y` on its directory. A whiteout hides the lower layers'
+//! entries only, never its own layer's, in whichever order the archive lists them: a
+//! directory of the layer's own that a whiteout names (before or after it) is made
+//! opaque instead. Device nodes are skipped (a layer may not
 //! carry them; the sandbox gets its own /dev). Extended attributes of the archive are
 //! ignored (an archive must never forge overlay metadata). Ownership and modes
 //! (setuid/setgid/sticky included) are kept as the archive gives them: the store's
@@ -287,23 +290,58 @@ pub fn unpack(
 
 /// Opens directory `rel` (relative, clean) below `root`, making missing directories
 /// (0755, root-owned) on the way.
+/// A path component this layer whited out earlier (`.wh.etc`, then `etc/x`) becomes a
+/// directory again, opaque: the whiteout hides the lower layers' `etc`, never this
+/// layer's own entries (OCI: a whiteout applies to lower layers only).
 fn open_dir(root: &OwnedFd, rel: &Path) -> std::io::Result<OwnedFd> {
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
     match fs::openat2(root, rel, flags, Mode::empty(), RESOLVE) {
         Ok(fd) => return Ok(fd),
-        Err(rustix::io::Errno::NOENT) => {}
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => {}
         Err(e) => return Err(e.into()),
     }
     let mut dir = fs::openat2(root, ".", flags, Mode::empty(), RESOLVE)?;
     for c in rel.components() {
         let name = c.as_os_str();
         match fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) if is_whiteout(&dir, name) => {
+                fs::unlinkat(&dir, name, AtFlags::empty())?;
+                fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755))?;
+                set_opaque(&dir, name)?;
+            }
+            Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(e.into()),
         }
         dir = fs::openat2(&dir, name, flags, Mode::empty(), RESOLVE)?;
     }
     Ok(dir)
+}
+
+/// Whether `name` in `dir` is an overlay whiteout (a 0:0 character device).
+fn is_whiteout(dir: &OwnedFd, name: &std::ffi::OsStr) -> bool {
+    fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+        fs::FileType::from_raw_mode(st.st_mode) == fs::FileType::CharacterDevice
+            && st.st_rdev == fs::makedev(0, 0)
+    })
+}
+
+/// Marks directory `name` in `dir` opaque: the lower layers' entries under it are hidden.
+fn set_opaque(dir: &OwnedFd, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    let opened = fs::openat2(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        RESOLVE,
+    )?;
+    fs::fsetxattr(
+        &opened,
+        "trusted.overlay.opaque",
+        b"y",
+        fs::XattrFlags::empty(),
+    )
+    .map_err(Into::into)
 }
 
 /// Removes whatever is at `name` in `dir` (a directory only when empty is not needed:
@@ -390,21 +428,7 @@ fn apply<R: Read>(
     let name_bytes = std::os::unix::ffi::OsStrExt::as_bytes(name);
     // Whiteouts.
     if name_bytes == b".wh..wh..opq" {
-        let opened = fs::openat2(
-            &dir,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            RESOLVE,
-        )
-        .map_err(|e| werr(e.into()))?;
-        fs::fsetxattr(
-            &opened,
-            "trusted.overlay.opaque",
-            b"y",
-            fs::XattrFlags::empty(),
-        )
-        .map_err(|e| werr(e.into()))?;
+        set_opaque(&dir, std::ffi::OsStr::new(".")).map_err(werr)?;
         return Ok(());
     }
     if let Some(hidden) = name_bytes.strip_prefix(b".wh.") {
@@ -412,7 +436,16 @@ fn apply<R: Read>(
             return Ok(()); // AUFS metadata (`.wh..wh.plnk`…): nothing to apply
         }
         let hidden = std::ffi::OsStr::from_bytes_compat(hidden);
-        remove_existing(&dir, hidden).map_err(werr)?;
+        // This layer's own entry stays (a whiteout hides the lower layers' only): a
+        // directory of its own becomes opaque, anything else hides them already.
+        match fs::statat(&dir, hidden, AtFlags::SYMLINK_NOFOLLOW) {
+            Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(werr(e.into())),
+            Ok(st) if fs::FileType::from_raw_mode(st.st_mode) == fs::FileType::Directory => {
+                return set_opaque(&dir, hidden).map_err(werr);
+            }
+            Ok(_) => return Ok(()),
+        }
         fs::mknodat(
             &dir,
             hidden,
@@ -427,6 +460,13 @@ fn apply<R: Read>(
         tar::EntryType::Directory => {
             match fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) if fs::FileType::from_raw_mode(st.st_mode) == fs::FileType::Directory => {}
+                // This layer whited it out first: the lower layers' stays hidden.
+                Ok(_) if is_whiteout(&dir, name) => {
+                    fs::unlinkat(&dir, name, AtFlags::empty()).map_err(|e| werr(e.into()))?;
+                    fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700))
+                        .map_err(|e| werr(e.into()))?;
+                    set_opaque(&dir, name).map_err(werr)?;
+                }
                 Ok(_) => {
                     remove_existing(&dir, name).map_err(werr)?;
                     fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700))

@@ -5,11 +5,13 @@
 //! of its image (an outside audit found it at ~415 layers; the gVisor tier, which names
 //! its layers by absolute path, at a few dozen). More layers than the kernel stacks
 //! (500) are refused at import, as they were at pull. A layer an image lists twice is
-//! stacked once (the overlay refused the same dir twice: ELOOP at every start).
+//! stacked once (the overlay refused the same dir twice: ELOOP at every start). A
+//! whiteout hides the lower layers' entries only, never its own layer's, whichever
+//! comes first in the archive (OCI image spec, "Whiteouts").
 
 mod registry;
 
-use registry::{many_layers_layout, sandboxd};
+use registry::{many_layers_layout, sandboxd, whiteout_order_layout};
 use std::path::Path;
 use std::process::Command;
 
@@ -112,4 +114,33 @@ fn an_image_of_more_layers_than_the_kernel_stacks_is_refused_at_import() {
         "",
         "an image was stored"
     );
+}
+
+#[test]
+fn a_whiteout_hides_lower_layers_only_whichever_comes_first_in_its_layer() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let layout = whiteout_order_layout(work.path(), "layouts");
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = import(data.path(), &layout, "local/whiteouts:v1");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = "for d in /a /b /c; do echo $d: $(cd $d && echo *); done";
+    for tier in tiers() {
+        let out = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(["run", "--network", "none", "--isolation", tier])
+            .args(["--image", "local/whiteouts:v1", "--data-dir"])
+            .arg(data.path())
+            .args(["--", "/usr/bin/bash", "-c", list])
+            .output()
+            .expect("sandboxd run");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{tier}: {stdout}{stderr}");
+        assert_eq!(stdout, "/a: new\n/b: new\n/c: new\n", "{tier}: {stderr}");
+    }
 }

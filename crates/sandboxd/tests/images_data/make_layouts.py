@@ -9,7 +9,8 @@ argument's count of layers) (a pull that takes a moment). With `multi ARCH…`, 
 an image index of one small image per linux/ARCH, each with /etc/arch and the label
 `arch` naming its ARCH. With `many N`, only many: the good image's base layer and N
 one-file layers over it (/layers/0 … /layers/N-1); `many N dup` lists the first of them
-again on top."""
+again on top. With `whiteout-order`, only whiteout-order: whiteouts listed before and
+after their own layer's entries."""
 import hashlib, io, json, os, subprocess, sys, tarfile
 
 out, outside = sys.argv[1], sys.argv[2]
@@ -132,6 +133,18 @@ for path in sorted(files):
             dirs.add(p); base.append(d(p))
     with open(path, "rb") as fh:
         base.append(f(rel, fh.read(), 0o755))
+if sys.argv[3:4] == ["whiteout-order"]:
+    # /a and /b in a lower layer; the upper one whites each out and has its own entries
+    # in it, the whiteout first for /a, last for /b, and /c's whiteout before the
+    # entry's implicit parent: each directory then holds the upper layer's only.
+    lower = [d("a"), f("a/old", b"old"), d("b"), f("b/old", b"old"), d("c"), f("c/old", b"old")]
+    upper = [f(".wh.a"), d("a"), f("a/new", b"new"),
+             d("b"), f("b/new", b"new"), f(".wh.b"),
+             f(".wh.c"), f("c/new", b"new")]
+    layout("whiteout-order", [tar_of(base), tar_of(lower), tar_of(upper)],
+           {"Env": ["PATH=/usr/bin:/bin"]})
+    sys.exit(0)
+
 if sys.argv[3:4] == ["many"]:
     # The fifth argument's count of one-file layers (/layers/<i>) over the base.
     count = int(sys.argv[4])

@@ -241,6 +241,21 @@ pub fn random_layers(work: &Path, dir: &str, mib: u32, count: u32) -> PathBuf {
     out.join("big")
 }
 
+/// A layout in `work/dir` whose upper layer whites out /a, /b and /c of the lower one
+/// and has entries of its own in each, listed after the whiteout (/a, /c: the latter
+/// through an implicit parent) or before it (/b).
+pub fn whiteout_order_layout(work: &Path, dir: &str) -> PathBuf {
+    let out = work.join(dir);
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
+    run(Command::new("python3")
+        .arg(script)
+        .arg(&out)
+        .arg(work)
+        .arg("whiteout-order"));
+    out.join("whiteout-order")
+}
+
 /// A layout in `work/dir` of bash and its libraries under `count` one-file layers
 /// (`/layers/0` … `/layers/<count - 1>`).
 /// With `dup`, the first of them is listed again on top (one digest twice).
