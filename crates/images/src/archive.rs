@@ -70,12 +70,21 @@ impl Root {
         .is_ok()
     }
 
+    /// A manifest, index or configuration: refused past the size a pull takes
+    /// ([`MAX_ANSWER`](crate::manifest_fetch::MAX_ANSWER)), so that an imported image
+    /// is held to what a pulled one is.
     fn read_small(&self, rel: &str) -> Result<Vec<u8>, ImageError> {
+        let max = crate::manifest_fetch::MAX_ANSWER;
         let mut out = Vec::new();
         self.file(rel)?
-            .take(16 << 20)
+            .take(max + 1)
             .read_to_end(&mut out)
             .map_err(io("reading an archive file", &self.1.join(rel)))?;
+        if out.len() as u64 > max {
+            return Err(ImageError::Unsupported(format!(
+                "{rel} is larger than {max} bytes: refused"
+            )));
+        }
         Ok(out)
     }
 

@@ -460,12 +460,30 @@ pub(crate) fn walk_size(dir: &Path) -> u64 {
 }
 
 /// The config fields sandboxd keeps from an OCI (or Docker) image configuration JSON.
+/// The most bytes an image's `Env` may hold in all: every command of its sandboxes
+/// carries it (with the request's own, itself bounded to 64 KiB, and the workspace's
+/// secrets) to the agent, which takes a request of 1 MiB at most.
+pub const MAX_IMAGE_ENV_BYTES: usize = 256 << 10;
+
+/// Refuses an `Env` no command could be started with ([`MAX_IMAGE_ENV_BYTES`]): it
+/// was stored, and every start of the image then failed.
+fn check_env(env: &[String]) -> Result<(), ImageError> {
+    let total: usize = env.iter().map(|e| e.len() + 1).sum();
+    if total > MAX_IMAGE_ENV_BYTES {
+        return Err(ImageError::Unsupported(format!(
+            "an image whose Env holds {total} bytes (at most {MAX_IMAGE_ENV_BYTES})"
+        )));
+    }
+    Ok(())
+}
+
 pub fn image_config(json: &[u8]) -> Result<ImageConfig, ImageError> {
     let parsed: oci_spec::image::ImageConfiguration = serde_json::from_slice(json)
         .map_err(|e| ImageError::Malformed(format!("image configuration: {e}")))?;
     let mut out = ImageConfig::default();
     if let Some(c) = parsed.config() {
         out.env = c.env().clone().unwrap_or_default();
+        check_env(&out.env)?;
         out.working_dir = c.working_dir().clone().filter(|w| w.starts_with('/'));
         out.user = c.user().clone().filter(|u| !u.is_empty());
         out.entrypoint = c.entrypoint().clone().unwrap_or_default();

@@ -9,7 +9,7 @@ argument's count of layers) (a pull that takes a moment). With `multi ARCH…`, 
 an image index of one small image per linux/ARCH, each with /etc/arch and the label
 `arch` naming its ARCH. With `many N`, only many: the good image's base layer and N
 one-file layers over it (/layers/0 … /layers/N-1); `many N dup` lists the first of them
-again on top. With `whiteout-order`, only whiteout-order: whiteouts listed before and
+again on top, `many N bigenv` has an Env of 300 KiB. With `whiteout-order`, only whiteout-order: whiteouts listed before and
 after their own layer's entries."""
 import hashlib, io, json, os, subprocess, sys, tarfile
 
@@ -152,7 +152,11 @@ if sys.argv[3:4] == ["many"]:
     if sys.argv[5:6] == ["dup"]:
         # The first one-file layer again on top: one digest listed twice.
         layers.append(layers[1])
-    layout("many", layers, {"Env": ["PATH=/usr/bin:/bin"]})
+    env = ["PATH=/usr/bin:/bin"]
+    if sys.argv[5:6] == ["bigenv"]:
+        # An Env of 300 KiB: more than any command could carry to the agent.
+        env.append("BIG=" + "x" * (300 << 10))
+    layout("many", layers, {"Env": env})
     sys.exit(0)
 
 top = [f("etc/.wh.gone"), f(".wh.olddir"), d("opq"), f("opq/.wh..wh..opq"), f("opq/new", b"new"),

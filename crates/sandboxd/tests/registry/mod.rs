@@ -258,8 +258,9 @@ pub fn whiteout_order_layout(work: &Path, dir: &str) -> PathBuf {
 
 /// A layout in `work/dir` of bash and its libraries under `count` one-file layers
 /// (`/layers/0` … `/layers/<count - 1>`).
-/// With `dup`, the first of them is listed again on top (one digest twice).
-pub fn many_layers_layout(work: &Path, dir: &str, count: usize, dup: bool) -> PathBuf {
+/// `extra`: `dup` lists the first of them again on top (one digest twice), `bigenv`
+/// gives the image an Env of 300 KiB.
+pub fn many_layers_layout(work: &Path, dir: &str, count: usize, extra: Option<&str>) -> PathBuf {
     let out = work.join(dir);
     std::fs::create_dir_all(&out).expect("mkdir");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
@@ -269,7 +270,7 @@ pub fn many_layers_layout(work: &Path, dir: &str, count: usize, dup: bool) -> Pa
         .arg(work)
         .arg("many")
         .arg(count.to_string())
-        .args(dup.then_some("dup")));
+        .args(extra));
     out.join("many")
 }
 

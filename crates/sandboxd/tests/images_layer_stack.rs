@@ -7,7 +7,8 @@
 //! (500) are refused at import, as they were at pull. A layer an image lists twice is
 //! stacked once (the overlay refused the same dir twice: ELOOP at every start). A
 //! whiteout hides the lower layers' entries only, never its own layer's, whichever
-//! comes first in the archive (OCI image spec, "Whiteouts").
+//! comes first in the archive (OCI image spec, "Whiteouts"). An image whose Env no
+//! command could carry is refused at import (it imported, and every start failed).
 
 mod registry;
 
@@ -53,7 +54,7 @@ fn import(data: &Path, layout: &Path, name: &str) -> std::process::Output {
 #[test]
 fn an_image_of_450_layers_runs_whole_with_a_writable_root_on_each_tier() {
     let work = tempfile::tempdir().expect("tempdir");
-    let layout = many_layers_layout(work.path(), "layouts", 450, false);
+    let layout = many_layers_layout(work.path(), "layouts", 450, None);
     let data = tempfile::tempdir().expect("tempdir");
     let out = import(data.path(), &layout, "local/many:v1");
     assert!(
@@ -82,7 +83,7 @@ fn tiers() -> Vec<&'static str> {
 #[test]
 fn an_image_listing_one_layer_twice_runs_on_each_tier() {
     let work = tempfile::tempdir().expect("tempdir");
-    let layout = many_layers_layout(work.path(), "layouts", 2, true);
+    let layout = many_layers_layout(work.path(), "layouts", 2, Some("dup"));
     let data = tempfile::tempdir().expect("tempdir");
     let out = import(data.path(), &layout, "local/twice:v1");
     assert!(
@@ -100,7 +101,7 @@ fn an_image_listing_one_layer_twice_runs_on_each_tier() {
 #[test]
 fn an_image_of_more_layers_than_the_kernel_stacks_is_refused_at_import() {
     let work = tempfile::tempdir().expect("tempdir");
-    let layout = many_layers_layout(work.path(), "layouts", 500, false);
+    let layout = many_layers_layout(work.path(), "layouts", 500, None);
     let data = tempfile::tempdir().expect("tempdir");
     // The base and 500 more.
     let out = import(data.path(), &layout, "local/toomany:v1");
@@ -143,4 +144,21 @@ fn a_whiteout_hides_lower_layers_only_whichever_comes_first_in_its_layer() {
         assert!(out.status.success(), "{tier}: {stdout}{stderr}");
         assert_eq!(stdout, "/a: new\n/b: new\n/c: new\n", "{tier}: {stderr}");
     }
+}
+
+#[test]
+fn an_image_whose_env_no_command_could_carry_is_refused_at_import() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let layout = many_layers_layout(work.path(), "layouts", 1, Some("bigenv"));
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = import(data.path(), &layout, "local/bigenv:v1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "imported: {stderr}");
+    assert!(stderr.contains("Env holds"), "{stderr}");
+    let listed = sandboxd(data.path(), &["images", "list"]);
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout),
+        "",
+        "an image was stored"
+    );
 }
