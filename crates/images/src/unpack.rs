@@ -326,15 +326,21 @@ fn is_whiteout(dir: &OwnedFd, name: &std::ffi::OsStr) -> bool {
     })
 }
 
-/// Marks directory `name` in `dir` opaque: the lower layers' entries under it are hidden.
-fn set_opaque(dir: &OwnedFd, name: &std::ffi::OsStr) -> std::io::Result<()> {
-    let opened = fs::openat2(
+/// Directory `name` in `dir`, opened to read (resolved within the layer).
+fn open_subdir(dir: &OwnedFd, name: &std::ffi::OsStr) -> std::io::Result<OwnedFd> {
+    fs::openat2(
         dir,
         name,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
         RESOLVE,
-    )?;
+    )
+    .map_err(Into::into)
+}
+
+/// Marks directory `name` in `dir` opaque: the lower layers' entries under it are hidden.
+fn set_opaque(dir: &OwnedFd, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    let opened = open_subdir(dir, name)?;
     fs::fsetxattr(
         &opened,
         "trusted.overlay.opaque",
@@ -351,14 +357,7 @@ fn remove_existing(dir: &OwnedFd, name: &std::ffi::OsStr) -> std::io::Result<()>
         Err(rustix::io::Errno::NOENT) => Ok(()),
         Err(e) => Err(e.into()),
         Ok(st) if fs::FileType::from_raw_mode(st.st_mode) == fs::FileType::Directory => {
-            let sub = fs::openat2(
-                dir,
-                name,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-                RESOLVE,
-            )?;
-            remove_tree_at(sub)?;
+            remove_tree_at(open_subdir(dir, name)?)?;
             fs::unlinkat(dir, name, AtFlags::REMOVEDIR).map_err(Into::into)
         }
         Ok(_) => fs::unlinkat(dir, name, AtFlags::empty()).map_err(Into::into),

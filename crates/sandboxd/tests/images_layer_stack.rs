@@ -13,35 +13,37 @@
 mod registry;
 
 use registry::{many_layers_layout, sandboxd, whiteout_order_layout};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Counts the files of every one-file layer, then writes to the root.
 const CHECK: &str = "n=0; for f in /layers/*; do n=$((n+1)); done; echo $n; \
                      echo written > /tmp/x && cat /tmp/x";
 
-/// `sandboxd run` of [`CHECK`] in image `image` of `data`, on tier `isolation`.
-fn run_check(data: &Path, image: &str, isolation: &str) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-        .args([
-            "run",
-            "--network",
-            "none",
-            "--isolation",
-            isolation,
-            "--image",
-            image,
-        ])
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--", "/usr/bin/bash", "-c", CHECK])
-        .output()
-        .expect("sandboxd run");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// Runs `script` with bash in image `image` of `data` on each tier (the gVisor one
+/// where runsc is installed), and asserts that each succeeds and prints `want`.
+fn runs_on_each_tier(data: &Path, image: &str, script: &str, want: &str) {
+    let mut tiers = vec!["container"];
+    if Command::new("runsc").arg("--version").output().is_ok() {
+        tiers.push("gvisor");
+    } else {
+        eprintln!("runsc not installed: the gVisor tier is not tried");
+    }
+    for tier in tiers {
+        let out = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(["run", "--network", "none", "--isolation", tier])
+            .args(["--image", image, "--data-dir"])
+            .arg(data)
+            .args(["--", "/usr/bin/bash", "-c", script])
+            .output()
+            .expect("sandboxd run");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{tier}: {stdout}{stderr}");
+        assert_eq!(stdout, want, "{tier}: {stderr}");
+    }
 }
 
 fn import(data: &Path, layout: &Path, name: &str) -> std::process::Output {
@@ -51,114 +53,76 @@ fn import(data: &Path, layout: &Path, name: &str) -> std::process::Output {
     )
 }
 
-#[test]
-fn an_image_of_450_layers_runs_whole_with_a_writable_root_on_each_tier() {
+/// A fresh data dir with the layout `make` writes (into a work dir) imported as
+/// `name`; both dirs, kept while the test runs.
+fn imported(
+    name: &str,
+    make: impl FnOnce(&Path) -> PathBuf,
+) -> (tempfile::TempDir, tempfile::TempDir) {
     let work = tempfile::tempdir().expect("tempdir");
-    let layout = many_layers_layout(work.path(), "layouts", 450, None);
+    let layout = make(work.path());
     let data = tempfile::tempdir().expect("tempdir");
-    let out = import(data.path(), &layout, "local/many:v1");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for tier in tiers() {
-        let (ok, stdout, stderr) = run_check(data.path(), "local/many:v1", tier);
-        assert!(ok, "{tier}: {stdout}{stderr}");
-        assert_eq!(stdout, "450\nwritten\n", "{tier}: {stderr}");
-    }
+    let out = import(data.path(), &layout, name);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    (work, data)
 }
 
-/// The container tier, and the gVisor tier where runsc is installed.
-fn tiers() -> Vec<&'static str> {
-    let mut tiers = vec!["container"];
-    if Command::new("runsc").arg("--version").output().is_ok() {
-        tiers.push("gvisor");
-    } else {
-        eprintln!("runsc not installed: the gVisor tier is not tried");
-    }
-    tiers
+/// The import of the layout `make` writes is refused with a message holding `says`,
+/// and stores no image.
+fn refused_at_import(make: impl FnOnce(&Path) -> PathBuf, says: &str) {
+    let work = tempfile::tempdir().expect("tempdir");
+    let layout = make(work.path());
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = import(data.path(), &layout, "local/refused:v1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "imported: {stderr}");
+    assert!(stderr.contains(says), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let listed = sandboxd(data.path(), &["images", "list"]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(listed, "", "an image was stored");
+}
+
+#[test]
+fn an_image_of_450_layers_runs_whole_with_a_writable_root_on_each_tier() {
+    let (_work, data) = imported("local/many:v1", |w| {
+        many_layers_layout(w, "layouts", 450, None)
+    });
+    runs_on_each_tier(data.path(), "local/many:v1", CHECK, "450\nwritten\n");
 }
 
 #[test]
 fn an_image_listing_one_layer_twice_runs_on_each_tier() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let layout = many_layers_layout(work.path(), "layouts", 2, Some("dup"));
-    let data = tempfile::tempdir().expect("tempdir");
-    let out = import(data.path(), &layout, "local/twice:v1");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for tier in tiers() {
-        let (ok, stdout, stderr) = run_check(data.path(), "local/twice:v1", tier);
-        assert!(ok, "{tier}: {stdout}{stderr}");
-        assert_eq!(stdout, "2\nwritten\n", "{tier}: {stderr}");
-    }
+    let (_work, data) = imported("local/twice:v1", |w| {
+        many_layers_layout(w, "layouts", 2, Some("dup"))
+    });
+    runs_on_each_tier(data.path(), "local/twice:v1", CHECK, "2\nwritten\n");
 }
 
 #[test]
 fn an_image_of_more_layers_than_the_kernel_stacks_is_refused_at_import() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let layout = many_layers_layout(work.path(), "layouts", 500, None);
-    let data = tempfile::tempdir().expect("tempdir");
     // The base and 500 more.
-    let out = import(data.path(), &layout, "local/toomany:v1");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "imported: {stderr}");
-    assert!(stderr.contains("501 layers (at most 500)"), "{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    let listed = sandboxd(data.path(), &["images", "list"]);
-    assert_eq!(
-        String::from_utf8_lossy(&listed.stdout),
-        "",
-        "an image was stored"
-    );
+    let many = |w: &Path| many_layers_layout(w, "layouts", 500, None);
+    refused_at_import(many, "501 layers (at most 500)");
 }
 
 #[test]
 fn a_whiteout_hides_lower_layers_only_whichever_comes_first_in_its_layer() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let layout = whiteout_order_layout(work.path(), "layouts");
-    let data = tempfile::tempdir().expect("tempdir");
-    let out = import(data.path(), &layout, "local/whiteouts:v1");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_work, data) = imported("local/whiteouts:v1", |w| {
+        whiteout_order_layout(w, "layouts")
+    });
     let list = "for d in /a /b /c; do echo $d: $(cd $d && echo *); done";
-    for tier in tiers() {
-        let out = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-            .args(["run", "--network", "none", "--isolation", tier])
-            .args(["--image", "local/whiteouts:v1", "--data-dir"])
-            .arg(data.path())
-            .args(["--", "/usr/bin/bash", "-c", list])
-            .output()
-            .expect("sandboxd run");
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        assert!(out.status.success(), "{tier}: {stdout}{stderr}");
-        assert_eq!(stdout, "/a: new\n/b: new\n/c: new\n", "{tier}: {stderr}");
-    }
+    runs_on_each_tier(
+        data.path(),
+        "local/whiteouts:v1",
+        list,
+        "/a: new\n/b: new\n/c: new\n",
+    );
 }
 
 #[test]
 fn an_image_whose_env_no_command_could_carry_is_refused_at_import() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let layout = many_layers_layout(work.path(), "layouts", 1, Some("bigenv"));
-    let data = tempfile::tempdir().expect("tempdir");
-    let out = import(data.path(), &layout, "local/bigenv:v1");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "imported: {stderr}");
-    assert!(stderr.contains("Env holds"), "{stderr}");
-    let listed = sandboxd(data.path(), &["images", "list"]);
-    assert_eq!(
-        String::from_utf8_lossy(&listed.stdout),
-        "",
-        "an image was stored"
-    );
+    let big_env = |w: &Path| many_layers_layout(w, "layouts", 1, Some("bigenv"));
+    refused_at_import(big_env, "Env holds");
 }

@@ -206,6 +206,21 @@ pub fn layouts(work: &Path, outside: &Path) -> PathBuf {
     out
 }
 
+/// Runs the layout script in mode `mode` with `args` into `work/dir` (`work` as its
+/// OUTSIDE); the layout it writes, `work/dir/<mode>`.
+fn script_layout(work: &Path, dir: &str, mode: &str, args: &[&str]) -> PathBuf {
+    let out = work.join(dir);
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
+    run(Command::new("python3")
+        .arg(script)
+        .arg(&out)
+        .arg(work)
+        .arg(mode)
+        .args(args));
+    out.join(mode)
+}
+
 /// A temporary work directory with an `outside` directory that hostile layers aim at,
 /// and the test layouts built into it.
 pub fn test_layouts() -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -228,32 +243,15 @@ pub fn random_layout(work: &Path, dir: &str, mib: u32) -> PathBuf {
 
 /// A layout of `count` layers of `mib` MiB of fresh random data each, in `work/dir`.
 pub fn random_layers(work: &Path, dir: &str, mib: u32, count: u32) -> PathBuf {
-    let out = work.join(dir);
-    std::fs::create_dir_all(&out).expect("mkdir");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
-    run(Command::new("python3")
-        .arg(script)
-        .arg(&out)
-        .arg(work)
-        .arg("big")
-        .arg(mib.to_string())
-        .arg(count.to_string()));
-    out.join("big")
+    let (mib, count) = (mib.to_string(), count.to_string());
+    script_layout(work, dir, "big", &[&mib, &count])
 }
 
 /// A layout in `work/dir` whose upper layer whites out /a, /b and /c of the lower one
 /// and has entries of its own in each, listed after the whiteout (/a, /c: the latter
 /// through an implicit parent) or before it (/b).
 pub fn whiteout_order_layout(work: &Path, dir: &str) -> PathBuf {
-    let out = work.join(dir);
-    std::fs::create_dir_all(&out).expect("mkdir");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
-    run(Command::new("python3")
-        .arg(script)
-        .arg(&out)
-        .arg(work)
-        .arg("whiteout-order"));
-    out.join("whiteout-order")
+    script_layout(work, dir, "whiteout-order", &[])
 }
 
 /// A layout in `work/dir` of bash and its libraries under `count` one-file layers
@@ -261,32 +259,15 @@ pub fn whiteout_order_layout(work: &Path, dir: &str) -> PathBuf {
 /// `extra`: `dup` lists the first of them again on top (one digest twice), `bigenv`
 /// gives the image an Env of 300 KiB.
 pub fn many_layers_layout(work: &Path, dir: &str, count: usize, extra: Option<&str>) -> PathBuf {
-    let out = work.join(dir);
-    std::fs::create_dir_all(&out).expect("mkdir");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
-    run(Command::new("python3")
-        .arg(script)
-        .arg(&out)
-        .arg(work)
-        .arg("many")
-        .arg(count.to_string())
-        .args(extra));
-    out.join("many")
+    let count = count.to_string();
+    let args: Vec<&str> = std::iter::once(count.as_str()).chain(extra).collect();
+    script_layout(work, dir, "many", &args)
 }
 
 /// A layout in `work/dir` whose tag is an image index of one small image per
 /// `linux/ARCH` of `arches` (each with `/etc/arch` and the label `arch`).
 pub fn multi_layout(work: &Path, dir: &str, arches: &[&str]) -> PathBuf {
-    let out = work.join(dir);
-    std::fs::create_dir_all(&out).expect("mkdir");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/images_data/make_layouts.py");
-    run(Command::new("python3")
-        .arg(script)
-        .arg(&out)
-        .arg(work)
-        .arg("multi")
-        .args(arches));
-    out.join("multi")
+    script_layout(work, dir, "multi", arches)
 }
 
 /// Entries of `data`'s layer store that are not stored layers or blob locks: scratch,
