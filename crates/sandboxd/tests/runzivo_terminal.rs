@@ -159,3 +159,39 @@ async fn terminal_over_websocket_with_single_use_tickets() {
         (401, "ticket_invalid".into())
     );
 }
+
+/// A client's message is bounded (a frame to 64 KiB, a message to 256 KiB): one that
+/// goes on past it, unfinished, ends its socket with 1009 (it was held in the server's
+/// memory up to axum's 64 MiB a socket).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unfinished_message_past_its_bound_ends_the_terminal() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let s = Server::start(30);
+    let id = s.create().await;
+    let mut ws = s.terminal(&id, "").await;
+    let chunk = vec![b'x'; 32 << 10];
+    let first = Frame::message(chunk.clone(), OpCode::Data(Data::Binary), false);
+    ws.send(Message::Frame(first))
+        .await
+        .expect("first fragment");
+    // 1 MiB in fragments, never finished; the server may close before all are sent.
+    for _ in 0..32 {
+        let more = Frame::message(chunk.clone(), OpCode::Data(Data::Continue), false);
+        if ws.send(Message::Frame(more)).await.is_err() {
+            break;
+        }
+    }
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return None,
+            }
+        }
+    })
+    .await
+    .expect("the terminal stayed open with an unfinished 1 MiB message");
+    assert!(matches!(ended, Some(1009) | None), "closed with {ended:?}");
+}

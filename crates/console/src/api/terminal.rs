@@ -67,5 +67,6 @@ pub async fn terminal(
         .engine
         .open_terminal(&ws, sandbox_id(&id)?, cols, rows)
         .await?;
+    let upgrade = sandboxd_dialect_runzivo::terminal_upgrade(upgrade);
     Ok(upgrade.on_upgrade(move |socket| sandboxd_dialect_runzivo::terminal_bridge(socket, pty)))
 }

@@ -15,6 +15,7 @@ mod scrub;
 pub mod tickets;
 pub mod views;
 
+pub use routes::terminal::bounded as terminal_upgrade;
 pub use routes::terminal::bridge as terminal_bridge;
 
 use axum::routing::{get, post};

@@ -96,7 +96,21 @@ pub async fn terminal(
         .open_terminal(&workspace, sb.id, cols, rows)
         .await
         .map_err(|e| ApiError::engine(Op::Exec, e))?;
-    Ok(upgrade.on_upgrade(move |socket| bridge(socket, pty)))
+    Ok(bounded(upgrade).on_upgrade(move |socket| bridge(socket, pty)))
+}
+
+/// The most a terminal's client may send in one WebSocket frame.
+pub const MAX_FRAME_BYTES: usize = 64 << 10;
+/// The most in one message (its fragments together): keystrokes, a paste, a resize.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 10;
+
+/// A terminal's upgrade with its client's frames and messages bounded: axum's defaults
+/// (16 MiB a frame, 64 MiB a message) let one socket hold that much of the server's
+/// memory with a message it never finishes (an outside audit held 1.9 GB with 24).
+pub fn bounded(upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
+    upgrade
+        .max_frame_size(MAX_FRAME_BYTES)
+        .max_message_size(MAX_MESSAGE_BYTES)
 }
 
 /// Binary messages are keystrokes and screen output; a text message resizes; the
