@@ -10,6 +10,7 @@ pub mod observe;
 mod overload;
 mod path_utf8;
 mod serve;
+mod served;
 mod trim;
 
 pub use config::{ConfigError, Isolation, ServerConfig};

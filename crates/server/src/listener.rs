@@ -1,14 +1,17 @@
 //! The API's accept loop: a bounded number of connections, a deadline for each
 //! request's headers, and a graceful drain. A client that opens connections and sends
 //! nothing, or half a request header, holds a connection for at most the header-read
-//! timeout, and never more than the connection cap of them: past the cap a connection is
-//! answered 503 with `Retry-After` in the dialect of the path it asked for, and closed.
+//! timeout, and only while no newcomer needs its place (`served`): at the cap a new
+//! connection takes the place of the one idle longest, and only when every connection
+//! has a request in progress is it answered 503 with `Retry-After` in the dialect of
+//! the path it asked for, and closed.
 //! A request body must keep the server's pace (`BodyPace`): one that stalls or dribbles
 //! fails its request (408 in the dialect's shape) and ends its connection.
 
 use crate::accept_errors::AcceptErrors;
 use crate::config::ConnectionLimits;
 use crate::overload::overloaded;
+use crate::served::{guarded, ConnState, Served};
 use crate::trim::ConnectionCount;
 use axum::body::Body;
 use axum::http::Request;
@@ -42,7 +45,7 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max));
+    let served = Served::new(limits.max);
     let overload = Arc::new(Semaphore::new(OVERLOAD_ANSWERS));
     let (stop_tx, stop_rx) = watch::channel(false);
     let count = Arc::new(ConnectionCount::default());
@@ -71,23 +74,24 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
-        match slots.clone().try_acquire_owned() {
-            Ok(slot) => {
+        match served.admit() {
+            Some(place) => {
                 let conn = Connection {
                     builder: builder.clone(),
                     app: app.clone(),
                     pace: limits.body_pace,
                     stop: stop_rx.clone(),
+                    state: place.state.clone(),
                 };
                 let count = count.clone();
                 count.opened();
                 tokio::spawn(async move {
                     conn.run(tcp).await;
                     count.closed();
-                    drop(slot);
+                    drop(place);
                 });
             }
-            Err(_) => match overload.clone().try_acquire_owned() {
+            None => match overload.clone().try_acquire_owned() {
                 Ok(permit) => {
                     tokio::spawn(async move {
                         answer_overloaded(tcp).await;
@@ -100,8 +104,8 @@ pub async fn serve(
     }
     drop(listener);
     let _ = stop_tx.send(true);
-    // Every connection holds a slot until it ends: all slots back means all done.
-    let _ = slots.acquire_many(limits.max as u32).await;
+    // Every connection holds its place until it ends (or gives it up, idle).
+    served.all_ended().await;
 }
 
 /// One accepted connection within the cap.
@@ -110,13 +114,24 @@ struct Connection {
     app: Router,
     pace: BodyPace,
     stop: watch::Receiver<bool>,
+    /// Its requests in progress, and whether its place was taken.
+    state: Arc<ConnState>,
 }
 
 impl Connection {
     async fn run(mut self, tcp: TcpStream) {
         let pace = self.pace;
-        let app = self.app.map_request(move |req: Request<Incoming>| {
-            req.map(|body| paced(Body::new(body), pace))
+        let (state, router) = (self.state.clone(), self.app.clone());
+        // A request is in progress from its head until its response's body is sent (or
+        // dropped): the connection is then not idle, and keeps its place.
+        let app = tower::service_fn(move |req: Request<Incoming>| {
+            let guard = state.request_began();
+            let req = req.map(|body| paced(Body::new(body), pace));
+            let router = router.clone();
+            async move {
+                let response = router.oneshot(req).await?;
+                Ok::<_, std::convert::Infallible>(response.map(|body| guarded(body, guard)))
+            }
         });
         let service = TowerToHyperService::new(app);
         let conn = self
@@ -126,6 +141,8 @@ impl Connection {
         let mut conn = std::pin::pin!(conn);
         tokio::select! {
             result = conn.as_mut() => return log_end(result),
+            // Its place was taken while it waited for a request: closed.
+            () = self.state.evicted() => return,
             _ = self.stop.wait_for(|stop| *stop) => conn.as_mut().graceful_shutdown(),
         }
         log_end(conn.await);

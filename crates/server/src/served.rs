@@ -1,0 +1,227 @@
+//! The connections the server serves: at most the cap of them. A connection that waits
+//! for a request's head (one that never sent one, or sits between keep-alive requests)
+//! holds its place only while no newcomer needs it: at the cap, a new connection takes
+//! the place of the one idle longest, which is closed. So connections that send nothing
+//! (or half a head, till the header-read timeout) cannot lock everyone out by holding
+//! every place: an outside audit's 5,000 of them, reconnecting as soon as closed, left
+//! other clients unanswered. Only when every connection has a request in progress is a
+//! newcomer answered 503.
+
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tokio::sync::Notify;
+
+/// `busy` of a connection that gave its place up.
+const EVICTED: i64 = i64::MIN;
+
+/// One served connection's state, shared by its task and the registry.
+pub(crate) struct ConnState {
+    /// Requests in progress (0: waiting for a head; [`EVICTED`]: its place is taken).
+    busy: AtomicI64,
+    /// When it was last left with no request (ms since the registry's start).
+    idle_since: AtomicU64,
+    /// Told once its place is taken: the connection closes.
+    evicted: Notify,
+    start: Instant,
+}
+
+impl ConnState {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// A request's head arrived; the returned guard ends it when dropped (with its
+    /// response's body, or the request's handling).
+    pub(crate) fn request_began(self: &Arc<Self>) -> RequestGuard {
+        let _ = self
+            .busy
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                (b != EVICTED).then(|| b + 1)
+            });
+        RequestGuard(self.clone())
+    }
+
+    /// Waits until the connection's place is taken.
+    pub(crate) async fn evicted(&self) {
+        self.evicted.notified().await
+    }
+}
+
+/// A request in progress on a connection (see [`ConnState::request_began`]).
+pub(crate) struct RequestGuard(Arc<ConnState>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        let state = &self.0;
+        let _ = state
+            .busy
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                (b != EVICTED && b > 0).then(|| b - 1)
+            });
+        state.idle_since.store(state.now(), Ordering::Release);
+    }
+}
+
+/// A response body that keeps its request in progress until it is sent (or dropped).
+pub(crate) fn guarded(body: Body, guard: RequestGuard) -> Body {
+    Body::new(Guarded {
+        inner: body,
+        _guard: guard,
+    })
+}
+
+struct Guarded {
+    inner: Body,
+    _guard: RequestGuard,
+}
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The registry of served connections.
+pub(crate) struct Served {
+    max: usize,
+    start: Instant,
+    conns: Mutex<(u64, HashMap<u64, Arc<ConnState>>)>,
+    ended: Notify,
+}
+
+/// A connection's place; given back when dropped.
+pub(crate) struct Place {
+    served: Arc<Served>,
+    id: u64,
+    pub(crate) state: Arc<ConnState>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut conns = self.served.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns.1.remove(&self.id);
+        if conns.1.is_empty() {
+            self.served.ended.notify_waiters();
+        }
+    }
+}
+
+impl Served {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Served {
+            max,
+            start: Instant::now(),
+            conns: Mutex::new((0, HashMap::new())),
+            ended: Notify::new(),
+        })
+    }
+
+    /// A place for a new connection: a free one, else the place of the connection idle
+    /// longest (told to close); `None` when every connection has a request in progress.
+    pub(crate) fn admit(self: &Arc<Self>) -> Option<Place> {
+        let mut guard = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let (next, conns) = &mut *guard;
+        if conns.len() >= self.max {
+            let mut idle: Vec<(u64, u64)> = conns
+                .iter()
+                .filter(|(_, c)| c.busy.load(Ordering::Acquire) == 0)
+                .map(|(id, c)| (c.idle_since.load(Ordering::Acquire), *id))
+                .collect();
+            idle.sort_unstable();
+            // The longest idle whose place is still free to take (a request may have
+            // begun since the look).
+            let taken = idle.into_iter().find(|(_, id)| {
+                conns[id]
+                    .busy
+                    .compare_exchange(0, EVICTED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            });
+            let (_, id) = taken?;
+            if let Some(old) = conns.remove(&id) {
+                old.evicted.notify_one();
+            }
+        }
+        *next += 1;
+        let state = Arc::new(ConnState {
+            busy: AtomicI64::new(0),
+            idle_since: AtomicU64::new(self.start.elapsed().as_millis() as u64),
+            evicted: Notify::new(),
+            start: self.start,
+        });
+        conns.insert(*next, state.clone());
+        Some(Place {
+            served: self.clone(),
+            id: *next,
+            state,
+        })
+    }
+
+    /// Waits until no connection holds a place.
+    pub(crate) async fn all_ended(&self) {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self
+                .conns
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .1
+                .is_empty()
+            {
+                return;
+            }
+            ended.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_the_cap_the_longest_idle_gives_its_place_and_a_busy_one_never() {
+        let served = Served::new(2);
+        let first = served.admit().expect("a free place");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let second = served.admit().expect("a free place");
+        // Both idle: the first (idle longer) gives its place.
+        let third = served.admit().expect("an idle one's place");
+        assert_eq!(first.state.busy.load(Ordering::Acquire), EVICTED);
+        assert_ne!(second.state.busy.load(Ordering::Acquire), EVICTED);
+        // Both left busy: no place.
+        let _a = second.state.request_began();
+        let _b = third.state.request_began();
+        assert!(served.admit().is_none(), "a busy connection gave its place");
+        drop(_a);
+        assert!(
+            served.admit().is_some(),
+            "the one idle again gives its place"
+        );
+        // An evicted connection's late request does not make it busy again.
+        drop(first.state.request_began());
+        assert_eq!(first.state.busy.load(Ordering::Acquire), EVICTED);
+    }
+}
