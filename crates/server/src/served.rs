@@ -5,7 +5,10 @@
 //! (or half a head, till the header-read timeout) cannot lock everyone out by holding
 //! every place: an outside audit's 5,000 of them, reconnecting as soon as closed, left
 //! other clients unanswered. Only when every connection has a request in progress is a
-//! newcomer answered 503.
+//! newcomer answered 503. A keep-alive client whose idle connection is so closed sees
+//! what any server's idle timeout gives it (a closed connection to open again); one
+//! whose next request head arrives in the instant its place is taken loses that
+//! request with the connection (only at the cap, under such a crowd).
 
 use axum::body::Body;
 use bytes::Bytes;
