@@ -302,3 +302,77 @@ fn detecting_the_parent_while_another_removes_it_empty_succeeds() {
         failures.first()
     );
 }
+
+/// Env var naming the dir where [`a_maker_that_waits`] and its parent test meet.
+const MEETING: &str = "SANDBOXD_TEST_MEETING_DIR";
+
+/// A runtime that found the parent while its maker lived takes it over once the maker
+/// is gone, and removes it at its own end (it was left for good when the maker stopped
+/// first, while the finder's sandboxes kept it: two test servers at once left the
+/// host's default parent behind).
+#[test]
+fn a_parent_whose_maker_went_after_it_was_found_is_removed_by_its_finder() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let meeting = tempfile::tempdir().expect("tempdir");
+    let parent = fresh_parent();
+    let mut maker = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "a_maker_that_waits", "--ignored"])
+        .env(DYING_PARENT, &parent)
+        .env("SANDBOXD_TEST_DYING_DATA", data.path())
+        .env(MEETING, meeting.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run the child test");
+    let made = meeting.path().join("made");
+    for _ in 0..600 {
+        if made.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(made.exists(), "the maker never made the parent");
+    // Found while the maker lives: not this runtime's to remove, yet.
+    let finder = runtime(data.path(), &parent);
+    let dirs = parent_dirs(&finder);
+    std::fs::write(meeting.path().join("go"), "").expect("tell the maker to go");
+    assert!(
+        maker.wait().expect("the maker").success(),
+        "the maker failed"
+    );
+    start_and_destroy(&finder);
+    drop(finder);
+    let left: Vec<_> = dirs.iter().filter(|d| d.exists()).cloned().collect();
+    for d in &left {
+        let _ = std::fs::remove_dir(d);
+    }
+    let _ = std::fs::remove_file(Path::new("/run/sandboxd/cgroup-parents").join(&parent));
+    assert!(
+        left.is_empty(),
+        "kept by the runtime that found it: {left:?}"
+    );
+}
+
+/// The child of [`a_parent_whose_maker_went_after_it_was_found_is_removed_by_its_finder`]:
+/// makes the parent, says so, waits to be told to go, and exits without removing it.
+#[test]
+#[ignore = "run by a_parent_whose_maker_went_after_it_was_found_is_removed_by_its_finder"]
+fn a_maker_that_waits() {
+    let (Some(parent), Some(data), Some(meeting)) = (
+        std::env::var(DYING_PARENT).ok(),
+        std::env::var_os("SANDBOXD_TEST_DYING_DATA"),
+        std::env::var_os(MEETING),
+    ) else {
+        return;
+    };
+    let meeting = Path::new(&meeting);
+    let rt = runtime(Path::new(&data), &parent);
+    assert!(parent_dirs(&rt).iter().all(|d| d.is_dir()), "made");
+    std::fs::write(meeting.join("made"), "").expect("say so");
+    for _ in 0..1200 {
+        if meeting.join("go").exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::mem::forget(rt);
+}

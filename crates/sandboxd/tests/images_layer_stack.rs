@@ -31,7 +31,15 @@ fn runs_on_each_tier(data: &Path, image: &str, script: &str, want: &str) {
     }
     for tier in tiers {
         let out = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-            .args(["run", "--network", "none", "--isolation", tier])
+            // The run's teardown waited for too: the data dir goes right after.
+            .args([
+                "run",
+                "--wait-cleanup",
+                "--network",
+                "none",
+                "--isolation",
+                tier,
+            ])
             .args(["--image", image, "--data-dir"])
             .arg(data)
             .args(["--", "/usr/bin/bash", "-c", script])

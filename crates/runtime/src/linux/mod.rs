@@ -402,10 +402,17 @@ impl LinuxRuntime {
     }
 
     /// Removes the parent cgroup if this runtime made it (or took it over from a maker
-    /// that is gone: `parent_record`) and nothing is in it (as a drain does): for a
-    /// one-shot process, whose runtime is not dropped at its end.
+    /// that is gone: `parent_record`, at its open or now) and nothing is in it (as a
+    /// drain does): for a one-shot process, whose runtime is not dropped at its end. A
+    /// runtime that found the parent while its maker lived takes it over here if that
+    /// maker has gone since (it stopped first, while this one's sandboxes kept the
+    /// parent, and left it for good: two servers' tests at once left the default one).
     pub fn remove_cgroup_parent_if_made(&self) {
-        if self.made_cgroup_parent || parent_record::was_remade(&self.config.cgroup_parent) {
+        let parent = &self.config.cgroup_parent;
+        if self.made_cgroup_parent
+            || parent_record::was_remade(parent)
+            || parent_record::claim(Path::new(parent_record::HOST_DIR), parent, false)
+        {
             self.cgroups.remove_parent_if_unused();
             parent_record::release(
                 Path::new(parent_record::HOST_DIR),
