@@ -434,6 +434,9 @@ fn apply<R: Read>(
         if hidden.starts_with(b".wh.") || hidden.is_empty() {
             return Ok(()); // AUFS metadata (`.wh..wh.plnk`…): nothing to apply
         }
+        if hidden == b"." || hidden == b".." {
+            return Err(refused(raw, "a whiteout of `.` or `..`"));
+        }
         let hidden = std::ffi::OsStr::from_bytes_compat(hidden);
         // This layer's own entry stays (a whiteout hides the lower layers' only): a
         // directory of its own becomes opaque, anything else hides them already.

@@ -165,6 +165,34 @@ fn the_cpuset_parent_goes_with_the_last_pinned_sandbox_of_a_runtime_that_found_i
     );
 }
 
+/// A cpuset parent an operator made (its CPUs chosen) is not sandboxd's to remove: the
+/// last pinned sandbox leaves it (an outside review saw it removed, then made again
+/// with every CPU of the root).
+#[test]
+fn an_operators_cpuset_parent_stays_after_the_last_pinned_sandbox() {
+    let Some(cpuset) = cpuset_root() else {
+        eprintln!("no v1 cpuset hierarchy: skipping");
+        return;
+    };
+    let data = tempfile::tempdir().expect("tempdir");
+    let parent = fresh_parent();
+    let operators = cpuset.join(&parent);
+    std::fs::create_dir(&operators).expect("the operator's cpuset parent");
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let root = std::fs::read_to_string(cpuset.join(file)).expect("root cpuset");
+        std::fs::write(operators.join(file), root.trim()).expect("the operator's choice");
+    }
+    let rt = runtime(data.path(), &parent);
+    let handle = rt.start(&spec("default")).expect("start");
+    rt.apply_requests(&handle, &pin_one_cpu())
+        .expect("pin one CPU");
+    rt.destroy(&handle).expect("destroy");
+    drop(rt);
+    let kept = operators.is_dir();
+    let _ = std::fs::remove_dir(&operators);
+    assert!(kept, "the operator's cpuset parent was removed");
+}
+
 /// Env var naming the data dir of [`a_test_runtime_left_undropped`] (set only when
 /// this test binary runs it as a child).
 const UNDROPPED_DATA: &str = "SANDBOXD_TEST_UNDROPPED_DATA";
@@ -237,6 +265,9 @@ fn a_parent_whose_maker_died_is_removed_by_the_runtime_that_finds_it() {
         let _ = std::fs::remove_dir(d);
     }
     let _ = std::fs::remove_file(Path::new("/run/sandboxd/cgroup-parents").join(&parent));
+    let _ = std::fs::remove_file(
+        Path::new("/run/sandboxd/cgroup-parents").join(format!("{parent}.cpuset")),
+    );
     assert!(
         left.is_empty(),
         "kept by the runtime that found it: {left:?}"
@@ -346,6 +377,9 @@ fn a_parent_whose_maker_went_after_it_was_found_is_removed_by_its_finder() {
         let _ = std::fs::remove_dir(d);
     }
     let _ = std::fs::remove_file(Path::new("/run/sandboxd/cgroup-parents").join(&parent));
+    let _ = std::fs::remove_file(
+        Path::new("/run/sandboxd/cgroup-parents").join(format!("{parent}.cpuset")),
+    );
     assert!(
         left.is_empty(),
         "kept by the runtime that found it: {left:?}"

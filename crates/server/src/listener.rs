@@ -33,6 +33,9 @@ use tower::ServiceExt;
 const OVERLOAD_ANSWERS: usize = 256;
 /// How long a connection past the cap has to send its request line.
 const OVERLOAD_DEADLINE: Duration = Duration::from_secs(2);
+/// How long a connection whose place was taken may take to write what it still holds
+/// of its last response.
+const EVICTED_FLUSH: Duration = Duration::from_secs(2);
 /// Largest request head or buffered body chunk a connection holds (hyper's default is
 /// about 400 KiB; ours keeps thousands of connections within a few hundred MiB).
 const MAX_BUF: usize = 64 * 1024;
@@ -139,11 +142,17 @@ impl Connection {
             .serve_connection(TokioIo::new(tcp), service)
             .with_upgrades();
         let mut conn = std::pin::pin!(conn);
-        tokio::select! {
+        let evicted = tokio::select! {
             result = conn.as_mut() => return log_end(result),
-            // Its place was taken while it waited for a request: closed.
-            () = self.state.evicted() => return,
-            _ = self.stop.wait_for(|stop| *stop) => conn.as_mut().graceful_shutdown(),
+            () = self.state.evicted() => true,
+            _ = self.stop.wait_for(|stop| *stop) => false,
+        };
+        conn.as_mut().graceful_shutdown();
+        if evicted {
+            // Its place was taken while it waited for a request: closed, once what it
+            // still has of its last response is written (bounded: the place is gone).
+            let _ = tokio::time::timeout(EVICTED_FLUSH, conn.as_mut()).await;
+            return;
         }
         log_end(conn.await);
     }

@@ -5,7 +5,10 @@
 //! (or half a head, till the header-read timeout) cannot lock everyone out by holding
 //! every place: an outside audit's 5,000 of them, reconnecting as soon as closed, left
 //! other clients unanswered. Only when every connection has a request in progress is a
-//! newcomer answered 503. A keep-alive client whose idle connection is so closed sees
+//! newcomer answered 503. A connection whose place is taken closes gracefully: what it
+//! still has buffered of its last response is sent first (a body is done, for the
+//! count, once hyper has taken its last bytes, not once they left). A keep-alive
+//! client whose idle connection is so closed sees
 //! what any server's idle timeout gives it (a closed connection to open again); one
 //! whose next request head arrives in the instant its place is taken loses that
 //! request with the connection (only at the cap, under such a crowd).
@@ -63,12 +66,14 @@ pub(crate) struct RequestGuard(Arc<ConnState>);
 impl Drop for RequestGuard {
     fn drop(&mut self) {
         let state = &self.0;
+        // The time first: a look between the two must not rank it idle since before
+        // its request.
+        state.idle_since.store(state.now(), Ordering::Release);
         let _ = state
             .busy
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
                 (b != EVICTED && b > 0).then(|| b - 1)
             });
-        state.idle_since.store(state.now(), Ordering::Release);
     }
 }
 
@@ -146,21 +151,24 @@ impl Served {
         let mut guard = self.conns.lock().unwrap_or_else(|p| p.into_inner());
         let (next, conns) = &mut *guard;
         if conns.len() >= self.max {
-            let mut idle: Vec<(u64, u64)> = conns
-                .iter()
-                .filter(|(_, c)| c.busy.load(Ordering::Acquire) == 0)
-                .map(|(id, c)| (c.idle_since.load(Ordering::Acquire), *id))
-                .collect();
-            idle.sort_unstable();
-            // The longest idle whose place is still free to take (a request may have
-            // begun since the look).
-            let taken = idle.into_iter().find(|(_, id)| {
-                conns[id]
-                    .busy
-                    .compare_exchange(0, EVICTED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            });
-            let (_, id) = taken?;
+            // The longest idle whose place is still free to take: one pass for it, and
+            // another only when a request began on it since the look.
+            let id = loop {
+                let (_, id) = conns
+                    .iter()
+                    .filter(|(_, c)| c.busy.load(Ordering::Acquire) == 0)
+                    .map(|(id, c)| (c.idle_since.load(Ordering::Acquire), *id))
+                    .min()?;
+                let free = conns[&id].busy.compare_exchange(
+                    0,
+                    EVICTED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                if free.is_ok() {
+                    break id;
+                }
+            };
             if let Some(old) = conns.remove(&id) {
                 old.evicted.notify_one();
             }

@@ -443,13 +443,20 @@ impl Cgroups {
     }
 
     /// Removes our parent cgroup(s) if no sandbox cgroup is left in them (best effort:
-    /// a parent still in use stays), the v1 cpuset one that pinning makes included.
+    /// a parent still in use stays), the v1 cpuset one that pinning made included.
     pub fn remove_parent_if_unused(&self) {
         for parent in self.parents() {
             let _ = std::fs::remove_dir(parent);
         }
+        // The cpuset copy only if sandboxd made it (an operator's stays).
         if let Some(cpuset) = super::requests::cpuset_parent(self) {
-            let _ = std::fs::remove_dir(cpuset);
+            let name = cpuset
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if super::parent_record::cpuset_is_ours(name) && std::fs::remove_dir(&cpuset).is_ok() {
+                super::parent_record::cpuset_gone(name);
+            }
         }
     }
 

@@ -64,6 +64,31 @@ pub fn release(dir: &Path, parent: &str, gone: bool) {
     }
 }
 
+/// The mark that sandboxd made `parent`'s v1 cpuset copy (pinning makes it beside the
+/// others): only then is it removed with the last pinned sandbox, never an operator's.
+fn cpuset_mark(parent: &str) -> PathBuf {
+    record(Path::new(HOST_DIR), &format!("{parent}.cpuset"))
+}
+
+/// Records that this process made `parent`'s cpuset copy.
+pub fn cpuset_made(parent: &str) {
+    let path = cpuset_mark(parent);
+    let written = std::fs::create_dir_all(HOST_DIR).and_then(|()| std::fs::write(&path, ""));
+    if let Err(e) = written {
+        tracing::debug!(path = %path.display(), error = %e, "recording a made cpuset parent");
+    }
+}
+
+/// Whether sandboxd made `parent`'s cpuset copy (so may remove it).
+pub fn cpuset_is_ours(parent: &str) -> bool {
+    cpuset_mark(parent).exists()
+}
+
+/// Drops the mark once the cpuset copy is gone.
+pub fn cpuset_gone(parent: &str) {
+    let _ = std::fs::remove_file(cpuset_mark(parent));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

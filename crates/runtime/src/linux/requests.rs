@@ -148,7 +148,12 @@ fn pin(cg: &Cgroups, id: Uuid, n: u32) -> Result<Vec<u32>, RuntimeError> {
 fn make_pinned_dir(parent: &Path, dir: &Path) -> Result<(), RuntimeError> {
     let root = Path::new(CPUSET_ROOT);
     let made = match std::fs::create_dir(parent) {
-        Ok(()) => true,
+        Ok(()) => {
+            if let Some(name) = parent.file_name().and_then(|n| n.to_str()) {
+                super::parent_record::cpuset_made(name);
+            }
+            true
+        }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
         Err(e) => return Err(io("creating the cpuset parent", parent)(e)),
     };
@@ -173,9 +178,10 @@ fn procs(file: &Path) -> BTreeSet<i32> {
 }
 
 /// Removes the sandbox's cpuset, if it was pinned (its processes are gone by then), and
-/// the cpuset parent with it when it was the last one there: the cpuset parent lives
-/// exactly as long as a pinned sandbox of ours, whoever made the other parents (a
-/// runtime that found those keeps them, and would otherwise leave this one empty).
+/// the cpuset parent with it when it was the last one there and sandboxd made it: the
+/// cpuset parent lives as long as a pinned sandbox of ours, whoever made the other
+/// parents (a runtime that found those keeps them, and would otherwise leave this one
+/// empty); an operator's stays.
 /// A pinning that finds the parent gone meanwhile makes it again (`pin`).
 pub(super) fn remove(cg: &Cgroups, id: Uuid) -> Result<(), RuntimeError> {
     let Some(parent) = cpuset_parent(cg) else {
@@ -184,8 +190,15 @@ pub(super) fn remove(cg: &Cgroups, id: Uuid) -> Result<(), RuntimeError> {
     let dir = parent.join(id.to_string());
     match std::fs::remove_dir(&dir) {
         Ok(()) => {
-            // Busy while another pinned sandbox is in it: that one takes it along.
-            let _ = std::fs::remove_dir(&parent);
+            // Busy while another pinned sandbox is in it: that one takes it along. Only
+            // one sandboxd made: an operator's (its CPUs chosen) stays.
+            let name = parent
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if super::parent_record::cpuset_is_ours(name) && std::fs::remove_dir(&parent).is_ok() {
+                super::parent_record::cpuset_gone(name);
+            }
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -49,7 +49,9 @@ extern "C" fn remove_own() {
         }
         // The runtime's record of a parent it made (`parent_record`), once it is gone.
         if roots.iter().all(|r| !r.join(name).exists()) {
-            let _ = std::fs::remove_file(Path::new("/run/sandboxd/cgroup-parents").join(name));
+            let records = Path::new("/run/sandboxd/cgroup-parents");
+            let _ = std::fs::remove_file(records.join(name));
+            let _ = std::fs::remove_file(records.join(format!("{name}.cpuset")));
         }
     }
 }
