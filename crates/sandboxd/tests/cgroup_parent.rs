@@ -258,16 +258,22 @@ fn a_parent_whose_maker_died_is_removed_by_the_runtime_that_finds_it() {
     let finder = runtime(data.path(), &parent);
     let dirs = parent_dirs(&finder);
     assert!(dirs.iter().all(|d| d.is_dir()), "left by the dead maker");
+    assert_a_finder_removes(finder, &dirs, &parent);
+}
+
+/// `finder`, which found `parent` (its `dirs`) made by a maker now gone, starts and
+/// destroys a sandbox and is dropped: the parent is gone (whatever is left is removed,
+/// with its records, before the assertion).
+fn assert_a_finder_removes(finder: LinuxRuntime, dirs: &[PathBuf], parent: &str) {
     start_and_destroy(&finder);
     drop(finder);
     let left: Vec<_> = dirs.iter().filter(|d| d.exists()).cloned().collect();
     for d in &left {
         let _ = std::fs::remove_dir(d);
     }
-    let _ = std::fs::remove_file(Path::new("/run/sandboxd/cgroup-parents").join(&parent));
-    let _ = std::fs::remove_file(
-        Path::new("/run/sandboxd/cgroup-parents").join(format!("{parent}.cpuset")),
-    );
+    let records = Path::new("/run/sandboxd/cgroup-parents");
+    let _ = std::fs::remove_file(records.join(parent));
+    let _ = std::fs::remove_file(records.join(format!("{parent}.cpuset")));
     assert!(
         left.is_empty(),
         "kept by the runtime that found it: {left:?}"
@@ -370,20 +376,7 @@ fn a_parent_whose_maker_went_after_it_was_found_is_removed_by_its_finder() {
         maker.wait().expect("the maker").success(),
         "the maker failed"
     );
-    start_and_destroy(&finder);
-    drop(finder);
-    let left: Vec<_> = dirs.iter().filter(|d| d.exists()).cloned().collect();
-    for d in &left {
-        let _ = std::fs::remove_dir(d);
-    }
-    let _ = std::fs::remove_file(Path::new("/run/sandboxd/cgroup-parents").join(&parent));
-    let _ = std::fs::remove_file(
-        Path::new("/run/sandboxd/cgroup-parents").join(format!("{parent}.cpuset")),
-    );
-    assert!(
-        left.is_empty(),
-        "kept by the runtime that found it: {left:?}"
-    );
+    assert_a_finder_removes(finder, &dirs, &parent);
 }
 
 /// The child of [`a_parent_whose_maker_went_after_it_was_found_is_removed_by_its_finder`]:

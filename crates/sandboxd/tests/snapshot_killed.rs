@@ -3,41 +3,16 @@
 //! RUNNING, and an exec answers) and removes the snapshot's scratch dir.
 
 mod common;
+mod freezer;
 mod serve_bin;
 
+use freezer::{is_frozen, thaw};
 use serde_json::json;
 use serve_bin::Server;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const MASTER: &str = "snapshot-killed-test-master-key-0123456789";
-
-/// The sandbox's freezer state file (cgroup v1 `freezer.state`, v2 `cgroup.freeze`).
-pub fn freezer_file(id: &str) -> PathBuf {
-    let v1 = Path::new("/sys/fs/cgroup/freezer/sandboxd").join(id);
-    match v1.is_dir() {
-        true => v1.join("freezer.state"),
-        false => Path::new("/sys/fs/cgroup/sandboxd")
-            .join(id)
-            .join("cgroup.freeze"),
-    }
-}
-
-pub fn is_frozen(id: &str) -> bool {
-    std::fs::read_to_string(freezer_file(id))
-        .is_ok_and(|s| matches!(s.trim(), "FROZEN" | "FREEZING" | "1"))
-}
-
-pub fn set_frozen(id: &str, frozen: bool) {
-    let file = freezer_file(id);
-    let value = match (file.ends_with("freezer.state"), frozen) {
-        (true, true) => "FROZEN",
-        (true, false) => "THAWED",
-        (false, true) => "1",
-        (false, false) => "0",
-    };
-    let _ = std::fs::write(file, value);
-}
 
 /// The snapshot scratch dirs in the layer store (`layers/.tmp-<uuid>`).
 fn scratch_dirs(data: &Path) -> Vec<PathBuf> {
@@ -154,7 +129,7 @@ fn killed_mid_snapshot(env: &[(&str, &str)], frozen: bool) {
         server
     }));
     // Whatever happened: thaw by hand, then a server ends the sandbox.
-    set_frozen(&id, false);
+    thaw(&id);
     let server = match outcome {
         Ok(server) => server,
         Err(panic) => {

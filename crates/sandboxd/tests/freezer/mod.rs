@@ -15,6 +15,12 @@ pub fn freezer_file(id: &str) -> PathBuf {
     }
 }
 
+/// Whether the sandbox is frozen (or freezing).
+pub fn is_frozen(id: &str) -> bool {
+    std::fs::read_to_string(freezer_file(id))
+        .is_ok_and(|s| matches!(s.trim(), "FROZEN" | "FREEZING" | "1"))
+}
+
 pub fn set_frozen(id: &str, frozen: bool) {
     let file = freezer_file(id);
     let value = match (file.ends_with("freezer.state"), frozen) {
