@@ -1,6 +1,9 @@
 //! Terminal tickets: short-lived, single-use, bound to one tenant workspace and one
 //! sandbox, kept only as SHA-256 hashes in memory (a restart invalidates them), each with
-//! the key that bought it (a ticket of a key revoked since is refused).
+//! the key that bought it (a ticket of a key revoked since is refused). A workspace
+//! holds at most [`MAX_PER_WORKSPACE`] outstanding: past that, a new ticket takes the
+//! place of its workspace's oldest, so that one client buying tickets in a loop holds a
+//! bounded amount of the server's memory and spends only its own tickets.
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -9,6 +12,10 @@ use std::time::{Duration, Instant};
 
 /// How long a ticket may wait before it is used.
 pub const TICKET_TTL: Duration = Duration::from_secs(60);
+
+/// Outstanding tickets one workspace may hold (far more than terminals opened within
+/// [`TICKET_TTL`] by any real use).
+pub const MAX_PER_WORKSPACE: usize = 256;
 
 /// What a ticket grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,12 +30,15 @@ struct Entry {
     /// The API key that bought the ticket (none: a console session did).
     key: Option<uuid::Uuid>,
     expires: Instant,
+    /// Its place in the order of issue (the oldest goes first past the bound).
+    issued: u64,
 }
 
 /// The outstanding tickets.
 #[derive(Debug, Default)]
 pub struct Tickets {
     by_hash: Mutex<HashMap<String, Entry>>,
+    issued: std::sync::atomic::AtomicU64,
 }
 
 fn hash(ticket: &str) -> String {
@@ -44,12 +54,27 @@ impl Tickets {
         let now = Instant::now();
         let mut map = self.by_hash.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, e| e.expires > now);
+        let of_workspace = || {
+            map.iter()
+                .filter(|(_, e)| e.grant.workspace == grant.workspace)
+        };
+        if of_workspace().count() >= MAX_PER_WORKSPACE {
+            let oldest = of_workspace()
+                .min_by_key(|(_, e)| e.issued)
+                .map(|(h, _)| h.clone());
+            if let Some(oldest) = oldest {
+                map.remove(&oldest);
+            }
+        }
         map.insert(
             hash(&ticket),
             Entry {
                 grant,
                 key,
                 expires: now + ttl,
+                issued: self
+                    .issued
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             },
         );
         ticket
@@ -93,5 +118,31 @@ mod tests {
         );
         let c = t.issue(grant("c"), KEY, Duration::ZERO);
         assert!(t.redeem(&c, &grant("c")).is_none(), "expired");
+    }
+
+    #[test]
+    fn a_workspace_past_its_bound_spends_its_oldest_ticket_only() {
+        let t = Tickets::default();
+        let other = Grant {
+            workspace: "other".into(),
+            sandbox_id: "a".into(),
+        };
+        let others = t.issue(other.clone(), KEY, TICKET_TTL);
+        let issued: Vec<String> = (0..=MAX_PER_WORKSPACE)
+            .map(|_| t.issue(grant("a"), KEY, TICKET_TTL))
+            .collect();
+        let held = t.by_hash.lock().expect("lock").len();
+        assert_eq!(
+            held,
+            MAX_PER_WORKSPACE + 1,
+            "the bound and the other workspace's"
+        );
+        assert!(
+            t.redeem(&issued[0], &grant("a")).is_none(),
+            "the oldest is spent"
+        );
+        assert_eq!(t.redeem(&issued[1], &grant("a")), Some(KEY));
+        assert_eq!(t.redeem(&issued[MAX_PER_WORKSPACE], &grant("a")), Some(KEY));
+        assert_eq!(t.redeem(&others, &other), Some(KEY), "another workspace's");
     }
 }
