@@ -77,17 +77,26 @@ fn mount_layer_by_layer(
             source: nix::Error::from_raw(e.raw_os_error()),
         }
     };
+    let too_old = || {
+        RuntimeError::Unsupported(format!(
+            "an image of {} layers needs Linux 6.8 or later (its overlay options pass the \
+             one page older kernels take)",
+            lowers.len()
+        ))
+    };
+    // Asked first: kernels from 5.2 to 6.4 take `lowerdir+` as a legacy option string,
+    // and fail only later, with an EINVAL that names no reason.
+    let release = rustix::system::uname();
+    if !has_lowerdir_plus(&release.release().to_string_lossy()) {
+        return Err(too_old());
+    }
     let fs = fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC)
         .map_err(sys("opening an overlay filesystem context"))?;
     for lower in lowers {
         fsconfig_set_string(&fs, "lowerdir+", lower.as_str()).map_err(|e| {
             if e == rustix::io::Errno::INVAL && lower == &lowers[0] {
-                // The first one refused: no `lowerdir+` in this kernel.
-                RuntimeError::Unsupported(format!(
-                    "an image of {} layers needs Linux 6.8 or later (its overlay options \
-                     pass the one page older kernels take)",
-                    lowers.len()
-                ))
+                // The first one refused: no `lowerdir+` in this kernel after all.
+                too_old()
             } else {
                 sys("adding an overlay layer")(e)
             }
@@ -114,9 +123,36 @@ fn mount_layer_by_layer(
     .map_err(sys("attaching the overlay root"))
 }
 
+/// Whether the kernel of `release` (`uname -r`) stacks overlay layers given one by one
+/// (`lowerdir+`, Linux 6.8); one that does not parse is let try.
+fn has_lowerdir_plus(release: &str) -> bool {
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) >= (6, 8),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lowerdir_plus_is_asked_of_kernels_from_6_8() {
+        for (release, has) in [
+            ("6.18.44-fc-v1252", true),
+            ("6.8.0-31-generic", true),
+            ("7.0", true),
+            ("6.7.12", false),
+            ("6.1.0-28-amd64", false),
+            ("5.10.0-33-cloud-amd64", false),
+            ("weird", true),
+        ] {
+            assert_eq!(has_lowerdir_plus(release), has, "{release}");
+        }
+    }
 
     #[test]
     fn options_fit_a_page_until_their_names_pass_it() {
