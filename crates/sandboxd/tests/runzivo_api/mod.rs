@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../server_log/mod.rs"]
+mod server_log;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -175,13 +178,7 @@ impl Server {
     /// Waits until a logged line satisfies `found` (for lines logged after an answer,
     /// such as a request's own log line); gives up after a minute.
     pub fn wait_for_line(&self, found: impl Fn(&str) -> bool) -> String {
-        for _ in 0..6000 {
-            if let Some(line) = self.log_lines().into_iter().find(|l| found(l)) {
-                return line;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("no such line in the server's log");
+        server_log::wait_for_line(&self.log, found)
     }
 
     /// The lines the server logged so far.
@@ -191,13 +188,7 @@ impl Server {
 
     /// The server's resident memory in KiB (`VmRSS`).
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("the server's status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .expect("VmRSS")
+        server_log::rss_kib(self.child.id() as i32)
     }
 
     /// The server's data directory (for the store tools, e.g. `sandboxd quota`).

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../server_log/mod.rs"]
+mod server_log;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -110,13 +113,7 @@ impl Server {
     /// Waits until a logged line satisfies `found` (for lines logged after an answer,
     /// such as a request's own log line); gives up after a minute.
     pub fn wait_for_line(&self, found: impl Fn(&str) -> bool) -> String {
-        for _ in 0..6000 {
-            if let Some(line) = self.log_lines().into_iter().find(|l| found(l)) {
-                return line;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("no such line in the server's log");
+        server_log::wait_for_line(&self.log, found)
     }
 
     /// SIGKILL: no graceful shutdown at all.
@@ -440,14 +437,7 @@ pub fn wait_for_runs_but(data: &Path, held: Option<&Path>) -> Vec<std::path::Pat
 }
 
 /// The resident memory of process `pid` in KiB (`VmRSS`).
-pub fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
-}
+pub use server_log::rss_kib;
 
 #[cfg(test)]
 mod tests {
