@@ -81,20 +81,29 @@ fn interrupted(
     size: u64,
     e: &(dyn std::error::Error + 'static),
 ) -> ImageError {
-    let mut message = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        message.push_str(": ");
-        message.push_str(&c.to_string());
-        cause = c.source();
-    }
     ImageError::Interrupted {
         registry: reference.registry().to_owned(),
         digest: desc.digest.clone(),
         got,
         size,
-        message,
+        message: with_causes(e),
     }
+}
+
+/// `e`'s text followed by its causes', each once: a wrapper that quotes its cause
+/// (oci-client's digest error does) does not have it said twice.
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = c.source();
+    }
+    message
 }
 
 /// A registry's answer; a refusal of access is [`ImageError::Unauthorized`].
@@ -355,4 +364,26 @@ async fn fetch_layer(
     .await
     .map_err(|e| ImageError::Malformed(format!("unpacking a layer: {e}")))??;
     Ok(layer)
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::with_causes;
+    use oci_client::errors::{DigestError, OciDistributionError};
+
+    #[test]
+    fn a_cause_the_error_quotes_is_said_once() {
+        let e = OciDistributionError::DigestError(DigestError::VerificationError {
+            expected: "sha256:aaaa".into(),
+            actual: "sha256:bbbb".into(),
+        });
+        let message = with_causes(&e);
+        assert_eq!(message.matches("sha256:aaaa").count(), 1, "{message}");
+        assert!(message.contains("sha256:bbbb"), "{message}");
+        let io = std::io::Error::other(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset by peer",
+        ));
+        assert!(with_causes(&io).contains("reset by peer"));
+    }
 }
