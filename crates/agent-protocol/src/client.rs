@@ -38,6 +38,10 @@ pub enum ClientError {
     /// The agent answered something that does not follow the protocol.
     #[error("agent protocol violation: {0}")]
     Protocol(String),
+    /// The request's own body, a stream the caller gave (an upload), failed before its
+    /// end: the caller's client broke off, or the caller cut it. Nothing the agent did.
+    #[error("the request's body failed: {0}")]
+    RequestBody(String),
     /// An answer read whole (or one line of a stream) passed its cap: the call fails
     /// rather than hold an agent's answer of any size in memory.
     #[error("the agent's answer passed {limit} bytes")]

@@ -70,6 +70,10 @@ pub(crate) async fn open(socket: &Path) -> Result<SendRequest<Body>, ClientError
 }
 
 pub(crate) fn request_failed(e: &hyper::Error) -> ClientError {
+    // hyper's user error with a cause: the body stream we gave it failed.
+    if let (true, Some(cause)) = (e.is_user(), std::error::Error::source(e)) {
+        return ClientError::RequestBody(cause.to_string());
+    }
     ClientError::Protocol(format!("request failed: {e}"))
 }
 

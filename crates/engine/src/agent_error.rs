@@ -40,6 +40,12 @@ pub(crate) fn map(e: ClientError) -> EngineError {
             ErrorCode::Unavailable,
             "the sandbox agent answered badly".into(),
         ),
+        // The client's upload broke off (it is gone, or sent less than it said): its
+        // mistake, and no sign of the agent's health.
+        ClientError::RequestBody(_) => (
+            ErrorCode::InvalidArgument,
+            "the request's body broke off before its end; nothing was written".into(),
+        ),
         // The agent is untrusted: an answer past its cap is refused, never held.
         ClientError::TooLarge { limit } => (
             ErrorCode::Unavailable,
@@ -80,6 +86,9 @@ mod tests {
         let broken = ClientError::Protocol("connection closed before message completed".into());
         assert!(is_unreachable(&broken));
         assert!(!is_unreachable(&agent(AgentErrorCode::FileNotFound)));
+        let aborted = ClientError::RequestBody("connection reset".into());
+        assert!(!is_unreachable(&aborted));
+        assert_eq!(map(aborted).code, ErrorCode::InvalidArgument);
         let huge = ClientError::TooLarge { limit: 16 << 20 };
         assert!(!is_unreachable(&huge));
         let mapped = map(huge);
