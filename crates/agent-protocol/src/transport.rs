@@ -70,8 +70,13 @@ pub(crate) async fn open(socket: &Path) -> Result<SendRequest<Body>, ClientError
 }
 
 pub(crate) fn request_failed(e: &hyper::Error) -> ClientError {
-    // hyper's user error with a cause: the body stream we gave it failed.
-    if let (true, Some(cause)) = (e.is_user(), std::error::Error::source(e)) {
+    // hyper's user error caused by the body stream we gave it (whose errors are
+    // `io::Error`s): the caller's upload failed. Its other user errors with a cause (a
+    // dispatch task gone: a runtime shut down, a panic) are no caller's doing.
+    let body_failed = std::error::Error::source(e)
+        .and_then(|c| c.downcast_ref::<std::io::Error>())
+        .filter(|_| e.is_user());
+    if let Some(cause) = body_failed {
         return ClientError::RequestBody(cause.to_string());
     }
     ClientError::Protocol(format!("request failed: {e}"))

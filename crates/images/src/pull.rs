@@ -380,10 +380,23 @@ mod cause_tests {
         let message = with_causes(&e);
         assert_eq!(message.matches("sha256:aaaa").count(), 1, "{message}");
         assert!(message.contains("sha256:bbbb"), "{message}");
-        let io = std::io::Error::other(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            "reset by peer",
-        ));
-        assert!(with_causes(&io).contains("reset by peer"));
+        // A wrapper that does not quote its cause has it added.
+        #[derive(Debug)]
+        struct Wrapper(std::io::Error);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("the download broke off")
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        assert_eq!(
+            with_causes(&Wrapper(reset)),
+            "the download broke off: reset by peer"
+        );
     }
 }

@@ -13,11 +13,13 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
-/// The head of a `PUT …/files` of `len` bytes at `path` into sandbox `id`.
-fn upload_head(id: &str, path: &str, len: usize) -> String {
+/// The head of a `PUT …/files` of `len` bytes at `path` into sandbox `id`, its request
+/// id `request`.
+fn upload_head(id: &str, path: &str, len: usize, request: &str) -> String {
     format!(
         "PUT /v2/sandboxes/{id}/files?path={path} HTTP/1.1\r\nHost: sandboxd\r\n\
-         Authorization: Bearer {MASTER}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+         Authorization: Bearer {MASTER}\r\nX-Request-Id: {request}\r\n\
+         Content-Length: {len}\r\nConnection: close\r\n\r\n"
     )
 }
 
@@ -43,7 +45,7 @@ fn an_upload_the_client_breaks_off_is_no_agent_error() {
     // reads, and gets a 400 in the dialect's shape.
     let mut short = TcpStream::connect(server.addr).expect("connect");
     short
-        .write_all(upload_head(&id, "/tmp/short.bin", 400_000).as_bytes())
+        .write_all(upload_head(&id, "/tmp/short.bin", 400_000, "upload-short").as_bytes())
         .expect("head");
     short.write_all(&[7u8; 100_000]).expect("part of the body");
     short.shutdown(Shutdown::Write).expect("half close");
@@ -62,7 +64,15 @@ fn an_upload_the_client_breaks_off_is_no_agent_error() {
     for n in 0..3 {
         let reset = TcpStream::connect(server.addr).expect("connect");
         (&reset)
-            .write_all(upload_head(&id, &format!("/tmp/reset{n}.bin"), 400_000).as_bytes())
+            .write_all(
+                upload_head(
+                    &id,
+                    &format!("/tmp/reset{n}.bin"),
+                    400_000,
+                    &format!("upload-reset{n}"),
+                )
+                .as_bytes(),
+            )
             .expect("head");
         (&reset)
             .write_all(&[7u8; 200_000])
@@ -79,24 +89,24 @@ fn an_upload_the_client_breaks_off_is_no_agent_error() {
         .expect("linger 0");
         drop(reset);
     }
-    // Each upload's end is logged once the server has seen it.
-    std::thread::sleep(Duration::from_secs(1));
+    // Each upload's request line is logged once the server has handled it.
+    for n in 0..3 {
+        let request = format!("upload-reset{n}");
+        server.wait_for_line(|l| l.contains("sandboxd::request") && l.contains(&request));
+    }
 
-    let (code, out) = server.exec(
-        MASTER,
-        &id,
-        &[
-            "/bin/sh",
-            "-c",
-            "ls /tmp/short.bin /tmp/reset0.bin 2>&1; echo alive",
-        ],
-    );
+    let (code, out) = server.exec(MASTER, &id, &["/bin/sh", "-c", "ls -a /tmp; echo alive"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("alive"), "{out}");
-    assert!(
-        !out.contains("/tmp/short.bin\n"),
-        "a cut upload was written: {out}"
-    );
+    for left in [
+        "short.bin",
+        "reset0.bin",
+        "reset1.bin",
+        "reset2.bin",
+        ".sandboxd-upload-",
+    ] {
+        assert!(!out.contains(left), "a cut upload left {left}: {out}");
+    }
     assert_eq!(
         agent_errors(),
         before,

@@ -1,9 +1,10 @@
 //! Terminal tickets: short-lived, single-use, bound to one tenant workspace and one
 //! sandbox, kept only as SHA-256 hashes in memory (a restart invalidates them), each with
-//! the key that bought it (a ticket of a key revoked since is refused). A workspace
-//! holds at most [`MAX_PER_WORKSPACE`] outstanding: past that, a new ticket takes the
-//! place of its workspace's oldest, so that one client buying tickets in a loop holds a
-//! bounded amount of the server's memory and spends only its own tickets.
+//! the key that bought it (a ticket of a key revoked since is refused). One buyer (an
+//! API key of a workspace; a workspace's console sessions together) holds at most
+//! [`MAX_PER_BUYER`] outstanding: past that, a new ticket takes the place of that
+//! buyer's oldest, so that a client buying tickets in a loop holds a bounded amount of
+//! the server's memory and spends only its own tickets.
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -13,9 +14,9 @@ use std::time::{Duration, Instant};
 /// How long a ticket may wait before it is used.
 pub const TICKET_TTL: Duration = Duration::from_secs(60);
 
-/// Outstanding tickets one workspace may hold (far more than terminals opened within
+/// Outstanding tickets one buyer may hold (far more than terminals opened within
 /// [`TICKET_TTL`] by any real use).
-pub const MAX_PER_WORKSPACE: usize = 256;
+pub const MAX_PER_BUYER: usize = 256;
 
 /// What a ticket grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,12 +55,12 @@ impl Tickets {
         let now = Instant::now();
         let mut map = self.by_hash.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, e| e.expires > now);
-        let of_workspace = || {
+        let of_buyer = || {
             map.iter()
-                .filter(|(_, e)| e.grant.workspace == grant.workspace)
+                .filter(|(_, e)| e.key == key && e.grant.workspace == grant.workspace)
         };
-        if of_workspace().count() >= MAX_PER_WORKSPACE {
-            let oldest = of_workspace()
+        if of_buyer().count() >= MAX_PER_BUYER {
+            let oldest = of_buyer()
                 .min_by_key(|(_, e)| e.issued)
                 .map(|(h, _)| h.clone());
             if let Some(oldest) = oldest {
@@ -121,28 +122,31 @@ mod tests {
     }
 
     #[test]
-    fn a_workspace_past_its_bound_spends_its_oldest_ticket_only() {
+    fn a_buyer_past_its_bound_spends_its_oldest_ticket_only() {
         let t = Tickets::default();
+        let other_key = Some(uuid::Uuid::from_u128(7));
         let other = Grant {
             workspace: "other".into(),
             sandbox_id: "a".into(),
         };
         let others = t.issue(other.clone(), KEY, TICKET_TTL);
-        let issued: Vec<String> = (0..=MAX_PER_WORKSPACE)
+        let same_workspace = t.issue(grant("a"), other_key, TICKET_TTL);
+        let issued: Vec<String> = (0..=MAX_PER_BUYER)
             .map(|_| t.issue(grant("a"), KEY, TICKET_TTL))
             .collect();
         let held = t.by_hash.lock().expect("lock").len();
-        assert_eq!(
-            held,
-            MAX_PER_WORKSPACE + 1,
-            "the bound and the other workspace's"
-        );
+        assert_eq!(held, MAX_PER_BUYER + 2, "the bound and the other buyers'");
         assert!(
             t.redeem(&issued[0], &grant("a")).is_none(),
             "the oldest is spent"
         );
         assert_eq!(t.redeem(&issued[1], &grant("a")), Some(KEY));
-        assert_eq!(t.redeem(&issued[MAX_PER_WORKSPACE], &grant("a")), Some(KEY));
+        assert_eq!(t.redeem(&issued[MAX_PER_BUYER], &grant("a")), Some(KEY));
         assert_eq!(t.redeem(&others, &other), Some(KEY), "another workspace's");
+        assert_eq!(
+            t.redeem(&same_workspace, &grant("a")),
+            Some(other_key),
+            "another key's of the same workspace"
+        );
     }
 }

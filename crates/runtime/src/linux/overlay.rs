@@ -77,30 +77,29 @@ fn mount_layer_by_layer(
             source: nix::Error::from_raw(e.raw_os_error()),
         }
     };
-    let too_old = || {
-        RuntimeError::Unsupported(format!(
-            "an image of {} layers needs Linux 6.8 or later (its overlay options pass the \
-             one page older kernels take)",
-            lowers.len()
-        ))
+    // An EINVAL from a kernel whose release is before 6.8 (which has no `lowerdir+`:
+    // from 6.5 the first layer is refused; before, the legacy parser takes it as an
+    // option string and the create fails) says so; a kernel that backported it mounts.
+    let refused = |what: &'static str| {
+        move |e: rustix::io::Errno| {
+            let release = rustix::system::uname();
+            match e == rustix::io::Errno::INVAL
+                && !has_lowerdir_plus(&release.release().to_string_lossy())
+            {
+                true => RuntimeError::Unsupported(format!(
+                    "an image of {} layers needs Linux 6.8 or later (its overlay options pass \
+                     the one page older kernels take)",
+                    lowers.len()
+                )),
+                false => sys(what)(e),
+            }
+        }
     };
-    // Asked first: kernels from 5.2 to 6.4 take `lowerdir+` as a legacy option string,
-    // and fail only later, with an EINVAL that names no reason.
-    let release = rustix::system::uname();
-    if !has_lowerdir_plus(&release.release().to_string_lossy()) {
-        return Err(too_old());
-    }
     let fs = fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC)
         .map_err(sys("opening an overlay filesystem context"))?;
     for lower in lowers {
-        fsconfig_set_string(&fs, "lowerdir+", lower.as_str()).map_err(|e| {
-            if e == rustix::io::Errno::INVAL && lower == &lowers[0] {
-                // The first one refused: no `lowerdir+` in this kernel after all.
-                too_old()
-            } else {
-                sys("adding an overlay layer")(e)
-            }
-        })?;
+        fsconfig_set_string(&fs, "lowerdir+", lower.as_str())
+            .map_err(refused("adding an overlay layer"))?;
     }
     for (key, value) in [
         ("upperdir", upper),
@@ -108,9 +107,9 @@ fn mount_layer_by_layer(
         ("index", "off"),
         ("xino", "off"),
     ] {
-        fsconfig_set_string(&fs, key, value).map_err(sys("configuring the overlay"))?;
+        fsconfig_set_string(&fs, key, value).map_err(refused("configuring the overlay"))?;
     }
-    fsconfig_create(&fs).map_err(sys("creating the overlay"))?;
+    fsconfig_create(&fs).map_err(refused("creating the overlay"))?;
     let mnt = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())
         .map_err(sys("mounting the overlay root"))?;
     move_mount(
@@ -123,8 +122,9 @@ fn mount_layer_by_layer(
     .map_err(sys("attaching the overlay root"))
 }
 
-/// Whether the kernel of `release` (`uname -r`) stacks overlay layers given one by one
-/// (`lowerdir+`, Linux 6.8); one that does not parse is let try.
+/// Whether the kernel of `release` (`uname -r`) is one that stacks overlay layers given
+/// one by one (`lowerdir+`, Linux 6.8), by its number (a backport is not seen); one that
+/// does not parse counts as one.
 fn has_lowerdir_plus(release: &str) -> bool {
     let mut numbers = release
         .split(|c: char| !c.is_ascii_digit())
