@@ -450,13 +450,7 @@ impl Cgroups {
         }
         // The cpuset copy only if sandboxd made it (an operator's stays).
         if let Some(cpuset) = super::requests::cpuset_parent(self) {
-            let name = cpuset
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default();
-            if super::parent_record::cpuset_is_ours(name) && std::fs::remove_dir(&cpuset).is_ok() {
-                super::parent_record::cpuset_gone(name);
-            }
+            super::parent_record::remove_cpuset_if_ours(&cpuset);
         }
     }
 

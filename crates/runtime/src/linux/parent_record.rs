@@ -80,13 +80,23 @@ pub fn cpuset_made(parent: &str) {
 }
 
 /// Whether sandboxd made `parent`'s cpuset copy (so may remove it).
-pub fn cpuset_is_ours(parent: &str) -> bool {
+fn cpuset_is_ours(parent: &str) -> bool {
     cpuset_mark(parent).exists()
 }
 
 /// Drops the mark once the cpuset copy is gone.
-pub fn cpuset_gone(parent: &str) {
+fn cpuset_gone(parent: &str) {
     let _ = std::fs::remove_file(cpuset_mark(parent));
+}
+
+/// Removes the cpuset copy `dir` of a parent if sandboxd made it and no sandbox's
+/// cpuset is left in it (best effort: a busy one stays), and then its mark. An
+/// operator's (its CPUs chosen) stays.
+pub fn remove_cpuset_if_ours(dir: &std::path::Path) {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if cpuset_is_ours(name) && std::fs::remove_dir(dir).is_ok() {
+        cpuset_gone(name);
+    }
 }
 
 #[cfg(test)]

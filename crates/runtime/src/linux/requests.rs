@@ -192,13 +192,7 @@ pub(super) fn remove(cg: &Cgroups, id: Uuid) -> Result<(), RuntimeError> {
         Ok(()) => {
             // Busy while another pinned sandbox is in it: that one takes it along. Only
             // one sandboxd made: an operator's (its CPUs chosen) stays.
-            let name = parent
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default();
-            if super::parent_record::cpuset_is_ours(name) && std::fs::remove_dir(&parent).is_ok() {
-                super::parent_record::cpuset_gone(name);
-            }
+            super::parent_record::remove_cpuset_if_ours(&parent);
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
