@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 /// A command run by `sandboxd run` has no timeout of its own: this is "never".
 const NO_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-#[derive(Args)]
+#[derive(Args, Debug)]
 pub struct RunArgs {
     /// Virtual CPUs (CPU quota) for the sandbox.
     #[arg(long, default_value_t = 1)]
@@ -69,7 +69,7 @@ pub struct RunArgs {
 }
 
 /// `--isolation`.
-#[derive(Clone, Copy, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum IsolationArg {
     Container,
     Gvisor,
@@ -85,7 +85,7 @@ impl From<IsolationArg> for Isolation {
 }
 
 /// `--network`.
-#[derive(Clone, Copy, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum NetworkArg {
     Egress,
     None,
