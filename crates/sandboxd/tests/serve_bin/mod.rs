@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+// A test taking both fixtures loads this twice: each fixture stands on its own.
+#[allow(clippy::duplicate_mod)]
 #[path = "../server_log/mod.rs"]
 mod server_log;
 
