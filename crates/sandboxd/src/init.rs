@@ -40,11 +40,12 @@ pub fn as_spawned(args: &[std::ffi::OsString]) -> Option<InitArgs> {
 }
 
 pub fn main(args: InitArgs) -> std::process::ExitCode {
+    let mut made = None;
     if args.held {
         match sandboxd_runtime::linux::init::wait_for_begin(args.sync_fd) {
-            Ok(true) => {}
+            Ok(Some(namespaces)) => made = Some(namespaces),
             // Not needed after all (the run took another way, or ended).
-            Ok(false) => return std::process::ExitCode::SUCCESS,
+            Ok(None) => return std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("sandbox init failed: {e}");
                 return std::process::ExitCode::FAILURE;
@@ -54,7 +55,7 @@ pub fn main(args: InitArgs) -> std::process::ExitCode {
     // The confinement (capability plan, compiled seccomp programs) is prepared while the
     // backend mounts the root, as root of the new user namespace with its full set.
     let (entered, prepared) =
-        match sandboxd_runtime::linux::init::enter(args.sync_fd, sandboxd_confine::prepare) {
+        match sandboxd_runtime::linux::init::enter(args.sync_fd, made, sandboxd_confine::prepare) {
             Ok(entered) => entered,
             Err(e) => {
                 eprintln!("sandbox init failed: {e}");

@@ -1,6 +1,6 @@
-//! A held init (what `sandboxd run` spawns at its very start, `HeldInit`): begun by the
-//! early init's make, it becomes the sandbox's PID 1 inside the sandbox's cgroups and
-//! logs to its entry's log; dropped unbegun it is ended; a run killed while its init is
+//! A held init (what `sandboxd run` spawns at its very start, `HeldInit`): it makes
+//! its first namespaces while it waits; begun by the early init's make, it becomes the
+//! sandbox's PID 1 inside the sandbox's cgroups and logs to its entry's log; dropped unbegun it is ended; a run killed while its init is
 //! held leaves no process; a held init that cannot join its cgroups reports it, and the
 //! run starts its sandbox cold and leaves nothing.
 
@@ -110,6 +110,37 @@ fn a_held_init_dropped_unbegun_is_ended() {
     let pid = held.id().expect("its pid");
     assert!(!ended(pid), "the held init did not wait");
     assert!(cmdline(pid).contains("--held"), "{}", cmdline(pid));
+    drop(held);
+    assert!(ended(pid), "the dropped held init {pid} still runs");
+}
+
+/// The held init makes its user, UTS, IPC and network namespaces while it waits (off
+/// the start's path), in a session of its own, and still ends when dropped.
+#[test]
+fn a_held_init_makes_its_namespaces_while_it_waits() {
+    let held = held_init();
+    let pid = held.id().expect("its pid");
+    let ns = |pid: &str, kind: &str| {
+        std::fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+            .map(|l| l.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    for kind in ["user", "uts", "ipc", "net"] {
+        wait_until(&format!("the held init's own {kind} namespace"), || {
+            let theirs = ns(&pid.to_string(), kind);
+            !theirs.is_empty() && theirs != ns("self", kind)
+        });
+    }
+    // Its mount and PID namespaces wait for the begin (they need the host's root).
+    for kind in ["mnt", "pid"] {
+        assert_eq!(ns(&pid.to_string(), kind), ns("self", kind), "{kind}");
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let session = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split(' ').nth(3))
+        .expect("its session");
+    assert_eq!(session, pid.to_string(), "not a session of its own");
     drop(held);
     assert!(ended(pid), "the dropped held init {pid} still runs");
 }

@@ -11,14 +11,24 @@ use std::io::IoSliceMut;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// Waits on the handshake socket `sync_fd` for `begin` and acts on it: `Ok(false)` when
-/// the backend closed the socket instead (the init is not needed: exit quietly). Must
-/// run while the process has one thread (moving that thread moves the process). A
-/// failure is reported over the socket (and returned).
-pub fn wait_for_begin(sync_fd: RawFd) -> Result<bool, InitError> {
-    let begun = receive(sync_fd).and_then(|fds| match fds {
-        None => Ok(false),
-        Some(fds) => take(fds).map(|()| true),
+/// Makes the init's early namespaces (see [`super::EarlyNamespaces`]), then waits on
+/// the handshake socket `sync_fd` for `begin` and acts on it: `Ok(None)` when the
+/// backend closed the socket instead (the init is not needed: exit quietly). Must run
+/// while the process has one thread (the user namespace needs it, and moving that
+/// thread moves the process). A failure is reported over the socket (and returned).
+///
+/// The namespaces come first because the held init waits anyway (for the backend's
+/// opening), and their making (~1 ms here, the network namespace's mostly) was on the
+/// start's path after `begin`. Their kernel memory is charged to the run's cgroup
+/// instead of the sandbox's (a fixed amount per sandbox, not the sandbox's to grow);
+/// the move into the sandbox's cgroups below works from inside the new user namespace
+/// (cgroup v1 checks the `tasks` file's opener, the host).
+pub fn wait_for_begin(sync_fd: RawFd) -> Result<Option<super::EarlyNamespaces>, InitError> {
+    let begun = super::EarlyNamespaces::make().and_then(|made| {
+        receive(sync_fd).and_then(|fds| match fds {
+            None => Ok(None),
+            Some(fds) => take(fds).map(|()| Some(made)),
+        })
     });
     if let Err(e) = &begun {
         // SAFETY: `sync_fd` is the handshake descriptor this process was started with;

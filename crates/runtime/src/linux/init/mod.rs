@@ -37,6 +37,26 @@ pub enum InitError {
     Unexpected(String),
 }
 
+/// The namespaces that need nothing from the host, made with the user namespace (which
+/// owns them) as the init's first step, so a warm init has them before its sandbox is
+/// known, and a held one while it waits to begin (see [`wait_for_begin`]).
+pub struct EarlyNamespaces(());
+
+impl EarlyNamespaces {
+    const FLAGS: CloneFlags = CloneFlags::CLONE_NEWUSER
+        .union(CloneFlags::CLONE_NEWUTS)
+        .union(CloneFlags::CLONE_NEWIPC)
+        .union(CloneFlags::CLONE_NEWNET);
+
+    /// In a session of its own (the sandbox must not share a terminal's), unshares
+    /// them. The process must have one thread.
+    fn make() -> Result<EarlyNamespaces, InitError> {
+        let _ = nix::unistd::setsid();
+        step("unshare(user, uts, ipc, net)", unshare(Self::FLAGS))?;
+        Ok(EarlyNamespaces(()))
+    }
+}
+
 /// Attaches a step name to a nix result.
 pub(crate) fn step<T>(what: impl Into<String>, r: nix::Result<T>) -> Result<T, InitError> {
     r.map_err(|source| InitError::Sys {
@@ -114,9 +134,11 @@ impl Entered {
 ///
 /// `while_waiting` runs once the user namespace exists, while the backend prepares the
 /// root (or, in a warm init, before its sandbox is known): work that needs the new
-/// namespace's capabilities but nothing of the sandbox. PID 1 gets its result.
+/// namespace's capabilities but nothing of the sandbox. PID 1 gets its result. `made`:
+/// the early namespaces a held init made while it waited (else they are made here).
 pub fn enter<T>(
     sync_fd: RawFd,
+    made: Option<EarlyNamespaces>,
     while_waiting: impl FnOnce() -> T,
 ) -> Result<(Entered, T), InitError> {
     // SAFETY: the backend hands us this fd; nothing else in this process owns it.
@@ -125,7 +147,7 @@ pub fn enter<T>(
         let _ = channel.send(&Msg::Error(e.to_string()));
         return Err(e);
     }
-    match steps(&channel, while_waiting) {
+    match steps(&channel, made, while_waiting) {
         Ok((listener, config, early)) => Ok((
             Entered {
                 listener,
@@ -166,16 +188,13 @@ fn close_inherited(sync_fd: RawFd) -> Result<(), InitError> {
 
 fn steps<T>(
     channel: &Channel,
+    made: Option<EarlyNamespaces>,
     while_waiting: impl FnOnce() -> T,
 ) -> Result<(UnixListener, InitConfig, T), InitError> {
-    let _ = nix::unistd::setsid();
-    // The namespaces that need nothing from the host are made with the user namespace
-    // (which owns them), so a warm init has them before its sandbox is known.
-    let early = CloneFlags::CLONE_NEWUSER
-        | CloneFlags::CLONE_NEWUTS
-        | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWNET;
-    step("unshare(user, uts, ipc, net)", unshare(early))?;
+    match made {
+        Some(EarlyNamespaces(())) => {}
+        None => drop(EarlyNamespaces::make()?),
+    }
     channel.send(&Msg::UserNs)?;
     let early = while_waiting();
     let config = match channel.recv(GO_TIMEOUT)? {
