@@ -191,9 +191,8 @@ fn steps<T>(
     made: Option<EarlyNamespaces>,
     while_waiting: impl FnOnce() -> T,
 ) -> Result<(UnixListener, InitConfig, T), InitError> {
-    match made {
-        Some(EarlyNamespaces(())) => {}
-        None => drop(EarlyNamespaces::make()?),
+    if made.is_none() {
+        EarlyNamespaces::make()?;
     }
     channel.send(&Msg::UserNs)?;
     let early = while_waiting();
