@@ -191,7 +191,7 @@ impl Locked<'_> {
         let tmp = self.slots.dir.join("leases").join(format!(".{slot}.tmp"));
         let bytes = serde_json::to_vec(lease).unwrap_or_default();
         std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, &path))
+            .and_then(|()| super::whole_file::rename_over(&tmp, &path))
             .map_err(|source| RuntimeError::Io {
                 what: "recording a host id lease",
                 path,
