@@ -8,8 +8,8 @@ pub struct InitArgs {
     /// File descriptor of the handshake socket shared with the backend.
     #[arg(long)]
     pub sync_fd: i32,
-    /// Spawned ahead of its sandbox: wait for the backend's `begin` (which brings the
-    /// log and the cgroups to join) before the first step.
+    /// Spawned ahead of its sandbox: make the early namespaces, then wait for the
+    /// backend's `begin` (which brings the log and the cgroups to join).
     #[arg(long)]
     pub held: bool,
 }

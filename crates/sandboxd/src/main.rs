@@ -355,6 +355,16 @@ mod tests {
             });
             assert_eq!(outcome(whole), outcome(alone), "{words:?}");
         }
+        // Whatever the whole tree gives every subcommand, the run-only one gives the run.
+        let top = |c: clap::Command| {
+            let args: Vec<String> = c.get_arguments().map(|a| a.get_id().to_string()).collect();
+            (
+                args,
+                c.is_propagate_version_set(),
+                c.get_version().map(str::to_owned),
+            )
+        };
+        assert_eq!(top(Cli::command()), top(RunCli::command()));
         // And the whole tree's list of commands still says what a run is.
         let help = Cli::command().render_help().to_string();
         assert!(

@@ -1,8 +1,9 @@
 //! A held init (what `sandboxd run` spawns at its very start, `HeldInit`): it makes
 //! its first namespaces while it waits; begun by the early init's make, it becomes the
-//! sandbox's PID 1 inside the sandbox's cgroups and logs to its entry's log; dropped unbegun it is ended; a run killed while its init is
-//! held leaves no process; a held init that cannot join its cgroups reports it, and the
-//! run starts its sandbox cold and leaves nothing.
+//! sandbox's PID 1 inside the sandbox's cgroups and logs to its entry's log; dropped
+//! unbegun it is ended; a run killed while its init is held leaves no process; a held
+//! init that cannot join its cgroups reports it, and the run starts its sandbox cold and
+//! leaves nothing.
 
 mod common;
 mod serve_bin;
@@ -132,7 +133,7 @@ fn a_held_init_makes_its_namespaces_while_it_waits() {
         });
     }
     // Its mount and PID namespaces wait for the begin (they need the host's root).
-    for kind in ["mnt", "pid"] {
+    for kind in ["mnt", "pid_for_children"] {
         assert_eq!(ns(&pid.to_string(), kind), ns("self", kind), "{kind}");
     }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");

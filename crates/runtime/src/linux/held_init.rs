@@ -1,10 +1,10 @@
-//! An init spawned before the backend needs it and held before its first step: a
-//! one-shot run spawns its sandbox's init at its very start, so that the init's exec and
-//! start-up (a few milliseconds of a large binary's loading) overlap the run's own
-//! opening instead of following it. The init waits on its handshake socket for one
-//! `begin` packet carrying its log (its stdout and stderr from then on) and the cgroup
-//! `tasks` files to write itself into (v1, see `cgroup_self_move`); then it goes on as
-//! a freshly spawned init does. Dropped unbegun, it is killed and reaped; it also exits
+//! An init spawned before the backend needs it and held after its first step (its user,
+//! UTS, IPC and network namespaces): a one-shot run spawns its sandbox's init at its
+//! very start, so that the init's exec and start-up (a few milliseconds of a large
+//! binary's loading) overlap the run's own opening instead of following it. The init
+//! waits on its handshake socket for one `begin` packet carrying its log (its stdout
+//! and stderr from then on) and the cgroup `tasks` files to write itself into (v1, see
+//! `cgroup_self_move`); then it goes on as a freshly spawned init does. Dropped unbegun, it is killed and reaped; it also exits
 //! by itself when its socket closes (the run died).
 
 use super::cgroup_self_move::SelfMove;
@@ -97,8 +97,13 @@ impl HeldInit {
             None,
         );
         if let Err(e) = sent {
+            // Gone after a failed first step (its namespaces), its report is queued.
+            let reason = match channel.recv(std::time::Duration::from_millis(1)) {
+                Ok(handshake::Msg::Error(text)) => text,
+                _ => e.to_string(),
+            };
             return Err(RuntimeError::AgentStart(format!(
-                "the held sandbox init is gone ({e})"
+                "the held sandbox init is gone ({reason})"
             )));
         }
         self.held.take().ok_or_else(gone)

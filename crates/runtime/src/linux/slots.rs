@@ -184,14 +184,16 @@ impl Locked<'_> {
         serde_json::from_slice(&bytes).ok()
     }
 
-    /// Writes a lease whole (a temporary file renamed over it), so a crash never leaves
-    /// a half-written one that would read as nobody's.
+    /// Writes a lease whole (a temporary file put in its place), so a killed process
+    /// never leaves a half-written one that would read as nobody's (after a power loss
+    /// it may read so, as after a reboot with /run on a tmpfs: see
+    /// [`super::whole_file::rename_over`]).
     fn write(&self, slot: u32, lease: &Lease) -> Result<(), RuntimeError> {
         let path = self.slots.lease_path(slot);
         let tmp = self.slots.dir.join("leases").join(format!(".{slot}.tmp"));
         let bytes = serde_json::to_vec(lease).unwrap_or_default();
         std::fs::write(&tmp, bytes)
-            .and_then(|()| super::whole_file::rename_over(&tmp, &path))
+            .and_then(|()| super::whole_file::rename_over(&tmp, &path).map(drop))
             .map_err(|source| RuntimeError::Io {
                 what: "recording a host id lease",
                 path,

@@ -1,6 +1,7 @@
-//! The inside half of a held init (the backend's `held_init`): before its first step it
-//! waits for the `begin` packet, takes the log that comes with it as its stdout and
-//! stderr, and writes itself into the cgroup `tasks` files that come after the log.
+//! The inside half of a held init (the backend's `held_init`): it makes its early
+//! namespaces, then waits for the `begin` packet, takes the log that comes with it as
+//! its stdout and stderr, and writes itself into the cgroup `tasks` files that come
+//! after the log.
 
 use super::InitError;
 use crate::linux::cgroup_self_move::move_self;

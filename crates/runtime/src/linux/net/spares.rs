@@ -296,7 +296,8 @@ fn sweep_stale(config: &NetConfig) {
         let name = entry.file_name().to_string_lossy().into_owned();
         if whole_file::is_temp_name(&name) {
             // A replacement's temporary name, left by a process killed between its link
-            // and its rename (a live one's, taken here, only leaves its mark as it was).
+            // and its rename or exchange (a live one's, taken here, only leaves its mark
+            // as it was).
             let _ = std::fs::remove_file(entry.path());
             continue;
         }

@@ -246,7 +246,7 @@ impl Maker {
     ) -> Result<OwnedFd, RuntimeError> {
         let log = dir.join("init.log");
         // Its cgroup first: on v1 the init moves itself into it before its exec (no
-        // RCU grace period, `cgroup_self_move`), or a held one before its first step.
+        // RCU grace period, `cgroup_self_move`), or a held one once begun.
         let t0 = std::time::Instant::now();
         let tm = |phase: &str| {
             let ms = t0.elapsed().as_secs_f64() * 1e3;
