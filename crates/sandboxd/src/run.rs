@@ -256,15 +256,9 @@ fn open_engine_over(
         SqliteStore::open(config.data_dir.join(DATABASE_FILE))
             .context("opening the sandbox database")?,
     );
-    // The create's first read needs a second connection, whose first statement reads
-    // the schema: made beside the engine's opening rather than on the create's path.
-    // (No thread to be had, under a pids limit: the create opens its reader itself.)
-    {
-        let store = store.clone();
-        let _ = std::thread::Builder::new()
-            .name("store-reader".into())
-            .spawn(move || store.open_readers(1));
-    }
+    // A run reads little, mostly between its writes: on the writer connection when it
+    // is free, rather than on a second one whose opening reads the whole schema again.
+    store.read_on_free_writer();
     let engine = Engine::open_beside(EngineConfig {
         data_dir: config.data_dir.clone(),
         runtime: tiers.clone(),

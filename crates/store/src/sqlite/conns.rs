@@ -57,6 +57,8 @@ pub(super) struct Conns {
     reserve: super::reserve::Reserve,
     writer: parking_lot::Mutex<Connection>,
     readers: parking_lot::Mutex<Vec<Connection>>,
+    /// Reads take the writer when it is free and no reader is idle.
+    reads_on_writer: std::sync::atomic::AtomicBool,
     /// The WAL's checkpoints off the writer's path, once started.
     checkpoints: std::sync::OnceLock<super::checkpoints::Checkpoints>,
 }
@@ -69,6 +71,7 @@ impl Conns {
             reserve,
             writer: parking_lot::Mutex::new(writer),
             readers: parking_lot::Mutex::new(Vec::new()),
+            reads_on_writer: std::sync::atomic::AtomicBool::new(false),
             checkpoints: std::sync::OnceLock::new(),
         }
     }
@@ -168,40 +171,67 @@ impl Conns {
         self.readers.lock().len()
     }
 
-    /// A reader: an idle one, or a new connection.
+    /// See [`super::SqliteStore::read_on_free_writer`].
+    pub(super) fn read_on_free_writer(&self) {
+        self.reads_on_writer
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A reader: an idle one, the writer when reads may take it and it is free (never
+    /// waited for: a read inside a write on this thread would wait on itself), or a new
+    /// connection.
     pub(super) fn read(&self) -> StoreResult<Reader<'_>> {
         let idle = self.readers.lock().pop();
         let conn = match idle {
             Some(conn) => conn,
-            None => open(&self.path)?,
+            None => {
+                if self
+                    .reads_on_writer
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    if let Some(writer) = self.writer.try_lock() {
+                        return Ok(Reader::Writer(writer));
+                    }
+                }
+                open(&self.path)?
+            }
         };
-        Ok(Reader {
+        Ok(Reader::Pooled {
             conn: Some(conn),
             conns: self,
         })
     }
 }
 
-/// A reader connection, given back to the pool when dropped.
-pub(super) struct Reader<'a> {
-    conn: Option<Connection>,
-    conns: &'a Conns,
+/// A reader connection: a pooled one, given back to the pool when dropped, or the
+/// writer, free (no transaction open) while held.
+pub(super) enum Reader<'a> {
+    Pooled {
+        conn: Option<Connection>,
+        conns: &'a Conns,
+    },
+    Writer(parking_lot::MutexGuard<'a, Connection>),
 }
 
 impl std::ops::Deref for Reader<'_> {
     type Target = Connection;
     fn deref(&self) -> &Connection {
-        self.conn
-            .as_ref()
-            .expect("a reader holds its connection until dropped")
+        match self {
+            Reader::Pooled { conn, .. } => conn
+                .as_ref()
+                .expect("a reader holds its connection until dropped"),
+            Reader::Writer(writer) => writer,
+        }
     }
 }
 
 impl Drop for Reader<'_> {
     fn drop(&mut self) {
-        let mut idle = self.conns.readers.lock();
-        if let (Some(conn), true) = (self.conn.take(), idle.len() < IDLE_READERS) {
-            idle.push(conn);
+        if let Reader::Pooled { conn, conns } = self {
+            let mut idle = conns.readers.lock();
+            if let (Some(conn), true) = (conn.take(), idle.len() < IDLE_READERS) {
+                idle.push(conn);
+            }
         }
     }
 }
@@ -256,5 +286,45 @@ mod trim_tests {
             .and_then(|c| c.query_row("SELECT count(*) FROM secrets", [], |r| r.get(0)))
             .expect("count");
         assert_eq!(rows, n as i64);
+    }
+}
+
+#[cfg(test)]
+mod read_on_writer_tests {
+    use super::Reader;
+    use crate::Store;
+
+    /// Told to, reads take the free writer instead of opening a connection; a read
+    /// meeting the writer held (a write on another thread, or this one's) opens a
+    /// reader instead of waiting; untold, reads open readers as before.
+    #[test]
+    fn reads_take_the_free_writer_and_never_wait_for_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::SqliteStore::open(dir.path().join("sandboxd.db")).expect("store");
+        store.set_secret("default", "s", b"v").expect("write");
+        store.get_secret("default", "s").expect("read");
+        assert_eq!(store.idle_readers(), 1, "untold, a read opens a reader");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::SqliteStore::open(dir.path().join("sandboxd.db")).expect("store");
+        store.read_on_free_writer();
+        store.set_secret("default", "s", b"v").expect("write");
+        assert_eq!(
+            store.get_secret("default", "s").expect("read").as_deref(),
+            Some(&b"v"[..])
+        );
+        assert!(matches!(
+            store.conns.read().expect("read"),
+            Reader::Writer(_)
+        ));
+        assert_eq!(store.idle_readers(), 0, "a read opened a connection");
+        {
+            let _writing = store.conns.write().expect("the writer");
+            let read = store.conns.read().expect("a read beside the write");
+            assert!(
+                matches!(read, Reader::Pooled { .. }),
+                "a read took a held writer"
+            );
+        }
+        assert_eq!(store.idle_readers(), 1);
     }
 }

@@ -82,6 +82,14 @@ impl SqliteStore {
         self.conns.open_readers(n)
     }
 
+    /// Reads on the writer connection when it is free and no reader is idle, instead
+    /// of opening a reader: for a short-lived store with few reads (`sandboxd run`),
+    /// whose second connection would cost its opening and a read of the whole schema
+    /// (~0.3 ms of CPU here). A read meeting the writer busy still opens a reader.
+    pub fn read_on_free_writer(&self) {
+        self.conns.read_on_free_writer()
+    }
+
     /// Checkpoints the WAL on a thread of its own instead of inside the commit that
     /// fills it (see `checkpoints`), for a long-lived store such as a server's: its
     /// writes then never wait for the database file's sync.
