@@ -356,8 +356,9 @@ mod tests {
             assert_eq!(outcome(whole), outcome(alone), "{words:?}");
         }
         // Whatever the whole tree gives every subcommand, the run-only one gives the run.
-        let top = |c: clap::Command| {
-            let args: Vec<String> = c.get_arguments().map(|a| a.get_id().to_string()).collect();
+        let top = |mut c: clap::Command| {
+            c.build();
+            let args: Vec<String> = c.get_arguments().map(|a| format!("{a:?}")).collect();
             (
                 args,
                 c.is_propagate_version_set(),

@@ -161,9 +161,11 @@ fn mount_device(state_dir: &Path, device: (File, PathBuf)) -> Result<(), Runtime
 /// place. Journal-less (the layer does not outlive the host) and without the blocks
 /// reserved for online resizing (nothing resizes a sandbox disk): a 10 GiB template then
 /// holds 0.2 MB of data instead of 4.2 MB, and that is what every spare copies. It holds
-/// the overlay's `upper` and `work` dirs already (`mkfs.ext4 -d`): made on each fresh
-/// disk, they cost its start ~0.8 ms here (the first allocation on a new filesystem
-/// reads its bitmaps through the loop device).
+/// the overlay's `upper` and `work` dirs already (`mkfs.ext4 -d`, root's, 0755, no
+/// extended attributes): made on each fresh disk, they cost its start ~0.8 ms here (the
+/// first allocation on a new filesystem reads its bitmaps through the loop device). An
+/// `mkfs.ext4` that cannot (older e2fsprogs) makes it without them, as before: the
+/// start then makes them.
 fn template(data_dir: &Path, disk_mb: u32) -> Result<PathBuf, RuntimeError> {
     let dir = data_dir.join("disk-templates");
     let path = dir.join(format!("{disk_mb}mb-{TEMPLATE_FORMAT}.img"));
@@ -172,47 +174,24 @@ fn template(data_dir: &Path, disk_mb: u32) -> Result<PathBuf, RuntimeError> {
     }
     super::private_dir::ensure(&dir)?;
     remove_old_templates(&dir, disk_mb);
+    remove_stale_makings(&dir);
     let id = uuid::Uuid::new_v4();
     let tmp = dir.join(format!(".{disk_mb}.{id}.tmp"));
-    // What the filesystem starts with: the two empty dirs, root's, 0755.
+    // What the filesystem starts with: the two empty dirs, 0755 whatever the umask.
     let tree = dir.join(format!(".{disk_mb}.{id}.tree"));
-    let made = ["upper", "work"]
-        .iter()
-        .try_for_each(|d| std::fs::create_dir_all(tree.join(d)))
-        .and_then(|()| {
-            // As mkfs made its root before, whatever the process's umask.
-            use std::os::unix::fs::PermissionsExt;
-            [tree.clone(), tree.join("upper"), tree.join("work")]
-                .iter()
-                .try_for_each(|d| {
-                    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))
-                })
-        })
-        .and_then(|()| File::create(&tmp))
+    let tree_made = ["upper", "work"].iter().try_for_each(|d| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(tree.join(d))?;
+        std::fs::set_permissions(tree.join(d), std::fs::Permissions::from_mode(0o755))
+    });
+    let made = File::create(&tmp)
         .and_then(|f| f.set_len(u64::from(disk_mb) << 20))
-        .and_then(|()| {
-            let out = Command::new("mkfs.ext4")
-                .args([
-                    "-q",
-                    "-F",
-                    "-m",
-                    "0",
-                    "-O",
-                    "^has_journal,^resize_inode",
-                    "-E",
-                    "lazy_itable_init=1,nodiscard",
-                    "-d",
-                ])
-                .arg(&tree)
-                .arg(&tmp)
-                .output()?;
-            match out.status.success() {
-                true => Ok(()),
-                false => Err(std::io::Error::other(format!(
-                    "mkfs.ext4 failed: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ))),
-            }
+        .and_then(|()| match tree_made {
+            Ok(()) => format(&tmp, Some(&tree)).or_else(|e| {
+                tracing::debug!(error = %e, "a disk template without the overlay's dirs");
+                format(&tmp, None)
+            }),
+            Err(_) => format(&tmp, None),
         });
     let _ = std::fs::remove_dir_all(&tree);
     let made = made.and_then(|()| std::fs::rename(&tmp, &path));
@@ -221,6 +200,55 @@ fn template(data_dir: &Path, disk_mb: u32) -> Result<PathBuf, RuntimeError> {
     }
     made.map_err(io("formatting a disk template", &path))?;
     Ok(path)
+}
+
+/// Formats `image` (see [`template`]), with `tree`'s contents when given.
+fn format(image: &Path, tree: Option<&Path>) -> std::io::Result<()> {
+    let mut cmd = Command::new("mkfs.ext4");
+    cmd.args(["-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode"]);
+    match tree {
+        Some(tree) => {
+            cmd.args([
+                "-E",
+                "lazy_itable_init=1,nodiscard,no_copy_xattrs,root_owner=0:0",
+                "-d",
+            ]);
+            cmd.arg(tree);
+        }
+        None => {
+            cmd.args(["-E", "lazy_itable_init=1,nodiscard"]);
+        }
+    }
+    let out = cmd.arg(image).output()?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(std::io::Error::other(format!(
+            "mkfs.ext4 failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))),
+    }
+}
+
+/// Removes what a process killed while making a template left (a dot name ending in
+/// `.tmp` or `.tree`, older than a minute: a live making is younger).
+fn remove_stale_makings(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let making = name.starts_with('.') && (name.ends_with(".tmp") || name.ends_with(".tree"));
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() > 60);
+        if making && stale {
+            let path = entry.path();
+            let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+        }
+    }
 }
 
 /// The name part of the current template format (`<mb>mb-v3.img`).
@@ -467,10 +495,62 @@ mod tests {
 
     /// A template's filesystem holds the overlay's empty `upper` and `work` dirs, root's,
     /// its root is root's and 0755, and nothing of the tree it was made from is left.
+    /// A default ACL as the kernel stores it (`system.posix_acl_default`): version 2,
+    /// then (tag, perm, id) entries; `user` gets rwx.
+    fn default_acl(user: u32) -> Vec<u8> {
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        let none = u32::MAX;
+        for (tag, perm, id) in [
+            (1u16, 7u16, none),
+            (2, 7, user),
+            (4, 5, none),
+            (16, 7, none),
+            (32, 5, none),
+        ] {
+            acl.extend(tag.to_le_bytes());
+            acl.extend(perm.to_le_bytes());
+            acl.extend(id.to_le_bytes());
+        }
+        acl
+    }
+
     #[test]
     fn a_template_holds_the_overlays_dirs() {
         let dir = tempfile::tempdir().expect("tempdir");
+        // A default ACL where templates are made (an admin's, inherited by every dir
+        // made below) must not reach the sandboxes' upper dirs.
+        let templates = dir.path().join("disk-templates");
+        std::fs::create_dir(&templates).expect("dir");
+        let name = std::ffi::CString::new("system.posix_acl_default").expect("name");
+        let at = std::ffi::CString::new(templates.as_os_str().as_encoded_bytes()).expect("path");
+        let acl = default_acl(4321);
+        // SAFETY: NUL-terminated path and name, and a buffer of the length given, all
+        // outliving the call.
+        let rc = unsafe {
+            libc::setxattr(
+                at.as_ptr(),
+                name.as_ptr(),
+                acl.as_ptr().cast(),
+                acl.len(),
+                0,
+            )
+        };
+        assert_eq!(
+            rc,
+            0,
+            "setting a default ACL: {}",
+            std::io::Error::last_os_error()
+        );
         let path = template(dir.path(), 64).expect("template");
+        for d in ["upper", "work"] {
+            let attrs = Command::new("debugfs")
+                .args(["-R", &format!("ea_list {d}")])
+                .arg(&path)
+                .output()
+                .expect("debugfs");
+            let text = String::from_utf8_lossy(&attrs.stdout);
+            assert!(!text.contains("posix_acl"), "{d} carries the ACL: {text}");
+        }
         let listing = Command::new("debugfs")
             .args(["-R", "ls -l /"])
             .arg(&path)
@@ -495,6 +575,36 @@ mod tests {
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(left, ["64mb-v3.img"]);
+    }
+
+    /// What a killed making left (older than a minute) goes; a live making's stays.
+    #[test]
+    fn a_killed_makings_files_go_and_a_live_ones_stay() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+        let (tmp, tree, live) = (
+            dir.path().join(".64.a.tmp"),
+            dir.path().join(".64.b.tree"),
+            dir.path().join(".64.c.tmp"),
+        );
+        File::create(&tmp)
+            .expect("tmp")
+            .set_modified(old)
+            .expect("age");
+        std::fs::create_dir_all(tree.join("upper")).expect("tree");
+        File::open(&tree)
+            .expect("tree")
+            .set_modified(old)
+            .expect("age");
+        File::create(&live).expect("live");
+        File::create(dir.path().join("64mb-v3.img")).expect("template");
+        remove_stale_makings(dir.path());
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".64.c.tmp", "64mb-v3.img"]);
     }
 
     #[test]

@@ -135,7 +135,10 @@ pub(in crate::linux) fn rename_over(from: &Path, to: &Path) -> std::io::Result<P
     match std::fs::remove_file(from) {
         // A dir was in the way, which a rename refuses: put it back, refused too.
         Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
-            let _ = renameat_with(CWD, from, CWD, to, RenameFlags::EXCHANGE);
+            if let Err(back) = renameat_with(CWD, from, CWD, to, RenameFlags::EXCHANGE) {
+                let path = to.display();
+                tracing::warn!(%path, error = %back, "putting back a dir a record was exchanged with");
+            }
             Err(e)
         }
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

@@ -189,8 +189,14 @@ impl Conns {
                     .reads_on_writer
                     .load(std::sync::atomic::Ordering::Relaxed)
                 {
+                    // Free and outside a transaction (they are all taken under the
+                    // guard), waiting on another process's lock as a reader would.
+                    // Such a wait holds our writes back too, for at most READ_BOUND:
+                    // only for stores with few writes beside their reads (a run's).
                     if let Some(writer) = self.writer.try_lock() {
-                        return Ok(Reader::Writer(writer));
+                        if writer.is_autocommit() && writer.busy_timeout(READ_BOUND).is_ok() {
+                            return Ok(Reader::Writer(writer));
+                        }
                     }
                 }
                 open(&self.path)?
