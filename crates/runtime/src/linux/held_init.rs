@@ -4,8 +4,9 @@
 //! binary's loading) overlap the run's own opening instead of following it. The init
 //! waits on its handshake socket for one `begin` packet carrying its log (its stdout
 //! and stderr from then on) and the cgroup `tasks` files to write itself into (v1, see
-//! `cgroup_self_move`); then it goes on as a freshly spawned init does. Dropped unbegun, it is killed and reaped; it also exits
-//! by itself when its socket closes (the run died).
+//! `cgroup_self_move`); then it goes on as a freshly spawned init does. Dropped unbegun,
+//! it is killed and reaped; it also exits by itself when its socket closes (the run
+//! died).
 
 use super::cgroup_self_move::SelfMove;
 use super::handshake::{self, Channel};
