@@ -521,26 +521,13 @@ mod tests {
         // made below) must not reach the sandboxes' upper dirs.
         let templates = dir.path().join("disk-templates");
         std::fs::create_dir(&templates).expect("dir");
-        let name = std::ffi::CString::new("system.posix_acl_default").expect("name");
-        let at = std::ffi::CString::new(templates.as_os_str().as_encoded_bytes()).expect("path");
-        let acl = default_acl(4321);
-        // SAFETY: NUL-terminated path and name, and a buffer of the length given, all
-        // outliving the call.
-        let rc = unsafe {
-            libc::setxattr(
-                at.as_ptr(),
-                name.as_ptr(),
-                acl.as_ptr().cast(),
-                acl.len(),
-                0,
-            )
-        };
-        assert_eq!(
-            rc,
-            0,
-            "setting a default ACL: {}",
-            std::io::Error::last_os_error()
-        );
+        rustix::fs::setxattr(
+            &templates,
+            "system.posix_acl_default",
+            &default_acl(4321),
+            rustix::fs::XattrFlags::empty(),
+        )
+        .expect("setting a default ACL");
         let path = template(dir.path(), 64).expect("template");
         for d in ["upper", "work"] {
             let attrs = Command::new("debugfs")

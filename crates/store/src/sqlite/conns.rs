@@ -323,6 +323,18 @@ mod read_on_writer_tests {
             Reader::Writer(_)
         ));
         assert_eq!(store.idle_readers(), 0, "a read opened a connection");
+        // A read on the writer waits on another process's lock as a reader does, even
+        // after a write that left the writer no wait at all (the WAL trim's 0).
+        let left = store.conns.write().expect("the writer");
+        left.busy_timeout(std::time::Duration::ZERO)
+            .expect("no wait");
+        drop(left);
+        let read = store.conns.read().expect("read");
+        let wait: i64 = read
+            .query_row("PRAGMA busy_timeout", [], |r| r.get(0))
+            .expect("busy timeout");
+        assert_eq!(wait, super::READ_BOUND.as_millis() as i64);
+        drop(read);
         {
             let _writing = store.conns.write().expect("the writer");
             let read = store.conns.read().expect("a read beside the write");
