@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use sandboxd_runtime::Runtime;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -82,11 +83,30 @@ fn a_start_takes_a_warm_init_and_gets_the_same_sandbox() {
     want.disk_mb = 64;
     want.memory_mb = 200;
     want.pids_max = 77;
+    // Each entry made its handle's file ahead: the start allocates no inode for it.
+    let premade: Vec<u64> = warm_dirs(data.path())
+        .iter()
+        .filter_map(|d| {
+            let next = data
+                .path()
+                .join("sandboxes")
+                .join(d)
+                .join(".handle.json.next");
+            std::fs::metadata(next).ok().map(|m| m.ino())
+        })
+        .collect();
     let handle = rt.start(&want).expect("start from a warm init");
     assert!(
         handle.state_dir.join("owner").exists(),
         "the state dir is a warm entry's, renamed"
     );
+    let written = std::fs::metadata(handle.state_dir.join("handle.json")).expect("handle");
+    assert!(
+        premade.contains(&written.ino()),
+        "handle.json is not a file the entries made ahead: {} not in {premade:?}",
+        written.ino()
+    );
+    assert!(!handle.state_dir.join(".handle.json.next").exists());
     // The cgroup was renamed to the sandbox's id and given its limits.
     assert_eq!(
         cgroup_file(&rt, "memory", handle.id, "memory.limit_in_bytes"),

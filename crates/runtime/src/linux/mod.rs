@@ -16,6 +16,7 @@ pub mod file_lock;
 /// The file name of a sandbox's disk image in its state dir (read by image pulls' room checks).
 pub use disk::IMAGE_NAME as DISK_IMAGE_NAME;
 pub mod gvisor;
+mod handle_file;
 pub mod handshake;
 mod held_init;
 pub mod image_files;

@@ -379,9 +379,7 @@ fn finish(handle: &SandboxHandle) -> Result<(), RuntimeError> {
     let t0 = Instant::now();
     wait_connectable(&handle.agent_socket)?;
     tracing::debug!(id = %handle.id, ms = t0.elapsed().as_secs_f64() * 1e3, "start: agent accepts");
-    let path = handle.state_dir.join("handle.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())
-        .map_err(io("writing the sandbox handle", &path))
+    super::handle_file::write(&handle.state_dir, handle)
 }
 
 /// Where a launch starts from.

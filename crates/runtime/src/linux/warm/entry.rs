@@ -186,6 +186,8 @@ impl Maker {
         let slot_file = dir.join(SLOT_FILE);
         std::fs::write(&slot_file, format!("{host_id_base}\n{key}\n"))
             .map_err(io("writing a warm init's slot", &slot_file))?;
+        // The start fills it (no inode to allocate on its path: see `handle_file`).
+        crate::linux::handle_file::premake(dir)?;
         // The disk (a loop device's configuration waits for an RCU grace period, and its
         // mount) is made on a thread of its own while the init is spawned and mapped.
         let (disk, userns) = std::thread::scope(|s| {
