@@ -85,11 +85,7 @@ impl Engine {
     }
 
     async fn measure_db_room(&self) -> Result<Option<u64>, EngineError> {
-        let space = self
-            .blocking(|rt| rt.disk_space())
-            .await?
-            .map_err(|e| crate::engine::runtime_error("cannot measure the disk", e))?;
-        let Some(space) = space else {
+        let Some(space) = self.disk_space().await? else {
             return Ok(None);
         };
         let active = self

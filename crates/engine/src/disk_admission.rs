@@ -170,9 +170,18 @@ impl Engine {
         if disk_mb == 0 {
             return Ok(None);
         }
-        self.blocking(|rt| rt.disk_space())
-            .await?
-            .map_err(|e| crate::engine::runtime_error("cannot measure the disk", e))
+        self.disk_space().await
+    }
+
+    /// The backend's measure of the data dir's room (`None`: it measures none), begun
+    /// after this call: shared by the callers that ask together (`shared_measure`).
+    pub(crate) async fn disk_space(&self) -> Result<Option<DiskSpace>, EngineError> {
+        let measure = async {
+            self.blocking(|rt| rt.disk_space())
+                .await?
+                .map_err(|e| crate::engine::runtime_error("cannot measure the disk", e))
+        };
+        self.disk_measure.get(measure).await
     }
 
     /// Whether a `disk_mb` layer (`asked` by the client) fits in `space` next to the

@@ -121,6 +121,9 @@ pub struct Engine {
     pub(crate) disk_reservations: crate::disk_reservations::DiskReservations,
     /// The last measure of the database's room (see `db_room`).
     pub(crate) db_room: crate::db_room::DbRoom,
+    /// The data dir's room, measured once for the creates that ask together.
+    pub(crate) disk_measure:
+        crate::shared_measure::SharedMeasure<Option<sandboxd_runtime::DiskSpace>>,
     /// Long-lived requests in flight per workspace, each ended when its key is revoked.
     pub(crate) in_flight: crate::in_flight::InFlight,
     /// Room for captured exec output, server-wide.
@@ -217,6 +220,7 @@ impl Engine {
             memory_pins: Default::default(),
             disk_reservations: Default::default(),
             db_room: Default::default(),
+            disk_measure: Default::default(),
             in_flight,
             output_budget,
             capture_freezes: Default::default(),

@@ -36,6 +36,7 @@ pub mod results;
 mod revocations;
 mod secrets;
 mod sessions;
+mod shared_measure;
 mod shutdown;
 mod snapshot_admission;
 mod snapshots;

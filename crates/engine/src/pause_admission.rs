@@ -9,7 +9,7 @@
 //! sweep leaves such a sandbox running).
 
 use crate::disk_reservations::Reservation;
-use crate::engine::{runtime_error, Engine};
+use crate::engine::Engine;
 use crate::error::EngineError;
 
 /// Inodes a memory image takes (a few files in one dir).
@@ -24,11 +24,7 @@ impl Engine {
         memory_bytes: u64,
     ) -> Result<Reservation<'_>, EngineError> {
         let _admission = self.admission.lock().await;
-        let space = self
-            .blocking(|rt| rt.disk_space())
-            .await?
-            .map_err(|e| runtime_error("cannot measure the disk", e))?;
-        let Some(space) = space else {
+        let Some(space) = self.disk_space().await? else {
             return Ok(self.disk_reservations.reserve_image(0, 0));
         };
         let active = self

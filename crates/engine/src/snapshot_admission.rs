@@ -110,11 +110,7 @@ impl Engine {
     /// may still write and what is reserved (an error when not); `false` when the
     /// backend measures no disk (nothing to reserve). Called under admission.
     async fn admit_room(&self, bytes: u64, inodes: u64) -> Result<bool, EngineError> {
-        let space = self
-            .blocking(|rt| rt.disk_space())
-            .await?
-            .map_err(|e| runtime_error("cannot measure the disk", e))?;
-        let Some(space) = space else {
+        let Some(space) = self.disk_space().await? else {
             return Ok(false);
         };
         let active = self
