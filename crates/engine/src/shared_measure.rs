@@ -2,11 +2,14 @@
 //! result of a measure that began after it asked (as fresh as one it would make), and
 //! makes one otherwise. Twenty creates arriving at once measure the disk twice, not
 //! twenty times (each measure stats every sandbox's disk image), and no caller ever
-//! gets a measure older than its own request.
+//! gets a measure older than its own request. A caller under the engine's `admission`
+//! may wait for a measure under way before making its own (at most two measures' time).
+//! The clock is the real one (`std`): under tokio's paused test clock every measure
+//! would look begun after every request.
 
 use std::future::Future;
+use std::time::Instant;
 use tokio::sync::Mutex;
-use tokio::time::Instant;
 
 /// The last measure and when it began.
 #[derive(Debug)]

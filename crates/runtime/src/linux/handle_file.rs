@@ -1,13 +1,15 @@
 //! A started sandbox's `handle.json`, written into a file made ahead of time and then
 //! renamed in: a reader finds no handle or a whole one, never a partial one.
 //!
-//! The file is made ahead ([`premake`]) where nothing waits for it, when a warm init is
-//! made: on an ext4 without a journal (this project's test machines) the allocation of
-//! an inode scans every inode freed in the last seconds to minutes in the parent's
-//! block group, and `sandboxes/` sees each destroyed sandbox free a dozen. A burst of
-//! warm starts paid ~13% of the server's CPU in that scan for `handle.json` alone
-//! (DWARF profile, 20 creates at once). Truncating and filling a file that exists
-//! allocates no inode, and a rename to an unused name allocates none either.
+//! The file is made ahead ([`premake`]) when a warm init is made: off the request's
+//! path for a server's pool, overlapped with the run's own opening for a one-shot
+//! run's early init. On an ext4 without a journal (this project's test machines) the
+//! allocation of an inode skips every inode of the parent's block group freed in the
+//! last minute (six while its inode table block is dirty), and `sandboxes/` sees each
+//! destroyed sandbox free a dozen. A burst of warm starts paid ~13% of the server's CPU
+//! in that scan for `handle.json` alone (DWARF profile, 20 creates at once). Truncating
+//! and filling a file that exists allocates no inode, and a rename to an unused name
+//! allocates none either.
 
 use crate::linux::io;
 use crate::{RuntimeError, SandboxHandle};

@@ -3,7 +3,7 @@
 //!
 //! Layout of a state dir: `lower/<n>` (idmapped layers, top first), `layer/{upper,work}`
 //! (on `layer.img` when the disk is limited), `rootfs/` (the overlay), `agent.sock`,
-//! `init.log`, `handle.json`.
+//! `init.log`, `handle.json` (filled in `.handle.json.next` first: `handle_file`).
 
 use super::{disk, io, sys};
 use crate::RuntimeError;

@@ -255,11 +255,10 @@ pub(super) fn attach(handle: &mut SandboxHandle) -> Result<(), RuntimeError> {
     })
 }
 
-/// Writes `handle` where [`crate::linux::LinuxRuntime::stored_handles`] finds it.
+/// Writes `handle` where [`crate::linux::LinuxRuntime::stored_handles`] finds it, whole
+/// (a restore rewrites a live sandbox's: a crash mid-write leaves the old one).
 pub(super) fn save_handle(handle: &SandboxHandle) -> Result<(), RuntimeError> {
-    let path = handle.state_dir.join("handle.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(handle).unwrap_or_default())
-        .map_err(io("writing the sandbox handle", &path))
+    crate::linux::handle_file::write(&handle.state_dir, handle)
 }
 
 /// `runsc start`. This runsc sets the sandbox's network up here (from its own flags),
