@@ -162,7 +162,8 @@ pub fn admit_snapshot_inodes(
 impl Engine {
     /// The room a `disk_mb` layer (0: unlimited, not accounted) is admitted against,
     /// measured before admission (beside the plan; one measure for the creates that ask
-    /// together, see [`Engine::disk_space`]): `None` admits it (no layer to account, or a backend that measures no room).
+    /// together, see [`Engine::disk_space`]): `None` admits it (no layer to account, or
+    /// a backend that measures no room).
     pub(crate) async fn measure_disk(
         &self,
         disk_mb: u32,

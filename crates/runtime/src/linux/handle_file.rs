@@ -17,7 +17,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// The handle's name in a sandbox's state dir.
-pub(in crate::linux) const NAME: &str = "handle.json";
+const NAME: &str = "handle.json";
 /// The file made ahead for it.
 const NEXT: &str = ".handle.json.next";
 
@@ -112,5 +112,32 @@ mod tests {
         std::fs::remove_file(dir.path().join(NAME)).expect("rm");
         write(dir.path(), &h).expect("write without a premade file");
         assert!(dir.path().join(NAME).is_file());
+    }
+
+    #[test]
+    fn a_reader_beside_rewrites_finds_a_whole_handle_every_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = handle(dir.path());
+        write(dir.path(), &h).expect("first write");
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let path = dir.path().join(NAME);
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut reads = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let bytes = std::fs::read(&path).expect("the handle is always there");
+                    let read: SandboxHandle = serde_json::from_slice(&bytes)
+                        .unwrap_or_else(|e| panic!("a partial handle ({e}): {bytes:?}"));
+                    assert_eq!(read.id, h.id);
+                    reads += 1;
+                }
+                reads
+            });
+            for _ in 0..2000 {
+                write(dir.path(), &h).expect("rewrite");
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert!(reader.join().expect("reader") > 0);
+        });
     }
 }
