@@ -23,6 +23,8 @@ pub const RANGE: u32 = 65536;
 pub const MAX_SLOTS: u32 = 8192;
 /// Where the leases of every sandboxd on the host live.
 pub const HOST_DIR: &str = "/run/sandboxd/ids";
+/// The file leases are rewritten through, beside `leases/` (see [`Locked::write`]).
+const SPARE: &str = "lease.spare";
 
 /// Who holds a slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,21 +186,23 @@ impl Locked<'_> {
         serde_json::from_slice(&bytes).ok()
     }
 
-    /// Writes a lease whole (a temporary file put in its place), so a killed process
-    /// never leaves a half-written one that would read as nobody's (after a power loss
-    /// it may read so, as after a reboot with /run on a tmpfs: see
-    /// [`super::whole_file::rename_over`]).
+    /// Writes a lease whole, so a killed process never leaves a half-written one that
+    /// would read as nobody's (after a power loss it may read so, as after a reboot with
+    /// /run on a tmpfs: see [`super::whole_file::rename_over`]). A lease rewritten (a
+    /// warm init's handed to its sandbox, on the start's way) goes through the dir's
+    /// spare file: no inode made or freed (every reader holds this lock, as
+    /// [`super::whole_file::replace_through`] asks).
     fn write(&self, slot: u32, lease: &Lease) -> Result<(), RuntimeError> {
         let path = self.slots.lease_path(slot);
-        let tmp = self.slots.dir.join("leases").join(format!(".{slot}.tmp"));
-        let bytes = serde_json::to_vec(lease).unwrap_or_default();
-        std::fs::write(&tmp, bytes)
-            .and_then(|()| super::whole_file::rename_over(&tmp, &path).map(drop))
-            .map_err(|source| RuntimeError::Io {
+        let spare = self.slots.dir.join(SPARE);
+        let text = serde_json::to_string(lease).unwrap_or_default();
+        super::whole_file::replace_through(&spare, &path, &text).map_err(|source| {
+            RuntimeError::Io {
                 what: "recording a host id lease",
                 path,
                 source,
-            })
+            }
+        })
     }
 
     /// Leases the first slot from the allocator's cursor that has no lease file.

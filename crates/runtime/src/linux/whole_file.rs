@@ -114,6 +114,45 @@ pub(in crate::linux) fn replace(path: &Path, text: &str) -> std::io::Result<()> 
     })
 }
 
+/// Writes `text` over `path` whole, through `spare`: a file on the same filesystem kept
+/// for this (made on first use), which is filled (written at its start and cut to the
+/// text's length) and exchanged with `path`; it then holds the old text, and is filled
+/// again by the next replacement. No inode is made or freed: on ext4 each new one scans
+/// the inodes of its dir's block group freed in the last minute or more, and warm
+/// starts replace records on their way. Only for records whose readers and writers all
+/// hold one lock (the host's lease dirs): a reader that opened the record before an
+/// exchange and read on after it could see the next replacement fill what it holds.
+/// Under the lock a reader finds the old text or the new one, and a process killed
+/// while filling leaves the record as it was and `spare` cut, to be filled again. Where
+/// `path` does not exist, or the filesystem has no exchanges: [`replace`].
+pub(in crate::linux) fn replace_through(
+    spare: &Path,
+    path: &Path,
+    text: &str,
+) -> std::io::Result<()> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    fill(spare, text)?;
+    match renameat_with(CWD, spare, CWD, path, RenameFlags::EXCHANGE) {
+        Ok(()) => Ok(()),
+        Err(_) => replace(path, text),
+    }
+}
+
+/// Puts `text` at the start of `path` (made if absent, never through a symlink) and cuts
+/// it there. Not truncated to nothing first: ext4 writes out at close a file truncated
+/// to zero and written again (`auto_da_alloc`).
+fn fill(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    file.write_all_at(text.as_bytes(), 0)?;
+    file.set_len(text.len() as u64)
+}
+
 /// Renames `from` over `to` (in one dir): a reader of `to` finds its old file or the new
 /// one. Where `to` exists, the two are exchanged (`renameat2(RENAME_EXCHANGE)`) and
 /// `from`, now the old file, is removed: ext4 starts writing out a file renamed over
@@ -276,5 +315,72 @@ mod tests {
         assert_eq!(refused.raw_os_error(), Some(libc::EISDIR));
         assert!(blocked.is_dir(), "the dir was moved");
         assert_eq!(std::fs::read_to_string(&from).expect("read"), "y");
+    }
+
+    /// A record replaced through a spare is whole for a reader holding the writers' lock
+    /// (each read between two replacements), ends with the last text however long the
+    /// earlier ones were, and only ever has one of two inodes (the record's and the
+    /// spare's): none made or freed after the first. (A reader without the lock can see
+    /// a cut record: watched, the reason the lock is required.)
+    #[test]
+    fn a_record_replaced_through_a_spare_is_whole_and_takes_no_new_inode() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (leases, spare) = (dir.path().join("leases"), dir.path().join("lease.spare"));
+        std::fs::create_dir(&leases).expect("leases dir");
+        let path = leases.join("7");
+        // Absent: made as `replace` makes it (the spare filled, not consumed).
+        replace_through(&spare, &path, "first").expect("made");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "first");
+        let inodes = [&path, &spare].map(|p| std::fs::metadata(p).expect("stat").ino());
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let lock = std::sync::Mutex::new(());
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut reads = 0u32;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let held = lock.lock().expect("lock");
+                    let text = std::fs::read_to_string(&path).expect("the record is there");
+                    drop(held);
+                    let first = text.as_bytes()[0];
+                    assert!(
+                        text == "first"
+                            || (text.len() == usize::from(first - b'0') + 1
+                                && text.bytes().all(|b| b == first)),
+                        "a cut or mixed record: {text:?}"
+                    );
+                    reads += 1;
+                }
+                reads
+            });
+            for i in 0..2000u32 {
+                // Lengths go up and down: a shorter text must not keep a longer one's tail.
+                let digit = (i * 7 % 10) as u8;
+                let text = char::from(b'0' + digit)
+                    .to_string()
+                    .repeat(usize::from(digit) + 1);
+                let held = lock.lock().expect("lock");
+                replace_through(&spare, &path, &text).expect("replace");
+                drop(held);
+                let now = std::fs::metadata(&path).expect("stat").ino();
+                assert!(inodes.contains(&now), "a new inode {now} (had {inodes:?})");
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert!(reader.join().expect("reader") > 0, "the reader never read");
+        });
+        // The last text (i = 1999: digit 3) in place; the spare holds the one before.
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "3333");
+        assert_eq!(std::fs::read_to_string(&spare).expect("read"), "6666666");
+        let names: Vec<_> = std::fs::read_dir(&leases)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("7")]);
+        // A symlink planted as the spare is not followed.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::remove_file(&spare).expect("rm spare");
+        std::os::unix::fs::symlink(&elsewhere, &spare).expect("symlink");
+        assert!(replace_through(&spare, &path, "x").is_err());
+        assert!(!elsewhere.exists(), "written through a symlink");
     }
 }
