@@ -34,6 +34,7 @@ mod run_signals_early;
 mod runtime;
 mod secrets;
 mod serve;
+mod serve_threads;
 mod shell;
 
 use clap::{Parser, Subcommand};

@@ -73,7 +73,7 @@ pub fn main(args: ServeArgs) -> Result<ExitCode> {
             "each sandbox may hold {pids} tasks"
         ),
     }
-    let tokio = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let tokio = crate::serve_threads::runtime().context("starting the async runtime")?;
     let served = tokio.block_on(run(config));
     // Connections still open past the shutdown grace period, and blocking calls they
     // started, are not waited for: the sandboxes keep running without us.
