@@ -55,10 +55,16 @@ impl LayerPin {
 
     /// Records the layers in `state_dir`, keeping the lock until the pin is dropped (a
     /// dir renamed after its pin is written stays pinned through the rename).
+    /// A list there already as it would be written (a warm entry's, parked in the same
+    /// image, taken by a start) is left as it is: rewritten, ext4 would start writing
+    /// the file out at its close (`auto_da_alloc`), on the start's way.
     pub fn record(&self, state_dir: &Path) -> Result<(), RuntimeError> {
         let path = state_dir.join(PIN_FILE);
         let mut text = self.digests.join("\n");
         text.push('\n');
+        if std::fs::read(&path).is_ok_and(|there| there == text.as_bytes()) {
+            return Ok(());
+        }
         std::fs::write(&path, text).map_err(io("writing the sandbox's layer list", &path))
     }
 }
@@ -108,4 +114,45 @@ fn pinned_where(sandboxes_dir: &Path, wanted: impl Fn(&Path) -> bool) -> HashSet
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn pin(layers: &Path, digests: &[&str]) -> LayerPin {
+        let lock = share_gc_lock(layers).expect("lock");
+        LayerPin::new(digests.iter().map(|d| d.to_string()).collect(), lock)
+    }
+
+    /// A start that takes an entry parked in its image finds the list it would write
+    /// there already: the file is left as it is (not rewritten). Another list replaces
+    /// it, and the collector reads what is there.
+    #[test]
+    fn the_same_list_is_left_as_it_is_and_another_replaces_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (layers, state) = (dir.path().join("layers"), dir.path().join("sandboxes/a"));
+        std::fs::create_dir_all(&layers).expect("layers");
+        std::fs::create_dir_all(&state).expect("state");
+        pin(&layers, &["sha256:a", "sha256:b"])
+            .record(&state)
+            .expect("record");
+        let file = state.join(PIN_FILE);
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .and_then(|f| f.set_modified(old))
+            .expect("set mtime");
+        pin(&layers, &["sha256:a", "sha256:b"])
+            .record(&state)
+            .expect("again");
+        let meta = std::fs::metadata(&file).expect("stat");
+        assert_eq!(meta.mtime(), 1, "rewritten");
+        pin(&layers, &["sha256:c"]).record(&state).expect("another");
+        assert_eq!(std::fs::read_to_string(&file).expect("read"), "sha256:c\n");
+        let pinned = pinned_layers(&dir.path().join("sandboxes"));
+        assert_eq!(pinned, HashSet::from(["sha256:c".to_string()]));
+    }
 }

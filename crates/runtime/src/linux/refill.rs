@@ -104,11 +104,25 @@ pub(super) fn wait_idle(filling: &AtomicBool) {
     }
 }
 
-/// This process's owner mark: `"<pid> <start ticks>"`.
+/// This process's owner mark: `"<pid> <start ticks>"` (read from /proc once per
+/// process: each warm start records it twice).
 pub(super) fn owner_mark() -> String {
+    static MARK: std::sync::Mutex<Option<(u32, String)>> = std::sync::Mutex::new(None);
     let me = std::process::id();
-    let ticks = sys::proc_stat(me as i32).map_or(0, |(_, t)| t);
-    format!("{me} {ticks}")
+    let mut kept = MARK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    match &*kept {
+        // A forked child has a pid of its own: its mark is made anew.
+        Some((pid, mark)) if *pid == me => mark.clone(),
+        _ => match sys::proc_stat(me as i32) {
+            Some((_, ticks)) => {
+                let mark = format!("{me} {ticks}");
+                *kept = Some((me, mark.clone()));
+                mark
+            }
+            // Not kept: the next mark reads /proc again.
+            None => format!("{me} 0"),
+        },
+    }
 }
 
 /// Whether the process an owner mark names still runs (a malformed mark: no). Marks
@@ -130,6 +144,10 @@ mod tests {
     #[test]
     fn our_own_mark_is_alive_and_junk_is_not() {
         assert!(owner_alive(&owner_mark()));
+        // Read once, the same after.
+        let (_, ticks) = sys::proc_stat(std::process::id() as i32).expect("own stat");
+        assert_eq!(owner_mark(), format!("{} {ticks}", std::process::id()));
+        assert_eq!(owner_mark(), owner_mark());
         assert!(!owner_alive("999999999 1"));
         assert!(!owner_alive("junk"));
     }

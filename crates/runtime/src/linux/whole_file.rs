@@ -139,9 +139,9 @@ pub(in crate::linux) fn replace_through(
 }
 
 /// Puts `text` at the start of `path` (made if absent, never through a symlink) and cuts
-/// it there. Not truncated to nothing first: ext4 writes out at close a file truncated
-/// to zero and written again (`auto_da_alloc`).
-fn fill(path: &Path, text: &str) -> std::io::Result<()> {
+/// it there. Not truncated to nothing first: ext4 starts writing out, at its close, a
+/// file truncated to zero (even an empty one) and written again (`auto_da_alloc`).
+pub(in crate::linux) fn fill(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::OpenOptions::new()
         .write(true)
