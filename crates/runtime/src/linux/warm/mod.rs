@@ -86,9 +86,10 @@ struct Shared {
     images: images::Recent,
     /// Sandboxes and entries together at most (see [`WarmPool::cap_at`]).
     cap: AtomicUsize,
-    /// Starts under way now, each with when it began (see [`WarmPool::starting`]):
-    /// refills make nothing beside them.
-    under_way: Mutex<Vec<(u64, Instant)>>,
+    /// Starts under way, each with when it began and, once it ended, when (see
+    /// [`WarmPool::starting`]): refills make nothing beside them, nor for
+    /// [`FIRST_EXEC`] after one ended.
+    under_way: Mutex<Vec<UnderWay>>,
     next_start: AtomicU64,
     /// Entries a refill began to make while a start was under way (none, unless one
     /// began in the instant between the refill's look and its make).
@@ -101,7 +102,30 @@ pub(in crate::linux) struct Starting(Arc<Shared>, u64);
 impl Drop for Starting {
     fn drop(&mut self) {
         if let Ok(mut under_way) = self.0.under_way.lock() {
-            under_way.retain(|(id, _)| *id != self.1);
+            let now = Instant::now();
+            if let Some(start) = under_way.iter_mut().find(|s| s.id == self.1) {
+                start.ended = Some(now);
+            }
+            under_way.retain(|s| s.counts(now));
+        }
+    }
+}
+
+/// A start the refills yield to.
+struct UnderWay {
+    id: u64,
+    began: Instant,
+    /// When it ended (its sandbox's first command most likely follows).
+    ended: Option<Instant>,
+}
+
+impl UnderWay {
+    /// Whether refills still yield to it at `now`: under way for less than
+    /// [`STUCK_START`], or ended less than [`FIRST_EXEC`] ago.
+    fn counts(&self, now: Instant) -> bool {
+        match self.ended {
+            None => now.saturating_duration_since(self.began) < STUCK_START,
+            Some(t) => now.saturating_duration_since(t) < FIRST_EXEC,
         }
     }
 }
@@ -181,12 +205,17 @@ impl WarmPool {
         self.0.making_peak.load(Ordering::Acquire)
     }
 
-    /// Counts a start as under way until the guard is dropped: while any is, refills
-    /// wait (making an entry takes the CPUs a small host's starts need).
+    /// Counts a start as under way until the guard is dropped, and for [`FIRST_EXEC`]
+    /// after: while any is, refills wait (making an entry takes the CPUs a small
+    /// host's starts, and the first commands of the sandboxes they made, need).
     pub fn starting(&self) -> Starting {
         let id = self.0.next_start.fetch_add(1, Ordering::AcqRel);
         if let Ok(mut under_way) = self.0.under_way.lock() {
-            under_way.push((id, Instant::now()));
+            under_way.push(UnderWay {
+                id,
+                began: Instant::now(),
+                ended: None,
+            });
         }
         Starting(self.0.clone(), id)
     }
@@ -526,14 +555,12 @@ impl Shared {
         }
     }
 
-    /// Starts under way that began less than [`STUCK_START`] ago.
+    /// Starts the refill yields to now (see [`UnderWay::counts`]).
     fn starts_under_way(&self) -> usize {
         let now = Instant::now();
-        self.under_way.lock().map_or(0, |u| {
-            u.iter()
-                .filter(|(_, t)| now.saturating_duration_since(*t) < STUCK_START)
-                .count()
-        })
+        self.under_way
+            .lock()
+            .map_or(0, |u| u.iter().filter(|s| s.counts(now)).count())
     }
 
     fn fill(&self) {
@@ -732,6 +759,13 @@ impl Shared {
 /// stuck on a slow host must not stop the pool's refill).
 const STUCK_START: Duration = Duration::from_secs(10);
 
+/// How long after a start ended refills still yield to it: the client's first command
+/// in the new sandbox most likely follows at once. An exec trace of `sandboxd bench`'s
+/// first burst of 20 (which empties a pool of 20, so the refill may begin as soon as no
+/// start is under way) showed the refill's first two makes beginning while the burst's
+/// last first commands still ran.
+const FIRST_EXEC: Duration = Duration::from_millis(25);
+
 /// How long a refill yields to starts before it makes one entry at a time beside them:
 /// longer than a burst's starts take, far shorter than [`STUCK_START`] (starts that
 /// overlap without a pause, each short, would otherwise keep the pool from ever
@@ -807,6 +841,30 @@ mod tests {
         assert_eq!(gate(PAUSE, 3, 2, MAX_YIELD - ms(1)), Gate::Wait);
         // Starts still coming and entries left: wait.
         assert_eq!(gate(ms(1), 3, 0, fresh), Gate::Wait);
+    }
+
+    #[test]
+    fn a_start_counts_until_its_first_command_may_have_run() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let start = |ended: Option<Duration>| UnderWay {
+            id: 0,
+            began: t,
+            ended: ended.map(|d| t + d),
+        };
+        assert!(start(None).counts(t + ms(10)), "under way");
+        assert!(
+            !start(None).counts(t + STUCK_START),
+            "stuck: no longer waited for"
+        );
+        assert!(
+            start(Some(ms(3))).counts(t + ms(3) + FIRST_EXEC - ms(1)),
+            "just ended"
+        );
+        assert!(
+            !start(Some(ms(3))).counts(t + ms(3) + FIRST_EXEC),
+            "its first command's time is over"
+        );
     }
 
     #[test]
