@@ -53,7 +53,7 @@ class Server:
                 return int(target)
             time.sleep(0.02)
 
-    def create_exec(self, c, made):
+    def create_exec(self, c, made, answered):
         body = json.dumps({"name": "ab-" + uuid.uuid4().hex, "vcpu": 1, "memoryMb": 256})
         c.request("POST", "/v2/sandboxes", body, self.headers)
         r = c.getresponse(); v = json.loads(r.read())
@@ -63,6 +63,7 @@ class Server:
         c.request("POST", f"/v2/sandboxes/{sid}/exec", json.dumps({"command": ["/bin/true"]}), self.headers)
         r = c.getresponse(); v = json.loads(r.read())
         assert r.status == 200, v
+        answered.append(sid)
 
     def destroy(self, c, ids):
         for sid in ids:
@@ -71,14 +72,14 @@ class Server:
 
     def burst(self):
         conns = [self.conn() for _ in range(BURST)]
-        made = []
-        threads = [threading.Thread(target=self.create_exec, args=(c, made)) for c in conns]
+        made, answered = [], []
+        threads = [threading.Thread(target=self.create_exec, args=(c, made, answered)) for c in conns]
         t = time.perf_counter()
         for th in threads: th.start()
         for th in threads: th.join()
         took = time.perf_counter() - t
         self.destroy(conns[0], made)
-        assert len(made) == BURST, f"{len(made)} of {BURST} creates answered"
+        assert len(answered) == BURST, f"{len(answered)} of {BURST} create -> exec answered"
         for c in conns: c.close()
         return took
 
@@ -94,7 +95,7 @@ def sample(binary):
     s = Server(binary)
     try:
         c = s.conn(); made = []
-        s.create_exec(c, made); s.destroy(c, made); c.close()
+        s.create_exec(c, made, []); s.destroy(c, made); c.close()
         s.pool_full()
         first = s.burst()
         s.pool_full()

@@ -7,8 +7,8 @@
 //! (measured here: 8 threads idle, 25 at the burst's peak), and a burst after ten quiet
 //! seconds did again.
 
-use std::sync::{Arc, Barrier};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Blocking threads started with the server: about one per request of a burst of 20.
 pub const AHEAD: usize = 24;
@@ -27,14 +27,33 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     Ok(rt)
 }
 
-/// Has `rt` start `n` blocking threads now (each task waits for all the others, so no
-/// thread serves two), without waiting for them.
+/// How long each of those first tasks waits for the others. Bounded: where fewer
+/// threads can start (a tasks limit), tokio queues the rest, and a task waiting for
+/// those for ever would hold its thread, and with it every request's blocking call.
+const GATHER: Duration = Duration::from_secs(2);
+
+/// Has `rt` start `n` blocking threads now (each task waits, up to [`GATHER`], until all
+/// have begun, so no thread serves two), without waiting for them.
 fn start_blocking_threads(rt: &tokio::runtime::Runtime, n: usize) {
-    let all = Arc::new(Barrier::new(n));
+    let begun = Arc::new((Mutex::new(0usize), Condvar::new()));
     for _ in 0..n {
-        let all = all.clone();
+        let begun = begun.clone();
         drop(rt.spawn_blocking(move || {
-            all.wait();
+            let (count, all_in) = &*begun;
+            let deadline = Instant::now() + GATHER;
+            let mut count = count.lock().unwrap_or_else(|p| p.into_inner());
+            *count += 1;
+            all_in.notify_all();
+            while *count < n {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                count = all_in
+                    .wait_timeout(count, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
         }));
     }
 }
@@ -60,5 +79,24 @@ mod tests {
         std::thread::sleep(Duration::from_secs(11));
         assert!(threads() >= before + AHEAD, "{} threads left", threads());
         drop(rt);
+    }
+
+    /// Where fewer threads can start than asked for (here: more asked than the pool
+    /// may have), those that did start give up waiting, and the pool serves calls again.
+    #[test]
+    fn the_pool_serves_even_when_not_all_threads_could_start() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .max_blocking_threads(4)
+            .build()
+            .expect("runtime");
+        start_blocking_threads(&rt, 8);
+        let answered = rt.block_on(async {
+            tokio::time::timeout(GATHER * 5, tokio::task::spawn_blocking(|| 42)).await
+        });
+        assert_eq!(
+            answered.expect("served within the bound").expect("task"),
+            42
+        );
     }
 }

@@ -22,7 +22,10 @@ fn probe(handle: &SandboxHandle, host: &str, port: u16) -> String {
 
 /// The id a lease's link and chain are named after (its third field).
 fn named_after(id: uuid::Uuid) -> Option<String> {
-    let text = std::fs::read_to_string(format!("{STATE}/leases/{id}")).ok()?;
+    let dir = std::path::Path::new(STATE);
+    let text = sandboxd_runtime::linux::file_lock::with_dir_lock(dir, || {
+        std::fs::read_to_string(dir.join("leases").join(id.to_string())).ok()
+    })??;
     text.split_whitespace().nth(2).map(str::to_owned)
 }
 

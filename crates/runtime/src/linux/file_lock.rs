@@ -52,6 +52,22 @@ impl Locked {
     }
 }
 
+/// Runs `read` holding the exclusive lock `dir/lock` that the writers of a host state
+/// dir (`/run/sandboxd/ids`, `/run/sandboxd/net`) take: for reading their records from
+/// outside the runtime (tests, tools). Those records are rewritten in place of a spare
+/// file (see `whole_file::replace_through`), whole only for a reader under the lock.
+/// `None` when the lock cannot be taken (no such dir).
+pub fn with_dir_lock<T>(dir: &std::path::Path, read: impl FnOnce() -> T) -> Option<T> {
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+        .ok()?;
+    let _held = Locked::lock(file, How::Exclusive).ok()?;
+    Some(read())
+}
+
 impl std::ops::Deref for Locked {
     type Target = File;
     fn deref(&self) -> &File {

@@ -24,7 +24,7 @@ pub const MAX_SLOTS: u32 = 8192;
 /// Where the leases of every sandboxd on the host live.
 pub const HOST_DIR: &str = "/run/sandboxd/ids";
 /// The file leases are rewritten through, beside `leases/` (see [`Locked::write`]).
-const SPARE: &str = "lease.spare";
+const SWAP: &str = "lease.swap";
 
 /// Who holds a slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,11 +190,11 @@ impl Locked<'_> {
     /// would read as nobody's (after a power loss it may read so, as after a reboot with
     /// /run on a tmpfs: see [`super::whole_file::rename_over`]). A lease rewritten (a
     /// warm init's handed to its sandbox, on the start's way) goes through the dir's
-    /// spare file: no inode made or freed (every reader holds this lock, as
+    /// swap file (`lease.swap`): no inode made or freed (every reader holds this lock, as
     /// [`super::whole_file::replace_through`] asks).
     fn write(&self, slot: u32, lease: &Lease) -> Result<(), RuntimeError> {
         let path = self.slots.lease_path(slot);
-        let spare = self.slots.dir.join(SPARE);
+        let spare = self.slots.dir.join(SWAP);
         let text = serde_json::to_string(lease).unwrap_or_default();
         super::whole_file::replace_through(&spare, &path, &text).map_err(|source| {
             RuntimeError::Io {

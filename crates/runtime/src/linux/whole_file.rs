@@ -1,11 +1,13 @@
-//! Small files written whole (owner marks): a reader finds such a file absent (or its
-//! previous text) or complete, never created and not yet written.
+//! Small files written whole (owner marks, leases): a reader finds such a file absent (or
+//! its previous text) or complete, never created and not yet written.
 //!
 //! The text goes into an unnamed file in the target's dir (`O_TMPFILE`), which is then
 //! linked in under its name: the dir shows nothing until the file is complete. A
 //! replacement is linked in under a temporary name and put in the old file's place
 //! ([`rename_over`]). Where the filesystem has no `O_TMPFILE`, the text goes into a
-//! temporary name instead.
+//! temporary name instead. Records whose every reader holds their writers' lock are
+//! rewritten through a kept swap file instead ([`replace_through`]: no inode made or
+//! freed); [`fill`] writes a file in place, for a file nobody reads until it is renamed.
 
 use std::fs::File;
 use std::io::Write;
@@ -122,16 +124,25 @@ pub(in crate::linux) fn replace(path: &Path, text: &str) -> std::io::Result<()> 
 /// starts replace records on their way. Only for records whose readers and writers all
 /// hold one lock (the host's lease dirs): a reader that opened the record before an
 /// exchange and read on after it could see the next replacement fill what it holds.
-/// Under the lock a reader finds the old text or the new one, and a process killed
-/// while filling leaves the record as it was and `spare` cut, to be filled again. Where
-/// `path` does not exist, or the filesystem has no exchanges: [`replace`].
+/// (One spare serves all of a dir's records: such a reader could even read another
+/// record's text whole.) Under the lock a reader finds the old text or the new one, and a
+/// process killed while filling leaves the record as it was and `spare` cut, to be
+/// filled again. A machine that loses power just after an exchange may find the record
+/// with the spare's earlier text (another record's, whole) where [`replace`] would leave
+/// it empty: the records this serves are under `/run`, a tmpfs after most reboots, and
+/// their readers check the owner they name. Where `path` is no regular file (absent, a
+/// dir in the way), `spare` cannot be filled, or the filesystem has no exchanges:
+/// [`replace`], the spare untouched or left as it is.
 pub(in crate::linux) fn replace_through(
     spare: &Path,
     path: &Path,
     text: &str,
 ) -> std::io::Result<()> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
-    fill(spare, text)?;
+    let is_file = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file());
+    if !is_file || fill(spare, text).is_err() {
+        return replace(path, text);
+    }
     match renameat_with(CWD, spare, CWD, path, RenameFlags::EXCHANGE) {
         Ok(()) => Ok(()),
         Err(_) => replace(path, text),
@@ -329,9 +340,13 @@ mod tests {
         let (leases, spare) = (dir.path().join("leases"), dir.path().join("lease.spare"));
         std::fs::create_dir(&leases).expect("leases dir");
         let path = leases.join("7");
-        // Absent: made as `replace` makes it (the spare filled, not consumed).
+        // Absent: made as `replace` makes it (no spare made for it).
         replace_through(&spare, &path, "first").expect("made");
         assert_eq!(std::fs::read_to_string(&path).expect("read"), "first");
+        assert!(!spare.exists());
+        // There: the spare made, filled and exchanged (it then holds "first").
+        replace_through(&spare, &path, "first").expect("replaced");
+        assert_eq!(std::fs::read_to_string(&spare).expect("read"), "first");
         let inodes = [&path, &spare].map(|p| std::fs::metadata(p).expect("stat").ino());
         let done = std::sync::atomic::AtomicBool::new(false);
         let lock = std::sync::Mutex::new(());
@@ -376,11 +391,24 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("7")]);
-        // A symlink planted as the spare is not followed.
+        // A symlink planted as the spare is not followed, nor does it stop the record's
+        // rewrite (made as `replace` makes it).
         let elsewhere = dir.path().join("elsewhere");
         std::fs::remove_file(&spare).expect("rm spare");
         std::os::unix::fs::symlink(&elsewhere, &spare).expect("symlink");
-        assert!(replace_through(&spare, &path, "x").is_err());
+        replace_through(&spare, &path, "x").expect("rewritten without the spare");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "x");
         assert!(!elsewhere.exists(), "written through a symlink");
+        // A dir in the record's place is never exchanged into the spare's: refused as
+        // `replace` refuses it, the dir and the spare where they were.
+        std::fs::remove_file(&spare).expect("rm symlink");
+        let blocked = leases.join("8");
+        std::fs::create_dir(&blocked).expect("dir");
+        assert!(replace_through(&spare, &blocked, "y").is_err());
+        assert!(blocked.is_dir(), "the dir was moved");
+        assert!(
+            !spare.exists(),
+            "the spare was made for a record it cannot replace"
+        );
     }
 }

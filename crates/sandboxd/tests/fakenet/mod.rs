@@ -303,7 +303,10 @@ except Exception as e:
 /// The address the host's lease of sandbox `id` gives it (`None`: no lease), from the
 /// host-wide network state every sandboxd on the host shares.
 pub fn leased_address(id: &str) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/run/sandboxd/net/leases/{id}")).ok()?;
+    let dir = std::path::Path::new("/run/sandboxd/net");
+    let text = sandboxd_runtime::linux::file_lock::with_dir_lock(dir, || {
+        std::fs::read_to_string(dir.join("leases").join(id)).ok()
+    })??;
     let net: std::net::Ipv4Addr = text
         .split_whitespace()
         .next()?

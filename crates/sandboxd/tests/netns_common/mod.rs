@@ -118,7 +118,9 @@ pub fn names(dir: &Path) -> Vec<String> {
 
 /// The id a lease's link and nft entries are named after (its third field).
 pub fn named_after(state: &Path, id: uuid::Uuid) -> Option<String> {
-    let text = std::fs::read_to_string(state.join("leases").join(id.to_string())).ok()?;
+    let text = sandboxd_runtime::linux::file_lock::with_dir_lock(state, || {
+        std::fs::read_to_string(state.join("leases").join(id.to_string())).ok()
+    })??;
     text.split_whitespace().nth(2).map(str::to_owned)
 }
 

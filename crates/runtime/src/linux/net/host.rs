@@ -10,7 +10,7 @@ use uuid::Uuid;
 const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 /// The file leases are rewritten through, beside `leases/` (see
 /// [`whole_file::replace_through`]).
-const SPARE: &str = "lease.spare";
+const SWAP: &str = "lease.swap";
 
 /// A sandbox's /30: host end `.1`, sandbox `.2`, plus how many allow sets its chain has
 /// and whose id its interface and chain are named after (a spare's, when it was made
@@ -236,9 +236,9 @@ impl HostLock {
         let path = self.lease_path(from);
         let text = std::fs::read_to_string(&path).map_err(|e| net_err("reading a lease", e))?;
         let line = text.lines().next().unwrap_or_default().to_owned();
-        // Through the spare (no inode made or freed on a warm start's way): every reader
+        // Through the swap file (no inode made or freed on a warm start's way): every reader
         // of a lease holds this lock.
-        whole_file::replace_through(&self.dir.join(SPARE), &path, &with_keeper(line, keeper))
+        whole_file::replace_through(&self.dir.join(SWAP), &path, &with_keeper(line, keeper))
             .map_err(|e| net_err("recording a lease", e))?;
         std::fs::rename(&path, self.lease_path(to))
             .map_err(|e| net_err("handing over a lease", e))?;
