@@ -20,10 +20,17 @@ const NAME: &str = "handle.json";
 /// The file made ahead for it.
 const NEXT: &str = ".handle.json.next";
 
-/// Makes the empty file a later [`write`] in `state_dir` fills.
+/// Makes the empty file a later [`write`] in `state_dir` fills: root's alone (0600), as
+/// a handle written without one is (`whole_file::fill`).
 pub(in crate::linux) fn premake(state_dir: &Path) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = state_dir.join(NEXT);
-    std::fs::File::create(&path)
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
         .map(drop)
         .map_err(io("making a sandbox's handle file ahead", &path))
 }
@@ -72,6 +79,7 @@ mod tests {
         write(dir.path(), &h).expect("write");
         let meta = std::fs::metadata(dir.path().join(NAME)).expect("handle");
         assert_eq!(meta.ino(), premade, "the handle is the file made ahead");
+        assert_eq!(meta.mode() & 0o777, 0o600, "a premade handle is root's alone");
         let read: SandboxHandle =
             serde_json::from_slice(&std::fs::read(dir.path().join(NAME)).expect("read"))
                 .expect("parse");
@@ -102,7 +110,8 @@ mod tests {
         assert!(!dir.path().join(NEXT).exists());
         std::fs::remove_file(dir.path().join(NAME)).expect("rm");
         write(dir.path(), &h).expect("write without a premade file");
-        assert!(dir.path().join(NAME).is_file());
+        let meta = std::fs::metadata(dir.path().join(NAME)).expect("handle");
+        assert_eq!(meta.mode() & 0o777, 0o600, "a handle made at its write is root's alone");
     }
 
     #[test]

@@ -213,7 +213,14 @@ impl LinuxRuntime {
                 .map(|layers| (image.to_owned(), layers));
             let (config, cgroups) = (self.config.clone(), self.cgroups.clone());
             let tethered = self.tethers.is_some();
-            let began = warm::EarlyInit::begin(config, cgroups, (disk_mb, root), held, tethered);
+            let began = warm::EarlyInit::begin(
+                config,
+                cgroups,
+                self.slots.view(),
+                (disk_mb, root),
+                held,
+                tethered,
+            );
             self.early = match began {
                 Ok(early) => Some(early),
                 Err(e) => {
@@ -248,7 +255,13 @@ impl LinuxRuntime {
         let sizes = (count, max);
         self.warm = match count {
             0 => None,
-            _ => match warm::WarmPool::new(self.config.clone(), self.cgroups.clone(), sizes, net) {
+            _ => match warm::WarmPool::new(
+                self.config.clone(),
+                self.cgroups.clone(),
+                self.slots.view(),
+                sizes,
+                net,
+            ) {
                 Ok(pool) => Some(pool),
                 Err(e) => {
                     tracing::warn!(error = %e, "no warm inits");

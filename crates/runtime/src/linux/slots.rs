@@ -93,6 +93,16 @@ impl Slots {
         Ok(slots)
     }
 
+    /// Another handle on this allocator (same host dir and data dir), without the
+    /// adoption and reclaim [`Slots::open`] does: those were done when this one opened.
+    pub fn view(&self) -> Slots {
+        Slots {
+            dir: self.dir.clone(),
+            data_dir: self.data_dir.clone(),
+            next: AtomicU32::new(self.next.load(Ordering::Relaxed)),
+        }
+    }
+
     fn lock(&self) -> Result<Locked<'_>, RuntimeError> {
         let path = self.dir.join("lock");
         let file = super::sys::lock_exclusive(&path).map_err(|source| RuntimeError::Io {
@@ -299,6 +309,31 @@ mod tests {
             std::fs::create_dir_all(d.join("sandboxes")).expect("data dir");
         }
         (root, host, d1, d2)
+    }
+
+    #[test]
+    fn a_view_shares_the_leases_and_reclaims_nothing_on_its_way() {
+        let (_root, host, data, _) = dirs();
+        let slots = Slots::open(&host, &data).expect("slots");
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let base_a = slots.view().allocate(a).expect("a through a view");
+        let base_b = slots.allocate(b).expect("b");
+        assert_ne!(base_a, base_b, "the view's lease is the allocator's too");
+        // A lease whose owner is gone (no process, no state dir): a view leaves it,
+        // opening the allocator anew reclaims it.
+        let dead = Lease {
+            data_dir: slots.data_dir.clone(),
+            id: Uuid::new_v4(),
+            owner: "0 0".into(),
+        };
+        let lease = host.join("leases/7");
+        std::fs::write(&lease, serde_json::to_vec(&dead).unwrap()).expect("dead lease");
+        let _view = slots.view();
+        assert!(lease.exists(), "a view reclaimed a lease");
+        let _opened = Slots::open(&host, &data).expect("reopen");
+        assert!(!lease.exists(), "opening did not reclaim the dead owner's lease");
+        slots.free(base_a, a);
+        slots.free(base_b, b);
     }
 
     #[test]

@@ -94,15 +94,16 @@ impl EarlyInit {
     /// Starts making the init, for a sandbox with a `disk_mb` MiB disk (0: none), from
     /// `held` if given (spawned ahead), parked in `root` (an image's name and layer
     /// dirs, top first) if given; `tethered`: its PID 1 ends with this process once
-    /// started.
+    /// started. Its slot comes from `slots`, the runtime's allocator (already opened:
+    /// no second adoption and reclaim of the host's leases on the make's way).
     pub fn begin(
         config: LinuxConfig,
         cgroups: Cgroups,
+        slots: Slots,
         (disk_mb, root): (u32, Option<(String, Vec<std::path::PathBuf>)>),
         held: Option<HeldInit>,
         tethered: bool,
     ) -> Result<Self, RuntimeError> {
-        let slots = Slots::new(&config.data_dir)?;
         let maker = Arc::new(Maker {
             config,
             cgroups,

@@ -140,10 +140,10 @@ impl WarmPool {
     pub fn new(
         config: LinuxConfig,
         cgroups: Cgroups,
+        slots: Slots,
         (size, max): (usize, usize),
         net: Option<NetConfig>,
     ) -> Result<Self, RuntimeError> {
-        let slots = Slots::new(&config.data_dir)?;
         let shared = Shared {
             maker: Maker {
                 config,
