@@ -79,7 +79,11 @@ mod tests {
         write(dir.path(), &h).expect("write");
         let meta = std::fs::metadata(dir.path().join(NAME)).expect("handle");
         assert_eq!(meta.ino(), premade, "the handle is the file made ahead");
-        assert_eq!(meta.mode() & 0o777, 0o600, "a premade handle is root's alone");
+        assert_eq!(
+            meta.mode() & 0o777,
+            0o600,
+            "a premade handle is root's alone"
+        );
         let read: SandboxHandle =
             serde_json::from_slice(&std::fs::read(dir.path().join(NAME)).expect("read"))
                 .expect("parse");
@@ -111,7 +115,11 @@ mod tests {
         std::fs::remove_file(dir.path().join(NAME)).expect("rm");
         write(dir.path(), &h).expect("write without a premade file");
         let meta = std::fs::metadata(dir.path().join(NAME)).expect("handle");
-        assert_eq!(meta.mode() & 0o777, 0o600, "a handle made at its write is root's alone");
+        assert_eq!(
+            meta.mode() & 0o777,
+            0o600,
+            "a handle made at its write is root's alone"
+        );
     }
 
     #[test]

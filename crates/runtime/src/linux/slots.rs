@@ -331,7 +331,10 @@ mod tests {
         let _view = slots.view();
         assert!(lease.exists(), "a view reclaimed a lease");
         let _opened = Slots::open(&host, &data).expect("reopen");
-        assert!(!lease.exists(), "opening did not reclaim the dead owner's lease");
+        assert!(
+            !lease.exists(),
+            "opening did not reclaim the dead owner's lease"
+        );
         slots.free(base_a, a);
         slots.free(base_b, b);
     }
