@@ -408,7 +408,9 @@ fn remove(cgroups: &Cgroups, slots: &Slots, key: Uuid, dir: &Path) {
     if let Err(e) = disk::release(dir, false) {
         tracing::warn!(%key, error = %e, "releasing a warm init's disk");
     }
-    if let Some(base) = slot_base(dir) {
+    // No slot file: killed (or failed) between its slot's lease and that file. The lease
+    // is found by its holder then, so that it does not wait for the next reclaim.
+    if let Some(base) = slot_base(dir).or_else(|| slots.held_by(key)) {
         slots.free(base, key);
     }
     if let Err(e) = std::fs::remove_dir_all(dir) {
@@ -450,5 +452,31 @@ pub(in crate::linux) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &
         if !refill::owner_alive(&owner) {
             remove(cgroups, slots, key, &entry.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A make killed between its slot's lease and its slot file left an entry whose
+    /// owner is gone: the sweep removes it and frees that lease (found by its holder).
+    #[test]
+    fn a_swept_entry_without_a_slot_file_frees_its_lease() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (host, data) = (root.path().join("ids"), root.path().join("data"));
+        let key = Uuid::new_v4();
+        let dir = data.join("sandboxes").join(format!("{DIR_PREFIX}{key}"));
+        std::fs::create_dir_all(&dir).expect("entry dir");
+        // Gone: no process has PID 0.
+        std::fs::write(dir.join("owner"), "0 0\n").expect("owner");
+        let slots = Slots::open(&host, &data).expect("slots");
+        let base = slots.allocate(key).expect("the make's lease");
+        let parent = format!("sandboxd-test-{}", Uuid::new_v4().simple());
+        let cgroups = Cgroups::detect(&parent).expect("cgroups");
+        sweep_stale(&data, &cgroups, &slots);
+        cgroups.remove_parent_if_unused();
+        assert!(!dir.exists(), "the stale entry stayed");
+        assert_eq!(slots.held_by(key), None, "its lease (base {base}) stayed");
     }
 }

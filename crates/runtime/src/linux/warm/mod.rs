@@ -136,7 +136,8 @@ pub(super) struct WarmPool(Arc<Shared>);
 impl WarmPool {
     /// A pool of `size` entries (growing up to `max` while starts outrun it), filled in
     /// the background once the first start (or [`WarmPool::prefer`]) says what to
-    /// prepare; `net` lets entries be wired.
+    /// prepare; `net` lets entries be wired; entries lease their id slots from `slots`
+    /// (the runtime's allocator, already opened).
     pub fn new(
         config: LinuxConfig,
         cgroups: Cgroups,
