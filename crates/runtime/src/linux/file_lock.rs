@@ -58,13 +58,7 @@ impl Locked {
 /// file (see `whole_file::replace_through`), whole only for a reader under the lock.
 /// `None` when the lock cannot be taken (no such dir).
 pub fn with_dir_lock<T>(dir: &std::path::Path, read: impl FnOnce() -> T) -> Option<T> {
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("lock"))
-        .ok()?;
-    let _held = Locked::lock(file, How::Exclusive).ok()?;
+    let _held = super::sys::lock_exclusive(&dir.join("lock")).ok()?;
     Some(read())
 }
 

@@ -61,6 +61,7 @@ pub use cgroup::Cgroups;
 pub use held_init::{HeldInit, HELD_ARG};
 pub use images::DEFAULT_IMAGE;
 pub use net::NetConfig;
+pub use slots::host_leases as host_slot_leases;
 pub use tether::{owner_mark, wait_for_runs, Orphan, Tethers};
 
 /// Whether sandboxd's shared nftables table exists in this network namespace (the

@@ -63,6 +63,24 @@ struct Locked<'a> {
     _file: std::fs::File,
 }
 
+/// Every lease on the host ([`HOST_DIR`]), as `(data dir, holder id)`, read under the
+/// writers' lock (a lease is rewritten in place of the swap file): for tools and tests
+/// that check what holds a slot.
+pub fn host_leases() -> Vec<(PathBuf, Uuid)> {
+    let dir = Path::new(HOST_DIR);
+    let Ok(_held) = super::sys::lock_exclusive(&dir.join("lock")) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(dir.join("leases")) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+        .filter_map(|bytes| serde_json::from_slice::<Lease>(&bytes).ok())
+        .map(|lease| (lease.data_dir, lease.id))
+        .collect()
+}
+
 impl Slots {
     /// The host-wide allocator ([`HOST_DIR`]) for `data_dir`.
     pub fn new(data_dir: &Path) -> Result<Self, RuntimeError> {
@@ -312,6 +330,25 @@ mod tests {
             std::fs::create_dir_all(d.join("sandboxes")).expect("data dir");
         }
         (root, host, d1, d2)
+    }
+
+    /// The host's reader (what tests check leftovers with) sees a lease taken on the
+    /// host and no longer sees it once freed.
+    #[test]
+    fn the_host_reader_sees_a_lease_while_it_is_held() {
+        let data = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(data.path().join("sandboxes")).expect("data dir");
+        let slots = Slots::new(data.path()).expect("host slots");
+        let id = Uuid::new_v4();
+        let base = slots.allocate(id).expect("lease");
+        let held = |id| {
+            host_leases()
+                .iter()
+                .any(|(d, i)| *i == id && *d == slots.data_dir)
+        };
+        assert!(held(id), "the lease was not read");
+        slots.free(base, id);
+        assert!(!held(id), "a freed lease was read");
     }
 
     #[test]

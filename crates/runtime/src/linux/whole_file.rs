@@ -337,7 +337,7 @@ mod tests {
     fn a_record_replaced_through_a_spare_is_whole_and_takes_no_new_inode() {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().expect("tempdir");
-        let (leases, spare) = (dir.path().join("leases"), dir.path().join("lease.spare"));
+        let (leases, spare) = (dir.path().join("leases"), dir.path().join("lease.swap"));
         std::fs::create_dir(&leases).expect("leases dir");
         let path = leases.join("7");
         // Absent: made as `replace` makes it (no spare made for it).

@@ -250,29 +250,11 @@ pub fn assert_gone(rt: &LinuxRuntime, data_dir: &Path, handle: &SandboxHandle) {
     );
 }
 
-/// Host-wide id slot leases (`/run/sandboxd/ids/leases`): `(data dir, owner id)`, read
-/// under the writers' lock (leases are rewritten in place of a swap file).
+/// Host-wide id slot leases (`/run/sandboxd/ids/leases`): `(data dir, owner id)`.
 pub fn all_slot_leases() -> Vec<(String, String)> {
-    let dir = Path::new("/run/sandboxd/ids");
-    let read = || {
-        std::fs::read_dir(dir.join("leases")).map(|entries| {
-            entries
-                .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
-                .collect::<Vec<_>>()
-        })
-    };
-    let Some(Ok(leases)) = sandboxd_runtime::linux::file_lock::with_dir_lock(dir, read) else {
-        return Vec::new();
-    };
-    leases
+    sandboxd_runtime::linux::host_slot_leases()
         .into_iter()
-        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .filter_map(|v| {
-            Some((
-                v["data_dir"].as_str()?.to_owned(),
-                v["id"].as_str()?.to_owned(),
-            ))
-        })
+        .map(|(dir, id)| (dir.display().to_string(), id.to_string()))
         .collect()
 }
 

@@ -282,25 +282,12 @@ fn loops_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Ids holding a host id slot leased for `data` (read under the writers' lock).
+/// Ids holding a host id slot leased for `data`.
 pub fn slot_leases(data: &Path) -> Vec<String> {
-    let data = data.display().to_string();
-    let dir = Path::new("/run/sandboxd/ids");
-    let read = || {
-        std::fs::read_dir(dir.join("leases")).map(|entries| {
-            entries
-                .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
-                .collect::<Vec<_>>()
-        })
-    };
-    let Some(Ok(leases)) = sandboxd_runtime::linux::file_lock::with_dir_lock(dir, read) else {
-        return Vec::new();
-    };
-    leases
+    sandboxd_runtime::linux::host_slot_leases()
         .into_iter()
-        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .filter(|v| v["data_dir"].as_str() == Some(data.as_str()))
-        .filter_map(|v| Some(v["id"].as_str()?.to_owned()))
+        .filter(|(dir, _)| dir == data)
+        .map(|(_, id)| id.to_string())
         .collect()
 }
 
