@@ -95,6 +95,19 @@ pub fn from_env() {
 #[cfg(not(feature = "failpoints"))]
 pub fn from_env() {}
 
+/// Removes every configured point: a process forked to become something else (a held
+/// init, see `held_fork`) starts with none, as an exec'd one does.
+#[cfg(feature = "failpoints")]
+pub fn clear() {
+    for (name, _) in fail::list() {
+        fail::remove(name);
+    }
+}
+
+/// Nothing, without the `failpoints` feature.
+#[cfg(not(feature = "failpoints"))]
+pub fn clear() {}
+
 /// `Err(RuntimeError::Injected)` when a test asked step `name` to fail.
 pub fn check(name: &'static str) -> Result<(), RuntimeError> {
     match hit(name) {

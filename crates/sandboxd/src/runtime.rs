@@ -33,11 +33,22 @@ pub fn open_linux(
 
 /// A sandbox init of this binary, spawned now and held until the backend begins it
 /// (see `LinuxRuntime::with_early_init`); `None` (logged) when it cannot be spawned:
-/// the start then spawns its own. Call it while the process has one thread.
+/// the start then spawns its own. Call it while the process has one thread and has read
+/// nothing a sandbox must not hold (the init is forked from it, see `HeldInit::fork`).
 pub fn hold_init() -> Option<HeldInit> {
     let held = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("locating the sandboxd binary: {e}"))
-        .and_then(|exe| Ok(HeldInit::spawn(&exe, &INIT_ARGS.map(String::from))?));
+        .and_then(|exe| {
+            // Forked, not exec'd: what `exe __sandbox-init --held` would run, in this
+            // process's image (its exec took 2-3 ms of the run's critical path).
+            let held = HeldInit::fork(&exe, &INIT_ARGS.map(String::from), |sync_fd| {
+                crate::init::main(crate::init::InitArgs {
+                    sync_fd,
+                    held: true,
+                })
+            });
+            Ok(held?)
+        });
     held.map_err(|e| tracing::debug!(error = %e, "no held init"))
         .ok()
 }

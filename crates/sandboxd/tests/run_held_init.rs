@@ -6,58 +6,19 @@
 //! leaves nothing.
 
 mod common;
+mod held_procs;
 mod serve_bin;
 
 use common::{mounts_under, sh_ok, slot_leases, warm_keys};
+use held_procs::{children_of, cmdline, ended, wait_until};
 use sandboxd_runtime::linux::HeldInit;
 use sandboxd_runtime::Runtime;
 use serve_bin::BIN;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 fn held_init() -> HeldInit {
     HeldInit::spawn(Path::new(BIN), &["__sandbox-init".to_string()]).expect("spawn a held init")
-}
-
-/// Whether `pid` is gone or a zombie (it exited; its reaper may not have looked yet).
-fn ended(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        // The state is the first field after the parenthesised command.
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z')),
-    }
-}
-
-fn cmdline(pid: u32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-        .unwrap_or_default()
-}
-
-/// Processes whose parent is `ppid`.
-fn children_of(ppid: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("PPid:"))
-                    .is_some_and(|p| p.trim() == ppid.to_string())
-            })
-        })
-        .collect()
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn data_dir() -> (tempfile::TempDir, std::path::PathBuf) {

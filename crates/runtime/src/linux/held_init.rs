@@ -1,7 +1,8 @@
 //! An init spawned before the backend needs it and held after its first step (its user,
 //! UTS, IPC and network namespaces): a one-shot run spawns its sandbox's init at its
-//! very start, so that the init's exec and start-up (a few milliseconds of a large
-//! binary's loading) overlap the run's own opening instead of following it. The init
+//! very start, so that the init's start-up overlaps the run's own opening instead of
+//! following it; forked from the run (`HeldInit::fork`, see `held_fork`) it also skips
+//! the exec of the large binary (a few milliseconds of loading). The init
 //! waits on its handshake socket for one `begin` packet carrying its log (its stdout
 //! and stderr from then on) and the cgroup `tasks` files to write itself into (v1, see
 //! `cgroup_self_move`); then it goes on as a freshly spawned init does. Dropped unbegun,
@@ -10,7 +11,8 @@
 
 use super::cgroup_self_move::SelfMove;
 use super::handshake::{self, Channel};
-use super::init_process::init_command;
+use super::held_fork::Becoming;
+use super::init_process::{init_command, SYNC_FD};
 use super::io;
 use crate::RuntimeError;
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
@@ -37,6 +39,27 @@ impl HeldInit {
     /// Spawns `init_exe init_args --held` in a session of its own, with no output until
     /// it is begun. Call it while the process has a single thread (it forks).
     pub fn spawn(init_exe: &Path, init_args: &[String]) -> Result<HeldInit, RuntimeError> {
+        Self::made(init_exe, init_args, None)
+    }
+
+    /// As [`HeldInit::spawn`], but the child does not exec `init_exe`: it runs
+    /// `entry(handshake fd)` (what `init_exe init_args --held` would run) in its
+    /// copy-on-write image of this process, made to look and behave as the exec'd init
+    /// would (see `held_fork`). Call it while the process has a single thread and has
+    /// read nothing the sandbox must not hold (it forks).
+    pub fn fork(
+        init_exe: &Path,
+        init_args: &[String],
+        entry: fn(RawFd) -> std::process::ExitCode,
+    ) -> Result<HeldInit, RuntimeError> {
+        Self::made(init_exe, init_args, Some(entry))
+    }
+
+    fn made(
+        init_exe: &Path,
+        init_args: &[String],
+        entry: Option<fn(RawFd) -> std::process::ExitCode>,
+    ) -> Result<HeldInit, RuntimeError> {
         let (ours, theirs) =
             handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
         let mut args = init_args.to_vec();
@@ -53,6 +76,22 @@ impl HeldInit {
                 libc::setsid();
                 Ok(())
             });
+        }
+        if let Some(entry) = entry {
+            let argv: Vec<&std::ffi::OsStr> = std::iter::once(cmd.get_program())
+                .chain(cmd.get_args())
+                .collect();
+            let becoming = Becoming::new(&argv);
+            // SAFETY: the caller's contract: this process has one thread, so the child
+            // of the spawn's fork may run any code. The closure runs last, after the
+            // handshake's and the session's, and never returns: no exec follows. The
+            // spawn returns once the child closed the spawn's error pipe (with every
+            // descriptor but its own, first thing) as an exec would have.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    becoming.become_init(SYNC_FD, entry)
+                });
+            }
         }
         let child = cmd
             .spawn()

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Fd number the init finds its end of the handshake socket on.
-const SYNC_FD: i32 = 3;
+pub(super) const SYNC_FD: i32 = 3;
 /// How long one handshake step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 

@@ -18,6 +18,7 @@ pub use disk::IMAGE_NAME as DISK_IMAGE_NAME;
 pub mod gvisor;
 mod handle_file;
 pub mod handshake;
+mod held_fork;
 mod held_init;
 pub mod image_files;
 pub mod images;

@@ -1,0 +1,188 @@
+//! A `sandboxd run` forks its held init (`HeldInit::fork`) instead of spawning the
+//! binary anew: the forked init must hold and show what an exec'd one does (only its
+//! handshake and /dev/null for stdio, the exec'd init's environment and command line,
+//! the signal dispositions of a fresh start, handlers of the run's early signal notes
+//! included) and nothing of the run's environment, not even in its memory.
+
+mod held_procs;
+mod serve_bin;
+
+use held_procs::{children_of, cmdline, ended, wait_until};
+use sandboxd_runtime::linux::HeldInit;
+use serve_bin::BIN;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// A variable of the run's environment the sandbox must not get.
+const SECRET_VAR: &str = "SANDBOXD_TEST_HELD_SECRET";
+
+/// Signals 32 and 33, glibc's own (thread cancellation and set*id across threads):
+/// their disposition depends on who spawned whom (glibc's `posix_spawn` leaves them
+/// ignored in its children when the parent handles them: this test's run has them so,
+/// its exec'd held init not), and no program can set them through glibc.
+const GLIBC_INTERNAL: u64 = 0b11 << 31;
+
+/// What a held init holds and shows, as /proc tells it.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    /// The command line after the program's path.
+    args: String,
+    environ: String,
+    /// Each descriptor and what it points at (sockets without their inode number).
+    fds: Vec<(u32, String)>,
+    /// `SigBlk`, `SigIgn`, `SigCgt` of /proc/PID/status.
+    signals: Vec<String>,
+}
+
+fn seen(pid: u32) -> Seen {
+    let line = cmdline(pid);
+    let args = line.split_once(' ').map(|(_, a)| a.trim().to_owned());
+    let mut fds: Vec<(u32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("its fds")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            let target = target.to_string_lossy();
+            let kind = target.split_once(":[").map_or(&*target, |(k, _)| k);
+            Some((e.file_name().to_str()?.parse().ok()?, kind.to_owned()))
+        })
+        .collect();
+    fds.sort();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    Seen {
+        args: args.unwrap_or_default(),
+        environ: String::from_utf8_lossy(
+            &std::fs::read(format!("/proc/{pid}/environ")).expect("environ"),
+        )
+        .into_owned(),
+        fds,
+        signals: status
+            .lines()
+            .filter_map(|l| {
+                let (name, mask) = l.split_once(":\t")?;
+                ["SigBlk", "SigIgn", "SigCgt"].contains(&name).then(|| {
+                    let mask = u64::from_str_radix(mask.trim(), 16).expect("a signal mask");
+                    format!("{name}: {:016x}", mask & !GLIBC_INTERNAL)
+                })
+            })
+            .collect(),
+    }
+}
+
+/// Waits until `pid` made its own user namespace (it then waits for its begin).
+fn waits_for_begin(pid: u32) {
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/user")).ok();
+    wait_until("the held init made its namespaces", || {
+        ns(&pid.to_string()).is_some_and(|theirs| Some(theirs) != ns("self"))
+    });
+}
+
+/// Whether `needle` is anywhere in `pid`'s writable memory (stack, heap, data).
+fn in_memory(pid: u32, needle: &[u8]) -> bool {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("mem");
+    maps.lines().any(|l| {
+        let mut words = l.split_whitespace();
+        let (Some(range), Some(perms)) = (words.next(), words.next()) else {
+            return false;
+        };
+        let Some((start, end)) = range.split_once('-') else {
+            return false;
+        };
+        let (start, end) = (
+            u64::from_str_radix(start, 16).expect("start"),
+            u64::from_str_radix(end, 16).expect("end"),
+        );
+        let mut bytes = vec![0u8; (end - start) as usize];
+        perms.starts_with("rw")
+            && mem.seek(SeekFrom::Start(start)).is_ok()
+            && mem.read_exact(&mut bytes).is_ok()
+            && bytes.windows(needle.len()).any(|w| w == needle)
+    })
+}
+
+/// `sandboxd run` paused with its init held, `secret` in its environment; the run's
+/// processes (waiting process first) and the held init's PID.
+fn held_run(data: &Path, wait_cleanup: bool, secret: &str) -> (Child, Vec<u32>, u32) {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("run");
+    if wait_cleanup {
+        cmd.arg("--wait-cleanup");
+    }
+    let run = cmd
+        .args(["--network", "none", "--data-dir"])
+        .arg(data)
+        .args(["--", "/bin/true"])
+        .env_remove("SANDBOXD_DATA_DIR")
+        .env("SANDBOXD_FAILPOINTS", "run.held=sleep(60000)")
+        .env(SECRET_VAR, secret)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn the run");
+    let mut found = None;
+    wait_until("the run holds its init", || {
+        // The run's process tree: the held init is the one with an init's line.
+        let mut tree = vec![run.id()];
+        let mut at = 0;
+        while at < tree.len() {
+            tree.extend(children_of(tree[at]));
+            at += 1;
+        }
+        let held = tree
+            .iter()
+            .copied()
+            .find(|&p| cmdline(p).contains("__sandbox-init"));
+        found = held.map(|h| (tree.into_iter().filter(|&p| p != h).collect(), h));
+        found.is_some()
+    });
+    let (runs, held) = found.expect("held init");
+    (run, runs, held)
+}
+
+#[test]
+fn a_runs_forked_held_init_holds_and_shows_what_an_execd_one_does() {
+    // The exec'd held init (`HeldInit::spawn`), as the backend would spawn it.
+    let execd = HeldInit::spawn(Path::new(BIN), &["__sandbox-init".to_string()])
+        .expect("spawn a held init");
+    let execd_pid = execd.id().expect("its pid");
+    waits_for_begin(execd_pid);
+    let execd_seen = seen(execd_pid);
+    drop(execd);
+    assert_eq!(execd_seen.args, "__sandbox-init --held --sync-fd 3");
+    // Its descriptors are what a run's process has (every inherited one marked
+    // close-on-exec at its start), not this test's (nextest leaves some open).
+    let want = Seen {
+        fds: [
+            (0, "/dev/null"),
+            (1, "/dev/null"),
+            (2, "/dev/null"),
+            (3, "socket"),
+        ]
+        .map(|(fd, kind)| (fd, kind.to_owned()))
+        .to_vec(),
+        ..execd_seen
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    for wait_cleanup in [false, true] {
+        let secret = format!("held-secret-{}", uuid::Uuid::new_v4().simple());
+        let (mut run, runs, held) = held_run(&data, wait_cleanup, &secret);
+        waits_for_begin(held);
+        let got = seen(held);
+        let leaked = in_memory(held, secret.as_bytes());
+        for pid in runs.iter().rev() {
+            // SAFETY: kill(2) on the run's own processes, which this test started.
+            unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+        }
+        let _ = run.wait();
+        // Its handshake closed with the run: it ends by itself.
+        wait_until("the held init of a killed run ends", || ended(held));
+        assert_eq!(got, want, "forked held init (wait-cleanup {wait_cleanup})");
+        assert!(
+            !leaked,
+            "the run's environment is in its held init's memory (wait-cleanup {wait_cleanup})"
+        );
+    }
+}
