@@ -70,6 +70,12 @@ fn seen(pid: u32) -> Seen {
     }
 }
 
+/// The session `pid` is in.
+fn session_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.split(' ').nth(3)?.parse().ok()
+}
+
 /// Waits until `pid` made its own user namespace (it then waits for its begin).
 fn waits_for_begin(pid: u32) {
     let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/user")).ok();
@@ -130,10 +136,13 @@ fn held_run(data: &Path, wait_cleanup: bool, secret: &str) -> (Child, Vec<u32>, 
             tree.extend(children_of(tree[at]));
             at += 1;
         }
+        // The held init: a session leader with no child (the run's processes are
+        // its ancestors), found whatever its command line shows.
         let held = tree
             .iter()
             .copied()
-            .find(|&p| cmdline(p).contains("__sandbox-init"));
+            .skip(1)
+            .find(|&p| session_of(p) == Some(p) && children_of(p).is_empty());
         found = held.map(|h| (tree.into_iter().filter(|&p| p != h).collect(), h));
         found.is_some()
     });

@@ -1,97 +1,120 @@
-//! A held init forked from the process that holds it, without an exec: the child of a
-//! one-shot run at its very start (one thread, nothing opened yet but its arguments)
-//! goes on as the sandbox's init in the run's copy-on-write image, instead of loading
-//! the 200 MB binary anew (its exec, relocations and runtime start took 2-3 ms of the
-//! run's critical path). What an exec would have given it is made here by hand: no
-//! descriptor but the handshake and stdio, a clean environment (its old strings
-//! zeroed), the signal dispositions of a fresh start, no fault injection points, and the
-//! command line an exec'd init shows (`ps`, the tests' process checks).
+//! A held init forked from the process that holds it, without an exec: a one-shot
+//! run's child at its very start (one thread; what it read by then is its command line,
+//! its environment and its status pipe) goes on as the sandbox's init in the run's
+//! copy-on-write image instead of loading the 200 MB binary anew (the exec, its
+//! relocations and its runtime's start took 2-3 ms of the run's critical path). What an
+//! exec would have given it is made here by hand: its session, no descriptor but the
+//! handshake's and /dev/null for stdio, the signal dispositions of a fresh start, the
+//! exec'd init's environment (`PATH` alone) and command line, shown in /proc too, the
+//! run's own argument and environment strings zeroed in its memory, and no fault
+//! injection points. What it cannot give: the forked init shares the run's address
+//! layout and the random seeds its C library and runtime drew at the run's start.
 
-use std::ffi::CStr;
+use std::ffi::OsStr;
 use std::os::fd::RawFd;
 use std::process::ExitCode;
 
-/// What the child needs, made in the parent before its fork.
+/// The environment an exec'd init gets (`init_process::init_command`'s).
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What the child shows in /proc, made in the parent before its fork.
 pub(super) struct Becoming {
-    /// The environment's strings as the run has them (address, length): zeroed in the
-    /// child, whose copy-on-write memory holds them at the same addresses.
-    env: Vec<(usize, usize)>,
-    /// The command line an exec'd held init would show, NUL-separated.
-    line: Vec<u8>,
+    /// The exec'd init's command line, NUL-separated, then its environment.
+    shown: Vec<u8>,
+    /// Where the environment starts in `shown`.
+    env_at: usize,
 }
 
 impl Becoming {
-    /// For an init that an exec would have started as `argv`.
-    pub(super) fn new(argv: &[&std::ffi::OsStr]) -> Becoming {
+    /// For an init that an exec would have started as `argv`; `None` when this process
+    /// cannot fork one: it has more than one thread (a fork's child may then not run
+    /// any code), or the kernel cannot show the init's command line in place of the
+    /// run's (no `PR_SET_MM_MAP`, a kernel without checkpoint/restore).
+    pub(super) fn new(argv: &[&OsStr]) -> Option<Becoming> {
         use std::os::unix::ffi::OsStrExt;
-        let mut env = Vec::new();
-        // SAFETY: `environ` is the C library's NULL-terminated array of NUL-terminated
-        // strings; the process has one thread (held inits are made before any other
-        // starts), so nothing changes it while it is read.
-        unsafe {
-            let mut at = environ;
-            while !at.is_null() && !(*at).is_null() {
-                env.push((*at as usize, CStr::from_ptr(*at).to_bytes().len()));
-                at = at.add(1);
-            }
+        if threads()? != 1 {
+            return None;
         }
-        let mut line = Vec::new();
+        let mut size: libc::c_uint = 0;
+        // SAFETY: PR_SET_MM_MAP_SIZE only writes the map's size into `size`.
+        let probed = unsafe {
+            libc::prctl(
+                libc::PR_SET_MM,
+                libc::PR_SET_MM_MAP_SIZE,
+                &mut size as *mut libc::c_uint as libc::c_ulong,
+                0,
+                0,
+            )
+        };
+        if probed != 0 || size as usize != std::mem::size_of::<MmMap>() {
+            return None;
+        }
+        let mut shown = Vec::new();
         for arg in argv {
-            line.extend_from_slice(arg.as_bytes());
-            line.push(0);
+            shown.extend_from_slice(arg.as_bytes());
+            shown.push(0);
         }
-        Becoming { env, line }
+        let env_at = shown.len();
+        shown.extend_from_slice(b"PATH=");
+        shown.extend_from_slice(PATH.as_bytes());
+        shown.push(0);
+        Some(Becoming { shown, env_at })
     }
 
-    /// In the forked child, with the handshake on `sync_fd` and stdio set: becomes the
-    /// init and runs `entry`, then exits with its code. Never returns.
+    /// In the forked child, with the handshake on `theirs`: becomes the init (the
+    /// handshake on `sync_fd`) and runs `entry(sync_fd)`, then exits with its code.
     ///
     /// # Safety
-    /// Only in the child of a fork of a process that had a single thread.
-    pub(super) unsafe fn become_init(&self, sync_fd: RawFd, entry: fn(RawFd) -> ExitCode) -> ! {
-        // First the descriptors: the run's own (the caller's pipes, its hand-off) must
-        // not stay open in the sandbox's init, and the spawner learns the "exec" went
-        // through when its error pipe closes here.
-        // SAFETY: close_range(2) on descriptors this child does not use.
-        unsafe { libc::syscall(libc::SYS_close_range, sync_fd + 1, RawFd::MAX, 0) };
-        if sync_fd > 3 {
-            // SAFETY: as above.
-            unsafe { libc::syscall(libc::SYS_close_range, 3, sync_fd - 1, 0) };
+    /// Only in the child of a fork of a single-threaded process (as [`Becoming::new`]
+    /// found it): it runs any code, and never returns into the parent's frames.
+    pub(super) unsafe fn become_init(
+        &self,
+        theirs: RawFd,
+        sync_fd: RawFd,
+        entry: fn(RawFd) -> ExitCode,
+    ) -> ! {
+        // SAFETY: setsid(2) in a child that is no group leader.
+        unsafe { libc::setsid() };
+        if keep_only_handshake(theirs, sync_fd).is_err() {
+            // The run's descriptors would stay open in the sandbox's init: it ends, the
+            // handshake closes and the start spawns an init of its own.
+            // SAFETY: plain exit of this child, no destructor of the parent's runs.
+            unsafe { libc::_exit(1) };
         }
-        // SAFETY: single-threaded child (the caller's contract).
+        // SAFETY: this child's own dispositions; it has one thread.
         unsafe { fresh_signals() };
-        for &(at, len) in &self.env {
-            // SAFETY: the child's copy of the strings `new` measured in the parent.
-            unsafe { std::ptr::write_bytes(at as *mut u8, 0, len) };
+        let old = MmMap::current();
+        // The exec'd init's environment, for what reads it in the init.
+        for (name, _) in std::env::vars_os().collect::<Vec<_>>() {
+            std::env::remove_var(name);
         }
-        // SAFETY: as above.
-        unsafe { self.show_as_exec() };
+        std::env::set_var("PATH", PATH);
+        if let Some(old) = &old {
+            // SAFETY: the run's argument and environment strings, which nothing in
+            // this child reads from here on (its environment was just copied anew).
+            unsafe {
+                zero(old.arg_start, old.arg_end);
+                zero(old.env_start, old.env_end);
+            }
+        }
+        // Shown whatever the outcome: refused, /proc shows the zeroed strings.
+        let _ = old.map(|old| self.show(old));
         crate::faults::clear();
         let code = std::panic::catch_unwind(|| entry(sync_fd)).unwrap_or(ExitCode::FAILURE);
         // An init's `main` ends with success or failure only (its agent never returns);
-        // `exit` flushes and ends as a return from `main` does.
+        // `exit` ends as a return from `main` does.
         std::process::exit(match code == ExitCode::SUCCESS {
             true => 0,
             false => 1,
         })
     }
 
-    /// Points the process's `/proc/PID/cmdline` at the exec'd init's line and its
-    /// `/proc/PID/environ` at its environment (`PATH` alone), through `PR_SET_MM_MAP`
-    /// (which, unlike the single-field `PR_SET_MM` calls, needs no CAP_SYS_RESOURCE);
-    /// left as they were (the run's line, the environment's zeroed strings) when the
-    /// kernel refuses.
-    unsafe fn show_as_exec(&self) {
-        let Some(mut map) = MmMap::current() else {
-            return;
-        };
-        let mut shown = self.line.clone();
-        let env_at = shown.len();
-        shown.extend_from_slice(PATH_ENV);
-        shown.push(0);
-        let len = shown.len();
+    /// Points `/proc/PID/cmdline` and `/proc/PID/environ` at [`Becoming::shown`] (as
+    /// CRIU restores them: `PR_SET_MM_MAP` needs no CAP_SYS_RESOURCE).
+    fn show(&self, mut map: MmMap) -> std::io::Result<()> {
+        let len = self.shown.len();
         // SAFETY: a fresh anonymous mapping, written before it is shown, never unmapped
-        // (the init's whole life); prctl reads `map`, a complete `prctl_mm_map`.
+        // (the init's whole life); prctl reads `map`, a whole `prctl_mm_map`.
         unsafe {
             let at = libc::mmap(
                 std::ptr::null_mut(),
@@ -102,84 +125,106 @@ impl Becoming {
                 0,
             );
             if at == libc::MAP_FAILED {
-                return;
+                return Err(std::io::Error::last_os_error());
             }
-            std::ptr::copy_nonoverlapping(shown.as_ptr(), at.cast::<u8>(), len);
+            std::ptr::copy_nonoverlapping(self.shown.as_ptr(), at.cast::<u8>(), len);
             let base = at as u64;
-            (map.arg_start, map.arg_end) = (base, base + env_at as u64);
-            (map.env_start, map.env_end) = (base + env_at as u64, base + len as u64);
-            libc::prctl(
+            (map.arg_start, map.arg_end) = (base, base + self.env_at as u64);
+            (map.env_start, map.env_end) = (base + self.env_at as u64, base + len as u64);
+            let set = libc::prctl(
                 libc::PR_SET_MM,
                 libc::PR_SET_MM_MAP,
                 &map as *const MmMap as libc::c_ulong,
                 std::mem::size_of::<MmMap>() as libc::c_ulong,
                 0,
             );
+            match set {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
         }
     }
 }
 
-/// The environment an exec'd init gets (`init_process::init_command`'s).
-const PATH_ENV: &[u8] = b"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// `struct prctl_mm_map` (linux/prctl.h).
-#[repr(C)]
-struct MmMap {
-    start_code: u64,
-    end_code: u64,
-    start_data: u64,
-    end_data: u64,
-    start_brk: u64,
-    brk: u64,
-    start_stack: u64,
-    arg_start: u64,
-    arg_end: u64,
-    env_start: u64,
-    env_end: u64,
-    auxv: u64,
-    auxv_size: u32,
-    exe_fd: u32,
+/// The number of threads of this process (field 20 of `/proc/self/stat`).
+fn threads() -> Option<u64> {
+    stat_fields()?.get(20 - 3).copied()
 }
 
-impl MmMap {
-    /// The process's map as `/proc/self/stat` tells it (fields 26-28 and 45-51, see
-    /// proc(5)), the auxiliary vector and the exe link unchanged.
-    fn current() -> Option<MmMap> {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // Fields from the third on, after the parenthesised command.
-        let (_, rest) = stat.rsplit_once(") ")?;
-        let fields: Vec<u64> = rest
-            .split_whitespace()
+/// The fields of `/proc/self/stat` from the third on (after the parenthesised command),
+/// as numbers (0 for the state letter).
+fn stat_fields() -> Option<Vec<u64>> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    Some(
+        rest.split_whitespace()
             .map(|f| f.parse().unwrap_or(0))
-            .collect();
-        let field = |n: usize| fields.get(n - 3).copied();
-        // SAFETY: sbrk(0) only reads the current program break.
-        let brk = unsafe { libc::sbrk(0) } as u64;
-        Some(MmMap {
-            start_code: field(26)?,
-            end_code: field(27)?,
-            start_stack: field(28)?,
-            start_data: field(45)?,
-            end_data: field(46)?,
-            start_brk: field(47)?,
-            brk,
-            arg_start: field(48)?,
-            arg_end: field(49)?,
-            env_start: field(50)?,
-            env_end: field(51)?,
-            auxv: 0,
-            auxv_size: 0,
-            exe_fd: u32::MAX,
-        })
+            .collect(),
+    )
+}
+
+/// Moves `theirs` to `sync_fd`, /dev/null to stdin, stdout and stderr, and closes
+/// every other descriptor (the run's: the caller's pipes, its status pipe, its end of
+/// the handshake).
+fn keep_only_handshake(theirs: RawFd, sync_fd: RawFd) -> std::io::Result<()> {
+    let check = |rc: libc::c_int| match rc {
+        -1 => Err(std::io::Error::last_os_error()),
+        _ => Ok(()),
+    };
+    // SAFETY: descriptor calls on this child's own table; nothing else holds them.
+    unsafe {
+        match theirs == sync_fd {
+            true => check(libc::fcntl(sync_fd, libc::F_SETFD, 0))?,
+            false => check(libc::dup2(theirs, sync_fd))?,
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        check(null)?;
+        for fd in 0..3 {
+            check(libc::dup2(null, fd))?;
+        }
+    }
+    close_from(sync_fd + 1)
+}
+
+/// Closes every descriptor from `first` on: close_range(2), or one by one as
+/// /proc/self/fd lists them where that call is missing (before Linux 5.9) or refused.
+fn close_from(first: RawFd) -> std::io::Result<()> {
+    // SAFETY: close_range(2) on descriptors this child does not use.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, 0) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let open: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd >= first)
+        .collect();
+    for fd in open {
+        // SAFETY: as above (the listing's own descriptor is closed already: EBADF).
+        unsafe { libc::close(fd) };
+    }
+    Ok(())
+}
+
+/// Zeroes the bytes from `start` to `end` of this process's memory.
+///
+/// # Safety
+/// The range must be this process's writable memory that nothing reads any more.
+unsafe fn zero(start: u64, end: u64) {
+    if end > start {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::write_bytes(start as *mut u8, 0, (end - start) as usize) };
     }
 }
 
 /// The dispositions an exec'd sandboxd starts with: every caught signal back to its
 /// default (the run's early handlers), SIGPIPE ignored (as Rust's runtime sets it at
-/// start; the spawn just reset it), SIGSEGV and SIGBUS kept (the runtime's stack
-/// overflow report), nothing blocked.
+/// start), SIGSEGV and SIGBUS kept (the runtime's stack overflow report), nothing
+/// blocked.
+///
+/// # Safety
+/// Only in a single-threaded process (no other thread relies on its handlers).
 unsafe fn fresh_signals() {
-    // SAFETY: sigaction(2) and sigprocmask(2) on this single-threaded child's own state.
+    // SAFETY: sigaction(2) and sigprocmask(2) on this process's own state.
     unsafe {
         for signo in 1..=libc::SIGRTMAX() {
             if matches!(
@@ -203,7 +248,48 @@ unsafe fn fresh_signals() {
     }
 }
 
-extern "C" {
-    /// The C library's environment (see environ(7)).
-    static mut environ: *const *const libc::c_char;
+/// `struct prctl_mm_map` (linux/prctl.h).
+#[repr(C)]
+struct MmMap {
+    start_code: u64,
+    end_code: u64,
+    start_data: u64,
+    end_data: u64,
+    start_brk: u64,
+    brk: u64,
+    start_stack: u64,
+    arg_start: u64,
+    arg_end: u64,
+    env_start: u64,
+    env_end: u64,
+    auxv: u64,
+    auxv_size: u32,
+    exe_fd: u32,
+}
+
+impl MmMap {
+    /// The process's map as `/proc/self/stat` tells it (fields 26-28 and 45-51, see
+    /// proc(5)), with the auxiliary vector and the exe link left as they are.
+    fn current() -> Option<MmMap> {
+        let fields = stat_fields()?;
+        let field = |n: usize| fields.get(n - 3).copied();
+        // SAFETY: sbrk(0) only reads the current program break.
+        let brk = unsafe { libc::sbrk(0) } as u64;
+        Some(MmMap {
+            start_code: field(26)?,
+            end_code: field(27)?,
+            start_stack: field(28)?,
+            start_data: field(45)?,
+            end_data: field(46)?,
+            start_brk: field(47)?,
+            brk,
+            arg_start: field(48)?,
+            arg_end: field(49)?,
+            env_start: field(50)?,
+            env_end: field(51)?,
+            auxv: 0,
+            auxv_size: 0,
+            exe_fd: u32::MAX,
+        })
+    }
 }

@@ -12,6 +12,7 @@
 use super::cgroup_self_move::SelfMove;
 use super::handshake::{self, Channel};
 use super::held_fork::Becoming;
+use super::init_child::InitChild;
 use super::init_process::{init_command, SYNC_FD};
 use super::io;
 use crate::RuntimeError;
@@ -19,7 +20,7 @@ use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 
 /// The argument that tells `__sandbox-init` to wait for [`BEGIN`] first.
 pub const HELD_ARG: &str = "--held";
@@ -29,37 +30,16 @@ pub const BEGIN: &[u8] = b"begin";
 /// per v1 hierarchy.
 pub const MAX_BEGIN_FDS: usize = 16;
 
-/// A spawned init waiting for [`HeldInit::begin`].
+/// A spawned (or forked) init waiting for [`HeldInit::begin`].
 pub struct HeldInit {
     /// Until begun (or dropped): the init and our end of its handshake.
-    held: Option<(Child, Channel)>,
+    held: Option<(InitChild, Channel)>,
 }
 
 impl HeldInit {
     /// Spawns `init_exe init_args --held` in a session of its own, with no output until
     /// it is begun. Call it while the process has a single thread (it forks).
     pub fn spawn(init_exe: &Path, init_args: &[String]) -> Result<HeldInit, RuntimeError> {
-        Self::made(init_exe, init_args, None)
-    }
-
-    /// As [`HeldInit::spawn`], but the child does not exec `init_exe`: it runs
-    /// `entry(handshake fd)` (what `init_exe init_args --held` would run) in its
-    /// copy-on-write image of this process, made to look and behave as the exec'd init
-    /// would (see `held_fork`). Call it while the process has a single thread and has
-    /// read nothing the sandbox must not hold (it forks).
-    pub fn fork(
-        init_exe: &Path,
-        init_args: &[String],
-        entry: fn(RawFd) -> std::process::ExitCode,
-    ) -> Result<HeldInit, RuntimeError> {
-        Self::made(init_exe, init_args, Some(entry))
-    }
-
-    fn made(
-        init_exe: &Path,
-        init_args: &[String],
-        entry: Option<fn(RawFd) -> std::process::ExitCode>,
-    ) -> Result<HeldInit, RuntimeError> {
         let (ours, theirs) =
             handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
         let mut args = init_args.to_vec();
@@ -77,28 +57,48 @@ impl HeldInit {
                 Ok(())
             });
         }
-        if let Some(entry) = entry {
-            let argv: Vec<&std::ffi::OsStr> = std::iter::once(cmd.get_program())
-                .chain(cmd.get_args())
-                .collect();
-            let becoming = Becoming::new(&argv);
-            // SAFETY: the caller's contract: this process has one thread, so the child
-            // of the spawn's fork may run any code. The closure runs last, after the
-            // handshake's and the session's, and never returns: no exec follows. The
-            // spawn returns once the child closed the spawn's error pipe (with every
-            // descriptor but its own, first thing) as an exec would have.
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                    becoming.become_init(SYNC_FD, entry)
-                });
-            }
-        }
         let child = cmd
             .spawn()
             .map_err(io("spawning a held sandbox init", init_exe))?;
         Ok(HeldInit {
-            held: Some((child, ours)),
+            held: Some((child.into(), ours)),
         })
+    }
+
+    /// As [`HeldInit::spawn`], but the child does not exec `init_exe`: it runs
+    /// `entry(handshake fd)` (what `init_exe init_args --held` would run) in its
+    /// copy-on-write image of this process, made to look and behave as the exec'd init
+    /// would (see `held_fork`). Call it before this process read anything a sandbox
+    /// must not hold; spawned as [`HeldInit::spawn`] does when this process has more
+    /// than one thread or the kernel cannot show the init's command line.
+    pub fn fork(
+        init_exe: &Path,
+        init_args: &[String],
+        entry: fn(RawFd) -> std::process::ExitCode,
+    ) -> Result<HeldInit, RuntimeError> {
+        let mut argv: Vec<&std::ffi::OsStr> = vec![init_exe.as_os_str()];
+        let sync_fd = SYNC_FD.to_string();
+        argv.extend(init_args.iter().map(std::ffi::OsStr::new));
+        argv.extend([HELD_ARG, "--sync-fd", sync_fd.as_str()].map(std::ffi::OsStr::new));
+        let Some(becoming) = Becoming::new(&argv) else {
+            return Self::spawn(init_exe, init_args);
+        };
+        let (ours, theirs) =
+            handshake::pair().map_err(|e| RuntimeError::AgentStart(e.to_string()))?;
+        // SAFETY: `Becoming::new` found this process single-threaded, so the child may
+        // run any code; it never returns from `become_init`.
+        match unsafe { nix::unistd::fork() } {
+            Ok(nix::unistd::ForkResult::Child) => {
+                // SAFETY: the child of that fork.
+                unsafe { becoming.become_init(theirs.0.as_raw_fd(), SYNC_FD, entry) }
+            }
+            Ok(nix::unistd::ForkResult::Parent { child }) => Ok(HeldInit {
+                held: Some((InitChild::forked(child.as_raw()), ours)),
+            }),
+            Err(e) => Err(RuntimeError::AgentStart(format!(
+                "forking a held sandbox init: {e}"
+            ))),
+        }
     }
 
     /// The init's PID (until begun).
@@ -114,7 +114,7 @@ impl HeldInit {
         mut self,
         log: &Path,
         moves: Option<&SelfMove>,
-    ) -> Result<(Child, Channel), RuntimeError> {
+    ) -> Result<(InitChild, Channel), RuntimeError> {
         // Kept in `self` until sent: a failure below ends the init on drop.
         let Some((_, channel)) = &self.held else {
             return Err(gone());

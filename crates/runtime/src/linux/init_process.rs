@@ -4,12 +4,13 @@
 
 use super::cgroup_self_move::{move_self, SelfMove};
 use super::handshake::{self, Channel, Msg};
+use super::init_child::InitChild;
 use super::{io, slots, LinuxConfig};
 use crate::RuntimeError;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -72,7 +73,7 @@ pub(super) fn spawn_init(
     theirs: &OwnedFd,
     log: &Path,
     moves: Option<&SelfMove>,
-) -> Result<Child, RuntimeError> {
+) -> Result<InitChild, RuntimeError> {
     let out = std::fs::File::create(log).map_err(io("creating the init log", log))?;
     let err = out.try_clone().map_err(io("creating the init log", log))?;
     let files = moves.map(SelfMove::raw).unwrap_or_default();
@@ -82,7 +83,9 @@ pub(super) fn spawn_init(
         Some(_) => "spawning the sandbox init (moving into its cgroups, then exec)",
         None => "spawning the sandbox init",
     };
-    cmd.spawn().map_err(io(what, &config.init_exe))
+    cmd.spawn()
+        .map(InitChild::from)
+        .map_err(io(what, &config.init_exe))
 }
 
 /// The command that spawns `init_exe init_args --sync-fd 3` with `theirs` on fd 3, a

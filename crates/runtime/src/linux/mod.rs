@@ -23,6 +23,7 @@ mod held_init;
 pub mod image_files;
 pub mod images;
 pub mod init;
+pub mod init_child;
 mod init_process;
 pub mod layer_pins;
 pub mod layers;

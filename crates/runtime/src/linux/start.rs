@@ -4,6 +4,7 @@
 use super::cgroup::Limits;
 use super::cgroup_self_move::SelfMove;
 use super::handshake::{self, Channel, InitConfig, Msg};
+use super::init_child::InitChild;
 use super::init_process::{
     agent_err, expect, map_ids, protect_from_oom, spawn_init, wait_connectable,
 };
@@ -15,7 +16,6 @@ use crate::{faults, RuntimeError, SandboxHandle, SandboxSpec};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::Instant;
 
 /// Called with the sandbox's network namespace as soon as it exists (before PID 1 is
@@ -193,7 +193,7 @@ fn start_in(
         warm: false,
         isolation: Default::default(),
     };
-    let mut init: Option<Child> = None;
+    let mut init: Option<InitChild> = None;
     let t0 = Instant::now();
     let pinned = match pinned_in_entry {
         true => Ok(()),
@@ -237,7 +237,7 @@ fn launch(
     spec: &SandboxSpec,
     layers: &[PathBuf],
     handle: &mut SandboxHandle,
-    init: &mut Option<Child>,
+    init: &mut Option<InitChild>,
     warm: Option<Warm>,
     on_netns: OnNetns<'_>,
 ) -> Result<(), RuntimeError> {

@@ -1,8 +1,6 @@
 //! Process helpers of the held-init tests: a process's state, command line and
 //! children from /proc, and polling until something holds.
 
-#![allow(dead_code)]
-
 use std::time::{Duration, Instant};
 
 /// Whether `pid` is gone or a zombie (it exited; its reaper may not have looked yet).
@@ -16,6 +14,7 @@ pub fn ended(pid: u32) -> bool {
     }
 }
 
+/// `pid`'s command line, its arguments joined by spaces (empty once it is gone).
 pub fn cmdline(pid: u32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
@@ -37,6 +36,7 @@ pub fn children_of(ppid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Polls `done` every 20 ms until it holds; fails the test after a minute.
 pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {

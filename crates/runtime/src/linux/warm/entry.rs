@@ -7,6 +7,7 @@ use crate::linux::cgroup::Cgroups;
 use crate::linux::cgroup_self_move::SelfMove;
 use crate::linux::handshake::{self, Channel, InitConfig, Msg};
 use crate::linux::held_init::HeldInit;
+use crate::linux::init_child::InitChild;
 use crate::linux::init_process::{expect, map_ids, protect_from_oom, spawn_init};
 use crate::linux::net::{wired, NetConfig};
 use crate::linux::slots::Slots;
@@ -16,7 +17,6 @@ use crate::RuntimeError;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use uuid::Uuid;
 
 /// Name prefix of a warm entry's directory under `sandboxes/`.
@@ -48,7 +48,7 @@ pub(in crate::linux) fn entry_key(dir: &Path) -> Option<Uuid> {
 /// An init waiting for its sandbox.
 pub(in crate::linux) struct Warm {
     pub key: Uuid,
-    pub child: Child,
+    pub child: InitChild,
     pub channel: Channel,
     pub dir: PathBuf,
     /// Its host id range (the slot file names `key` until a start takes it).
@@ -102,7 +102,7 @@ impl Maker {
     ) -> Result<Warm, RuntimeError> {
         crate::faults::check("warm.make")?;
         let (key, dir) = self.make_dir()?;
-        let mut made: Option<(Child, Channel)> = None;
+        let mut made: Option<(InitChild, Channel)> = None;
         let mut base = None;
         let result = self.set_up(key, &dir, shape, (held, on_netns), &mut made, &mut base);
         match (result, made, base) {
@@ -173,7 +173,7 @@ impl Maker {
         dir: &Path,
         shape: &Shape,
         (held, on_netns): (Option<HeldInit>, OnNetns<'_>),
-        made: &mut Option<(Child, Channel)>,
+        made: &mut Option<(InitChild, Channel)>,
         base: &mut Option<u32>,
     ) -> Result<Option<(i32, u64)>, RuntimeError> {
         let t0 = std::time::Instant::now();
@@ -244,7 +244,7 @@ impl Maker {
         dir: &Path,
         host_id_base: u32,
         (held, on_netns): (Option<HeldInit>, OnNetns<'_>),
-        made: &mut Option<(Child, Channel)>,
+        made: &mut Option<(InitChild, Channel)>,
     ) -> Result<OwnedFd, RuntimeError> {
         let log = dir.join("init.log");
         // Its cgroup first: on v1 the init moves itself into it before its exec (no
@@ -329,7 +329,7 @@ impl Maker {
         &self,
         key: Uuid,
         dir: &Path,
-        made: &mut Option<(Child, Channel)>,
+        made: &mut Option<(InitChild, Channel)>,
     ) -> Result<(i32, u64), RuntimeError> {
         let Some((child, ours)) = made else {
             return Err(RuntimeError::AgentStart("the warm init is gone".into()));
