@@ -5,6 +5,10 @@
 //! ([`from_env`]).
 //!
 //! The points, in the order a sandbox meets them:
+//! - `held.fork`: a `sandboxd run` about to fork its held init spawns it instead (as
+//!   when it has threads or no `PR_SET_MM_MAP`);
+//! - `held.fork_child`: a forked held init, its descriptors, signals, environment and
+//!   command line made, ends at once (as when one of those steps fails);
 //! - `run.held`: a `sandboxd run` spawned its held init, before anything else (a
 //!   `"sleep(ms)"` there holds the run with the init unbegun);
 //! - `run.opened`: a `sandboxd run` opened its backend (its early init is being made),

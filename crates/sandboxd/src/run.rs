@@ -104,7 +104,7 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     };
     // Tests' fault injection points (only in builds with the `failpoints` feature).
     sandboxd_runtime::faults::from_env();
-    // The sandbox's init, spawned now (the process still has one thread) and held
+    // The sandbox's init, made now (the process still has one thread) and held
     // until the backend begins it (forked, no exec): its start-up overlaps all that
     // follows.
     // Not for an image to pull or the gVisor tier (dropped, it is ended).

@@ -6,9 +6,14 @@
 //! exec would have given it is made here by hand: its session, no descriptor but the
 //! handshake's and /dev/null for stdio, the signal dispositions of a fresh start, the
 //! exec'd init's environment (`PATH` alone) and command line, shown in /proc too, the
-//! run's own argument and environment strings zeroed in its memory, and no fault
-//! injection points. What it cannot give: the forked init shares the run's address
-//! layout and the random seeds its C library and runtime drew at the run's start.
+//! run's original argument and environment strings zeroed, and no fault injection
+//! points. What it cannot give: it shares the run's address layout and the random
+//! seeds its C library and runtime drew at the run's start, keeps the libraries the run
+//! loaded (an `LD_PRELOAD`, `GLIBC_TUNABLES` as read at its start), and its heap still
+//! holds the run's parsed arguments (`clap`'s copies: the command, `-e` values, paths
+//! the sandbox gets or that name host dirs) and the values the run read from its
+//! environment (`SANDBOXD_DATA_DIR`, `SANDBOXD_FAILPOINTS`). The sandbox's PID 1 is not
+//! dumpable, so its processes cannot read that memory.
 
 use std::ffi::OsStr;
 use std::os::fd::RawFd;
@@ -63,43 +68,28 @@ impl Becoming {
 
     /// In the forked child, with the handshake on `theirs`: becomes the init (the
     /// handshake on `sync_fd`) and runs `entry(sync_fd)`, then exits with its code.
+    /// Never returns into the parent's frames: a panic anywhere ends the child (with
+    /// status 1 before `entry`; the handshake closes and the start spawns an init).
     ///
     /// # Safety
     /// Only in the child of a fork of a single-threaded process (as [`Becoming::new`]
-    /// found it): it runs any code, and never returns into the parent's frames.
+    /// found it): it runs any code.
     pub(super) unsafe fn become_init(
         &self,
         theirs: RawFd,
         sync_fd: RawFd,
         entry: fn(RawFd) -> ExitCode,
     ) -> ! {
-        // SAFETY: setsid(2) in a child that is no group leader.
-        unsafe { libc::setsid() };
-        if keep_only_handshake(theirs, sync_fd).is_err() {
-            // The run's descriptors would stay open in the sandbox's init: it ends, the
-            // handshake closes and the start spawns an init of its own.
-            // SAFETY: plain exit of this child, no destructor of the parent's runs.
+        let became = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: the caller's contract (a single-threaded fork's child).
+            unsafe { self.take_on(theirs, sync_fd) }
+        }));
+        if !matches!(became, Ok(true)) {
+            // The run's descriptors or strings could stay in the sandbox's init: it
+            // ends, its handshake closes and the start spawns an init of its own.
+            // SAFETY: plain exit of this child; no destructor of the parent's runs.
             unsafe { libc::_exit(1) };
         }
-        // SAFETY: this child's own dispositions; it has one thread.
-        unsafe { fresh_signals() };
-        let old = MmMap::current();
-        // The exec'd init's environment, for what reads it in the init.
-        for (name, _) in std::env::vars_os().collect::<Vec<_>>() {
-            std::env::remove_var(name);
-        }
-        std::env::set_var("PATH", PATH);
-        if let Some(old) = &old {
-            // SAFETY: the run's argument and environment strings, which nothing in
-            // this child reads from here on (its environment was just copied anew).
-            unsafe {
-                zero(old.arg_start, old.arg_end);
-                zero(old.env_start, old.env_end);
-            }
-        }
-        // Shown whatever the outcome: refused, /proc shows the zeroed strings.
-        let _ = old.map(|old| self.show(old));
-        crate::faults::clear();
         let code = std::panic::catch_unwind(|| entry(sync_fd)).unwrap_or(ExitCode::FAILURE);
         // An init's `main` ends with success or failure only (its agent never returns);
         // `exit` ends as a return from `main` does.
@@ -107,6 +97,42 @@ impl Becoming {
             true => 0,
             false => 1,
         })
+    }
+
+    /// The steps of [`Becoming::become_init`] before its entry; whether they all went.
+    ///
+    /// # Safety
+    /// As [`Becoming::become_init`].
+    unsafe fn take_on(&self, theirs: RawFd, sync_fd: RawFd) -> bool {
+        // SAFETY: setsid(2) in a child that is no group leader.
+        unsafe { libc::setsid() };
+        if keep_only_handshake(theirs, sync_fd).is_err() {
+            return false;
+        }
+        // SAFETY: this child's own dispositions; it has one thread.
+        unsafe { fresh_signals() };
+        let Some(old) = MmMap::current() else {
+            return false;
+        };
+        // The exec'd init's environment, for what reads it in the init: cleared without
+        // a copy of any value (a freed copy would keep most of its bytes on the heap).
+        // SAFETY: clearenv(3) in a single-threaded process; nothing holds an entry.
+        if unsafe { libc::clearenv() } != 0 {
+            return false;
+        }
+        std::env::set_var("PATH", PATH);
+        // SAFETY: the run's argument and environment strings. Nothing reads them from
+        // here on: the environment is new, and what still points at the arguments (the
+        // runtime's `args`, the C library's program name) reads them as empty.
+        unsafe {
+            zero(old.arg_start, old.arg_end);
+            zero(old.env_start, old.env_end);
+        }
+        // Refused, /proc shows the zeroed strings.
+        let _ = self.show(old);
+        let failed = crate::faults::hit("held.fork_child");
+        crate::faults::clear();
+        !failed
     }
 
     /// Points `/proc/PID/cmdline` and `/proc/PID/environ` at [`Becoming::shown`] (as
@@ -129,6 +155,8 @@ impl Becoming {
             }
             std::ptr::copy_nonoverlapping(self.shown.as_ptr(), at.cast::<u8>(), len);
             let base = at as u64;
+            // The heap's end as it is now (the steps before allocated): the map sets it.
+            map.brk = libc::sbrk(0) as u64;
             (map.arg_start, map.arg_end) = (base, base + self.env_at as u64);
             (map.env_start, map.env_end) = (base + self.env_at as u64, base + len as u64);
             let set = libc::prctl(
@@ -177,7 +205,9 @@ fn keep_only_handshake(theirs: RawFd, sync_fd: RawFd) -> std::io::Result<()> {
             true => check(libc::fcntl(sync_fd, libc::F_SETFD, 0))?,
             false => check(libc::dup2(theirs, sync_fd))?,
         }
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        // Not close-on-exec: it may land on 0-2 itself (the run started with one
+        // closed), and stays open only there (`close_from` takes it above).
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         check(null)?;
         for fd in 0..3 {
             check(libc::dup2(null, fd))?;
@@ -273,8 +303,6 @@ impl MmMap {
     fn current() -> Option<MmMap> {
         let fields = stat_fields()?;
         let field = |n: usize| fields.get(n - 3).copied();
-        // SAFETY: sbrk(0) only reads the current program break.
-        let brk = unsafe { libc::sbrk(0) } as u64;
         Some(MmMap {
             start_code: field(26)?,
             end_code: field(27)?,
@@ -282,7 +310,8 @@ impl MmMap {
             start_data: field(45)?,
             end_data: field(46)?,
             start_brk: field(47)?,
-            brk,
+            // Read again right before the map is set (see `Becoming::show`).
+            brk: 0,
             arg_start: field(48)?,
             arg_end: field(49)?,
             env_start: field(50)?,

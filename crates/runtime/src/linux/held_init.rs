@@ -80,7 +80,11 @@ impl HeldInit {
         let sync_fd = SYNC_FD.to_string();
         argv.extend(init_args.iter().map(std::ffi::OsStr::new));
         argv.extend([HELD_ARG, "--sync-fd", sync_fd.as_str()].map(std::ffi::OsStr::new));
-        let Some(becoming) = Becoming::new(&argv) else {
+        let becoming = match crate::faults::hit("held.fork") {
+            true => None,
+            false => Becoming::new(&argv),
+        };
+        let Some(becoming) = becoming else {
             return Self::spawn(init_exe, init_args);
         };
         let (ours, theirs) =

@@ -9,10 +9,13 @@ use std::process::{Child, ExitStatus};
 /// An init process this process started (its parent).
 pub enum InitChild {
     Spawned(Child),
-    /// Forked by this process with no exec: its PID, and its status once reaped.
+    /// Forked by this process with no exec: its PID, its status once reaped, and
+    /// whether another wait reaped it first (a destroy's reap of the sandbox's cgroup:
+    /// then its PID is no longer ours to signal).
     Forked {
         pid: i32,
         status: Option<ExitStatus>,
+        lost: bool,
     },
 }
 
@@ -25,7 +28,11 @@ impl From<Child> for InitChild {
 impl InitChild {
     /// A child just forked, not yet reaped.
     pub(super) fn forked(pid: i32) -> InitChild {
-        InitChild::Forked { pid, status: None }
+        InitChild::Forked {
+            pid,
+            status: None,
+            lost: false,
+        }
     }
 
     pub fn id(&self) -> u32 {
@@ -35,20 +42,23 @@ impl InitChild {
         }
     }
 
-    /// SIGKILL, unless it was reaped already (as `Child::kill`: then nothing).
+    /// SIGKILL, unless it was reaped already, here or elsewhere (as `Child::kill`: then
+    /// nothing).
     pub fn kill(&mut self) -> io::Result<()> {
         match self {
             InitChild::Spawned(child) => child.kill(),
             InitChild::Forked {
-                status: Some(_), ..
-            } => Ok(()),
-            InitChild::Forked { pid, status: None } => {
+                pid,
+                status: None,
+                lost: false,
+            } => {
                 // SAFETY: kill(2) on our own child, not reaped yet (its PID is not reused).
                 match unsafe { libc::kill(*pid, libc::SIGKILL) } {
                     0 => Ok(()),
                     _ => Err(io::Error::last_os_error()),
                 }
             }
+            InitChild::Forked { .. } => Ok(()),
         }
     }
 
@@ -56,14 +66,14 @@ impl InitChild {
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
         match self {
             InitChild::Spawned(child) => child.wait(),
-            InitChild::Forked { pid, status } => match status {
-                Some(done) => Ok(*done),
-                None => {
-                    let done = reap(*pid, 0)?.ok_or_else(|| io::Error::other("no status"))?;
-                    *status = Some(done);
-                    Ok(done)
-                }
-            },
+            InitChild::Forked {
+                status: Some(done), ..
+            } => Ok(*done),
+            InitChild::Forked { pid, status, lost } => {
+                let done = reap(*pid, 0, lost)?.ok_or_else(|| io::Error::other("no status"))?;
+                *status = Some(done);
+                Ok(done)
+            }
         }
     }
 
@@ -71,9 +81,9 @@ impl InitChild {
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         match self {
             InitChild::Spawned(child) => child.try_wait(),
-            InitChild::Forked { pid, status } => {
+            InitChild::Forked { pid, status, lost } => {
                 if status.is_none() {
-                    *status = reap(*pid, libc::WNOHANG)?;
+                    *status = reap(*pid, libc::WNOHANG, lost)?;
                 }
                 Ok(*status)
             }
@@ -81,8 +91,9 @@ impl InitChild {
     }
 }
 
-/// waitpid(2) for `pid` with `flags`; `None` when WNOHANG found it running.
-fn reap(pid: i32, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
+/// waitpid(2) for `pid` with `flags`; `None` when WNOHANG found it running. `lost`
+/// becomes true when it is no child of ours any more (ECHILD: reaped elsewhere).
+fn reap(pid: i32, flags: libc::c_int, lost: &mut bool) -> io::Result<Option<ExitStatus>> {
     let mut raw = 0;
     loop {
         // SAFETY: waitpid(2) on our own child, writing its status into `raw`.
@@ -91,6 +102,9 @@ fn reap(pid: i32, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
             n if n == pid => return Ok(Some(ExitStatus::from_raw(raw))),
             _ => {
                 let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::ECHILD) {
+                    *lost = true;
+                }
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e);
                 }
@@ -136,5 +150,18 @@ mod tests {
         let status = running.wait().expect("wait");
         assert_eq!(status.signal(), Some(libc::SIGKILL));
         assert!(running.id() > 0);
+
+        // Reaped by another wait (as a destroy reaps the sandbox's cgroup): the wait
+        // fails, and a kill no longer signals that PID.
+        // SAFETY: _exit(2) is async-signal-safe.
+        let mut elsewhere = forked(|| unsafe { libc::_exit(3) });
+        let pid = elsewhere.id() as i32;
+        // SAFETY: waitpid(2) on this test's own child.
+        assert_eq!(unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) }, pid);
+        let lost = elsewhere.wait().expect_err("reaped elsewhere");
+        assert_eq!(lost.raw_os_error(), Some(libc::ECHILD));
+        elsewhere
+            .kill()
+            .expect("a kill of a child reaped elsewhere does nothing");
     }
 }
