@@ -31,6 +31,9 @@ pub fn open_linux(
     Ok(runtime.with_network(net_config(resolvers)))
 }
 
+/// `exec`: a one-shot run's held init is exec'd, not forked (see [`hold_init`]).
+const RUN_INIT_ENV: &str = "SANDBOXD_RUN_INIT";
+
 /// A sandbox init of this binary, spawned now and held until the backend begins it
 /// (see `LinuxRuntime::with_early_init`); `None` (logged) when it cannot be spawned:
 /// the start then spawns its own. Call it while the process has one thread and has read
@@ -39,14 +42,20 @@ pub fn hold_init() -> Option<HeldInit> {
     let held = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("locating the sandboxd binary: {e}"))
         .and_then(|exe| {
+            let args = INIT_ARGS.map(String::from);
             // Forked, not exec'd: what `exe __sandbox-init --held` would run, in this
-            // process's image (its exec took 2-3 ms of the run's critical path).
-            let held = HeldInit::fork(&exe, &INIT_ARGS.map(String::from), |sync_fd| {
-                crate::init::main(crate::init::InitArgs {
-                    sync_fd,
-                    held: true,
-                })
-            });
+            // process's image (its exec took 2-3 ms of the run's critical path); exec'd
+            // with `SANDBOXD_RUN_INIT=exec`, for a sandbox whose init shares nothing of
+            // the run's memory and layout (see README, "Security model").
+            let held = match std::env::var_os(RUN_INIT_ENV).is_some_and(|v| v == "exec") {
+                true => HeldInit::spawn(&exe, &args),
+                false => HeldInit::fork(&exe, &args, |sync_fd| {
+                    crate::init::main(crate::init::InitArgs {
+                        sync_fd,
+                        held: true,
+                    })
+                }),
+            };
             Ok(held?)
         });
     held.map_err(|e| tracing::debug!(error = %e, "no held init"))

@@ -127,12 +127,12 @@ fn in_memory(pid: u32, needle: &[u8]) -> bool {
     })
 }
 
-/// `sandboxd run` paused with its init held, `secret` in its environment; the run's
+/// `sandboxd run` paused with its init held, `env` added to its environment; the run's
 /// processes (waiting process first) and the held init's PID.
 fn held_run(
     data: &Path,
     wait_cleanup: bool,
-    secret: &str,
+    env: &[(&str, &str)],
     failpoints: &str,
 ) -> (Child, Vec<u32>, u32) {
     let mut cmd = Command::new(BIN);
@@ -146,7 +146,7 @@ fn held_run(
         .args(["--", "/bin/true"])
         .env_remove("SANDBOXD_DATA_DIR")
         .env("SANDBOXD_FAILPOINTS", failpoints)
-        .env(SECRET_VAR, secret)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
@@ -201,7 +201,8 @@ fn a_runs_forked_held_init_holds_and_shows_what_an_execd_one_does() {
     let data = dir.path().join("data");
     for wait_cleanup in [false, true] {
         let secret = format!("held-secret-{}", uuid::Uuid::new_v4().simple());
-        let (mut run, runs, held) = held_run(&data, wait_cleanup, &secret, HELD);
+        let env = [(SECRET_VAR, secret.as_str())];
+        let (mut run, runs, held) = held_run(&data, wait_cleanup, &env, HELD);
         waits_for_begin(held);
         let got = seen(held);
         let forked = layout(held) == layout(parent_of(held));
@@ -232,22 +233,29 @@ fn a_runs_forked_held_init_holds_and_shows_what_an_execd_one_does() {
 fn a_run_whose_held_init_cannot_be_forked_or_dies_at_once_still_runs_its_command() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    // Held (for a look) for two seconds, then the run goes on.
-    let (mut run, _, held) = held_run(&data, true, "-", "held.fork=return;run.held=sleep(2000)");
-    waits_for_begin(held);
-    assert_ne!(
-        layout(held),
-        layout(parent_of(held)),
-        "the held init was forked"
-    );
-    assert_eq!(
-        cmdline(held).split_once(' ').map(|(_, a)| a.trim()),
-        Some("__sandbox-init --held --sync-fd 3")
-    );
-    assert!(
-        run.wait().expect("the run").success(),
-        "the run with a spawned held init failed"
-    );
+    // Held (for a look) for two seconds, then the run goes on: exec'd as asked
+    // (`SANDBOXD_RUN_INIT=exec`), or because the fork is refused (`held.fork`).
+    for (run_init, points) in [
+        ("exec", "run.held=sleep(2000)"),
+        ("fork", "held.fork=return;run.held=sleep(2000)"),
+    ] {
+        let env = [("SANDBOXD_RUN_INIT", run_init)];
+        let (mut run, _, held) = held_run(&data, true, &env, points);
+        waits_for_begin(held);
+        assert_ne!(
+            layout(held),
+            layout(parent_of(held)),
+            "{points}: the held init was forked"
+        );
+        assert_eq!(
+            cmdline(held).split_once(' ').map(|(_, a)| a.trim()),
+            Some("__sandbox-init --held --sync-fd 3")
+        );
+        assert!(
+            run.wait().expect("the run").success(),
+            "{points}: the run failed"
+        );
+    }
     for points in ["held.fork=return", "held.fork_child=return"] {
         let out = Command::new(BIN)
             .args(["run", "--wait-cleanup", "--network", "none", "--data-dir"])
