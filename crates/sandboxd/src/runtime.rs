@@ -44,7 +44,7 @@ pub fn hold_init() -> Option<HeldInit> {
         .and_then(|exe| {
             let args = INIT_ARGS.map(String::from);
             // Forked, not exec'd: what `exe __sandbox-init --held` would run, in this
-            // process's image (its exec took 2-3 ms of the run's critical path); exec'd
+            // process's image (its exec cost a run 1.4-2 ms of wall time); exec'd
             // with `SANDBOXD_RUN_INIT=exec`, for a sandbox whose init shares nothing of
             // the run's memory and layout (see README, "Security model").
             let held = match std::env::var_os(RUN_INIT_ENV).is_some_and(|v| v == "exec") {

@@ -7,7 +7,7 @@
 mod held_procs;
 mod serve_bin;
 
-use held_procs::{children_of, cmdline, ended, wait_until};
+use held_procs::{children_of, ended, wait_until};
 use sandboxd_runtime::linux::HeldInit;
 use serve_bin::BIN;
 use std::io::{Read, Seek, SeekFrom};
@@ -29,7 +29,7 @@ const GLIBC_INTERNAL: u64 = 0b11 << 31;
 /// What a held init holds and shows, as /proc tells it.
 #[derive(Debug, PartialEq)]
 struct Seen {
-    /// The command line after the program's path.
+    /// The command line after the program's path, its arguments joined by spaces.
     args: String,
     environ: String,
     /// Each descriptor and what it points at (sockets without their inode number).
@@ -39,8 +39,13 @@ struct Seen {
 }
 
 fn seen(pid: u32) -> Seen {
-    let line = cmdline(pid);
-    let args = line.split_once(' ').map(|(_, a)| a.trim().to_owned());
+    let line = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
+    let args: Vec<String> = line
+        .split(|&b| b == 0)
+        .skip(1)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
     let mut fds: Vec<(u32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("its fds")
         .filter_map(|e| {
@@ -54,7 +59,7 @@ fn seen(pid: u32) -> Seen {
     fds.sort();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     Seen {
-        args: args.unwrap_or_default(),
+        args: args.join(" "),
         environ: String::from_utf8_lossy(
             &std::fs::read(format!("/proc/{pid}/environ")).expect("environ"),
         )
@@ -103,38 +108,76 @@ fn waits_for_begin(pid: u32) {
     });
 }
 
-/// Whether `needle` is anywhere in `pid`'s writable memory (stack, heap, data).
+/// Whether `needle` is anywhere in `pid`'s writable memory (stack, heap, data); fails
+/// the test when its stack or heap could not be read (a search that saw nothing).
 fn in_memory(pid: u32, needle: &[u8]) -> bool {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
     let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("mem");
-    maps.lines().any(|l| {
-        let mut words = l.split_whitespace();
-        let (Some(range), Some(perms)) = (words.next(), words.next()) else {
-            return false;
+    let (mut found, mut read) = (false, Vec::new());
+    for l in maps.lines() {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        let (Some(range), Some(perms)) = (words.first(), words.get(1)) else {
+            continue;
         };
         let Some((start, end)) = range.split_once('-') else {
-            return false;
+            continue;
         };
         let (start, end) = (
             u64::from_str_radix(start, 16).expect("start"),
             u64::from_str_radix(end, 16).expect("end"),
         );
         let mut bytes = vec![0u8; (end - start) as usize];
-        perms.starts_with("rw")
+        if perms.starts_with("rw")
             && mem.seek(SeekFrom::Start(start)).is_ok()
             && mem.read_exact(&mut bytes).is_ok()
-            && bytes.windows(needle.len()).any(|w| w == needle)
-    })
+        {
+            read.extend(words.get(5).map(|name| name.to_string()));
+            found |= bytes.windows(needle.len()).any(|w| w == needle);
+        }
+    }
+    for name in ["[stack]", "[heap]"] {
+        assert!(
+            read.iter().any(|r| r == name),
+            "{name} of {pid} unread: {read:?}"
+        );
+    }
+    found
 }
 
-/// `sandboxd run` paused with its init held, `env` added to its environment; the run's
-/// processes (waiting process first) and the held init's PID.
-fn held_run(
-    data: &Path,
-    wait_cleanup: bool,
-    env: &[(&str, &str)],
-    failpoints: &str,
-) -> (Child, Vec<u32>, u32) {
+/// Whether the kernel randomizes address space layouts (a fork then keeps its parent's
+/// layout and an exec gets another).
+fn aslr() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/randomize_va_space").is_ok_and(|v| v.trim() != "0")
+}
+
+/// A run this test started, paused with its init held: killed with the init's end
+/// awaited when dropped (a failing test leaves no run to build a sandbox in a data dir
+/// being removed).
+struct HeldRun {
+    run: Child,
+    /// The run's processes, the waiting one first.
+    runs: Vec<u32>,
+    held: u32,
+}
+
+impl Drop for HeldRun {
+    fn drop(&mut self) {
+        for pid in self.runs.iter().rev() {
+            // SAFETY: kill(2) on the run's own processes, which this test started.
+            unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+        }
+        let _ = self.run.wait();
+        // Its handshake closed with the run: it ends by itself.
+        let start = std::time::Instant::now();
+        while !ended(self.held) && start.elapsed() < std::time::Duration::from_secs(60) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// `sandboxd run` paused with its init held (`failpoints` pause it), `env` added to
+/// its environment.
+fn held_run(data: &Path, wait_cleanup: bool, env: &[(&str, &str)], failpoints: &str) -> HeldRun {
     let mut cmd = Command::new(BIN);
     cmd.arg("run");
     if wait_cleanup {
@@ -171,7 +214,7 @@ fn held_run(
         found.is_some()
     });
     let (runs, held) = found.expect("held init");
-    (run, runs, held)
+    HeldRun { run, runs, held }
 }
 
 #[test]
@@ -202,21 +245,20 @@ fn a_runs_forked_held_init_holds_and_shows_what_an_execd_one_does() {
     for wait_cleanup in [false, true] {
         let secret = format!("held-secret-{}", uuid::Uuid::new_v4().simple());
         let env = [(SECRET_VAR, secret.as_str())];
-        let (mut run, runs, held) = held_run(&data, wait_cleanup, &env, HELD);
+        let run = held_run(&data, wait_cleanup, &env, HELD);
+        let held = run.held;
         waits_for_begin(held);
         let got = seen(held);
         let forked = layout(held) == layout(parent_of(held));
         // Past the first 16 bytes: a freed copy keeps all but those (the allocator's
         // links overwrite them).
         let leaked = in_memory(held, &secret.as_bytes()[16..]);
-        for pid in runs.iter().rev() {
-            // SAFETY: kill(2) on the run's own processes, which this test started.
-            unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
-        }
-        let _ = run.wait();
-        // Its handshake closed with the run: it ends by itself.
-        wait_until("the held init of a killed run ends", || ended(held));
-        assert!(forked, "the held init was not forked from the run");
+        drop(run);
+        assert!(ended(held), "the held init of a killed run still runs");
+        assert!(
+            forked || !aslr(),
+            "the held init was not forked from the run"
+        );
         assert_eq!(got, want, "forked held init (wait-cleanup {wait_cleanup})");
         assert!(
             !leaked,
@@ -226,52 +268,54 @@ fn a_runs_forked_held_init_holds_and_shows_what_an_execd_one_does() {
 }
 
 /// When the run cannot fork its held init (`held.fork`: as with threads, or a kernel
-/// without `PR_SET_MM_MAP`) it spawns one (exec'd: its own layout); when the forked one
-/// dies at once (`held.fork_child`: as when one of its steps fails) the start spawns an
-/// init of its own. Either way the command runs, and nothing is left.
+/// without `PR_SET_MM_MAP`) or is told not to (`SANDBOXD_RUN_INIT=exec`), it spawns one
+/// (exec'd: a layout of its own); when the forked one dies at once (`held.fork_child`:
+/// as when one of its steps fails) the start makes an init another way. Either way the
+/// command runs, and nothing is left.
 #[test]
 fn a_run_whose_held_init_cannot_be_forked_or_dies_at_once_still_runs_its_command() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    // Held (for a look) for two seconds, then the run goes on: exec'd as asked
-    // (`SANDBOXD_RUN_INIT=exec`), or because the fork is refused (`held.fork`).
-    for (run_init, points) in [
-        ("exec", "run.held=sleep(2000)"),
-        ("fork", "held.fork=return;run.held=sleep(2000)"),
-    ] {
-        let env = [("SANDBOXD_RUN_INIT", run_init)];
-        let (mut run, _, held) = held_run(&data, true, &env, points);
-        waits_for_begin(held);
-        assert_ne!(
-            layout(held),
-            layout(parent_of(held)),
-            "{points}: the held init was forked"
-        );
+    let cases = [
+        ("exec", ""),
+        ("fork", "held.fork=return"),
+        ("fork", "held.fork_child=return"),
+    ];
+    // A look at the held init, the run paused (then killed).
+    for (run_init, points) in &cases[..2] {
+        let env = [("SANDBOXD_RUN_INIT", *run_init)];
+        let run = held_run(&data, true, &env, &format!("{points};{HELD}"));
+        waits_for_begin(run.held);
+        let (own, parents) = (layout(run.held), layout(parent_of(run.held)));
+        let args = seen(run.held).args;
+        drop(run);
+        assert!(own != parents || !aslr(), "{run_init} {points}: forked");
         assert_eq!(
-            cmdline(held).split_once(' ').map(|(_, a)| a.trim()),
-            Some("__sandbox-init --held --sync-fd 3")
-        );
-        assert!(
-            run.wait().expect("the run").success(),
-            "{points}: the run failed"
+            args, "__sandbox-init --held --sync-fd 3",
+            "{run_init} {points}"
         );
     }
-    for points in ["held.fork=return", "held.fork_child=return"] {
+    for (run_init, points) in cases {
         let out = Command::new(BIN)
             .args(["run", "--wait-cleanup", "--network", "none", "--data-dir"])
             .arg(&data)
             .args(["--", "/bin/sh", "-c", "echo ran"])
             .env_remove("SANDBOXD_DATA_DIR")
+            .env("SANDBOXD_RUN_INIT", run_init)
             .env("SANDBOXD_FAILPOINTS", points)
             .stdin(Stdio::null())
             .output()
             .expect("run");
         assert!(
             out.status.success(),
-            "{points}: {}",
+            "{run_init} {points}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n", "{points}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "ran\n",
+            "{run_init} {points}"
+        );
     }
     assert!(
         serve_bin::wait_for_runs(&data).is_empty(),

@@ -52,7 +52,8 @@ impl InitChild {
                 status: None,
                 lost: false,
             } => {
-                // SAFETY: kill(2) on our own child, not reaped yet (its PID is not reused).
+                // SAFETY: kill(2) on our own child, not reaped through this handle nor
+                // seen reaped elsewhere (`lost`): std's `Child::kill` gives the same.
                 match unsafe { libc::kill(*pid, libc::SIGKILL) } {
                     0 => Ok(()),
                     _ => Err(io::Error::last_os_error()),

@@ -1,6 +1,9 @@
 //! Process helpers of the held-init tests: a process's state, command line and
 //! children from /proc, and polling until something holds.
 
+// Each test file that loads these uses some of them.
+#![allow(dead_code)]
+
 use std::time::{Duration, Instant};
 
 /// Whether `pid` is gone or a zombie (it exited; its reaper may not have looked yet).
