@@ -8,6 +8,9 @@ use crate::output::ProcessExit;
 use crate::validate;
 use bytes::Bytes;
 use sandboxd_agent_protocol::{ClientError, ExecRequest};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -157,38 +160,64 @@ struct Detached {
 }
 
 impl Detached {
-    /// Runs `call` as a task, awaited here; dropped before it ends (the client left,
-    /// the agent did not answer), the task is aborted, unless the key was revoked.
+    /// Runs `call` within the request (no task of its own, and no hand-over between
+    /// worker threads, unless it must outlive the request); dropped before it ends (the
+    /// client left, the agent did not answer), the call ends with it, unless the key was
+    /// revoked: then it goes on in a task of its own.
     async fn run<T: Send + 'static>(
         self,
-        call: impl std::future::Future<Output = Result<T, ClientError>> + Send + 'static,
+        call: impl Future<Output = Result<T, ClientError>> + Send + 'static,
     ) -> Result<T, ClientError> {
         let Detached { revoked, hold } = self;
-        let task = tokio::spawn(async move {
+        let call = Box::pin(async move {
             let answer = call.await;
             drop(hold);
             answer
         });
-        let abort = AbortUnlessRevoked {
-            task: task.abort_handle(),
+        DetachOnRevoke {
+            call: Some(call),
             revoked,
-        };
-        let answer = task.await;
-        drop(abort);
-        answer.unwrap_or_else(|e| Err(ClientError::Protocol(format!("the exec call failed: {e}"))))
+        }
+        .await
     }
 }
 
-/// Aborts a task when dropped, unless the request's key was revoked.
-struct AbortUnlessRevoked {
-    task: tokio::task::AbortHandle,
+type Call<T> = Pin<Box<dyn Future<Output = Result<T, ClientError>> + Send>>;
+
+/// A call polled in place; dropped unfinished after its key was revoked, it is handed
+/// to a task of its own instead of being dropped.
+struct DetachOnRevoke<T: Send + 'static> {
+    call: Option<Call<T>>,
     revoked: tokio_util::sync::CancellationToken,
 }
 
-impl Drop for AbortUnlessRevoked {
+impl<T: Send + 'static> Future for DetachOnRevoke<T> {
+    type Output = Result<T, ClientError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(call) = this.call.as_mut() else {
+            return Poll::Ready(Err(ClientError::Protocol(
+                "the exec call was polled after its end".into(),
+            )));
+        };
+        let answer = std::task::ready!(call.as_mut().poll(cx));
+        this.call = None;
+        Poll::Ready(answer)
+    }
+}
+
+impl<T: Send + 'static> Drop for DetachOnRevoke<T> {
     fn drop(&mut self) {
         if !self.revoked.is_cancelled() {
-            self.task.abort();
+            return;
         }
+        let (Some(call), Ok(runtime)) = (self.call.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        runtime.spawn(async move {
+            let _ = call.await;
+        });
     }
 }
