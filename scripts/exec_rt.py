@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Where an exec round trip's time goes, against real `sandboxd serve` processes.
+
+  exec_rt.py ab A B ROUNDS     two servers (binaries A and B) at once, one sandbox each;
+                               execs of /bin/true alternated between them (random order
+                               each round) beside a fork+exec baseline: medians, B-A, wins
+  exec_rt.py split BIN ROUNDS  one server: the exec through it (HTTP over TCP) against the
+                               same exec sent straight to the sandbox's agent (HTTP over
+                               its Unix socket) and fork+exec, alternated
+  exec_rt.py cpu BIN N         the server's CPU time, context switches and migrations per
+                               exec (perf stat on the server around N execs)
+
+Each request goes out in one write on a kept connection (as the benchmark's client
+does). Servers get their own temporary data directories (default egress network, or
+SANDBOXD_NETWORK), are stopped with SIGTERM after their sandboxes are destroyed, and
+their directories removed only when nothing is mounted under them. Run as root, with
+nothing else of sandboxd running; timings are for comparing, never for asserting.
+"""
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+KEY = "sk_exec_rt_" + "x" * 32
+NETWORK = os.environ.get("SANDBOXD_NETWORK", "egress")
+
+
+class Conn:
+    """HTTP/1.1 on one kept connection, a request per write."""
+
+    def __init__(self, sock):
+        self.s, self.buf = sock, b""
+
+    def call(self, method, path, body=None, auth=True):
+        data = json.dumps(body).encode() if body is not None else b""
+        head = f"{method} {path} HTTP/1.1\r\nHost: x\r\n"
+        if auth:
+            head += f"Authorization: Bearer {KEY}\r\n"
+        head += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        self.s.sendall(head.encode() + data)
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self.recv()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        status = int(head.split(b" ")[1])
+        length = re.search(rb"(?i)content-length: (\d+)", head)
+        if status in (204, 304):
+            out = b""
+        elif length:
+            n = int(length.group(1))
+            while len(self.buf) < n:
+                self.buf += self.recv()
+            out, self.buf = self.buf[:n], self.buf[n:]
+        else:  # chunked
+            out = b""
+            while True:
+                while b"\r\n" not in self.buf:
+                    self.buf += self.recv()
+                size, self.buf = self.buf.split(b"\r\n", 1)
+                size = int(size.split(b";")[0], 16)
+                while len(self.buf) < size + 2:
+                    self.buf += self.recv()
+                out, self.buf = out + self.buf[:size], self.buf[size + 2:]
+                if size == 0:
+                    break
+        return status, json.loads(out or b"null")
+
+    def recv(self):
+        chunk = self.s.recv(65536)
+        if not chunk:
+            raise ConnectionError("the peer closed the connection")
+        return chunk
+
+
+class Server:
+    """A `sandboxd serve` of binary `exe` with one sandbox."""
+
+    def __init__(self, exe):
+        self.dir = tempfile.mkdtemp(prefix="exec-rt-", dir="/tmp")
+        env = dict(os.environ, SANDBOXD_MASTER_KEY=KEY, SANDBOXD_NETWORK=NETWORK,
+                   SANDBOXD_DISK_OVERCOMMIT="1000", RUST_LOG="warn,sandboxd_server=info",
+                   NO_COLOR="1")
+        self.p = subprocess.Popen([exe, "serve", "--listen", "127.0.0.1:0", "--data-dir", self.dir],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.id = None
+        addr = None
+        for line in self.p.stderr:
+            m = re.search(r"listening on (\S+)", line)
+            if m:
+                addr = m.group(1).rsplit(":", 1)
+                break
+        if addr is None:
+            raise RuntimeError(f"{exe} serve exited before listening")
+        threading.Thread(target=lambda: [None for _ in self.p.stderr], daemon=True).start()
+        sock = socket.create_connection((addr[0], int(addr[1])))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.http = Conn(sock)
+        status, v = self.http.call("POST", "/v2/sandboxes", {"name": "exec-rt", "vcpu": 1, "memoryMb": 256})
+        assert status == 201, v
+        self.id = v["data"]["id"]
+
+    def exec_true(self):
+        t = time.perf_counter()
+        status, v = self.http.call("POST", f"/v2/sandboxes/{self.id}/exec", {"command": ["/bin/true"]})
+        took = time.perf_counter() - t
+        assert status == 200 and v["data"]["exitCode"] == 0, v
+        return took
+
+    def agent(self):
+        """A connection straight to the sandbox's agent."""
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(f"{self.dir}/sandboxes/{self.id}/agent.sock")
+        conn = Conn(sock)
+
+        def exec_true():
+            t = time.perf_counter()
+            status, v = conn.call("POST", "/v1/exec", {"argv": ["/bin/true"], "timeout_ms": 0,
+                                                       "max_output_bytes": 0}, auth=False)
+            took = time.perf_counter() - t
+            assert status == 200 and v["exit_code"] == 0, v
+            return took
+        return exec_true
+
+    def close(self):
+        try:
+            if self.id:
+                self.http.call("DELETE", f"/v2/sandboxes/{self.id}")
+                for _ in range(600):
+                    if self.http.call("GET", f"/v2/sandboxes/{self.id}")[1]["data"]["status"] == "TERMINATED":
+                        break
+                    time.sleep(0.05)
+        finally:
+            self.p.terminate()
+            self.p.wait()
+            with open("/proc/self/mounts") as mounts:
+                if self.dir in mounts.read():
+                    print(f"left {self.dir}: something is still mounted under it", file=sys.stderr)
+                else:
+                    shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def fork_exec():
+    t = time.perf_counter()
+    subprocess.run(["/bin/true"], check=True)
+    return time.perf_counter() - t
+
+
+def ms(samples):
+    return statistics.median(samples) * 1e3
+
+
+def ab(a, b, rounds):
+    servers = []
+    try:
+        servers = [Server(a), Server(b)]
+        time.sleep(3)  # the warm pools refill after the creates
+        for _ in range(30):
+            for s in servers:
+                s.exec_true()
+        times, base = ([], []), []
+        for _ in range(rounds):
+            base.append(fork_exec())
+            order = [0, 1]
+            random.shuffle(order)
+            for i in order:
+                times[i].append(servers[i].exec_true())
+        ma, mb, mbase = ms(times[0]), ms(times[1]), ms(base)
+        wins = sum(y < x for x, y in zip(*times))
+        print(f"A {ma:.3f} ms  B {mb:.3f} ms  B-A {mb - ma:+.3f} ms  B faster in {wins}/{rounds}  "
+              f"fork+exec {mbase:.3f} ms  A/base {ma / mbase:.2f}  B/base {mb / mbase:.2f}")
+    finally:
+        for s in servers:
+            s.close()
+
+
+def split(exe, rounds):
+    server = None
+    try:
+        server = Server(exe)
+        time.sleep(3)
+        agent = server.agent()
+        for _ in range(30):
+            server.exec_true()
+            agent()
+        through, direct, base = [], [], []
+        for _ in range(rounds):
+            base.append(fork_exec())
+            pair = [(server.exec_true, through), (agent, direct)]
+            random.shuffle(pair)
+            for f, samples in pair:
+                samples.append(f())
+        print(f"through the server {ms(through):.3f} ms  straight to the agent {ms(direct):.3f} ms  "
+              f"fork+exec {ms(base):.3f} ms  (server {ms(through) - ms(direct):+.3f}, "
+              f"agent {ms(direct) - ms(base):+.3f})")
+    finally:
+        if server:
+            server.close()
+
+
+def cpu(exe, n):
+    server = None
+    try:
+        server = Server(exe)
+        time.sleep(3)
+        for _ in range(50):
+            server.exec_true()
+        stat = subprocess.Popen(["perf", "stat", "-x", ",", "-e",
+                                 "task-clock,context-switches,cpu-migrations", "-p", str(server.p.pid)],
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        t = time.perf_counter()
+        for _ in range(n):
+            server.exec_true()
+        took = time.perf_counter() - t
+        stat.send_signal(2)
+        out = stat.communicate()[1]
+        figures = []
+        for line in out.strip().splitlines():
+            f = line.split(",")
+            try:
+                figures.append(f"{f[2]} {float(f[0]) / n:.3f}{' ' + f[1] if f[1] else ''}")
+            except (IndexError, ValueError):
+                pass
+        print(f"{n} execs, {took / n * 1e3:.3f} ms each; per exec: " + ", ".join(figures))
+    finally:
+        if server:
+            server.close()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 4 or sys.argv[1] not in ("ab", "split", "cpu"):
+        sys.exit(__doc__)
+    mode = sys.argv[1]
+    if mode == "ab":
+        if len(sys.argv) != 5:
+            sys.exit(__doc__)
+        ab(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif mode == "split":
+        split(sys.argv[2], int(sys.argv[3]))
+    else:
+        cpu(sys.argv[2], int(sys.argv[3]))
