@@ -169,13 +169,8 @@ impl Detached {
         call: impl Future<Output = Result<T, ClientError>> + Send + 'static,
     ) -> Result<T, ClientError> {
         let Detached { revoked, hold } = self;
-        let call = Box::pin(async move {
-            let answer = call.await;
-            drop(hold);
-            answer
-        });
         DetachOnRevoke {
-            call: Some(call),
+            call: Some(holding(call, hold)),
             revoked,
         }
         .await
@@ -183,6 +178,27 @@ impl Detached {
 }
 
 type Call<T> = Pin<Box<dyn Future<Output = Result<T, ClientError>> + Send>>;
+
+/// `call`, boxed, keeping `hold` until it ends; a panic in it becomes an error of the
+/// call (as when it ran in a task of its own), never an unwind through the request.
+fn holding<T: Send + 'static>(
+    call: impl Future<Output = Result<T, ClientError>> + Send + 'static,
+    hold: impl Send + 'static,
+) -> Call<T> {
+    use futures_util::FutureExt as _;
+    Box::pin(async move {
+        let answer = std::panic::AssertUnwindSafe(call)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| {
+                Err(ClientError::Protocol(
+                    "the exec call failed: it panicked".into(),
+                ))
+            });
+        drop(hold);
+        answer
+    })
+}
 
 /// A call polled in place; dropped unfinished after its key was revoked, it is handed
 /// to a task of its own instead of being dropped.
@@ -212,12 +228,129 @@ impl<T: Send + 'static> Drop for DetachOnRevoke<T> {
         if !self.revoked.is_cancelled() {
             return;
         }
-        let (Some(call), Ok(runtime)) = (self.call.take(), tokio::runtime::Handle::try_current())
-        else {
+        let Some(call) = self.call.take() else {
             return;
         };
-        runtime.spawn(async move {
-            let _ = call.await;
-        });
+        match tokio::runtime::Handle::try_current() {
+            // A runtime shutting down ends the task at once (the call is dropped).
+            Ok(runtime) => drop(runtime.spawn(async move {
+                let _ = call.await;
+            })),
+            Err(_) => tracing::warn!(
+                "an exec whose key was revoked ended with its request: no runtime to go on in"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// Sets its flag when dropped (with the call that owns it).
+    struct Dropped(Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A call that waits for `go`, then reports on `arrived`; it owns a [`Dropped`].
+    fn waiting_call(
+        dropped: &Arc<AtomicBool>,
+    ) -> (
+        DetachOnRevoke<()>,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::sync::oneshot::Receiver<()>,
+        tokio_util::sync::CancellationToken,
+    ) {
+        let (go, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let (arrived_tx, arrived) = tokio::sync::oneshot::channel::<()>();
+        let flag = Dropped(dropped.clone());
+        let call = async move {
+            let _flag = flag;
+            let _ = go_rx.await;
+            let _ = arrived_tx.send(());
+            Ok(())
+        };
+        let revoked = tokio_util::sync::CancellationToken::new();
+        let detach = DetachOnRevoke {
+            call: Some(holding(call, ())),
+            revoked: revoked.clone(),
+        };
+        (detach, go, arrived, revoked)
+    }
+
+    /// Polls `f` once (it must be pending).
+    async fn poll_once<F: Future + Unpin>(f: &mut F) {
+        std::future::poll_fn(|cx| {
+            assert!(Pin::new(&mut *f).poll(cx).is_pending(), "still waiting");
+            Poll::Ready(())
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_with_its_request_ends_with_it() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let (mut detach, go, _arrived, _revoked) = waiting_call(&dropped);
+        poll_once(&mut detach).await;
+        drop(detach);
+        assert!(dropped.load(Ordering::SeqCst), "the call ended at once");
+        assert!(go.send(()).is_err(), "nobody waits for it any more");
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_after_a_revoke_goes_on_to_its_end() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let (mut detach, go, arrived, revoked) = waiting_call(&dropped);
+        poll_once(&mut detach).await;
+        revoked.cancel();
+        drop(detach);
+        assert!(!dropped.load(Ordering::SeqCst), "the call goes on");
+        go.send(()).expect("the call still waits");
+        tokio::time::timeout(std::time::Duration::from_secs(60), arrived)
+            .await
+            .expect("the call went on to its end")
+            .expect("it reported");
+    }
+
+    #[test]
+    fn a_revoked_call_in_a_runtime_shutting_down_is_dropped_without_a_panic() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (detach, _go, _arrived, revoked) = waiting_call(&dropped);
+        rt.spawn(detach);
+        // Let the task start and wait in its call.
+        rt.block_on(tokio::task::yield_now());
+        revoked.cancel();
+        drop(rt);
+        assert!(dropped.load(Ordering::SeqCst), "the call was dropped");
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_the_call_is_its_error() {
+        let held = Arc::new(AtomicBool::new(false));
+        let call = async {
+            panic!("in the call");
+            #[allow(unreachable_code)]
+            Ok::<(), ClientError>(())
+        };
+        let detach = DetachOnRevoke {
+            call: Some(holding(call, Dropped(held.clone()))),
+            revoked: tokio_util::sync::CancellationToken::new(),
+        };
+        let answer = detach.await;
+        assert!(
+            matches!(&answer, Err(ClientError::Protocol(m)) if m.contains("panicked")),
+            "{answer:?}"
+        );
+        assert!(held.load(Ordering::SeqCst), "its room in the budget freed");
     }
 }
