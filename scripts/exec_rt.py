@@ -21,6 +21,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -80,37 +81,53 @@ class Conn:
 
 
 class Server:
-    """A `sandboxd serve` of binary `exe` with one sandbox."""
+    """A `sandboxd serve` of binary `exe` with one sandbox; closed (sandbox destroyed,
+    server stopped, directory removed) also when its start fails part-way."""
 
     def __init__(self, exe):
+        self.p, self.http, self.id, self.addr = None, None, None, None
         self.dir = tempfile.mkdtemp(prefix="exec-rt-", dir="/tmp")
+        try:
+            self.start(exe)
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self, exe):
         env = dict(os.environ, SANDBOXD_MASTER_KEY=KEY, SANDBOXD_NETWORK=NETWORK,
-                   SANDBOXD_DISK_OVERCOMMIT="1000", RUST_LOG="warn,sandboxd_server=info",
-                   NO_COLOR="1")
+                   SANDBOXD_DISK_OVERCOMMIT="1000", SANDBOXD_METRICS_LISTEN="none",
+                   RUST_LOG="warn,sandboxd_server=info", NO_COLOR="1")
+        # A session of its own: a Ctrl-C here reaches this script only, whose cleanup
+        # then destroys the sandbox before stopping the server.
         self.p = subprocess.Popen([exe, "serve", "--listen", "127.0.0.1:0", "--data-dir", self.dir],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.id = None
-        addr = None
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
         for line in self.p.stderr:
             m = re.search(r"listening on (\S+)", line)
             if m:
-                addr = m.group(1).rsplit(":", 1)
+                host, port = m.group(1).rsplit(":", 1)
+                self.addr = (host, int(port))
                 break
-        if addr is None:
+        if self.addr is None:
             raise RuntimeError(f"{exe} serve exited before listening")
         threading.Thread(target=lambda: [None for _ in self.p.stderr], daemon=True).start()
-        sock = socket.create_connection((addr[0], int(addr[1])))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.http = Conn(sock)
+        self.http = self.connect()
         status, v = self.http.call("POST", "/v2/sandboxes", {"name": "exec-rt", "vcpu": 1, "memoryMb": 256})
-        assert status == 201, v
+        if status != 201:
+            raise RuntimeError(f"create: {status} {v}")
         self.id = v["data"]["id"]
+
+    def connect(self, timeout=None):
+        sock = socket.create_connection(self.addr, timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return Conn(sock)
 
     def exec_true(self):
         t = time.perf_counter()
         status, v = self.http.call("POST", f"/v2/sandboxes/{self.id}/exec", {"command": ["/bin/true"]})
         took = time.perf_counter() - t
-        assert status == 200 and v["data"]["exitCode"] == 0, v
+        if status != 200 or v["data"]["exitCode"] != 0:
+            raise RuntimeError(f"exec: {status} {v}")
         return took
 
     def agent(self):
@@ -121,29 +138,46 @@ class Server:
 
         def exec_true():
             t = time.perf_counter()
-            status, v = conn.call("POST", "/v1/exec", {"argv": ["/bin/true"], "timeout_ms": 0,
-                                                       "max_output_bytes": 0}, auth=False)
+            # What the server sends for an Inngest exec of /bin/true (its 30 s default
+            # timeout, 4 MiB output cap).
+            status, v = conn.call("POST", "/v1/exec", {"argv": ["/bin/true"], "timeout_ms": 30000,
+                                                       "max_output_bytes": 4 << 20}, auth=False)
             took = time.perf_counter() - t
-            assert status == 200 and v["exit_code"] == 0, v
+            if status != 200 or v["exit_code"] != 0:
+                raise RuntimeError(f"agent exec: {status} {v}")
             return took
         return exec_true
 
     def close(self):
+        """Destroys the sandbox (on a fresh connection: the kept one may be mid-answer),
+        stops the server, removes the directory if nothing is mounted under it."""
+        ended = self.id is None
         try:
-            if self.id:
-                self.http.call("DELETE", f"/v2/sandboxes/{self.id}")
+            if self.id and self.p and self.p.poll() is None:
+                http = self.connect(timeout=30)
+                http.call("DELETE", f"/v2/sandboxes/{self.id}")
                 for _ in range(600):
-                    if self.http.call("GET", f"/v2/sandboxes/{self.id}")[1]["data"]["status"] == "TERMINATED":
+                    status, v = http.call("GET", f"/v2/sandboxes/{self.id}")
+                    if status == 200 and isinstance(v, dict) and v["data"]["status"] == "TERMINATED":
+                        ended = True
                         break
                     time.sleep(0.05)
+        except Exception as e:
+            print(f"destroying sandbox {self.id}: {e}", file=sys.stderr)
         finally:
-            self.p.terminate()
-            self.p.wait()
+            if self.p and self.p.poll() is None:
+                self.p.terminate()
+                try:
+                    self.p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    print(f"server {self.p.pid} did not stop in 60 s", file=sys.stderr)
             with open("/proc/self/mounts") as mounts:
-                if self.dir in mounts.read():
-                    print(f"left {self.dir}: something is still mounted under it", file=sys.stderr)
-                else:
-                    shutil.rmtree(self.dir, ignore_errors=True)
+                mounted = self.dir in mounts.read()
+            if mounted or not ended:
+                print(f"left {self.dir} (sandbox {self.id}): not destroyed or still mounted; "
+                      f"start a server on it and delete the sandbox", file=sys.stderr)
+            else:
+                shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def fork_exec():
@@ -156,10 +190,19 @@ def ms(samples):
     return statistics.median(samples) * 1e3
 
 
+def close_all(servers):
+    for s in servers:
+        try:
+            s.close()
+        except Exception as e:
+            print(f"closing a server: {e}", file=sys.stderr)
+
+
 def ab(a, b, rounds):
     servers = []
     try:
-        servers = [Server(a), Server(b)]
+        for exe in (a, b):
+            servers.append(Server(exe))
         time.sleep(3)  # the warm pools refill after the creates
         for _ in range(30):
             for s in servers:
@@ -176,8 +219,7 @@ def ab(a, b, rounds):
         print(f"A {ma:.3f} ms  B {mb:.3f} ms  B-A {mb - ma:+.3f} ms  B faster in {wins}/{rounds}  "
               f"fork+exec {mbase:.3f} ms  A/base {ma / mbase:.2f}  B/base {mb / mbase:.2f}")
     finally:
-        for s in servers:
-            s.close()
+        close_all(servers)
 
 
 def split(exe, rounds):
@@ -213,14 +255,16 @@ def cpu(exe, n):
             server.exec_true()
         stat = subprocess.Popen(["perf", "stat", "-x", ",", "-e",
                                  "task-clock,context-switches,cpu-migrations", "-p", str(server.p.pid)],
-                                stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)
-        t = time.perf_counter()
-        for _ in range(n):
-            server.exec_true()
-        took = time.perf_counter() - t
-        stat.send_signal(2)
-        out = stat.communicate()[1]
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            time.sleep(0.5)
+            t = time.perf_counter()
+            for _ in range(n):
+                server.exec_true()
+            took = time.perf_counter() - t
+        finally:
+            stat.send_signal(signal.SIGINT)
+            out = stat.communicate(timeout=60)[1]
         figures = []
         for line in out.strip().splitlines():
             f = line.split(",")
@@ -235,6 +279,8 @@ def cpu(exe, n):
 
 
 if __name__ == "__main__":
+    # A SIGTERM ends the script through its cleanup (the `finally` blocks) too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if len(sys.argv) < 4 or sys.argv[1] not in ("ab", "split", "cpu"):
         sys.exit(__doc__)
     mode = sys.argv[1]
