@@ -30,10 +30,10 @@ class ApiError extends Error {
   }
 }
 
-// Tries of a GET whose connection fails before any answer: the server closes a
-// keep-alive connection idle for its header-read timeout, and a request the browser
-// sends on it at that moment fails (more likely on a loaded host). Pages that load once
-// would otherwise show "Failed to fetch" for good. Changes are never sent twice.
+// Tries of a GET whose connection fails before any answer (a connection closed under
+// it; the server keeps idle ones longer than browsers do, so that is rare). Pages that
+// load once would otherwise show "Failed to fetch" for good. Changes are never sent
+// twice.
 const GET_TRIES = 4;
 
 async function send(method, url, init) {

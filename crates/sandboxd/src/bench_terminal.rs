@@ -69,7 +69,8 @@ pub fn measure(samples: usize) -> Result<(Paired, usize)> {
             Ok::<_, anyhow::Error>((all.medians(), bytes))
         }
         .await;
-        // The keep-alive connection idled through the samples (the server closes it).
+        // The keep-alive connection idled through the samples (the server may have
+        // closed it).
         api.reconnect(server.addr).await?;
         let path = format!("{SANDBOXES}/{id}");
         let (status, v) = api.call("DELETE", &path, None).await?;

@@ -1,5 +1,6 @@
 //! Runzivo terminal against a real `sandboxd serve`: tickets (permission, single use,
-//! forgery), handshake errors, and a WebSocket PTY: `stty size`, resize, `exit`.
+//! forgery), handshake errors, and a WebSocket PTY: `stty size`, resize, `exit`; a quiet
+//! terminal outlives the connection wait timeouts.
 
 mod runzivo_api;
 
@@ -194,4 +195,24 @@ async fn an_unfinished_message_past_its_bound_ends_the_terminal() {
     .await
     .expect("the terminal stayed open with an unfinished 1 MiB message");
     assert!(matches!(ended, Some(1009) | None), "closed with {ended:?}");
+}
+
+/// A terminal is an upgraded connection, not one waiting for a request: quiet past the
+/// idle and header-read timeouts, it stays open and answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_terminal_quiet_past_the_wait_timeouts_stays_open() {
+    let s = Server::start_with_env(
+        30,
+        &[
+            ("SANDBOXD_IDLE_TIMEOUT_SECONDS", "1"),
+            ("SANDBOXD_HEADER_READ_TIMEOUT_SECONDS", "1"),
+        ],
+    );
+    let id = s.create().await;
+    let mut ws = s.terminal(&id, "").await;
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    ws.send(Message::Binary("echo still-$((20+22))\n".into()))
+        .await
+        .expect("send after the quiet spell");
+    read_until(&mut ws, "still-42").await;
 }

@@ -1,14 +1,14 @@
 //! Slow clients against the real server (loopback only, bounded counts): thousands of
 //! connections that send half a request header do not stop an authenticated request,
-//! are closed after the header-read timeout, and give their places to newcomers at the
-//! connection cap; past the cap of connections each with a request in progress, a
+//! are closed after the header-read timeout (silent ones after the idle timeout), and
+//! give their places to newcomers at the connection cap; past the cap of connections each with a request in progress, a
 //! client gets a 503 with `Retry-After` in its dialect's shape, not a hang; memory
 //! comes back.
 
 mod serve_bin;
 
-use serve_bin::Server;
-use std::io::{Read, Write};
+use serve_bin::{closed_by_server, Server};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -33,20 +33,6 @@ fn rss_kib(pid: i32) -> u64 {
         .find(|l| l.starts_with("VmRSS:"))
         .expect("VmRSS");
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-/// Whether the server closed `conn` (EOF or reset) within `within`; a 408 counts.
-fn closed_by_server(conn: &mut TcpStream, within: Duration) -> bool {
-    conn.set_read_timeout(Some(within)).unwrap();
-    let mut buf = [0u8; 512];
-    loop {
-        match conn.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue, // a 408 answer before the close
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
 }
 
 #[test]
@@ -226,8 +212,10 @@ fn raise_own_nofile() -> u64 {
 fn half_open_and_silent_connections_leave_a_whole_lifecycle_working_and_are_closed() {
     let hard = raise_own_nofile();
     let dir = tempfile::tempdir().expect("temp dir");
-    // The default header-read timeout (10 s) and connection cap (4096).
-    let server = Server::start(dir.path(), Some(MASTER));
+    // The default header-read timeout (10 s) and connection cap (4096); an idle timeout
+    // of 15 s (120 s by default), which closes the silent ones.
+    let env = [("SANDBOXD_IDLE_TIMEOUT_SECONDS", "15")];
+    let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid())).unwrap();
     eprintln!(
         "{}",
@@ -259,12 +247,13 @@ fn half_open_and_silent_connections_leave_a_whole_lifecycle_working_and_are_clos
     assert_eq!((code, out.as_str()), (0, "served\n"));
     server.destroy(MASTER, &id);
 
-    // The server closes every stalled one after its header timeout (half-request ones may
-    // get a 408 first), and its descriptor count comes back to near its baseline.
+    // The server closes every stalled one after its header-read timeout (half a head) or
+    // idle timeout (nothing sent), and its descriptor count comes back to near its
+    // baseline.
     for conn in held.iter_mut().step_by(50) {
         assert!(
             closed_by_server(conn, Duration::from_secs(60)),
-            "a stalled connection outlived the header timeout"
+            "a stalled connection outlived its timeout"
         );
     }
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -12,6 +12,7 @@ mod path_utf8;
 mod serve;
 mod served;
 mod trim;
+mod waiting;
 
 pub use config::{ConfigError, Isolation, ServerConfig};
 pub use serve::{app, app_with, serve, shutdown_signal};

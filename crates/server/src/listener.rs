@@ -1,5 +1,5 @@
-//! The API's accept loop: a bounded number of connections, a deadline for each
-//! request's headers, and a graceful drain. A client that opens connections and sends
+//! The API's accept loop: a bounded number of connections, deadlines for a connection
+//! waiting for a request (`waiting`), and a graceful drain. A client that opens connections and sends
 //! nothing, or half a request header, holds a connection for at most the header-read
 //! timeout, and only while no newcomer needs its place (`served`): at the cap a new
 //! connection takes the place of the one idle longest, and only when every connection
@@ -13,8 +13,9 @@ use crate::config::ConnectionLimits;
 use crate::overload::overloaded;
 use crate::served::{guarded, ConnState, Served};
 use crate::trim::ConnectionCount;
+use crate::waiting::{WaitLimits, Waiting};
 use axum::body::Body;
-use axum::http::Request;
+use axum::http::{Request, StatusCode};
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -56,8 +57,14 @@ pub async fn serve(
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        // Our own wait deadlines instead (`Waiting`): hyper's would close a kept-alive
+        // connection at the header-read timeout after its last answer.
+        .header_read_timeout(None)
         .max_buf_size(MAX_BUF);
+    let wait = WaitLimits {
+        idle: limits.idle_timeout,
+        head: limits.header_read_timeout,
+    };
     let mut shutdown = std::pin::pin!(shutdown);
     let mut errors = AcceptErrors::default();
     loop {
@@ -83,6 +90,7 @@ pub async fn serve(
                     builder: builder.clone(),
                     app: app.clone(),
                     pace: limits.body_pace,
+                    wait,
                     stop: stop_rx.clone(),
                     state: place.state.clone(),
                 };
@@ -116,6 +124,7 @@ struct Connection {
     builder: http1::Builder,
     app: Router,
     pace: BodyPace,
+    wait: WaitLimits,
     stop: watch::Receiver<bool>,
     /// Its requests in progress, and whether its place was taken.
     state: Arc<ConnState>,
@@ -133,13 +142,19 @@ impl Connection {
             let router = router.clone();
             async move {
                 let response = router.oneshot(req).await?;
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    guard.upgraded();
+                }
                 Ok::<_, std::convert::Infallible>(response.map(|body| guarded(body, guard)))
             }
         });
         let service = TowerToHyperService::new(app);
         let conn = self
             .builder
-            .serve_connection(TokioIo::new(tcp), service)
+            .serve_connection(
+                TokioIo::new(Waiting::new(tcp, self.state.clone(), self.wait)),
+                service,
+            )
             .with_upgrades();
         let mut conn = std::pin::pin!(conn);
         let evicted = tokio::select! {

@@ -2,7 +2,7 @@
 //! for a request's head (one that never sent one, or sits between keep-alive requests)
 //! holds its place only while no newcomer needs it: at the cap, a new connection takes
 //! the place of the one idle longest, which is closed. So connections that send nothing
-//! (or half a head, till the header-read timeout) cannot lock everyone out by holding
+//! (or half a head) cannot lock everyone out by holding
 //! every place: an outside audit's 5,000 of them, reconnecting as soon as closed, left
 //! other clients unanswered. Only when every connection has a request in progress is a
 //! newcomer answered 503. A connection whose place is taken closes gracefully: what it
@@ -18,10 +18,10 @@ use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// `busy` of a connection that gave its place up.
@@ -33,6 +33,11 @@ pub(crate) struct ConnState {
     busy: AtomicI64,
     /// When it was last left with no request (ms since the registry's start).
     idle_since: AtomicU64,
+    /// When the first bytes of its next request's head came while it had no request
+    /// (ms since the registry's start, plus 1; 0: none yet).
+    head_since: AtomicU64,
+    /// Its connection was upgraded (a WebSocket): the wait deadlines end.
+    upgraded: AtomicBool,
     /// Told once its place is taken: the connection closes.
     evicted: Notify,
     start: Instant,
@@ -46,12 +51,42 @@ impl ConnState {
     /// A request's head arrived; the returned guard ends it when dropped (with its
     /// response's body, or the request's handling).
     pub(crate) fn request_began(self: &Arc<Self>) -> RequestGuard {
+        self.head_since.store(0, Ordering::Release);
         let _ = self
             .busy
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
                 (b != EVICTED).then(|| b + 1)
             });
         RequestGuard(self.clone())
+    }
+
+    /// Bytes came from the client: the first while it has no request in progress begin
+    /// a request's head (bytes while one is in progress are its body's, or a pipelined
+    /// head's, which then waits as an idle connection does).
+    pub(crate) fn bytes_arrived(&self) {
+        if self.head_since.load(Ordering::Acquire) == 0 && self.busy.load(Ordering::Acquire) == 0 {
+            self.head_since.store(self.now() + 1, Ordering::Release);
+        }
+    }
+
+    /// The connection was upgraded: it is no longer waiting for requests.
+    pub(crate) fn upgraded(&self) {
+        self.upgraded.store(true, Ordering::Release);
+    }
+
+    /// When a connection waiting for a request is closed: `head` after a head's first
+    /// byte, `idle` after its last request ended (or it opened); `None` while a request
+    /// is in progress, once upgraded, or once its place was taken (it is closing).
+    pub(crate) fn wait_deadline(&self, idle: Duration, head: Duration) -> Option<Instant> {
+        if self.upgraded.load(Ordering::Acquire) || self.busy.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let begun = self.head_since.load(Ordering::Acquire);
+        let (since, bound) = match begun {
+            0 => (self.idle_since.load(Ordering::Acquire), idle),
+            b => (b - 1, head),
+        };
+        Some(self.start + Duration::from_millis(since) + bound)
     }
 
     /// Waits until the connection's place is taken.
@@ -62,6 +97,13 @@ impl ConnState {
 
 /// A request in progress on a connection (see [`ConnState::request_began`]).
 pub(crate) struct RequestGuard(Arc<ConnState>);
+
+impl RequestGuard {
+    /// Its answer upgrades the connection (see [`ConnState::upgraded`]).
+    pub(crate) fn upgraded(&self) {
+        self.0.upgraded();
+    }
+}
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
@@ -177,6 +219,8 @@ impl Served {
         let state = Arc::new(ConnState {
             busy: AtomicI64::new(0),
             idle_since: AtomicU64::new(self.start.elapsed().as_millis() as u64),
+            head_since: AtomicU64::new(0),
+            upgraded: AtomicBool::new(false),
             evicted: Notify::new(),
             start: self.start,
         });
@@ -234,5 +278,29 @@ mod tests {
         // An evicted connection's late request does not make it busy again.
         drop(first.state.request_began());
         assert_eq!(first.state.busy.load(Ordering::Acquire), EVICTED);
+    }
+
+    #[test]
+    fn a_waiting_connection_has_the_idle_deadline_then_the_head_deadline_and_none_busy() {
+        let (idle, head) = (Duration::from_secs(100), Duration::from_secs(5));
+        let served = Served::new(4);
+        let place = served.admit().expect("a place");
+        let state = &place.state;
+        let opened = state.start + Duration::from_millis(state.idle_since.load(Ordering::Acquire));
+        assert_eq!(state.wait_deadline(idle, head), Some(opened + idle));
+        // A head's first bytes: its deadline is the header-read timeout from them.
+        state.bytes_arrived();
+        let begun = state.wait_deadline(idle, head).expect("a deadline");
+        assert!(begun < opened + idle && begun >= opened + head, "{begun:?}");
+        // Bytes while a request is in progress (its body) begin no head.
+        let request = state.request_began();
+        assert_eq!(state.wait_deadline(idle, head), None);
+        state.bytes_arrived();
+        drop(request);
+        let after = state.wait_deadline(idle, head).expect("a deadline");
+        assert!(after >= opened + idle, "{after:?}");
+        // Upgraded: no deadline.
+        state.upgraded();
+        assert_eq!(state.wait_deadline(idle, head), None);
     }
 }

@@ -438,6 +438,20 @@ pub fn wait_for_runs_but(data: &Path, held: Option<&Path>) -> Vec<std::path::Pat
     }
 }
 
+/// Whether the server closed `conn` (EOF or reset) within `within`; a 408 counts.
+pub fn closed_by_server(conn: &mut TcpStream, within: std::time::Duration) -> bool {
+    conn.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 512];
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue, // a 408 answer before the close
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
 /// The resident memory of process `pid` in KiB (`VmRSS`).
 pub use server_log::rss_kib;
 

@@ -1,5 +1,5 @@
 //! The API listener's limits (`[connections]`, `SANDBOXD_MAX_CONNECTIONS`,
-//! `SANDBOXD_HEADER_READ_TIMEOUT_SECONDS`): what a client that opens connections and
+//! `SANDBOXD_HEADER_READ_TIMEOUT_SECONDS`, `SANDBOXD_IDLE_TIMEOUT_SECONDS`): what a client that opens connections and
 //! sends nothing, or half a request, can hold of the server; and what one workspace's
 //! long-lived requests and all captured execs' output may hold of it
 //! (`SANDBOXD_MAX_IN_FLIGHT_PER_WORKSPACE`, `SANDBOXD_EXEC_OUTPUT_BUDGET_MIB`); and the pace
@@ -21,10 +21,15 @@ pub struct ConnectionLimits {
     /// Connections served at once; one past it is answered 503 with `Retry-After` and
     /// closed (4096 by default).
     pub max: usize,
-    /// How long a client may take to send a request's headers, counted from when the
-    /// server starts waiting for them (also between keep-alive requests): a connection
-    /// that takes longer is closed (10 s by default).
+    /// How long a client may take to send a request's headers, counted from their first
+    /// byte: a connection that takes longer is closed (10 s by default).
     pub header_read_timeout: Duration,
+    /// How long a connection may wait with no request (new, or kept alive after one)
+    /// before its client starts one: past it the connection is closed (120 s by default,
+    /// longer than clients keep idle connections themselves — Go 90 s, Firefox 115 s —
+    /// so that they close first rather than send into a close; at the cap, the
+    /// connection idle longest gives its place to a newcomer anyway).
+    pub idle_timeout: Duration,
     /// Long-lived requests (execs, waits, streamed execs, followed output and logs,
     /// terminals) one workspace may have in flight at once, past which it gets 429;
     /// `None`: an eighth of `max` (512 of the default 4096), so one workspace can never
@@ -57,6 +62,7 @@ impl Default for ConnectionLimits {
         Self {
             max: 4096,
             header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
             max_in_flight_per_workspace: None,
             exec_output_budget_mib: 512,
             body_pace: BodyPace::default(),
@@ -70,6 +76,7 @@ impl Default for ConnectionLimits {
 pub(super) struct ConnectionsLayer {
     max: Option<usize>,
     header_read_timeout_seconds: Option<u64>,
+    idle_timeout_seconds: Option<u64>,
     max_in_flight_per_workspace: Option<u32>,
     exec_output_budget_mib: Option<u64>,
     body_grace_seconds: Option<u64>,
@@ -83,6 +90,7 @@ impl ConnectionsLayer {
         Ok(Some(ConnectionsLayer {
             max: env_number(env, "SANDBOXD_MAX_CONNECTIONS")?,
             header_read_timeout_seconds: env_number(env, "SANDBOXD_HEADER_READ_TIMEOUT_SECONDS")?,
+            idle_timeout_seconds: env_number(env, "SANDBOXD_IDLE_TIMEOUT_SECONDS")?,
             max_in_flight_per_workspace: env_number(env, "SANDBOXD_MAX_IN_FLIGHT_PER_WORKSPACE")?,
             exec_output_budget_mib: env_number(env, "SANDBOXD_EXEC_OUTPUT_BUDGET_MIB")?,
             body_grace_seconds: env_number(env, "SANDBOXD_BODY_GRACE_SECONDS")?,
@@ -93,7 +101,11 @@ impl ConnectionsLayer {
     pub(super) fn apply(self, limits: &mut ConnectionLimits) {
         limits.max = self.max.unwrap_or(limits.max).clamp(1, MAX_CONNECTIONS);
         if let Some(secs) = self.header_read_timeout_seconds {
-            limits.header_read_timeout = Duration::from_secs(secs.max(1));
+            limits.header_read_timeout = Duration::from_secs(secs.clamp(1, 86_400));
+        }
+        if let Some(secs) = self.idle_timeout_seconds {
+            // At most a day, as the body grace (a `sleep_until` far past it is forever).
+            limits.idle_timeout = Duration::from_secs(secs.clamp(1, 86_400));
         }
         if let Some(n) = self.max_in_flight_per_workspace {
             limits.max_in_flight_per_workspace = Some(n);
