@@ -1,10 +1,11 @@
 //! The API's accept loop: a bounded number of connections, deadlines for a connection
-//! waiting for a request (`waiting`), and a graceful drain. A client that opens connections and sends
-//! nothing, or half a request header, holds a connection for at most the header-read
-//! timeout, and only while no newcomer needs its place (`served`): at the cap a new
-//! connection takes the place of the one idle longest, and only when every connection
-//! has a request in progress is it answered 503 with `Retry-After` in the dialect of
-//! the path it asked for, and closed.
+//! waiting for a request (`waiting`), and a graceful drain. A client that opens
+//! connections and sends nothing holds each for at most the idle timeout, one with half
+//! a request header for at most the header-read timeout, and either only while no
+//! newcomer needs its place (`served`): at the cap a new connection takes the place of
+//! the one idle longest, and only when every connection has a request in progress is
+//! it answered 503 with `Retry-After` in the dialect of the path it asked for, and
+//! closed.
 //! A request body must keep the server's pace (`BodyPace`): one that stalls or dribbles
 //! fails its request (408 in the dialect's shape) and ends its connection.
 

@@ -74,25 +74,32 @@ impl ConnState {
         self.upgraded.store(true, Ordering::Release);
     }
 
-    /// When a connection waiting for a request is closed: `head` after a head's first
-    /// byte, `idle` after its last request ended (or it opened); `None` while a request
-    /// is in progress, once upgraded, or once its place was taken (it is closing).
-    pub(crate) fn wait_deadline(&self, idle: Duration, head: Duration) -> Option<Instant> {
+    /// Since when the connection has waited, and for what; `None` while a request is in
+    /// progress, once upgraded, or once its place was taken (it is closing).
+    pub(crate) fn waiting(&self) -> Option<Wait> {
         if self.upgraded.load(Ordering::Acquire) || self.busy.load(Ordering::Acquire) != 0 {
             return None;
         }
-        let begun = self.head_since.load(Ordering::Acquire);
-        let (since, bound) = match begun {
-            0 => (self.idle_since.load(Ordering::Acquire), idle),
-            b => (b - 1, head),
-        };
-        Some(self.start + Duration::from_millis(since) + bound)
+        let at = |ms: u64| self.start + Duration::from_millis(ms);
+        Some(match self.head_since.load(Ordering::Acquire) {
+            0 => Wait::Idle(at(self.idle_since.load(Ordering::Acquire))),
+            begun => Wait::Head(at(begun - 1)),
+        })
     }
 
     /// Waits until the connection's place is taken.
     pub(crate) async fn evicted(&self) {
         self.evicted.notified().await
     }
+}
+
+/// What a connection with no request in progress waits for, since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// A request's first byte, since its last request ended (or it opened).
+    Idle(Instant),
+    /// The rest of a head, since its first byte.
+    Head(Instant),
 }
 
 /// A request in progress on a connection (see [`ConnState::request_began`]).
@@ -281,26 +288,25 @@ mod tests {
     }
 
     #[test]
-    fn a_waiting_connection_has_the_idle_deadline_then_the_head_deadline_and_none_busy() {
-        let (idle, head) = (Duration::from_secs(100), Duration::from_secs(5));
+    fn a_waiting_connection_waits_idle_then_for_its_head_and_not_while_busy() {
         let served = Served::new(4);
         let place = served.admit().expect("a place");
         let state = &place.state;
-        let opened = state.start + Duration::from_millis(state.idle_since.load(Ordering::Acquire));
-        assert_eq!(state.wait_deadline(idle, head), Some(opened + idle));
-        // A head's first bytes: its deadline is the header-read timeout from them.
+        let Some(Wait::Idle(opened)) = state.waiting() else {
+            panic!("a new connection waits idle: {:?}", state.waiting());
+        };
+        // A head's first bytes: it waits for the rest of the head, since them.
+        std::thread::sleep(std::time::Duration::from_millis(5));
         state.bytes_arrived();
-        let begun = state.wait_deadline(idle, head).expect("a deadline");
-        assert!(begun < opened + idle && begun >= opened + head, "{begun:?}");
+        assert!(matches!(state.waiting(), Some(Wait::Head(at)) if at > opened));
         // Bytes while a request is in progress (its body) begin no head.
         let request = state.request_began();
-        assert_eq!(state.wait_deadline(idle, head), None);
+        assert_eq!(state.waiting(), None);
         state.bytes_arrived();
         drop(request);
-        let after = state.wait_deadline(idle, head).expect("a deadline");
-        assert!(after >= opened + idle, "{after:?}");
-        // Upgraded: no deadline.
+        assert!(matches!(state.waiting(), Some(Wait::Idle(at)) if at > opened));
+        // Upgraded: no wait.
         state.upgraded();
-        assert_eq!(state.wait_deadline(idle, head), None);
+        assert_eq!(state.waiting(), None);
     }
 }

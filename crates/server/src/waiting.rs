@@ -5,9 +5,11 @@
 //! so it closed a kept-alive connection 10 s after its last answer, and a browser sending
 //! on it at that instant lost its request ("Failed to fetch": a console Pause once did);
 //! with the idle timeout past clients' own (Go 90 s, Firefox 115 s) the client closes
-//! first. A request in progress, and an upgraded connection, have neither deadline.
+//! first. A request in progress, a response still being written out to a slow reader,
+//! and an upgraded connection have neither deadline. A head pipelined behind a request
+//! (its bytes read while that request was in progress) waits as an idle connection does.
 
-use crate::served::ConnState;
+use crate::served::{ConnState, Wait};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -32,6 +34,11 @@ pub(crate) struct Waiting {
     tcp: TcpStream,
     state: Arc<ConnState>,
     limits: WaitLimits,
+    /// A write is waiting for the client to take what is sent: no deadline runs (hyper
+    /// may hold the rest of a last response, whose request is over, for a slow reader).
+    writing: bool,
+    /// When the socket last took bytes: the idle wait runs from it too.
+    wrote_at: Instant,
     /// The deadline armed, and its timer (made at the first wait).
     timer: Option<(Instant, Pin<Box<Sleep>>)>,
 }
@@ -42,30 +49,67 @@ impl Waiting {
             tcp,
             state,
             limits,
+            writing: false,
+            wrote_at: Instant::now(),
             timer: None,
         }
     }
 
-    /// With nothing to read: whether the wait's deadline has passed (else the timer is
-    /// armed to wake the reader at it).
+    /// When the connection is closed if no request begins (or its head ends) first.
+    fn deadline(&self) -> Option<Instant> {
+        if self.writing {
+            return None;
+        }
+        Some(match self.state.waiting()? {
+            Wait::Idle(since) => since.max(self.wrote_at) + self.limits.idle,
+            Wait::Head(since) => since + self.limits.head,
+        })
+    }
+
+    /// Whether the wait's deadline has passed; else a timer is armed to wake the
+    /// connection's task at it. Called when a read finds nothing and when a write ends:
+    /// hyper ends a request (the last of its response taken) before it writes that out,
+    /// and then waits for the next head without reading again until woken. The timer is
+    /// moved only to an earlier deadline (a head begun) or once it has gone off: a
+    /// connection kept alive by frequent requests resets it about once per idle
+    /// timeout, not per request (an early alarm wakes the task, which looks again).
     fn deadline_passed(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(deadline) = self.state.wait_deadline(self.limits.idle, self.limits.head) else {
+        let Some(deadline) = self.deadline() else {
             return false;
         };
-        let sleep = match &mut self.timer {
-            Some((armed, sleep)) => {
-                if *armed != deadline {
-                    sleep.as_mut().reset(deadline.into());
-                    *armed = deadline;
-                }
-                sleep
+        if Instant::now() >= deadline {
+            return true;
+        }
+        let (armed, sleep) = self.timer.get_or_insert_with(|| {
+            (
+                deadline,
+                Box::pin(tokio::time::sleep_until(deadline.into())),
+            )
+        });
+        if *armed > deadline || sleep.is_elapsed() {
+            sleep.as_mut().reset(deadline.into());
+            *armed = deadline;
+        }
+        if sleep.as_mut().poll(cx).is_ready() {
+            // Gone off in the instant before the deadline: once more, just past it.
+            let later = deadline + Duration::from_millis(1);
+            sleep.as_mut().reset(later.into());
+            *armed = later;
+            let _ = sleep.as_mut().poll(cx);
+        }
+        false
+    }
+
+    /// Notes how a write went, and arms the wait's timer when it left the connection
+    /// waiting (a deadline already passed wakes the task, whose read then fails).
+    fn wrote<T>(&mut self, cx: &mut Context<'_>, done: &Poll<io::Result<T>>) {
+        self.writing = done.is_pending();
+        if let Poll::Ready(Ok(_)) = done {
+            self.wrote_at = Instant::now();
+            if self.deadline_passed(cx) {
+                cx.waker().wake_by_ref();
             }
-            None => {
-                let sleep = Box::pin(tokio::time::sleep_until(deadline.into()));
-                &mut self.timer.insert((deadline, sleep)).1
-            }
-        };
-        sleep.as_mut().poll(cx).is_ready()
+        }
     }
 }
 
@@ -100,7 +144,10 @@ impl AsyncWrite for Waiting {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+        let this = self.get_mut();
+        let done = Pin::new(&mut this.tcp).poll_write(cx, buf);
+        this.wrote(cx, &done);
+        done
     }
 
     fn poll_write_vectored(
@@ -108,7 +155,10 @@ impl AsyncWrite for Waiting {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let done = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
+        this.wrote(cx, &done);
+        done
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -116,7 +166,10 @@ impl AsyncWrite for Waiting {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+        let this = self.get_mut();
+        let done = Pin::new(&mut this.tcp).poll_flush(cx);
+        this.wrote(cx, &done);
+        done
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
