@@ -13,6 +13,7 @@ mod idempotency;
 mod isolation;
 mod migrations;
 mod quotas;
+mod read_cache;
 mod registries;
 mod reserve;
 mod sandboxes;
@@ -37,6 +38,7 @@ pub const SECRET_KEY_FILE: &str = "secrets.key";
 pub struct SqliteStore {
     conns: conns::Conns,
     secrets: SecretBox,
+    cache: read_cache::ReadCache,
 }
 
 impl SqliteStore {
@@ -70,6 +72,7 @@ impl SqliteStore {
         Ok(Self {
             conns: conns::Conns::new(path, conn, reserve::Reserve::keep(dir)),
             secrets,
+            cache: read_cache::ReadCache::new(path.to_owned()),
         })
     }
 }
@@ -157,7 +160,9 @@ impl Store for SqliteStore {
         self.conns.write_with(|c| accounts::insert_key(c, key))
     }
     fn key_by_hash(&self, key_hash: &str) -> StoreResult<Option<ApiKeyRecord>> {
-        accounts::key_by_hash(&*self.conns.read()?, key_hash)
+        self.cache.key(key_hash, || {
+            accounts::key_by_hash(&*self.conns.read()?, key_hash)
+        })
     }
     fn key_by_id(&self, id: Uuid) -> StoreResult<Option<ApiKeyRecord>> {
         accounts::key_by_id(&*self.conns.read()?, id)
@@ -196,7 +201,8 @@ impl Store for SqliteStore {
         })
     }
     fn get_sandbox(&self, id: Uuid) -> StoreResult<Option<SandboxRecord>> {
-        sandboxes::get(&*self.conns.read()?, id)
+        self.cache
+            .sandbox(id, || sandboxes::get(&*self.conns.read()?, id))
     }
     fn sandbox_by_alias(&self, dialect: &str, alias: &str) -> StoreResult<Option<SandboxRecord>> {
         sandboxes::by_alias(&*self.conns.read()?, dialect, alias)
