@@ -151,6 +151,10 @@ async fn run(config: ServerConfig) -> Result<()> {
     );
     // Readers for a first burst of requests, opened now rather than on its way.
     store.open_readers(STORE_READERS_AHEAD);
+    // Keys and sandboxes kept between requests while the database does not change.
+    if let Err(e) = store.cache_reads() {
+        tracing::warn!(error = %e, "keys and sandboxes are read from the database each time");
+    }
     // Its WAL checkpointed on a thread of its own, not inside the commit that fills it
     // (a create's, under admission: every create queued behind it waited for the sync).
     if let Err(e) = store.checkpoint_in_background() {

@@ -74,6 +74,9 @@ fn two_stores() -> (tempfile::TempDir, SqliteStore, SqliteStore) {
     let path = dir.path().join("sandboxd.db");
     let server = SqliteStore::open(&path).expect("open");
     let tool = SqliteStore::open(&path).expect("open again");
+    for store in [&server, &tool] {
+        store.cache_reads().expect("a cache");
+    }
     server.create_workspace(&workspace("w1")).unwrap();
     (dir, server, tool)
 }
@@ -99,6 +102,22 @@ fn a_key_revoked_by_another_process_is_revoked_at_the_next_read() {
         server.key_by_hash(&k.key_hash).unwrap().unwrap().revoked_at,
         None
     );
+    // A key's SDK form (an alias of it) is revoked with it.
+    let alias = ApiKeyRecord {
+        id: Uuid::new_v4(),
+        key_hash: "ef".repeat(32),
+        alias_of: Some(k.id),
+        ..k.clone()
+    };
+    server.insert_key(&alias).unwrap();
+    let revoked_at = |hash: &str| server.key_by_hash(hash).unwrap().expect("a key").revoked_at;
+    assert_eq!(revoked_at(&alias.key_hash), None);
+    assert!(tool.revoke_key(k.id, t(5)).unwrap());
+    assert_eq!(
+        revoked_at(&alias.key_hash),
+        Some(t(5)),
+        "an alias of a revoked key read as live"
+    );
     // A hash that matches nothing is nothing, also once a key with it is made.
     let later = key("w1", &"cd".repeat(32));
     assert_eq!(server.key_by_hash(&later.key_hash).unwrap(), None);
@@ -121,7 +140,10 @@ fn every_read_of_a_sandbox_after_a_commit_sees_it_in_either_process() {
         writer.update_sandbox(&sb).unwrap();
         for reader in [&server, &tool] {
             let got = reader.get_sandbox(sb.id).unwrap().expect("the sandbox");
-            assert_eq!(got.memory_mb, sb.memory_mb, "a stale record in round {round}");
+            assert_eq!(
+                got.memory_mb, sb.memory_mb,
+                "a stale record in round {round}"
+            );
         }
     }
     // One that matches nothing is nothing, also once it is made.
@@ -161,7 +183,11 @@ fn readers_racing_a_writer_in_another_process_never_go_back() {
             tool.update_sandbox(&sb).unwrap();
             // Once the commit returned, a read of the server's sees it.
             let got = server.get_sandbox(sb.id).unwrap().expect("the sandbox");
-            assert!(got.memory_mb >= sb.memory_mb, "round {round}: {}", got.memory_mb);
+            assert!(
+                got.memory_mb >= sb.memory_mb,
+                "round {round}: {}",
+                got.memory_mb
+            );
         }
     });
 }

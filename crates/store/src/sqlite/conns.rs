@@ -76,6 +76,11 @@ impl Conns {
         }
     }
 
+    /// The database file's path.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Moves the WAL's checkpoints off the writer onto a thread of their own (see
     /// `checkpoints`); once per store.
     pub(super) fn checkpoint_in_background(&self) -> StoreResult<()> {

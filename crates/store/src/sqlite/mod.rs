@@ -72,7 +72,7 @@ impl SqliteStore {
         Ok(Self {
             conns: conns::Conns::new(path, conn, reserve::Reserve::keep(dir)),
             secrets,
-            cache: read_cache::ReadCache::new(path.to_owned()),
+            cache: read_cache::ReadCache::off(),
         })
     }
 }
@@ -83,6 +83,14 @@ impl SqliteStore {
     /// failure leaves fewer, opened when needed as before.
     pub fn open_readers(&self, n: usize) {
         self.conns.open_readers(n)
+    }
+
+    /// Keeps the keys and sandboxes read between reads while the database has not
+    /// changed (see `read_cache`), for a long-lived store such as a server's. A failure
+    /// to open the connection that watches for changes leaves reads uncached.
+    pub fn cache_reads(&self) -> StoreResult<()> {
+        let watch = conns::open(self.conns.path())?;
+        Ok(self.cache.start(watch)?)
     }
 
     /// Reads on the writer connection when it is free and no reader is idle, instead
