@@ -391,7 +391,7 @@ impl Api {
     }
 
     /// A fresh connection to `addr` (a keep-alive connection idle for longer than the
-    /// server's idle timeout, 120 s by default, is closed by the server).
+    /// server's idle timeout, 310 s by default, is closed by the server).
     pub(crate) async fn reconnect(&mut self, addr: SocketAddr) -> Result<()> {
         let stream = tokio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;

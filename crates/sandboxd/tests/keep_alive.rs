@@ -12,7 +12,7 @@ mod serve_bin;
 use serve_bin::{closed_by_server, parse_response, Reply, Server};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const MASTER: &str = "keep-alive-test-master-key";
 
@@ -117,14 +117,25 @@ fn a_head_begun_has_the_header_read_timeout_from_its_first_byte() {
     kept.write_all(&get(MASTER)).expect("send");
     assert_eq!(read_response(&mut kept), Ok(200));
     std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !closed_by_server(&mut kept, Duration::from_millis(100)),
+        "a kept-alive connection was closed at the header-read timeout with no head begun"
+    );
     kept.write_all(b"GET /v2/sandboxes HTTP/1.1\r\nhost: x\r\n")
         .unwrap();
+    let begun = Instant::now();
     for (name, conn) in [("new", &mut fresh), ("kept-alive", &mut kept)] {
         assert!(
             closed_by_server(conn, Duration::from_secs(60)),
             "a {name} connection holding half a head outlived the header-read timeout"
         );
     }
+    // Not before its deadline (a lower bound: a loaded machine only delays the close).
+    assert!(
+        begun.elapsed() >= Duration::from_millis(900),
+        "closed {:?} after the head's first byte",
+        begun.elapsed()
+    );
     assert_eq!(
         server.request("GET", "/v2/sandboxes", MASTER, None).status,
         200

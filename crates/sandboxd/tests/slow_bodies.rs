@@ -28,7 +28,9 @@ fn server(extra: &[(&str, &str)]) -> (tempfile::TempDir, Server) {
     (dir, server)
 }
 
-/// Sends a request head declaring `length` body bytes, then `first` of them.
+/// Sends a request head declaring `length` body bytes, then `first` of them (`connection:
+/// close`: the answer is read up to the server's close, which a kept-alive connection
+/// would reach only at the idle timeout).
 fn start_request(
     addr: SocketAddr,
     method: &str,
@@ -40,7 +42,7 @@ fn start_request(
     let mut conn = TcpStream::connect(addr).expect("connect");
     let head = format!(
         "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {MASTER}\r\n\
-         content-type: {content_type}\r\ncontent-length: {length}\r\n\r\n"
+         connection: close\r\ncontent-type: {content_type}\r\ncontent-length: {length}\r\n\r\n"
     );
     conn.write_all(head.as_bytes()).expect("send head");
     conn.write_all(first).expect("send the first bytes");

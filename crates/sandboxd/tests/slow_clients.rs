@@ -1,9 +1,9 @@
 //! Slow clients against the real server (loopback only, bounded counts): thousands of
 //! connections that send half a request header do not stop an authenticated request,
 //! are closed after the header-read timeout (silent ones after the idle timeout), and
-//! give their places to newcomers at the connection cap; past the cap of connections each with a request in progress, a
-//! client gets a 503 with `Retry-After` in its dialect's shape, not a hang; memory
-//! comes back.
+//! give their places to newcomers at the connection cap; past the cap of connections
+//! each with a request in progress, a client gets a 503 with `Retry-After` in its
+//! dialect's shape, not a hang; memory comes back.
 
 mod serve_bin;
 
@@ -213,7 +213,7 @@ fn half_open_and_silent_connections_leave_a_whole_lifecycle_working_and_are_clos
     let hard = raise_own_nofile();
     let dir = tempfile::tempdir().expect("temp dir");
     // The default header-read timeout (10 s) and connection cap (4096); an idle timeout
-    // of 15 s (120 s by default), which closes the silent ones.
+    // of 15 s (310 s by default), which closes the silent ones.
     let env = [("SANDBOXD_IDLE_TIMEOUT_SECONDS", "15")];
     let server = Server::start_with_env(dir.path(), Some(MASTER), &env);
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid())).unwrap();

@@ -2,9 +2,9 @@
 //! for a request's head (one that never sent one, or sits between keep-alive requests)
 //! holds its place only while no newcomer needs it: at the cap, a new connection takes
 //! the place of the one idle longest, which is closed. So connections that send nothing
-//! (or half a head) cannot lock everyone out by holding
-//! every place: an outside audit's 5,000 of them, reconnecting as soon as closed, left
-//! other clients unanswered. Only when every connection has a request in progress is a
+//! (or half a head) cannot lock everyone out by holding every place: an outside
+//! audit's 5,000 of them, reconnecting as soon as closed, left other clients
+//! unanswered. Only when every connection has a request in progress is a
 //! newcomer answered 503. A connection whose place is taken closes gracefully: what it
 //! still has buffered of its last response is sent first (a body is done, for the
 //! count, once hyper has taken its last bytes, not once they left). A keep-alive

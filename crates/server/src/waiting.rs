@@ -4,8 +4,8 @@
 //! timeout. hyper's own header-read timeout runs from when it starts waiting for a head,
 //! so it closed a kept-alive connection 10 s after its last answer, and a browser sending
 //! on it at that instant lost its request ("Failed to fetch": a console Pause once did);
-//! with the idle timeout past clients' own (Go 90 s, Firefox 115 s) the client closes
-//! first. A request in progress, a response still being written out to a slow reader,
+//! with the idle timeout past clients' own (Go 90 s, Firefox 115 s, Chromium 300 s) the
+//! client closes first. A request in progress, a response still being written out to a slow reader,
 //! and an upgraded connection have neither deadline. A head pipelined behind a request
 //! (its bytes read while that request was in progress) waits as an idle connection does.
 
@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 /// The two deadlines of a connection waiting for a request.
@@ -29,9 +28,10 @@ pub(crate) struct WaitLimits {
     pub head: Duration,
 }
 
-/// A served connection's socket, closed (its read fails) when a wait deadline passes.
-pub(crate) struct Waiting {
-    tcp: TcpStream,
+/// A served connection's socket (a `TcpStream`), closed (its read fails) when a wait
+/// deadline passes.
+pub(crate) struct Waiting<S> {
+    tcp: S,
     state: Arc<ConnState>,
     limits: WaitLimits,
     /// A write is waiting for the client to take what is sent: no deadline runs (hyper
@@ -43,8 +43,8 @@ pub(crate) struct Waiting {
     timer: Option<(Instant, Pin<Box<Sleep>>)>,
 }
 
-impl Waiting {
-    pub(crate) fn new(tcp: TcpStream, state: Arc<ConnState>, limits: WaitLimits) -> Self {
+impl<S> Waiting<S> {
+    pub(crate) fn new(tcp: S, state: Arc<ConnState>, limits: WaitLimits) -> Self {
         Self {
             tcp,
             state,
@@ -113,7 +113,7 @@ impl Waiting {
     }
 }
 
-impl AsyncRead for Waiting {
+impl<S: AsyncRead + Unpin> AsyncRead for Waiting<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -138,7 +138,7 @@ impl AsyncRead for Waiting {
     }
 }
 
-impl AsyncWrite for Waiting {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Waiting<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -174,5 +174,100 @@ impl AsyncWrite for Waiting {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::served::{Place, Served};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    /// A served connection's socket over an in-memory pipe of `buffer` bytes, the
+    /// client's end, and its place (which holds its state).
+    fn watched(buffer: usize, limits: WaitLimits) -> (Waiting<DuplexStream>, DuplexStream, Place) {
+        let place = Served::new(4).admit().expect("a place");
+        let (ours, theirs) = tokio::io::duplex(buffer);
+        (
+            Waiting::new(ours, place.state.clone(), limits),
+            theirs,
+            place,
+        )
+    }
+
+    /// Timers round to the millisecond, and the state keeps milliseconds.
+    const SLACK: Duration = Duration::from_millis(5);
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_at_the_idle_timeout_and_not_before() {
+        let limits = WaitLimits {
+            idle: Duration::from_millis(300),
+            head: Duration::from_millis(100),
+        };
+        let (mut conn, _client, _place) = watched(1024, limits);
+        let opened = Instant::now();
+        let err = conn.read(&mut [0u8; 16]).await.expect_err("closed");
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(
+            opened.elapsed() + SLACK >= limits.idle,
+            "{:?}",
+            opened.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_head_begun_has_the_head_timeout_from_its_first_byte() {
+        let limits = WaitLimits {
+            idle: Duration::from_secs(30),
+            head: Duration::from_millis(200),
+        };
+        let (mut conn, mut client, _place) = watched(1024, limits);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let begun = Instant::now();
+        let mut buf = [0u8; 64];
+        assert_eq!(conn.read(&mut buf).await.expect("the first bytes"), 16);
+        let err = conn.read(&mut buf).await.expect_err("closed");
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let waited = begun.elapsed();
+        assert!(waited + SLACK >= limits.head, "{waited:?}");
+        assert!(
+            waited < limits.idle,
+            "closed by the idle timeout: {waited:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_write_waiting_for_a_slow_reader_holds_the_idle_wait_back() {
+        let limits = WaitLimits {
+            idle: Duration::from_millis(200),
+            head: Duration::from_millis(100),
+        };
+        // 4 KiB through a 64-byte pipe: the write waits for the client, which reads
+        // only after three idle timeouts. One task, as hyper reads and writes from one.
+        let (conn, mut client, _place) = watched(64, limits);
+        let (mut reads, mut writes) = tokio::io::split(conn);
+        let served = async {
+            writes.write_all(&[7u8; 4096]).await.expect("written");
+        };
+        let waited = async {
+            let read = reads.read(&mut [0u8; 1]).await;
+            (read, Instant::now())
+        };
+        let client_side = async {
+            tokio::time::sleep(3 * limits.idle).await;
+            let reading = Instant::now();
+            let mut got = vec![0u8; 4096];
+            client.read_exact(&mut got).await.expect("all of it");
+            reading
+        };
+        let ((), (read, closed), reading) = tokio::join!(served, waited, client_side);
+        assert_eq!(read.expect_err("closed").kind(), io::ErrorKind::TimedOut);
+        // The write ended once the client read; the idle wait ran from there.
+        assert!(
+            closed + SLACK >= reading + limits.idle,
+            "closed {:?} before the client read",
+            reading.checked_duration_since(closed)
+        );
     }
 }

@@ -438,14 +438,15 @@ pub fn wait_for_runs_but(data: &Path, held: Option<&Path>) -> Vec<std::path::Pat
     }
 }
 
-/// Whether the server closed `conn` (EOF or reset) within `within`; a 408 counts.
+/// Whether the server closed `conn` (EOF or reset) within `within`; an answer before
+/// the close counts.
 pub fn closed_by_server(conn: &mut TcpStream, within: std::time::Duration) -> bool {
     conn.set_read_timeout(Some(within)).unwrap();
     let mut buf = [0u8; 512];
     loop {
         match conn.read(&mut buf) {
             Ok(0) => return true,
-            Ok(_) => continue, // a 408 answer before the close
+            Ok(_) => continue, // an answer before the close
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
             Err(_) => return false,
         }

