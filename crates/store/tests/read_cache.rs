@@ -2,15 +2,13 @@
 //! commit: two stores on one database file stand for two processes (a server and the
 //! `sandboxd keys` tool), each with its own connections and cache.
 
+mod fixtures;
+
+use fixtures::t;
 use sandboxd_store::*;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use time::OffsetDateTime;
 use uuid::Uuid;
-
-fn t(secs: i64) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp(1_800_000_000 + secs).unwrap()
-}
 
 fn workspace(id: &str) -> WorkspaceRecord {
     WorkspaceRecord {
@@ -38,33 +36,8 @@ fn key(ws: &str, hash: &str) -> ApiKeyRecord {
 
 fn sandbox(ws: &str) -> SandboxRecord {
     SandboxRecord {
-        id: Uuid::new_v4(),
-        workspace: ws.into(),
-        name: Some("cached".into()),
         status: "RUNNING".into(),
-        image: "default".into(),
-        vcpu: 1,
-        memory_mb: 256,
-        created_at: t(2),
-        started_at: Some(t(2)),
-        ended_at: None,
-        expires_at: None,
-        auto_pause: false,
-        auto_paused_at: None,
-        end_reason: None,
-        error: None,
-        snapshot_id: None,
-        environment: BTreeMap::new(),
-        secrets: vec![],
-        metadata: BTreeMap::new(),
-        extra_layers: vec![],
-        handle: None,
-        id_slot: None,
-        disk_mb: Some(1024),
-        aliases: BTreeMap::new(),
-        attributes: BTreeMap::new(),
-        isolation: None,
-        network: None,
+        ..fixtures::sandbox(ws, Some("cached"), t(2))
     }
 }
 

@@ -1,13 +1,12 @@
 //! One story that every `Store` backend must pass, run here against `SqliteStore`.
 
+mod fixtures;
+
+use fixtures::{sandbox, t};
 use sandboxd_store::*;
 use std::collections::BTreeMap;
-use time::{Duration, OffsetDateTime};
+use time::OffsetDateTime;
 use uuid::Uuid;
-
-fn t(secs: i64) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp(1_800_000_000 + secs).unwrap()
-}
 
 fn workspace(id: &str, env: &str) -> WorkspaceRecord {
     WorkspaceRecord {
@@ -18,38 +17,6 @@ fn workspace(id: &str, env: &str) -> WorkspaceRecord {
             ("runzivo".into(), format!("tenant-{id}")),
         ]),
         created_at: t(0),
-    }
-}
-
-fn sandbox(ws: &str, name: Option<&str>, at: OffsetDateTime) -> SandboxRecord {
-    SandboxRecord {
-        id: Uuid::new_v4(),
-        workspace: ws.into(),
-        name: name.map(Into::into),
-        status: "PENDING".into(),
-        image: "default".into(),
-        vcpu: 1,
-        memory_mb: 256,
-        created_at: at,
-        started_at: None,
-        ended_at: None,
-        expires_at: Some(at + Duration::minutes(5)),
-        auto_pause: false,
-        auto_paused_at: None,
-        end_reason: None,
-        error: None,
-        snapshot_id: None,
-        environment: BTreeMap::from([("A".into(), "1".into())]),
-        secrets: vec!["TOKEN".into()],
-        metadata: BTreeMap::new(),
-        extra_layers: vec![],
-        handle: None,
-        id_slot: None,
-        disk_mb: Some(1024),
-        aliases: BTreeMap::new(),
-        attributes: BTreeMap::new(),
-        isolation: None,
-        network: None,
     }
 }
 
