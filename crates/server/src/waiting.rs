@@ -31,7 +31,7 @@ pub(crate) struct WaitLimits {
 /// A served connection's socket (a `TcpStream`), closed (its read fails) when a wait
 /// deadline passes.
 pub(crate) struct Waiting<S> {
-    tcp: S,
+    stream: S,
     state: Arc<ConnState>,
     limits: WaitLimits,
     /// A write is waiting for the client to take what is sent: no deadline runs (hyper
@@ -44,9 +44,9 @@ pub(crate) struct Waiting<S> {
 }
 
 impl<S> Waiting<S> {
-    pub(crate) fn new(tcp: S, state: Arc<ConnState>, limits: WaitLimits) -> Self {
+    pub(crate) fn new(stream: S, state: Arc<ConnState>, limits: WaitLimits) -> Self {
         Self {
-            tcp,
+            stream,
             state,
             limits,
             writing: false,
@@ -121,7 +121,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Waiting<S> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        match Pin::new(&mut this.tcp).poll_read(cx, buf) {
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
                     this.state.bytes_arrived();
@@ -145,7 +145,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Waiting<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let done = Pin::new(&mut this.tcp).poll_write(cx, buf);
+        let done = Pin::new(&mut this.stream).poll_write(cx, buf);
         this.wrote(cx, &done);
         done
     }
@@ -156,24 +156,24 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Waiting<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let done = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
+        let done = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
         this.wrote(cx, &done);
         done
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
+        self.stream.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let done = Pin::new(&mut this.tcp).poll_flush(cx);
+        let done = Pin::new(&mut this.stream).poll_flush(cx);
         this.wrote(cx, &done);
         done
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }
 
