@@ -60,6 +60,17 @@ fn processes_holding(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// Whether `pid` is PID 1 of a PID namespace of its own (a sandbox's init, not the
+/// intermediate that forks it).
+fn is_pid_1_of_its_namespace(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .is_some_and(|ids| ids.split_whitespace().count() > 1 && ids.ends_with("\t1"))
+    })
+}
+
 fn data_dir() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().canonicalize().expect("canonical");
@@ -336,14 +347,24 @@ fn a_start_goes_cold_when_the_early_init_died_parked() {
     wait_for_early_agent(&data);
     let key = warm_keys(&data).remove(0);
     let entry = data.join("sandboxes").join(format!(".warm-{key}"));
-    let parked = processes_holding(&entry);
-    assert!(!parked.is_empty(), "the early init's processes");
-    for pid in parked {
-        // SAFETY: kill(2) on the init this test's runtime started, and its PID 1.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
+    // The agent's socket takes connections from its bind in the intermediate, before
+    // PID 1 is forked: parked means PID 1 alone is left holding the entry (a listing
+    // of /proc taken in the fork's instant can hold neither).
+    let mut parked = Vec::new();
+    wait_until("the early init's PID 1 alone is left", || {
+        parked = processes_holding(&entry);
+        matches!(parked[..], [pid] if is_pid_1_of_its_namespace(pid))
+    });
+    let pid1 = parked[0];
+    // SAFETY: kill(2) on the PID 1 this test's runtime started.
+    unsafe { libc::kill(pid1, libc::SIGKILL) };
+    // Dead as the runtime sees it: a zombie or gone. (Its files are closed before its
+    // namespaces go, and both before it is a zombie: a start in between takes a dying
+    // init, whose namespaces it then cannot open.)
     wait_until("the early init is dead", || {
-        processes_holding(&entry).is_empty()
+        std::fs::read_to_string(format!("/proc/{pid1}/stat")).map_or(true, |stat| {
+            matches!(stat.rsplit_once(") "), Some((_, rest)) if rest.starts_with(['Z', 'X']))
+        })
     });
     let cold = rt.start(&spec).expect("a cold start");
     assert!(!cold.warm, "the dead early init was taken");
