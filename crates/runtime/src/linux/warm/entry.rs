@@ -200,12 +200,22 @@ impl Maker {
             });
             let userns = self.spawn_mapped(key, dir, host_id_base, (held, on_netns), made);
             tm("init mapped");
+            // The root's layers pinned (a file in the entry's dir, not on its disk)
+            // while the disk is still being made, rather than after it.
+            let pinned = match (&userns, &shape.root) {
+                (Ok(_), Some((image, layers))) => {
+                    let pinned = self.pin(dir, image, layers);
+                    tm("pinned");
+                    pinned
+                }
+                _ => Ok(()),
+            };
             let disk = disk.join().unwrap_or_else(|_| {
                 Err(RuntimeError::AgentStart(
                     "making a warm init's disk panicked".into(),
                 ))
             });
-            (disk, userns)
+            (disk, userns.and_then(|userns| pinned.map(|()| userns)))
         });
         let userns = userns?;
         disk?;
@@ -218,8 +228,6 @@ impl Maker {
         let Some((image, layers)) = &shape.root else {
             return Ok(None);
         };
-        self.pin(dir, image, layers)?;
-        tm("pinned");
         let restage = shape.wired
             && self.net.is_some()
             && wired::unstage_over_linked_etc(&rootfs::upper(dir), layers)?;
