@@ -5,7 +5,8 @@
 //! then removed with everything it made; a parked one's PID 1 tethered to the runtime's
 //! process once started; and a `sandboxd run` killed with SIGKILL while its early init waits (the
 //! create held before its start) leaves nothing once the next run has opened the data
-//! dir: no entry dir, process, mount, loop device, cgroup or id slot.
+//! dir: no entry dir, process, mount, loop device, cgroup or id slot; a run's sweep of
+//! earlier runs leaves its own early init's make alone.
 
 mod common;
 mod serve_bin;
@@ -229,6 +230,42 @@ fn a_start_failing_at_its_layer_pin_ends_the_early_init_it_took() {
     assert_eq!(mounts_under(&data), Vec::<String>::new(), "mounts left");
     assert_eq!(slot_leases(&data), Vec::<String>::new(), "id slots left");
     scenario.teardown();
+}
+
+/// A run sweeps the sandboxes of earlier runs beside its create; its runtime swept dead
+/// warm entries when it opened, so that sweep leaves warm entries alone. Before, it
+/// took the run's own early init's dir in its first instant (made, its owner mark not
+/// yet in it: the run then made another), in about two runs in five back to back; here
+/// the owner mark's write is held 300 ms (`warm.owner`) to make that instant long.
+#[test]
+fn a_runs_sweep_of_earlier_runs_leaves_its_own_early_init_alone() {
+    let (_dir, data) = data_dir();
+    let run = |failpoints: &str| {
+        Command::new(BIN)
+            .args(["run", "--network", "none", "--data-dir"])
+            .arg(&data)
+            .args(["--", "/bin/true"])
+            .env_remove("SANDBOXD_DATA_DIR")
+            .env("SANDBOXD_DISK_OVERCOMMIT", "1000")
+            .env("SANDBOXD_FAILPOINTS", failpoints)
+            .env("RUST_LOG", "sandboxd_runtime=debug")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run")
+    };
+    // A first run makes the disk template (its first make formats it).
+    assert!(run("").status.success());
+    let held = run("warm.owner=sleep(300)");
+    let log = String::from_utf8_lossy(&held.stderr);
+    assert!(held.status.success(), "{log}");
+    assert!(
+        !log.contains("a sweep took a new warm init's dir"),
+        "the run's sweep took its early init's dir: {log}"
+    );
+    assert!(serve_bin::wait_for_runs(&data).is_empty());
+    assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
+    assert_no_mounts_loops_or_slots(&data);
 }
 
 #[test]
