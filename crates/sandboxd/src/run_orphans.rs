@@ -3,11 +3,8 @@
 //! engine, so the store records them TERMINATED, and whatever the runtime still holds
 //! of them (mounts, disk, cgroups, id slot, network lease, a gVisor sentry) removed.
 //! The next run sweeps at its start; a server sweeps every [`SWEEP_EVERY`] while it
-//! runs. Older binaries' `runs/` markers are swept too (`legacy_run_markers`), and a
-//! server's sweep also takes the warm entries of dead processes (a killed run's early
-//! init, never taken); a run's or a build's runtime took those when it opened, and a
-//! second look beside its own early init's make would take that make's dir in its
-//! first instant (made, its owner mark not yet in it).
+//! runs. Older binaries' `runs/` markers are swept too (`legacy_run_markers`), and so
+//! are the warm entries of dead processes (a killed run's early init, never taken).
 
 use sandboxd_engine::Engine;
 use sandboxd_runtime::linux::LinuxRuntime;
@@ -30,9 +27,14 @@ pub(crate) async fn sweep(
     crate::legacy_run_markers::sweep(engine, linux, engine.data_dir()).await;
     let found = {
         let linux = linux.clone();
-        tokio::task::spawn_blocking(move || linux.orphans())
-            .await
-            .unwrap_or_default()
+        tokio::task::spawn_blocking(move || {
+            // Early inits of runs killed before their start took them (a run's own
+            // runtime swept them when it opened; a server's opened long ago).
+            linux.sweep_dead_warm_entries();
+            linux.orphans()
+        })
+        .await
+        .unwrap_or_default()
     };
     let count = found.len();
     for orphan in found {
@@ -78,10 +80,6 @@ pub(crate) fn spawn_sweeper(
             let Some(engine) = engine.upgrade() else {
                 return;
             };
-            // Early inits of runs killed before their start took them (the server's
-            // runtime swept those it found when it opened, long ago).
-            let warm = linux.clone();
-            let _ = tokio::task::spawn_blocking(move || warm.sweep_dead_warm_entries()).await;
             sweep(&engine, &store, &linux, &tiers).await;
         }
     });

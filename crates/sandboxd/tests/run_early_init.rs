@@ -44,8 +44,7 @@ fn cgroups_named(parent: &str, name: &str) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// Processes whose command line names the data dir's entry `key` (none: its init's
-/// log is in the entry dir, so find the init by its open files instead).
+/// Processes with a file open under `dir` (an entry's init holds its log there).
 fn processes_holding(dir: &Path) -> Vec<i32> {
     let dir = dir.display().to_string();
     std::fs::read_dir("/proc")
@@ -232,9 +231,9 @@ fn a_start_failing_at_its_layer_pin_ends_the_early_init_it_took() {
     scenario.teardown();
 }
 
-/// A run sweeps the sandboxes of earlier runs beside its create; its runtime swept dead
-/// warm entries when it opened, so that sweep leaves warm entries alone. Before, it
-/// took the run's own early init's dir in its first instant (made, its owner mark not
+/// A run sweeps the sandboxes and warm entries of dead earlier runs beside its create;
+/// that sweep leaves an entry dir that is still empty to the next runtime's open. Before,
+/// it took the run's own early init's dir in its first instant (made, its owner mark not
 /// yet in it: the run then made another), in about two runs in five back to back; here
 /// the owner mark's write is held 300 ms (`warm.owner`) to make that instant long.
 #[test]
@@ -256,9 +255,20 @@ fn a_runs_sweep_of_earlier_runs_leaves_its_own_early_init_alone() {
     };
     // A first run makes the disk template (its first make formats it).
     assert!(run("").status.success());
+    let began = Instant::now();
     let held = run("warm.owner=sleep(300)");
     let log = String::from_utf8_lossy(&held.stderr);
     assert!(held.status.success(), "{log}");
+    // The hold was met, and the early init made and taken (the log is the runtime's).
+    assert!(began.elapsed() >= Duration::from_millis(300), "not held");
+    assert!(
+        log.contains("warm make") && log.contains("phase=\"parked\""),
+        "{log}"
+    );
+    assert!(
+        log.contains("phase=\"ready (parked)\""),
+        "the early init was not taken: {log}"
+    );
     assert!(
         !log.contains("a sweep took a new warm init's dir"),
         "the run's sweep took its early init's dir: {log}"

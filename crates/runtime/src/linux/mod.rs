@@ -169,7 +169,7 @@ impl LinuxRuntime {
         // SAFETY: prctl with integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         let slots = slots::Slots::new(&config.data_dir)?;
-        warm::sweep_stale(&config.data_dir, &cgroups, &slots);
+        warm::sweep_stale(&config.data_dir, &cgroups, &slots, warm::EmptyDirs::Remove);
         disk_trash::empty_in_background(&disk_trash::dir(&config.data_dir));
         Ok(LinuxRuntime {
             slots,
@@ -414,8 +414,12 @@ impl LinuxRuntime {
     /// others (a server), where a one-shot run killed with its early init made and not
     /// yet taken would otherwise keep that entry's mounted disk, loop device, cgroups
     /// and id slot until the next runtime opens the data dir.
+    /// An entry dir still empty is left alone (for the next open's sweep): it may be a
+    /// make of this process in its first instant, its owner mark not yet written (a
+    /// run's own early init, made beside the run's sweep of earlier runs).
     pub fn sweep_dead_warm_entries(&self) {
-        warm::sweep_stale(&self.config.data_dir, &self.cgroups, &self.slots);
+        let empty = warm::EmptyDirs::Leave;
+        warm::sweep_stale(&self.config.data_dir, &self.cgroups, &self.slots, empty);
     }
 
     /// Removes the parent cgroup if this runtime made it (or took it over from a maker

@@ -189,7 +189,8 @@ impl Maker {
         // The start fills it (no inode to allocate on its path: see `handle_file`).
         crate::linux::handle_file::premake(dir)?;
         // The disk (a loop device's configuration waits for an RCU grace period, and its
-        // mount) is made on a thread of its own while the init is spawned and mapped.
+        // mount) is made on a thread of its own while the init is spawned and mapped and
+        // the root's layers pinned.
         let (disk, userns) = std::thread::scope(|s| {
             let disk = s.spawn(|| {
                 let layer_count = shape.root.as_ref().map_or(1, |(_, layers)| layers.len());
@@ -430,7 +431,22 @@ fn remove(cgroups: &Cgroups, slots: &Slots, key: Uuid, dir: &Path) {
 
 /// Removes the entries under `data_dir` whose owning process is gone (one killed before
 /// it could drain its pool); run by every runtime that opens the data dir.
-pub(in crate::linux) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &Slots) {
+/// What a sweep does with an entry dir that is still empty (no owner mark in it).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(in crate::linux) enum EmptyDirs {
+    /// Removed (`rmdir`, only while empty): a runtime's sweep as it opens the data dir.
+    Remove,
+    /// Left for the next runtime's open: a sweep beside this process's own makes (a
+    /// run's early init), whose dirs are empty in their first instant.
+    Leave,
+}
+
+pub(in crate::linux) fn sweep_stale(
+    data_dir: &Path,
+    cgroups: &Cgroups,
+    slots: &Slots,
+    empty_dirs: EmptyDirs,
+) {
     let Ok(entries) = std::fs::read_dir(data_dir.join("sandboxes")) else {
         return;
     };
@@ -451,7 +467,9 @@ pub(in crate::linux) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &
             let dir = entry.path();
             let empty = std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
             if empty {
-                let _ = std::fs::remove_dir(&dir);
+                if empty_dirs == EmptyDirs::Remove {
+                    let _ = std::fs::remove_dir(&dir);
+                }
             } else if !dir.join("owner").exists() {
                 remove(cgroups, slots, key, &dir);
             }
@@ -482,7 +500,7 @@ mod tests {
         let base = slots.allocate(key).expect("the make's lease");
         let parent = format!("sandboxd-test-{}", Uuid::new_v4().simple());
         let cgroups = Cgroups::detect(&parent).expect("cgroups");
-        sweep_stale(&data, &cgroups, &slots);
+        sweep_stale(&data, &cgroups, &slots, EmptyDirs::Remove);
         cgroups.remove_parent_if_unused();
         assert!(!dir.exists(), "the stale entry stayed");
         assert_eq!(slots.held_by(key), None, "its lease (base {base}) stayed");

@@ -820,10 +820,13 @@ struct Making {
 }
 
 /// Removes the entries under `data_dir` whose owning process is gone (one killed before
-/// it could drain its pool); run by every runtime that opens the data dir.
-pub(super) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &Slots) {
-    entry::sweep_stale(data_dir, cgroups, slots)
+/// it could drain its pool); run by every runtime that opens the data dir, and (with
+/// [`EmptyDirs::Leave`]) by a running process's later sweeps.
+pub(super) fn sweep_stale(data_dir: &Path, cgroups: &Cgroups, slots: &Slots, empty: EmptyDirs) {
+    entry::sweep_stale(data_dir, cgroups, slots, empty)
 }
+
+pub(super) use entry::EmptyDirs;
 
 #[cfg(test)]
 mod tests {
