@@ -409,9 +409,9 @@ fn a_start_goes_cold_when_the_early_init_died_parked() {
     // namespaces go, and both before it is a zombie: a start in between takes a dying
     // init, whose namespaces it then cannot open.)
     wait_until("the early init is dead", || {
-        std::fs::read_to_string(format!("/proc/{pid1}/stat")).map_or(true, |stat| {
-            matches!(stat.rsplit_once(") "), Some((_, rest)) if rest.starts_with(['Z', 'X']))
-        })
+        common::stat_fields(pid1)
+            .first()
+            .is_none_or(|state| state == "Z" || state == "X")
     });
     let cold = rt.start(&spec).expect("a cold start");
     assert!(!cold.warm, "the dead early init was taken");

@@ -322,6 +322,15 @@ pub fn python_probe(handle: &SandboxHandle, script: &str, host: &str, port: u16)
     out.trim().to_string()
 }
 
+/// The fields of /proc/<pid>/stat after the command name (state first, then the parent
+/// PID); none once the process is gone.
+pub fn stat_fields(pid: i32) -> Vec<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 /// Our children that are zombies (state Z in /proc/<pid>/stat, parent us).
 pub fn zombie_children() -> Vec<i32> {
     let me = std::process::id().to_string();
@@ -329,12 +338,8 @@ pub fn zombie_children() -> Vec<i32> {
         .expect("proc")
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let fields: Vec<&str> = stat
-                .rsplit_once(')')
-                .map(|(_, rest)| rest.split_whitespace().collect())
-                .unwrap_or_default();
-            fields.first() == Some(&"Z") && fields.get(1) == Some(&me.as_str())
+            let fields = stat_fields(*pid);
+            fields.first().map(String::as_str) == Some("Z") && fields.get(1) == Some(&me)
         })
         .collect()
 }

@@ -429,8 +429,6 @@ fn remove(cgroups: &Cgroups, slots: &Slots, key: Uuid, dir: &Path) {
     }
 }
 
-/// Removes the entries under `data_dir` whose owning process is gone (one killed before
-/// it could drain its pool); run by every runtime that opens the data dir.
 /// What a sweep does with an entry dir that is still empty (no owner mark in it).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(in crate::linux) enum EmptyDirs {
@@ -441,6 +439,9 @@ pub(in crate::linux) enum EmptyDirs {
     Leave,
 }
 
+/// Removes the entries under `data_dir` whose owning process is gone (one killed before
+/// it could drain its pool), and empty entry dirs as `empty_dirs` says; run by every
+/// runtime that opens the data dir.
 pub(in crate::linux) fn sweep_stale(
     data_dir: &Path,
     cgroups: &Cgroups,
