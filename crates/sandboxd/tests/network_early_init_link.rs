@@ -5,6 +5,9 @@
 //! be opened, in its PID 1's once started). Either way the sandbox's
 //! `eth0` is up, addressed and routed, and one link is left for it, none after it.
 //!
+//! The same holds for a network the start makes (none to take), linked while the
+//! start goes on too.
+//!
 //! Like network_early_link.rs, the test runs in a network namespace and with network
 //! state of its own; it leaves no reaper.
 
@@ -187,4 +190,60 @@ fn two_egress_starts_at_once_are_each_linked_in_their_own_namespace() {
     }
     assert_no_sandbox_dirs_or_mounts(run_dir.path());
     end_parked_networks(run_dir.path(), state.path());
+}
+
+/// A start that finds no network to take (the first after an idle spell: nothing
+/// parked, no spare) links the one it makes while the early init's make goes on, not
+/// once the start has returned: its host end exists while the make is held. When that
+/// make then fails, the start goes on cold and is linked again in its own namespace.
+/// The runtime parks no networks, so that each start makes its own.
+#[test]
+fn a_made_network_is_linked_while_the_start_goes_on() {
+    let _nft = counted_nft_in_own_netns(None);
+    let scenario = fail::FailScenario::setup();
+    let state = tempfile::tempdir().expect("tempdir");
+    let run_dir = tempfile::tempdir().expect("tempdir");
+    let _cleanup = common::runtime(run_dir.path());
+    let tethers = Tethers::new();
+    let making = |fails: bool| {
+        // Held before it ends (until removed), its namespace told; failing after, when
+        // `fails`.
+        fail::cfg("warm.parking", "pause").expect("failpoint");
+        if fails {
+            fail::cfg("warm.park", "return").expect("failpoint");
+        }
+        let spec = common::spec("default");
+        let rt = net_runtime(run_dir.path(), state.path())
+            .with_tethers(tethers.clone())
+            .with_early_init(spec.disk_mb, "default", None);
+        let host_end = ifname(&spec.id.to_string());
+        let (sb, linked_during) = std::thread::scope(|s| {
+            let started = s.spawn(|| rt.start_with_network(&spec, &NetworkSpec::egress(vec![])));
+            // The start cannot return while the make is held: a link seen now was made
+            // beside it. A bound for a loaded machine, not a measure.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            let mut seen = false;
+            while !seen && std::time::Instant::now() < deadline {
+                seen = links_named(&host_end) == 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            fail::remove("warm.parking");
+            (started.join().expect("join").expect("start"), seen)
+        });
+        fail::remove("warm.park");
+        assert_eq!(sb.warm, !fails, "took the early init");
+        let named = named_after(state.path(), sb.id);
+        assert_eq!(named, Some(sb.id.to_string()), "made for it, not taken");
+        assert_linked(&rt, &sb, &sb.id.to_string());
+        rt.destroy(&sb).expect("destroy");
+        rt.discard_early_init();
+        tethers.finish_released();
+        assert_eq!(links_named(&host_end), 0, "the link is left");
+        linked_during
+    };
+    assert!(making(false), "no link while the early init's make went on");
+    assert!(making(true), "no link while the failing make went on");
+    scenario.teardown();
+    assert_no_sandbox_dirs_or_mounts(run_dir.path());
+    assert_eq!(names(&state.path().join("parked")), Vec::<String>::new());
 }

@@ -471,14 +471,20 @@ mod tests {
     fn a_templates_inode_tables_are_marked_zeroed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = template(dir.path(), 10240).expect("template");
-        let out = Command::new("dumpe2fs").arg(&path).output().expect("dumpe2fs");
+        let out = Command::new("dumpe2fs")
+            .arg(&path)
+            .output()
+            .expect("dumpe2fs");
         let text = String::from_utf8_lossy(&out.stdout);
         let groups: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("Group ") && l.contains(": (Blocks"))
             .collect();
         assert!(groups.len() >= 80, "{} groups: {text}", groups.len());
-        let unzeroed: Vec<&&str> = groups.iter().filter(|g| !g.contains("ITABLE_ZEROED")).collect();
+        let unzeroed: Vec<&&str> = groups
+            .iter()
+            .filter(|g| !g.contains("ITABLE_ZEROED"))
+            .collect();
         assert!(unzeroed.is_empty(), "not marked zeroed: {unzeroed:?}");
     }
 

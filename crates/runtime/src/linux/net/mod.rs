@@ -157,43 +157,29 @@ pub(super) fn start(
     }
     // The host side (a spare's or a parked one's, taken, else made) and the link into
     // the sandbox's network namespace are done on a second thread while the sandbox
-    // starts: only the link's last step and `resolv.conf` follow the start.
+    // starts: only `resolv.conf` follows the start.
     let (tell, told) = std::sync::mpsc::channel::<Option<OwnedFd>>();
     let (host, started) = std::thread::scope(|s| {
         let host = s.spawn(move || {
-            let Some(lease) = take_host_side(rt, config, spec.id, no_rules) else {
-                tm("no host side to take");
-                let policy = policy::resolve(network, &config.resolvers);
-                let prepared = prepare(config, spec.id, &policy, Some(&keeper(rt, spec.id)));
-                tm("host side prepared");
-                return HostSide::Made(prepared);
-            };
-            tm("host side taken");
-            let (ifname, _) = lease_names(spec.id, &lease);
-            // Linked into each namespace the start tells: a second one only when the
-            // init told first (an early init's, before its make ended) failed, and the
-            // start went on cold in a namespace of its own. Told none (that namespace
-            // could not be opened), the link made is not the sandbox's: it goes, and
-            // PID 1's namespace is connected once started.
-            let mut linked: Option<(OwnedFd, Result<(), RuntimeError>)> = None;
-            for ns in told.iter() {
-                let Some(ns) = ns else {
-                    if linked.take().is_some() {
-                        link::delete(&ifname);
-                    }
-                    continue;
-                };
-                if let Some((before, _)) = &linked {
-                    if same_namespace(before, &ns) {
-                        continue;
-                    }
-                    link::delete(&ifname);
+            let lease = match take_host_side(rt, config, spec.id, no_rules) {
+                Some(lease) => {
+                    tm("host side taken");
+                    lease
                 }
-                let made = link::create_in(&ifname, &ns, &lease)
-                    .and_then(|()| crate::faults::check("network.connect"));
-                linked = Some((ns, made));
-            }
-            HostSide::Taken(lease, linked.map(|(_, made)| made))
+                None => {
+                    tm("no host side to take");
+                    let policy = policy::resolve(network, &config.resolvers);
+                    match prepare(config, spec.id, &policy, Some(&keeper(rt, spec.id))) {
+                        Ok(lease) => {
+                            tm("host side prepared");
+                            lease
+                        }
+                        Err(e) => return HostSide::Failed(e),
+                    }
+                }
+            };
+            let linked = link_told(&told, &lease_names(spec.id, &lease).0, &lease);
+            HostSide::Ready(lease, linked)
         });
         let started = {
             // Dropped once the start returns, so the host thread never waits longer.
@@ -204,7 +190,7 @@ pub(super) fn start(
         };
         tm("sandbox started");
         let host = host.join().unwrap_or_else(|_| {
-            HostSide::Made(Err(RuntimeError::Network("network setup panicked".into())))
+            HostSide::Failed(RuntimeError::Network("network setup panicked".into()))
         });
         (host, started)
     });
@@ -225,10 +211,10 @@ pub(super) fn start(
     };
     let connected = match host {
         // The link was made while the sandbox started: only its resolv.conf is left.
-        HostSide::Taken(_, Some(linked)) => linked.and_then(|()| resolv_conf(config, &handle)),
+        HostSide::Ready(_, Some(linked)) => linked.and_then(|()| resolv_conf(config, &handle)),
         // The start told no namespace (it could not be opened): linked to PID 1's.
-        HostSide::Taken(lease, None) => connect(config, &handle, &lease),
-        HostSide::Made(prepared) => prepared.and_then(|lease| connect(config, &handle, &lease)),
+        HostSide::Ready(lease, None) => connect(config, &handle, &lease),
+        HostSide::Failed(e) => Err(e),
     };
     match connected {
         Ok(()) => {
@@ -369,11 +355,43 @@ fn resolv_conf(config: &NetConfig, handle: &SandboxHandle) -> Result<(), Runtime
     )
 }
 
-/// What the host thread of [`start`] got: a host side taken (with the link made into
-/// the namespace the start told, `None` when it told none), or one made for the sandbox.
+/// What the host thread of [`start`] got: a host side, taken or made, with the link
+/// made into the namespace the start told (`None` when it told none); or why none
+/// could be made.
 enum HostSide {
-    Taken(host::Lease, Option<Result<(), RuntimeError>>),
-    Made(Result<host::Lease, RuntimeError>),
+    Ready(host::Lease, Option<Result<(), RuntimeError>>),
+    Failed(RuntimeError),
+}
+
+/// Links `lease`'s pair (host end `ifname`) into each namespace the start tells, until
+/// it returns: into a second one only when the init told first (an early init's,
+/// before its make ended) failed and the start went on cold in a namespace of its own.
+/// Told none (that namespace could not be opened), the link made is not the sandbox's:
+/// it goes, and `None` says PID 1's namespace is to be connected once started.
+fn link_told(
+    told: &std::sync::mpsc::Receiver<Option<OwnedFd>>,
+    ifname: &str,
+    lease: &host::Lease,
+) -> Option<Result<(), RuntimeError>> {
+    let mut linked: Option<(OwnedFd, Result<(), RuntimeError>)> = None;
+    for ns in told.iter() {
+        let Some(ns) = ns else {
+            if linked.take().is_some() {
+                link::delete(ifname);
+            }
+            continue;
+        };
+        if let Some((before, _)) = &linked {
+            if same_namespace(before, &ns) {
+                continue;
+            }
+            link::delete(ifname);
+        }
+        let made = link::create_in(ifname, &ns, lease)
+            .and_then(|()| crate::faults::check("network.connect"));
+        linked = Some((ns, made));
+    }
+    linked.map(|(_, made)| made)
 }
 
 /// A host side made earlier, for a sandbox with no rules of its own: a spare of this
