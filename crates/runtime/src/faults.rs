@@ -34,8 +34,9 @@
 //! - `start.gvisor.handle`: on gVisor, the container created and started, before the
 //!   agent is attached and `handle.json` written;
 //! - `network.prepare`: the host side of an egress network leased and ruled;
-//! - `network.connect`: the sandbox's link made (with a host side made earlier, while
-//!   the sandbox starts), before its `resolv.conf`;
+//! - `network.connect`: the sandbox's link made (while the sandbox starts, into each
+//!   namespace it tells; after it, into PID 1's, when it told none), before its
+//!   `resolv.conf`;
 //! - `network.reap`: the parked networks' reaper took expired ones off the list, before
 //!   it removes them (the reaper configures its points from `SANDBOXD_FAILPOINTS`);
 //! - `freeze`, `thaw`: pause and resume;

@@ -218,6 +218,7 @@ fn a_made_network_is_linked_while_the_start_goes_on() {
             .with_early_init(spec.disk_mb, "default", None);
         let host_end = ifname(&spec.id.to_string());
         let (sb, linked_during) = std::thread::scope(|s| {
+            let unpause = common::Unpause("warm.parking");
             let started = s.spawn(|| rt.start_with_network(&spec, &NetworkSpec::egress(vec![])));
             // The start cannot return while the make is held: a link seen now was made
             // beside it. A bound for a loaded machine, not a measure.
@@ -227,7 +228,8 @@ fn a_made_network_is_linked_while_the_start_goes_on() {
                 seen = links_named(&host_end) == 1;
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
-            fail::remove("warm.parking");
+            assert!(!started.is_finished(), "the start returned, its make held");
+            drop(unpause);
             (started.join().expect("join").expect("start"), seen)
         });
         fail::remove("warm.park");

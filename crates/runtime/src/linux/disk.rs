@@ -166,11 +166,12 @@ fn mount_device(state_dir: &Path, device: (File, PathBuf)) -> Result<(), Runtime
 /// first allocation on a new filesystem reads its bitmaps through the loop device). An
 /// `mkfs.ext4` that cannot (older e2fsprogs) makes it without them, as before: the
 /// start then makes them. Its inode tables are marked zeroed: `mkfs.ext4` discards
-/// the image first (punching holes in a sparse file, instant) and, as a file's holes
-/// read as zeros, marks every group's table zeroed instead of leaving it to the
-/// kernel's lazy init, which otherwise zeroed each mounted sandbox disk's 80 tables
-/// (10 GiB) through its loop device in the background and dirtied their descriptors.
-/// Where the host's filesystem cannot punch holes, the tables stay unmarked, as before.
+/// the image first (punching holes in a sparse file, instant; asked for explicitly, as
+/// a host's `mke2fs.conf` may turn discards off) and, as a file's holes read as zeros,
+/// marks every group's table zeroed instead of leaving it to the kernel's lazy init,
+/// which otherwise zeroed each mounted sandbox disk's 80 tables (10 GiB) through its
+/// loop device in the background and dirtied their descriptors. Where the host's
+/// filesystem cannot punch holes, the tables stay unmarked, as before.
 fn template(data_dir: &Path, disk_mb: u32) -> Result<PathBuf, RuntimeError> {
     let dir = data_dir.join("disk-templates");
     let path = dir.join(format!("{disk_mb}mb-{TEMPLATE_FORMAT}.img"));
@@ -215,13 +216,13 @@ fn format(image: &Path, tree: Option<&Path>) -> std::io::Result<()> {
         Some(tree) => {
             cmd.args([
                 "-E",
-                "lazy_itable_init=1,no_copy_xattrs,root_owner=0:0",
+                "discard,lazy_itable_init=1,no_copy_xattrs,root_owner=0:0",
                 "-d",
             ]);
             cmd.arg(tree);
         }
         None => {
-            cmd.args(["-E", "lazy_itable_init=1"]);
+            cmd.args(["-E", "discard,lazy_itable_init=1"]);
         }
     }
     let out = cmd.arg(image).output()?;
@@ -475,6 +476,7 @@ mod tests {
             .arg(&path)
             .output()
             .expect("dumpe2fs");
+        assert!(out.status.success(), "dumpe2fs: {out:?}");
         let text = String::from_utf8_lossy(&out.stdout);
         let groups: Vec<&str> = text
             .lines()

@@ -363,3 +363,13 @@ pub fn warm_keys(data: &Path) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Removes failpoint `.0` when dropped: a test that paused a step on another thread
+/// unpauses it even when it panics first (its thread scope would wait for ever).
+pub struct Unpause(pub &'static str);
+
+impl Drop for Unpause {
+    fn drop(&mut self) {
+        fail::remove(self.0);
+    }
+}

@@ -157,7 +157,8 @@ pub(super) fn start(
     }
     // The host side (a spare's or a parked one's, taken, else made) and the link into
     // the sandbox's network namespace are done on a second thread while the sandbox
-    // starts: only `resolv.conf` follows the start.
+    // starts: only `resolv.conf` follows the start (and the link too, into PID 1's
+    // namespace, when the start could tell none).
     let (tell, told) = std::sync::mpsc::channel::<Option<OwnedFd>>();
     let (host, started) = std::thread::scope(|s| {
         let host = s.spawn(move || {
@@ -334,7 +335,8 @@ fn retarget(
     nft::retarget(&ifname, policy, &config.resolvers)
 }
 
-/// Once the sandbox runs: its link into the namespace, and its `resolv.conf`.
+/// Once the sandbox runs, when its start told no namespace to link while it went on:
+/// its link into PID 1's, and its `resolv.conf`.
 fn connect(
     config: &NetConfig,
     handle: &SandboxHandle,
