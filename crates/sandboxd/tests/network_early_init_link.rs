@@ -249,3 +249,53 @@ fn a_made_network_is_linked_while_the_start_goes_on() {
     assert_no_sandbox_dirs_or_mounts(run_dir.path());
     assert_eq!(names(&state.path().join("parked")), Vec::<String>::new());
 }
+
+/// An egress start whose early init is killed after its take (its namespace told and
+/// linked, its dir already the sandbox's, held there by a pause) goes on cold and is
+/// linked again in its own namespace: `eth0` up, one host end, none left after it.
+#[test]
+fn an_early_init_killed_after_its_take_leaves_a_cold_start_linked() {
+    let _nft = counted_nft_in_own_netns(None);
+    let scenario = fail::FailScenario::setup();
+    let state = tempfile::tempdir().expect("tempdir");
+    let run_dir = tempfile::tempdir().expect("tempdir");
+    let _cleanup = common::runtime(run_dir.path());
+    let tethers = Tethers::new();
+    let spec = common::spec("default");
+    let rt = net_runtime(run_dir.path(), state.path())
+        .with_tethers(tethers.clone())
+        .with_early_init(spec.disk_mb, "default", None);
+    let sandbox_dir = run_dir.path().join("sandboxes").join(spec.id.to_string());
+    fail::cfg("start.warm_dir", "pause").expect("failpoint");
+    let started = std::thread::scope(|s| {
+        let unpause = common::Unpause("start.warm_dir");
+        let start = s.spawn(|| rt.start_with_network(&spec, &NetworkSpec::egress(vec![])));
+        let mut held = Vec::new();
+        netns_common::eventually("the taken init's PID 1 holds the sandbox's dir", || {
+            // This process holds a file there too (the dir's owner mark: tethered).
+            held = common::processes_holding(&sandbox_dir);
+            held.retain(|pid| *pid != std::process::id() as i32);
+            matches!(held[..], [pid] if common::is_pid_1_of_its_namespace(pid))
+        });
+        let pid1 = held[0];
+        // SAFETY: kill(2) on the PID 1 this test's runtime started.
+        unsafe { libc::kill(pid1, libc::SIGKILL) };
+        netns_common::eventually("the taken init is dead", || {
+            common::stat_fields(pid1)
+                .first()
+                .is_none_or(|state| state == "Z" || state == "X")
+        });
+        drop(unpause);
+        start.join().expect("join")
+    });
+    let sb = started.expect("a cold start");
+    assert!(!sb.warm, "the start kept the dead init");
+    assert_linked(&rt, &sb, &sb.id.to_string());
+    let host_end = ifname(&sb.id.to_string());
+    rt.destroy(&sb).expect("destroy");
+    rt.discard_early_init();
+    tethers.finish_released();
+    scenario.teardown();
+    assert_eq!(links_named(&host_end), 0, "the link is left");
+    assert_no_sandbox_dirs_or_mounts(run_dir.path());
+}
