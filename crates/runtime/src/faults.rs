@@ -28,9 +28,6 @@
 //! - `start.handshake`: PID 1 attached, before its `Ready`;
 //! - `start.pin`: the sandbox's layer pin about to be written (a warm start: into the
 //!   entry's dir before its rename);
-//! - `start.unparked`: a parked warm init's cgroups renamed the sandbox's, its agent
-//!   named the sandbox's, before its limits (a failure there is not taken for the
-//!   init's death: no cold start follows);
 //! - `start.handle`: the agent ready, before `handle.json` is written;
 //! - `start.gvisor.legacy_layout`: on gVisor, the start makes the agent-dir layout of
 //!   an earlier sandboxd (tests of its adoption, see `gvisor::legacy`);

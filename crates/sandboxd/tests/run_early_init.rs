@@ -425,33 +425,6 @@ fn a_start_goes_cold_when_the_early_init_dies_after_its_take() {
     rt.discard_early_init();
     scenario.teardown();
     assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
-    assert_eq!(cgroups_under(&rt), Vec::<PathBuf>::new(), "cgroups left");
-    assert_no_mounts_loops_or_slots(&data);
-    assert_eq!(zombie_children(), Vec::<i32>::new(), "zombies left");
-}
-
-/// A start from the early init that fails for a reason of its own after the init's
-/// agent was named the sandbox's (the init alive, ending itself once its channel closes)
-/// fails: it is not taken for the init's death, and no cold start follows.
-#[test]
-fn a_start_failing_after_its_take_is_not_retried_cold() {
-    let scenario = fail::FailScenario::setup();
-    let (_dir, data) = data_dir();
-    let _cleanup = common::runtime(&data);
-    let spec = common::spec("default");
-    let rt = common::raw_runtime(&data).with_early_init(spec.disk_mb, "default", None);
-    fail::cfg("start.unparked", "return").expect("failpoint");
-    let failed = rt.start(&spec);
-    fail::remove("start.unparked");
-    match failed {
-        Err(sandboxd_runtime::RuntimeError::Injected("start.unparked")) => {}
-        other => panic!("not the injected failure: {other:?}"),
-    }
-    rt.discard_early_init();
-    scenario.teardown();
-    assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
-    assert!(!data.join("sandboxes").join(spec.id.to_string()).exists());
-    assert_eq!(cgroups_under(&rt), Vec::<PathBuf>::new(), "cgroups left");
     assert_no_mounts_loops_or_slots(&data);
     assert_eq!(zombie_children(), Vec::<i32>::new(), "zombies left");
 }

@@ -91,10 +91,8 @@ pub(super) fn start_notifying(
         // starts cold instead, telling its own namespace (the caller links that one).
         Err(e) if died => {
             tracing::warn!(id = %spec.id, error = %e, "the warm init taken died during the start; starting cold");
-            match rt.layer_stack(spec) {
-                Ok((layers, pin)) => start_with(rt, spec, layers, pin, None, tell_cold),
-                Err(_) => Err(e),
-            }
+            let (layers, pin) = rt.layer_stack(spec)?;
+            start_with(rt, spec, layers, pin, None, tell_cold)
         }
         started => started,
     }
@@ -119,8 +117,7 @@ pub(super) fn start_with(
 }
 
 /// [`start_with`], setting `died` when it failed from `warm` after the warm init's agent
-/// was named the sandbox's (a parked one's once its cgroups are; another's once ready)
-/// and that agent had been killed by then.
+/// was named the sandbox's and that agent was dead by then.
 fn start_noting(
     rt: &LinuxRuntime,
     spec: &SandboxSpec,
@@ -241,10 +238,10 @@ fn start_in(
         Ok(()) => Ok(handle),
         Err(e) => {
             // Before the clean-up below ends it: a warm init's agent, named the
-            // sandbox's, already killed (by a signal: one that ended itself because a
-            // failed step here closed its channel is no death to start again after).
-            let init_died =
-                pinned_in_entry && handle.agent_pid != 0 && sys::killed_child(handle.agent_pid);
+            // sandbox's, already dead.
+            let init_died = pinned_in_entry
+                && handle.agent_pid != 0
+                && !sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks);
             if let Some(mut child) = init {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -269,8 +266,8 @@ fn start_in(
     }
 }
 
-/// Why [`start_in`] failed, and whether the warm init it took had been killed by then
-/// (what it held is removed: the sandbox can start again, cold).
+/// Why [`start_in`] failed, and whether the warm init it took had died by then (what
+/// it held is removed: the sandbox can start again, cold).
 struct Failed {
     error: RuntimeError,
     init_died: bool,

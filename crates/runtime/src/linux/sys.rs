@@ -134,21 +134,6 @@ pub fn proc_stat(pid: i32) -> Option<(char, u64)> {
     Some((state, ticks))
 }
 
-/// Whether `pid`, a child of this process (a sandbox's PID 1: the runtime is its
-/// subreaper), was ended by a signal and waits to be reaped: looked at (`WNOWAIT`), not
-/// reaped. `false` while it runs, when it exited by itself, and when it is not this
-/// process's to wait for.
-pub fn killed_child(pid: i32) -> bool {
-    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
-    let flags =
-        WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT | WaitPidFlag::__WALL;
-    pid > 0
-        && matches!(
-            waitid(Id::Pid(nix::unistd::Pid::from_raw(pid)), flags),
-            Ok(WaitStatus::Signaled(..))
-        )
-}
-
 /// Whether `pid` is the live (not zombie) process that started at `ticks`.
 pub fn is_same_live_process(pid: i32, ticks: u64) -> bool {
     pid > 0

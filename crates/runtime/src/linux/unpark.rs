@@ -38,7 +38,6 @@ pub(super) fn unpark(
     // failed start's clean-up ends it, and finding it dead then starts the sandbox cold.
     handle.agent_pid = pid1;
     handle.agent_start_ticks = ticks;
-    crate::faults::check("start.unparked")?;
     rt.cgroups.set_limits(
         spec.id,
         Limits {
