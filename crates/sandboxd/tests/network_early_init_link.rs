@@ -278,7 +278,13 @@ fn an_early_init_killed_after_its_take_leaves_a_cold_start_linked() {
             matches!(held[..], [pid] if common::is_pid_1_of_its_namespace(pid))
         });
         let pid1 = held[0];
-        common::kill_until_dead(pid1);
+        // SAFETY: kill(2) on the PID 1 this test's runtime started.
+        unsafe { libc::kill(pid1, libc::SIGKILL) };
+        netns_common::eventually("the taken init is dead", || {
+            common::stat_fields(pid1)
+                .first()
+                .is_none_or(|state| state == "Z" || state == "X")
+        });
         drop(unpause);
         start.join().expect("join")
     });

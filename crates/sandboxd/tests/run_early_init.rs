@@ -378,7 +378,16 @@ fn a_start_goes_cold_when_the_early_init_died_parked() {
         matches!(parked[..], [pid] if is_pid_1_of_its_namespace(pid))
     });
     let pid1 = parked[0];
-    common::kill_until_dead(pid1);
+    // SAFETY: kill(2) on the PID 1 this test's runtime started.
+    unsafe { libc::kill(pid1, libc::SIGKILL) };
+    // Dead as the runtime sees it: a zombie or gone. (Its files are closed before its
+    // namespaces go, and both before it is a zombie: a start in between takes a dying
+    // init, whose namespaces it then cannot open.)
+    wait_until("the early init is dead", || {
+        common::stat_fields(pid1)
+            .first()
+            .is_none_or(|state| state == "Z" || state == "X")
+    });
     let cold = rt.start(&spec).expect("a cold start");
     assert!(!cold.warm, "the dead early init was taken");
     assert_eq!(sh_ok(&cold, "echo ok"), "ok\n");
@@ -414,7 +423,13 @@ fn a_start_goes_cold_when_the_early_init_dies_after_its_take() {
             },
         );
         let pid1 = held[0];
-        common::kill_until_dead(pid1);
+        // SAFETY: kill(2) on the PID 1 this test's runtime started.
+        unsafe { libc::kill(pid1, libc::SIGKILL) };
+        wait_until("the taken init is dead", || {
+            common::stat_fields(pid1)
+                .first()
+                .is_none_or(|state| state == "Z" || state == "X")
+        });
         drop(unpause);
         start.join().expect("join")
     });

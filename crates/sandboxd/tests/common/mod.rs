@@ -400,23 +400,3 @@ pub fn is_pid_1_of_its_namespace(pid: i32) -> bool {
             .is_some_and(|ids| ids.split_whitespace().count() > 1 && ids.ends_with("\t1"))
     })
 }
-
-/// SIGKILLs `pid` (a sandbox init this test's runtime started) and waits (up to a
-/// minute, a bound for a loaded machine) until it is dead as the runtime sees it: a
-/// zombie or gone. Its files are closed before its namespaces go, and both before it
-/// is a zombie: a start in between takes a dying init, whose namespaces it cannot open.
-pub fn kill_until_dead(pid: i32) {
-    // SAFETY: kill(2) on a process this test's runtime started.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !stat_fields(pid)
-        .first()
-        .is_none_or(|state| state == "Z" || state == "X")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{pid} outlived SIGKILL"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-}
