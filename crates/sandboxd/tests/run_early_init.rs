@@ -11,9 +11,7 @@
 mod common;
 mod serve_bin;
 
-use common::{
-    is_pid_1_of_its_namespace, mounts_under, processes_holding, sh_ok, slot_leases, warm_keys,
-};
+use common::{mounts_under, sh_ok, slot_leases, warm_keys};
 use sandboxd_runtime::Runtime;
 use serve_bin::BIN;
 use std::path::{Path, PathBuf};
@@ -44,6 +42,33 @@ fn cgroups_named(parent: &str, name: &str) -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Processes with a file open under `dir` (an entry's init holds its log there).
+fn processes_holding(dir: &Path) -> Vec<i32> {
+    let dir = dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.filter_map(|f| f.ok())
+                    .filter_map(|f| std::fs::read_link(f.path()).ok())
+                    .any(|target| target.display().to_string().starts_with(&dir))
+            })
+        })
+        .collect()
+}
+
+/// Whether `pid` is PID 1 of a PID namespace of its own (a sandbox's init, not the
+/// intermediate that forks it).
+fn is_pid_1_of_its_namespace(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .is_some_and(|ids| ids.split_whitespace().count() > 1 && ids.ends_with("\t1"))
+    })
 }
 
 fn data_dir() -> (tempfile::TempDir, PathBuf) {

@@ -373,30 +373,3 @@ impl Drop for Unpause {
         fail::remove(self.0);
     }
 }
-
-/// Processes with a file open under `dir` (an entry's init holds its log there).
-pub fn processes_holding(dir: &Path) -> Vec<i32> {
-    let dir = dir.display().to_string();
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-                fds.filter_map(|f| f.ok())
-                    .filter_map(|f| std::fs::read_link(f.path()).ok())
-                    .any(|target| target.display().to_string().starts_with(&dir))
-            })
-        })
-        .collect()
-}
-
-/// Whether `pid` is PID 1 of a PID namespace of its own (a sandbox's init, not the
-/// intermediate that forks it).
-pub fn is_pid_1_of_its_namespace(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("NSpid:"))
-            .is_some_and(|ids| ids.split_whitespace().count() > 1 && ids.ends_with("\t1"))
-    })
-}
