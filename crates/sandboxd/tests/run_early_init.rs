@@ -423,52 +423,6 @@ fn a_start_goes_cold_when_the_early_init_died_parked() {
     assert_no_mounts_loops_or_slots(&data);
 }
 
-/// An early init killed after its start took it (its dir already the sandbox's, held
-/// there by a pause) fails that start, which removes what it held and goes on cold: the
-/// sandbox works and nothing of the dead init is left.
-#[test]
-fn a_start_goes_cold_when_the_early_init_dies_after_its_take() {
-    let scenario = fail::FailScenario::setup();
-    let (_dir, data) = data_dir();
-    let _cleanup = common::runtime(&data);
-    let spec = common::spec("default");
-    let rt = common::raw_runtime(&data).with_early_init(spec.disk_mb, "default", None);
-    let state = data.join("sandboxes").join(spec.id.to_string());
-    fail::cfg("start.warm_dir", "pause").expect("failpoint");
-    let started = std::thread::scope(|s| {
-        let unpause = common::Unpause("start.warm_dir");
-        let start = s.spawn(|| rt.start(&spec));
-        // Taken: its dir renamed the sandbox's, held by its parked PID 1 alone.
-        let mut held = Vec::new();
-        wait_until(
-            "the taken init's PID 1 alone holds the sandbox's dir",
-            || {
-                held = processes_holding(&state);
-                matches!(held[..], [pid] if is_pid_1_of_its_namespace(pid))
-            },
-        );
-        let pid1 = held[0];
-        // SAFETY: kill(2) on the PID 1 this test's runtime started.
-        unsafe { libc::kill(pid1, libc::SIGKILL) };
-        wait_until("the taken init is dead", || {
-            common::stat_fields(pid1)
-                .first()
-                .is_none_or(|state| state == "Z" || state == "X")
-        });
-        drop(unpause);
-        start.join().expect("join")
-    });
-    let cold = started.expect("a cold start");
-    assert!(!cold.warm, "the start kept the dead init");
-    assert_eq!(sh_ok(&cold, "echo ok"), "ok\n");
-    rt.destroy(&cold).expect("destroy");
-    rt.discard_early_init();
-    scenario.teardown();
-    assert_eq!(warm_keys(&data), Vec::<String>::new(), "an entry is left");
-    assert_no_mounts_loops_or_slots(&data);
-    assert_eq!(zombie_children(), Vec::<i32>::new(), "zombies left");
-}
-
 /// Two starts at once (a one-shot runtime makes one, but nothing stops a caller): the
 /// early init is claimed by one of them in one step, the other starts cold, both work,
 /// and nothing is left after them.

@@ -66,7 +66,6 @@ pub(super) fn start_notifying(
     }
     let warm = warm.or_else(|| claimed.and_then(super::warm::Claimed::wait));
     phase(spec, t0, "warm taken");
-    let tell_cold = on_netns;
     // A parked init's network namespace exists already: told now (unless told above),
     // the caller links it while the rest of the start is done.
     let on_netns = match (on_netns, warm.as_ref().and_then(|w| w.parked)) {
@@ -82,20 +81,9 @@ pub(super) fn start_notifying(
         }
         (on_netns, _) => on_netns,
     };
-    let mut died = false;
-    let started = start_noting(rt, spec, layers, pin, warm, on_netns, &mut died);
+    let started = start_with(rt, spec, layers, pin, warm, on_netns);
     phase(spec, t0, "started");
-    match started {
-        // Taken while it was dying (killed, not yet a zombie when its liveness was
-        // checked), the init failed its start, which removed what it held: the sandbox
-        // starts cold instead, telling its own namespace (the caller links that one).
-        Err(e) if died => {
-            tracing::warn!(id = %spec.id, error = %e, "the warm init taken died during the start; starting cold");
-            let (layers, pin) = rt.layer_stack(spec)?;
-            start_with(rt, spec, layers, pin, None, tell_cold)
-        }
-        started => started,
-    }
+    started
 }
 
 /// Logs (debug) that the start of `spec` reached `name`, `t0` its beginning.
@@ -112,20 +100,6 @@ pub(super) fn start_with(
     pin: LayerPin,
     warm: Option<Warm>,
     on_netns: OnNetns<'_>,
-) -> Result<SandboxHandle, RuntimeError> {
-    start_noting(rt, spec, layers, pin, warm, on_netns, &mut false)
-}
-
-/// [`start_with`], setting `died` when it failed from `warm` after the warm init's agent
-/// was named the sandbox's and that agent was dead by then.
-fn start_noting(
-    rt: &LinuxRuntime,
-    spec: &SandboxSpec,
-    layers: Vec<PathBuf>,
-    pin: LayerPin,
-    warm: Option<Warm>,
-    on_netns: OnNetns<'_>,
-    died: &mut bool,
 ) -> Result<SandboxHandle, RuntimeError> {
     // A warm entry's id slot (its maps are written) becomes the sandbox's.
     let slot = match (&warm, &rt.warm, &rt.early) {
@@ -146,10 +120,7 @@ fn start_noting(
     if rt.warm.is_some() {
         rt.warm_counts.count(was_warm);
     }
-    let started = start_in(rt, spec, &layers, pin, host_id_base, warm, on_netns).map_err(|f| {
-        *died = f.init_died;
-        f.error
-    });
+    let started = start_in(rt, spec, &layers, pin, host_id_base, warm, on_netns);
     let started = started.map(|mut h| {
         h.warm = was_warm;
         h
@@ -180,7 +151,7 @@ fn start_in(
     host_id_base: u32,
     warm: Option<Warm>,
     on_netns: OnNetns<'_>,
-) -> Result<SandboxHandle, Failed> {
+) -> Result<SandboxHandle, RuntimeError> {
     let state_dir = rt.sandboxes_dir().join(spec.id.to_string());
     // A tethered sandbox's owner mark comes first: a sweeper never sees its dir unowned.
     let marked = match &rt.tethers {
@@ -210,7 +181,7 @@ fn start_in(
         if let Some(tethers) = &rt.tethers {
             tethers.release(spec.id);
         }
-        return Err(Failed::from(e));
+        return Err(e);
     }
     let mut handle = SandboxHandle {
         id: spec.id,
@@ -237,47 +208,21 @@ fn start_in(
     match launched {
         Ok(()) => Ok(handle),
         Err(e) => {
-            // Before the clean-up below ends it: a warm init's agent, named the
-            // sandbox's, already dead.
-            let init_died = pinned_in_entry
-                && handle.agent_pid != 0
-                && !sys::is_same_live_process(handle.agent_pid, handle.agent_start_ticks);
             if let Some(mut child) = init {
                 let _ = child.kill();
                 let _ = child.wait();
             }
-            let cleaned = match destroy::destroy(rt, &handle) {
+            match destroy::destroy(rt, &handle) {
                 Ok(()) => {
                     if let Some(tethers) = &rt.tethers {
                         tethers.release(spec.id);
                     }
-                    true
                 }
                 Err(cleanup) => {
-                    tracing::error!(id = %spec.id, error = %cleanup, "cleaning up a failed start");
-                    false
+                    tracing::error!(id = %spec.id, error = %cleanup, "cleaning up a failed start")
                 }
-            };
-            Err(Failed {
-                error: e,
-                init_died: init_died && cleaned,
-            })
-        }
-    }
-}
-
-/// Why [`start_in`] failed, and whether the warm init it took had died by then (what
-/// it held is removed: the sandbox can start again, cold).
-struct Failed {
-    error: RuntimeError,
-    init_died: bool,
-}
-
-impl From<RuntimeError> for Failed {
-    fn from(error: RuntimeError) -> Self {
-        Failed {
-            error,
-            init_died: false,
+            }
+            Err(e)
         }
     }
 }

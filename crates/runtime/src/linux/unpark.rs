@@ -12,8 +12,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 /// Takes `warm` (parked, its dir already renamed to the sandbox's state dir) into the
-/// sandbox of `spec`; `handle` names its agent once its cgroups are the sandbox's, so on
-/// a later failure the caller's clean-up of the sandbox ends it.
+/// sandbox of `spec`; `handle` names its agent from the first step, so on failure the
+/// caller's clean-up of the sandbox ends it.
 pub(super) fn unpark(
     rt: &LinuxRuntime,
     spec: &SandboxSpec,
@@ -25,6 +25,8 @@ pub(super) fn unpark(
             "the warm init is not parked".into(),
         ));
     };
+    handle.agent_pid = pid1;
+    handle.agent_start_ticks = ticks;
     // A test's pause between the dir's rename (done) and the cgroups' (as a cold one's).
     let _ = crate::faults::hit("start.warm_dir");
     if let Err(e) = rt.cgroups.rename(warm.key, spec.id) {
@@ -34,10 +36,6 @@ pub(super) fn unpark(
         let _ = rt.cgroups.remove(warm.key);
         return Err(e);
     }
-    // Named once in the sandbox's cgroups (ended above when they could not be): a
-    // failed start's clean-up ends it, and finding it dead then starts the sandbox cold.
-    handle.agent_pid = pid1;
-    handle.agent_start_ticks = ticks;
     rt.cgroups.set_limits(
         spec.id,
         Limits {
