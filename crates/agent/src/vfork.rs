@@ -267,6 +267,9 @@ unsafe impl Send for Stack {}
 /// the agent's threads ran on, about as much as the rest of the spawn.
 static SPARE: Mutex<Option<Stack>> = Mutex::new(None);
 
+/// The largest stack kept as the spare (one made for a long argv is unmapped after).
+const SPARE_MAX_BYTES: usize = 2 * STACK_BYTES;
+
 impl Stack {
     /// The spare stack when it has `size` bytes and is free, else a new one.
     fn take(size: usize) -> io::Result<Self> {
@@ -277,10 +280,11 @@ impl Stack {
         }
     }
 
-    /// Keeps this stack as the spare when it is of the usual size (a child that ran on
-    /// it has exec'd or exited).
+    /// Keeps this stack as the spare unless it is one of a long argv's (a child that
+    /// ran on it has exec'd or exited). Every stack is a little larger than
+    /// [`STACK_BYTES`] (room for the argv), so the test is a bound, not that size.
     fn put_back(self) {
-        if self.size != STACK_BYTES {
+        if self.size > SPARE_MAX_BYTES {
             return;
         }
         if let Ok(mut spare) = SPARE.lock() {
@@ -423,6 +427,31 @@ mod tests {
         assert_eq!(mask("SigBlk:"), Ok(0), "{out}");
         let ignored = mask("SigIgn:").unwrap();
         assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
+    }
+
+    /// The base of the spare stack now, if any.
+    fn spare_base() -> Option<usize> {
+        SPARE.lock().unwrap().as_ref().map(|s| s.base as usize)
+    }
+
+    #[test]
+    fn a_usual_spawn_keeps_its_stack_for_the_next_and_a_long_argvs_is_not_kept() {
+        run(&["/bin/true"], &[], "/").unwrap();
+        let kept = spare_base();
+        assert!(kept.is_some(), "no stack kept after a spawn");
+        run(&["/bin/true", "a", "b"], &[], "/").unwrap();
+        assert_eq!(
+            spare_base(),
+            kept,
+            "the next spawn did not run on the kept stack"
+        );
+        // A stack made for a long argv is not kept: the usual one is made again next.
+        let mut many = vec!["/bin/true"];
+        many.extend(std::iter::repeat_n("x", 40_000));
+        run(&many, &[], "/").unwrap();
+        assert_eq!(spare_base(), None, "a long argv's stack was kept");
+        run(&["/bin/true"], &[], "/").unwrap();
+        assert!(spare_base().is_some());
     }
 
     #[test]
