@@ -264,25 +264,35 @@ struct Stack {
 unsafe impl Send for Stack {}
 
 /// A stack kept for the next spawn: unmapping one costs a TLB shootdown on every CPU
-/// the agent's threads ran on, about as much as the rest of the spawn.
+/// the agent's threads ran on, about as much as the rest of the spawn. At most
+/// [`SPARE_MAX_BYTES`]: a stack made for a long argv is unmapped after its spawn.
 static SPARE: Mutex<Option<Stack>> = Mutex::new(None);
 
-/// The largest stack kept as the spare (one made for a long argv is unmapped after).
+/// The largest stack kept as the spare: twice the usual, so an argv of up to ~16 000
+/// arguments still reuses it, and a huge one's stack is not held for ever.
 const SPARE_MAX_BYTES: usize = 2 * STACK_BYTES;
 
 impl Stack {
-    /// The spare stack when it has `size` bytes and is free, else a new one.
+    /// The spare stack when it has at least `size` bytes and is free; else a new one
+    /// (a spare too small stays the spare, for the next usual spawn).
     fn take(size: usize) -> io::Result<Self> {
-        let spare = SPARE.lock().ok().and_then(|mut spare| spare.take());
-        match spare {
-            Some(stack) if stack.size >= size => Ok(stack),
-            _ => Self::new(size.max(STACK_BYTES).next_multiple_of(PAGE)),
+        let fitting = SPARE.lock().ok().and_then(|mut spare| {
+            spare
+                .as_ref()
+                .is_some_and(|stack| stack.size >= size)
+                .then(|| spare.take())
+                .flatten()
+        });
+        match fitting {
+            Some(stack) => Ok(stack),
+            None => Self::new(size.max(STACK_BYTES).next_multiple_of(PAGE)),
         }
     }
 
-    /// Keeps this stack as the spare unless it is one of a long argv's (a child that
-    /// ran on it has exec'd or exited). Every stack is a little larger than
-    /// [`STACK_BYTES`] (room for the argv), so the test is a bound, not that size.
+    /// Keeps this stack as the spare (a child that ran on it has exec'd or exited)
+    /// unless it is larger than [`SPARE_MAX_BYTES`] or a spare is kept already. Every
+    /// stack is a little larger than [`STACK_BYTES`] (room for the argv), so the test
+    /// is a bound, not that size.
     fn put_back(self) {
         if self.size > SPARE_MAX_BYTES {
             return;
@@ -387,6 +397,7 @@ mod tests {
 
     #[test]
     fn child_gets_argv_environment_cwd_and_its_own_session() {
+        let _serial = serial();
         let script = "echo \"$1|$FOO|$(pwd)\"; ps -o pid=,pgid=,sid= -p $$";
         let (status, out) = run(
             &["/bin/sh", "-c", script, "sh", "arg"],
@@ -410,6 +421,7 @@ mod tests {
 
     #[test]
     fn signals_start_at_default_with_an_empty_mask() {
+        let _serial = serial();
         // SigBlk: nothing blocked; SigIgn: SIGPIPE (ignored by Rust) back to default.
         let (_, out) = run(
             &["/bin/grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"],
@@ -429,33 +441,73 @@ mod tests {
         assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
     }
 
-    /// The base of the spare stack now, if any.
-    fn spare_base() -> Option<usize> {
-        SPARE.lock().unwrap().as_ref().map(|s| s.base as usize)
+    /// Held by every test here: they share the process's spare stack, which plain
+    /// `cargo test` (threads, not nextest's processes) would let them race for.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes `mark` at the bottom of the spare stack's usable bytes (a child, which
+    /// starts at the top, never reaches them) and returns the spare's base; `None`
+    /// when no stack is kept.
+    fn mark_spare(mark: u8) -> Option<usize> {
+        let spare = SPARE.lock().unwrap();
+        let stack = spare.as_ref()?;
+        // SAFETY: the first usable byte above the guard page of a mapping the spare
+        // owns, which no child uses while it is the spare (the lock is held).
+        unsafe { stack.base.cast::<u8>().add(PAGE).write_volatile(mark) };
+        Some(stack.base as usize)
+    }
+
+    /// The mark [`mark_spare`] left, read back from the spare stack (`None`: none kept).
+    fn spare_mark() -> Option<u8> {
+        let spare = SPARE.lock().unwrap();
+        let stack = spare.as_ref()?;
+        // SAFETY: as in `mark_spare`.
+        Some(unsafe { stack.base.cast::<u8>().add(PAGE).read_volatile() })
     }
 
     #[test]
-    fn a_usual_spawn_keeps_its_stack_for_the_next_and_a_long_argvs_is_not_kept() {
+    fn a_usual_spawn_runs_on_the_kept_stack_and_a_huge_argv_does_not_take_it() {
+        let _serial = serial();
         run(&["/bin/true"], &[], "/").unwrap();
-        let kept = spare_base();
-        assert!(kept.is_some(), "no stack kept after a spawn");
+        assert!(mark_spare(0xa5).is_some(), "no stack kept after a spawn");
         run(&["/bin/true", "a", "b"], &[], "/").unwrap();
+        // A stack made afresh reads zero there: the mark says it is the same mapping.
         assert_eq!(
-            spare_base(),
-            kept,
+            spare_mark(),
+            Some(0xa5),
             "the next spawn did not run on the kept stack"
         );
-        // A stack made for a long argv is not kept: the usual one is made again next.
-        let mut many = vec!["/bin/true"];
-        many.extend(std::iter::repeat_n("x", 40_000));
-        run(&many, &[], "/").unwrap();
-        assert_eq!(spare_base(), None, "a long argv's stack was kept");
+        // An argv too long for the spare gets a stack of its own, unmapped after; the
+        // spare stays for the next usual spawn.
+        let mut huge = vec!["/bin/true"];
+        huge.extend(std::iter::repeat_n("x", 40_000));
+        run(&huge, &[], "/").unwrap();
+        assert_eq!(
+            spare_mark(),
+            Some(0xa5),
+            "a huge argv's spawn replaced the spare"
+        );
+        // One a little longer than the spare holds: its stack (under the bound) is kept
+        // when no spare is.
+        drop(SPARE.lock().unwrap().take());
+        let mut long = vec!["/bin/true"];
+        long.extend(std::iter::repeat_n("x", 10_000));
+        run(&long, &[], "/").unwrap();
+        assert!(
+            mark_spare(0x5a).is_some(),
+            "a long argv's stack under the bound was not kept"
+        );
         run(&["/bin/true"], &[], "/").unwrap();
-        assert!(spare_base().is_some());
+        assert_eq!(spare_mark(), Some(0x5a));
     }
 
     #[test]
     fn a_failed_exec_is_an_error_and_leaves_no_child() {
+        let _serial = serial();
         let err = run(&["/no/such/program"], &[], "/").unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
         let err = run(&["/bin/true"], &[], "/no/such/dir").unwrap_err();
@@ -467,6 +519,7 @@ mod tests {
 
     #[test]
     fn a_file_without_shebang_runs_under_sh_and_setup_errors_stop_the_exec() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("script");
         std::fs::write(&path, "echo from-script\n").unwrap();
