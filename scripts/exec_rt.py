@@ -9,6 +9,9 @@
                                its Unix socket) and fork+exec, alternated
   exec_rt.py cpu BIN N         the server's CPU time, context switches and migrations per
                                exec (perf stat on the server around N execs)
+  exec_rt.py relay BIN ROUNDS  split's rows and a fourth: the agent's exec through a byte
+                               relay (scripts/exec_relay.c, built with gcc), the cost of a
+                               process in the middle that does nothing else
 
 Each request goes out in one write on a kept connection (as the benchmark's client
 does). Servers get their own temporary data directories (default egress network, or
@@ -246,6 +249,62 @@ def split(exe, rounds):
             server.close()
 
 
+def relay(exe, rounds):
+    """The exec through the server, through a byte relay to the agent, straight to the
+    agent, and fork+exec, alternated in random order each round."""
+    server, relayer, build = None, None, tempfile.mkdtemp(prefix="exec-relay-", dir="/tmp")
+    try:
+        binary = os.path.join(build, "exec_relay")
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exec_relay.c")
+        subprocess.run(["gcc", "-O2", "-o", binary, source], check=True)
+        server = Server(exe)
+        time.sleep(3)
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            port = free.getsockname()[1]
+        relayer = subprocess.Popen([binary, str(port), f"{server.dir}/sandboxes/{server.id}/agent.sock"])
+        for _ in range(100):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port))
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.01)
+        else:
+            raise RuntimeError("the relay did not listen")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        relayed = Conn(sock)
+
+        def via_relay():
+            t = time.perf_counter()
+            status, v = relayed.call("POST", "/v1/exec", {"argv": ["/bin/true"], "timeout_ms": 30000,
+                                                          "max_output_bytes": 4 << 20}, auth=False)
+            took = time.perf_counter() - t
+            if status != 200 or v["exit_code"] != 0:
+                raise RuntimeError(f"relayed exec: {status} {v}")
+            return took
+        rows = {"server": server.exec_true, "relay": via_relay, "agent": server.agent(), "fork+exec": fork_exec}
+        for _ in range(30):
+            for f in rows.values():
+                f()
+        samples = {name: [] for name in rows}
+        for _ in range(rounds):
+            names = list(rows)
+            random.shuffle(names)
+            for name in names:
+                samples[name].append(rows[name]())
+        m = {name: ms(v) for name, v in samples.items()}
+        print("  ".join(f"{name} {v:.3f} ms" for name, v in m.items()))
+        print(f"a relay in the middle {m['relay'] - m['agent']:+.3f} ms; the server beyond a relay "
+              f"{m['server'] - m['relay']:+.3f} ms; the agent beyond fork+exec {m['agent'] - m['fork+exec']:+.3f} ms")
+    finally:
+        if relayer:
+            relayer.kill()
+            relayer.wait()
+        if server:
+            server.close()
+        shutil.rmtree(build, ignore_errors=True)
+
+
 def cpu(exe, n):
     server = None
     try:
@@ -281,7 +340,7 @@ def cpu(exe, n):
 if __name__ == "__main__":
     # A SIGTERM ends the script through its cleanup (the `finally` blocks) too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if len(sys.argv) < 4 or sys.argv[1] not in ("ab", "split", "cpu"):
+    if len(sys.argv) < 4 or sys.argv[1] not in ("ab", "split", "cpu", "relay"):
         sys.exit(__doc__)
     mode = sys.argv[1]
     if mode == "ab":
@@ -290,5 +349,7 @@ if __name__ == "__main__":
         ab(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif mode == "split":
         split(sys.argv[2], int(sys.argv[3]))
+    elif mode == "relay":
+        relay(sys.argv[2], int(sys.argv[3]))
     else:
         cpu(sys.argv[2], int(sys.argv[3]))
