@@ -137,19 +137,7 @@ class Server:
         """A connection straight to the sandbox's agent."""
         sock = socket.socket(socket.AF_UNIX)
         sock.connect(f"{self.dir}/sandboxes/{self.id}/agent.sock")
-        conn = Conn(sock)
-
-        def exec_true():
-            t = time.perf_counter()
-            # What the server sends for an Inngest exec of /bin/true (its 30 s default
-            # timeout, 4 MiB output cap).
-            status, v = conn.call("POST", "/v1/exec", {"argv": ["/bin/true"], "timeout_ms": 30000,
-                                                       "max_output_bytes": 4 << 20}, auth=False)
-            took = time.perf_counter() - t
-            if status != 200 or v["exit_code"] != 0:
-                raise RuntimeError(f"agent exec: {status} {v}")
-            return took
-        return exec_true
+        return agent_exec(Conn(sock))
 
     def close(self):
         """Destroys the sandbox (on a fresh connection: the kept one may be mid-answer),
@@ -181,6 +169,20 @@ class Server:
                       f"start a server on it and delete the sandbox", file=sys.stderr)
             else:
                 shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def agent_exec(conn):
+    """A timed exec of /bin/true in the agent protocol on `conn` (what the server sends
+    for an Inngest exec of it: its 30 s default timeout, 4 MiB output cap)."""
+    def exec_true():
+        t = time.perf_counter()
+        status, v = conn.call("POST", "/v1/exec", {"argv": ["/bin/true"], "timeout_ms": 30000,
+                                                   "max_output_bytes": 4 << 20}, auth=False)
+        took = time.perf_counter() - t
+        if status != 200 or v["exit_code"] != 0:
+            raise RuntimeError(f"agent exec: {status} {v}")
+        return took
+    return exec_true
 
 
 def fork_exec():
@@ -272,17 +274,8 @@ def relay(exe, rounds):
         else:
             raise RuntimeError("the relay did not listen")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        relayed = Conn(sock)
-
-        def via_relay():
-            t = time.perf_counter()
-            status, v = relayed.call("POST", "/v1/exec", {"argv": ["/bin/true"], "timeout_ms": 30000,
-                                                          "max_output_bytes": 4 << 20}, auth=False)
-            took = time.perf_counter() - t
-            if status != 200 or v["exit_code"] != 0:
-                raise RuntimeError(f"relayed exec: {status} {v}")
-            return took
-        rows = {"server": server.exec_true, "relay": via_relay, "agent": server.agent(), "fork+exec": fork_exec}
+        rows = {"server": server.exec_true, "relay": agent_exec(Conn(sock)), "agent": server.agent(),
+                "fork+exec": fork_exec}
         for _ in range(30):
             for f in rows.values():
                 f()
