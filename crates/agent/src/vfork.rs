@@ -450,15 +450,16 @@ mod tests {
     }
 
     /// Writes `mark` at the bottom of the spare stack's usable bytes (a child, which
-    /// starts at the top, never reaches them) and returns the spare's base; `None`
-    /// when no stack is kept.
-    fn mark_spare(mark: u8) -> Option<usize> {
+    /// starts at the top, never reaches them); false when no stack is kept.
+    fn mark_spare(mark: u8) -> bool {
         let spare = SPARE.lock().unwrap();
-        let stack = spare.as_ref()?;
+        let Some(stack) = spare.as_ref() else {
+            return false;
+        };
         // SAFETY: the first usable byte above the guard page of a mapping the spare
         // owns, which no child uses while it is the spare (the lock is held).
         unsafe { stack.base.cast::<u8>().add(PAGE).write_volatile(mark) };
-        Some(stack.base as usize)
+        true
     }
 
     /// The mark [`mark_spare`] left, read back from the spare stack (`None`: none kept).
@@ -473,7 +474,7 @@ mod tests {
     fn a_usual_spawn_runs_on_the_kept_stack_and_a_huge_argv_does_not_take_it() {
         let _serial = serial();
         run(&["/bin/true"], &[], "/").unwrap();
-        assert!(mark_spare(0xa5).is_some(), "no stack kept after a spawn");
+        assert!(mark_spare(0xa5), "no stack kept after a spawn");
         run(&["/bin/true", "a", "b"], &[], "/").unwrap();
         // A stack made afresh reads zero there: the mark says it is the same mapping.
         assert_eq!(
@@ -498,7 +499,7 @@ mod tests {
         long.extend(std::iter::repeat_n("x", 10_000));
         run(&long, &[], "/").unwrap();
         assert!(
-            mark_spare(0x5a).is_some(),
+            mark_spare(0x5a),
             "a long argv's stack under the bound was not kept"
         );
         run(&["/bin/true"], &[], "/").unwrap();
