@@ -30,24 +30,29 @@ class ApiError extends Error {
   }
 }
 
-// Tries of a GET whose connection fails before any answer (a connection closed under
-// it; the server keeps idle ones longer than browsers do, so that is rare). Pages that
-// load once would otherwise show "Failed to fetch" for good. Changes are never sent
+// Tries of a request whose connection fails before any answer (a connection closed under
+// it; the server keeps idle ones longer than browsers do, so that is rare): GETs, and the
+// changes whose repeat changes nothing more (pause and resume answer a sandbox already in
+// the state asked for as they would have). Pages that load once, and a Pause clicked
+// once, would otherwise show "Failed to fetch" for good. Other changes are never sent
 // twice.
-const GET_TRIES = 4;
+const TRIES = 4;
 
-async function send(method, url, init) {
+async function send(method, url, init, idempotent) {
+  const retried = method === "GET" || idempotent === true;
   for (let tried = 1; ; tried++) {
     try {
       return await fetch(url, init);
     } catch (e) {
-      if (method !== "GET" || tried >= GET_TRIES) throw e;
+      if (!retried || tried >= TRIES) throw e;
       await new Promise((done) => setTimeout(done, 200 * tried));
     }
   }
 }
 
-async function api(method, path, body, raw) {
+// One call of the console's API. `idempotent`: a change that may be sent again when its
+// connection fails before any answer (see `send`).
+async function api(method, path, body, raw, idempotent) {
   const headers = {};
   if (method !== "GET") headers["X-CSRF-Token"] = state.csrf;
   let payload;
@@ -56,7 +61,7 @@ async function api(method, path, body, raw) {
     headers["Content-Type"] = "application/json";
     payload = JSON.stringify(body);
   }
-  const res = await send(method, "/console/api" + path, { method, headers, body: payload, credentials: "same-origin" });
+  const res = await send(method, "/console/api" + path, { method, headers, body: payload, credentials: "same-origin" }, idempotent);
   if (res.status === 401) {
     signedOut();
     throw new ApiError(401, "unauthorized", "signed out");
@@ -300,7 +305,8 @@ function sandboxPage(id) {
   const box = errorBox();
   const title = el("h1", { text: id });
   const facts = el("p", { id: "sandbox-facts", class: "muted" });
-  const act = (label, path, method, question, cls) => el("button", {
+  // `again`: the action may be sent twice (see `send`).
+  const act = (label, path, method, question, cls, again) => el("button", {
     type: "button", id: `action-${label.toLowerCase()}`, class: cls,
     onclick: async () => {
       if (!window.confirm(question)) return;
@@ -309,7 +315,7 @@ function sandboxPage(id) {
           const snap = await api("POST", `/sandboxes/${id}/snapshot`, {});
           box.textContent = `Snapshot ${snap.id} saved.`;
         } else {
-          await api(method, `/sandboxes/${id}${path}`);
+          await api(method, `/sandboxes/${id}${path}`, undefined, undefined, again);
         }
         if (label === "Delete") location.hash = "#/sandboxes";
         else refresh();
@@ -317,8 +323,8 @@ function sandboxPage(id) {
     },
   }, label);
   const actions = el("div", { class: "toolbar" },
-    act("Pause", "/pause", "POST", "Pause this sandbox?"),
-    act("Resume", "/resume", "POST", "Resume this sandbox?"),
+    act("Pause", "/pause", "POST", "Pause this sandbox?", null, true),
+    act("Resume", "/resume", "POST", "Resume this sandbox?", null, true),
     act("Snapshot", "", "POST", "Snapshot this sandbox's filesystem?"),
     act("Delete", "", "DELETE", "Delete this sandbox? Its processes and files are lost.", "danger"));
   async function refresh() {

@@ -733,7 +733,29 @@ async fn drive(
         .await
         .map_err(|e| e.to_string())?;
 
-    // Pause, resume and snapshot, each after a confirmation.
+    // Pause, resume and snapshot, each after a confirmation. The first send of each
+    // fails as a connection closed before any answer does ("Failed to fetch", as one
+    // Pause once did in CI): pause and resume are sent again (a repeat changes nothing
+    // more), a snapshot never is: its failure is shown, and the next click makes one.
+    js(
+        c,
+        "window.fetchFails = { pause: 1, resume: 1, snapshot: 1 };\
+         window.fetchSends = { pause: 0, resume: 0, snapshot: 0 };\
+         const real = window.fetch;\
+         window.fetch = function (url, init) {\
+           const m = /\\/(pause|resume|snapshot)$/.exec(String(url));\
+           if (m && init && init.method === 'POST') {\
+             window.fetchSends[m[1]] += 1;\
+             if (window.fetchFails[m[1]] > 0) {\
+               window.fetchFails[m[1]] -= 1;\
+               return Promise.reject(new TypeError('Failed to fetch'));\
+             }\
+           }\
+           return real.apply(this, arguments);\
+         };\
+         return null",
+    )
+    .await;
     for (button, want) in [("pause", "PAUSED"), ("resume", "RUNNING")] {
         c.find(Locator::Id(&format!("action-{button}")))
             .await
@@ -747,7 +769,30 @@ async fn drive(
             (got.json()["data"]["status"] == want).then_some(())
         })
         .await?;
+        let sends = js(c, &format!("return window.fetchSends.{button}")).await;
+        assert_eq!(sends, json!(2), "{button}: one failed send, one retry");
     }
+    c.find(Locator::Id("action-snapshot"))
+        .await
+        .expect("snapshot button")
+        .click()
+        .await
+        .expect("click");
+    c.accept_alert().await.map_err(|e| e.to_string())?;
+    s.until("the failed snapshot's error", || async {
+        let text = js(
+            c,
+            "return document.querySelector('section .error').textContent",
+        )
+        .await;
+        text.as_str()?.contains("Failed to fetch").then_some(())
+    })
+    .await?;
+    assert_eq!(
+        js(c, "return window.fetchSends.snapshot").await,
+        json!(1),
+        "a snapshot is never sent twice"
+    );
     c.find(Locator::Id("action-snapshot"))
         .await
         .expect("snapshot button")
