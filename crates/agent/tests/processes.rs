@@ -241,11 +241,19 @@ async fn environment_and_cwd_are_applied() {
 async fn a_follower_that_does_not_read_never_blocks_the_process_and_is_told_of_the_gap() {
     let agent = start().await;
     let c = &agent.client;
+    // The command writes only once the follower is open: a follower opened after a fast
+    // command ended (a loaded machine) would start at the retained tail, with no gap.
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("go");
     let p = c
-        .start_process(&sh("head -c 20000000 /dev/zero"))
+        .start_process(&sh(&format!(
+            "while [ ! -e '{}' ]; do sleep 0.01; done; head -c 20000000 /dev/zero",
+            gate.display()
+        )))
         .await
         .unwrap();
     let mut follow = c.output(p.id, 0, true).await.unwrap();
+    std::fs::write(&gate, b"").unwrap();
     // The follower reads nothing while 20 MB go through the agent.
     let done = c.wait(p.id, LONG).await.unwrap();
     assert_eq!(done.exit_code, Some(0));
