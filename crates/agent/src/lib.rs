@@ -115,10 +115,12 @@ impl Agent {
         stop: impl std::future::Future<Output = ()>,
     ) {
         let mut connections = tokio::task::JoinSet::new();
+        let mut reaping = reaper::InRuntime::start();
         tokio::pin!(stop);
         loop {
             let stream = tokio::select! {
                 () = &mut stop => break,
+                Some(()) = reaper::reaped(&mut reaping) => continue,
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => stream,

@@ -126,3 +126,48 @@ async fn children_are_confined_and_get_a_neutral_oom_score() {
     assert!(out.contains("CapBnd:\t00000000a80425fb"), "{out}");
     assert!(out.contains("refused"), "{out}");
 }
+
+/// A serving agent reaps its commands on its own runtime's thread: the reaper's thread
+/// is not woken per command (it looks once a second, a safety net), so an exit reaches
+/// the exec's answer without a hop between threads.
+#[tokio::test]
+async fn a_serving_agent_reaps_its_commands_without_waking_the_reaper_thread() {
+    let agent = start().await;
+    let c = &agent.client;
+    // The first command's exit: the reaper (thread and handler) exists by then.
+    c.exec(&exec_req("exit 0", 0, 0)).await.unwrap();
+    let reaper = reaper_thread();
+    let before = switches(&reaper);
+    let began = std::time::Instant::now();
+    for _ in 0..50 {
+        let r = c.exec(&exec_req("exit 7", 0, 0)).await.unwrap();
+        assert_eq!(r.exit_code, Some(7));
+    }
+    let woken = switches(&reaper) - before;
+    // Its once-a-second look over the time taken, and one more either side.
+    let looks = began.elapsed().as_secs() + 2;
+    assert!(
+        woken <= looks,
+        "the reaper's thread ran {woken} times for 50 commands in {:?}",
+        began.elapsed()
+    );
+}
+
+/// `/proc/self/task/<tid>` of the process's `agent-reaper` thread.
+fn reaper_thread() -> std::path::PathBuf {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .map(|t| t.unwrap().path())
+        .find(|t| std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim() == "agent-reaper"))
+        .expect("the agent-reaper thread")
+}
+
+/// How many times thread `task` has given up its CPU (woken and run, then slept).
+fn switches(task: &std::path::Path) -> u64 {
+    let status = std::fs::read_to_string(task.join("status")).unwrap();
+    status
+        .lines()
+        .filter(|l| l.contains("ctxt_switches:"))
+        .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
