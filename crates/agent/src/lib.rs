@@ -21,6 +21,15 @@ mod shared;
 mod spawn;
 mod vfork;
 
+/// Held by the unit tests that start children. Plain `cargo test` runs tests as threads
+/// of one process, where one test's child could be reaped by another's means (the
+/// reaper's thread, a look for any child left) and its exit status lost.
+#[cfg(test)]
+pub(crate) fn children_test_lock() -> std::sync::MutexGuard<'static, ()> {
+    static CHILDREN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CHILDREN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 use hyper_util::rt::TokioIo;
 use shared::Shared;
 use std::collections::BTreeMap;

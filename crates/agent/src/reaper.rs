@@ -188,16 +188,18 @@ mod tests {
         })
     }
 
-    #[tokio::test]
-    async fn delivers_exit_codes_and_signals() {
+    #[test]
+    fn delivers_exit_codes_and_signals() {
+        let _children = crate::children_test_lock();
         let (_c, rx) = spawn(Command::new("/bin/sh").args(["-c", "exit 3"])).unwrap();
-        assert_eq!(rx.await.unwrap(), Exit::Code(3));
+        assert_eq!(rx.blocking_recv().unwrap(), Exit::Code(3));
         let (_c, rx) = spawn(Command::new("/bin/sh").args(["-c", "kill -9 $$"])).unwrap();
-        assert_eq!(rx.await.unwrap(), Exit::Signal(9));
+        assert_eq!(rx.blocking_recv().unwrap(), Exit::Signal(9));
     }
 
-    #[tokio::test]
-    async fn failed_spawns_are_left_to_the_spawner_in_a_busy_process() {
+    #[test]
+    fn failed_spawns_are_left_to_the_spawner_in_a_busy_process() {
+        let _children = crate::children_test_lock();
         // Children exiting all the time while exec keeps failing: std's spawn reaps the
         // failed child itself and must never find it stolen.
         let busy: Vec<_> = (0..20)
@@ -211,7 +213,7 @@ mod tests {
             assert!(spawn(&mut Command::new("/no/such/binary")).is_err());
         }
         for rx in busy {
-            assert_eq!(rx.await.unwrap(), Exit::Code(0));
+            assert_eq!(rx.blocking_recv().unwrap(), Exit::Code(0));
         }
     }
 }

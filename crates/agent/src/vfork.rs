@@ -374,7 +374,10 @@ mod tests {
     use std::io::Read;
     use std::os::fd::AsRawFd;
 
-    /// Runs `argv` with `env` in `cwd`, stdout into a pipe; returns (status, stdout).
+    /// Runs `argv` with `env` in `cwd`, stdout into a pipe; returns (status, stdout),
+    /// the status as `waitpid` gives it. The child is registered with the reaper, as the
+    /// agent's are: the reaper's thread, started by another test of this process, would
+    /// otherwise take its exit.
     fn run(argv: &[&str], env: &[(&str, &str)], cwd: &str) -> io::Result<(c_int, String)> {
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
         let env: Vec<(String, String)> = env
@@ -385,13 +388,14 @@ mod tests {
         let null = std::fs::File::open("/dev/null")?;
         let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let fds = [null.as_raw_fd(), tx.as_raw_fd(), null.as_raw_fd()];
-        let pid = spawn(&program, fds, &|| Ok(()))?;
+        let ((), exit) = crate::reaper::spawn_with(|| Ok(((), spawn(&program, fds, &|| Ok(()))?)))?;
         drop(tx);
         let mut out = String::new();
         std::fs::File::from(rx).read_to_string(&mut out)?;
-        let mut status = 0;
-        // SAFETY: waiting for the child just started.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        let status = match exit.blocking_recv().expect("the reaper's answer") {
+            crate::reaper::Exit::Code(code) => code << 8,
+            crate::reaper::Exit::Signal(signal) => signal,
+        };
         Ok((status, out))
     }
 
@@ -442,11 +446,10 @@ mod tests {
     }
 
     /// Held by every test here: they share the process's spare stack, which plain
-    /// `cargo test` (threads, not nextest's processes) would let them race for.
-    static SERIAL: Mutex<()> = Mutex::new(());
-
+    /// `cargo test` (threads, not nextest's processes) would let them race for, and
+    /// start children (see [`crate::children_test_lock`]).
     fn serial() -> std::sync::MutexGuard<'static, ()> {
-        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+        crate::children_test_lock()
     }
 
     /// Writes `mark` at the bottom of the spare stack's usable bytes (a child, which
@@ -509,13 +512,24 @@ mod tests {
     #[test]
     fn a_failed_exec_is_an_error_and_leaves_no_child() {
         let _serial = serial();
-        let err = run(&["/no/such/program"], &[], "/").unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
-        let err = run(&["/bin/true"], &[], "/no/such/dir").unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
-        // SAFETY: polling for any child of this test process: none may be left.
-        let left = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
-        assert!(left <= 0, "child {left} was left unreaped");
+        // Spawned without the reaper: a child the failed spawn left would stay a zombie.
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let fds = [null.as_raw_fd(); 3];
+        for (argv, cwd) in [(["/no/such/program"], "/"), (["/bin/true"], "/no/such/dir")] {
+            let argv = argv.map(String::from);
+            let program = Program::new(&argv, std::iter::empty(), cwd).unwrap();
+            let err = spawn(&program, fds, &|| Ok(())).unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+        }
+        // SAFETY: a look (WNOWAIT: nothing reaped) for any exited child of this
+        // process, into a zeroed siginfo_t we own; none may be left.
+        let left = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+            libc::waitid(libc::P_ALL, 0, &mut info, flags);
+            info.si_pid()
+        };
+        assert_eq!(left, 0, "child {left} was left unreaped");
     }
 
     #[test]
