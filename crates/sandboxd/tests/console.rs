@@ -223,6 +223,27 @@ impl Scene<'_> {
     }
 }
 
+/// Clicks the sandbox page's `action-{name}` button and accepts its confirmation.
+async fn confirm_action(c: &Client, name: &str) -> Result<(), String> {
+    c.find(Locator::Id(&format!("action-{name}")))
+        .await
+        .expect("action button")
+        .click()
+        .await
+        .expect("click");
+    c.accept_alert().await.map_err(|e| e.to_string())
+}
+
+/// The text of the page's first message box (its errors and notices).
+async fn page_message(c: &Client) -> Option<String> {
+    let text = js(
+        c,
+        "return document.querySelector('section .error').textContent",
+    )
+    .await;
+    text.as_str().map(str::to_owned)
+}
+
 async fn js(c: &Client, script: &str) -> serde_json::Value {
     c.execute(script, vec![]).await.expect("execute script")
 }
@@ -757,13 +778,7 @@ async fn drive(
     )
     .await;
     for (button, want) in [("pause", "PAUSED"), ("resume", "RUNNING")] {
-        c.find(Locator::Id(&format!("action-{button}")))
-            .await
-            .expect("action button")
-            .click()
-            .await
-            .expect("click");
-        c.accept_alert().await.map_err(|e| e.to_string())?;
+        confirm_action(c, button).await?;
         s.until(want, || async {
             let got = server.request("GET", &format!("/v2/sandboxes/{ui_id}"), MASTER, None);
             (got.json()["data"]["status"] == want).then_some(())
@@ -772,20 +787,12 @@ async fn drive(
         let sends = js(c, &format!("return window.fetchSends.{button}")).await;
         assert_eq!(sends, json!(2), "{button}: one failed send, one retry");
     }
-    c.find(Locator::Id("action-snapshot"))
-        .await
-        .expect("snapshot button")
-        .click()
-        .await
-        .expect("click");
-    c.accept_alert().await.map_err(|e| e.to_string())?;
+    confirm_action(c, "snapshot").await?;
     s.until("the failed snapshot's error", || async {
-        let text = js(
-            c,
-            "return document.querySelector('section .error').textContent",
-        )
-        .await;
-        text.as_str()?.contains("Failed to fetch").then_some(())
+        page_message(c)
+            .await?
+            .contains("Failed to fetch")
+            .then_some(())
     })
     .await?;
     assert_eq!(
@@ -793,21 +800,10 @@ async fn drive(
         json!(1),
         "a snapshot is never sent twice"
     );
-    c.find(Locator::Id("action-snapshot"))
-        .await
-        .expect("snapshot button")
-        .click()
-        .await
-        .expect("click");
-    c.accept_alert().await.map_err(|e| e.to_string())?;
+    confirm_action(c, "snapshot").await?;
     let saved = s
         .until("the snapshot", || async {
-            let text = js(
-                c,
-                "return document.querySelector('section .error').textContent",
-            )
-            .await;
-            let text = text.as_str()?.to_owned();
+            let text = page_message(c).await?;
             text.starts_with("Snapshot ").then_some(text)
         })
         .await?;
