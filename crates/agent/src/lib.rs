@@ -21,6 +21,11 @@ mod shared;
 mod spawn;
 mod vfork;
 
+use hyper_util::rt::TokioIo;
+use shared::Shared;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 /// Held by the unit tests that start children. Plain `cargo test` runs tests as threads
 /// of one process, where one test's child could be reaped by another's means (the
 /// reaper's thread, a look for any child left) and its exit status lost.
@@ -29,11 +34,6 @@ pub(crate) fn children_test_lock() -> std::sync::MutexGuard<'static, ()> {
     static CHILDREN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     CHILDREN.lock().unwrap_or_else(|p| p.into_inner())
 }
-
-use hyper_util::rt::TokioIo;
-use shared::Shared;
-use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// Confinement applied in every child as the last step before `exec`. It runs after
 /// `fork`, or in a `vfork`-like child sharing the agent's memory, of a possibly
@@ -158,6 +158,8 @@ impl Agent {
             });
         }
         drop(listener);
+        // The thread reaps again while the connections end (nothing here listens now).
+        drop(reaping);
         self.shared.end_connections();
         connections.shutdown().await;
     }

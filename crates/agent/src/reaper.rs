@@ -15,7 +15,9 @@ use std::sync::{Mutex, OnceLock};
 use tokio::sync::oneshot;
 
 /// Runtimes reaping on SIGCHLD themselves ([`InRuntime`]): while there is one, the signal
-/// does not wake the reaper's thread.
+/// does not wake the reaper's thread. Process-wide, as the thread is: in a process of
+/// several runtimes (tests), one that holds an `InRuntime` and does not poll it leaves
+/// the others' children to the thread's once-a-second look. An agent has one runtime.
 static IN_RUNTIME: AtomicUsize = AtomicUsize::new(0);
 
 /// How a child ended.
@@ -122,17 +124,22 @@ impl InRuntime {
     }
 
     /// Waits for a SIGCHLD, then reaps every exited child (cancel-safe: a signal that
-    /// came meanwhile is seen by the next call).
-    pub(crate) async fn reaped(&mut self) {
-        self.sigchld.recv().await;
+    /// came meanwhile is seen by the next call); `None` when no signal can come any more.
+    async fn reaped(&mut self) -> Option<()> {
+        self.sigchld.recv().await?;
         reap_all();
+        Some(())
     }
 }
 
 /// [`InRuntime::reaped`], or `None` at once without one (a `select!` branch then off).
+/// One whose signals ended is dropped: the thread reaps again.
 pub(crate) async fn reaped(reaping: &mut Option<InRuntime>) -> Option<()> {
-    reaping.as_mut()?.reaped().await;
-    Some(())
+    let reaped = reaping.as_mut()?.reaped().await;
+    if reaped.is_none() {
+        *reaping = None;
+    }
+    reaped
 }
 
 impl Drop for InRuntime {

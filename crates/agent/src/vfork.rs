@@ -512,23 +512,37 @@ mod tests {
     #[test]
     fn a_failed_exec_is_an_error_and_leaves_no_child() {
         let _serial = serial();
-        // Spawned without the reaper: a child the failed spawn left would stay a zombie.
+        // Under the reaper's lock, as the agent spawns: a child the failed spawns left
+        // would stay a zombie until the look below (another reaper may see it, not reap
+        // it), which finds none.
         let null = std::fs::File::open("/dev/null").unwrap();
         let fds = [null.as_raw_fd(); 3];
-        for (argv, cwd) in [(["/no/such/program"], "/"), (["/bin/true"], "/no/such/dir")] {
-            let argv = argv.map(String::from);
-            let program = Program::new(&argv, std::iter::empty(), cwd).unwrap();
-            let err = spawn(&program, fds, &|| Ok(())).unwrap_err();
-            assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
-        }
-        // SAFETY: a look (WNOWAIT: nothing reaped) for any exited child of this
-        // process, into a zeroed siginfo_t we own; none may be left.
-        let left = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-            libc::waitid(libc::P_ALL, 0, &mut info, flags);
-            info.si_pid()
-        };
+        let (mut errors, mut left) = (Vec::new(), 0);
+        let programs =
+            [(["/no/such/program"], "/"), (["/bin/true"], "/no/such/dir")].map(|(argv, cwd)| {
+                Program::new(&argv.map(String::from), std::iter::empty(), cwd).unwrap()
+            });
+        // Nothing in here panics: a panic would poison the reaper's lock for the others.
+        let looked = crate::reaper::spawn_with::<()>(|| {
+            for program in &programs {
+                errors.push(
+                    spawn(program, fds, &|| Ok(()))
+                        .err()
+                        .and_then(|e| e.raw_os_error()),
+                );
+            }
+            // SAFETY: a look (WNOWAIT: nothing reaped) for any exited child of this
+            // process, into a zeroed siginfo_t we own.
+            left = unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+                libc::waitid(libc::P_ALL, 0, &mut info, flags);
+                info.si_pid()
+            };
+            Err(io::Error::other("no child to register"))
+        });
+        assert_eq!(looked.unwrap_err().to_string(), "no child to register");
+        assert_eq!(errors, [Some(libc::ENOENT); 2]);
         assert_eq!(left, 0, "child {left} was left unreaped");
     }
 

@@ -130,10 +130,9 @@ async fn follow_sees_live_chunks_in_order_then_exit_and_tail_picks_whole_chunks(
     let go1 = agent.dir.path().join("go1");
     let go2 = agent.dir.path().join("go2");
     let script = format!(
-        "printf '\\377\\000A'; while [ ! -e {a} ]; do sleep 0.01; done; printf '\\376B' >&2; \
-         while [ ! -e {b} ]; do sleep 0.01; done; printf CCCC; exit 5",
-        a = go1.display(),
-        b = go2.display()
+        "printf '\\377\\000A'; {a}; printf '\\376B' >&2; {b}; printf CCCC; exit 5",
+        a = wait_for_file(&go1),
+        b = wait_for_file(&go2)
     );
     let p = c.start_process(&sh(&script)).await.unwrap();
     let mut follow = c.output(p.id, 0, true).await.unwrap();
@@ -247,8 +246,8 @@ async fn a_follower_that_does_not_read_never_blocks_the_process_and_is_told_of_t
     let gate = dir.path().join("go");
     let p = c
         .start_process(&sh(&format!(
-            "while [ ! -e '{}' ]; do sleep 0.01; done; head -c 20000000 /dev/zero",
-            gate.display()
+            "{}; head -c 20000000 /dev/zero",
+            wait_for_file(&gate)
         )))
         .await
         .unwrap();

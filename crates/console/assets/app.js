@@ -34,17 +34,19 @@ class ApiError extends Error {
 // it; the server keeps idle ones longer than browsers do, so that is rare): GETs, and the
 // changes whose repeat changes nothing more (pause and resume answer a sandbox already in
 // the state asked for as they would have). Pages that load once, and a Pause clicked
-// once, would otherwise show "Failed to fetch" for good. Other changes are never sent
-// twice.
+// once, would otherwise show "Failed to fetch" for good. A repeat may follow a first
+// send the server did act on: within its 0.2-0.6 s it could undo a resume another client
+// made meanwhile, and one whose first send ended the sandbox FAILED shows the repeat's
+// answer. Other changes are never sent twice.
 const TRIES = 4;
 
 async function send(method, url, init, idempotent) {
-  const retried = method === "GET" || idempotent === true;
+  const retriable = method === "GET" || idempotent === true;
   for (let tried = 1; ; tried++) {
     try {
       return await fetch(url, init);
     } catch (e) {
-      if (!retried || tried >= TRIES) throw e;
+      if (!retriable || tried >= TRIES) throw e;
       await new Promise((done) => setTimeout(done, 200 * tried));
     }
   }

@@ -99,3 +99,13 @@ pub fn kill(pid: i32) {
     // SAFETY: kill(2) on a PID this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
 }
+
+/// A shell loop that waits for `path` to exist (the test creates it when the command may
+/// go on), at most about a minute: a test that fails before it creates the file leaves
+/// no command looping for ever.
+pub fn wait_for_file(path: &std::path::Path) -> String {
+    format!(
+        "i=0; while [ ! -e '{}' ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done",
+        path.display()
+    )
+}
