@@ -242,8 +242,7 @@ async fn a_follower_that_does_not_read_never_blocks_the_process_and_is_told_of_t
     let c = &agent.client;
     // The command writes only once the follower is open: a follower opened after a fast
     // command ended (a loaded machine) would start at the retained tail, with no gap.
-    let dir = tempfile::tempdir().unwrap();
-    let gate = dir.path().join("go");
+    let gate = agent.dir.path().join("go");
     let p = c
         .start_process(&sh(&format!(
             "{}; head -c 20000000 /dev/zero",
