@@ -12,6 +12,11 @@
   exec_rt.py relay BIN ROUNDS  split's rows and a fourth: the agent's exec through a byte
                                relay (scripts/exec_relay.c, built with gcc), the cost of a
                                process in the middle that does nothing else
+  exec_rt.py kinds BIN N       the server's CPU, context switches, migrations and futex
+                               calls per request: a GET, a POST refused after its body is
+                               read (no agent call), an exec (perf stat, N of each)
+  exec_rt.py first BIN ROUNDS  creates 150 ms apart, each followed by three execs: medians
+                               of the create and of the first, second and third exec
 
 Each request goes out in one write on a kept connection (as the benchmark's client
 does). Servers get their own temporary data directories (default egress network, or
@@ -298,6 +303,30 @@ def relay(exe, rounds):
         shutil.rmtree(build, ignore_errors=True)
 
 
+def per_request(server, n, request, events="task-clock,context-switches,cpu-migrations"):
+    """`perf stat` of the server around `n` calls of `request`: (ms per call, [(event, per
+    call)])."""
+    stat = subprocess.Popen(["perf", "stat", "-x", ",", "-e", events, "-p", str(server.p.pid)],
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(0.5)
+        t = time.perf_counter()
+        for _ in range(n):
+            request()
+        took = time.perf_counter() - t
+    finally:
+        stat.send_signal(signal.SIGINT)
+        out = stat.communicate(timeout=60)[1]
+    figures = []
+    for line in out.strip().splitlines():
+        f = line.split(",")
+        try:
+            figures.append((f[2] + (" " + f[1] if f[1] else ""), float(f[0]) / n))
+        except (IndexError, ValueError):
+            pass
+    return took / n * 1e3, figures
+
+
 def cpu(exe, n):
     server = None
     try:
@@ -305,26 +334,70 @@ def cpu(exe, n):
         time.sleep(3)
         for _ in range(50):
             server.exec_true()
-        stat = subprocess.Popen(["perf", "stat", "-x", ",", "-e",
-                                 "task-clock,context-switches,cpu-migrations", "-p", str(server.p.pid)],
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            time.sleep(0.5)
+        each, figures = per_request(server, n, server.exec_true)
+        print(f"{n} execs, {each:.3f} ms each; per exec: "
+              + ", ".join(f"{name} {v:.3f}" for name, v in figures))
+    finally:
+        if server:
+            server.close()
+
+
+def kinds(exe, n):
+    """The server's CPU, context switches, migrations and futex calls per request, for a
+    GET of the sandbox, a POST whose body is read and refused (no agent call), and an
+    exec: what the agent call adds, and what reading a body adds."""
+    server = None
+    try:
+        server = Server(exe)
+        time.sleep(3)
+        for _ in range(50):
+            server.exec_true()
+        path = f"/v2/sandboxes/{server.id}"
+
+        def refused():
+            status, v = server.http.call("POST", path + "/exec", {"command": ["relative"]})
+            if status != 400:
+                raise RuntimeError(f"refused exec: {status} {v}")
+
+        rows = {"GET": lambda: server.http.call("GET", path), "POST refused": refused,
+                "exec": server.exec_true}
+        for name, request in rows.items():
+            each, figures = per_request(server, n, request,
+                                        "task-clock,context-switches,cpu-migrations,syscalls:sys_enter_futex")
+            print(f"{name:13s} {each:.3f} ms each; per request: "
+                  + ", ".join(f"{event} {v:.3f}" for event, v in figures))
+    finally:
+        if server:
+            server.close()
+
+
+def first(exe, rounds):
+    """Creates (150 ms apart) each followed by three execs: the medians of the create and
+    of each exec, the first an exec of a sandbox just made."""
+    server = None
+    try:
+        server = Server(exe)
+        time.sleep(3)
+        rows = {"create": [], "1st exec": [], "2nd exec": [], "3rd exec": []}
+        for _ in range(rounds):
+            time.sleep(0.15)
             t = time.perf_counter()
-            for _ in range(n):
-                server.exec_true()
-            took = time.perf_counter() - t
-        finally:
-            stat.send_signal(signal.SIGINT)
-            out = stat.communicate(timeout=60)[1]
-        figures = []
-        for line in out.strip().splitlines():
-            f = line.split(",")
+            status, v = server.http.call("POST", "/v2/sandboxes", {"name": "exec-rt-first", "vcpu": 1, "memoryMb": 256})
+            rows["create"].append(time.perf_counter() - t)
+            if status != 201:
+                raise RuntimeError(f"create: {status} {v}")
+            sid = v["data"]["id"]
             try:
-                figures.append(f"{f[2]} {float(f[0]) / n:.3f}{' ' + f[1] if f[1] else ''}")
-            except (IndexError, ValueError):
-                pass
-        print(f"{n} execs, {took / n * 1e3:.3f} ms each; per exec: " + ", ".join(figures))
+                for name in ("1st exec", "2nd exec", "3rd exec"):
+                    t = time.perf_counter()
+                    status, v = server.http.call("POST", f"/v2/sandboxes/{sid}/exec",
+                                                 {"command": ["/bin/true"]})
+                    rows[name].append(time.perf_counter() - t)
+                    if status != 200:
+                        raise RuntimeError(f"exec: {status} {v}")
+            finally:
+                server.http.call("DELETE", f"/v2/sandboxes/{sid}")
+        print("  ".join(f"{name} {ms(v):.3f} ms" for name, v in rows.items()))
     finally:
         if server:
             server.close()
@@ -333,7 +406,7 @@ def cpu(exe, n):
 if __name__ == "__main__":
     # A SIGTERM ends the script through its cleanup (the `finally` blocks) too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if len(sys.argv) < 4 or sys.argv[1] not in ("ab", "split", "cpu", "relay"):
+    if len(sys.argv) < 4 or sys.argv[1] not in ("ab", "split", "cpu", "relay", "kinds", "first"):
         sys.exit(__doc__)
     mode = sys.argv[1]
     if mode == "ab":
@@ -344,5 +417,9 @@ if __name__ == "__main__":
         split(sys.argv[2], int(sys.argv[3]))
     elif mode == "relay":
         relay(sys.argv[2], int(sys.argv[3]))
+    elif mode == "kinds":
+        kinds(sys.argv[2], int(sys.argv[3]))
+    elif mode == "first":
+        first(sys.argv[2], int(sys.argv[3]))
     else:
         cpu(sys.argv[2], int(sys.argv[3]))
