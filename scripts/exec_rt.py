@@ -24,6 +24,7 @@ SANDBOXD_NETWORK), are stopped with SIGTERM after their sandboxes are destroyed,
 their directories removed only when nothing is mounted under them. Run as root, with
 nothing else of sandboxd running; timings are for comparing, never for asserting.
 """
+import contextlib
 import json
 import os
 import random
@@ -327,31 +328,31 @@ def per_request(server, n, request, events="task-clock,context-switches,cpu-migr
     return took / n * 1e3, figures
 
 
-def cpu(exe, n):
-    server = None
+@contextlib.contextmanager
+def warmed(exe):
+    """A server of `exe` whose pool has refilled and whose sandbox has run 50 execs."""
+    server = Server(exe)
     try:
-        server = Server(exe)
         time.sleep(3)
         for _ in range(50):
             server.exec_true()
+        yield server
+    finally:
+        server.close()
+
+
+def cpu(exe, n):
+    with warmed(exe) as server:
         each, figures = per_request(server, n, server.exec_true)
         print(f"{n} execs, {each:.3f} ms each; per exec: "
               + ", ".join(f"{name} {v:.3f}" for name, v in figures))
-    finally:
-        if server:
-            server.close()
 
 
 def kinds(exe, n):
     """The server's CPU, context switches, migrations and futex calls per request, for a
     GET of the sandbox, a POST whose body is read and refused (no agent call), and an
     exec: what the agent call adds, and what reading a body adds."""
-    server = None
-    try:
-        server = Server(exe)
-        time.sleep(3)
-        for _ in range(50):
-            server.exec_true()
+    with warmed(exe) as server:
         path = f"/v2/sandboxes/{server.id}"
 
         def refused():
@@ -366,18 +367,12 @@ def kinds(exe, n):
                                         "task-clock,context-switches,cpu-migrations,syscalls:sys_enter_futex")
             print(f"{name:13s} {each:.3f} ms each; per request: "
                   + ", ".join(f"{event} {v:.3f}" for event, v in figures))
-    finally:
-        if server:
-            server.close()
 
 
 def first(exe, rounds):
     """Creates (150 ms apart) each followed by three execs: the medians of the create and
     of each exec, the first an exec of a sandbox just made."""
-    server = None
-    try:
-        server = Server(exe)
-        time.sleep(3)
+    with warmed(exe) as server:
         rows = {"create": [], "1st exec": [], "2nd exec": [], "3rd exec": []}
         for _ in range(rounds):
             time.sleep(0.15)
@@ -398,9 +393,6 @@ def first(exe, rounds):
             finally:
                 server.http.call("DELETE", f"/v2/sandboxes/{sid}")
         print("  ".join(f"{name} {ms(v):.3f} ms" for name, v in rows.items()))
-    finally:
-        if server:
-            server.close()
 
 
 if __name__ == "__main__":
