@@ -90,8 +90,9 @@ class Conn:
 
 
 class Server:
-    """A `sandboxd serve` of binary `exe` with one sandbox; closed (sandbox destroyed,
-    server stopped, directory removed) also when its start fails part-way."""
+    """A `sandboxd serve` of binary `exe` with a sandbox of its own (`id`); closed (every
+    sandbox of it destroyed, server stopped, directory removed) also when its start fails
+    part-way."""
 
     def __init__(self, exe):
         self.p, self.http, self.id, self.addr = None, None, None, None
@@ -145,22 +146,48 @@ class Server:
         sock.connect(f"{self.dir}/sandboxes/{self.id}/agent.sock")
         return agent_exec(Conn(sock))
 
+    def alive(self, http):
+        """Ids of the server's sandboxes not TERMINATED (every page of the list)."""
+        ids, cursor = [], None
+        while True:
+            path = "/v2/sandboxes?limit=250" + (f"&cursor={cursor}" if cursor else "")
+            status, v = http.call("GET", path)
+            if status != 200:
+                raise RuntimeError(f"listing sandboxes: {status} {v}")
+            ids += [sb["id"] for sb in v["data"] if sb["status"] != "TERMINATED"]
+            cursor = (v.get("page") or {}).get("cursor")
+            if not cursor:
+                return ids
+
+    def destroy(self, ids):
+        """Destroys sandboxes `ids` on a fresh connection (a kept one may be mid-answer)
+        and waits until each is TERMINATED (30 s at most)."""
+        http = self.connect(timeout=30)
+        for sid in ids:
+            status, v = http.call("DELETE", f"/v2/sandboxes/{sid}")
+            if status not in (200, 202, 204):
+                raise RuntimeError(f"destroying sandbox {sid}: {status} {v}")
+        for sid in ids:
+            for _ in range(600):
+                status, v = http.call("GET", f"/v2/sandboxes/{sid}")
+                if status == 200 and isinstance(v, dict) and v["data"]["status"] == "TERMINATED":
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError(f"sandbox {sid} did not end in 30 s")
+
     def close(self):
-        """Destroys the sandbox (on a fresh connection: the kept one may be mid-answer),
-        stops the server, removes the directory if nothing is mounted under it."""
+        """Destroys every sandbox of the server (not only its own: a mode that made more
+        and failed half-way leaves none running), stops the server, removes the directory
+        if nothing is mounted under it."""
+        # Nothing made yet (the start's create is the first): nothing to destroy.
         ended = self.id is None
         try:
-            if self.id and self.p and self.p.poll() is None:
-                http = self.connect(timeout=30)
-                http.call("DELETE", f"/v2/sandboxes/{self.id}")
-                for _ in range(600):
-                    status, v = http.call("GET", f"/v2/sandboxes/{self.id}")
-                    if status == 200 and isinstance(v, dict) and v["data"]["status"] == "TERMINATED":
-                        ended = True
-                        break
-                    time.sleep(0.05)
+            if self.p and self.p.poll() is None and self.addr:
+                self.destroy(self.alive(self.connect(timeout=30)))
+                ended = True
         except Exception as e:
-            print(f"destroying sandbox {self.id}: {e}", file=sys.stderr)
+            print(f"destroying the sandboxes of {self.dir}: {e}", file=sys.stderr)
         finally:
             if self.p and self.p.poll() is None:
                 self.p.terminate()
@@ -171,8 +198,8 @@ class Server:
             with open("/proc/self/mounts") as mounts:
                 mounted = self.dir in mounts.read()
             if mounted or not ended:
-                print(f"left {self.dir} (sandbox {self.id}): not destroyed or still mounted; "
-                      f"start a server on it and delete the sandbox", file=sys.stderr)
+                print(f"left {self.dir}: sandboxes not destroyed or still mounted; "
+                      f"start a server on it and delete them", file=sys.stderr)
             else:
                 shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -304,10 +331,11 @@ def relay(exe, rounds):
         shutil.rmtree(build, ignore_errors=True)
 
 
-def per_request(server, n, request, events="task-clock,context-switches,cpu-migrations"):
-    """`perf stat` of the server around `n` calls of `request`: (ms per call, [(event, per
-    call)])."""
-    stat = subprocess.Popen(["perf", "stat", "-x", ",", "-e", events, "-p", str(server.p.pid)],
+def per_request(server, n, request, events=("task-clock", "context-switches", "cpu-migrations")):
+    """`perf stat` of the server around `n` calls of `request`: (ms per call, [(event,
+    per call, unit)]). The counts include the server's idle upkeep over the half second
+    perf is given to attach (a few µs per call at n = 1000)."""
+    stat = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(events), "-p", str(server.p.pid)],
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         time.sleep(0.5)
@@ -317,15 +345,26 @@ def per_request(server, n, request, events="task-clock,context-switches,cpu-migr
         took = time.perf_counter() - t
     finally:
         stat.send_signal(signal.SIGINT)
-        out = stat.communicate(timeout=60)[1]
-    figures = []
+        try:
+            out = stat.communicate(timeout=60)[1]
+        except subprocess.TimeoutExpired:
+            stat.kill()
+            out = stat.communicate()[1]
+    figures = {}
     for line in out.strip().splitlines():
         f = line.split(",")
         try:
-            figures.append((f[2] + (" " + f[1] if f[1] else ""), float(f[0]) / n))
+            figures[f[2]] = (float(f[0]) / n, f[1])
         except (IndexError, ValueError):
             pass
-    return took / n * 1e3, figures
+    missing = [e for e in events if e not in figures]
+    if missing:
+        raise RuntimeError(f"perf stat counted no {', '.join(missing)}: {out.strip()}")
+    return took / n * 1e3, [(e, *figures[e]) for e in events]
+
+
+def counted(figures):
+    return ", ".join(f"{event} {v:.3f}{' ' + unit if unit else ''}" for event, v, unit in figures)
 
 
 @contextlib.contextmanager
@@ -344,8 +383,7 @@ def warmed(exe):
 def cpu(exe, n):
     with warmed(exe) as server:
         each, figures = per_request(server, n, server.exec_true)
-        print(f"{n} execs, {each:.3f} ms each; per exec: "
-              + ", ".join(f"{name} {v:.3f}" for name, v in figures))
+        print(f"{n} execs, {each:.3f} ms each; per exec: {counted(figures)}")
 
 
 def kinds(exe, n):
@@ -360,38 +398,42 @@ def kinds(exe, n):
             if status != 400:
                 raise RuntimeError(f"refused exec: {status} {v}")
 
-        rows = {"GET": lambda: server.http.call("GET", path), "POST refused": refused,
-                "exec": server.exec_true}
+        def get():
+            status, v = server.http.call("GET", path)
+            if status != 200:
+                raise RuntimeError(f"GET: {status} {v}")
+
+        rows = {"GET": get, "POST refused": refused, "exec": server.exec_true}
+        events = ("task-clock", "context-switches", "cpu-migrations", "syscalls:sys_enter_futex")
         for name, request in rows.items():
-            each, figures = per_request(server, n, request,
-                                        "task-clock,context-switches,cpu-migrations,syscalls:sys_enter_futex")
-            print(f"{name:13s} {each:.3f} ms each; per request: "
-                  + ", ".join(f"{event} {v:.3f}" for event, v in figures))
+            each, figures = per_request(server, n, request, events)
+            print(f"{name:13s} {each:.3f} ms each; per request: {counted(figures)}")
 
 
 def first(exe, rounds):
     """Creates (150 ms apart) each followed by three execs: the medians of the create and
-    of each exec, the first an exec of a sandbox just made."""
+    of each exec, the first an exec of a sandbox just made. Each sandbox is destroyed
+    (and waited for) before the next create; any left by a failure, when the server is
+    closed."""
     with warmed(exe) as server:
         rows = {"create": [], "1st exec": [], "2nd exec": [], "3rd exec": []}
         for _ in range(rounds):
             time.sleep(0.15)
             t = time.perf_counter()
-            status, v = server.http.call("POST", "/v2/sandboxes", {"name": "exec-rt-first", "vcpu": 1, "memoryMb": 256})
+            status, v = server.http.call("POST", "/v2/sandboxes",
+                                         {"name": "exec-rt-first", "vcpu": 1, "memoryMb": 256})
             rows["create"].append(time.perf_counter() - t)
             if status != 201:
                 raise RuntimeError(f"create: {status} {v}")
             sid = v["data"]["id"]
-            try:
-                for name in ("1st exec", "2nd exec", "3rd exec"):
-                    t = time.perf_counter()
-                    status, v = server.http.call("POST", f"/v2/sandboxes/{sid}/exec",
-                                                 {"command": ["/bin/true"]})
-                    rows[name].append(time.perf_counter() - t)
-                    if status != 200:
-                        raise RuntimeError(f"exec: {status} {v}")
-            finally:
-                server.http.call("DELETE", f"/v2/sandboxes/{sid}")
+            for name in ("1st exec", "2nd exec", "3rd exec"):
+                t = time.perf_counter()
+                status, v = server.http.call("POST", f"/v2/sandboxes/{sid}/exec",
+                                             {"command": ["/bin/true"]})
+                rows[name].append(time.perf_counter() - t)
+                if status != 200 or v["data"]["exitCode"] != 0:
+                    raise RuntimeError(f"exec: {status} {v}")
+            server.destroy([sid])
         print("  ".join(f"{name} {ms(v):.3f} ms" for name, v in rows.items()))
 
 
