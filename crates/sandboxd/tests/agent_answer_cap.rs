@@ -3,6 +3,7 @@
 //! a bounded read: a process list answers the dialect's 503 `unavailable` after at
 //! most the answer cap, and the sandbox works again once its agent is back.
 
+mod common;
 mod serve_bin;
 
 use serde_json::json;
@@ -108,14 +109,10 @@ fn an_endless_agent_answer_is_cut_at_the_cap_and_answers_unavailable() {
         }
         // A fake connection records its count once a write fails, after the server
         // hung up on it (that is, after the 503 may already be here): waited for.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let sent = loop {
-            let sent = sent.lock().unwrap().clone();
-            if sent.len() >= refused.len() || std::time::Instant::now() > deadline {
-                break sent;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
+        common::wait_for("the fake recorded each refused answer's count", || {
+            sent.lock().unwrap().len() >= refused.len()
+        });
+        let sent = sent.lock().unwrap().clone();
         assert!(!sent.is_empty(), "the fake got no request");
         for n in &sent {
             assert!(*n <= CAP + SLACK, "the server read {n} bytes of one answer");
