@@ -39,6 +39,7 @@ mod rootfs;
 pub mod secure_chain;
 mod slots;
 mod sparse;
+mod spread_dirs;
 mod start;
 mod sys;
 mod tether;
@@ -166,6 +167,8 @@ impl LinuxRuntime {
         // root may enter.
         private_dir::ensure(&config.data_dir)?;
         private_dir::ensure(&config.data_dir.join("sandboxes"))?;
+        // Each sandbox's dir in a block group of its own (see `spread_dirs`).
+        spread_dirs::mark_top(&config.data_dir.join("sandboxes"));
         // SAFETY: prctl with integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         let slots = slots::Slots::new(&config.data_dir)?;
