@@ -203,6 +203,64 @@ pub(crate) mod tests {
 mod equivalence {
     use super::tests::run;
 
+    /// The kernel's install-time run of a program for one syscall number (seccomp's
+    /// `seccomp_is_const_allow`): only the number and the architecture may be loaded,
+    /// and only the opcodes it knows run; None where it gives up (that number is then
+    /// run through the whole program at every call).
+    fn const_decision(program: &[seccompiler::sock_filter], nr: u32, arch: u32) -> Option<u32> {
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let i = program.get(pc)?;
+            pc += 1;
+            match (i.code, i.k) {
+                (0x20, 0) => a = nr,
+                (0x20, 4) => a = arch,
+                (0x54, k) => a &= k,
+                (0x05, k) => pc += k as usize,
+                (0x15 | 0x25 | 0x35 | 0x45, k) => {
+                    let taken = match i.code {
+                        0x15 => a == k,
+                        0x25 => a > k,
+                        0x35 => a >= k,
+                        _ => a & k != 0,
+                    };
+                    pc += if taken { i.jt } else { i.jf } as usize;
+                }
+                (0x06, k) => return Some(k),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Every syscall allowed whatever its arguments is one the kernel finds allowed at
+    /// install (and then lets through without running the program), as it did before
+    /// the search over runs.
+    #[test]
+    fn the_kernel_caches_every_unconditionally_allowed_number() {
+        let searched = crate::seccomp::searched_allowlist();
+        let allow = 0x7fff_0000;
+        let native = 0xc000_003e;
+        let ruled = [libc::SYS_clone, libc::SYS_unshare, libc::SYS_personality];
+        let mut cached = 0;
+        for nr in crate::seccomp::allowed_numbers() {
+            if ruled.contains(&nr) {
+                continue;
+            }
+            assert_eq!(
+                const_decision(&searched, nr as u32, native),
+                Some(allow),
+                "syscall {nr} is not decided at install"
+            );
+            cached += 1;
+        }
+        assert!(cached > 250, "{cached}");
+        // Not allowed: decided at install too (denied), never run.
+        assert_ne!(
+            const_decision(&searched, libc::SYS_kexec_load as u32, native),
+            Some(allow)
+        );
+    }
+
     /// The searched allowlist decides every syscall number, on every architecture value,
     /// with the argument values its rules look at, exactly as seccompiler's chain does.
     #[test]
