@@ -1,18 +1,19 @@
 //! Spreads the sandboxes' state dirs over the filesystem's block groups: the dir that
 //! holds them is marked the top of directory hierarchies (`FS_TOPDIR_FL`, `chattr +T`),
 //! so ext2/3/4 place each new dir in it as they place a new home dir (the Orlov
-//! allocator: a group of its own, chosen by the name's hash) instead of beside its
-//! parent, and the files made in that dir follow it.
+//! allocator: of the groups with more free inodes and blocks than average, the one
+//! holding the fewest dirs) instead of beside its parent, and the files made in that
+//! dir follow it.
 //!
 //! Why: every sandbox makes and later removes a dozen files and dirs (its entry dir, its
 //! marks, mount points, log, socket). Packed into one group, an ext4 without a journal
-//! (as on these hosts) makes every new inode walk past each inode of that group freed
-//! in the last ~30 s (`recently_deleted`: one inode-table read per inode skipped): a
-//! mkdir took ~90 µs there under a run every few hundred ms, against ~20 µs after 35 s
-//! idle and 4 µs on tmpfs, and a one-shot `sandboxd run` ~1.1 ms longer than with the
-//! flag (README, forty-third session). With a journal the walk does not happen and the
-//! spreading costs nothing. Filesystems without the flag refuse or ignore it: the dir is
-//! used as it is.
+//! (as on these hosts) makes every new inode walk past each inode of that group freed in
+//! the last 30 s (180 s while its inode-table block is dirty; `recently_deleted`: one
+//! inode-table read per inode skipped): a mkdir took ~90 µs there under a run every few
+//! hundred ms, against ~20 µs after 35 s idle and 4 µs on tmpfs, and a one-shot
+//! `sandboxd run` was ~1.1 ms longer than with the flag (README, forty-third session).
+//! With a journal the walk does not happen and the spreading costs nothing. Filesystems
+//! without the flag refuse or ignore it: the dir is used as it is.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
