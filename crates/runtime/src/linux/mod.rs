@@ -167,7 +167,7 @@ impl LinuxRuntime {
         // root may enter.
         private_dir::ensure(&config.data_dir)?;
         private_dir::ensure(&config.data_dir.join("sandboxes"))?;
-        // Each sandbox's dir in a block group of its own (see `spread_dirs`).
+        // The sandboxes' dirs spread over the filesystem's block groups (`spread_dirs`).
         spread_dirs::mark_top(&config.data_dir.join("sandboxes"));
         // SAFETY: prctl with integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };

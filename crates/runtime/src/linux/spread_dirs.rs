@@ -5,68 +5,66 @@
 //! holding the fewest dirs) instead of beside its parent, and the files made in that
 //! dir follow it.
 //!
-//! Why: every sandbox makes and later removes a dozen files and dirs (its entry dir, its
-//! marks, mount points, log, socket). Packed into one group, an ext4 without a journal
-//! (as on these hosts) makes every new inode walk past each inode of that group freed in
-//! the last 30 s (180 s while its inode-table block is dirty; `recently_deleted`: one
-//! inode-table read per inode skipped): a mkdir took ~90 µs there under a run every few
-//! hundred ms, against ~20 µs after 35 s idle and 4 µs on tmpfs, and a one-shot
-//! `sandboxd run` was ~1.1 ms longer than with the flag (README, forty-third session).
-//! With a journal the walk does not happen and the spreading costs nothing. Filesystems
-//! without the flag refuse or ignore it: the dir is used as it is.
+//! Why: every sandbox makes and later removes a dozen files and dirs (its dir and the
+//! marks, mount points, log and socket in it). Packed into one group, an ext4 without a
+//! journal (as on these hosts) makes every new inode walk past each inode of that group
+//! freed in the last 60 s (360 s while its inode-table block is dirty;
+//! `recently_deleted`: one inode-table read per inode skipped): a mkdir took ~90 µs
+//! there under a run every few hundred ms, against ~20 µs after 35 s idle and 4 µs on
+//! tmpfs, and a one-shot `sandboxd run` was ~1.1 ms longer than with the flag (README,
+//! forty-third session). Usually spread, not always: on a small filesystem with few
+//! eligible groups the same one comes back. Each sandbox's mkdir reads every flex
+//! group's counters to choose (a few µs); with a journal the walk does not happen and
+//! that is all the flag costs. Filesystems without the flag refuse or ignore it: the
+//! dir is used as it is.
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
+use rustix::fs::{ioctl_getflags, ioctl_setflags, open, IFlags, Mode, OFlags};
+use rustix::io::Errno;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
-/// `FS_TOPDIR_FL` of `<linux/fs.h>`: "top of directory hierarchies".
-const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
-
-/// Marks `dir` the top of directory hierarchies unless it is marked already; a
-/// filesystem that has no such flag (tmpfs, xfs, btrfs…) or refuses it leaves `dir` as
-/// it is (logged at debug).
+/// Marks `dir` the top of directory hierarchies unless it is marked already. A
+/// filesystem that has no such flag (tmpfs, xfs, btrfs…) or a symlink in `dir`'s place
+/// (an operator's, never followed here) leaves it as it is, logged at debug; any other
+/// failure is logged as a warning (the dir is used all the same).
 pub fn mark_top(dir: &Path) {
-    if let Err(e) = try_mark_top(dir) {
-        tracing::debug!(dir = %dir.display(), error = %e, "the sandboxes' dirs are not spread");
+    match try_mark_top(dir) {
+        Ok(()) => {}
+        Err(e) if [Errno::NOTTY, Errno::OPNOTSUPP, Errno::INVAL, Errno::LOOP].contains(&e) => {
+            tracing::debug!(dir = %dir.display(), error = %e, "the sandboxes' dirs are not spread: the filesystem has no such flag");
+        }
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "the sandboxes' dirs are not spread over the filesystem");
+        }
     }
 }
 
-fn try_mark_top(dir: &Path) -> std::io::Result<()> {
-    let opened = File::open(dir)?;
-    let flags = flags_of(&opened)?;
-    if flags & FS_TOPDIR_FL != 0 {
-        return Ok(());
-    }
-    let mut flags = flags | FS_TOPDIR_FL;
-    // SAFETY: FS_IOC_SETFLAGS reads an int through the pointer, which lives for the call.
-    match unsafe { libc::ioctl(opened.as_raw_fd(), libc::FS_IOC_SETFLAGS, &mut flags) } {
-        0 => Ok(()),
-        _ => Err(std::io::Error::last_os_error()),
+fn try_mark_top(dir: &Path) -> rustix::io::Result<()> {
+    let opened = open_dir(dir)?;
+    let flags = ioctl_getflags(&opened)?;
+    match flags.contains(IFlags::TOPDIR) {
+        true => Ok(()),
+        false => ioctl_setflags(&opened, flags | IFlags::TOPDIR),
     }
 }
 
-/// The inode flags of the open `file` (`lsattr`'s).
-fn flags_of(file: &File) -> std::io::Result<libc::c_int> {
-    let mut flags: libc::c_int = 0;
-    // SAFETY: FS_IOC_GETFLAGS writes an int through the pointer, which lives for the call.
-    match unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) } {
-        0 => Ok(flags),
-        _ => Err(std::io::Error::last_os_error()),
-    }
-}
-
-/// Whether `dir` is marked the top of directory hierarchies (false where the filesystem
-/// has no such flag).
-#[cfg(test)]
-fn is_top(dir: &Path) -> bool {
-    File::open(dir)
-        .and_then(|f| flags_of(&f))
-        .is_ok_and(|flags| flags & FS_TOPDIR_FL != 0)
+/// `dir` itself, never through a symlink.
+fn open_dir(dir: &Path) -> rustix::io::Result<OwnedFd> {
+    let how = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    open(dir, how, Mode::empty())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `dir` is marked the top of directory hierarchies (false where the
+    /// filesystem has no such flag).
+    fn is_top(dir: &Path) -> bool {
+        open_dir(dir)
+            .and_then(ioctl_getflags)
+            .is_ok_and(|flags| flags.contains(IFlags::TOPDIR))
+    }
 
     /// The filesystem `path` is on is ext2/3/4 (`statfs`'s magic).
     fn on_ext4(path: &Path) -> bool {
@@ -74,25 +72,36 @@ mod tests {
             .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC)
     }
 
+    /// On ext4 the dir is marked and keeps its other flags, also marked again; elsewhere
+    /// (the temp dir on another filesystem) the call leaves it usable and unmarked.
     #[test]
-    fn a_dir_on_ext4_is_marked_once_and_keeps_its_other_flags() {
+    fn a_dir_is_marked_where_the_flag_exists_and_keeps_its_other_flags() {
         let dir = tempfile::tempdir().expect("temp dir");
+        let before = open_dir(dir.path()).and_then(ioctl_getflags);
+        mark_top(dir.path());
+        mark_top(dir.path());
+        assert!(dir.path().is_dir());
         if !on_ext4(dir.path()) {
-            eprintln!("skipped: {} is not on ext4", dir.path().display());
+            assert!(!is_top(dir.path()) || before.is_ok_and(|f| f.contains(IFlags::TOPDIR)));
             return;
         }
-        let before = flags_of(&File::open(dir.path()).expect("open")).expect("flags");
-        assert!(!is_top(dir.path()));
-        mark_top(dir.path());
-        assert!(is_top(dir.path()), "not marked");
-        mark_top(dir.path());
-        let after = flags_of(&File::open(dir.path()).expect("open")).expect("flags");
-        assert_eq!(after, before | FS_TOPDIR_FL, "other flags changed");
+        let before = before.expect("ext4 has inode flags");
+        assert!(
+            !before.contains(IFlags::TOPDIR),
+            "a new dir starts unmarked"
+        );
+        let after = open_dir(dir.path())
+            .and_then(ioctl_getflags)
+            .expect("flags");
+        assert_eq!(
+            after,
+            before | IFlags::TOPDIR,
+            "not marked, or other flags changed"
+        );
     }
 
     #[test]
-    fn a_dir_where_the_flag_does_not_exist_is_left_as_it_is() {
-        // /dev/shm is a tmpfs: no inode flags at all.
+    fn tmpfs_refuses_the_flag_and_the_dir_stays_as_it_is() {
         let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
             return;
         };
@@ -102,9 +111,15 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_dir_is_only_logged() {
+    fn a_missing_dir_or_a_symlink_is_only_logged() {
         let dir = tempfile::tempdir().expect("temp dir");
         mark_top(&dir.path().join("gone"));
         assert!(!dir.path().join("gone").exists());
+        let target = dir.path().join("target");
+        std::fs::create_dir(&target).expect("target");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        mark_top(&link);
+        assert!(!is_top(&target), "marked through a symlink");
     }
 }
