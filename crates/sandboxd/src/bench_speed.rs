@@ -63,10 +63,39 @@ fn run_after_idle(run_dir: &std::path::Path) -> Result<Duration> {
 /// How long parked networks linger untaken (see the runtime's `parked::linger`).
 const LINGER_ENV: &str = "SANDBOXD_NET_LINGER_SECS";
 
+/// Waits until the host holds no shared table, as the idle row needs: the egress
+/// networks a `sandboxd run` parked shortly before the bench go once they have
+/// lingered untaken, and the table with the last of them. A server running on the host
+/// keeps its spare networks, and so the table, for as long as it runs: refused then,
+/// with what to do.
+fn wait_for_idle_host() -> Result<()> {
+    if !sandboxd_runtime::linux::shared_table_exists() {
+        return Ok(());
+    }
+    let longest = sandboxd_runtime::linux::parked_network_linger() + Duration::from_secs(10);
+    eprintln!(
+        "bench: waiting (up to {} s) for the egress networks an earlier `sandboxd run` parked \
+         to go, so that the idle row finds no shared nftables table",
+        longest.as_secs()
+    );
+    let deadline = Instant::now() + longest;
+    while sandboxd_runtime::linux::shared_table_exists() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the shared nftables table (inet sandboxd) stayed for {} s: a sandboxd server \
+             running on this host keeps it; stop it to measure the one-shot rows",
+            longest.as_secs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
 /// Runs a fresh egress server and measures (see [`SpeedFigures`]); one-shot runs use
 /// `run_dir`.
 pub fn measure(samples: usize, run_dir: &std::path::Path) -> Result<SpeedFigures> {
     let run = |network| move || bench_base::sandboxd_run(run_dir, network);
+    wait_for_idle_host()?;
     let run_idle = bench_base::paired(samples, || run_after_idle(run_dir), bench_base::bwrap)?;
     let run_egress = bench_base::paired(samples, run("egress"), bench_base::bwrap)?;
     let run_none = bench_base::paired(samples, run("none"), bench_base::bwrap)?;

@@ -73,6 +73,12 @@ pub fn shared_table_exists() -> bool {
     net::table_exists()
 }
 
+/// How long a parked egress network lingers untaken before its reaper removes it (and,
+/// with the host's last one, the shared table).
+pub fn parked_network_linger() -> std::time::Duration {
+    net::parked::linger()
+}
+
 /// The detached process removing parked egress networks once they have lingered
 /// untaken (the sandboxd binary's hidden `__net-reaper STATE_DIR`).
 pub fn net_reaper_main(state_dir: &std::path::Path) -> Result<(), RuntimeError> {
