@@ -245,11 +245,14 @@ fn host_ipv6_settings() -> Vec<(String, String)> {
 /// the host's connection tracking (that look walks the host's whole table: ~12 ms of
 /// system time here): its `eth0` has IPv6 off, so the host end of its link receives no
 /// packet until a process in it sends one. Before, `eth0` sent a dozen neighbour
-/// discovery and multicast listener packets of its own as it came up. The host's own
-/// interfaces keep their IPv6 setting (the sandbox's is set from a thread in its
-/// namespace, by name: `eth0` is a host interface's name too).
+/// discovery and multicast listener packets of its own as it came up. Nor does the
+/// host end send anything into it: its IPv6 is off too (with it on, it got a link-local
+/// address and route, and sent duplicate address detection, router solicitation and
+/// multicast listener packets into the sandbox). The host's own interfaces keep their
+/// IPv6 setting (the sandbox's is set from a thread in its namespace, by name: `eth0`
+/// is a host interface's name too).
 #[test]
-fn an_idle_sandboxs_link_carries_nothing_and_its_eth0_has_no_ipv6() {
+fn an_idle_sandboxs_link_carries_nothing_either_way_and_has_no_ipv6() {
     let host_before = host_ipv6_settings();
     let dir = tempfile::tempdir().expect("tempdir");
     let _cleanup = runtime(dir.path());
@@ -272,6 +275,18 @@ fn an_idle_sandboxs_link_carries_nothing_and_its_eth0_has_no_ipv6() {
         "eth0 has IPv6 addresses, or lo has none: {inet6}"
     );
     assert_eq!(received.trim(), "0", "the idle sandbox sent packets");
+    let sent = std::fs::read_to_string(format!("/sys/class/net/{host_end}/statistics/tx_packets"))
+        .expect("the host end's counter");
+    assert_eq!(
+        sent.trim(),
+        "0",
+        "the host end sent packets into the idle sandbox"
+    );
+    let host_inet6 = std::fs::read_to_string("/proc/net/if_inet6").unwrap_or_default();
+    assert!(
+        !host_inet6.contains(&host_end),
+        "the host end has IPv6 addresses: {host_inet6}"
+    );
     // (Other tests' links come and go meanwhile: those present both times are compared.)
     let host_after = host_ipv6_settings();
     let changed: Vec<_> = host_before
