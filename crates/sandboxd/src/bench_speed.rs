@@ -67,7 +67,9 @@ const LINGER_ENV: &str = "SANDBOXD_NET_LINGER_SECS";
 /// networks a `sandboxd run` parked shortly before the bench go once they have
 /// lingered untaken, and the table with the last of them. A server running on the host
 /// keeps its spare networks, and so the table, for as long as it runs: refused then,
-/// with what to do.
+/// with what to do. (The linger waited for is this process's; a network parked under a
+/// longer one, or whose reaper was killed, outlasts the wait: the refusal names those
+/// too.)
 fn wait_for_idle_host() -> Result<()> {
     if !sandboxd_runtime::linux::shared_table_exists() {
         return Ok(());
@@ -83,7 +85,9 @@ fn wait_for_idle_host() -> Result<()> {
         anyhow::ensure!(
             Instant::now() < deadline,
             "the shared nftables table (inet sandboxd) stayed for {} s: a sandboxd server \
-             running on this host keeps it; stop it to measure the one-shot rows",
+             running on this host keeps it (stop it to measure the one-shot rows), or \
+             networks parked with a longer SANDBOXD_NET_LINGER_SECS than this bench's, \
+             or with no reaper running (any sandboxd run or serve starts one again)",
             longest.as_secs()
         );
         std::thread::sleep(Duration::from_millis(100));

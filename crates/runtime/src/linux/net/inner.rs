@@ -1,6 +1,7 @@
-//! Configures the sandbox's end of its link (`eth0` address, up, default route) from a
-//! short-lived host thread that joins the sandbox's network namespace, with plain
-//! ioctls: no `nsenter`/`ip` processes on the start path.
+//! Configures both ends of a sandbox's link with plain ioctls, no `nsenter`/`ip`
+//! processes on the start path: the sandbox's `eth0` (address, up, default route) from a
+//! short-lived host thread that joins the sandbox's network namespace, and the host end
+//! from the caller's, each with IPv6 off.
 
 use crate::RuntimeError;
 use nix::sched::CloneFlags;
@@ -58,17 +59,19 @@ pub fn configure_at(
 /// discovery and multicast listener packets of its own as it came up. Off, it sends
 /// nothing until a process in the sandbox does, so the host end's counters tell whether
 /// the sandbox's address was ever used (see `conntrack::link_received_nothing`). `lo` keeps
-/// `::1`. A kernel without IPv6 has nothing to turn off; a write refused is logged and
-/// the start goes on. `whose`: the interface, as the log names it.
+/// `::1`. For the host end, see [`configure_host_end`]. A kernel without IPv6 has
+/// nothing to turn off; a write refused is logged and the start goes on. `whose`: the
+/// interface, as the log names it.
 fn ipv6_off(name: &str, whose: &str) {
     let path = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
     match std::fs::write(&path, "1") {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         // A read-only /proc/sys (systemd's ProtectKernelTunables, a container, an LSM)
-        // costs only the teardown's shortcut: the link then carries the neighbour
-        // discovery packets and its flows are looked up as any used link's.
-        Err(e) => tracing::warn!(path, error = %e, "cannot turn IPv6 off on {whose}"),
+        // costs only this: for `eth0`, the teardown's shortcut (the link then carries
+        // the neighbour discovery packets and its flows are looked up as any used
+        // link's); for the host end, its link-local address and packets.
+        Err(e) => tracing::warn!(path, interface = whose, error = %e, "cannot turn IPv6 off"),
     }
 }
 
@@ -76,8 +79,9 @@ fn ipv6_off(name: &str, whose: &str) {
 /// up, IPv6 off first: the sandbox has none (its `eth0`'s is off, and the host drops
 /// what IPv6 a sandbox sends), so on the host end it would only be a link-local address
 /// and route per sandbox, and duplicate address detection, router solicitations and
-/// multicast reports sent into the sandbox over its first seconds (and ~25 µs more to
-/// bring the link up, measured on a veth whose peer is up).
+/// multicast reports sent into the sandbox over its first seconds (their CPU: ~25 µs
+/// more to bring up a veth whose peer is up, measured; the host end comes up first,
+/// so that work ran in the kernel's link-watch worker once `eth0` came up).
 pub fn configure_host_end(name: &str, addr: Ipv4Addr) -> Result<(), RuntimeError> {
     ipv6_off(name, "a sandbox's host end");
     address_and_up(&inet_socket()?, name, addr)
