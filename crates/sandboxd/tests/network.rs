@@ -283,7 +283,7 @@ fn ipv6_sent(name: &str) -> Vec<(String, u64)> {
 /// system time here): its `eth0` has IPv6 off, so the host end of its link receives no
 /// packet until a process in it sends one. Before, `eth0` sent a dozen neighbour
 /// discovery and multicast listener packets of its own as it came up. Nor does the
-/// host end send anything into it: its IPv6 is off too (with it on, it got a link-local
+/// host end send it any IPv6: its IPv6 is off too (with it on, it got a link-local
 /// address and route, and sent duplicate address detection, router solicitation and
 /// multicast listener packets into the sandbox). The host's own interfaces keep their
 /// IPv6 setting (the sandbox's is set from a thread in its namespace, by name: `eth0`
