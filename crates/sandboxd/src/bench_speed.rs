@@ -49,15 +49,24 @@ pub struct SpeedFigures {
 /// sample waits (up to 5 s, then fails) until its reaper removed the table.
 fn run_after_idle(run_dir: &std::path::Path) -> Result<Duration> {
     let took = bench_base::sandboxd_run_with(run_dir, "egress", &[(LINGER_ENV, "0")])?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while sandboxd_runtime::linux::shared_table_exists() {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the shared nftables table outlived its last run by 5 s: the next sample would find it"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    anyhow::ensure!(
+        table_gone_within(Duration::from_secs(5), Duration::from_millis(5)),
+        "the shared nftables table outlived its last run by 5 s: the next sample would find it"
+    );
     Ok(took)
+}
+
+/// Whether the host's shared table is gone, or goes within `limit` (looked at every
+/// `every`).
+fn table_gone_within(limit: Duration, every: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while sandboxd_runtime::linux::shared_table_exists() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(every);
+    }
+    true
 }
 
 /// How long parked networks linger untaken (see the runtime's `parked::linger`).
@@ -80,18 +89,14 @@ fn wait_for_idle_host() -> Result<()> {
          to go, so that the idle row finds no shared nftables table",
         longest.as_secs()
     );
-    let deadline = Instant::now() + longest;
-    while sandboxd_runtime::linux::shared_table_exists() {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the shared nftables table (inet sandboxd) stayed for {} s: a sandboxd server \
-             running on this host keeps it (stop it to measure the one-shot rows), or \
-             networks parked with a longer SANDBOXD_NET_LINGER_SECS than this bench's, \
-             or with no reaper running (any sandboxd run or serve starts one again)",
-            longest.as_secs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    anyhow::ensure!(
+        table_gone_within(longest, Duration::from_millis(100)),
+        "the shared nftables table (inet sandboxd) stayed for {} s: a sandboxd server \
+         running on this host keeps it (stop it to measure the one-shot rows), or \
+         networks parked with a longer SANDBOXD_NET_LINGER_SECS than this bench's, \
+         or with no reaper running (any sandboxd run or serve starts one again)",
+        longest.as_secs()
+    );
     Ok(())
 }
 

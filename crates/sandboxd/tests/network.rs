@@ -262,20 +262,28 @@ fn host_end_of(sb: &SandboxHandle) -> String {
 }
 
 /// The IPv6 packets interface `name` sent, by counter (the kernel keeps them with
-/// IPv6 off too; none on a kernel without IPv6).
+/// IPv6 off too); none on a kernel without IPv6, every one of them otherwise.
 fn ipv6_sent(name: &str) -> Vec<(String, u64)> {
-    let counters =
-        std::fs::read_to_string(format!("/proc/net/dev_snmp6/{name}")).unwrap_or_default();
-    counters
+    const SENT: [&str; 3] = ["Ip6OutRequests", "Ip6OutMcastPkts", "Icmp6OutMsgs"];
+    if !std::path::Path::new("/proc/net/dev_snmp6").exists() {
+        return Vec::new();
+    }
+    let counters = std::fs::read_to_string(format!("/proc/net/dev_snmp6/{name}"))
+        .expect("the host end's IPv6 counters");
+    let found: Vec<(String, u64)> = counters
         .lines()
         .filter_map(|l| {
             let (counter, value) = l.split_once(char::is_whitespace)?;
-            let wanted = ["Ip6OutRequests", "Ip6OutMcastPkts", "Icmp6OutMsgs"];
-            wanted
-                .contains(&counter)
+            SENT.contains(&counter)
                 .then(|| (counter.to_owned(), value.trim().parse().unwrap_or(u64::MAX)))
         })
-        .collect()
+        .collect();
+    assert_eq!(
+        found.len(),
+        SENT.len(),
+        "the counters of {name}: {counters}"
+    );
+    found
 }
 
 /// A sandbox that sends nothing leaves nothing its network's teardown must look for in
