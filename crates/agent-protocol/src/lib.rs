@@ -56,6 +56,7 @@ pub mod limits;
 mod pool;
 pub mod pty;
 pub mod query;
+pub mod socket_path;
 mod transport;
 pub mod types;
 

@@ -87,7 +87,7 @@ impl AgentClient {
         user: Option<&crate::UserIds>,
     ) -> Result<PtyIo, ClientError> {
         let socket = self.socket();
-        let stream = tokio::net::UnixStream::connect(socket)
+        let stream = crate::socket_path::connect_async(socket)
             .await
             .map_err(|source| ClientError::Connect {
                 path: socket.to_owned(),

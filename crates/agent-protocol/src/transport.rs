@@ -52,7 +52,7 @@ pub(crate) async fn send(
 
 /// A new connection to the agent at `socket`, its HTTP/1 handshake done.
 pub(crate) async fn open(socket: &Path) -> Result<SendRequest<Body>, ClientError> {
-    let stream = tokio::net::UnixStream::connect(socket)
+    let stream = crate::socket_path::connect_async(socket)
         .await
         .map_err(|source| ClientError::Connect {
             path: socket.to_owned(),

@@ -163,7 +163,7 @@ pub(super) fn agent_err(e: handshake::HandshakeError) -> RuntimeError {
 pub(super) fn wait_connectable(socket: &Path) -> Result<(), RuntimeError> {
     let deadline = Instant::now() + STEP_TIMEOUT;
     loop {
-        match std::os::unix::net::UnixStream::connect(socket) {
+        match sandboxd_agent_protocol::socket_path::connect(socket) {
             Ok(_) => return Ok(()),
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(200)),
             Err(e) => {

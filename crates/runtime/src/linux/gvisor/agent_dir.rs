@@ -159,7 +159,7 @@ pub(super) fn connectable(state_dir: &Path) -> Result<(), String> {
     if !adopt_socket(state_dir) {
         return Err("the agent has not bound its socket".into());
     }
-    std::os::unix::net::UnixStream::connect(host_socket(state_dir))
+    sandboxd_agent_protocol::socket_path::connect(&host_socket(state_dir))
         .map(drop)
         .map_err(|e| e.to_string())
 }

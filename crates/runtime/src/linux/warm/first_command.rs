@@ -8,7 +8,6 @@
 //! without it.
 
 use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -25,7 +24,7 @@ pub(super) fn run(socket: &Path) {
 }
 
 fn exchange(socket: &Path) -> std::io::Result<()> {
-    let mut stream = UnixStream::connect(socket)?;
+    let mut stream = sandboxd_agent_protocol::socket_path::connect(socket)?;
     stream.set_read_timeout(Some(WAIT))?;
     stream.set_write_timeout(Some(WAIT))?;
     let request = format!(
