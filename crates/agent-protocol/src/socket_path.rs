@@ -3,7 +3,9 @@
 //! directories under the data dir (`<data>/sandboxes/<id>/agent.sock`, a gVisor one
 //! deeper still): a data dir of ~50 characters made every start fail. A longer path is
 //! reached through a descriptor of its directory, `/proc/self/fd/<N>/<name>`, which the
-//! kernel resolves like the full path (the directory's permissions and all).
+//! kernel resolves like the full path (the directory's permissions and all), except that
+//! the directory is the one the path named when it was opened, just before the connect.
+//! The directory's own path must fit `PATH_MAX`, and the socket's name ~90 bytes.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -14,9 +16,10 @@ use std::path::{Path, PathBuf};
 pub const MAX_SUN_PATH: usize = 107;
 
 /// A path `connect(2)` (or `bind(2)`) takes for the socket at some longer path; keeps the
-/// directory's descriptor open while it is used.
+/// directory's descriptor open while it is used. Crate-private: a copy of the path kept
+/// past its drop would name whatever directory next gets the descriptor's number.
 #[derive(Debug)]
-pub struct SocketPath {
+pub(crate) struct SocketPath {
     path: PathBuf,
     _dir: Option<OwnedFd>,
 }
@@ -24,7 +27,7 @@ pub struct SocketPath {
 impl SocketPath {
     /// `path` itself when it fits in `sun_path`, else a name through its directory's
     /// descriptor (`InvalidInput` when even the socket's own name does not fit).
-    pub fn new(path: &Path) -> io::Result<Self> {
+    pub(crate) fn new(path: &Path) -> io::Result<Self> {
         if path.as_os_str().len() <= MAX_SUN_PATH {
             return Ok(Self {
                 path: path.to_owned(),
@@ -50,7 +53,7 @@ impl SocketPath {
     }
 
     /// The path to hand to `connect(2)`, valid while `self` lives.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }

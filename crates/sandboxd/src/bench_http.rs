@@ -39,8 +39,7 @@ pub struct HttpFigures {
     pub destroy_cpu: Duration,
 }
 
-/// Starts a server on a fresh temporary data directory (short, so that agent socket
-/// paths fit `sun_path`), measures, destroys what it made, stops the server and
+/// Starts a server on a fresh temporary data directory, measures, destroys what it made, stops the server and
 /// removes the directory.
 pub fn measure(samples: usize, network: &str) -> Result<HttpFigures> {
     let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
