@@ -39,8 +39,8 @@ pub struct HttpFigures {
     pub destroy_cpu: Duration,
 }
 
-/// Starts a server on a fresh temporary data directory, measures, destroys what it made, stops the server and
-/// removes the directory.
+/// Starts a server on a fresh temporary data directory, measures, destroys what it made,
+/// stops the server and removes the directory.
 pub fn measure(samples: usize, network: &str) -> Result<HttpFigures> {
     let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
     let dir = std::env::temp_dir().join(format!("sandboxd-bench-{short}"));
